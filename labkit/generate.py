@@ -1,0 +1,193 @@
+"""The autoregressive loop: prefill the prompt once, then decode one token per step.
+
+`generate` is a Python generator: it yields one `Step` per new token, so printing a stream, measuring
+time per token and drawing widgets all consume the same loop. It runs labkit's `Llama` and any
+transformers causal LM.
+
+    >>> for step in generate(model, tokenizer, "The capital of France is", max_new_tokens=8):
+    ...     print(step.text, end="")
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+from transformers import PreTrainedTokenizerBase
+
+from labkit.llama import Llama
+from labkit.sampling import apply_temperature, greedy, sample
+from labkit.streaming import StopMatcher, TextStream
+
+
+@dataclass(frozen=True)
+class Step:
+    """One generated token, as `generate` yields it."""
+
+    token_id: int  # the chosen token
+    text: str  # new text to show ('' while a character is incomplete or may begin a stop string)
+    logits: torch.Tensor  # [V] float32 scores it was chosen from, before temperature
+    finish_reason: str | None = None  # on the last step: "eos", "length" or "stop"
+
+
+def prefill(model: torch.nn.Module, input_ids: torch.Tensor, max_length: int | None = None):
+    """Run the whole prompt [B, T] at once. Returns (logits of the last position [B, V], cache).
+
+    max_length sizes labkit's preallocated cache (prompt + new tokens); transformers grows its own.
+    """
+    with torch.no_grad():
+        if isinstance(model, Llama):
+            cache = model.new_cache(input_ids.shape[0], max_length or context_length(model))
+            return model(input_ids, cache)[:, -1], cache
+        out = model(input_ids=input_ids, use_cache=True, logits_to_keep=1)
+        return out.logits[:, -1].float(), out.past_key_values
+
+
+def decode_step(model: torch.nn.Module, token_ids: torch.Tensor, cache) -> torch.Tensor:
+    """Feed one new token per sequence, token_ids [B]; return the next logits [B, V]."""
+    with torch.no_grad():
+        if isinstance(model, Llama):
+            return model(token_ids[:, None], cache)[:, -1]
+        out = model(input_ids=token_ids[:, None], past_key_values=cache, use_cache=True)
+        return out.logits[:, -1].float()
+
+
+def context_length(model: torch.nn.Module) -> int:
+    """The longest sequence (prompt + generated) the model was trained for."""
+    return model.config.max_position_embeddings
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def eos_token_ids(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase) -> set[int]:
+    """Token ids that end a generation: the tokenizer's EOS and the model's generation config's."""
+    ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
+    configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if configured is not None:
+        ids |= set(configured) if isinstance(configured, list) else {configured}
+    return ids
+
+
+def encode_prompt(tokenizer: PreTrainedTokenizerBase, prompt: str | Sequence[int] | torch.Tensor) -> list[int]:
+    """A prompt as token ids: text is tokenized (with the tokenizer's BOS, if it adds one)."""
+    if isinstance(prompt, str):
+        ids = tokenizer(prompt)["input_ids"]
+    elif isinstance(prompt, torch.Tensor):
+        if prompt.dim() == 2 and prompt.shape[0] != 1:
+            raise ValueError(f"generate() runs one sequence; got a batch of {prompt.shape[0]} prompts.")
+        ids = prompt.flatten().tolist()
+    else:
+        ids = [int(i) for i in prompt]
+    if not ids:
+        raise ValueError("The prompt is empty: give at least one token of text.")
+    return ids
+
+
+def chat_prompt(tokenizer: PreTrainedTokenizerBase, messages: str | list[dict[str, str]]) -> list[int]:
+    """Token ids of a chat, rendered by the tokenizer's own chat template, ready for the answer.
+
+    messages: a user question, or [{"role": "system"|"user"|"assistant", "content": ...}, ...].
+    """
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError(
+            "This tokenizer has no chat template: it belongs to a base model, which was never taught "
+            "a chat format. Give it plain text to continue instead (e.g. 'Q: ...\\nA:')."
+        )
+    if isinstance(messages, str):
+        messages = [{"role": "user", "content": messages}]
+    rendered = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    return tokenizer(rendered, add_special_tokens=False)["input_ids"]
+
+
+def _check_arguments(prompt_length: int, max_new_tokens: int, temperature: float,
+                     stop: Sequence[str], context: int) -> None:
+    if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}.")
+    if not temperature >= 0:
+        raise ValueError(f"temperature must be >= 0 (0 means greedy), got {temperature!r}.")
+    if isinstance(stop, str) or any(not isinstance(s, str) or s == "" for s in stop):
+        raise ValueError(f"stop must be a list of non-empty strings, got {stop!r}.")
+    if prompt_length + max_new_tokens > context:
+        raise ValueError(
+            f"The prompt has {prompt_length} tokens and {max_new_tokens} new ones were asked for, but "
+            f"the model's context holds {context}. Shorten the prompt or ask for at most "
+            f"{max(context - prompt_length, 0)} new tokens."
+        )
+
+
+def generate(
+    model: torch.nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    prompt: str | Sequence[int] | torch.Tensor,
+    max_new_tokens: int = 64,
+    temperature: float = 0.0,
+    stop: Sequence[str] = (),
+    generator: torch.Generator | None = None,
+    seed: int | None = None,
+) -> Iterator[Step]:
+    """Yield one `Step` per new token until EOS, `max_new_tokens`, or a stop string.
+
+    prompt: text (tokenized as is; use `chat_prompt` for a chat), or token ids.
+    temperature: 0 picks the most likely token (greedy); > 0 samples from softmax(logits / T).
+    stop: strings that end generation; the stop string itself is not emitted.
+    generator / seed: the randomness for sampling; the same seed reproduces a run.
+    """
+    prompt_ids = encode_prompt(tokenizer, prompt)
+    _check_arguments(len(prompt_ids), max_new_tokens, temperature, stop, context_length(model))
+    if generator is None:
+        generator = torch.Generator().manual_seed(seed if seed is not None else torch.seed())
+    # Arguments are checked above, when generate() is called; the loop runs as it is iterated.
+    return _steps(model, tokenizer, prompt_ids, max_new_tokens, temperature, stop, generator)
+
+
+def _steps(model, tokenizer, prompt_ids: list[int], max_new_tokens: int, temperature: float,
+           stop: Sequence[str], generator: torch.Generator) -> Iterator[Step]:
+    if max_new_tokens == 0:
+        return
+    eos_ids = eos_token_ids(model, tokenizer)
+    text, stopper = TextStream(tokenizer, prompt_ids), StopMatcher(stop)
+
+    input_ids = torch.tensor([prompt_ids], device=model_device(model))
+    logits, cache = prefill(model, input_ids, max_length=len(prompt_ids) + max_new_tokens)
+    for index in range(max_new_tokens):
+        token = _choose(logits, temperature, generator)
+        token_id = int(token[0])
+        finish = "eos" if token_id in eos_ids else ("length" if index == max_new_tokens - 1 else None)
+        piece = "" if finish == "eos" else stopper.push(text.push(token_id))
+        if stopper.stopped:
+            finish = "stop"
+        elif finish is not None:
+            piece += stopper.flush()
+        yield Step(token_id, piece, logits[0], finish)
+        if finish is not None:
+            return
+        logits = decode_step(model, token, cache)
+
+
+def _choose(logits: torch.Tensor, temperature: float, generator: torch.Generator) -> torch.Tensor:
+    """logits [B, V] -> token ids [B]; sampling draws on the CPU so a seed means the same everywhere."""
+    if temperature == 0:
+        return greedy(logits)
+    probs = torch.softmax(apply_temperature(logits.float().cpu(), temperature), dim=-1)
+    return sample(probs, generator).to(logits.device)
+
+
+def generate_text(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase,
+                  prompt: str | Sequence[int] | torch.Tensor, **options) -> str:
+    """The whole generated text at once (same options as `generate`)."""
+    return "".join(step.text for step in generate(model, tokenizer, prompt, **options))
+
+
+def generate_ids(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase,
+                 prompt: str | Sequence[int] | torch.Tensor, **options) -> list[int]:
+    """The generated token ids (EOS included when it ends generation, as in transformers)."""
+    return [step.token_id for step in generate(model, tokenizer, prompt, **options)]
+
+
+def chat(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase,
+         messages: str | list[dict[str, str]], **options) -> str:
+    """Ask a chat model: the messages go through the chat template, the answer comes back as text."""
+    return generate_text(model, tokenizer, chat_prompt(tokenizer, messages), **options)
