@@ -6,6 +6,7 @@
     'The capital of France is Paris.'
 """
 
+from labkit import checks
 from labkit.generate import (
     Step,
     chat,
@@ -23,7 +24,7 @@ from labkit.models import EMBEDDED_MODELS, build_cache, cache_dir, load_model, l
 from labkit.sampling import apply_temperature, greedy, sample
 
 __all__ = [
-    "EMBEDDED_MODELS", "KVCache", "Llama", "LlamaConfig", "Step", "apply_temperature", "build_cache",
+    "EMBEDDED_MODELS", "KVCache", "Llama", "LlamaConfig", "Step", "apply_temperature", "build_cache", "checks",
     "cache_dir", "chat", "chat_prompt", "decode_step", "encode_prompt", "generate", "generate_ids",
     "generate_text", "greedy", "load_model", "load_tokenizer", "prefill", "sample", "tiny_model",
 ]

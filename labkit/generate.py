@@ -110,11 +110,16 @@ def _check_arguments(prompt_length: int, max_new_tokens: int, temperature: float
         raise ValueError(f"temperature must be >= 0 (0 means greedy), got {temperature!r}.")
     if isinstance(stop, str) or any(not isinstance(s, str) or s == "" for s in stop):
         raise ValueError(f"stop must be a list of non-empty strings, got {stop!r}.")
+    if prompt_length >= context:
+        raise ValueError(
+            f"The prompt alone has {prompt_length} tokens; the model's context holds {context}, "
+            "including at least one new token. Shorten the prompt."
+        )
     if prompt_length + max_new_tokens > context:
         raise ValueError(
             f"The prompt has {prompt_length} tokens and {max_new_tokens} new ones were asked for, but "
             f"the model's context holds {context}. Shorten the prompt or ask for at most "
-            f"{max(context - prompt_length, 0)} new tokens."
+            f"{context - prompt_length} new tokens."
         )
 
 

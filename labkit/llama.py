@@ -121,14 +121,28 @@ class Attention(nn.Module):
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         if cache is not None:
             k, v = cache.append(layer, k, v)  # [B, n_kv_heads, past + T, D]
-        # Grouped-query attention (Ainslie et al. 2023): each K/V head serves n_heads/n_kv_heads queries.
-        group = c.n_heads // c.n_kv_heads
-        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-        scores = q @ k.transpose(-2, -1) / c.head_dim**0.5  # [B, H, T, past + T]
-        scores = scores + causal_mask(new_tokens, k.shape[-2], x.device)
-        weights = torch.softmax(scores.float(), dim=-1).to(q.dtype)  # Vaswani et al. 2017, eq. 1
-        out = (weights @ v).transpose(1, 2).reshape(batch, new_tokens, c.n_heads * c.head_dim)
+        mask = causal_mask(new_tokens, k.shape[-2], x.device)  # [T, past + T]
+        out = attention(q, k, v, mask)  # [B, n_heads, T, D]
+        out = out.transpose(1, 2).reshape(batch, new_tokens, c.n_heads * c.head_dim)
         return self.o_proj(out)
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """softmax(q k^T / sqrt(D) + mask) v (Vaswani et al. 2017, eq. 1), with torch's fused kernel.
+
+    q [B, H, T, D]; k, v [B, H_kv, S, D] with H a multiple of H_kv (grouped-query attention,
+    Ainslie et al. 2023: each K/V head serves H / H_kv query heads); mask [T, S] additive.
+    `attention_explicit` spells out the same arithmetic; the fused kernel is several times faster.
+    """
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.dtype), enable_gqa=True)
+
+
+def attention_explicit(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The same as `attention`, written out step by step (shapes as there)."""
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5 + mask  # [B, H, T, S]
+    return torch.softmax(scores.float(), dim=-1).to(q.dtype) @ v
 
 
 def causal_mask(new_tokens: int, total_tokens: int, device: torch.device) -> torch.Tensor:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import json
 import os
 import shutil
 from collections.abc import Callable
@@ -22,7 +23,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM, PreTrainedTokenizerBase
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    LlamaForCausalLM,
+    PreTrainedTokenizerBase,
+    PreTrainedTokenizerFast,
+)
 from transformers.utils import logging as hf_logging
 
 from labkit.llama import Llama, LlamaConfig
@@ -176,7 +183,26 @@ def _source_folder(name_or_path: str) -> str | Path:
 
 def load_tokenizer(name_or_path: str) -> PreTrainedTokenizerBase:
     """Only the tokenizer of a model (same names as load_model)."""
-    return AutoTokenizer.from_pretrained(_source_folder(name_or_path))
+    source = _source_folder(name_or_path)
+    if name_or_path in EMBEDDED_MODELS:
+        return _cached_tokenizer(source)
+    return AutoTokenizer.from_pretrained(source)
+
+
+def _cached_tokenizer(folder: Path) -> PreTrainedTokenizerFast:
+    """The tokenizer of a cached embedded model, read straight from its tokenizer.json.
+
+    AutoTokenizer parses Gemma's 33 MB tokenizer.json several times in Python (about 4 s); reading
+    it once in Rust takes about 1 s and gives the same token ids (tests/test_models.py checks).
+    """
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    special_tokens = {key: value for key, value in config.items() if key.endswith("_token") and isinstance(value, str)}
+    template = folder / "chat_template.jinja"
+    return PreTrainedTokenizerFast(
+        tokenizer_file=str(folder / "tokenizer.json"),
+        chat_template=template.read_text() if template.exists() else None,
+        **special_tokens,
+    )
 
 
 def load_model(
@@ -201,7 +227,7 @@ def load_model(
     device, dtype = pick_device(device), pick_dtype(dtype)
     source = _source_folder(name_or_path)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(source)
+        tokenizer = load_tokenizer(name_or_path)
         with _quiet_transformers():
             model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype)
     except OSError as error:
@@ -243,8 +269,3 @@ class _quiet_transformers:
         hf_logging.set_verbosity(self._verbosity)
         hf_logging.enable_progress_bar()
 
-
-if __name__ == "__main__":
-    # `python -m labkit.models` builds the cache of every embedded model (what `make` runs).
-    for model_name in EMBEDDED_MODELS:
-        print(f"{model_name}: {build_cache(model_name)}")

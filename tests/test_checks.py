@@ -1,0 +1,79 @@
+"""Exercise checkers pass right answers, give a hint for wrong ones, and never raise."""
+
+import pytest
+import torch
+
+import labkit
+from labkit import checks
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return labkit.tiny_model("transformers", seed=0)
+
+
+def test_parameter_count(tiny, capsys):
+    expected = checks.count_parameters(tiny)
+    assert checks.check_parameter_count(expected, tiny)
+    assert not checks.check_parameter_count(expected + 1, tiny)
+    tied_twice = sum(p.numel() for p in tiny.state_dict().values())
+    assert not checks.check_parameter_count(tied_twice, tiny)
+    assert "count it once" in capsys.readouterr().out
+    assert not checks.check_parameter_count(None, tiny)
+    assert "Not attempted yet" in capsys.readouterr().out
+
+
+def test_model_megabytes(tiny, capsys):
+    megabytes = checks.count_parameters(tiny) * 4 / 1e6
+    assert checks.check_model_megabytes(megabytes, tiny)
+    assert not checks.check_model_megabytes(megabytes * 1e6, tiny)
+    assert "bytes, not megabytes" in capsys.readouterr().out
+
+
+def test_token_count(tokenizer, capsys):
+    text = "Tokenizers split text into pieces."
+    n = len(tokenizer(text, add_special_tokens=False)["input_ids"])
+    assert checks.check_token_count(n, tokenizer, text)
+    assert not checks.check_token_count(n + 3, tokenizer, text)
+    assert "add_special_tokens=False" in capsys.readouterr().out
+
+
+def test_chat_string(tokenizer, capsys):
+    messages = [{"role": "user", "content": "Hi"}]
+    right = ("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face"
+             "<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
+    assert checks.check_chat_string(right, tokenizer, messages)
+    assert not checks.check_chat_string("<|im_start|>user\nHi<|im_end|>\n", tokenizer, messages)
+    assert "differ from character 12" in capsys.readouterr().out
+
+
+def test_next_token_probs(tiny, tokenizer, capsys):
+    def right(model, input_ids):
+        return torch.softmax(model(input_ids).logits[0, -1], dim=-1)
+
+    def all_positions(model, input_ids):
+        return torch.softmax(model(input_ids).logits[0], dim=-1)
+
+    def raw_logits(model, input_ids):
+        return model(input_ids).logits[0, -1]
+
+    assert checks.check_next_token_probs(right, tiny, tokenizer)
+    assert not checks.check_next_token_probs(all_positions, tiny, tokenizer)
+    assert "last position only" in capsys.readouterr().out
+    assert not checks.check_next_token_probs(raw_logits, tiny, tokenizer)
+    assert "apply softmax" in capsys.readouterr().out
+
+
+def test_greedy_loop(tiny, tokenizer, capsys):
+    def right(model, prompt_ids, n_tokens):
+        ids = list(prompt_ids)
+        for _ in range(n_tokens):
+            ids.append(int(model(torch.tensor([ids])).logits[0, -1].argmax()))
+        return ids[len(prompt_ids):]
+
+    def forgets_to_append(model, prompt_ids, n_tokens):
+        return [int(model(torch.tensor([prompt_ids])).logits[0, -1].argmax())] * n_tokens
+
+    assert checks.check_greedy_loop(right, tiny, tokenizer)
+    assert not checks.check_greedy_loop(forgets_to_append, tiny, tokenizer)
+    assert "Append each chosen token" in capsys.readouterr().out
