@@ -53,7 +53,7 @@ def check_model_megabytes(answer: float | None, model: torch.nn.Module) -> bool:
     expected = sum(p.numel() * p.element_size() for p in unique) / 1e6
     if abs(answer - expected) <= 0.01 * expected:
         return _verdict(True, f"about {expected:,.0f} MB, read from memory once per generated token.")
-    if abs(answer * 1e6 - expected) <= 0.01 * expected:
+    if abs(answer / 1e6 - expected) <= 0.01 * expected:
         return _verdict(False, "that looks like bytes, not megabytes: divide by 1e6.")
     return _verdict(False, f"{answer:,.1f} MB is not it. Hint: each float32 parameter takes 4 bytes "
                            "(p.element_size()).")

@@ -31,11 +31,23 @@ class Step:
     finish_reason: str | None = None  # on the last step: "eos", "length" or "stop"
 
 
-def prefill(model: torch.nn.Module, input_ids: torch.Tensor, max_length: int | None = None):
+class Recompute:
+    """Stands in for a KV cache when caching is off: keeps the token ids [B, T] seen so far, and every
+    decode step runs the model over all of them again (O(T^2) work for T tokens, notebook 06)."""
+
+    def __init__(self, input_ids: torch.Tensor):
+        self.input_ids = input_ids
+
+
+def prefill(model: torch.nn.Module, input_ids: torch.Tensor, max_length: int | None = None,
+            use_cache: bool = True):
     """Run the whole prompt [B, T] at once. Returns (logits of the last position [B, V], cache).
 
     max_length sizes labkit's preallocated cache (prompt + new tokens); transformers grows its own.
+    use_cache=False returns a `Recompute` instead, so each decode step recomputes the whole prefix.
     """
+    if not use_cache:
+        return _last_logits(model, input_ids), Recompute(input_ids)
     with torch.no_grad():
         if isinstance(model, Llama):
             cache = model.new_cache(input_ids.shape[0], max_length or context_length(model))
@@ -46,11 +58,22 @@ def prefill(model: torch.nn.Module, input_ids: torch.Tensor, max_length: int | N
 
 def decode_step(model: torch.nn.Module, token_ids: torch.Tensor, cache) -> torch.Tensor:
     """Feed one new token per sequence, token_ids [B]; return the next logits [B, V]."""
+    if isinstance(cache, Recompute):
+        cache.input_ids = torch.cat([cache.input_ids, token_ids[:, None]], dim=1)
+        return _last_logits(model, cache.input_ids)
     with torch.no_grad():
         if isinstance(model, Llama):
             return model(token_ids[:, None], cache)[:, -1]
         out = model(input_ids=token_ids[:, None], past_key_values=cache, use_cache=True)
         return out.logits[:, -1].float()
+
+
+def _last_logits(model: torch.nn.Module, input_ids: torch.Tensor) -> torch.Tensor:
+    """Logits [B, V] of the last position, from a forward pass over all of input_ids [B, T], no cache."""
+    with torch.no_grad():
+        if isinstance(model, Llama):
+            return model(input_ids)[:, -1]
+        return model(input_ids=input_ids, use_cache=False, logits_to_keep=1).logits[:, -1].float()
 
 
 def context_length(model: torch.nn.Module) -> int:
@@ -132,6 +155,7 @@ def generate(
     stop: Sequence[str] = (),
     generator: torch.Generator | None = None,
     seed: int | None = None,
+    use_cache: bool = True,
 ) -> Iterator[Step]:
     """Yield one `Step` per new token until EOS, `max_new_tokens`, or a stop string.
 
@@ -139,24 +163,25 @@ def generate(
     temperature: 0 picks the most likely token (greedy); > 0 samples from softmax(logits / T).
     stop: strings that end generation; the stop string itself is not emitted.
     generator / seed: the randomness for sampling; the same seed reproduces a run.
+    use_cache: keep keys/values between steps (True), or recompute the whole prefix every step.
     """
     prompt_ids = encode_prompt(tokenizer, prompt)
     _check_arguments(len(prompt_ids), max_new_tokens, temperature, stop, context_length(model))
     if generator is None:
         generator = torch.Generator().manual_seed(seed if seed is not None else torch.seed())
     # Arguments are checked above, when generate() is called; the loop runs as it is iterated.
-    return _steps(model, tokenizer, prompt_ids, max_new_tokens, temperature, stop, generator)
+    return _steps(model, tokenizer, prompt_ids, max_new_tokens, temperature, stop, generator, use_cache)
 
 
 def _steps(model, tokenizer, prompt_ids: list[int], max_new_tokens: int, temperature: float,
-           stop: Sequence[str], generator: torch.Generator) -> Iterator[Step]:
+           stop: Sequence[str], generator: torch.Generator, use_cache: bool) -> Iterator[Step]:
     if max_new_tokens == 0:
         return
     eos_ids = eos_token_ids(model, tokenizer)
     text, stopper = TextStream(tokenizer, prompt_ids), StopMatcher(stop)
 
     input_ids = torch.tensor([prompt_ids], device=model_device(model))
-    logits, cache = prefill(model, input_ids, max_length=len(prompt_ids) + max_new_tokens)
+    logits, cache = prefill(model, input_ids, max_length=len(prompt_ids) + max_new_tokens, use_cache=use_cache)
     for index in range(max_new_tokens):
         token = _choose(logits, temperature, generator)
         token_id = int(token[0])

@@ -137,3 +137,14 @@ def test_chat_prompt_uses_the_tokenizers_own_template(tokenizer):
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
     text = tokenizer.decode(labkit.chat_prompt(tokenizer, messages))
     assert text == "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("impl", ["labkit", "transformers"])
+def test_decoding_without_cache_gives_the_same_tokens_and_logits(smollm2, smollm2_labkit, impl):
+    model = smollm2_labkit if impl == "labkit" else smollm2[0]
+    tokenizer = smollm2[1]
+    cached = list(labkit.generate(model, tokenizer, PROMPTS[2], max_new_tokens=16))
+    recomputed = list(labkit.generate(model, tokenizer, PROMPTS[2], max_new_tokens=16, use_cache=False))
+    assert [s.token_id for s in cached] == [s.token_id for s in recomputed]
+    assert max((a.logits - b.logits).abs().max().item() for a, b in zip(cached, recomputed)) < 1e-3
