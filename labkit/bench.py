@@ -1,15 +1,17 @@
 """Benchmarks as ratios against peers measured in the same run (DESIGN.md §5).
 
     python -m labkit.bench --list
-    python -m labkit.bench decode [--new-tokens 128] [--repeats 3]
+    python -m labkit.bench decode [--repeats 3] [--quick]
 
-Each topic prints a readable table, then one JSON line per comparison:
-{"bench", "metric", "labkit", "peer", "peer_name", "ratio", "machine"}.
+Each topic (a module in labkit/benchmarks/) prints a readable table, then one JSON line per
+comparison: {"bench", "metric", "labkit", "peer", "peer_name", "ratio", "machine"}.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
 import json
 import os
 import platform
@@ -20,15 +22,16 @@ from collections.abc import Callable
 
 import torch
 
-from labkit.generate import generate_ids
-from labkit.llama import Llama
-from labkit.models import load_model
+TOPICS = ["decode", "kvcache", "quant", "speculative", "serve"]  # modules of labkit/benchmarks/
 
-BENCH_PROMPT = "The history of the Roman Empire begins with"  # plain text: rarely ends early
+
+def available_topics() -> list[str]:
+    """The topics whose module exists (later labs add theirs)."""
+    return [t for t in TOPICS if importlib.util.find_spec(f"labkit.benchmarks.{t}") is not None]
 
 
 def machine_name() -> str:
-    """CPU model, logical cores and torch threads, e.g. 'AMD EPYC 7B13, 2 cores, torch 2 threads'."""
+    """CPU model, logical cores and torch threads (and the GPU, if any)."""
     cpu = platform.processor() or platform.machine()
     if os.path.exists("/proc/cpuinfo"):
         with open("/proc/cpuinfo") as info:
@@ -50,64 +53,28 @@ def median_tokens_per_second(run: Callable[[], int], repeats: int) -> float:
 
 
 def comparison(bench: str, metric: str, labkit_value: float, peer_value: float, peer_name: str) -> dict:
+    """One JSON record: labkit's figure against a peer's, measured in the same run."""
     return {"bench": bench, "metric": metric, "labkit": round(labkit_value, 3), "peer": round(peer_value, 3),
             "peer_name": peer_name, "ratio": round(labkit_value / peer_value, 3), "machine": machine_name()}
 
 
-def bench_decode(new_tokens: int = 128, repeats: int = 3) -> list[dict]:
-    """Batch-1 greedy decoding of SmolLM2 (fp32): labkit's loop vs transformers `generate`."""
-    hf_model, tokenizer = load_model("smollm2-135m")
-    labkit_model = Llama.from_hf(hf_model)
-    prompt_ids = tokenizer(BENCH_PROMPT)["input_ids"]
-    input_ids = torch.tensor([prompt_ids])
-
-    def labkit_loop(model) -> Callable[[], int]:
-        return lambda: len(generate_ids(model, tokenizer, prompt_ids, max_new_tokens=new_tokens))
-
-    def hf_generate() -> int:
-        with torch.no_grad():
-            out = hf_model.generate(input_ids, max_new_tokens=new_tokens, do_sample=False)
-        return out.shape[1] - input_ids.shape[1]
-
-    rates = {
-        "labkit loop + labkit Llama": median_tokens_per_second(labkit_loop(labkit_model), repeats),
-        "labkit loop + transformers model": median_tokens_per_second(labkit_loop(hf_model), repeats),
-        "transformers generate": median_tokens_per_second(hf_generate, repeats),
-    }
-    peer = rates["transformers generate"]
-    print(f"decode: SmolLM2-135M fp32, batch 1, greedy, {new_tokens} new tokens, median of {repeats}")
-    print(f"machine: {machine_name()}")
-    print(f"{'implementation':<36}{'tokens/s':>10}{'vs transformers':>18}")
-    for name, rate in rates.items():
-        print(f"{name:<36}{rate:>10.1f}{rate / peer:>17.2f}x")
-    return [
-        comparison("decode", "tokens_per_second", rates["labkit loop + labkit Llama"], peer, "transformers generate"),
-        comparison("decode_loop_only", "tokens_per_second", rates["labkit loop + transformers model"], peer,
-                   "transformers generate"),
-    ]
-
-
-TOPICS: dict[str, Callable[..., list[dict]]] = {
-    "decode": bench_decode,
-}
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m labkit.bench", description=__doc__.splitlines()[0])
-    parser.add_argument("topic", nargs="?", help=f"one of: {', '.join(TOPICS)}")
+    parser.add_argument("topic", nargs="?", help=f"one of: {', '.join(available_topics())}")
     parser.add_argument("--list", action="store_true", help="list the topics and exit")
-    parser.add_argument("--new-tokens", type=int, default=128, help="tokens to generate per run")
-    parser.add_argument("--repeats", type=int, default=3, help="timed runs per implementation")
+    parser.add_argument("--repeats", type=int, default=3, help="timed runs per implementation (median)")
+    parser.add_argument("--quick", action="store_true", help="small sizes: checks the benchmark runs, not speed")
     args = parser.parse_args(argv)
+    topics = available_topics()
     if args.list:
-        for name, function in TOPICS.items():
-            print(f"{name:<12}{function.__doc__.splitlines()[0]}")
+        for name in topics:
+            print(f"{name:<12}{importlib.import_module(f'labkit.benchmarks.{name}').__doc__.splitlines()[0]}")
         return 0
-    if args.topic not in TOPICS:
-        parser.error(f"unknown topic {args.topic!r}; choose one of: {', '.join(TOPICS)} (or --list)")
-    if args.new_tokens < 1 or args.repeats < 1:
-        parser.error("--new-tokens and --repeats must be at least 1")
-    results = TOPICS[args.topic](new_tokens=args.new_tokens, repeats=args.repeats)
+    if args.topic not in topics:
+        parser.error(f"unknown topic {args.topic!r}; choose one of: {', '.join(topics)} (or --list)")
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
+    results = importlib.import_module(f"labkit.benchmarks.{args.topic}").run(repeats=args.repeats, quick=args.quick)
     for result in results:
         print(json.dumps(result))
     return 0

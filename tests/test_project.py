@@ -58,7 +58,7 @@ def test_bench_lists_topics_and_prints_json_ratios():
     listed = subprocess.run([sys.executable, "-m", "labkit.bench", "--list"], capture_output=True, text=True,
                             check=True).stdout
     assert listed.startswith("decode")
-    run = subprocess.run([sys.executable, "-m", "labkit.bench", "decode", "--new-tokens", "8", "--repeats", "1"],
+    run = subprocess.run([sys.executable, "-m", "labkit.bench", "decode", "--quick", "--repeats", "1"],
                          capture_output=True, text=True, check=True, cwd=ROOT)
     lines = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
     assert {line["bench"] for line in lines} == {"decode", "decode_loop_only"}

@@ -1,0 +1,48 @@
+"""Batch-1 greedy decoding of SmolLM2 (fp32): labkit's loop vs transformers `generate`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from labkit.bench import comparison, machine_name, median_tokens_per_second
+from labkit.generate import generate_ids
+from labkit.llama import Llama
+from labkit.models import load_model
+
+BENCH_PROMPT = "The history of the Roman Empire begins with"  # plain text: rarely ends early
+
+
+def run(repeats: int = 3, quick: bool = False) -> list[dict]:
+    new_tokens = 8 if quick else 128
+    hf_model, tokenizer = load_model("smollm2-135m")
+    labkit_model = Llama.from_hf(hf_model)
+    prompt_ids = tokenizer(BENCH_PROMPT)["input_ids"]
+    input_ids = torch.tensor([prompt_ids])
+
+    def labkit_loop(model) -> Callable[[], int]:
+        return lambda: len(generate_ids(model, tokenizer, prompt_ids, max_new_tokens=new_tokens))
+
+    def hf_generate() -> int:
+        with torch.no_grad():
+            out = hf_model.generate(input_ids, attention_mask=torch.ones_like(input_ids),
+                                    max_new_tokens=new_tokens, do_sample=False)
+        return out.shape[1] - input_ids.shape[1]
+
+    rates = {
+        "labkit loop + labkit Llama": median_tokens_per_second(labkit_loop(labkit_model), repeats),
+        "labkit loop + transformers model": median_tokens_per_second(labkit_loop(hf_model), repeats),
+        "transformers generate": median_tokens_per_second(hf_generate, repeats),
+    }
+    peer = rates["transformers generate"]
+    print(f"decode: SmolLM2-135M fp32, batch 1, greedy, {new_tokens} new tokens, median of {repeats}")
+    print(f"machine: {machine_name()}")
+    print(f"{'implementation':<36}{'tokens/s':>10}{'vs transformers':>18}")
+    for name, rate in rates.items():
+        print(f"{name:<36}{rate:>10.1f}{rate / peer:>17.2f}x")
+    return [
+        comparison("decode", "tokens_per_second", rates["labkit loop + labkit Llama"], peer, "transformers generate"),
+        comparison("decode_loop_only", "tokens_per_second", rates["labkit loop + transformers model"], peer,
+                   "transformers generate"),
+    ]
