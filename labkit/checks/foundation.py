@@ -16,6 +16,11 @@ from transformers import PreTrainedTokenizerBase
 
 from labkit.generate import chat_prompt, encode_prompt, generate_ids
 
+__all__ = [
+    "count_parameters", "check_parameter_count", "check_model_megabytes", "check_token_count",
+    "check_chat_string", "check_next_token_probs", "check_greedy_loop",
+]
+
 
 def _verdict(passed: bool, message: str) -> bool:
     print(("✅ Correct: " if passed else "❌ Not yet: ") + message)

@@ -1,0 +1,10 @@
+"""Exercise checkers, one module per lab; each prints a verdict (a pass, or a hint) and returns a bool.
+
+    >>> from labkit import checks
+    >>> checks.check_parameter_count(answer, model)
+"""
+
+from labkit.checks.decoding import *  # noqa: F403  notebooks 03-05
+from labkit.checks.foundation import *  # noqa: F403  notebooks 00-02
+from labkit.checks.kvcache import *  # noqa: F403  notebooks 06-07
+from labkit.checks.quant import *  # noqa: F403  notebook 08
