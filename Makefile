@@ -16,7 +16,7 @@ LAB_OPTIONS ?=
 # JupyterLab refuses to start as root (common in containers) unless told it is on purpose.
 ROOT_OPTION := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: lab test setup cache notebooks bench clean-cache
+.PHONY: lab test setup cache notebooks slides bench clean-cache
 
 lab: cache
 	$(VENV)/bin/jupyter lab $(ROOT_OPTION) $(LAB_OPTIONS) $(FIRST_NOTEBOOK)
@@ -42,6 +42,10 @@ cache: $(INSTALLED)
 notebooks: cache
 	HF_HUB_OFFLINE=1 $(VENV)/bin/jupyter nbconvert --to notebook --execute --inplace \
 		--ExecutePreprocessor.record_timing=False --ExecutePreprocessor.timeout=600 notebooks/*.ipynb
+
+# Static reveal.js decks in slides/ (to present live with working widgets, use RISE inside JupyterLab).
+slides: $(INSTALLED)
+	$(VENV)/bin/jupyter nbconvert --to slides --output-dir slides notebooks/*.ipynb
 
 bench: cache
 	$(PY) -m labkit.bench decode

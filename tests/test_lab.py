@@ -83,3 +83,4 @@ def test_lab_serves_the_notebook_a_python_kernel_and_widgets(lab_server):
     _, extensions = read(f"{base}/lab/api/extensions")
     names = {extension["name"] for extension in json.loads(extensions)}
     assert "jupyter-widgets-jupyterlab-manager" in names, names  # ipywidgets render in the lab
+    assert "jupyterlab-rise" in names, names  # live slides, offline, with working widgets

@@ -1,0 +1,30 @@
+"""Every notebook is tagged for slides and converts to a reveal.js deck."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("*.ipynb"))
+SLIDE_TYPES = {"slide", "subslide", "fragment", "skip", "notes", "-"}
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_every_cell_is_tagged_for_slides_and_sections_start_slides(path):
+    cells = json.loads(path.read_text())["cells"]
+    types = [cell["metadata"].get("slideshow", {}).get("slide_type") for cell in cells]
+    assert set(types) <= SLIDE_TYPES, f"cells without a slide type in {path.name}"
+    assert types[0] == "slide" and types.count("slide") >= 3
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS[:1], ids=lambda p: p.stem)
+def test_notebook_converts_to_a_reveal_deck(path, tmp_path):
+    subprocess.run([sys.executable, "-m", "jupyter", "nbconvert", "--to", "slides", "--output-dir",
+                    str(tmp_path), str(path)], check=True, capture_output=True)
+    deck = (tmp_path / f"{path.stem}.slides.html").read_text()
+    slides_in_notebook = sum(c["metadata"].get("slideshow", {}).get("slide_type") == "slide"
+                             for c in json.loads(path.read_text())["cells"])
+    assert "Reveal.initialize" in deck
+    assert deck.count("<section") >= slides_in_notebook
