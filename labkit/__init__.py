@@ -7,6 +7,7 @@
 """
 
 from labkit import checks
+from labkit.decoding import DecodingConfig, preset
 from labkit.generate import (
     Step,
     chat,
@@ -24,7 +25,8 @@ from labkit.models import EMBEDDED_MODELS, build_cache, cache_dir, load_model, l
 from labkit.sampling import apply_temperature, greedy, sample
 
 __all__ = [
-    "EMBEDDED_MODELS", "KVCache", "Llama", "LlamaConfig", "Step", "apply_temperature", "build_cache", "checks",
-    "cache_dir", "chat", "chat_prompt", "decode_step", "encode_prompt", "generate", "generate_ids",
-    "generate_text", "greedy", "load_model", "load_tokenizer", "prefill", "sample", "tiny_model",
+    "DecodingConfig", "EMBEDDED_MODELS", "KVCache", "Llama", "LlamaConfig", "Step", "apply_temperature",
+    "build_cache", "cache_dir", "checks", "chat", "chat_prompt", "decode_step", "encode_prompt", "generate",
+    "generate_ids", "generate_text", "greedy", "load_model", "load_tokenizer", "prefill", "preset", "sample",
+    "tiny_model",
 ]

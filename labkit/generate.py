@@ -10,15 +10,18 @@ transformers causal LM.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, fields
 
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from labkit.decoding import DecodingConfig, apply_transforms
 from labkit.llama import Llama
 from labkit.sampling import apply_temperature, greedy, sample
 from labkit.streaming import StopMatcher, TextStream
+
+DECODING_OPTIONS = {f.name for f in fields(DecodingConfig)} - {"max_new_tokens", "temperature", "stop", "seed"}
 
 
 @dataclass(frozen=True)
@@ -156,6 +159,8 @@ def generate(
     generator: torch.Generator | None = None,
     seed: int | None = None,
     use_cache: bool = True,
+    config: DecodingConfig | None = None,
+    **options,
 ) -> Iterator[Step]:
     """Yield one `Step` per new token until EOS, `max_new_tokens`, or a stop string.
 
@@ -164,27 +169,66 @@ def generate(
     stop: strings that end generation; the stop string itself is not emitted.
     generator / seed: the randomness for sampling; the same seed reproduces a run.
     use_cache: keep keys/values between steps (True), or recompute the whole prefix every step.
+    config: a `labkit.decoding.DecodingConfig` holding every decoding option (instead of the keywords).
+    options: any other DecodingConfig option by name (top_k, top_p, min_p, typical_p,
+        repetition_penalty, presence_penalty, frequency_penalty, num_beams, ...).
+
+        >>> generate(model, tokenizer, prompt, temperature=0.8, top_p=0.9, seed=0)
+        >>> generate(model, tokenizer, prompt, config=DecodingConfig(num_beams=4))   # beam search
+
+    With num_beams > 1 the beam search runs to the end first, then its best sequence is yielded.
     """
     prompt_ids = encode_prompt(tokenizer, prompt)
-    _check_arguments(len(prompt_ids), max_new_tokens, temperature, stop, context_length(model))
+    config = _decoding_config(config, max_new_tokens, temperature, stop, seed, options)
+    _check_arguments(len(prompt_ids), config.max_new_tokens, config.temperature, config.stop, context_length(model))
     if generator is None:
-        generator = torch.Generator().manual_seed(seed if seed is not None else torch.seed())
+        generator = config.generator()
+    transforms = config.transforms(len(prompt_ids), eos_token_ids(model, tokenizer))
     # Arguments are checked above, when generate() is called; the loop runs as it is iterated.
-    return _steps(model, tokenizer, prompt_ids, max_new_tokens, temperature, stop, generator, use_cache)
+    if config.num_beams > 1:
+        return _beam_steps(model, tokenizer, prompt_ids, config, use_cache)
+    return _steps(model, tokenizer, prompt_ids, config.max_new_tokens, config.temperature, config.stop, generator,
+                  use_cache, transforms)
+
+
+def _decoding_config(config: DecodingConfig | None, max_new_tokens: int, temperature: float, stop: Sequence[str],
+                     seed: int | None, options: dict) -> DecodingConfig:
+    """The DecodingConfig that generate's arguments describe (checked once, here)."""
+    unknown = sorted(set(options) - DECODING_OPTIONS)
+    if unknown:
+        raise TypeError(f"generate() got unknown option(s) {', '.join(unknown)}; decoding options are: "
+                        f"{', '.join(sorted(DECODING_OPTIONS))}.")
+    if config is not None:
+        explicit = options or max_new_tokens != 64 or temperature != 0.0 or tuple(stop) != () or seed is not None
+        if explicit:
+            raise ValueError("Give decoding options either as config=DecodingConfig(...) or as keyword arguments, "
+                             "not both (use config.replace(...) to change one).")
+        if not isinstance(config, DecodingConfig):
+            raise TypeError(f"config must be a labkit.decoding.DecodingConfig, got {type(config).__name__}.")
+        return config
+    if isinstance(stop, str) or any(not isinstance(s, str) or s == "" for s in stop):
+        raise ValueError(f"stop must be a list of non-empty strings, got {stop!r}.")
+    if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}.")
+    return DecodingConfig(max_new_tokens=max_new_tokens, temperature=temperature, stop=tuple(stop), seed=seed,
+                          **options)
 
 
 def _steps(model, tokenizer, prompt_ids: list[int], max_new_tokens: int, temperature: float,
-           stop: Sequence[str], generator: torch.Generator, use_cache: bool) -> Iterator[Step]:
+           stop: Sequence[str], generator: torch.Generator, use_cache: bool,
+           transforms: Sequence[Callable] | None = None) -> Iterator[Step]:
     if max_new_tokens == 0:
         return
     eos_ids = eos_token_ids(model, tokenizer)
     text, stopper = TextStream(tokenizer, prompt_ids), StopMatcher(stop)
+    seen = list(prompt_ids)  # prompt and generated ids, for the transforms that look back
 
     input_ids = torch.tensor([prompt_ids], device=model_device(model))
     logits, cache = prefill(model, input_ids, max_length=len(prompt_ids) + max_new_tokens, use_cache=use_cache)
     for index in range(max_new_tokens):
-        token = _choose(logits, temperature, generator)
+        token = _choose(logits, temperature, generator, transforms, seen)
         token_id = int(token[0])
+        seen.append(token_id)
         finish = "eos" if token_id in eos_ids else ("length" if index == max_new_tokens - 1 else None)
         piece = "" if finish == "eos" else stopper.push(text.push(token_id))
         if stopper.stopped:
@@ -197,12 +241,56 @@ def _steps(model, tokenizer, prompt_ids: list[int], max_new_tokens: int, tempera
         logits = decode_step(model, token, cache)
 
 
-def _choose(logits: torch.Tensor, temperature: float, generator: torch.Generator) -> torch.Tensor:
-    """logits [B, V] -> token ids [B]; sampling draws on the CPU so a seed means the same everywhere."""
-    if temperature == 0:
+def _choose(logits: torch.Tensor, temperature: float, generator: torch.Generator,
+            transforms: Sequence[Callable] | None = None, seen: Sequence[int] = ()) -> torch.Tensor:
+    """logits [B, V] -> token ids [B]; sampling draws on the CPU so a seed means the same everywhere.
+
+    transforms (from DecodingConfig.transforms, temperature included) replace the plain temperature.
+    """
+    if transforms is None:
+        if temperature == 0:
+            return greedy(logits)
+        probs = torch.softmax(apply_temperature(logits.float().cpu(), temperature), dim=-1)
+        return sample(probs, generator).to(logits.device)
+    if not transforms and temperature == 0:
         return greedy(logits)
-    probs = torch.softmax(apply_temperature(logits.float().cpu(), temperature), dim=-1)
-    return sample(probs, generator).to(logits.device)
+    processed = apply_transforms(logits.float().cpu(), torch.tensor([list(seen)]), transforms)
+    if temperature == 0:
+        return greedy(processed).to(logits.device)
+    return sample(torch.softmax(processed, dim=-1), generator).to(logits.device)
+
+
+def _beam_steps(model, tokenizer, prompt_ids: list[int], config: DecodingConfig, use_cache: bool) -> Iterator[Step]:
+    """Beam search to the end, then the best sequence as Steps (logits from one pass over it)."""
+    from labkit.search import beam_search  # search builds on this module
+
+    if config.max_new_tokens == 0:
+        return
+    best = beam_search(model, tokenizer, prompt_ids, config=config, use_cache=use_cache).best
+    tokens = list(best.token_ids)
+    all_logits = _all_logits(model, prompt_ids + tokens)[len(prompt_ids) - 1:]
+    eos_ids = eos_token_ids(model, tokenizer)
+    text, stopper = TextStream(tokenizer, prompt_ids), StopMatcher(config.stop)
+    for index, token_id in enumerate(tokens):
+        last = index == len(tokens) - 1
+        finish = "eos" if token_id in eos_ids else ("length" if last else None)
+        piece = "" if finish == "eos" else stopper.push(text.push(token_id))
+        if stopper.stopped:
+            finish = "stop"
+        elif finish is not None:
+            piece += stopper.flush()
+        yield Step(token_id, piece, all_logits[index], finish)
+        if finish is not None:
+            return
+
+
+def _all_logits(model: torch.nn.Module, ids: list[int]) -> torch.Tensor:
+    """Logits [T, V] at every position of one sequence, float32 on the CPU."""
+    input_ids = torch.tensor([ids], device=model_device(model))
+    with torch.no_grad():
+        if isinstance(model, Llama):
+            return model(input_ids)[0].float().cpu()
+        return model(input_ids=input_ids, use_cache=False).logits[0].float().cpu()
 
 
 def generate_text(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase,

@@ -208,3 +208,131 @@ def plot_step_confidence(steps: Sequence[Step], tokenizer: PreTrainedTokenizerBa
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     ax.spines[["top", "right"]].set_visible(False)
     return ax
+
+
+# --- decoding (notebooks 03-05) ------------------------------------------------------------------
+
+KEPT_COLOR = "tab:blue"  # a token a truncation keeps
+CUT_COLOR = "lightgray"  # a token it masks
+RENORMALIZED_COLOR = "tab:orange"  # the kept tokens' probability after renormalising
+
+
+def plot_kept_vs_cut(logits: torch.Tensor, transformed: torch.Tensor, tokenizer: PreTrainedTokenizerBase,
+                     top_k: int = 15, ax: Axes | None = None, title: str | None = None) -> Axes:
+    """The top_k tokens of the original distribution [V]: kept ones in blue, cut ones in grey, and
+    (in orange) the probability each kept token has after the cut, renormalised.
+
+        >>> after = labkit.sampling.top_p_filter(logits[None], 0.9)[0]
+        >>> plot_kept_vs_cut(logits, after, tokenizer)
+    """
+    before, after = as_probs(logits), torch.softmax(transformed.detach().float().cpu().reshape(-1), dim=-1)
+    kept = torch.isfinite(transformed.detach().reshape(-1).cpu())
+    values, ids = before.topk(min(top_k, before.shape[0]))
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 0.28 * len(ids) + 1.2), layout="constrained")
+    rows = list(range(len(ids)))[::-1]
+    colors = [KEPT_COLOR if kept[i] else CUT_COLOR for i in ids]
+    ax.barh(rows, values.tolist(), height=0.8, color=colors, label="before (blue: kept, grey: cut)")
+    ax.barh(rows, [float(after[i]) if kept[i] else 0.0 for i in ids], height=0.3, color=RENORMALIZED_COLOR,
+            label="after, renormalised")
+    ax.set_yticks(rows, [drawable(token_label(tokenizer, int(i))) for i in ids], fontsize=8)
+    ax.set_xlim(0, min(1.0, max(float(values.max()), float(after[kept].max())) * 1.15 + 0.02))
+    ax.set_xlabel("probability")
+    n_kept = int(kept.sum())
+    ax.set_title(drawable(title or "") + f"{' · ' if title else ''}{n_kept:,} of {kept.numel():,} tokens kept",
+                 fontsize=10)
+    ax.legend(loc="lower right", fontsize=8, frameon=False)
+    ax.spines[["top", "right"]].set_visible(False)
+    return ax
+
+
+def plot_beam_tree(result, tokenizer: PreTrainedTokenizerBase, ax: Axes | None = None,
+                   show_pruned: bool = True) -> Axes:
+    """Beam search as a tree (`labkit.search.beam_search`'s result): one column per step, every
+    candidate looked at, with its summed log-probability. Blue: kept as a beam; green: finished
+    (EOS or length); grey: pruned. The best hypothesis's path is drawn thick.
+
+        >>> plot_beam_tree(beam_search(model, tokenizer, prompt_ids, num_beams=3, max_new_tokens=6), tokenizer)
+    """
+    steps = result.steps
+    if not steps:
+        raise ValueError("No steps to draw: the search generated nothing.")
+    if ax is None:
+        rows = max(len(step) for step in steps)
+        _, ax = plt.subplots(figsize=(2.1 * len(steps) + 1.5, 0.55 * rows + 1.2), layout="constrained")
+    colors = {"running": KEPT_COLOR, "finished": "tab:green", "pruned": "gray"}
+    best = list(result.hypotheses[0].token_ids) if result.hypotheses else []
+    # Position of each running beam (by slot) in the previous column; the root sits at the middle.
+    n_rows = max(len(step) for step in steps)
+    parent_y = {slot: (n_rows - 1) / 2 for slot in range(len(steps[0]))}
+    path_y: dict[tuple[int, int], float] = {}
+    prefix_of = {slot: () for slot in parent_y}
+    ax.scatter([0], [(n_rows - 1) / 2], color="black", s=30, zorder=3)
+    ax.text(0, (n_rows - 1) / 2 + 0.35, "prompt", ha="center", fontsize=8)
+    for t, step in enumerate(steps, start=1):
+        next_parent_y, next_prefix = {}, {}
+        for rank, c in enumerate(step):
+            if c.status == "pruned" and not show_pruned:
+                continue
+            y = n_rows - 1 - rank
+            prefix = prefix_of.get(c.parent, ()) + (c.token_id,)
+            on_best = list(prefix) == best[:len(prefix)] and c.status != "pruned"
+            ax.plot([t - 1, t], [parent_y.get(c.parent, (n_rows - 1) / 2), y], color=colors[c.status],
+                    lw=3 if on_best else 0.8, alpha=0.35 if c.status == "pruned" else 0.9, zorder=1)
+            ax.scatter([t], [y], color=colors[c.status], s=18, zorder=2)
+            label = drawable(token_label(tokenizer, c.token_id))
+            if len(label) > 12:
+                label = label[:11] + "…"
+            ax.text(t + 0.05, y + 0.12, f"{label} {c.logprob:.1f}", fontsize=7,
+                    color="black" if c.status != "pruned" else "gray", fontweight="bold" if on_best else "normal")
+            if c.slot is not None:
+                next_parent_y[c.slot], next_prefix[c.slot] = y, prefix
+            path_y[(t, rank)] = y
+        parent_y, prefix_of = next_parent_y, next_prefix
+    ax.set_xticks(range(len(steps) + 1), ["prompt"] + [f"step {t}" for t in range(1, len(steps) + 1)], fontsize=8)
+    ax.set_yticks([])
+    ax.set_xlim(-0.3, len(steps) + 0.9)
+    ax.spines[["top", "right", "left"]].set_visible(False)
+    handles = [plt.Line2D([], [], color=c, marker="o", lw=1, label=s) for s, c in colors.items()]
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
+    ax.set_title("beam search: every candidate, with its summed log-probability", fontsize=10)
+    return ax
+
+
+def plot_surprise(runs: dict, tau: float | None = None, ax: Axes | None = None) -> Axes:
+    """Surprise (-log2 p, bits) of each generated token, one line per run, e.g. {"mirostat": [..]}.
+
+    tau: draw the target surprise as a dashed line.
+
+        >>> plot_surprise({"mirostat v2": run.surprises, "top-k 40": other}, tau=3.0)
+    """
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8, 3.2), layout="constrained")
+    for name, values in runs.items():
+        values = list(values)
+        ax.plot(range(1, len(values) + 1), values, marker=".", lw=1, label=drawable(str(name)))
+    if tau is not None:
+        ax.axhline(tau, color="black", ls="--", lw=1, label=f"target tau = {tau:g}")
+    ax.set_xlabel("generated token")
+    ax.set_ylabel("surprise (bits)")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
+    ax.spines[["top", "right"]].set_visible(False)
+    return ax
+
+
+def plot_diversity_quality(points: Sequence[tuple[str, float, float]], ax: Axes | None = None,
+                           xlabel: str = "diversity (distinct-2)",
+                           ylabel: str = "quality (mean log p per token, by the model)") -> Axes:
+    """A scatter of (name, diversity, quality) points, each labelled: the decoding trade-off.
+
+        >>> plot_diversity_quality([("greedy", 0.2, -0.4), ("T=1.0", 0.9, -2.1)])
+    """
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6.5, 4.2), layout="constrained")
+    for name, x, y in points:
+        ax.scatter([x], [y], s=40)
+        ax.annotate(drawable(name), (x, y), textcoords="offset points", xytext=(5, 4), fontsize=8)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.spines[["top", "right"]].set_visible(False)
+    return ax

@@ -119,3 +119,95 @@ def top_candidates_table(steps: Sequence[Step], tokenizer: PreTrainedTokenizerBa
         line = f"{number:>4}  {chosen:<{chosen_width}}  " + "  ".join(f"{c:<{cell_width}}" for c in cells)
         lines.append(line.rstrip() + (f"   <- finish_reason={finish!r}" if finish else ""))
     return "\n".join(lines)
+
+
+# --- decoding (notebook 04) ----------------------------------------------------------------------
+
+class SamplingExplorer(widgets.VBox):
+    """Sliders for temperature, top-k, top-p, min-p and typical-p over one real next-token
+    distribution: the chart redraws which tokens are kept (blue) or cut (grey), and a continuation
+    is resampled with those settings (seeded, so a slider move is the only thing that changes it).
+
+    Attributes: the sliders (`temperature`, `top_k`, `top_p`, `min_p`, `typical_p`, `seed`),
+    `chart` (Image, PNG), `text` (HTML), and `config` (the DecodingConfig shown).
+    """
+
+    def __init__(self, model, tokenizer: PreTrainedTokenizerBase, prompt_ids: Sequence[int], max_new_tokens: int = 24,
+                 top: int = 12, prompt_text: str = ""):
+        import torch
+
+        from labkit.generate import _all_logits
+
+        self.model, self.tokenizer, self.prompt_ids = model, tokenizer, list(prompt_ids)
+        self.max_new_tokens, self.top, self.prompt_text = max_new_tokens, top, prompt_text
+        self.logits = _all_logits(model, self.prompt_ids)[-1]  # [V]
+        self._torch = torch
+        style = {"description_width": "90px"}
+        slider = dict(continuous_update=False, style=style, layout=widgets.Layout(width="420px"))
+        self.temperature = widgets.FloatSlider(value=1.0, min=0.0, max=2.0, step=0.05, description="temperature",
+                                               **slider)
+        self.top_k = widgets.IntSlider(value=0, min=0, max=100, description="top_k (0=off)", **slider)
+        self.top_p = widgets.FloatSlider(value=1.0, min=0.05, max=1.0, step=0.05, description="top_p", **slider)
+        self.min_p = widgets.FloatSlider(value=0.0, min=0.0, max=0.5, step=0.01, description="min_p", **slider)
+        self.typical_p = widgets.FloatSlider(value=1.0, min=0.05, max=1.0, step=0.05, description="typical_p",
+                                             **slider)
+        self.seed = widgets.IntSlider(value=0, min=0, max=20, description="seed", **slider)
+        self.chart = widgets.Image(format="png")
+        self.text = widgets.HTML()
+        self._figure = Figure(figsize=(7, 0.28 * top + 1.3), layout="constrained")
+        self._ax = self._figure.add_subplot()
+        controls = [self.temperature, self.top_k, self.top_p, self.min_p, self.typical_p, self.seed]
+        super().__init__([widgets.HBox([widgets.VBox(controls[:3]), widgets.VBox(controls[3:])]),
+                          self.chart, self.text])
+        for control in controls:
+            control.observe(lambda _: self.redraw(), names="value")
+        self.redraw()
+
+    @property
+    def config(self):
+        from labkit.decoding import DecodingConfig
+
+        sampling = self.temperature.value > 0
+        return DecodingConfig(
+            temperature=float(self.temperature.value), max_new_tokens=self.max_new_tokens, seed=int(self.seed.value),
+            top_k=int(self.top_k.value) if sampling else 0, top_p=float(self.top_p.value) if sampling else 1.0,
+            min_p=float(self.min_p.value) if sampling else 0.0,
+            typical_p=float(self.typical_p.value) if sampling else 1.0)
+
+    def redraw(self) -> None:
+        """Recompute the kept set, the chart and the continuation for the current slider values."""
+        from labkit.decoding import apply_transforms
+        from labkit.generate import generate_text
+        from labkit.plots import plot_kept_vs_cut
+
+        config = self.config
+        ids = self._torch.tensor([self.prompt_ids])
+        transformed = apply_transforms(self.logits[None], ids, config.transforms(len(self.prompt_ids)))[0]
+        if not config.do_sample:  # greedy keeps only the argmax
+            transformed = self._torch.full_like(self.logits, float("-inf"))
+            transformed[int(self.logits.argmax())] = self.logits.max()
+        self._ax.clear()
+        plot_kept_vs_cut(self.logits, transformed, self.tokenizer, top_k=self.top, ax=self._ax,
+                         title="greedy" if not config.do_sample else None)
+        buffer = io.BytesIO()
+        self._figure.savefig(buffer, format="png", dpi=90)
+        self.chart.value = buffer.getvalue()
+        continuation = generate_text(self.model, self.tokenizer, self.prompt_ids, config=config)
+        self.text.value = (f"<div style='font-family: monospace; white-space: pre-wrap'>"
+                           f"<span style='{PROMPT_STYLE}'>{html.escape(self.prompt_text)}</span>"
+                           f"<b>{html.escape(continuation)}</b></div>")
+
+    def __repr__(self) -> str:
+        return "SamplingExplorer(run the notebook to move the sliders)"
+
+
+def sampling_explorer(model, tokenizer: PreTrainedTokenizerBase, prompt_ids: Sequence[int], max_new_tokens: int = 24,
+                      top: int = 12, prompt_text: str = "") -> SamplingExplorer:
+    """Sliders over temperature, top-k, top-p, min-p, typical-p and the seed for one prompt.
+
+    Static fallback: `labkit.plots.plot_kept_vs_cut` for fixed settings.
+
+        >>> sampling_explorer(model, tokenizer, labkit.chat_prompt(tokenizer, "Tell me a joke."))
+    """
+    return SamplingExplorer(model, tokenizer, prompt_ids, max_new_tokens=max_new_tokens, top=top,
+                            prompt_text=prompt_text)
