@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import LlamaConfig as HFLlamaConfig
 
-from labkit.kv_cache import KVCache
+from labkit.kv_cache import Cache, KVCache
 
 
 @dataclass(frozen=True)
@@ -111,7 +111,7 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(c.n_heads * c.head_dim, c.hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                cache: KVCache | None, layer: int) -> torch.Tensor:
+                cache: Cache | None, layer: int) -> torch.Tensor:
         """x [B, T, hidden] -> [B, T, hidden]; with a cache, T new tokens attend to all before them."""
         c = self.config
         batch, new_tokens, _ = x.shape
@@ -193,7 +193,7 @@ class Llama(nn.Module):
         if config.tie_word_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
 
-    def forward(self, input_ids: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor, cache: Cache | None = None) -> torch.Tensor:
         """input_ids [B, T] -> logits [B, T, vocab] (float32).
 
         Without a cache the T tokens are the whole sequence. With one, they continue the
@@ -217,8 +217,13 @@ class Llama(nn.Module):
     def new_cache(self, batch_size: int = 1, max_length: int | None = None) -> KVCache:
         """An empty preallocated KV cache sized for this model (default: its whole context)."""
         c = self.config
+        if max_length is not None and max_length > c.max_position_embeddings:
+            raise ValueError(
+                f"max_length={max_length} is beyond the model's context of {c.max_position_embeddings} tokens; "
+                f"ask for at most {c.max_position_embeddings} (prompt + new tokens)."
+            )
         return KVCache(n_layers=c.n_layers, batch_size=batch_size, n_kv_heads=c.n_kv_heads,
-                       max_length=max_length or c.max_position_embeddings, head_dim=c.head_dim,
+                       max_length=c.max_position_embeddings if max_length is None else max_length, head_dim=c.head_dim,
                        dtype=self.embed_tokens.weight.dtype, device=self.embed_tokens.weight.device)
 
     @property

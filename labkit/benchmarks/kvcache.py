@@ -1,0 +1,139 @@
+"""KV cache vs recomputation, time per token by position, prefill vs decode (SmolLM2, fp32, batch 1).
+
+Every figure comes from labkit's own loop pieces, `labkit.generate.prefill` and `decode_step` (what
+`generate` runs), on labkit's Llama; only the cache differs. Greedy, and no stop at EOS, so every
+run produces exactly the number of tokens asked for.
+
+Aims (issue 4): 512 new tokens with the cache at least 10x faster than without; with the cache, the
+time per token at position 1024 at most 1.25x that at position 64.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+
+import torch
+
+from labkit.bench import comparison, machine_name
+from labkit.generate import decode_step, prefill
+from labkit.llama import Llama
+from labkit.models import load_model
+from labkit.paged import BlockPool
+
+BENCH_PROMPT = "The history of the Roman Empire begins with"
+FILLER = ("The river rose slowly through the spring, and the people of the valley watched the water climb "
+          "the old stone walls, counting the days until the harvest. ")
+
+
+def _progress(message: str) -> None:
+    print(f"[kvcache] {message}", file=sys.stderr, flush=True)
+
+
+def timed_generation(model: Llama, input_ids: torch.Tensor, new_tokens: int, use_cache: bool = True,
+                     cache_factory=None) -> tuple[list[int], list[float]]:
+    """Greedy `new_tokens` after input_ids [1, T]: (token ids, seconds since start at each token).
+
+    cache_factory(max_length) -> a cache to use instead of the contiguous one (e.g. a paged cache).
+    """
+    start = time.perf_counter()
+    if cache_factory is not None:
+        cache = cache_factory(input_ids.shape[1] + new_tokens)
+        with torch.no_grad():
+            logits = model(input_ids, cache)[:, -1]
+    else:
+        logits, cache = prefill(model, input_ids, max_length=input_ids.shape[1] + new_tokens, use_cache=use_cache)
+    tokens, times = [], []
+    for index in range(new_tokens):
+        token = logits.argmax(dim=-1)
+        tokens.append(int(token[0]))
+        times.append(time.perf_counter() - start)
+        if index < new_tokens - 1:
+            logits = decode_step(model, token, cache)
+    return tokens, times
+
+
+def step_seconds(model: Llama, input_ids: torch.Tensor, steps: int, cache_factory=None) -> list[float]:
+    """With the cache: prefill input_ids [1, T], then the duration of each of `steps` decode steps."""
+    _, times = timed_generation(model, input_ids, steps + 1, cache_factory=cache_factory)
+    return [b - a for a, b in zip(times, times[1:])]
+
+
+def filler_ids(tokenizer, n_tokens: int) -> torch.Tensor:
+    """[1, n_tokens] token ids of ordinary prose (repeated), to stand in for a long prompt."""
+    piece = tokenizer(FILLER, add_special_tokens=False)["input_ids"]
+    ids = (piece * (n_tokens // len(piece) + 1))[:n_tokens]
+    return torch.tensor([ids])
+
+
+def run(repeats: int = 3, quick: bool = False) -> list[dict]:
+    new_tokens = 8 if quick else 512
+    near, far = (16, 64) if quick else (64, 1024)
+    prompt_length = 32 if quick else 512
+    steps = 3 if quick else 16
+    model, tokenizer = load_model("smollm2-135m", impl="labkit")
+    prompt = torch.tensor([tokenizer(BENCH_PROMPT)["input_ids"]])
+    timed_generation(model, prompt, 4)  # warm-up
+
+    # 1. N new tokens with the cache (median of `repeats`) and without it (once: minutes at N = 512).
+    _progress(f"{new_tokens} new tokens with the cache, {repeats} runs")
+    cached_runs = [timed_generation(model, prompt, new_tokens) for _ in range(repeats)]
+    cached_s = statistics.median(times[-1] for _, times in cached_runs)
+    _progress(f"{new_tokens} new tokens without the cache, 1 run (the slow one)")
+    recomputed_tokens, recomputed_times = timed_generation(model, prompt, new_tokens, use_cache=False)
+    recomputed_s = recomputed_times[-1]
+    same_tokens = recomputed_tokens == cached_runs[0][0]
+
+    # 2. Time per decode step at position `near` vs `far`, with the cache (alternated, median of all).
+    _progress(f"time per token at positions {near} and {far}")
+    per_step = {near: [], far: []}
+    for _ in range(repeats):
+        for position in (near, far):
+            per_step[position] += step_seconds(model, filler_ids(tokenizer, position), steps)
+    tpot_near, tpot_far = statistics.median(per_step[near]), statistics.median(per_step[far])
+
+    # 3. Prefill of a `prompt_length` prompt vs decode at batch 1 right after it; paged vs contiguous decode.
+    _progress(f"prefill of {prompt_length} tokens vs decode, contiguous and paged")
+    long_prompt = filler_ids(tokenizer, prompt_length)
+    prefill_s, decode_s, paged_s = [], [], []
+    block_size = 16
+    pool = BlockPool.for_model(model, n_blocks=(prompt_length + steps + 2) // block_size + 2, block_size=block_size)
+
+    def paged_cache(max_length: int):
+        cache = pool.new_cache(max_length=max_length)
+        paged_caches.append(cache)
+        return cache
+
+    paged_caches = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        prefill(model, long_prompt, max_length=prompt_length + 1)
+        prefill_s.append(time.perf_counter() - start)
+        decode_s += step_seconds(model, long_prompt, steps)
+        paged_s += step_seconds(model, long_prompt, steps, cache_factory=paged_cache)
+        paged_caches.pop().free()
+    prefill_rate = prompt_length / statistics.median(prefill_s)
+    decode_rate = 1 / statistics.median(decode_s)
+    paged_rate = 1 / statistics.median(paged_s)
+
+    print(f"kvcache: SmolLM2-135M fp32 on labkit's Llama, batch 1, greedy, median of {repeats}")
+    print(f"machine: {machine_name()}")
+    print(f"{new_tokens} new tokens:      with cache {cached_s:8.2f} s   without {recomputed_s:8.2f} s   "
+          f"speed-up {recomputed_s / cached_s:6.1f}x  (aim >= 10x; same tokens: {same_tokens})")
+    print(f"time per token:      position {near}: {tpot_near * 1e3:7.1f} ms   position {far}: "
+          f"{tpot_far * 1e3:7.1f} ms   ratio {tpot_far / tpot_near:5.2f}  (aim <= 1.25)")
+    print(f"prefill vs decode:   prefill {prompt_length} tokens {prefill_rate:8.1f} tokens/s   decode batch 1 "
+          f"{decode_rate:6.1f} tokens/s   ratio {prefill_rate / decode_rate:6.1f}x")
+    print(f"paged vs contiguous: decode at position {prompt_length}: paged {paged_rate:6.1f} tokens/s, contiguous "
+          f"{decode_rate:6.1f} tokens/s   ratio {paged_rate / decode_rate:5.2f}")
+    return [
+        comparison("kvcache_new_tokens", "tokens_per_second", new_tokens / cached_s, new_tokens / recomputed_s,
+                   f"no cache (recompute the prefix), {new_tokens} new tokens"),
+        comparison("kvcache_time_per_token_by_position", "seconds_per_token", tpot_far, tpot_near,
+                   f"with the cache: position {far} vs position {near}"),
+        comparison("prefill_vs_decode", "tokens_per_second", prefill_rate, decode_rate,
+                   f"prefill of a {prompt_length}-token prompt vs decode at batch 1"),
+        comparison("paged_vs_contiguous", "tokens_per_second", paged_rate, decode_rate,
+                   f"decode at position {prompt_length}: paged cache vs contiguous cache"),
+    ]

@@ -1,0 +1,49 @@
+"""`python -m labkit.bench kvcache`: runs, prints its table and one JSON line per comparison."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import labkit
+from labkit.benchmarks import kvcache
+from labkit.paged import BlockPool
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_kvcache_is_a_listed_topic():
+    listed = subprocess.run([sys.executable, "-m", "labkit.bench", "--list"], capture_output=True, text=True,
+                            check=True).stdout
+    assert any(line.startswith("kvcache") for line in listed.splitlines())
+
+
+def test_timed_generation_same_tokens_with_any_cache(tokenizer):
+    model = labkit.tiny_model("labkit")
+    input_ids = torch.tensor([tokenizer("Hello there")["input_ids"]])
+    expected = labkit.generate_ids(model, tokenizer, input_ids, max_new_tokens=6)  # no EOS in 6 random steps
+    cached, times = kvcache.timed_generation(model, input_ids, 6)
+    recomputed, _ = kvcache.timed_generation(model, input_ids, 6, use_cache=False)
+    pool = BlockPool.for_model(model, n_blocks=4, block_size=4)
+    paged, _ = kvcache.timed_generation(model, input_ids, 6, cache_factory=lambda n: pool.new_cache(max_length=n))
+    assert cached == recomputed == paged == expected[:len(cached)]
+    assert len(times) == 6 and times == sorted(times)
+    assert len(kvcache.step_seconds(model, input_ids, 3)) == 3
+    assert kvcache.filler_ids(tokenizer, 50).shape == (1, 50)
+
+
+@pytest.mark.slow
+def test_quick_run_prints_json_ratios():
+    run = subprocess.run([sys.executable, "-m", "labkit.bench", "kvcache", "--quick", "--repeats", "1"],
+                         capture_output=True, text=True, check=True, cwd=ROOT)
+    lines = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+    assert [line["bench"] for line in lines] == ["kvcache_new_tokens", "kvcache_time_per_token_by_position",
+                                                 "prefill_vs_decode", "paged_vs_contiguous"]
+    for line in lines:
+        assert set(line) == {"bench", "metric", "labkit", "peer", "peer_name", "ratio", "machine"}
+        assert line["peer"] > 0 and abs(line["ratio"] - line["labkit"] / line["peer"]) < 0.01
+    assert "same tokens: True" in run.stdout
+    assert "aim >= 10x" in run.stdout and "aim <= 1.25" in run.stdout
