@@ -1,6 +1,7 @@
 """Shared fixtures: the real embedded models are loaded once per test session."""
 
 import pytest
+import torch
 
 import labkit
 
@@ -25,3 +26,13 @@ def tokenizer(smollm2):
 @pytest.fixture(scope="session")
 def gemma3():
     return labkit.load_model("gemma3-270m")
+
+
+@pytest.fixture
+def one_thread():
+    """One torch thread for the test: tiny-model tests run thousands of millisecond-sized ops, and on a
+    busy 2-core machine handing each one between threads costs more than the op itself."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -1,0 +1,40 @@
+"""`python -m labkit.bench speculative`: runs, prints its table and one JSON line per comparison."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import labkit
+from labkit.benchmarks import speculative as bench
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_speculative_is_a_listed_topic():
+    listed = subprocess.run([sys.executable, "-m", "labkit.bench", "--list"], capture_output=True, text=True,
+                            check=True, cwd=ROOT).stdout
+    assert any(line.startswith("speculative") for line in listed.splitlines())
+
+
+def test_step_cost_of_a_model_against_itself_is_about_one():
+    model = labkit.tiny_model("labkit")
+    assert 0.2 < bench.step_cost(model, model, context=8, repeats=5) < 5  # same work: same order of time
+
+
+@pytest.mark.slow
+def test_quick_run_prints_json_ratios():
+    run = subprocess.run([sys.executable, "-m", "labkit.bench", "speculative", "--quick", "--repeats", "1"],
+                         capture_output=True, text=True, check=True, cwd=ROOT)
+    lines = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+    assert [line["bench"] for line in lines] == [
+        "speculative_extractive_prompt_lookup", "speculative_extractive_early_exit_k=4",
+        "speculative_open-ended_prompt_lookup", "speculative_open-ended_early_exit_k=4"]
+    for line in lines:
+        assert set(line) == {"bench", "metric", "labkit", "peer", "peer_name", "ratio", "machine"}
+        assert line["peer"] > 0 and abs(line["ratio"] - line["labkit"] / line["peer"]) < 0.01
+    table = [line for line in run.stdout.splitlines() if line.startswith(("extractive", "open-ended"))]
+    assert len(table) == 6 and all(line.endswith("True") for line in table)  # every run = plain greedy tokens
+    assert "aims: prompt lookup >= 1.8x" in run.stdout
