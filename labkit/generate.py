@@ -18,7 +18,7 @@ from transformers import PreTrainedTokenizerBase
 
 from labkit.decoding import DecodingConfig, apply_transforms
 from labkit.llama import Llama
-from labkit.sampling import apply_temperature, greedy, sample
+from labkit.sampling import greedy, sample
 from labkit.streaming import StopMatcher, TextStream
 
 DECODING_OPTIONS = {f.name for f in fields(DecodingConfig)} - {"max_new_tokens", "temperature", "stop", "seed"}
@@ -216,7 +216,7 @@ def _decoding_config(config: DecodingConfig | None, max_new_tokens: int, tempera
 
 def _steps(model, tokenizer, prompt_ids: list[int], max_new_tokens: int, temperature: float,
            stop: Sequence[str], generator: torch.Generator, use_cache: bool,
-           transforms: Sequence[Callable] | None = None) -> Iterator[Step]:
+           transforms: Sequence[Callable]) -> Iterator[Step]:
     if max_new_tokens == 0:
         return
     eos_ids = eos_token_ids(model, tokenizer)
@@ -229,29 +229,31 @@ def _steps(model, tokenizer, prompt_ids: list[int], max_new_tokens: int, tempera
         token = _choose(logits, temperature, generator, transforms, seen)
         token_id = int(token[0])
         seen.append(token_id)
-        finish = "eos" if token_id in eos_ids else ("length" if index == max_new_tokens - 1 else None)
-        piece = "" if finish == "eos" else stopper.push(text.push(token_id))
-        if stopper.stopped:
-            finish = "stop"
-        elif finish is not None:
-            piece += stopper.flush()
+        piece, finish = _text_and_finish(token_id, index == max_new_tokens - 1, eos_ids, text, stopper)
         yield Step(token_id, piece, logits[0], finish)
         if finish is not None:
             return
         logits = decode_step(model, token, cache)
 
 
+def _text_and_finish(token_id: int, last: bool, eos_ids: set[int], text: TextStream,
+                     stopper: StopMatcher) -> tuple[str, str | None]:
+    """The text a new token adds (a stop string is never emitted) and why generation ends with it, if it does."""
+    finish = "eos" if token_id in eos_ids else ("length" if last else None)
+    piece = "" if finish == "eos" else stopper.push(text.push(token_id))
+    if stopper.stopped:
+        return piece, "stop"
+    if finish is not None:
+        piece += stopper.flush()
+    return piece, finish
+
+
 def _choose(logits: torch.Tensor, temperature: float, generator: torch.Generator,
-            transforms: Sequence[Callable] | None = None, seen: Sequence[int] = ()) -> torch.Tensor:
+            transforms: Sequence[Callable], seen: Sequence[int]) -> torch.Tensor:
     """logits [B, V] -> token ids [B]; sampling draws on the CPU so a seed means the same everywhere.
 
-    transforms (from DecodingConfig.transforms, temperature included) replace the plain temperature.
+    transforms: from DecodingConfig.transforms (temperature included); seen: prompt and generated ids.
     """
-    if transforms is None:
-        if temperature == 0:
-            return greedy(logits)
-        probs = torch.softmax(apply_temperature(logits.float().cpu(), temperature), dim=-1)
-        return sample(probs, generator).to(logits.device)
     if not transforms and temperature == 0:
         return greedy(logits)
     processed = apply_transforms(logits.float().cpu(), torch.tensor([list(seen)]), transforms)
@@ -268,23 +270,17 @@ def _beam_steps(model, tokenizer, prompt_ids: list[int], config: DecodingConfig,
         return
     best = beam_search(model, tokenizer, prompt_ids, config=config, use_cache=use_cache).best
     tokens = list(best.token_ids)
-    all_logits = _all_logits(model, prompt_ids + tokens)[len(prompt_ids) - 1:]
+    token_logits = all_logits(model, prompt_ids + tokens)[len(prompt_ids) - 1:]
     eos_ids = eos_token_ids(model, tokenizer)
     text, stopper = TextStream(tokenizer, prompt_ids), StopMatcher(config.stop)
     for index, token_id in enumerate(tokens):
-        last = index == len(tokens) - 1
-        finish = "eos" if token_id in eos_ids else ("length" if last else None)
-        piece = "" if finish == "eos" else stopper.push(text.push(token_id))
-        if stopper.stopped:
-            finish = "stop"
-        elif finish is not None:
-            piece += stopper.flush()
-        yield Step(token_id, piece, all_logits[index], finish)
+        piece, finish = _text_and_finish(token_id, index == len(tokens) - 1, eos_ids, text, stopper)
+        yield Step(token_id, piece, token_logits[index], finish)
         if finish is not None:
             return
 
 
-def _all_logits(model: torch.nn.Module, ids: list[int]) -> torch.Tensor:
+def all_logits(model: torch.nn.Module, ids: list[int]) -> torch.Tensor:
     """Logits [T, V] at every position of one sequence, float32 on the CPU."""
     input_ids = torch.tensor([ids], device=model_device(model))
     with torch.no_grad():

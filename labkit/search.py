@@ -28,7 +28,7 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from labkit.decoding import DecodingConfig, apply_transforms
-from labkit.generate import (Recompute, _all_logits, _check_arguments, context_length, decode_step,
+from labkit.generate import (Recompute, _check_arguments, all_logits, context_length, decode_step,
                              encode_prompt, eos_token_ids, model_device, prefill)
 from labkit.kv_cache import KVCache
 
@@ -221,7 +221,7 @@ def sequence_logprob(model: torch.nn.Module, prompt_ids: Sequence[int], token_id
     """log p(token_ids | prompt_ids) under the model, summed over the tokens (one forward pass)."""
     if not token_ids:
         return 0.0
-    logprobs = torch.log_softmax(_all_logits(model, list(prompt_ids) + list(token_ids)), dim=-1)
+    logprobs = torch.log_softmax(all_logits(model, list(prompt_ids) + list(token_ids)), dim=-1)
     rows = logprobs[len(prompt_ids) - 1:-1]
     return float(rows.gather(-1, torch.tensor(list(token_ids))[:, None]).sum())
 
@@ -262,7 +262,7 @@ def exact_map(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase,
             raise RuntimeError(f"exact_map needed more than max_expansions={max_expansions} forward passes; "
                                "use a shorter horizon or raise max_expansions.")
         expansions += 1
-        logprobs = torch.log_softmax(_all_logits(model, prompt_ids + list(tokens))[-1], dim=-1) - negative
+        logprobs = torch.log_softmax(all_logits(model, prompt_ids + list(tokens))[-1], dim=-1) - negative
         for token in torch.nonzero(logprobs >= bound - 1e-3).flatten().tolist():
             heapq.heappush(queue, (-float(logprobs[token]), tokens + (token,)))
     raise AssertionError("unreachable: the greedy sequence is always in the queue")

@@ -136,11 +136,11 @@ class SamplingExplorer(widgets.VBox):
                  top: int = 12, prompt_text: str = ""):
         import torch
 
-        from labkit.generate import _all_logits
+        from labkit.generate import all_logits
 
         self.model, self.tokenizer, self.prompt_ids = model, tokenizer, list(prompt_ids)
         self.max_new_tokens, self.top, self.prompt_text = max_new_tokens, top, prompt_text
-        self.logits = _all_logits(model, self.prompt_ids)[-1]  # [V]
+        self.logits = all_logits(model, self.prompt_ids)[-1]  # [V]
         self._torch = torch
         style = {"description_width": "90px"}
         slider = dict(continuous_update=False, style=style, layout=widgets.Layout(width="420px"))
