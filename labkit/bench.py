@@ -52,9 +52,17 @@ def median_tokens_per_second(run: Callable[[], int], repeats: int) -> float:
     return statistics.median(rates)
 
 
+def _significant(value: float, digits: int = 6) -> float:
+    return float(f"{value:.{digits}g}")
+
+
 def comparison(bench: str, metric: str, labkit_value: float, peer_value: float, peer_name: str) -> dict:
-    """One JSON record: labkit's figure against a peer's, measured in the same run."""
-    return {"bench": bench, "metric": metric, "labkit": round(labkit_value, 3), "peer": round(peer_value, 3),
+    """One JSON record: labkit's figure against a peer's, measured in the same run.
+
+    Figures keep 6 significant digits (seconds per token are small numbers: 3 decimals would lose the
+    ratio between them); the ratio keeps 3 decimals.
+    """
+    return {"bench": bench, "metric": metric, "labkit": _significant(labkit_value), "peer": _significant(peer_value),
             "peer_name": peer_name, "ratio": round(labkit_value / peer_value, 3), "machine": machine_name()}
 
 
