@@ -4,27 +4,25 @@
     >>> model, tokenizer = labkit.load_model("smollm2-135m")
     >>> labkit.chat(model, tokenizer, "What is the capital of France?")
     'The capital of France is Paris.'
+
+The flat names below are what the notebooks use; each lives in one folder that mirrors the course:
+core/ (the model, its caches, the forward seam, text), models/, decoding/, quant/, speculative/,
+viz/ (every figure and widget), checks/ and benchmarks/.
 """
 
 from labkit import checks
-from labkit.decoding import DecodingConfig, preset
-from labkit.drafters import ModelDrafter, PromptLookupDrafter, early_exit_drafter
-from labkit.generate import (
-    Step,
-    chat,
-    chat_prompt,
-    decode_step,
-    encode_prompt,
-    generate,
-    generate_ids,
-    generate_text,
-    prefill,
-)
-from labkit.kv_cache import KVCache
-from labkit.llama import Llama, LlamaConfig
-from labkit.models import EMBEDDED_MODELS, build_cache, cache_dir, load_model, load_tokenizer, tiny_model
-from labkit.sampling import apply_temperature, greedy, sample
-from labkit.speculative import speculative_generate
+from labkit.core.forward import decode_step, prefill
+from labkit.core.kv_cache import KVCache
+from labkit.core.llama import Llama, LlamaConfig
+from labkit.core.text import chat_prompt, encode_prompt
+from labkit.decoding.config import DecodingConfig, preset
+from labkit.decoding.generate import chat, generate, generate_ids, generate_text
+from labkit.decoding.request import Step
+from labkit.decoding.sampling import apply_temperature, greedy, sample
+from labkit.models.loading import load_model, load_tokenizer, tiny_model
+from labkit.models.registry import EMBEDDED_MODELS, build_cache, cache_dir
+from labkit.speculative.drafters import ModelDrafter, PromptLookupDrafter, early_exit_drafter
+from labkit.speculative.generate import speculative_generate
 
 __all__ = [
     "DecodingConfig", "EMBEDDED_MODELS", "KVCache", "Llama", "LlamaConfig", "ModelDrafter", "PromptLookupDrafter",

@@ -2,7 +2,7 @@
 
 import argparse
 
-from labkit.models import EMBEDDED_MODELS, build_cache
+from labkit.models.registry import EMBEDDED_MODELS, build_cache
 
 parser = argparse.ArgumentParser(prog="python -m labkit")
 parser.add_argument("command", choices=["build-cache"], help="build-cache: convert the embedded models once")

@@ -31,7 +31,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from labkit.generate import Step, encode_prompt, generate
+from labkit.core.forward import model_device
+from labkit.core.text import encode_prompt
+from labkit.decoding.generate import generate
+from labkit.decoding.request import Step
 
 
 @dataclass(frozen=True)
@@ -123,14 +126,16 @@ class TimedSteps(Iterator[Step]):
     """An iterator over `steps` that timestamps each one as it arrives (see `timed`)."""
 
     def __init__(self, steps: Iterable[Step], start: float | None = None, prompt_tokens: int | None = None,
-                 track_memory: bool = True):
+                 track_memory: bool = True, device: torch.device | None = None):
         self._steps = iter(steps)
+        self.device = device  # where the model runs: a CUDA device's peak is its allocator's
         self.memory = PeakMemory() if track_memory else None
         if self.memory is not None:
             self.memory.start()
         self.start = time.perf_counter() if start is None else start
         self.prompt_tokens = prompt_tokens
-        self.steps: list[Step] = []
+        self.token_ids: list[int] = []
+        self.finish_reason: str | None = None
         self.times: list[float] = []  # seconds since start, one per step
         self._peak: int | None = None
         self._done = False
@@ -142,7 +147,8 @@ class TimedSteps(Iterator[Step]):
             self._finish(None)
             raise
         self.times.append(time.perf_counter() - self.start)
-        self.steps.append(step)
+        self.token_ids.append(step.token_id)  # ids only: a Step may carry a vocabulary of logits
+        self.finish_reason = step.finish_reason
         if step.finish_reason is not None:
             self._finish(step)
         return step
@@ -152,8 +158,7 @@ class TimedSteps(Iterator[Step]):
             return
         self._done = True
         if self.memory is not None:
-            last = last or (self.steps[-1] if self.steps else None)
-            self._peak = self.memory.peak(last.logits.device if last is not None else None)
+            self._peak = self.memory.peak(self.device)
 
     def consume(self) -> TimedSteps:
         """Run the stream to its end without printing anything; returns self."""
@@ -172,18 +177,18 @@ class TimedSteps(Iterator[Step]):
             output_tokens=n, ttft_s=ttft, tpot_s=(e2e - ttft) / (n - 1) if n > 1 else math.nan, e2e_s=e2e,
             token_times_s=tuple(self.times), peak_memory_bytes=self._peak,
             memory_source=self.memory.source if self.memory is not None else "unmeasured",
-            prompt_tokens=self.prompt_tokens, finish_reason=self.steps[-1].finish_reason,
+            prompt_tokens=self.prompt_tokens, finish_reason=self.finish_reason,
         )
 
 
 def timed(steps: Iterable[Step], start: float | None = None, prompt_tokens: int | None = None,
-          track_memory: bool = True) -> TimedSteps:
+          track_memory: bool = True, device: torch.device | None = None) -> TimedSteps:
     """Wrap the stream from `labkit.generate` so that it records when each token arrives.
 
     start: the request's start (a `time.perf_counter()` value); by default, now. Make the wrapper
     right after calling `generate` (the loop only starts running when it is iterated).
     """
-    return TimedSteps(steps, start=start, prompt_tokens=prompt_tokens, track_memory=track_memory)
+    return TimedSteps(steps, start=start, prompt_tokens=prompt_tokens, track_memory=track_memory, device=device)
 
 
 def measure(model: torch.nn.Module, tokenizer, prompt, track_memory: bool = True,
@@ -196,8 +201,9 @@ def measure(model: torch.nn.Module, tokenizer, prompt, track_memory: bool = True
     start = time.perf_counter()
     prompt_tokens = len(encode_prompt(tokenizer, prompt))
     stream = timed(generate(model, tokenizer, prompt, **options), start=start, prompt_tokens=prompt_tokens,
-                   track_memory=track_memory).consume()
-    return stream.steps, stream.metrics()
+                   track_memory=track_memory, device=model_device(model))
+    steps = list(stream)
+    return steps, stream.metrics()
 
 
 def summarize(requests: Sequence[RequestMetrics], wall_s: float | None = None) -> dict[str, float]:

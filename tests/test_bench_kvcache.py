@@ -10,7 +10,8 @@ import torch
 
 import labkit
 from labkit.benchmarks import kvcache
-from labkit.paged import BlockPool
+from labkit.core.forward import NoCache
+from labkit.core.paged import BlockPool
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -26,9 +27,9 @@ def test_timed_generation_same_tokens_with_any_cache(tokenizer):
     input_ids = torch.tensor([tokenizer("Hello there")["input_ids"]])
     expected = labkit.generate_ids(model, tokenizer, input_ids, max_new_tokens=6)  # no EOS in 6 random steps
     cached, times = kvcache.timed_generation(model, input_ids, 6)
-    recomputed, _ = kvcache.timed_generation(model, input_ids, 6, use_cache=False)
+    recomputed, _ = kvcache.timed_generation(model, input_ids, 6, NoCache())
     pool = BlockPool.for_model(model, n_blocks=4, block_size=4)
-    paged, _ = kvcache.timed_generation(model, input_ids, 6, cache_factory=lambda n: pool.new_cache(max_length=n))
+    paged, _ = kvcache.timed_generation(model, input_ids, 6, pool.new_cache(max_length=input_ids.shape[1] + 6))
     assert cached == recomputed == paged == expected[:len(cached)]
     assert len(times) == 6 and times == sorted(times)
     assert len(kvcache.step_seconds(model, input_ids, 3)) == 3

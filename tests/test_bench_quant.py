@@ -10,8 +10,8 @@ import pytest
 import torch
 
 import labkit
-from labkit import evaluation
-from labkit.quant_linear import quantize_model
+from labkit.quant import evaluation
+from labkit.quant.linear import quantize_model
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -4,8 +4,8 @@ import pytest
 import torch
 
 import labkit
-from labkit import bnb
-from labkit.evaluation import model_nbytes
+from labkit.quant import bnb
+from labkit.quant.evaluation import model_nbytes
 
 
 def test_every_mode_runs_on_this_cpu():
@@ -43,7 +43,7 @@ def test_labkit_nf4_weights_equal_bitsandbytes_nf4_weights():
     """transformers + bitsandbytes and labkit's NF4 quantize the same float32 weight to the same values."""
     from bitsandbytes.functional import dequantize_4bit
 
-    from labkit.nf4 import nf4_dequantize, nf4_quantize
+    from labkit.quant.nf4 import nf4_dequantize, nf4_quantize
     model, _ = bnb.load_bitsandbytes_model("smollm2-135m", "nf4")
     reference, _ = labkit.load_model("smollm2-135m")
     weight = model.model.layers[5].mlp.up_proj.weight

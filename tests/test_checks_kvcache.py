@@ -4,7 +4,8 @@ import pytest
 import torch
 
 import labkit
-from labkit import checks, memory
+from labkit import checks
+from labkit.models import sizing as memory
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ import torch
 from transformers import GenerationConfig
 
 import labkit
-from labkit.decoding import DecodingConfig, apply_transforms, preset, presets
+from labkit.decoding.config import DecodingConfig, apply_transforms, preset, presets
 
 PROMPT = "Once upon a time, in a small village,"
 

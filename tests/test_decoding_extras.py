@@ -8,12 +8,15 @@ import pytest
 import torch
 
 import labkit
-from labkit import checks, plots, widgets
-from labkit.mbr import chrf, distinct_n, mbr_decode, mbr_select, repeated_ngram_fraction, token_f1
-from labkit.mirostat import (mirostat_generate, mirostat_update, mirostat_v1_filter, mirostat_v1_k,
-                             mirostat_v2_filter, zipf_exponent)
-from labkit.sampling import top_p_filter
-from labkit.search import beam_search
+from labkit import checks
+from labkit.viz import plots
+from labkit.viz import widgets
+from labkit.decoding.mbr import chrf, mbr_decode, mbr_select, token_f1
+from labkit.decoding.diversity import distinct_n, repeated_ngram_fraction
+from labkit.decoding.mirostat import (mirostat_generate, mirostat_update, mirostat_v1_filter, mirostat_v1_k,
+                                      mirostat_v2_filter, zipf_exponent)
+from labkit.decoding.sampling import top_p_filter
+from labkit.decoding.search import beam_search
 
 
 def test_mirostat_v2_filter_cuts_tokens_above_mu_bits():
@@ -124,8 +127,8 @@ def test_sampling_explorer_redraws_and_resamples(tokenizer):
 
 
 def test_decoding_checkers_pass_solutions_and_hint_on_mistakes(capsys):
-    from labkit.mbr import distinct_n as reference_distinct
-    from labkit.sampling import top_k_filter
+    from labkit.decoding.diversity import distinct_n as reference_distinct
+    from labkit.decoding.sampling import top_k_filter
 
     assert checks.check_top_k_filter(top_k_filter) and not checks.check_top_k_filter(lambda x, k: x)
     assert checks.check_top_p_filter(top_p_filter) and not checks.check_top_p_filter(lambda x, p: x)

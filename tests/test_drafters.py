@@ -5,9 +5,10 @@ import pytest
 import torch
 
 import labkit
-from labkit.decoding import DecodingConfig
-from labkit.drafters import Drafter, ModelDrafter, PromptLookupDrafter, early_exit_model
-from labkit.speculative import Policy
+from labkit.decoding.config import DecodingConfig
+from labkit.speculative.generate import Drafter
+from labkit.speculative.drafters import ModelDrafter, PromptLookupDrafter, early_exit_model
+from labkit.speculative.policy import SamplingPolicy
 
 
 @pytest.fixture(autouse=True)
@@ -52,7 +53,7 @@ def test_early_exit_shares_weights_and_equals_the_first_layers():
     assert draft.norm is model.norm
     ids = torch.tensor([[1, 504, 3575, 282]])
     positions = torch.arange(4)
-    cos, sin = labkit.llama.rotary_cos_sin(positions, model.config.head_dim, model.config.rope_theta)
+    cos, sin = labkit.core.llama.rotary_cos_sin(positions, model.config.head_dim, model.config.rope_theta)
     with torch.no_grad():
         x = model.layers[0](model.embed_tokens(ids), cos, sin, None, 0)
         expected = model.lm_head(model.norm(x))
@@ -72,7 +73,7 @@ def test_early_exit_from_a_transformers_model_and_bad_depths():
 def test_model_drafter_greedy_proposals_are_the_draft_models_greedy_tokens(tokenizer):
     draft_model = labkit.tiny_model("labkit", seed=1)
     drafter = ModelDrafter(draft_model)
-    drafter.prepare(labkit.tiny_model("labkit"), tokenizer, Policy())
+    drafter.prepare(labkit.tiny_model("labkit"), tokenizer, SamplingPolicy())
     context = [1, 504, 3575, 282]
     tokens, q = drafter.propose(context, 4)
     assert q is None and tokens == labkit.generate_ids(draft_model, tokenizer, context, max_new_tokens=4)
@@ -86,7 +87,7 @@ def test_model_drafter_greedy_proposals_are_the_draft_models_greedy_tokens(token
 def test_model_drafter_sampling_returns_the_policy_distributions(tokenizer):
     draft_model = labkit.tiny_model("labkit", seed=1)
     config = DecodingConfig(temperature=0.5, top_k=3)
-    policy = Policy(config.transforms(4), 0.5, torch.Generator().manual_seed(0))
+    policy = SamplingPolicy(config.transforms(4), 0.5, torch.Generator().manual_seed(0))
     drafter = ModelDrafter(draft_model)
     drafter.prepare(labkit.tiny_model("labkit"), tokenizer, policy)
     context = [1, 504, 3575, 282]

@@ -60,7 +60,15 @@ def test_max_new_tokens_ends_with_length(tokenizer):
     steps = list(labkit.generate(labkit.tiny_model("labkit"), tokenizer, "Hi", max_new_tokens=5))
     assert len(steps) == 5
     assert [s.finish_reason for s in steps] == [None] * 4 + ["length"]
+    assert steps[0].logits is None and steps[0].logprob <= 0  # logits are opt-in
+
+
+def test_logits_on_steps_are_opt_in_and_give_the_logprob(tokenizer):
+    model = labkit.tiny_model("labkit")
+    steps = list(labkit.generate(model, tokenizer, "Hi", max_new_tokens=3, return_logits=True))
     assert steps[0].logits.shape == (49152,)
+    for step in steps:
+        assert abs(step.logprob - float(torch.log_softmax(step.logits, dim=-1)[step.token_id])) < 1e-6
 
 
 def test_zero_new_tokens_yields_nothing(tokenizer):
@@ -144,7 +152,8 @@ def test_chat_prompt_uses_the_tokenizers_own_template(tokenizer):
 def test_decoding_without_cache_gives_the_same_tokens_and_logits(smollm2, smollm2_labkit, impl):
     model = smollm2_labkit if impl == "labkit" else smollm2[0]
     tokenizer = smollm2[1]
-    cached = list(labkit.generate(model, tokenizer, PROMPTS[2], max_new_tokens=16))
-    recomputed = list(labkit.generate(model, tokenizer, PROMPTS[2], max_new_tokens=16, use_cache=False))
+    cached = list(labkit.generate(model, tokenizer, PROMPTS[2], max_new_tokens=16, return_logits=True))
+    recomputed = list(labkit.generate(model, tokenizer, PROMPTS[2], max_new_tokens=16, use_cache=False,
+                                      return_logits=True))
     assert [s.token_id for s in cached] == [s.token_id for s in recomputed]
     assert max((a.logits - b.logits).abs().max().item() for a, b in zip(cached, recomputed)) < 1e-3

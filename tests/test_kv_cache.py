@@ -4,8 +4,9 @@ import pytest
 import torch
 
 import labkit
-from labkit.kv_cache import Cache, KVCache, greedy_decode
-from labkit.paged import BlockPool
+from labkit.core.kv_cache import Cache, KVCache
+from labkit.core.forward import NoCache, greedy_decode
+from labkit.core.paged import BlockPool
 
 # Tolerances on logits, cached vs recomputed. tiny(): random weights, logits of order 1, the two paths
 # differ only in summation order (measured ~5e-7). SmolLM2: fp32 logits reach |40|; measured
@@ -27,14 +28,15 @@ def random_ids(batch, length, seed=0):
 def test_tiny_cached_equals_recomputed(tiny, batch):
     input_ids = random_ids(batch, 9)
     cached_ids, cached_logits = greedy_decode(tiny, input_ids, 20, tiny.new_cache(batch, 29))
-    recomputed_ids, recomputed_logits = greedy_decode(tiny, input_ids, 20, cache=None)
+    recomputed_ids, recomputed_logits = greedy_decode(tiny, input_ids, 20, cache=NoCache())
     assert torch.equal(cached_ids, recomputed_ids)
     assert (cached_logits - recomputed_logits).abs().max() < TINY_ATOL
 
 
 def test_tiny_generate_with_and_without_cache(tiny, tokenizer):
-    cached = list(labkit.generate(tiny, tokenizer, "Once upon a time", max_new_tokens=12))
-    recomputed = list(labkit.generate(tiny, tokenizer, "Once upon a time", max_new_tokens=12, use_cache=False))
+    cached = list(labkit.generate(tiny, tokenizer, "Once upon a time", max_new_tokens=12, return_logits=True))
+    recomputed = list(labkit.generate(tiny, tokenizer, "Once upon a time", max_new_tokens=12, use_cache=False,
+                                      return_logits=True))
     assert [s.token_id for s in cached] == [s.token_id for s in recomputed]
     assert max((a.logits - b.logits).abs().max().item() for a, b in zip(cached, recomputed)) < TINY_ATOL
 
@@ -44,7 +46,7 @@ def test_smollm2_cached_equals_recomputed(smollm2_labkit, tokenizer):
     input_ids = torch.tensor([labkit.chat_prompt(tokenizer, "Name three rivers in Europe.")])
     cached_ids, cached_logits = greedy_decode(smollm2_labkit, input_ids, 16,
                                               smollm2_labkit.new_cache(1, input_ids.shape[1] + 16))
-    recomputed_ids, recomputed_logits = greedy_decode(smollm2_labkit, input_ids, 16, cache=None)
+    recomputed_ids, recomputed_logits = greedy_decode(smollm2_labkit, input_ids, 16, cache=NoCache())
     assert torch.equal(cached_ids, recomputed_ids)
     assert (cached_logits - recomputed_logits).abs().max() < REAL_MODEL_ATOL
 
@@ -115,5 +117,7 @@ def test_greedy_decode_wants_an_empty_cache_and_a_positive_count(tiny):
         tiny(random_ids(1, 3), cache)
     with pytest.raises(ValueError, match="already holds 3 tokens"):
         greedy_decode(tiny, random_ids(1, 3), 2, cache)
-    with pytest.raises(ValueError, match="n_tokens must be at least 1"):
-        greedy_decode(tiny, random_ids(1, 3), 0)
+    with pytest.raises(ValueError, match="n_tokens must be an integer >= 1"):
+        greedy_decode(tiny, random_ids(1, 3), 0, NoCache())
+    with pytest.raises(ValueError, match="NoCache"):
+        greedy_decode(tiny, random_ids(1, 3), 2, None)

@@ -8,8 +8,9 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 import labkit  # noqa: E402
-from labkit import memory  # noqa: E402
-from labkit.paged import BlockPool  # noqa: E402
+from labkit.models import sizing as memory  # noqa: E402
+from labkit.viz import memory as viz_memory  # noqa: E402
+from labkit.core.paged import BlockPool  # noqa: E402
 
 
 def test_weights_of_a_7b_model():
@@ -96,16 +97,16 @@ def test_other_bad_input():
     with pytest.raises(ValueError, match="n_params must be positive"):
         memory.weight_bytes(0)
     with pytest.raises(ValueError, match="Unknown model 'gpt-5'; presets:"):
-        memory.preset("gpt-5")
+        memory.model_shape("gpt-5")
 
 
 def test_table_plot_and_slider():
     table = memory.memory_table(["llama-2-7b", "llama-3.1-8b"], tokens=4096)
     assert "llama-2-7b" in table and "13.5 GB" in table and "RTX 4090" in table
     assert memory.format_bytes(14e9) == "14.0 GB" and memory.format_bytes(512) == "512 B"
-    ax = memory.plot_memory_by_context("llama-3.1-8b", 24 * memory.GB, context=32768)
+    ax = viz_memory.plot_memory_by_context("llama-3.1-8b", 24 * memory.GB, context=32768)
     assert ax.get_xscale() == "log"
-    slider = memory.context_slider("llama-3.1-8b", memory_gb=24)
+    slider = viz_memory.context_slider("llama-3.1-8b", memory_gb=24)
     assert repr(slider) == "ContextSlider(llama-3.1-8b; run the notebook to move the slider)"
     slider.slider.value = 2048
     assert slider.fits() and "fits" in slider.text.value

@@ -8,7 +8,7 @@ import torch
 
 import labkit
 from labkit import metrics
-from labkit.generate import Step
+from labkit.decoding.request import Step
 
 
 class FakeClock:
@@ -25,7 +25,7 @@ def fake_steps(clock, gaps, finish="length"):
     """Steps that arrive `gaps[i]` seconds after the previous one (the first after the start)."""
     for index, gap in enumerate(gaps):
         clock.now += gap
-        yield Step(token_id=index, text=str(index), logits=torch.zeros(3),
+        yield Step(token_id=index, text=str(index), logprob=-1.0,
                    finish_reason=finish if index == len(gaps) - 1 else None)
 
 

@@ -4,7 +4,7 @@ import bitsandbytes.functional as bnb
 import pytest
 import torch
 
-from labkit.nf4 import BLOCK_SIZES, NF4_CODEBOOK, nf4_dequantize, nf4_quantize, normal_float_levels
+from labkit.quant.nf4 import BLOCK_SIZES, NF4_CODEBOOK, nf4_dequantize, nf4_quantize, normal_float_levels
 
 
 def sample(shape, seed=0):

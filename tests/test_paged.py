@@ -11,16 +11,10 @@ from hypothesis import strategies as st  # noqa: E402
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule  # noqa: E402
 
 import labkit  # noqa: E402
-from labkit.kv_cache import greedy_decode  # noqa: E402
-from labkit.paged import (  # noqa: E402
-    BlockAllocator,
-    BlockPool,
-    NoFreeBlocksError,
-    PagedKVCache,
-    draw_block_tables,
-    format_block_tables,
-    sharing_summary,
-)
+from labkit.core.forward import greedy_decode  # noqa: E402
+from labkit.core.paged import (  # noqa: E402
+    BlockAllocator, BlockPool, NoFreeBlocksError, PagedKVCache, sharing_summary)
+from labkit.viz.paged import draw_block_tables, format_block_tables  # noqa: E402
 
 # Paged vs contiguous: the same numbers in the same order go into attention, only gathered from
 # blocks; measured differences are 0 on tiny() and SmolLM2. The tolerance leaves room for a kernel

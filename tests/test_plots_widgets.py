@@ -9,8 +9,9 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 import labkit  # noqa: E402
-from labkit import plots, widgets  # noqa: E402
-from labkit.generate import Step  # noqa: E402
+from labkit.viz import plots
+from labkit.viz import widgets  # noqa: E402
+from labkit.decoding.request import Step  # noqa: E402
 
 PNG_MAGIC = b"\x89PNG"
 
@@ -24,7 +25,7 @@ def tokenizer():
 def steps(tokenizer):
     """A finished greedy generation of 6 tokens from the tiny model."""
     model = labkit.tiny_model()
-    return list(labkit.generate(model, tokenizer, "Once upon a time", max_new_tokens=6))
+    return list(labkit.generate(model, tokenizer, "Once upon a time", max_new_tokens=6, return_logits=True))
 
 
 @pytest.fixture(autouse=True)
@@ -147,7 +148,7 @@ def test_moving_the_slider_changes_the_text_and_the_chart(tokenizer, steps):
 
 def test_stepper_highlights_the_current_token(tokenizer):
     ids = tokenizer(" Paris is nice", add_special_tokens=False)["input_ids"]
-    fake = [Step(i, tokenizer.decode(i), torch.zeros(len(tokenizer))) for i in ids]
+    fake = [Step(i, tokenizer.decode(i), 0.0, logits=torch.zeros(len(tokenizer))) for i in ids]
     stepper = widgets.generation_stepper(fake, tokenizer, top_k=2)
     stepper.slider.value = 2
     highlighted = stepper.text.value.split(widgets.HIGHLIGHT_STYLE + "'>")[1].split("</span>")[0]
@@ -157,7 +158,7 @@ def test_stepper_highlights_the_current_token(tokenizer):
 
 def test_stepper_highlights_a_whole_emoji_when_its_last_byte_arrives(tokenizer):
     ids = tokenizer(" a 🍵", add_special_tokens=False)["input_ids"]
-    fake = [Step(i, "", torch.zeros(len(tokenizer))) for i in ids]
+    fake = [Step(i, "", 0.0, logits=torch.zeros(len(tokenizer))) for i in ids]
     stepper = widgets.generation_stepper(fake, tokenizer, top_k=2)
     stepper.slider.value = len(ids)
     highlighted = stepper.text.value.split(widgets.HIGHLIGHT_STYLE + "'>")[1].split("</span>")[0]

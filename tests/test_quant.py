@@ -5,7 +5,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from labkit import quant
+from labkit.quant import schemes as quant
 
 
 def weight(rows=64, cols=256, seed=0, outlier=None):

@@ -7,15 +7,9 @@ import torch.nn.functional as F
 from torch import nn
 
 import labkit
-from labkit import quant
-from labkit.nf4 import nf4_dequantize, nf4_quantize
-from labkit.quant_linear import (
-    SCHEMES,
-    QuantLinear,
-    int8_kernel_available,
-    quantize_model,
-    quantized_layers,
-)
+from labkit.quant import schemes as quant
+from labkit.quant.nf4 import nf4_dequantize, nf4_quantize
+from labkit.quant.linear import SCHEMES, QuantLinear, int8_kernel_available, quantize_model, quantized_layers
 
 
 def linear(in_features=256, out_features=96, bias=True, seed=0):

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers.generation import logits_process as hf
 
-from labkit import sampling
+from labkit.decoding import sampling
 
 V = 64
 

@@ -7,8 +7,9 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 import labkit
-from labkit.decoding import DecodingConfig
-from labkit.search import beam_search, exact_map, greedy_search, sequence_logprob
+from labkit.decoding.config import DecodingConfig
+from labkit.decoding.search import beam_search
+from labkit.decoding.exact import exact_map, greedy_search, sequence_logprob
 
 
 def hf_beams(model, prompt_ids, **kwargs):
@@ -111,6 +112,9 @@ class DigitTokenizer:
     """A stand-in tokenizer for an 8-token vocabulary: token i is the digit i, 0 is EOS."""
 
     eos_token_id = 0
+
+    def __len__(self):
+        return 8
 
     def decode(self, ids, skip_special_tokens=False):
         return "".join(str(int(i)) for i in ids)

@@ -8,16 +8,11 @@ import pytest
 import torch
 
 import labkit
-from labkit import speculative
-from labkit.decoding import DecodingConfig, apply_transforms
-from labkit.drafters import ModelDrafter, PromptLookupDrafter, early_exit_drafter, early_exit_model
-from labkit.speculative import (
-    accept_or_resample,
-    expected_tokens_per_step,
-    residual_distribution,
-    speculative_generate,
-    verify,
-)
+from labkit.speculative import rule
+from labkit.decoding.config import DecodingConfig, apply_transforms
+from labkit.speculative.drafters import ModelDrafter, PromptLookupDrafter, early_exit_drafter, early_exit_model
+from labkit.speculative.rule import accept_or_resample, expected_tokens_per_step, residual_distribution, verify
+from labkit.speculative.generate import speculative_generate
 
 FALSE_ALARM = 1e-3  # each chi-square test wrongly fails a correct implementation 0.1% of the time
 PROMPT = [1, 504, 3575, 282, 4649, 314, 504, 3575]  # repeats "504 3575", so prompt lookup has matches
@@ -92,15 +87,15 @@ def test_one_step_with_a_deterministic_draft_is_distributed_as_p():
 
 @pytest.mark.parametrize("wrong_residual", [lambda p, q: p, lambda p, q: q], ids=["from p", "from q"])
 def test_the_same_test_catches_a_wrong_residual(monkeypatch, wrong_residual):
-    monkeypatch.setattr(speculative, "residual_distribution", wrong_residual)
+    monkeypatch.setattr(rule, "residual_distribution", wrong_residual)
     _, counts = _one_step_samples(P, Q)
     assert chi_square_p_value(counts, P) < FALSE_ALARM
 
 
 def test_verify_greedy_and_bonus():
     logits = torch.log(torch.tensor([[0.1, 0.9, 0.0], [0.8, 0.1, 0.1], [0.2, 0.2, 0.6]]) + 1e-9)
-    assert speculative.verify_greedy(logits, [1, 0]) == (2, 2)  # both kept, bonus = argmax of the last row
-    assert speculative.verify_greedy(logits, [1, 2]) == (1, 0)  # second rejected, replaced by the argmax
+    assert rule.verify_greedy(logits, [1, 0]) == (2, 2)  # both kept, bonus = argmax of the last row
+    assert rule.verify_greedy(logits, [1, 2]) == (1, 0)  # second rejected, replaced by the argmax
     probs = torch.softmax(logits, dim=-1)
     one_hot_p = torch.nn.functional.one_hot(logits.argmax(-1), 3).float()
     assert verify(one_hot_p, [1, 2], None, torch.Generator().manual_seed(0)) == (1, 0)  # the general rule agrees
@@ -128,7 +123,7 @@ def _tiny_drafters(target):
 def test_greedy_is_token_identical_to_plain_greedy_on_tiny(tokenizer, name, gamma):
     target = labkit.tiny_model("labkit")
     expected = labkit.generate_ids(target, tokenizer, PROMPT, max_new_tokens=24)
-    result = speculative_generate(target, tokenizer, PROMPT, _tiny_drafters(target)[name], gamma=gamma,
+    result = speculative_generate(target, tokenizer, PROMPT, drafter=_tiny_drafters(target)[name], gamma=gamma,
                                   max_new_tokens=24)
     assert result.token_ids == expected
     stats = result.stats
@@ -140,15 +135,15 @@ def test_greedy_is_token_identical_to_plain_greedy_on_tiny(tokenizer, name, gamm
 def test_transformers_target_uses_the_recompute_path(tokenizer):
     target = labkit.tiny_model("transformers")
     expected = labkit.generate_ids(target, tokenizer, PROMPT, max_new_tokens=12)
-    result = speculative_generate(target, tokenizer, PROMPT, early_exit_drafter(target, 1), gamma=3,
+    result = speculative_generate(target, tokenizer, PROMPT, drafter=early_exit_drafter(target, 1), gamma=3,
                                   max_new_tokens=12)
     assert result.token_ids == expected
 
 
 def test_twin_drafter_is_always_accepted(tokenizer):
     target = labkit.tiny_model("labkit")
-    result = speculative_generate(target, tokenizer, PROMPT, ModelDrafter(labkit.tiny_model("labkit")), gamma=4,
-                                  max_new_tokens=21)
+    result = speculative_generate(target, tokenizer, PROMPT, drafter=ModelDrafter(labkit.tiny_model("labkit")),
+                                  gamma=4, max_new_tokens=21)
     assert result.stats.acceptance_rate == 1.0 and result.stats.target_calls == 5  # 4 x (4 + bonus) + 1
 
 
@@ -171,7 +166,7 @@ def test_sampled_two_token_continuations_have_the_target_distribution(tokenizer)
     generator = torch.Generator().manual_seed(0)
     counts = torch.zeros(len(pairs))
     for _ in range(1200):
-        ids = speculative_generate(target, tokenizer, PROMPT, drafter, gamma=2, max_new_tokens=2,
+        ids = speculative_generate(target, tokenizer, PROMPT, drafter=drafter, gamma=2, max_new_tokens=2,
                                    generator=generator, **options).token_ids
         counts[index[tuple(ids)]] += 1
     assert chi_square_p_value(counts, torch.stack(list(pairs.values()))) > FALSE_ALARM
@@ -196,30 +191,37 @@ def test_bad_arguments_fail_before_generating(tokenizer):
     target = labkit.tiny_model("labkit")
     for gamma in (0, -2, 2.5, True):
         with pytest.raises(ValueError, match="gamma"):
-            speculative_generate(target, tokenizer, PROMPT, PromptLookupDrafter(), gamma=gamma)
+            speculative_generate(target, tokenizer, PROMPT, drafter=PromptLookupDrafter(), gamma=gamma)
     with pytest.raises(TypeError, match="drafter"):
-        speculative_generate(target, tokenizer, PROMPT, "prompt lookup")
+        speculative_generate(target, tokenizer, PROMPT, drafter="prompt lookup")
     with pytest.raises(TypeError, match="target"):
-        speculative_generate("SmolLM2", tokenizer, PROMPT, PromptLookupDrafter())
+        speculative_generate("SmolLM2", tokenizer, PROMPT, drafter=PromptLookupDrafter())
     with pytest.raises(ValueError, match="max_new_tokens"):
-        speculative_generate(target, tokenizer, PROMPT, PromptLookupDrafter(), max_new_tokens=0)
+        speculative_generate(target, tokenizer, PROMPT, drafter=PromptLookupDrafter(), max_new_tokens=-1)
     with pytest.raises(ValueError, match="temperature"):
-        speculative_generate(target, tokenizer, PROMPT, PromptLookupDrafter(), temperature=-1)
+        speculative_generate(target, tokenizer, PROMPT, drafter=PromptLookupDrafter(), temperature=-1)
+    with pytest.raises(ValueError, match="not both"):
+        speculative_generate(target, tokenizer, PROMPT, DecodingConfig(), drafter=PromptLookupDrafter(), seed=1)
+    with pytest.raises(TypeError, match="num_beams"):  # an option it does not know is listed with the known ones
+        speculative_generate(target, tokenizer, PROMPT, drafter=PromptLookupDrafter(), beams=2)
 
 
 def test_mismatched_drafts_are_refused_with_the_fix(tokenizer):
     target = labkit.tiny_model("labkit")
     small_vocab = labkit.Llama(dataclasses.replace(labkit.LlamaConfig.tiny(), vocab_size=1000))
     with pytest.raises(ValueError, match="vocabulary"):
-        speculative_generate(target, tokenizer, PROMPT, ModelDrafter(small_vocab))
+        speculative_generate(target, tokenizer, PROMPT, drafter=ModelDrafter(small_vocab))
     other_tokenizer = copy.deepcopy(tokenizer)
     other_tokenizer.add_tokens(["<an extra token>"])
     with pytest.raises(ValueError, match="tokenizer"):
-        speculative_generate(target, tokenizer, PROMPT, ModelDrafter(labkit.tiny_model("labkit"), other_tokenizer))
+        speculative_generate(target, tokenizer, PROMPT,
+                             drafter=ModelDrafter(labkit.tiny_model("labkit"), other_tokenizer))
     with pytest.raises(ValueError, match=r"to\(torch.float32\)"):
-        speculative_generate(target, tokenizer, PROMPT, ModelDrafter(labkit.tiny_model("labkit").to(torch.bfloat16)))
+        speculative_generate(target, tokenizer, PROMPT,
+                             drafter=ModelDrafter(labkit.tiny_model("labkit").to(torch.bfloat16)))
     with pytest.raises(ValueError, match="Move the draft"):
-        speculative_generate(target, tokenizer, PROMPT, ModelDrafter(labkit.tiny_model("labkit").to("meta")))
+        speculative_generate(target, tokenizer, PROMPT,
+                             drafter=ModelDrafter(labkit.tiny_model("labkit").to("meta")))
 
 
 # --- the real model ---------------------------------------------------------------------------------
@@ -235,9 +237,9 @@ def test_greedy_is_token_identical_on_smollm2_for_every_drafter(smollm2, smollm2
     drafters = [PromptLookupDrafter(), early_exit_drafter(smollm2_labkit, 8),
                 ModelDrafter(labkit.tiny_model("labkit"), tokenizer)]
     for drafter in drafters:
-        result = speculative_generate(smollm2_labkit, tokenizer, prompt, drafter, gamma=4, max_new_tokens=32)
+        result = speculative_generate(smollm2_labkit, tokenizer, prompt, drafter=drafter, gamma=4, max_new_tokens=32)
         assert result.token_ids == expected, drafter
-    assert speculative_generate(smollm2_labkit, tokenizer, prompt, drafters[0], max_new_tokens=32
+    assert speculative_generate(smollm2_labkit, tokenizer, prompt, drafter=drafters[0], max_new_tokens=32
                                 ).stats.acceptance_rate > 0.5  # copying: prompt lookup guesses well
 
 
@@ -251,10 +253,10 @@ def test_greedy_matches_transformers_assisted_generation(smollm2, smollm2_labkit
         lookup = hf_model.generate(input_ids, prompt_lookup_num_tokens=4, **common)[0, len(prompt):].tolist()
         assisted = hf_model.generate(input_ids, assistant_model=labkit.tiny_model("transformers"),
                                      **common)[0, len(prompt):].tolist()
-    ours_lookup = speculative_generate(smollm2_labkit, tokenizer, prompt, PromptLookupDrafter(2), gamma=4,
+    ours_lookup = speculative_generate(smollm2_labkit, tokenizer, prompt, drafter=PromptLookupDrafter(2), gamma=4,
                                        max_new_tokens=24).token_ids
     tiny_drafter = ModelDrafter(labkit.tiny_model("labkit"))
-    ours_assisted = speculative_generate(smollm2_labkit, tokenizer, prompt, tiny_drafter, gamma=4,
+    ours_assisted = speculative_generate(smollm2_labkit, tokenizer, prompt, drafter=tiny_drafter, gamma=4,
                                          max_new_tokens=24).token_ids
     assert ours_lookup == lookup and ours_assisted == assisted
 
@@ -277,8 +279,8 @@ def test_adaptive_draft_length_keeps_the_output_and_shrinks_after_misses(tokeniz
     target = labkit.tiny_model("labkit")
     expected = labkit.generate_ids(target, tokenizer, PROMPT, max_new_tokens=20)
     drafter = early_exit_drafter(target, 1)
-    result = speculative_generate(target, tokenizer, PROMPT, drafter, gamma=6, max_new_tokens=20, adaptive=True)
-    fixed = speculative_generate(target, tokenizer, PROMPT, drafter, gamma=6, max_new_tokens=20)
+    result = speculative_generate(target, tokenizer, PROMPT, drafter=drafter, gamma=6, max_new_tokens=20, adaptive=True)
+    fixed = speculative_generate(target, tokenizer, PROMPT, drafter=drafter, gamma=6, max_new_tokens=20)
     assert result.token_ids == fixed.token_ids == expected
     length, produced = 6, 0  # transformers' heuristic schedule: +2 after a full acceptance, -1 after a miss
     for step in result.stats.steps:

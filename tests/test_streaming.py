@@ -5,7 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import labkit
-from labkit.streaming import StopMatcher, TextStream
+from labkit.core.text import StopMatcher, TextStream
 
 MULTILINGUAL = "Grüße 🎉 from 東京, naïve café — 🧑‍🚀 done."
 

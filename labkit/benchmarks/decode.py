@@ -7,9 +7,9 @@ from collections.abc import Callable
 import torch
 
 from labkit.bench import comparison, machine_name, median_tokens_per_second
-from labkit.generate import generate_ids
-from labkit.llama import Llama
-from labkit.models import load_model
+from labkit.decoding.generate import generate_ids
+from labkit.core.llama import Llama
+from labkit.models.loading import load_model
 
 BENCH_PROMPT = "The history of the Roman Empire begins with"  # plain text: rarely ends early
 

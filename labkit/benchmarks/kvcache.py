@@ -17,10 +17,10 @@ import time
 import torch
 
 from labkit.bench import comparison, machine_name
-from labkit.generate import decode_step, prefill
-from labkit.llama import Llama
-from labkit.models import load_model
-from labkit.paged import BlockPool
+from labkit.core.forward import NoCache, decode_step, prefill
+from labkit.core.llama import Llama
+from labkit.models.loading import load_model
+from labkit.core.paged import BlockPool
 
 BENCH_PROMPT = "The history of the Roman Empire begins with"
 FILLER = ("The river rose slowly through the spring, and the people of the valley watched the water climb "
@@ -31,19 +31,14 @@ def _progress(message: str) -> None:
     print(f"[kvcache] {message}", file=sys.stderr, flush=True)
 
 
-def timed_generation(model: Llama, input_ids: torch.Tensor, new_tokens: int, use_cache: bool = True,
-                     cache_factory=None) -> tuple[list[int], list[float]]:
+def timed_generation(model: Llama, input_ids: torch.Tensor, new_tokens: int,
+                     cache=None) -> tuple[list[int], list[float]]:
     """Greedy `new_tokens` after input_ids [1, T]: (token ids, seconds since start at each token).
 
-    cache_factory(max_length) -> a cache to use instead of the contiguous one (e.g. a paged cache).
+    cache: None for a fresh contiguous cache, NoCache() to recompute, or any other empty cache (paged).
     """
     start = time.perf_counter()
-    if cache_factory is not None:
-        cache = cache_factory(input_ids.shape[1] + new_tokens)
-        with torch.no_grad():
-            logits = model(input_ids, cache)[:, -1]
-    else:
-        logits, cache = prefill(model, input_ids, max_length=input_ids.shape[1] + new_tokens, use_cache=use_cache)
+    logits, cache = prefill(model, input_ids, cache, max_length=input_ids.shape[1] + new_tokens)
     tokens, times = [], []
     for index in range(new_tokens):
         token = logits.argmax(dim=-1)
@@ -54,9 +49,9 @@ def timed_generation(model: Llama, input_ids: torch.Tensor, new_tokens: int, use
     return tokens, times
 
 
-def step_seconds(model: Llama, input_ids: torch.Tensor, steps: int, cache_factory=None) -> list[float]:
-    """With the cache: prefill input_ids [1, T], then the duration of each of `steps` decode steps."""
-    _, times = timed_generation(model, input_ids, steps + 1, cache_factory=cache_factory)
+def step_seconds(model: Llama, input_ids: torch.Tensor, steps: int, cache=None) -> list[float]:
+    """With a cache: prefill input_ids [1, T], then the duration of each of `steps` decode steps."""
+    _, times = timed_generation(model, input_ids, steps + 1, cache)
     return [b - a for a, b in zip(times, times[1:])]
 
 
@@ -67,6 +62,48 @@ def filler_ids(tokenizer, n_tokens: int) -> torch.Tensor:
     return torch.tensor([ids])
 
 
+def cache_vs_recompute(model: Llama, prompt: torch.Tensor, new_tokens: int, repeats: int) -> tuple[float, float, bool]:
+    """Seconds for N new tokens with the cache (median of `repeats`) and without it (once: minutes at N = 512),
+    and whether both gave the same tokens."""
+    _progress(f"{new_tokens} new tokens with the cache, {repeats} runs")
+    cached_runs = [timed_generation(model, prompt, new_tokens) for _ in range(repeats)]
+    cached_s = statistics.median(times[-1] for _, times in cached_runs)
+    _progress(f"{new_tokens} new tokens without the cache, 1 run (the slow one)")
+    recomputed_tokens, recomputed_times = timed_generation(model, prompt, new_tokens, NoCache())
+    return cached_s, recomputed_times[-1], recomputed_tokens == cached_runs[0][0]
+
+
+def time_per_token_by_position(model: Llama, tokenizer, near: int, far: int, steps: int,
+                               repeats: int) -> tuple[float, float]:
+    """Median seconds per decode step with the cache at position `near` and at `far` (alternated)."""
+    _progress(f"time per token at positions {near} and {far}")
+    per_step = {near: [], far: []}
+    for _ in range(repeats):
+        for position in (near, far):
+            per_step[position] += step_seconds(model, filler_ids(tokenizer, position), steps)
+    return statistics.median(per_step[near]), statistics.median(per_step[far])
+
+
+def prefill_decode_paged(model: Llama, tokenizer, prompt_length: int, steps: int,
+                         repeats: int) -> tuple[float, float, float]:
+    """Tokens/s of a `prompt_length` prefill, of decode right after it, and of decode with a paged cache."""
+    _progress(f"prefill of {prompt_length} tokens vs decode, contiguous and paged")
+    long_prompt = filler_ids(tokenizer, prompt_length)
+    prefill_s, decode_s, paged_s = [], [], []
+    block_size = 16
+    pool = BlockPool.for_model(model, n_blocks=(prompt_length + steps + 2) // block_size + 2, block_size=block_size)
+    for _ in range(repeats):
+        start = time.perf_counter()
+        prefill(model, long_prompt, max_length=prompt_length + 1)
+        prefill_s.append(time.perf_counter() - start)
+        decode_s += step_seconds(model, long_prompt, steps)
+        paged_cache = pool.new_cache(max_length=prompt_length + steps + 1)
+        paged_s += step_seconds(model, long_prompt, steps, paged_cache)
+        paged_cache.free()
+    return (prompt_length / statistics.median(prefill_s), 1 / statistics.median(decode_s),
+            1 / statistics.median(paged_s))
+
+
 def run(repeats: int = 3, quick: bool = False) -> list[dict]:
     new_tokens = 8 if quick else 512
     near, far = (16, 64) if quick else (64, 1024)
@@ -75,47 +112,9 @@ def run(repeats: int = 3, quick: bool = False) -> list[dict]:
     model, tokenizer = load_model("smollm2-135m", impl="labkit")
     prompt = torch.tensor([tokenizer(BENCH_PROMPT)["input_ids"]])
     timed_generation(model, prompt, 4)  # warm-up
-
-    # 1. N new tokens with the cache (median of `repeats`) and without it (once: minutes at N = 512).
-    _progress(f"{new_tokens} new tokens with the cache, {repeats} runs")
-    cached_runs = [timed_generation(model, prompt, new_tokens) for _ in range(repeats)]
-    cached_s = statistics.median(times[-1] for _, times in cached_runs)
-    _progress(f"{new_tokens} new tokens without the cache, 1 run (the slow one)")
-    recomputed_tokens, recomputed_times = timed_generation(model, prompt, new_tokens, use_cache=False)
-    recomputed_s = recomputed_times[-1]
-    same_tokens = recomputed_tokens == cached_runs[0][0]
-
-    # 2. Time per decode step at position `near` vs `far`, with the cache (alternated, median of all).
-    _progress(f"time per token at positions {near} and {far}")
-    per_step = {near: [], far: []}
-    for _ in range(repeats):
-        for position in (near, far):
-            per_step[position] += step_seconds(model, filler_ids(tokenizer, position), steps)
-    tpot_near, tpot_far = statistics.median(per_step[near]), statistics.median(per_step[far])
-
-    # 3. Prefill of a `prompt_length` prompt vs decode at batch 1 right after it; paged vs contiguous decode.
-    _progress(f"prefill of {prompt_length} tokens vs decode, contiguous and paged")
-    long_prompt = filler_ids(tokenizer, prompt_length)
-    prefill_s, decode_s, paged_s = [], [], []
-    block_size = 16
-    pool = BlockPool.for_model(model, n_blocks=(prompt_length + steps + 2) // block_size + 2, block_size=block_size)
-
-    def paged_cache(max_length: int):
-        cache = pool.new_cache(max_length=max_length)
-        paged_caches.append(cache)
-        return cache
-
-    paged_caches = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        prefill(model, long_prompt, max_length=prompt_length + 1)
-        prefill_s.append(time.perf_counter() - start)
-        decode_s += step_seconds(model, long_prompt, steps)
-        paged_s += step_seconds(model, long_prompt, steps, cache_factory=paged_cache)
-        paged_caches.pop().free()
-    prefill_rate = prompt_length / statistics.median(prefill_s)
-    decode_rate = 1 / statistics.median(decode_s)
-    paged_rate = 1 / statistics.median(paged_s)
+    cached_s, recomputed_s, same_tokens = cache_vs_recompute(model, prompt, new_tokens, repeats)
+    tpot_near, tpot_far = time_per_token_by_position(model, tokenizer, near, far, steps, repeats)
+    prefill_rate, decode_rate, paged_rate = prefill_decode_paged(model, tokenizer, prompt_length, steps, repeats)
 
     print(f"kvcache: SmolLM2-135M fp32 on labkit's Llama, batch 1, greedy, median of {repeats}")
     print(f"machine: {machine_name()}")

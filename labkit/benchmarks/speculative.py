@@ -18,11 +18,12 @@ from collections.abc import Callable
 import torch
 
 from labkit.bench import comparison, machine_name
-from labkit.drafters import PromptLookupDrafter, early_exit_drafter, early_exit_model
-from labkit.generate import chat_prompt, generate_ids
-from labkit.llama import Llama
-from labkit.models import load_model
-from labkit.speculative import speculative_generate
+from labkit.speculative.drafters import PromptLookupDrafter, early_exit_drafter, early_exit_model
+from labkit.core.text import chat_prompt
+from labkit.decoding.generate import generate_ids
+from labkit.core.llama import Llama
+from labkit.models.loading import load_model
+from labkit.speculative.generate import speculative_generate
 
 PASSAGE = ("The old lighthouse stood at the edge of the cliff for more than two hundred years. Every night its "
            "keeper climbed the spiral stairs, trimmed the wick, and watched the beam sweep across the dark water, "
@@ -89,7 +90,7 @@ def run(repeats: int = 3, quick: bool = False) -> list[dict]:
             _progress(f"{task}: {label}, gamma={gamma}")
 
             def spec():
-                return speculative_generate(model, tokenizer, prompt, drafter, gamma=gamma, max_new_tokens=new_tokens,
+                return speculative_generate(model, tokenizer, prompt, drafter=drafter, gamma=gamma, max_new_tokens=new_tokens,
                                             adaptive=adaptive)
             result = spec()
             seconds = median_seconds(spec, repeats)

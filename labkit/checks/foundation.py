@@ -14,22 +14,14 @@ from collections.abc import Callable
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from labkit.generate import chat_prompt, encode_prompt, generate_ids
+from labkit.checks.common import not_attempted, verdict
+from labkit.core.text import chat_prompt, encode_prompt
+from labkit.decoding.generate import generate_ids
 
 __all__ = [
     "count_parameters", "check_parameter_count", "check_model_megabytes", "check_token_count",
     "check_chat_string", "check_next_token_probs", "check_greedy_loop",
 ]
-
-
-def _verdict(passed: bool, message: str) -> bool:
-    print(("✅ Correct: " if passed else "❌ Not yet: ") + message)
-    return passed
-
-
-def _not_attempted(what: str) -> bool:
-    print(f"⏳ Not attempted yet: replace None with {what}.")
-    return False
 
 
 def count_parameters(model: torch.nn.Module) -> int:
@@ -40,40 +32,40 @@ def count_parameters(model: torch.nn.Module) -> int:
 def check_parameter_count(answer: int | None, model: torch.nn.Module) -> bool:
     """Exercise: how many parameters does the model have?"""
     if answer is None:
-        return _not_attempted("the number of parameters (hint: model.parameters())")
+        return not_attempted("the number of parameters (hint: model.parameters())")
     expected = count_parameters(model)
     if answer == expected:
-        return _verdict(True, f"the model has {expected:,} parameters.")
+        return verdict(True, f"the model has {expected:,} parameters.")
     if answer == sum(p.numel() for p in model.state_dict().values()):
-        return _verdict(False, "the output head shares its matrix with the embedding; count it once "
+        return verdict(False, "the output head shares its matrix with the embedding; count it once "
                                "(model.parameters() already does).")
-    return _verdict(False, f"{answer:,} is off by {answer - expected:+,}. Sum p.numel() over model.parameters().")
+    return verdict(False, f"{answer:,} is off by {answer - expected:+,}. Sum p.numel() over model.parameters().")
 
 
 def check_model_megabytes(answer: float | None, model: torch.nn.Module) -> bool:
     """Exercise: how many megabytes (10^6 bytes) do the weights take in their current dtype?"""
     if answer is None:
-        return _not_attempted("the size of the weights in MB (parameters x bytes per parameter / 1e6)")
+        return not_attempted("the size of the weights in MB (parameters x bytes per parameter / 1e6)")
     unique = {id(p): p for p in model.parameters()}.values()
     expected = sum(p.numel() * p.element_size() for p in unique) / 1e6
     if abs(answer - expected) <= 0.01 * expected:
-        return _verdict(True, f"about {expected:,.0f} MB, read from memory once per generated token.")
+        return verdict(True, f"about {expected:,.0f} MB, read from memory once per generated token.")
     if abs(answer / 1e6 - expected) <= 0.01 * expected:
-        return _verdict(False, "that looks like bytes, not megabytes: divide by 1e6.")
-    return _verdict(False, f"{answer:,.1f} MB is not it. Hint: each float32 parameter takes 4 bytes "
+        return verdict(False, "that looks like bytes, not megabytes: divide by 1e6.")
+    return verdict(False, f"{answer:,.1f} MB is not it. Hint: each float32 parameter takes 4 bytes "
                            "(p.element_size()).")
 
 
 def check_token_count(answer: int | None, tokenizer: PreTrainedTokenizerBase, text: str) -> bool:
     """Exercise: how many tokens is `text` for this tokenizer (without special tokens)?"""
     if answer is None:
-        return _not_attempted("a token count (hint: tokenizer(text, add_special_tokens=False))")
+        return not_attempted("a token count (hint: tokenizer(text, add_special_tokens=False))")
     expected = len(tokenizer(text, add_special_tokens=False)["input_ids"])
     if answer == expected:
-        return _verdict(True, f"{expected} tokens.")
+        return verdict(True, f"{expected} tokens.")
     if answer == len(tokenizer(text)["input_ids"]):
-        return _verdict(False, "that count includes special tokens such as <bos>; leave them out.")
-    return _verdict(False, f"{answer} is not the count. Tokenize with add_special_tokens=False and "
+        return verdict(False, "that count includes special tokens such as <bos>; leave them out.")
+    return verdict(False, f"{answer} is not the count. Tokenize with add_special_tokens=False and "
                            "take len() of input_ids.")
 
 
@@ -81,13 +73,13 @@ def check_chat_string(answer: str | None, tokenizer: PreTrainedTokenizerBase,
                       messages: list[dict[str, str]]) -> bool:
     """Exercise: write by hand the exact prompt string the chat template renders for `messages`."""
     if answer is None:
-        return _not_attempted("the prompt string you built by hand")
+        return not_attempted("the prompt string you built by hand")
     expected = tokenizer.decode(chat_prompt(tokenizer, messages))
     if answer == expected:
-        return _verdict(True, "your string is exactly what the chat template renders.")
+        return verdict(True, "your string is exactly what the chat template renders.")
     position = next((i for i, (a, b) in enumerate(zip(answer, expected)) if a != b),
                     min(len(answer), len(expected)))
-    return _verdict(False, f"the strings differ from character {position}: you have "
+    return verdict(False, f"the strings differ from character {position}: you have "
                            f"{answer[position:position + 25]!r}, the template has "
                            f"{expected[position:position + 25]!r}.")
 
@@ -96,36 +88,36 @@ def check_next_token_probs(fn: Callable | None, model: torch.nn.Module,
                            tokenizer: PreTrainedTokenizerBase) -> bool:
     """Exercise: fn(model, input_ids [1, T]) -> probabilities [V] of the next token."""
     if fn is None:
-        return _not_attempted("your function next_token_probs(model, input_ids)")
+        return not_attempted("your function next_token_probs(model, input_ids)")
     input_ids = torch.tensor([encode_prompt(tokenizer, "The capital of France is")])
     with torch.no_grad():
         expected = torch.softmax(model(input_ids).logits[0, -1].float(), dim=-1)
         got = fn(model, input_ids)
     if not isinstance(got, torch.Tensor) or got.shape != expected.shape:
         shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
-        return _verdict(False, f"return a tensor of shape {tuple(expected.shape)}, not {shape}. "
+        return verdict(False, f"return a tensor of shape {tuple(expected.shape)}, not {shape}. "
                                "Take the logits of the last position only.")
     if abs(float(got.sum()) - 1) > 1e-3:
-        return _verdict(False, f"probabilities must sum to 1 (yours sum to {float(got.sum()):.3f}): apply softmax.")
+        return verdict(False, f"probabilities must sum to 1 (yours sum to {float(got.sum()):.3f}): apply softmax.")
     if not torch.allclose(got.float(), expected, atol=1e-5):
-        return _verdict(False, "the values differ. Use the logits at position -1 (the next token), "
+        return verdict(False, "the values differ. Use the logits at position -1 (the next token), "
                                "softmax over the vocabulary dimension.")
-    return _verdict(True, f"the most likely next token is {tokenizer.decode(int(expected.argmax()))!r}.")
+    return verdict(True, f"the most likely next token is {tokenizer.decode(int(expected.argmax()))!r}.")
 
 
 def check_greedy_loop(fn: Callable | None, model: torch.nn.Module,
                       tokenizer: PreTrainedTokenizerBase, n_tokens: int = 8) -> bool:
     """Exercise: fn(model, prompt_ids: list[int], n_tokens) -> the n_tokens greedy token ids."""
     if fn is None:
-        return _not_attempted("your function my_greedy(model, prompt_ids, n_tokens)")
+        return not_attempted("your function my_greedy(model, prompt_ids, n_tokens)")
     prompt_ids = encode_prompt(tokenizer, "Once upon a time")
     expected = generate_ids(model, tokenizer, prompt_ids, max_new_tokens=n_tokens)
     with torch.no_grad():
         got = [int(t) for t in fn(model, list(prompt_ids), n_tokens)]
     if got == expected:
-        return _verdict(True, f"your loop matches labkit.generate: {tokenizer.decode(got)!r}.")
+        return verdict(True, f"your loop matches labkit.generate: {tokenizer.decode(got)!r}.")
     if len(got) != len(expected):
-        return _verdict(False, f"return exactly {n_tokens} new token ids (not the prompt), got {len(got)}.")
+        return verdict(False, f"return exactly {n_tokens} new token ids (not the prompt), got {len(got)}.")
     first = next(i for i, (a, b) in enumerate(zip(got, expected)) if a != b)
-    return _verdict(False, f"token {first} differs ({got[first]} vs {expected[first]}). Append each chosen "
+    return verdict(False, f"token {first} differs ({got[first]} vs {expected[first]}). Append each chosen "
                            "token to the input before the next forward pass, and take argmax at position -1.")

@@ -7,9 +7,9 @@ from collections.abc import Callable
 
 import torch
 
-from labkit.checks.foundation import _not_attempted, _verdict
-from labkit.kv_cache import greedy_decode
-from labkit.memory import GB, ModelShape, bytes_per_element, format_bytes, preset
+from labkit.checks.common import not_attempted, verdict
+from labkit.core.forward import NoCache, greedy_decode
+from labkit.models.sizing import GB, ModelShape, bytes_per_element, format_bytes, model_shape
 from labkit.metrics import RequestMetrics
 
 __all__ = [
@@ -33,14 +33,14 @@ def check_kv_cache_bytes(answer: float | None, shape: ModelShape | str, tokens: 
                          dtype: str = "fp16") -> bool:
     """Exercise: how many bytes does the KV cache of `shape` take for tokens x batch in dtype?"""
     if answer is None:
-        return _not_attempted("a number of bytes (2 x layers x KV heads x head dim x tokens x batch x bytes)")
-    shape = preset(shape) if isinstance(shape, str) else shape
+        return not_attempted("a number of bytes (2 x layers x KV heads x head dim x tokens x batch x bytes)")
+    shape = model_shape(shape) if isinstance(shape, str) else shape
     value = _number(answer)
     if value is None:
-        return _verdict(False, f"give a number of bytes, not {type(answer).__name__}.")
+        return verdict(False, f"give a number of bytes, not {type(answer).__name__}.")
     expected = shape.kv_cache_bytes(tokens, batch, dtype)
     if _close(value, expected, 1e-9):  # an exact count (a float answer may carry rounding)
-        return _verdict(True, f"{expected:,.0f} bytes ({format_bytes(expected)}).")
+        return verdict(True, f"{expected:,.0f} bytes ({format_bytes(expected)}).")
     hints = [
         (expected / 2, "that is the keys alone (or the values alone): the cache holds both, a factor 2."),
         (expected * shape.n_heads / shape.n_kv_heads,
@@ -54,8 +54,8 @@ def check_kv_cache_bytes(answer: float | None, shape: ModelShape | str, tokens: 
     ]
     for wrong, hint in hints:
         if _close(value, wrong):
-            return _verdict(False, hint)
-    return _verdict(False, f"{value:,.0f} is not it. 2 x layers x KV heads x head dim x tokens x batch x "
+            return verdict(False, hint)
+    return verdict(False, f"{value:,.0f} is not it. 2 x layers x KV heads x head dim x tokens x batch x "
                            f"bytes per number ({bytes_per_element(dtype):g} for {dtype}).")
 
 
@@ -63,7 +63,7 @@ def check_growing_cache(cache_class: Callable | None, model: torch.nn.Module, n_
     """Exercise: a KV cache that grows with torch.cat. cache_class(n_layers) -> an object with `length`,
     `append(layer, k, v)` returning all keys and values so far, and `advance(n_tokens)`."""
     if cache_class is None:
-        return _not_attempted("your class GrowingCache")
+        return not_attempted("your class GrowingCache")
     try:
         probe = cache_class(2)
         k = torch.randn(1, 2, 3, 4)
@@ -71,38 +71,38 @@ def check_growing_cache(cache_class: Callable | None, model: torch.nn.Module, n_
         probe.advance(3)
         second = probe.append(0, k[:, :, :1], k[:, :, :1])
     except Exception as error:  # noqa: BLE001  a student's bug is a hint, never a crash
-        return _verdict(False, f"GrowingCache(2) then append/advance raised {type(error).__name__}: {error}")
+        return verdict(False, f"GrowingCache(2) then append/advance raised {type(error).__name__}: {error}")
     if not (isinstance(first, tuple) and len(first) == 2 and isinstance(second, tuple) and len(second) == 2):
-        return _verdict(False, "append(layer, k, v) must return a pair (all keys, all values).")
+        return verdict(False, "append(layer, k, v) must return a pair (all keys, all values).")
     if getattr(probe, "length", None) != 3:
-        return _verdict(False, "after advance(3) on an empty cache, cache.length must be 3: advance adds "
+        return verdict(False, "after advance(3) on an empty cache, cache.length must be 3: advance adds "
                                "n_tokens to length (the model reads it as the position of the next token).")
     if tuple(second[0].shape) != (1, 2, 4, 4):
-        return _verdict(False, f"after 3 tokens and 1 more, append must return all 4 keys [B, H, 4, D], got "
+        return verdict(False, f"after 3 tokens and 1 more, append must return all 4 keys [B, H, 4, D], got "
                                f"{tuple(second[0].shape)}. Concatenate along dim 2 and keep the result.")
     input_ids = torch.tensor([[1, 504, 3575, 282, 4649, 314]])
-    expected_ids, expected_logits = greedy_decode(model, input_ids, n_tokens, None)
+    expected_ids, expected_logits = greedy_decode(model, input_ids, n_tokens, NoCache())
     try:
         got_ids, got_logits = greedy_decode(model, input_ids, n_tokens, cache_class(model.config.n_layers))
     except Exception as error:  # noqa: BLE001
-        return _verdict(False, f"decoding with your cache raised {type(error).__name__}: {error}")
+        return verdict(False, f"decoding with your cache raised {type(error).__name__}: {error}")
     if not torch.equal(got_ids, expected_ids) or (got_logits - expected_logits).abs().max() > 1e-3:
-        return _verdict(False, "the tokens or logits differ from recomputing the whole prefix. Keep one list "
+        return verdict(False, "the tokens or logits differ from recomputing the whole prefix. Keep one list "
                                "entry per layer, and do not let one layer's keys overwrite another's.")
-    return _verdict(True, f"{n_tokens} tokens identical to recomputation, logits within 1e-3.")
+    return verdict(True, f"{n_tokens} tokens identical to recomputation, logits within 1e-3.")
 
 
 def check_arithmetic_intensity(answer: float | None, batch: int, bytes_per_weight: float = 4) -> bool:
     """Exercise: FLOPs per byte of weights read, for a linear layer applied to `batch` token vectors
     (activations ignored)."""
     if answer is None:
-        return _not_attempted("a number of FLOPs per byte")
+        return not_attempted("a number of FLOPs per byte")
     value = _number(answer)
     if value is None:
-        return _verdict(False, f"give a number, not {type(answer).__name__}.")
+        return verdict(False, f"give a number, not {type(answer).__name__}.")
     expected = 2 * batch / bytes_per_weight
     if _close(value, expected, 0.02):
-        return _verdict(True, f"{expected:g} FLOPs per byte: every weight read serves {batch} multiply-adds.")
+        return verdict(True, f"{expected:g} FLOPs per byte: every weight read serves {batch} multiply-adds.")
     hints = [
         (expected / 2, "a multiply-add counts as 2 FLOPs (one multiply, one add)."),
         (1 / expected, "intensity is FLOPs divided by bytes, not bytes divided by FLOPs."),
@@ -112,8 +112,8 @@ def check_arithmetic_intensity(answer: float | None, batch: int, bytes_per_weigh
     ]
     for wrong, hint in hints:
         if _close(value, wrong, 0.02):
-            return _verdict(False, hint)
-    return _verdict(False, f"{value:g} is not it. FLOPs = 2 x batch x d_in x d_out; bytes = d_in x d_out x "
+            return verdict(False, hint)
+    return verdict(False, f"{value:g} is not it. FLOPs = 2 x batch x d_in x d_out; bytes = d_in x d_out x "
                            f"{bytes_per_weight:g}.")
 
 
@@ -121,7 +121,7 @@ def check_ttft_tpot(fn: Callable | None) -> bool:
     """Exercise: fn(token_times) -> (ttft, tpot), from the arrival times of the tokens in seconds since the
     request started."""
     if fn is None:
-        return _not_attempted("your function ttft_tpot(token_times)")
+        return not_attempted("your function ttft_tpot(token_times)")
     cases = [[0.5, 0.6, 0.7, 0.9], [1.2, 1.25, 1.3], [0.08, 0.3]]
     for times in cases:
         n = len(times)
@@ -129,39 +129,39 @@ def check_ttft_tpot(fn: Callable | None) -> bool:
         try:
             ttft, tpot = fn(list(times))
         except Exception as error:  # noqa: BLE001
-            return _verdict(False, f"ttft_tpot({times}) raised {type(error).__name__}: {error}")
+            return verdict(False, f"ttft_tpot({times}) raised {type(error).__name__}: {error}")
         if not math.isclose(ttft, expected.ttft_s, rel_tol=1e-6):
-            return _verdict(False, f"for {times} the TTFT is {expected.ttft_s}: the arrival time of the first token.")
+            return verdict(False, f"for {times} the TTFT is {expected.ttft_s}: the arrival time of the first token.")
         if not math.isclose(tpot, expected.tpot_s, rel_tol=1e-6):
             if math.isclose(tpot, times[-1] / n, rel_tol=1e-6):
-                return _verdict(False, "TPOT leaves out the first token (its wait is the TTFT, mostly prefill): "
+                return verdict(False, "TPOT leaves out the first token (its wait is the TTFT, mostly prefill): "
                                        "(last - first) / (n - 1).")
-            return _verdict(False, f"for {times} the TPOT is {expected.tpot_s:.4f}: the mean gap between the later "
+            return verdict(False, f"for {times} the TPOT is {expected.tpot_s:.4f}: the mean gap between the later "
                                    "tokens, (last - first) / (n - 1).")
-    return _verdict(True, "TTFT is the first arrival; TPOT the mean gap after it, as labkit.metrics computes them.")
+    return verdict(True, "TTFT is the first arrival; TPOT the mean gap after it, as labkit.metrics computes them.")
 
 
 def check_max_context(answer: int | None, shape: ModelShape | str, memory_gb: float, batch: int = 1,
                       dtype: str = "fp16") -> bool:
     """Exercise: the longest context per sequence that fits in memory_gb (10^9 bytes) after the weights."""
     if answer is None:
-        return _not_attempted("a number of tokens")
-    shape = preset(shape) if isinstance(shape, str) else shape
+        return not_attempted("a number of tokens")
+    shape = model_shape(shape) if isinstance(shape, str) else shape
     value = _number(answer)
     if value is None:
-        return _verdict(False, f"give a number of tokens, not {type(answer).__name__}.")
+        return verdict(False, f"give a number of tokens, not {type(answer).__name__}.")
     expected = shape.max_tokens(memory_gb * GB, batch, dtype)
     if expected == 0:
         if value <= 0:
-            return _verdict(True, "nothing fits: the weights alone take more than the memory.")
-        return _verdict(False, f"the weights alone ({format_bytes(shape.weight_bytes(dtype))}) do not fit in "
+            return verdict(True, "nothing fits: the weights alone take more than the memory.")
+        return verdict(False, f"the weights alone ({format_bytes(shape.weight_bytes(dtype))}) do not fit in "
                                f"{memory_gb} GB: the answer is 0.")
     if _close(value, expected, 0.01):
-        return _verdict(True, f"about {expected:,} tokens per sequence (KV cache "
+        return verdict(True, f"about {expected:,} tokens per sequence (KV cache "
                               f"{format_bytes(shape.kv_cache_bytes(expected, batch, dtype))}).")
     ignoring_weights = int(memory_gb * GB // shape.kv_cache_bytes(1, batch, dtype))
     if _close(value, ignoring_weights, 0.01):
-        return _verdict(False, "subtract the weights first: only what they leave is free for the KV cache.")
+        return verdict(False, "subtract the weights first: only what they leave is free for the KV cache.")
     if _close(value, expected * batch, 0.01):
-        return _verdict(False, f"that is the total over the batch; give tokens per sequence (divide by {batch}).")
-    return _verdict(False, f"{value:,.0f} is not it. (memory - weights) / KV bytes per token per sequence / batch.")
+        return verdict(False, f"that is the total over the batch; give tokens per sequence (divide by {batch}).")
+    return verdict(False, f"{value:,.0f} is not it. (memory - weights) / KV bytes per token per sequence / batch.")

@@ -7,9 +7,9 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from labkit.checks.foundation import _not_attempted, _verdict
-from labkit.gguf_blocks import decode_q4_1
-from labkit.quant import absmax_dequantize, absmax_quantize, bits_per_weight
+from labkit.checks.common import not_attempted, verdict
+from labkit.quant.gguf_blocks import decode_q4_1
+from labkit.quant.schemes import absmax_dequantize, absmax_quantize, bits_per_weight
 
 __all__ = ["check_absmax_quantize", "check_quantized_megabytes", "check_q4_1_decoder"]
 
@@ -20,80 +20,80 @@ _EXAMPLE = torch.tensor([[0.02, -0.51, 0.13, 0.0, 0.26, -0.07, 0.33, 0.9],
 def check_absmax_quantize(fn: Callable | None) -> bool:
     """Exercise: fn(w [rows, cols]) -> (codes int8 [rows, cols], scale [rows, 1]), int8 absmax per row."""
     if fn is None:
-        return _not_attempted("your function my_absmax_int8(w)")
+        return not_attempted("your function my_absmax_int8(w)")
     codes_expected, scale_expected = absmax_quantize(_EXAMPLE, bits=8, granularity="channel")
     try:
         codes, scale = fn(_EXAMPLE.clone())
     except Exception as error:  # noqa: BLE001  a checker reports, it never raises
-        return _verdict(False, f"your function raised {type(error).__name__}: {error}")
+        return verdict(False, f"your function raised {type(error).__name__}: {error}")
     codes, scale = torch.as_tensor(codes), torch.as_tensor(scale, dtype=torch.float32)
     if codes.shape != _EXAMPLE.shape:
-        return _verdict(False, f"codes must have the weight's shape {tuple(_EXAMPLE.shape)}, not {tuple(codes.shape)}.")
+        return verdict(False, f"codes must have the weight's shape {tuple(_EXAMPLE.shape)}, not {tuple(codes.shape)}.")
     if scale.numel() == 1:
-        return _verdict(False, "one scale for the whole tensor: take the max of |w| per row "
+        return verdict(False, "one scale for the whole tensor: take the max of |w| per row "
                                "(w.abs().amax(dim=1, keepdim=True)), so the small second row gets its own scale.")
     if torch.allclose(scale.reshape(-1), (_EXAMPLE.abs().amax(1) / 128), rtol=1e-4):
-        return _verdict(False, "divide max|w| by 127, not 128: int8 codes run from -127 to 127 so that zero sits "
+        return verdict(False, "divide max|w| by 127, not 128: int8 codes run from -127 to 127 so that zero sits "
                                "in the middle and the range is symmetric.")
     if not torch.allclose(scale.reshape(-1), scale_expected.reshape(-1), rtol=1e-4):
-        return _verdict(False, "the scale of each row is max|w| of that row divided by 127.")
+        return verdict(False, "the scale of each row is max|w| of that row divided by 127.")
     if codes.is_floating_point() and not torch.equal(codes, codes.round()):
-        return _verdict(False, "the codes are not whole numbers yet: round w / scale (torch.round) and store as int8.")
+        return verdict(False, "the codes are not whole numbers yet: round w / scale (torch.round) and store as int8.")
     if not torch.equal(codes.to(torch.int64), codes_expected.to(torch.int64)):
         if torch.equal(torch.trunc(_EXAMPLE / scale_expected).to(torch.int64), codes.to(torch.int64)):
-            return _verdict(False, "that truncates toward zero; round to the nearest code (torch.round) instead, "
+            return verdict(False, "that truncates toward zero; round to the nearest code (torch.round) instead, "
                                    "so the error is never more than half a step.")
-        return _verdict(False, "some codes differ: codes = round(w / scale), clamped to [-127, 127].")
+        return verdict(False, "some codes differ: codes = round(w / scale), clamped to [-127, 127].")
     if codes.dtype != torch.int8:
-        return _verdict(False, f"the values are right; store the codes as torch.int8 (1 byte each), not {codes.dtype}.")
+        return verdict(False, f"the values are right; store the codes as torch.int8 (1 byte each), not {codes.dtype}.")
     error = float((absmax_dequantize(codes, scale.reshape(-1, 1)) - _EXAMPLE).abs().max())
-    return _verdict(True, f"codes and scales match labkit.quant.absmax_quantize; the worst round-trip error is "
+    return verdict(True, f"codes and scales match labkit.quant.absmax_quantize; the worst round-trip error is "
                           f"{error:.2e}, within half a step.")
 
 
 def check_quantized_megabytes(answer: float | None, n_weights: int, bits: int = 4, group_size: int = 32) -> bool:
     """Exercise: MB (10^6 bytes) of n_weights stored with `bits`-bit codes and one float16 scale per group."""
     if answer is None:
-        return _not_attempted("the size in MB (codes plus one 16-bit scale per group)")
+        return not_attempted("the size in MB (codes plus one 16-bit scale per group)")
     expected = n_weights * bits_per_weight(bits, group_size) / 8 / 1e6
     codes_only = n_weights * bits / 8 / 1e6
     if abs(answer - expected) <= 0.005 * expected:
-        return _verdict(True, f"{expected:,.1f} MB: {bits_per_weight(bits, group_size)} bits per weight, "
+        return verdict(True, f"{expected:,.1f} MB: {bits_per_weight(bits, group_size)} bits per weight, "
                               f"{32 / bits_per_weight(bits, group_size):.1f}x smaller than float32.")
     if abs(answer - codes_only) <= 0.005 * codes_only:
-        return _verdict(False, f"that counts the {bits}-bit codes only; each group of {group_size} weights "
+        return verdict(False, f"that counts the {bits}-bit codes only; each group of {group_size} weights "
                                "also stores a 16-bit scale (2 bytes).")
     if abs(answer / 1e6 - expected) <= 0.005 * expected:
-        return _verdict(False, "that looks like bytes, not megabytes: divide by 1e6.")
+        return verdict(False, "that looks like bytes, not megabytes: divide by 1e6.")
     if abs(answer * 8 - expected) <= 0.005 * expected:
-        return _verdict(False, "that looks like megabits: divide the number of bits by 8 to get bytes.")
-    return _verdict(False, f"{answer:,.1f} MB is not it. Bits per weight = {bits} + 16 / {group_size}; "
+        return verdict(False, "that looks like megabits: divide the number of bits by 8 to get bytes.")
+    return verdict(False, f"{answer:,.1f} MB is not it. Bits per weight = {bits} + 16 / {group_size}; "
                            "multiply by the number of weights and divide by 8 (bytes) and by 1e6 (MB).")
 
 
 def check_q4_1_decoder(fn: Callable | None, raw_block: np.ndarray | torch.Tensor) -> bool:
     """Exercise: fn(raw_block, a numpy uint8 array of 20 bytes) -> the block's 32 values (d * q + m)."""
     if fn is None:
-        return _not_attempted("your function my_decode_q4_1(raw_block)")
+        return not_attempted("your function my_decode_q4_1(raw_block)")
     block = torch.as_tensor(np.asarray(raw_block, dtype=np.uint8))
     expected = decode_q4_1(block)
     try:
         got = torch.as_tensor(np.asarray(fn(block.numpy().copy()), dtype=np.float32)).reshape(-1)
     except Exception as error:  # noqa: BLE001
-        return _verdict(False, f"your function raised {type(error).__name__}: {error}")
+        return verdict(False, f"your function raised {type(error).__name__}: {error}")
     if got.numel() != 32:
-        return _verdict(False, f"a Q4_1 block holds 32 values (16 bytes, two 4-bit codes each); you returned {got.numel()}.")
+        return verdict(False, f"a Q4_1 block holds 32 values (16 bytes, two 4-bit codes each); you returned {got.numel()}.")
     if torch.allclose(got, expected, atol=1e-6, rtol=0):
-        return _verdict(True, "your decoder matches labkit.gguf_blocks.decode_q4_1 (and so the gguf package).")
+        return verdict(True, "your decoder matches labkit.gguf_blocks.decode_q4_1 (and so the gguf package).")
     interleaved = torch.stack([expected[:16], expected[16:]], dim=1).reshape(-1)
     if torch.allclose(got, interleaved, atol=1e-6, rtol=0):
-        return _verdict(False, "right values, wrong order: GGUF puts value j in the low nibble of byte j and value "
+        return verdict(False, "right values, wrong order: GGUF puts value j in the low nibble of byte j and value "
                                "j + 16 in its high nibble (all 16 low nibbles first, then the 16 high ones).")
     if torch.allclose(got.sort().values, expected.sort().values, atol=1e-6, rtol=0):
-        return _verdict(False, "right values, wrong order: low nibbles (byte & 0x0F) are values 0-15, "
+        return verdict(False, "right values, wrong order: low nibbles (byte & 0x0F) are values 0-15, "
                                "high nibbles (byte >> 4) values 16-31.")
     m = float(np.frombuffer(block[2:4].numpy().tobytes(), dtype=np.float16)[0])
     if torch.allclose(got + m, expected, atol=1e-6, rtol=0):
-        return _verdict(False, "add the block's minimum m (bytes 2-3, float16) to every value: value = d * q + m.")
-    return _verdict(False, "the values differ. Bytes 0-1 are d and bytes 2-3 are m (both float16, e.g. "
+        return verdict(False, "add the block's minimum m (bytes 2-3, float16) to every value: value = d * q + m.")
+    return verdict(False, "the values differ. Bytes 0-1 are d and bytes 2-3 are m (both float16, e.g. "
                            "np.frombuffer(bytes, np.float16)); bytes 4-19 hold the 4-bit codes q; value = d * q + m.")

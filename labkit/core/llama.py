@@ -1,0 +1,250 @@
+"""A from-scratch Llama forward pass, readable top to bottom, on the same weights as transformers.
+
+SmolLM2 is a Llama: token embedding -> N x [RMSNorm -> attention -> residual, RMSNorm -> SwiGLU MLP
+-> residual] -> RMSNorm -> output head (tied to the embedding). Module names mirror transformers'
+`LlamaForCausalLM`, so its state dict loads as is.
+
+    >>> hf_model, tokenizer = labkit.load_model("smollm2-135m")
+    >>> model = Llama.from_hf(hf_model)            # shares the weight tensors, no copy
+    >>> logits = model(input_ids)                  # [B, T, vocab]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import LlamaConfig as HFLlamaConfig
+
+from labkit.core.kv_cache import Cache, KVCache
+
+
+@dataclass(frozen=True)
+class LlamaConfig:
+    vocab_size: int = 49152  # number of token ids
+    hidden_size: int = 576  # width of the residual stream
+    intermediate_size: int = 1536  # width of the SwiGLU MLP
+    n_layers: int = 30  # transformer blocks
+    n_heads: int = 9  # query heads
+    n_kv_heads: int = 3  # key/value heads (grouped-query attention when < n_heads)
+    head_dim: int = 64  # width of one attention head
+    rope_theta: float = 100000.0  # base of the rotary-embedding frequencies
+    rms_norm_eps: float = 1e-5  # added to the mean square before the square root
+    max_position_embeddings: int = 8192  # context length the model was trained for
+    tie_word_embeddings: bool = True  # output head reuses the token-embedding matrix
+
+    @classmethod
+    def tiny(cls) -> LlamaConfig:
+        """A 2-layer model with SmolLM2's vocabulary: random weights, milliseconds per step."""
+        return cls(hidden_size=64, intermediate_size=128, n_layers=2, n_heads=4, n_kv_heads=2,
+                   head_dim=16, max_position_embeddings=512)
+
+    @classmethod
+    def from_hf(cls, config: HFLlamaConfig) -> LlamaConfig:
+        rope = getattr(config, "rope_parameters", None) or {}
+        if rope.get("rope_type", "default") != "default":
+            raise ValueError(f"labkit's Llama implements plain RoPE, not {rope['rope_type']!r} scaling.")
+        return cls(
+            vocab_size=config.vocab_size, hidden_size=config.hidden_size,
+            intermediate_size=config.intermediate_size, n_layers=config.num_hidden_layers,
+            n_heads=config.num_attention_heads, n_kv_heads=config.num_key_value_heads,
+            head_dim=getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads,
+            rope_theta=rope.get("rope_theta", getattr(config, "rope_theta", 10000.0)),
+            rms_norm_eps=config.rms_norm_eps, max_position_embeddings=config.max_position_embeddings,
+            tie_word_embeddings=config.tie_word_embeddings,
+        )
+
+    def to_hf(self) -> HFLlamaConfig:
+        """The same architecture as a transformers config (used to build `tiny()` peers)."""
+        return HFLlamaConfig(
+            vocab_size=self.vocab_size, hidden_size=self.hidden_size,
+            intermediate_size=self.intermediate_size, num_hidden_layers=self.n_layers,
+            num_attention_heads=self.n_heads, num_key_value_heads=self.n_kv_heads,
+            head_dim=self.head_dim, rope_theta=self.rope_theta, rms_norm_eps=self.rms_norm_eps,
+            max_position_embeddings=self.max_position_embeddings,
+            tie_word_embeddings=self.tie_word_embeddings, bos_token_id=1, eos_token_id=2,
+            pad_token_id=2,
+        )
+
+
+class RMSNorm(nn.Module):
+    """x / sqrt(mean(x^2) + eps) * weight  (Zhang & Sennrich 2019), computed in float32."""
+
+    def __init__(self, size: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x32.to(x.dtype)
+
+
+def rotary_cos_sin(positions: torch.Tensor, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin of shape [T, head_dim] for RoPE (Su et al. 2021, eq. 34), half-split layout."""
+    inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, device=positions.device).float() / head_dim)
+    angles = positions.float()[:, None] * inv_freq[None, :]  # [T, head_dim/2]
+    angles = torch.cat([angles, angles], dim=-1)  # [T, head_dim]
+    return angles.cos(), angles.sin()
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate each (x_i, x_{i+d/2}) pair of x [B, H, T, D] by its position's angle."""
+    half = x.shape[-1] // 2
+    rotated_half = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return (x * cos + rotated_half * sin).to(x.dtype)
+
+
+class Attention(nn.Module):
+    """Causal grouped-query attention: n_heads queries share n_kv_heads keys/values."""
+
+    def __init__(self, config: LlamaConfig):
+        super().__init__()
+        self.config = config
+        c = config
+        self.q_proj = nn.Linear(c.hidden_size, c.n_heads * c.head_dim, bias=False)
+        self.k_proj = nn.Linear(c.hidden_size, c.n_kv_heads * c.head_dim, bias=False)
+        self.v_proj = nn.Linear(c.hidden_size, c.n_kv_heads * c.head_dim, bias=False)
+        self.o_proj = nn.Linear(c.n_heads * c.head_dim, c.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                cache: Cache | None, layer: int) -> torch.Tensor:
+        """x [B, T, hidden] -> [B, T, hidden]; with a cache, T new tokens attend to all before them."""
+        c = self.config
+        batch, new_tokens, _ = x.shape
+        q = self.q_proj(x).view(batch, new_tokens, c.n_heads, c.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(batch, new_tokens, c.n_kv_heads, c.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(batch, new_tokens, c.n_kv_heads, c.head_dim).transpose(1, 2)
+        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        if cache is not None:
+            k, v = cache.append(layer, k, v)  # [B, n_kv_heads, past + T, D]
+        mask = causal_mask(new_tokens, k.shape[-2], x.device)  # [T, past + T]
+        out = attention(q, k, v, mask)  # [B, n_heads, T, D]
+        out = out.transpose(1, 2).reshape(batch, new_tokens, c.n_heads * c.head_dim)
+        return self.o_proj(out)
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """softmax(q k^T / sqrt(D) + mask) v (Vaswani et al. 2017, eq. 1), with torch's fused kernel.
+
+    q [B, H, T, D]; k, v [B, H_kv, S, D] with H a multiple of H_kv (grouped-query attention,
+    Ainslie et al. 2023: each K/V head serves H / H_kv query heads); mask [T, S] additive.
+    `attention_explicit` spells out the same arithmetic; the fused kernel is several times faster.
+    """
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.dtype), enable_gqa=True)
+
+
+def attention_explicit(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The same as `attention`, written out step by step (shapes as there)."""
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5 + mask  # [B, H, T, S]
+    return torch.softmax(scores.float(), dim=-1).to(q.dtype) @ v
+
+
+def causal_mask(new_tokens: int, total_tokens: int, device: torch.device) -> torch.Tensor:
+    """[T, S] additive mask: the i-th new token (at position S-T+i) sees keys 0..S-T+i, not later."""
+    query_pos = torch.arange(total_tokens - new_tokens, total_tokens, device=device)[:, None]
+    key_pos = torch.arange(total_tokens, device=device)[None, :]
+    return torch.zeros(new_tokens, total_tokens, device=device).masked_fill(key_pos > query_pos, float("-inf"))
+
+
+class MLP(nn.Module):
+    """SwiGLU feed-forward (Shazeer 2020): down(silu(gate(x)) * up(x))."""
+
+    def __init__(self, config: LlamaConfig):
+        super().__init__()
+        self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Block(nn.Module):
+    """One pre-norm transformer block: x + attn(norm(x)), then x + mlp(norm(x))."""
+
+    def __init__(self, config: LlamaConfig):
+        super().__init__()
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.self_attn = Attention(config)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.mlp = MLP(config)
+
+    def forward(self, x, cos, sin, cache, layer):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache, layer)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Llama(nn.Module):
+    """The whole model: input_ids [B, T] -> logits [B, T, vocab]."""
+
+    def __init__(self, config: LlamaConfig):
+        super().__init__()
+        self.config = config
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(Block(config) for _ in range(config.n_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        if config.tie_word_embeddings:
+            self.lm_head.weight = self.embed_tokens.weight
+
+    def forward(self, input_ids: torch.Tensor, cache: Cache | None = None) -> torch.Tensor:
+        """input_ids [B, T] -> logits [B, T, vocab] (float32).
+
+        Without a cache the T tokens are the whole sequence. With one, they continue the
+        `cache.length` tokens already in it, and their keys/values are appended.
+        """
+        past = cache.length if cache is not None else 0
+        positions = torch.arange(past, past + input_ids.shape[1], device=input_ids.device)
+        if positions[-1] >= self.config.max_position_embeddings:
+            raise ValueError(
+                f"Position {int(positions[-1])} is beyond the model's context of "
+                f"{self.config.max_position_embeddings} tokens; use a shorter prompt or fewer new tokens."
+            )
+        cos, sin = rotary_cos_sin(positions, self.config.head_dim, self.config.rope_theta)
+        x = self.embed_tokens(input_ids)
+        for index, block in enumerate(self.layers):
+            x = block(x, cos, sin, cache, index)
+        if cache is not None:
+            cache.advance(input_ids.shape[1])
+        return self.lm_head(self.norm(x)).float()
+
+    def new_cache(self, batch_size: int = 1, max_length: int | None = None) -> KVCache:
+        """An empty preallocated KV cache sized for this model (default: its whole context)."""
+        c = self.config
+        if max_length is not None and max_length > c.max_position_embeddings:
+            raise ValueError(
+                f"max_length={max_length} is beyond the model's context of {c.max_position_embeddings} tokens; "
+                f"ask for at most {c.max_position_embeddings} (prompt + new tokens)."
+            )
+        return KVCache(n_layers=c.n_layers, batch_size=batch_size, n_kv_heads=c.n_kv_heads,
+                       max_length=c.max_position_embeddings if max_length is None else max_length, head_dim=c.head_dim,
+                       dtype=self.embed_tokens.weight.dtype, device=self.embed_tokens.weight.device)
+
+    @property
+    def device(self) -> torch.device:
+        return self.embed_tokens.weight.device
+
+    @classmethod
+    def from_hf(cls, hf_model: nn.Module) -> Llama:
+        """labkit's Llama on the weights of a transformers `LlamaForCausalLM` (shared, not copied)."""
+        if getattr(hf_model.config, "model_type", None) != "llama":
+            raise ValueError(
+                f"labkit's from-scratch model is a Llama; this model is {hf_model.config.model_type!r}. "
+                "Use impl='transformers' for it."
+            )
+        with torch.device("meta"):
+            model = cls(LlamaConfig.from_hf(hf_model.config))
+        state = {name.removeprefix("model."): tensor for name, tensor in hf_model.state_dict().items()}
+        model.load_state_dict(state, strict=False, assign=True)
+        if model.config.tie_word_embeddings:
+            model.lm_head.weight = model.embed_tokens.weight
+        missing = [n for n, p in model.named_parameters() if p.is_meta]
+        if missing:
+            raise ValueError(f"These weights were not found in the transformers model: {missing[:5]}")
+        return model.eval()

@@ -1,0 +1,337 @@
+"""One parameter object for every decoding option, checked once, turned into a list of transforms.
+
+    >>> config = DecodingConfig(temperature=0.8, top_p=0.95, repetition_penalty=1.1, seed=0)
+    >>> config.transforms(prompt_length=12, eos_token_ids={2})
+    [repetition_penalty(penalty=1.1), apply_temperature(temperature=0.8), top_p_filter(p=0.95)]
+    >>> labkit.generate(model, tokenizer, prompt, config=config)
+
+The order is transformers' (GenerationMixin._get_logits_processor), so the same options give the same
+distribution as `model.generate(...)`:
+
+    1. logit_bias                 (sequence_bias)        \\
+    2. repetition_penalty                                  |
+    3. presence / frequency       (OpenAI; not in transformers, placed with the penalties)
+    4. no_repeat_ngram_size                                |  always, greedy or sampling or beams
+    5. banned_tokens              (bad_words_ids)          |
+    6. min_new_tokens                                     /
+    7. temperature                                       \\
+    8. top_k, 9. top_p, 10. min_p, 11. typical_p,          |  only when sampling (temperature > 0)
+    12. epsilon_cutoff, 13. eta_cutoff                    /
+
+Then `greedy` (temperature 0) or `sample` (softmax, then a draw with the seeded generator) chooses.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, fields
+from numbers import Integral, Real
+
+import torch
+
+from labkit.decoding import sampling
+
+SAMPLING_ONLY = ("top_k", "top_p", "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff")
+BEAM_ONLY = ("length_penalty", "early_stopping", "num_return_sequences")
+
+
+@dataclass(frozen=True)
+class Transform:
+    """A transform with its parameters bound, called as transform(logits [B, V], input_ids [B, T]).
+
+    input_ids are the prompt and the tokens generated so far; `prompt_length` says where they part.
+    """
+
+    name: str  # the function in labkit.sampling
+    function: Callable[..., torch.Tensor] = field(repr=False)
+    options: tuple[tuple[str, object], ...] = ()  # keyword arguments, as (name, value) pairs
+    ids: str = "none"  # which ids the function takes: "none", "all" (prompt too), "generated", "count"
+    prompt_length: int = field(default=0, repr=False)
+
+    def __call__(self, logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
+        kwargs = dict(self.options)
+        if self.ids == "all":
+            return self.function(logits, input_ids, **kwargs)
+        if self.ids == "generated":
+            return self.function(logits, input_ids[:, self.prompt_length:], **kwargs)
+        if self.ids == "count":
+            return self.function(logits, input_ids.shape[-1] - self.prompt_length, **kwargs)
+        return self.function(logits, **kwargs)
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{k}={v!r}" for k, v in self.options if k != "eos_token_ids")
+        return f"{self.name}({shown})"
+
+
+def apply_transforms(logits: torch.Tensor, input_ids: torch.Tensor, transforms: Iterable[Callable]) -> torch.Tensor:
+    """Run logits [B, V] through each transform in order; input_ids [B, T] are the tokens so far."""
+    for transform in transforms:
+        logits = transform(logits, input_ids)
+    return logits
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, Real) and not isinstance(value, bool)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, Integral) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True)
+class DecodingConfig:
+    """How to choose tokens. The defaults decode greedily with no penalty; each option's default is
+    its "off" value. Invalid values raise a ValueError naming the option and its allowed range.
+
+        >>> DecodingConfig(temperature=0.7, top_k=50, top_p=0.9, seed=1)
+        >>> DecodingConfig(num_beams=4, length_penalty=1.0)           # beam search
+    """
+
+    max_new_tokens: int = 64  # at most this many new tokens
+    temperature: float = 0.0  # 0: greedy (argmax); > 0: sample from softmax(logits / temperature)
+    top_k: int = 0  # sampling: keep the k most likely tokens (0: off)
+    top_p: float = 1.0  # sampling: keep the smallest head holding this much probability, in (0, 1] (1: off)
+    min_p: float = 0.0  # sampling: keep tokens with p >= min_p * p_max, in [0, 1] (0: off)
+    typical_p: float = 1.0  # sampling: locally typical mass, in (0, 1] (1: off)
+    epsilon_cutoff: float = 0.0  # sampling: keep tokens with p >= epsilon, in [0, 1) (0: off)
+    eta_cutoff: float = 0.0  # sampling: entropy-adaptive floor, in [0, 1) (0: off)
+    repetition_penalty: float = 1.0  # > 0; > 1 discourages tokens already seen, prompt included (1: off)
+    presence_penalty: float = 0.0  # OpenAI, in [-2, 2]: subtract once from every generated token's logit
+    frequency_penalty: float = 0.0  # OpenAI, in [-2, 2]: subtract per occurrence in the generated tokens
+    no_repeat_ngram_size: int = 0  # never repeat an n-gram of this size, prompt included (0: off)
+    logit_bias: Mapping[int, float] = field(default_factory=dict)  # token id -> added to its logit, [-100, 100]
+    banned_tokens: tuple[int, ...] = ()  # token ids that are never chosen
+    min_new_tokens: int = 0  # the end-of-sequence token is banned until this many new tokens
+    num_beams: int = 1  # > 1: beam search with this width (deterministic; labkit.decoding.search.beam_search)
+    length_penalty: float = 1.0  # beam search: a finished beam scores sum(log p) / length ** length_penalty
+    early_stopping: bool | str = False  # beam search: True, False or "never" (transformers' meanings)
+    num_return_sequences: int = 1  # beam search: how many of the best beams to return
+    stop: tuple[str, ...] = ()  # strings that end the generation (not emitted)
+    seed: int | None = None  # the random seed for sampling (None: a fresh one each time)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.stop, str) or not isinstance(self.stop, Iterable):
+            raise ValueError(f"stop must be a list of non-empty strings, got {self.stop!r}.")
+        object.__setattr__(self, "stop", tuple(self.stop))
+        object.__setattr__(self, "banned_tokens", tuple(self.banned_tokens))
+        object.__setattr__(self, "logit_bias", dict(self.logit_bias))
+        self._validate()
+
+    def _validate(self) -> None:
+        def number(name: str, ok: Callable[[float], bool], allowed: str) -> None:
+            value = getattr(self, name)
+            if not _is_number(value) or value != value:
+                raise ValueError(f"{name} must be a number {allowed}, got {value!r} ({type(value).__name__}).")
+            if not ok(value):
+                raise ValueError(f"{name} must be {allowed}, got {value!r}.")
+
+        def integer(name: str, low: int, allowed: str) -> None:
+            value = getattr(self, name)
+            if not _is_int(value) or value < low:
+                raise ValueError(f"{name} must be an integer {allowed}, got {value!r}.")
+
+        integer("max_new_tokens", 0, ">= 0")
+        number("temperature", lambda v: v >= 0 and v != float("inf"), ">= 0 (0 means greedy)")
+        integer("top_k", 0, ">= 0 (0 turns it off)")
+        number("top_p", lambda v: 0 < v <= 1, "in (0, 1] (1 turns it off)")
+        number("min_p", lambda v: 0 <= v <= 1, "in [0, 1] (0 turns it off)")
+        number("typical_p", lambda v: 0 < v <= 1, "in (0, 1] (1 turns it off)")
+        number("epsilon_cutoff", lambda v: 0 <= v < 1, "in [0, 1) (0 turns it off)")
+        number("eta_cutoff", lambda v: 0 <= v < 1, "in [0, 1) (0 turns it off)")
+        number("repetition_penalty", lambda v: 0 < v < float("inf"),
+               "> 0 (1 is off, > 1 discourages repeats, < 1 encourages them)")
+        number("presence_penalty", lambda v: -2 <= v <= 2, "in [-2, 2] (0 is off, > 0 discourages repeats)")
+        number("frequency_penalty", lambda v: -2 <= v <= 2, "in [-2, 2] (0 is off, > 0 discourages repeats)")
+        integer("no_repeat_ngram_size", 0, ">= 0 (0 turns it off)")
+        integer("min_new_tokens", 0, ">= 0")
+        integer("num_beams", 1, ">= 1 (1 means no beam search)")
+        number("length_penalty", lambda v: abs(v) < float("inf"),
+               "(finite; > 0 favours longer beams, < 0 shorter ones)")
+        integer("num_return_sequences", 1, f"in [1, num_beams={self.num_beams}]")
+        if self.num_return_sequences > self.num_beams:
+            raise ValueError(f"num_return_sequences must be an integer in [1, num_beams={self.num_beams}], "
+                             f"got {self.num_return_sequences}.")
+        if self.early_stopping not in (True, False, "never"):
+            raise ValueError(f"early_stopping must be True, False or 'never', got {self.early_stopping!r}.")
+        for key, value in self.logit_bias.items():
+            if not _is_int(key) or key < 0:
+                raise ValueError(f"logit_bias keys must be token ids (integers >= 0), got {key!r}.")
+            if not _is_number(value) or not -100 <= value <= 100:
+                raise ValueError(f"logit_bias values must be numbers in [-100, 100], got {value!r} for token {key}.")
+        if any(not _is_int(t) or t < 0 for t in self.banned_tokens):
+            raise ValueError(f"banned_tokens must be token ids (integers >= 0), got {self.banned_tokens!r}.")
+        if any(not isinstance(s, str) or s == "" for s in self.stop):
+            raise ValueError(f"stop must be a list of non-empty strings, got {list(self.stop)!r}.")
+        if self.seed is not None and not _is_int(self.seed):
+            raise ValueError(f"seed must be an integer or None, got {self.seed!r}.")
+        self._check_combinations()
+
+    def _check_combinations(self) -> None:
+        changed = [name for name in SAMPLING_ONLY if getattr(self, name) != _DEFAULTS[name]]
+        if self.num_beams > 1 and (self.temperature > 0 or changed):
+            options = ", ".join(f"{n}={getattr(self, n)!r}" for n in (["temperature"] if self.temperature > 0
+                                                                         else []) + changed)
+            raise ValueError(
+                f"num_beams={self.num_beams} is deterministic beam search, which does not sample, so {options} "
+                "would have no effect. Use temperature=0 with beams, or num_beams=1 to sample."
+            )
+        if self.temperature == 0 and changed:
+            options = ", ".join(f"{n}={getattr(self, n)!r}" for n in changed)
+            raise ValueError(
+                f"{options} only acts when sampling, but temperature=0 means greedy decoding. "
+                "Set temperature > 0 (e.g. temperature=1.0) to sample."
+            )
+        beam_options = [n for n in BEAM_ONLY if getattr(self, n) != _DEFAULTS[n]]
+        if self.num_beams == 1 and beam_options:
+            options = ", ".join(f"{n}={getattr(self, n)!r}" for n in beam_options)
+            raise ValueError(f"{options} only acts in beam search; set num_beams > 1.")
+
+    def check_vocabulary(self, vocab_size: int) -> None:
+        """Raise a ValueError if logit_bias or banned_tokens name a token id outside [0, vocab_size)."""
+        for name, ids in (("logit_bias", list(self.logit_bias)), ("banned_tokens", list(self.banned_tokens))):
+            bad = [i for i in ids if i >= vocab_size]
+            if bad:
+                raise ValueError(f"{name} names token ids outside the vocabulary [0, {vocab_size}): {bad[:5]}.")
+
+    @property
+    def do_sample(self) -> bool:
+        """True when a token is drawn at random (temperature > 0)."""
+        return self.temperature > 0
+
+    def generator(self) -> torch.Generator:
+        """A CPU torch.Generator seeded with `seed` (a fresh random seed when seed is None)."""
+        return torch.Generator().manual_seed(self.seed if self.seed is not None else torch.seed())
+
+    def replace(self, **changes) -> DecodingConfig:
+        """A copy with some options changed (validated again)."""
+        return DecodingConfig(**{**{f.name: getattr(self, f.name) for f in fields(self)}, **changes})
+
+    def transforms(self, prompt_length: int = 0, eos_token_ids: Iterable[int] = ()) -> list[Transform]:
+        """The logits transforms these options ask for, in transformers' order (see the module doc).
+
+        prompt_length: where input_ids part into prompt and generated tokens (the presence/frequency
+        penalties and min_new_tokens look only at the generated ones).
+        """
+        def bind(function: Callable, ids: str = "none", **options) -> Transform:
+            return Transform(function.__name__, function, tuple(options.items()), ids, prompt_length)
+
+        out = []
+        if self.logit_bias:
+            out.append(bind(sampling.logit_bias, bias=dict(self.logit_bias)))
+        if self.repetition_penalty != 1.0:
+            out.append(bind(sampling.repetition_penalty, "all", penalty=self.repetition_penalty))
+        if self.presence_penalty != 0 or self.frequency_penalty != 0:
+            out.append(bind(sampling.presence_frequency_penalty, "generated", presence=self.presence_penalty,
+                            frequency=self.frequency_penalty))
+        if self.no_repeat_ngram_size > 0:
+            out.append(bind(sampling.no_repeat_ngram, "all", n=self.no_repeat_ngram_size))
+        if self.banned_tokens:
+            out.append(bind(sampling.ban_tokens, token_ids=self.banned_tokens))
+        eos = tuple(sorted(eos_token_ids))
+        if self.min_new_tokens > 0 and eos:
+            out.append(bind(sampling.min_new_tokens_filter, "count", min_new_tokens=self.min_new_tokens,
+                            eos_token_ids=eos))
+        if not self.do_sample:
+            return out
+        if self.temperature != 1.0:
+            out.append(bind(sampling.apply_temperature, temperature=self.temperature))
+        if self.top_k != 0:
+            out.append(bind(sampling.top_k_filter, k=self.top_k))
+        if self.top_p < 1.0:
+            out.append(bind(sampling.top_p_filter, p=self.top_p))
+        if self.min_p > 0:
+            out.append(bind(sampling.min_p_filter, min_p=self.min_p))
+        if self.typical_p < 1.0:
+            out.append(bind(sampling.typical_filter, mass=self.typical_p))
+        if self.epsilon_cutoff > 0:
+            out.append(bind(sampling.epsilon_filter, epsilon=self.epsilon_cutoff))
+        if self.eta_cutoff > 0:
+            out.append(bind(sampling.eta_filter, epsilon=self.eta_cutoff))
+        return out
+
+    def hf_kwargs(self) -> dict:
+        """The same options as keyword arguments for transformers' `model.generate` (for comparisons).
+
+        presence/frequency penalties and stop strings have no equivalent there and are left out.
+        """
+        kwargs: dict = {"max_new_tokens": self.max_new_tokens, "do_sample": self.do_sample,
+                        "num_beams": self.num_beams, "repetition_penalty": self.repetition_penalty}
+        if self.do_sample:
+            kwargs.update(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p,
+                          typical_p=self.typical_p, epsilon_cutoff=self.epsilon_cutoff, eta_cutoff=self.eta_cutoff)
+            if self.min_p > 0:
+                kwargs["min_p"] = self.min_p
+        if self.num_beams > 1:
+            kwargs.update(length_penalty=self.length_penalty, early_stopping=self.early_stopping,
+                          num_return_sequences=self.num_return_sequences)
+        if self.no_repeat_ngram_size:
+            kwargs["no_repeat_ngram_size"] = self.no_repeat_ngram_size
+        if self.min_new_tokens:
+            kwargs["min_new_tokens"] = self.min_new_tokens
+        if self.logit_bias:
+            kwargs["sequence_bias"] = [[[int(t)], float(b)] for t, b in self.logit_bias.items()]
+        if self.banned_tokens:
+            kwargs["bad_words_ids"] = [[int(t)] for t in self.banned_tokens]
+        return kwargs
+
+
+_DEFAULTS = {f.name: f.default for f in fields(DecodingConfig)}
+
+
+@functools.lru_cache(maxsize=None)
+def _presets() -> dict[str, DecodingConfig]:
+    return {
+        # Factual chat: a little randomness for natural wording, a firm cut of the tail.
+        "chat": DecodingConfig(temperature=0.7, top_p=0.9, repetition_penalty=1.1, max_new_tokens=256),
+        # Code: one right answer matters more than variety; greedy, but do not loop.
+        "code": DecodingConfig(temperature=0.0, repetition_penalty=1.05, max_new_tokens=256),
+        # Stories: more randomness, kept sane by min-p; penalties against repeated phrases.
+        "creative": DecodingConfig(temperature=1.0, min_p=0.05, presence_penalty=0.3, frequency_penalty=0.3,
+                                   max_new_tokens=256),
+        # Translation or summarisation with one best answer: beam search.
+        "precise": DecodingConfig(num_beams=4, length_penalty=1.0, no_repeat_ngram_size=3, max_new_tokens=128),
+    }
+
+
+OPTION_NAMES = tuple(f.name for f in fields(DecodingConfig))
+DEFAULT_CONFIG = DecodingConfig()
+
+
+def resolve_config(config: DecodingConfig | None, options: dict, caller: str,
+                   defaults: dict | None = None) -> DecodingConfig:
+    """The one DecodingConfig of a call: `config=...`, or options by name (over `defaults`), never both.
+
+    Every decoding entry point calls this first, so every option is checked here and nowhere else.
+
+        >>> resolve_config(None, {"temperature": 0.7}, "generate").temperature
+        0.7
+    """
+    unknown = sorted(set(options) - set(OPTION_NAMES))
+    if unknown:
+        raise TypeError(f"{caller}() got unknown option(s) {', '.join(unknown)}; decoding options are: "
+                        f"{', '.join(OPTION_NAMES)}.")
+    if config is None:
+        return DecodingConfig(**{**(defaults or {}), **options})
+    if not isinstance(config, DecodingConfig):
+        raise TypeError(f"config must be a labkit DecodingConfig, got {type(config).__name__}.")
+    if options:
+        raise ValueError(f"{caller}() got config= and also {', '.join(sorted(options))}: give the options either as "
+                         "config=DecodingConfig(...) or by name, not both (config.replace(...) changes one).")
+    return config
+
+
+def preset(name: str) -> DecodingConfig:
+    """A named starting point: "chat", "code", "creative" or "precise" (see notebook 05).
+
+        >>> preset("chat").replace(seed=1)
+    """
+    presets = _presets()
+    if name not in presets:
+        raise ValueError(f"Unknown preset {name!r}; choose one of: {', '.join(presets)}.")
+    return presets[name]
+
+
+def presets() -> dict[str, DecodingConfig]:
+    """Every preset by name."""
+    return dict(_presets())

@@ -1,0 +1,38 @@
+"""How varied and how repetitive generated text is (notebooks 04-05).
+
+    >>> distinct_n(["a b a b", "a b c"], n=2)
+    0.6
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+def distinct_n(texts: Sequence[str], n: int = 2) -> float:
+    """Distinct-n (Li et al. 2016): unique word n-grams / all word n-grams, pooled over texts, in [0, 1].
+
+    1 means no n-gram is ever repeated; near 0, the same phrases over and over.
+
+        >>> distinct_n(["a b a b", "a b c"], n=2)
+        0.6
+    """
+    grams = [tuple(words[i:i + n]) for text in texts for words in [text.split()] for i in range(len(words) - n + 1)]
+    return len(set(grams)) / len(grams) if grams else 0.0
+
+
+def repeated_ngram_fraction(token_ids: Sequence[int], n: int = 4) -> float:
+    """The fraction of a sequence's token n-grams that already occurred earlier in it, in [0, 1].
+
+    A model stuck in a loop scores near 1.
+
+        >>> repeated_ngram_fraction([1, 2, 1, 2, 1, 2], n=2)
+        0.6
+    """
+    seen, repeats, total = set(), 0, 0
+    for i in range(len(token_ids) - n + 1):
+        gram = tuple(token_ids[i:i + n])
+        repeats += gram in seen
+        total += 1
+        seen.add(gram)
+    return repeats / total if total else 0.0

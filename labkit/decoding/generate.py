@@ -1,0 +1,116 @@
+"""The autoregressive loop: prefill the prompt once, then decode one token per step.
+
+`generate` is a Python generator: it yields one `Step` per new token, so printing a stream, measuring
+time per token and drawing widgets all consume the same loop. It runs labkit's `Llama` and any
+transformers causal LM (through `labkit.core.forward`).
+
+    >>> for step in generate(model, tokenizer, "The capital of France is", max_new_tokens=8):
+    ...     print(step.text, end="")
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+from transformers import PreTrainedTokenizerBase
+
+from labkit.core.forward import NoCache, decode_step, model_device, prefill
+from labkit.core.text import StopMatcher, TextStream, chat_prompt
+from labkit.decoding.config import DecodingConfig, apply_transforms
+from labkit.decoding.request import Prompt, Request, Step, check_request, make_step, text_and_finish
+from labkit.decoding.sampling import greedy, sample
+from labkit.decoding.search import beam_search, best_sequence_steps
+
+
+def generate(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, prompt: Prompt,
+             config: DecodingConfig | None = None, *, generator: torch.Generator | None = None,
+             use_cache: bool = True, return_logits: bool = False, **options) -> Iterator[Step]:
+    """Yield one `Step` per new token until EOS, `max_new_tokens`, or a stop string.
+
+    prompt: text (tokenized as is; use `chat_prompt` for a chat), or token ids.
+    config / options: a `DecodingConfig`, or its options by name (max_new_tokens=64, temperature=0,
+        top_k, top_p, min_p, typical_p, penalties, stop, seed, num_beams, ...), not both.
+    generator: the randomness for sampling (default: one seeded with the config's seed).
+    use_cache: keep keys/values between steps (True), or recompute the whole prefix every step.
+    return_logits: put each step's full-vocabulary logits [V] on the Step (for plots; costly to keep).
+
+        >>> generate(model, tokenizer, prompt, temperature=0.8, top_p=0.9, seed=0)
+        >>> generate(model, tokenizer, prompt, DecodingConfig(num_beams=4))   # beam search
+
+    With num_beams > 1 the beam search runs to the end first, then its best sequence is yielded.
+    """
+    request = check_request(model, tokenizer, prompt, config, options, "generate")
+    generator = generator if generator is not None else request.config.generator()
+    # Arguments are checked above, when generate() is called; the loop runs as it is iterated.
+    if request.config.num_beams > 1:
+        return _beam_steps(model, tokenizer, request, use_cache, return_logits)
+    return _sampled_steps(model, tokenizer, request, generator, use_cache, return_logits)
+
+
+def _sampled_steps(model, tokenizer, request: Request, generator: torch.Generator, use_cache: bool,
+                   return_logits: bool) -> Iterator[Step]:
+    config, prompt_ids = request.config, request.prompt_ids
+    if config.max_new_tokens == 0:
+        return
+    transforms = config.transforms(len(prompt_ids), request.eos_ids)
+    text, stopper = TextStream(tokenizer, prompt_ids), StopMatcher(config.stop)
+    seen = list(prompt_ids)  # prompt and generated ids, for the transforms that look back
+    input_ids = torch.tensor([prompt_ids], device=model_device(model))
+    logits, cache = prefill(model, input_ids, None if use_cache else NoCache(),
+                            max_length=len(prompt_ids) + config.max_new_tokens)
+    for index in range(config.max_new_tokens):
+        token = choose(logits, config.temperature, generator, transforms, seen)
+        token_id = int(token[0])
+        seen.append(token_id)
+        piece, finish = text_and_finish(token_id, index == config.max_new_tokens - 1, request.eos_ids, text, stopper)
+        yield make_step(token_id, piece, logits[0], finish, return_logits)
+        if finish is not None:
+            return
+        logits = decode_step(model, token, cache)
+
+
+def choose(logits: torch.Tensor, temperature: float, generator: torch.Generator,
+           transforms: Sequence, seen: Sequence[int]) -> torch.Tensor:
+    """logits [B, V] -> token ids [B]; sampling draws on the CPU so a seed means the same everywhere.
+
+    transforms: from DecodingConfig.transforms (temperature included); seen: prompt and generated ids.
+    """
+    processed = apply_transforms(logits.float().cpu(), torch.tensor([list(seen)]), transforms)
+    if temperature == 0:
+        return greedy(processed).to(logits.device)
+    return sample(torch.softmax(processed, dim=-1), generator).to(logits.device)
+
+
+def _beam_steps(model, tokenizer, request: Request, use_cache: bool, return_logits: bool) -> Iterator[Step]:
+    """Beam search to the end, then the best sequence as Steps (logits from one pass over it)."""
+    if request.config.max_new_tokens == 0:
+        return
+    result = beam_search(model, tokenizer, request.prompt_ids, request.config, use_cache=use_cache)
+    yield from best_sequence_steps(model, tokenizer, result, request, return_logits)
+
+
+def generate_text(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, prompt: Prompt,
+                  config: DecodingConfig | None = None, **options) -> str:
+    """The whole generated text at once (same arguments as `generate`).
+
+        >>> generate_text(model, tokenizer, "Once upon a time", max_new_tokens=8)
+    """
+    return "".join(step.text for step in generate(model, tokenizer, prompt, config, **options))
+
+
+def generate_ids(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, prompt: Prompt,
+                 config: DecodingConfig | None = None, **options) -> list[int]:
+    """The generated token ids (EOS included when it ends generation, as in transformers)."""
+    return [step.token_id for step in generate(model, tokenizer, prompt, config, **options)]
+
+
+def chat(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase,
+         messages: str | list[dict[str, str]], config: DecodingConfig | None = None, **options) -> str:
+    """Ask a chat model: the messages go through the chat template, the answer comes back as text.
+
+        >>> chat(model, tokenizer, "What is the capital of France?")
+        'The capital of France is Paris.'
+    """
+    return generate_text(model, tokenizer, chat_prompt(tokenizer, messages), config, **options)

@@ -1,0 +1,72 @@
+"""A checked generation request, and the `Step`s every decoding loop yields.
+
+Each decoding entry point starts with `check_request`: the options become one `DecodingConfig` (the
+only validator of decoding options), the prompt becomes token ids, and both are checked against the
+model's context and vocabulary before any work, so a mistake is reported where it was made.
+
+    >>> request = check_request(model, tokenizer, "Hi", None, {"max_new_tokens": 8}, "generate")
+    >>> request.prompt_ids, request.config.max_new_tokens
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from transformers import PreTrainedTokenizerBase
+
+from labkit.core.forward import check_context, context_length, vocab_size
+from labkit.core.text import StopMatcher, TextStream, encode_prompt, eos_token_ids
+from labkit.decoding.config import DecodingConfig, resolve_config
+
+Prompt = str | Sequence[int] | torch.Tensor  # text, token ids, or a [T] / [1, T] tensor of them
+
+
+@dataclass(frozen=True)
+class Step:
+    """One generated token, as `generate` yields it."""
+
+    token_id: int  # the chosen token
+    text: str  # new text to show ('' while a character is incomplete or may begin a stop string)
+    logprob: float  # log p of the token under the model's own distribution (before any transform)
+    finish_reason: str | None = None  # on the last step: "eos", "length" or "stop"
+    logits: torch.Tensor | None = None  # [V] float32 scores it was chosen from, only with return_logits=True
+
+
+@dataclass(frozen=True)
+class Request:
+    """A generation request, checked: the prompt's ids and every decoding option."""
+
+    prompt_ids: list[int]
+    config: DecodingConfig
+    eos_ids: frozenset[int]
+
+
+def check_request(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, prompt: Prompt,
+                  config: DecodingConfig | None, options: dict, caller: str,
+                  defaults: dict | None = None) -> Request:
+    """What every decoding entry point checks first: the options, the prompt, the context, the vocabulary."""
+    config = resolve_config(config, options, caller, defaults)
+    prompt_ids = encode_prompt(tokenizer, prompt)
+    check_context(len(prompt_ids), config.max_new_tokens, context_length(model))
+    config.check_vocabulary(vocab_size(model))
+    return Request(prompt_ids, config, frozenset(eos_token_ids(model, tokenizer)))
+
+
+def make_step(token_id: int, text: str, logits: torch.Tensor, finish: str | None, return_logits: bool) -> Step:
+    """A Step from the logits [V] the token was chosen from (kept on it only when asked for)."""
+    logprob = float(torch.log_softmax(logits.float(), dim=-1)[token_id])
+    return Step(token_id, text, logprob, finish, logits.float() if return_logits else None)
+
+
+def text_and_finish(token_id: int, last: bool, eos_ids: frozenset[int], text: TextStream,
+                    stopper: StopMatcher) -> tuple[str, str | None]:
+    """The text a new token adds (a stop string is never emitted) and why generation ends with it, if it does."""
+    finish = "eos" if token_id in eos_ids else ("length" if last else None)
+    piece = "" if finish == "eos" else stopper.push(text.push(token_id))
+    if stopper.stopped:
+        return piece, "stop"
+    if finish is not None:
+        piece += stopper.flush()
+    return piece, finish

@@ -1,0 +1,1 @@
+"""Quantization (notebook 08): integer schemes, NF4, GGUF blocks, QuantLinear, bitsandbytes, evaluation."""

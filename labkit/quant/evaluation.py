@@ -1,0 +1,203 @@
+"""What a quantization scheme costs and buys: bytes, perplexity, greedy agreement, decode speed.
+
+Every variant of the model (float32, bfloat16, labkit's int8 / int4 / NF4, bitsandbytes' int8 / NF4)
+is measured in one run on the same data (data/eval/, written for this project):
+
+    model bytes       the stored weights: codes, scales and the float parts (embeddings, norms)
+    perplexity        exp(mean NLL) on data/eval/eval_text.txt, in 512-token windows
+    greedy agreement  how much of the float32 model's greedy continuation of each prompt in
+                      data/eval/prompts.json the variant reproduces before its first different token
+    tokens/s          batch-1 greedy decoding with labkit's loop (median of `repeats` runs)
+
+    >>> results = evaluate(["fp32", "int8", "nf4"], max_tokens=1024)
+    >>> print(results_table(results))
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+from transformers import PreTrainedTokenizerBase
+
+from labkit.bench import median_tokens_per_second
+from labkit.quant.bnb import BitsAndBytesUnavailable, load_bitsandbytes_model
+from labkit.core.text import chat_prompt, encode_prompt
+from labkit.decoding.generate import generate_ids
+from labkit.models.loading import load_model
+from labkit.quant.linear import quantize_model
+from labkit.decoding.scoring import perplexity
+
+DATA_DIR = Path(__file__).resolve().parents[2] / "data" / "eval"
+MODEL = "smollm2-135m"
+DECODE_PROMPT = "The history of the Roman Empire begins with"  # plain text: rarely ends early
+
+
+def _data_file(name: str) -> Path:
+    path = DATA_DIR / name
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing. The evaluation data lives in the repository's data/eval/ "
+                                "folder: install labkit from a checkout with `pip install -e .` (as `make lab` does).")
+    return path
+
+
+def eval_text() -> str:
+    """The evaluation text (prose and code, about 3,700 SmolLM2 tokens); see data/eval/README.md."""
+    return _data_file("eval_text.txt").read_text(encoding="utf-8")
+
+
+def eval_prompts(tokenizer: PreTrainedTokenizerBase) -> list[list[int]]:
+    """The fixed prompt set as token ids: chat prompts through the chat template, then text prompts."""
+    prompts = json.loads(_data_file("prompts.json").read_text(encoding="utf-8"))
+    return ([chat_prompt(tokenizer, text) for text in prompts["chat"]]
+            + [encode_prompt(tokenizer, text) for text in prompts["text"]])
+
+
+def eval_ids(tokenizer: PreTrainedTokenizerBase, max_tokens: int | None = None) -> torch.Tensor:
+    """The evaluation text as input ids [1, T], cut to its first max_tokens tokens if given."""
+    ids = tokenizer(eval_text())["input_ids"]
+    if max_tokens is not None:
+        if max_tokens < 2:
+            raise ValueError(f"max_tokens must be at least 2, got {max_tokens}.")
+        ids = ids[:max_tokens]
+    return torch.tensor([ids])
+
+
+def model_nbytes(model: torch.nn.Module) -> int:
+    """Bytes of everything a model stores: parameters and persistent buffers, each shared tensor once,
+    plus the scales bitsandbytes keeps beside its quantized parameters."""
+    seen, total = set(), 0
+    for module in model.modules():
+        skip = getattr(module, "_non_persistent_buffers_set", set())
+        tensors = list(module.named_parameters(recurse=False)) + list(module.named_buffers(recurse=False))
+        for name, tensor in tensors:
+            if tensor is None or name in skip or id(tensor) in seen:
+                continue
+            seen.add(id(tensor))
+            total += tensor.numel() * tensor.element_size()
+            extras = [getattr(getattr(tensor, "quant_state", None), "absmax", None), getattr(tensor, "SCB", None)]
+            for extra in extras:  # bitsandbytes: 4-bit block absmax, int8 row scales
+                if isinstance(extra, torch.Tensor) and id(extra) not in seen:
+                    seen.add(id(extra))
+                    total += extra.numel() * extra.element_size()
+    return total
+
+
+def greedy_runs(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, prompts: Sequence[Sequence[int]],
+                n_tokens: int = 24) -> list[list[int]]:
+    """The greedy continuation (up to n_tokens, or EOS) of each prompt."""
+    return [generate_ids(model, tokenizer, list(prompt), max_new_tokens=n_tokens) for prompt in prompts]
+
+
+def greedy_agreement(runs: Sequence[Sequence[int]], reference_runs: Sequence[Sequence[int]]) -> float:
+    """Mean over prompts of the share of the reference continuation reproduced before the first
+    different token (1.0: identical text; 0.0: the very first token differs)."""
+    if len(runs) != len(reference_runs) or not runs:
+        raise ValueError("runs and reference_runs need one continuation per prompt, for the same prompts.")
+    shares = []
+    for run, reference in zip(runs, reference_runs):
+        same = next((i for i, (a, b) in enumerate(zip(run, reference)) if a != b), min(len(run), len(reference)))
+        shares.append(1.0 if list(run) == list(reference) else same / max(len(reference), 1))
+    return sum(shares) / len(shares)
+
+
+def decode_tokens_per_second(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase,
+                             new_tokens: int = 64, repeats: int = 3) -> float:
+    """Median tokens/s of batch-1 greedy decoding of DECODE_PROMPT (after one untimed warm-up)."""
+    prompt_ids = encode_prompt(tokenizer, DECODE_PROMPT)
+    return median_tokens_per_second(
+        lambda: len(generate_ids(model, tokenizer, prompt_ids, max_new_tokens=new_tokens)), repeats)
+
+
+def _labkit_variant(scheme: str | None, dtype: str = "float32", **options) -> Callable[[], torch.nn.Module]:
+    def build() -> torch.nn.Module:
+        model, _ = load_model(MODEL, dtype=dtype)
+        return quantize_model(model, scheme, **options) if scheme else model
+    return build
+
+
+def _bnb_variant(mode: str) -> Callable[[], torch.nn.Module]:
+    return lambda: load_bitsandbytes_model(MODEL, mode)[0]
+
+
+# name -> (what it is, how to build it). Everything keeps the embeddings in float32; "+head" variants
+# also quantize the output head (SmolLM2 ties it to the embeddings, so it gets its own int8 copy).
+VARIANTS: dict[str, tuple[str, Callable[[], torch.nn.Module]]] = {
+    "fp32": ("float32, the reference", _labkit_variant(None)),
+    "bf16": ("bfloat16 weights and activations", _labkit_variant(None, dtype="bfloat16")),
+    "int8": ("labkit int8 per channel, fused kernel; head in fp32", _labkit_variant("int8", skip=("lm_head",))),
+    "int8+head": ("labkit int8 per channel, head too", _labkit_variant("int8", skip=())),
+    "int4 g64": ("labkit int4 symmetric, groups of 64", _labkit_variant("int4", group_size=64, skip=("lm_head",))),
+    "int4 g32": ("labkit int4 symmetric, groups of 32", _labkit_variant("int4", group_size=32, skip=("lm_head",))),
+    "int4a g32": ("labkit int4 asymmetric, groups of 32 (GGUF Q4_1's grid)",
+                  _labkit_variant("int4-asym", group_size=32, skip=("lm_head",))),
+    "nf4": ("labkit NF4, blocks of 64", _labkit_variant("nf4", group_size=64, skip=("lm_head",))),
+    "bnb int8": ("bitsandbytes LLM.int8()", _bnb_variant("int8")),
+    "bnb nf4": ("bitsandbytes NF4, blocks of 64", _bnb_variant("nf4")),
+}
+
+
+@dataclass(frozen=True)
+class Result:
+    """One row of the results table (NaN where a variant could not be measured)."""
+
+    name: str  # a key of VARIANTS
+    description: str  # what the variant is
+    nbytes: float  # bytes of stored weights
+    perplexity: float  # on the evaluation text
+    agreement: float  # greedy agreement with fp32, 0..1
+    tokens_per_second: float  # batch-1 greedy decoding
+    note: str = ""  # why a variant is missing, if it is
+
+
+def evaluate(names: Sequence[str] = tuple(VARIANTS), max_tokens: int | None = None, window: int = 512,
+             agreement_tokens: int = 24, agreement_prompts: int | None = None, decode_tokens: int = 64,
+             repeats: int = 3, measure_speed: bool = True) -> list[Result]:
+    """Measure each named variant on the same data, in one run. fp32 is always measured (first),
+    since agreement is relative to it.
+
+    max_tokens: score only the first max_tokens tokens of the evaluation text (None: all of it).
+    agreement_tokens / agreement_prompts: greedy tokens per prompt, and how many of the 8 prompts.
+    measure_speed=False skips the timing (NaN tokens/s).
+    """
+    unknown = [name for name in names if name not in VARIANTS]
+    if unknown:
+        raise ValueError(f"Unknown variants {unknown}. Choose from: {', '.join(VARIANTS)}.")
+    names = ["fp32"] + [name for name in names if name != "fp32"]
+    _, tokenizer = load_model(MODEL)
+    input_ids, prompts = eval_ids(tokenizer, max_tokens), eval_prompts(tokenizer)[:agreement_prompts]
+    results, reference = [], None
+    for name in tqdm(names, desc="variants"):
+        description, build = VARIANTS[name]
+        try:
+            model = build()
+        except BitsAndBytesUnavailable as error:
+            results.append(Result(name, description, math.nan, math.nan, math.nan, math.nan, note=str(error)))
+            continue
+        runs = greedy_runs(model, tokenizer, prompts, agreement_tokens)
+        reference = reference or runs
+        speed = decode_tokens_per_second(model, tokenizer, decode_tokens, repeats) if measure_speed else math.nan
+        results.append(Result(name, description, model_nbytes(model), perplexity(model, input_ids, window),
+                              greedy_agreement(runs, reference), speed))
+        del model
+    return results
+
+
+def results_table(results: Sequence[Result]) -> str:
+    """A text table of results, with each variant's size and speed relative to fp32."""
+    base = next((r for r in results if r.name == "fp32"), results[0])
+    lines = [f"{'variant':<11}{'MB':>8}{'x fp32':>8}{'perplexity':>12}{'Δ ppl':>8}{'agreement':>11}"
+             f"{'tok/s':>8}{'x fp32':>8}"]
+    for r in results:
+        if r.note:
+            lines.append(f"{r.name:<11}  unavailable: {r.note.split('.')[0]}")
+            continue
+        speed = "" if math.isnan(r.tokens_per_second) else f"{r.tokens_per_second:>8.1f}{r.tokens_per_second / base.tokens_per_second:>7.2f}x"
+        lines.append(f"{r.name:<11}{r.nbytes / 1e6:>8.1f}{r.nbytes / base.nbytes:>7.2f}x{r.perplexity:>12.3f}"
+                     f"{(r.perplexity / base.perplexity - 1):>+8.1%}{r.agreement:>10.0%} {speed}")
+    return "\n".join(lines)

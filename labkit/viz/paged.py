@@ -1,0 +1,87 @@
+"""The paged KV cache drawn: block tables pointing into the pool (notebook 06), as a figure or as text.
+
+    >>> draw_block_tables({"A": cache_a, "B": cache_b})
+    >>> print(format_block_tables({"A": cache_a, "B": cache_b}))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import matplotlib.pyplot as plt
+from matplotlib.patches import Rectangle
+
+from labkit.core.paged import PagedKVCache
+
+
+def format_block_tables(caches: Mapping[str, PagedKVCache]) -> str:
+    """The block tables and the pool as text (the static picture of `draw_block_tables`).
+
+        >>> print(format_block_tables({"A": a, "B": b}))
+        A  length 37  blocks [0, 1, 2]
+        B  length 38  blocks [0, 1, 3]
+        pool: 8 blocks of 16 tokens; used 0:x2 1:x2 2 3; free 4
+    """
+    if not caches:
+        raise ValueError("Give at least one paged cache, e.g. {'A': cache_a}.")
+    pool = next(iter(caches.values())).pool
+    width = max(len(name) for name in caches)
+    lines = []
+    for name, cache in caches.items():
+        tables = " ".join(str(table) for table in cache.block_tables)
+        lines.append(f"{name:<{width}}  length {cache.length:>3}  blocks {tables}")
+    counts = pool.allocator.ref_counts
+    used = " ".join(f"{b}:x{c}" if c > 1 else str(b) for b, c in enumerate(counts) if c > 0)
+    lines.append(f"pool: {pool.n_blocks} blocks of {pool.block_size} tokens; used {used or '-'}; "
+                 f"free {pool.allocator.n_free}")
+    return "\n".join(lines)
+
+
+def draw_block_tables(caches: Mapping[str, PagedKVCache], ax=None):
+    """Each sequence's block table (top rows) pointing into the pool's blocks (bottom row).
+
+    Blocks shared by two or more tables are orange, with their reference count; free blocks are grey.
+    Returns the matplotlib Axes.
+    """
+    if not caches:
+        raise ValueError("Give at least one paged cache, e.g. {'A': cache_a}.")
+    pool = next(iter(caches.values())).pool
+    counts = pool.allocator.ref_counts
+    rows = [(f"{name}[{r}]" if cache.batch_size > 1 else name, table, cache.length)
+            for name, cache in caches.items() for r, table in enumerate(cache.block_tables)]
+    # The tables side by side on top (so no arrow crosses another table), the pool underneath.
+    offsets, x = [], 0.0
+    for name, table, _ in rows:
+        offsets.append(x)
+        x += max(len(table), 2) + 1.0
+    width = max(pool.n_blocks, x - 1.0)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(max(5.0, 0.6 * width + 1.5), 2.8), layout="constrained")
+
+    def color(block: int) -> str:
+        return "#f4f4f4" if counts[block] == 0 else ("#ffb36b" if counts[block] > 1 else "#9ec5fe")
+
+    pool_y, table_y = 0.0, 2.2
+    for block in range(pool.n_blocks):
+        ax.add_patch(Rectangle((block, pool_y), 0.9, 0.8, facecolor=color(block), edgecolor="black", lw=0.8))
+        label = str(block) if counts[block] <= 1 else f"{block}\nx{counts[block]}"
+        ax.text(block + 0.45, pool_y + 0.4, label, ha="center", va="center", fontsize=8)
+    ax.text(-0.2, pool_y + 0.4, "pool", ha="right", va="center", fontsize=9, fontweight="bold")
+    ax.text(-0.2, table_y + 0.4, "block\ntables", ha="right", va="center", fontsize=9, fontweight="bold")
+    for offset, (name, table, length) in zip(offsets, rows):
+        ax.text(offset, table_y + 1.25, f"{name}: {length} tokens", ha="left", va="bottom", fontsize=9)
+        for i, block in enumerate(table):
+            left = offset + i
+            ax.add_patch(Rectangle((left, table_y), 0.9, 0.8, facecolor=color(block), edgecolor="black", lw=0.8))
+            filled = min(pool.block_size, length - i * pool.block_size)
+            ax.text(left + 0.45, table_y + 0.4, f"{block}", ha="center", va="center", fontsize=8)
+            ax.text(left + 0.45, table_y + 0.85, f"{filled}/{pool.block_size}", ha="center", va="bottom",
+                    fontsize=6, color="dimgray")
+            ax.annotate("", xy=(block + 0.45, pool_y + 0.82), xytext=(left + 0.45, table_y - 0.02),
+                        arrowprops={"arrowstyle": "->", "color": "gray", "lw": 0.7, "alpha": 0.8})
+    ax.set_xlim(-1.6, width + 0.2)
+    ax.set_ylim(-0.2, table_y + 1.7)
+    ax.set_axis_off()
+    ax.set_title(f"{pool.block_size} tokens per block; orange = shared, blue = one sequence's, grey = free",
+                 fontsize=9)
+    return ax
