@@ -73,6 +73,15 @@ def vocab_size(model: torch.nn.Module) -> int:
     return int(config.vocab_size)
 
 
+def as_llama(model: torch.nn.Module) -> Llama:
+    """labkit's Llama on the same weights (shared, not copied); the model itself if it already is one."""
+    if isinstance(model, Llama):
+        return model
+    if not isinstance(model, torch.nn.Module) or not hasattr(model, "config"):
+        raise TypeError(f"model must be labkit's Llama or a transformers Llama, got {type(model).__name__}.")
+    return Llama.from_hf(model)
+
+
 def model_device(model: torch.nn.Module) -> torch.device:
     return next(model.parameters()).device
 
@@ -101,6 +110,9 @@ def forward(model: torch.nn.Module, input_ids: torch.Tensor, cache=None, keep: i
         if isinstance(cache, NoCache):
             return forward(model, cache.feed(input_ids), keep=keep or input_ids.shape[1])
         if isinstance(model, Llama):
+            if isinstance(cache, Cache):
+                raise TypeError(f"labkit's Llama cannot use a transformers {type(cache).__name__}; pass cache=None for "
+                                "a fresh KVCache, or load the model with impl='transformers' to use that cache.")
             logits = model(input_ids, cache)
             return logits[:, -keep:] if keep else logits
         if cache is not None and not isinstance(cache, Cache):
@@ -144,6 +156,8 @@ def all_logits(model: torch.nn.Module, ids: Sequence[int]) -> torch.Tensor:
 def reorder_cache(cache, indices: torch.Tensor) -> None:
     """Make row i of the cache hold what row indices[i] held (beam search keeps the surviving beams)."""
     if isinstance(cache, Cache):  # a transformers Cache
+        layers = [layer for layer in cache.layers if getattr(layer, "keys", None) is not None]
+        check_reorder_indices(indices, layers[0].keys.shape[0] if layers else len(indices))
         cache.reorder_cache(indices.to(_cache_device(cache)))
     else:
         cache.reorder(indices)
@@ -151,8 +165,9 @@ def reorder_cache(cache, indices: torch.Tensor) -> None:
 
 def crop_cache(cache, length: int) -> None:
     """Forget every token after the first `length` (speculative decoding rolls back rejected drafts)."""
-    if isinstance(cache, Cache):  # transformers crops by the number of tokens to remove
-        cache.crop(cache.get_seq_length() - length)
+    if isinstance(cache, Cache):  # transformers crops by minus the number of tokens to remove
+        check_crop_length(length, cache.get_seq_length())
+        cache.crop(length - cache.get_seq_length())
     else:
         cache.crop(length)
 

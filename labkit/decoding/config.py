@@ -113,6 +113,10 @@ class DecodingConfig:
     def __post_init__(self) -> None:
         if isinstance(self.stop, str) or not isinstance(self.stop, Iterable):
             raise ValueError(f"stop must be a list of non-empty strings, got {self.stop!r}.")
+        if not isinstance(self.banned_tokens, Iterable) or isinstance(self.banned_tokens, (str, Mapping)):
+            raise ValueError(f"banned_tokens must be a list of token ids, got {self.banned_tokens!r}.")
+        if not isinstance(self.logit_bias, Mapping):
+            raise ValueError(f"logit_bias must be a mapping of token id -> bias, got {self.logit_bias!r}.")
         object.__setattr__(self, "stop", tuple(self.stop))
         object.__setattr__(self, "banned_tokens", tuple(self.banned_tokens))
         object.__setattr__(self, "logit_bias", dict(self.logit_bias))

@@ -19,7 +19,7 @@ from transformers import PreTrainedTokenizerBase
 from labkit.core.forward import NoCache, decode_step, model_device, prefill
 from labkit.core.text import StopMatcher, TextStream, chat_prompt
 from labkit.decoding.config import DecodingConfig, apply_transforms
-from labkit.decoding.request import Prompt, Request, Step, check_request, make_step, text_and_finish
+from labkit.decoding.request import Prompt, Request, Step, check_generator, check_request, make_step, text_and_finish
 from labkit.decoding.sampling import greedy, sample
 from labkit.decoding.search import beam_search, best_sequence_steps
 
@@ -42,6 +42,10 @@ def generate(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, prompt:
     With num_beams > 1 the beam search runs to the end first, then its best sequence is yielded.
     """
     request = check_request(model, tokenizer, prompt, config, options, "generate")
+    check_generator(generator)
+    if request.config.num_return_sequences > 1:
+        raise ValueError("generate() streams one sequence; for the n-best list use "
+                         "labkit.decoding.search.beam_search(..., num_return_sequences=n).")
     generator = generator if generator is not None else request.config.generator()
     # Arguments are checked above, when generate() is called; the loop runs as it is iterated.
     if request.config.num_beams > 1:

@@ -27,7 +27,7 @@ from transformers import PreTrainedTokenizerBase
 
 from labkit.core.forward import decode_step, model_device, prefill
 from labkit.decoding.config import DEFAULT_CONFIG, OPTION_NAMES, DecodingConfig
-from labkit.decoding.request import Prompt, check_request
+from labkit.decoding.request import Prompt, check_generator, check_request
 from labkit.decoding.sampling import NEG_INF, sample
 
 ZIPF_TOKENS = 100  # v1 estimates the Zipf exponent from the 100 most likely tokens (the paper's m)
@@ -127,6 +127,7 @@ def mirostat_generate(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase
     _check_mirostat(tau, eta, version)
     request = check_request(model, tokenizer, prompt, config, options, "mirostat_generate")
     _check_only_mirostat_options(request.config)
+    check_generator(generator)
     generator = generator if generator is not None else request.config.generator()
     truncate = mirostat_v2_filter if version == 2 else mirostat_v1_filter
     run, mu = MirostatRun(tau=tau), 2 * tau
@@ -153,7 +154,7 @@ def _check_mirostat(tau: float, eta: float, version: int) -> None:
         raise ValueError(f"tau must be a target surprise in bits > 0, got {tau!r}.")
     if not (isinstance(eta, (int, float)) and not isinstance(eta, bool) and 0 < eta <= 1):
         raise ValueError(f"eta must be a learning rate in (0, 1], got {eta!r}.")
-    if version not in (1, 2) or isinstance(version, bool):
+    if not isinstance(version, int) or isinstance(version, bool) or version not in (1, 2):
         raise ValueError(f"version must be 1 or 2, got {version!r}.")
 
 

@@ -54,6 +54,13 @@ def check_request(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, pr
     return Request(prompt_ids, config, frozenset(eos_token_ids(model, tokenizer)))
 
 
+def check_generator(generator: object) -> None:
+    """Raise a TypeError unless generator is None or a torch.Generator."""
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator (or None to use the config's seed), "
+                        f"got {type(generator).__name__}.")
+
+
 def make_step(token_id: int, text: str, logits: torch.Tensor, finish: str | None, return_logits: bool) -> Step:
     """A Step from the logits [V] the token was chosen from (kept on it only when asked for)."""
     logprob = float(torch.log_softmax(logits.float(), dim=-1)[token_id])

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
-from labkit.core.forward import ModelRunner, context_length, vocab_size
+from labkit.core.forward import ModelRunner, as_llama, context_length, vocab_size
 from labkit.core.llama import Llama
 from labkit.decoding.sampling import sample
 from labkit.speculative.policy import SamplingPolicy
@@ -147,10 +147,7 @@ def early_exit_model(model: nn.Module, n_layers: int) -> Llama:
         >>> draft.layers[0] is model.layers[0]
         True
     """
-    if not isinstance(model, Llama):
-        model = Llama.from_hf(model) if hasattr(model, "config") else model
-    if not isinstance(model, Llama):
-        raise TypeError(f"model must be labkit's Llama or a transformers Llama, got {type(model).__name__}.")
+    model = as_llama(model)
     total = model.config.n_layers
     if not isinstance(n_layers, int) or isinstance(n_layers, bool) or not 1 <= n_layers <= total:
         raise ValueError(f"n_layers must be an integer from 1 to {total} (the model's layers), got {n_layers!r}.")
@@ -164,14 +161,10 @@ def early_exit_model(model: nn.Module, n_layers: int) -> Llama:
 def early_exit_drafter(model: nn.Module, n_layers: int) -> ModelDrafter:
     """A ModelDrafter on `early_exit_model(model, n_layers)`.
 
-        >>> speculative_generate(model, tokenizer, prompt, early_exit_drafter(model, 8), gamma=3)
+        >>> speculative_generate(model, tokenizer, prompt, drafter=early_exit_drafter(model, 8), gamma=3)
     """
     draft = early_exit_model(model, n_layers)
-    return ModelDrafter(draft, name=f"early exit after {n_layers} of {_layers(model)} layers")
-
-
-def _layers(model: nn.Module) -> int:
-    return model.config.n_layers if isinstance(model, Llama) else model.config.num_hidden_layers
+    return ModelDrafter(draft, name=f"early exit after {n_layers} of {as_llama(model).config.n_layers} layers")
 
 
 def drafter_names(drafters: Sequence) -> list[str]:

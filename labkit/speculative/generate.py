@@ -21,7 +21,7 @@ from transformers import PreTrainedTokenizerBase
 
 from labkit.core.forward import ModelRunner, context_length
 from labkit.decoding.config import DecodingConfig
-from labkit.decoding.request import Prompt, check_request
+from labkit.decoding.request import Prompt, check_generator, check_request
 from labkit.speculative.drafters import PromptLookupDrafter
 from labkit.speculative.policy import SamplingPolicy
 from labkit.speculative.rule import verify, verify_greedy
@@ -103,6 +103,7 @@ def speculative_generate(target: torch.nn.Module, tokenizer: PreTrainedTokenizer
     drafter = PromptLookupDrafter() if drafter is None else drafter
     _check_arguments(target, drafter, gamma)
     request = check_request(target, tokenizer, prompt, config, options, "speculative_generate")
+    check_generator(generator)
     config, prompt_ids = request.config, request.prompt_ids
     if config.num_beams > 1 or config.stop:
         raise ValueError("speculative_generate() samples or decodes greedily without stop strings; "
