@@ -84,8 +84,16 @@ class RMSNorm(nn.Module):
 
 
 def rotary_cos_sin(positions: torch.Tensor, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos, sin of shape [T, head_dim] for RoPE (Su et al. 2021, eq. 34), half-split layout."""
+    """cos, sin of shape [T, head_dim] for RoPE (Su et al. 2021, eq. 34), half-split layout.
+
+    positions [T] (every row at the same positions) -> [T, D]; or [B, T] (one row of positions per
+    sequence, the serving engine's mixed batches) -> [B, 1, T, D], broadcasting over the heads.
+    """
     inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, device=positions.device).float() / head_dim)
+    if positions.dim() == 2:
+        angles = positions.float()[:, :, None] * inv_freq  # [B, T, head_dim/2]
+        angles = torch.cat([angles, angles], dim=-1)[:, None]  # [B, 1, T, head_dim]
+        return angles.cos(), angles.sin()
     angles = positions.float()[:, None] * inv_freq[None, :]  # [T, head_dim/2]
     angles = torch.cat([angles, angles], dim=-1)  # [T, head_dim]
     return angles.cos(), angles.sin()
@@ -111,8 +119,12 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(c.n_heads * c.head_dim, c.hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                cache: Cache | None, layer: int) -> torch.Tensor:
-        """x [B, T, hidden] -> [B, T, hidden]; with a cache, T new tokens attend to all before them."""
+                cache: Cache | None, layer: int, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """x [B, T, hidden] -> [B, T, hidden]; with a cache, T new tokens attend to all before them.
+
+        mask: None for the causal [T, S] mask of rows at equal positions, or the [B, 1, T, S] additive
+        mask of a cache's `batch_layout` (rows at different positions, padding masked out).
+        """
         c = self.config
         batch, new_tokens, _ = x.shape
         q = self.q_proj(x).view(batch, new_tokens, c.n_heads, c.head_dim).transpose(1, 2)
@@ -121,7 +133,8 @@ class Attention(nn.Module):
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         if cache is not None:
             k, v = cache.append(layer, k, v)  # [B, n_kv_heads, past + T, D]
-        mask = causal_mask(new_tokens, k.shape[-2], x.device)  # [T, past + T]
+        if mask is None:
+            mask = causal_mask(new_tokens, k.shape[-2], x.device)  # [T, past + T]
         out = attention(q, k, v, mask)  # [B, n_heads, T, D]
         out = out.transpose(1, 2).reshape(batch, new_tokens, c.n_heads * c.head_dim)
         return self.o_proj(out)
@@ -131,7 +144,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
     """softmax(q k^T / sqrt(D) + mask) v (Vaswani et al. 2017, eq. 1), with torch's fused kernel.
 
     q [B, H, T, D]; k, v [B, H_kv, S, D] with H a multiple of H_kv (grouped-query attention,
-    Ainslie et al. 2023: each K/V head serves H / H_kv query heads); mask [T, S] additive.
+    Ainslie et al. 2023: each K/V head serves H / H_kv query heads); mask [T, S] or [B, 1, T, S] additive.
     `attention_explicit` spells out the same arithmetic; the fused kernel is several times faster.
     """
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.dtype), enable_gqa=True)
@@ -175,8 +188,8 @@ class Block(nn.Module):
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.mlp = MLP(config)
 
-    def forward(self, x, cos, sin, cache, layer):
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache, layer)
+    def forward(self, x, cos, sin, cache, layer, mask=None):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache, layer, mask)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -197,19 +210,27 @@ class Llama(nn.Module):
         """input_ids [B, T] -> logits [B, T, vocab] (float32).
 
         Without a cache the T tokens are the whole sequence. With one, they continue the
-        `cache.length` tokens already in it, and their keys/values are appended.
+        `cache.length` tokens already in it, and their keys/values are appended. A cache with a
+        `batch_layout(T) -> (positions [B, T], mask [B, 1, T, S])` method (the serving engine's) says
+        itself where each row's tokens are, so rows of one batch may be at different positions.
         """
-        past = cache.length if cache is not None else 0
-        positions = torch.arange(past, past + input_ids.shape[1], device=input_ids.device)
-        if positions[-1] >= self.config.max_position_embeddings:
+        layout = getattr(cache, "batch_layout", None)
+        mask = None
+        if layout is not None:
+            positions, mask = layout(input_ids.shape[1])
+        else:
+            past = cache.length if cache is not None else 0
+            positions = torch.arange(past, past + input_ids.shape[1], device=input_ids.device)
+        last = int(positions.max())  # the furthest position any row reaches
+        if last >= self.config.max_position_embeddings:
             raise ValueError(
-                f"Position {int(positions[-1])} is beyond the model's context of "
+                f"Position {last} is beyond the model's context of "
                 f"{self.config.max_position_embeddings} tokens; use a shorter prompt or fewer new tokens."
             )
         cos, sin = rotary_cos_sin(positions, self.config.head_dim, self.config.rope_theta)
         x = self.embed_tokens(input_ids)
         for index, block in enumerate(self.layers):
-            x = block(x, cos, sin, cache, index)
+            x = block(x, cos, sin, cache, index, mask)
         if cache is not None:
             cache.advance(input_ids.shape[1])
         return self.lm_head(self.norm(x)).float()

@@ -1,0 +1,75 @@
+"""The cache one forward pass of a mixed batch sees: each row at its own position, in its own blocks.
+
+Row b already has `starts[b]` tokens in the pool (through its block table) and feeds `n_new[b]` more;
+rows are right-padded to T = max(n_new). Through `batch_layout`, labkit's `Llama.forward` takes the
+positions [B, T] and the additive mask [B, 1, T, S] from here (S = max(starts + n_new), the longest row
+after this pass). `append` writes each row's real new keys/values into its slots of the `BlockPool` (the
+padding is never written) and reads back every row's keys/values, padded to S; the mask hides the
+padding, and each padded query repeats its row's last real position, so no mask row is all -inf.
+
+    >>> cache = BatchKV(pool, block_tables=[[0], [1, 2]], starts=[0, 17], n_new=[5, 1])
+    >>> logits = model(input_ids, cache)             # input_ids [2, 5], row 1 right-padded
+"""
+
+from __future__ import annotations
+
+import torch
+
+from labkit.core.paged import BlockPool
+
+
+def slot_index(table: list[int], positions: list[int], block_size: int) -> list[int]:
+    """Flat pool slots (block * block_size + offset) of `positions` of one sequence."""
+    return [table[p // block_size] * block_size + p % block_size for p in positions]
+
+
+class BatchKV:
+    """append(layer, k, v) / advance(T) / batch_layout(T) for rows at different positions (see module doc)."""
+
+    def __init__(self, pool: BlockPool, block_tables: list[list[int]], starts: list[int], n_new: list[int]):
+        if not (len(block_tables) == len(starts) == len(n_new)) or min(n_new, default=0) < 1:
+            raise ValueError("Give one block table, start and n_new >= 1 per row.")
+        size, device = pool.block_size, pool.keys.device
+        ends = [s + n for s, n in zip(starts, n_new)]
+        for table, end in zip(block_tables, ends):
+            if len(table) * size < end:
+                raise ValueError(f"A block table of {len(table)} blocks holds {len(table) * size} tokens; "
+                                 f"this pass needs {end}. Allocate its blocks first.")
+        self.pool = pool
+        self.new_tokens, self.total = max(n_new), max(ends)  # T and S
+        steps = torch.arange(self.new_tokens)
+        last = torch.tensor(n_new)[:, None] - 1
+        self.valid = (steps[None, :] <= last).to(device)  # [B, T] real (not padding) tokens
+        self.positions = (torch.tensor(starts)[:, None] + torch.minimum(steps[None, :], last)).to(device)  # [B, T]
+        writes = [slot_index(t, list(range(s, e)), size) for t, s, e in zip(block_tables, starts, ends)]
+        self.write_slots = torch.tensor([x for row in writes for x in row], device=device)  # [sum n_new]
+        reads = [slot_index(t, list(range(e)), size) + [0] * (self.total - e) for t, e in zip(block_tables, ends)]
+        self.read_slots = torch.tensor(reads, device=device)  # [B, S]; padding reads slot 0, masked
+        self.length = 0  # unused by labkit's Llama when batch_layout exists; kept for the Cache protocol
+
+    @property
+    def batch_size(self) -> int:
+        return self.positions.shape[0]
+
+    def batch_layout(self, new_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(positions [B, T] long, mask [B, 1, T, S] additive float): key s is visible iff s <= query position."""
+        if new_tokens != self.new_tokens:
+            raise ValueError(f"This batch was laid out for {self.new_tokens} tokens per row, got {new_tokens}.")
+        keys = torch.arange(self.total, device=self.positions.device)
+        hidden = keys[None, None, :] > self.positions[:, :, None]  # [B, T, S]
+        mask = torch.zeros(hidden.shape, device=hidden.device).masked_fill(hidden, float("-inf"))
+        return self.positions, mask[:, None]
+
+    def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store the real rows of k, v [B, H, T, D]; return every row's keys, values [B, H, S, D]."""
+        return self._store_and_read(self.pool.keys[layer], k), self._store_and_read(self.pool.values[layer], v)
+
+    def _store_and_read(self, blocks: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+        heads, n_blocks, size, dim = blocks.shape
+        flat = blocks.view(heads, n_blocks * size, dim)  # a view: writes land in the pool
+        flat[:, self.write_slots] = new.transpose(0, 1)[:, self.valid].to(flat.dtype)  # [H, sum n_new, D]
+        picked = flat.index_select(1, self.read_slots.reshape(-1))  # [H, B * S, D]
+        return picked.view(heads, self.batch_size, self.total, dim).transpose(0, 1)  # [B, H, S, D]
+
+    def advance(self, n_tokens: int) -> None:
+        """Nothing to do: the engine's sequences count their own cached tokens."""

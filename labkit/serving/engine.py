@@ -1,0 +1,166 @@
+"""labkit's serving engine: continuous batching over a paged KV cache; step = schedule -> run -> postprocess.
+
+Requests arrive at any time (`add_request`) and leave as soon as they finish; every `step()` runs ONE
+forward pass over the batch the scheduler picks (new prompts, or one token for each running sequence),
+then chooses each row's token with that request's own options, exactly as `labkit.generate` would:
+the same transforms, the same `choose`, its own seeded generator, the same text and stop handling.
+
+    >>> engine = Engine(model, tokenizer, max_num_seqs=8)
+    >>> a = engine.add_request("The sea is", max_new_tokens=16)
+    >>> b = engine.add_request("Once upon a time", temperature=0.8, seed=1)
+    >>> while engine.has_unfinished():
+    ...     for request_id, token_id, text, finish_reason in engine.step():
+    ...         print(request_id, repr(text))
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from transformers import PreTrainedTokenizerBase
+
+from labkit.core.forward import context_length
+from labkit.core.paged import BlockPool
+from labkit.decoding.config import DecodingConfig
+from labkit.decoding.generate import choose
+from labkit.decoding.request import Prompt, check_request, text_and_finish
+from labkit.serving.block_manager import BlockManager
+from labkit.serving.runner import BatchRunner, require_llama
+from labkit.serving.scheduler import ScheduledBatch, Scheduler, SchedulerConfig
+from labkit.serving.request import EngineRequest, EngineRequestMetrics, Status
+
+DEFAULT_TOKENS_PER_SEQ = 1024  # the default pool holds this many tokens per sequence (or the context, if less)
+
+Output = tuple[int, int, str, str | None]  # (request id, token id, text piece, finish reason or None)
+
+
+@dataclass(frozen=True)
+class StepMetrics:
+    """What one engine step did."""
+
+    kind: str  # "prefill" or "decode"
+    batch_size: int  # sequences in the forward pass
+    n_tokens: int  # tokens fed (padding not counted)
+    blocks_used: int  # KV blocks in use after the step
+    preempted: int  # sequences sent back to the queue by this step's schedule
+    duration_s: float  # schedule + run + postprocess, on the engine's clock
+
+
+class Engine:
+    """Continuous batching for labkit's Llama. See the module doc; `generate_batch` for a one-liner."""
+
+    def __init__(self, model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, max_num_seqs: int = 8,
+                 n_blocks: int | None = None, block_size: int = 16, max_num_batched_tokens: int | None = None,
+                 record_logits: bool = False, clock: Callable[[], float] = time.perf_counter):
+        context = context_length(model)
+        if not isinstance(max_num_seqs, int) or isinstance(max_num_seqs, bool) or max_num_seqs < 1:
+            raise ValueError(f"max_num_seqs must be an integer >= 1, got {max_num_seqs!r}.")
+        if not isinstance(block_size, int) or isinstance(block_size, bool) or block_size < 1:
+            raise ValueError(f"block_size must be an integer >= 1, got {block_size!r}.")
+        if n_blocks is None:
+            n_blocks = math.ceil(max_num_seqs * min(context, DEFAULT_TOKENS_PER_SEQ) / block_size)
+        self.config = SchedulerConfig(max_num_seqs, max_num_batched_tokens or max(context, max_num_seqs), context)
+        require_llama(model)  # a transformers model is refused before anything is allocated
+        self.pool = BlockPool.for_model(model, n_blocks, block_size)
+        self.runner = BatchRunner(model, self.pool)
+        self.block_manager = BlockManager(self.pool.allocator, block_size)
+        self.scheduler = Scheduler(self.config, self.block_manager)
+        self.model, self.tokenizer, self.clock = model, tokenizer, clock
+        self.record_logits = record_logits  # keep each token's logits [V] on its EngineRequest (tests, plots)
+        self.requests: dict[int, EngineRequest] = {}  # every request ever added, by id
+        self.step_metrics: list[StepMetrics] = []
+
+    def add_request(self, prompt: Prompt, config: DecodingConfig | None = None, **options) -> int:
+        """Queue a prompt with its own decoding options; return its request id.
+
+        Raises ValueError/TypeError for bad options, and for a request that could never run: longer than
+        the model's context, than the whole pool, or than the per-step token budget.
+        """
+        request = check_request(self.model, self.tokenizer, prompt, config, options, "add_request")
+        if request.config.num_beams > 1:
+            raise ValueError("The engine samples one sequence per request; for beam search use "
+                             "labkit.generate(model, tokenizer, prompt, num_beams=...).")
+        seq = EngineRequest(len(self.requests), request.prompt_ids, request.config, request.eos_ids, self.tokenizer,
+                       self.clock())
+        if request.config.max_new_tokens == 0:  # nothing to generate: done on arrival, as in generate()
+            seq.status, seq.finish_reason, seq.finish_s = Status.FINISHED, "length", seq.arrival_s
+        else:
+            self.scheduler.add(seq)
+        self.requests[seq.seq_id] = seq
+        return seq.seq_id
+
+    def abort(self, request_id: int) -> None:
+        """Stop a request now and free its blocks; a finished (or already aborted) one is left as it is."""
+        if request_id not in self.requests:
+            raise KeyError(f"No request with id {request_id!r}; ids come from add_request "
+                           f"(0 to {len(self.requests) - 1} so far).")
+        seq = self.requests[request_id]
+        if seq.is_done:
+            return
+        self.scheduler.finish(seq, Status.ABORTED)
+        seq.finish_reason, seq.finish_s = "abort", self.clock()
+
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_unfinished()
+
+    def step(self) -> list[Output]:
+        """schedule -> run -> postprocess: one forward pass; the (id, token, text, finish) it produced."""
+        start = self.clock()
+        batch = self.scheduler.schedule()
+        if not batch.seqs:
+            return []
+        n_tokens = batch.n_tokens
+        logits = self.runner.run(batch.seqs)  # [B, V]
+        outputs = self._postprocess(batch, logits)
+        self.step_metrics.append(StepMetrics("prefill" if batch.is_prefill else "decode", len(batch.seqs),
+                                             n_tokens, self.pool.allocator.n_used, len(batch.preempted),
+                                             self.clock() - start))
+        return outputs
+
+    def _postprocess(self, batch: ScheduledBatch, logits: torch.Tensor) -> list[Output]:
+        """Row by row: the request's own transforms and generator choose its token; EOS/stop/length end it."""
+        outputs, now = [], self.clock()
+        for row, seq in enumerate(batch.seqs):
+            seq.num_cached_tokens = len(seq)
+            if seq.scheduled_s is None:
+                seq.scheduled_s = now
+            token_id = int(choose(logits[row:row + 1], seq.config.temperature, seq.generator, seq.transforms,
+                                  seq.token_ids)[0])
+            if self.record_logits:
+                seq.logits.append(logits[row].clone())
+            seq.output_ids.append(token_id)
+            last = len(seq.output_ids) == seq.config.max_new_tokens
+            piece, finish = text_and_finish(token_id, last, seq.eos_ids, seq.text, seq.stopper)
+            seq.first_token_s = seq.first_token_s if seq.first_token_s is not None else now
+            if finish is not None:
+                self.scheduler.finish(seq, Status.FINISHED)
+                seq.finish_reason, seq.finish_s = finish, now
+            outputs.append((seq.seq_id, token_id, piece, finish))
+        return outputs
+
+    def run_until_done(self) -> list[Output]:
+        """Step until every request has finished; all the outputs, in order."""
+        outputs = []
+        while self.has_unfinished():
+            outputs += self.step()
+        return outputs
+
+    def generate_batch(self, prompts: list[Prompt], config: DecodingConfig | None = None, **options) -> list[str]:
+        """Every prompt with the same options, batched; the generated texts in prompt order.
+
+            >>> Engine(model, tokenizer).generate_batch(["Hi", "The sea"], max_new_tokens=8)
+        """
+        ids = [self.add_request(prompt, config, **options) for prompt in prompts]
+        texts = {request_id: "" for request_id in ids}
+        for request_id, _, piece, _ in self.run_until_done():
+            if request_id in texts:
+                texts[request_id] += piece
+        return [texts[request_id] for request_id in ids]
+
+    def metrics(self, request_id: int) -> EngineRequestMetrics:
+        """Queue time, TTFT, TPOT and end-to-end latency of one request (`EngineRequestMetrics`)."""
+        return self.requests[request_id].metrics()

@@ -1,0 +1,51 @@
+"""One batched forward pass per engine step, over labkit's Llama and a paged KV cache.
+
+The rows of a batch may be at different positions (a decode row at position 300 next to a prompt
+being prefilled from 0) and feed different numbers of tokens (right-padded): `BatchKV` gives each row
+its positions, its blocks and its mask.
+
+    >>> runner = BatchRunner(model, pool)
+    >>> logits = runner.run(batch.seqs)        # [B, V]: after each row's last new token
+"""
+
+from __future__ import annotations
+
+import torch
+
+from labkit.core.llama import Llama
+from labkit.core.paged import BlockPool
+from labkit.serving.batch_cache import BatchKV
+from labkit.serving.request import EngineRequest
+
+
+def require_llama(model: torch.nn.Module) -> None:
+    """Raise a TypeError unless model is labkit's Llama (the only model with a paged, mixed-position path)."""
+    if not isinstance(model, Llama):
+        raise TypeError(
+            f"The serving engine runs labkit's from-scratch Llama over a paged KV cache; this is a "
+            f"{type(model).__name__}. Load it with labkit.load_model(name, impl='labkit'), or wrap a "
+            "transformers Llama with labkit.Llama.from_hf(model)."
+        )
+
+
+class BatchRunner:
+    """labkit's Llama and the BlockPool its sequences' keys and values live in."""
+
+    def __init__(self, model: torch.nn.Module, pool: BlockPool):
+        require_llama(model)
+        self.model, self.pool = model, pool
+
+    def run(self, seqs: tuple[EngineRequest, ...] | list[EngineRequest]) -> torch.Tensor:
+        """Feed each sequence's `new_token_ids()`; return the logits after its last one, [B, V] float32 (CPU).
+
+        Each sequence's block table must already cover its new tokens (the scheduler sees to it).
+        """
+        rows = [seq.new_token_ids() for seq in seqs]
+        n_new = [len(row) for row in rows]
+        width = max(n_new)
+        ids = torch.tensor([row + [0] * (width - len(row)) for row in rows], device=self.model.device)  # [B, T]
+        cache = BatchKV(self.pool, [seq.block_table for seq in seqs], [seq.num_cached_tokens for seq in seqs], n_new)
+        with torch.no_grad():
+            logits = self.model(ids, cache)  # [B, T, V]
+        last = torch.tensor(n_new, device=logits.device) - 1
+        return logits[torch.arange(len(rows), device=logits.device), last].cpu()
