@@ -10,7 +10,7 @@ import torch
 import labkit
 from labkit.speculative import rule
 from labkit.decoding.config import DecodingConfig, apply_transforms
-from labkit.speculative.drafters import ModelDrafter, PromptLookupDrafter, early_exit_drafter, early_exit_model
+from labkit.speculative.drafters import ModelDrafter, PromptLookupDrafter, early_exit_drafter
 from labkit.speculative.rule import accept_or_resample, expected_tokens_per_step, residual_distribution, verify
 from labkit.speculative.generate import speculative_generate
 

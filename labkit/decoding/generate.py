@@ -11,7 +11,6 @@ transformers causal LM (through `labkit.core.forward`).
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 
 import torch
 from transformers import PreTrainedTokenizerBase

@@ -106,7 +106,7 @@ def load_bitsandbytes_model(name: str, mode: str = "nf4",
         )
     # LLM.int8() computes in float16 and logs on every call that it casts the float32 input.
     logging.getLogger("bitsandbytes.autograd._functions").setLevel(logging.ERROR)
-    with _quiet_transformers():
+    with quiet_transformers():
         model = AutoModelForCausalLM.from_pretrained(build_cache(name), quantization_config=_config(mode),
                                                      device_map=device.type, dtype=torch.float32)
     return model.eval(), load_tokenizer(name)

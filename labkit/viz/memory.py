@@ -62,8 +62,6 @@ class ContextSlider(widgets.VBox):
 
     def __init__(self, model: str | ModelShape = "llama-3.1-8b", memory_gb: float = 24, batch: int = 1,
                  weights_dtype: str = "fp16", kv_dtype: str | None = None):
-        from matplotlib.figure import Figure
-
         self.shape = model_shape(model) if isinstance(model, str) else model
         self.weights_dtype, self.kv_dtype = weights_dtype, weights_dtype if kv_dtype is None else kv_dtype
         options = [2**k for k in range(8, int(math.log2(self.shape.context)) + 1)]
