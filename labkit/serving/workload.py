@@ -1,0 +1,249 @@
+"""The workload of notebook 10 and `python -m labkit.bench batching`, and three ways to serve it.
+
+A workload is a list of chat requests of varied prompt length and `max_new_tokens`, arriving together
+or staggered (Poisson arrivals). The same workload is served three ways, on the real clock:
+
+- **one at a time**: `labkit.generate` per request, in arrival order (a request waits for the ones before it);
+- **static batches**: the `Engine`, but a batch of `batch_size` requests is admitted only once all of
+  them have arrived and the previous batch has fully finished (short answers wait for the longest);
+- **continuous batching**: the `Engine`, each request added the moment it arrives, each leaving when done.
+
+TTFT is measured from each request's arrival, so waiting in a queue counts, as a user would feel it.
+
+    >>> workload = make_workload(tokenizer, n_requests=16)
+    >>> results = [run_one_at_a_time(model, tokenizer, workload), run_continuous(model, tokenizer, workload)]
+    >>> print(results_table(results))
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections import deque
+from dataclasses import dataclass
+
+import torch
+from transformers import PreTrainedTokenizerBase
+
+from labkit.core.text import chat_prompt
+from labkit.decoding.config import DecodingConfig
+from labkit.decoding.generate import generate
+from labkit.metrics import percentile
+from labkit.serving.engine import Engine
+
+BLOCK_SIZE = 16  # tokens per KV block of the engines these runners make
+
+QUESTIONS = (
+    "What is the capital of France?", "Name three primary colors.", "Why is the sky blue?",
+    "Give me a synonym for happy.", "How many legs does a spider have?", "What is photosynthesis?",
+    "Write a haiku about the autumn moon over a quiet lake.", "Explain in simple words what a neural network is.",
+    "What are the main differences between a cat and a dog as pets?",
+    "Suggest a name for a small bakery that sells bread and cakes in a seaside town.",
+    "List some healthy snacks that are easy to take to work or school.",
+    "My tomato plants have yellow leaves at the bottom and the soil is always wet. What should I do?",
+    "I am planning a three-day trip to Rome in October with my parents, who do not like long walks. "
+    "Which sights should we see, and how should we split them across the days?",
+    "Summarize in one sentence: The old lighthouse stood at the edge of the cliff for two hundred years. "
+    "Every night its keeper climbed the stairs and watched the beam sweep across the dark water.",
+    "Write a short, friendly email to a colleague asking to move our Tuesday meeting to Thursday "
+    "afternoon, because I have a doctor's appointment on Tuesday.",
+    "Here is a list of chores: wash the dishes, take out the trash, vacuum the living room, water the "
+    "plants, fold the laundry, clean the bathroom. Split them fairly between two people and explain why.",
+)
+
+
+@dataclass(frozen=True)
+class WorkItem:
+    """One request of a workload."""
+
+    prompt_ids: list[int]  # a chat prompt (the tokenizer's chat template), of varied length
+    max_new_tokens: int  # at most this many new tokens (greedy chat answers may end earlier, at EOS)
+    arrival_s: float  # seconds after the run starts when it arrives (0 for all when arriving together)
+
+
+def make_workload(tokenizer: PreTrainedTokenizerBase, n_requests: int = 16, staggered: bool = False, seed: int = 0,
+                  max_new_tokens: tuple[int, int] = (16, 64), mean_gap_s: float = 0.1) -> list[WorkItem]:
+    """n_requests chat requests: varied questions and max_new_tokens in [low, high]; a seed reproduces it.
+
+    staggered: Poisson arrivals, gaps drawn from an exponential of mean `mean_gap_s` (the first at 0).
+
+        >>> [item.arrival_s for item in make_workload(tokenizer, 3, staggered=True)]
+        [0.0, 0.141..., 0.302...]
+    """
+    low, high = max_new_tokens
+    if not isinstance(n_requests, int) or n_requests < 1:
+        raise ValueError(f"n_requests must be an integer >= 1, got {n_requests!r}.")
+    if not 1 <= low <= high or mean_gap_s <= 0:
+        raise ValueError(f"Need 1 <= low <= high in max_new_tokens={max_new_tokens!r} and mean_gap_s > 0 "
+                         f"(got {mean_gap_s!r}).")
+    rng = random.Random(seed)
+    rounds = math.ceil(n_requests / len(QUESTIONS))  # each question once per round, in a shuffled order
+    questions = [q for _ in range(rounds) for q in rng.sample(QUESTIONS, len(QUESTIONS))]
+    items, arrival = [], 0.0
+    for index in range(n_requests):
+        if staggered and index > 0:
+            arrival += rng.expovariate(1 / mean_gap_s)
+        items.append(WorkItem(chat_prompt(tokenizer, questions[index]), rng.randint(low, high), arrival))
+    return items
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What serving one workload cost, and what it produced. Times in seconds."""
+
+    name: str  # how it was served
+    wall_s: float  # run start -> last token of the last request
+    output_tokens: int  # tokens generated, all requests
+    ttft_s: tuple[float, ...]  # per request (workload order), from its arrival to its first token
+    tpot_s: tuple[float, ...]  # per request with >= 2 tokens: mean gap between its later tokens
+    token_ids: tuple[tuple[int, ...], ...]  # per request, in workload order
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Total throughput: every request's tokens / the wall time of the whole run."""
+        return self.output_tokens / self.wall_s
+
+    @property
+    def ttft_p50(self) -> float:
+        return percentile(self.ttft_s, 50)
+
+    @property
+    def ttft_p95(self) -> float:
+        return percentile(self.ttft_s, 95)
+
+    @property
+    def tpot_p50(self) -> float:
+        return percentile(self.tpot_s, 50) if self.tpot_s else math.nan
+
+    @property
+    def tpot_p95(self) -> float:
+        return percentile(self.tpot_s, 95) if self.tpot_s else math.nan
+
+
+class Timeline:
+    """The tokens of each request and when they came, since the run started (time.perf_counter)."""
+
+    def __init__(self, name: str, workload: list[WorkItem]):
+        self.name, self.workload = name, workload
+        self.tokens: list[list[int]] = [[] for _ in workload]
+        self.first, self.last = [math.nan] * len(workload), [math.nan] * len(workload)  # token times, per request
+        self.start = time.perf_counter()
+
+    def now(self) -> float:
+        return time.perf_counter() - self.start  # seconds since the run started
+
+    def wait_until(self, moment: float) -> None:
+        """Sleep until `moment` seconds after the start (nothing to do meanwhile)."""
+        delay = moment - self.now()
+        if delay > 0:
+            time.sleep(delay)
+
+    def record(self, index: int, token_id: int) -> None:
+        moment = self.now()
+        if not self.tokens[index]:
+            self.first[index] = moment
+        self.last[index] = moment
+        self.tokens[index].append(token_id)
+
+    def result(self) -> RunResult:
+        wall = max(self.last)
+        arrivals = [item.arrival_s for item in self.workload]
+        tpot = tuple((last - first) / (len(ids) - 1) for first, last, ids in zip(self.first, self.last, self.tokens)
+                     if len(ids) > 1)
+        return RunResult(self.name, wall, sum(len(ids) for ids in self.tokens),
+                         tuple(first - arrival for first, arrival in zip(self.first, arrivals)), tpot,
+                         tuple(tuple(ids) for ids in self.tokens))
+
+
+def arrival_order(workload: list[WorkItem]) -> list[int]:
+    """Indices of the workload, by arrival (ties in workload order)."""
+    return sorted(range(len(workload)), key=lambda i: workload[i].arrival_s)
+
+
+def item_config(config: DecodingConfig | None, item: WorkItem) -> DecodingConfig:
+    """The run's decoding options (default greedy) with this request's max_new_tokens."""
+    return (config or DecodingConfig()).replace(max_new_tokens=item.max_new_tokens)
+
+
+def run_one_at_a_time(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, workload: list[WorkItem],
+                      config: DecodingConfig | None = None) -> RunResult:
+    """`labkit.generate` per request, in arrival order, each waiting for the one before (batch 1).
+
+        >>> run_one_at_a_time(model, tokenizer, make_workload(tokenizer, 4)).tokens_per_s
+    """
+    line = Timeline("one at a time", workload)
+    for index in arrival_order(workload):
+        line.wait_until(workload[index].arrival_s)
+        for step in generate(model, tokenizer, workload[index].prompt_ids, item_config(config, workload[index])):
+            line.record(index, step.token_id)
+    return line.result()
+
+
+def make_engine(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, workload: list[WorkItem],
+                max_num_seqs: int) -> Engine:
+    """An Engine whose pool holds every request of the workload at its longest: nothing is ever preempted."""
+    blocks = sum(math.ceil((len(item.prompt_ids) + item.max_new_tokens) / BLOCK_SIZE) for item in workload)
+    return Engine(model, tokenizer, max_num_seqs=max_num_seqs, n_blocks=blocks, block_size=BLOCK_SIZE)
+
+
+def serve(engine: Engine, line: Timeline, config: DecodingConfig | None, batch_size: int | None) -> None:
+    """Feed the workload to the engine as requests arrive, step it, record every token on `line`.
+
+    batch_size None: continuous batching (add each request when it arrives). An int: static batches
+    (the next batch_size requests, added together once all have arrived and the engine is idle).
+    """
+    workload, pending, index_of = line.workload, deque(arrival_order(line.workload)), {}
+    while pending or engine.has_unfinished():
+        if batch_size is None:
+            take = sum(1 for i in pending if workload[i].arrival_s <= line.now())
+            due = workload[pending[0]].arrival_s if pending else math.inf
+        else:
+            batch = list(pending)[:batch_size]
+            due = workload[batch[-1]].arrival_s if batch else math.inf
+            take = len(batch) if not engine.has_unfinished() and due <= line.now() else 0
+        for _ in range(take):
+            index = pending.popleft()
+            index_of[engine.add_request(workload[index].prompt_ids, item_config(config, workload[index]))] = index
+        if engine.has_unfinished():
+            for request_id, token_id, _, _ in engine.step():
+                line.record(index_of[request_id], token_id)
+        elif pending:
+            line.wait_until(due)
+
+
+def run_static_batches(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, workload: list[WorkItem],
+                       batch_size: int = 4, config: DecodingConfig | None = None) -> RunResult:
+    """The Engine with static batches: a batch starts when all its requests arrived and the last one ended.
+
+        >>> run_static_batches(model, tokenizer, make_workload(tokenizer, 8), batch_size=4).ttft_p50
+    """
+    line = Timeline(f"static batches of {batch_size}", workload)
+    serve(make_engine(model, tokenizer, workload, batch_size), line, config, batch_size)
+    return line.result()
+
+
+def run_continuous(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, workload: list[WorkItem],
+                   max_num_seqs: int = 16, config: DecodingConfig | None = None) -> RunResult:
+    """The Engine with continuous batching: each request joins the running batch when it arrives.
+
+        >>> run_continuous(model, tokenizer, make_workload(tokenizer, 16, staggered=True)).tokens_per_s
+    """
+    line = Timeline(f"continuous batching (up to {max_num_seqs})", workload)
+    serve(make_engine(model, tokenizer, workload, max_num_seqs), line, config, None)
+    return line.result()
+
+
+def results_table(results: list[RunResult]) -> str:
+    """One row per run: requests, total tokens/s, TTFT and TPOT p50/p95, wall time, tokens/s vs the first row.
+
+        >>> print(results_table([one_at_a_time, continuous]))
+    """
+    width = max(len("runner"), *(len(r.name) for r in results))
+    lines = [f"{'runner':<{width}}  {'requests':>8}  {'tokens/s':>8}  {'TTFT p50 ms':>11}  {'TTFT p95 ms':>11}  "
+             f"{'TPOT p50 ms':>11}  {'TPOT p95 ms':>11}  {'wall s':>6}  {'vs first':>8}"]
+    for r in results:
+        lines.append(f"{r.name:<{width}}  {len(r.token_ids):>8}  {r.tokens_per_s:>8.1f}  {r.ttft_p50 * 1e3:>11.0f}  "
+                     f"{r.ttft_p95 * 1e3:>11.0f}  {r.tpot_p50 * 1e3:>11.1f}  {r.tpot_p95 * 1e3:>11.1f}  "
+                     f"{r.wall_s:>6.2f}  {r.tokens_per_s / results[0].tokens_per_s:>7.2f}x")
+    return "\n".join(lines)

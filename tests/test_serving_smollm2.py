@@ -1,0 +1,100 @@
+"""Batch invariance of the serving engine on the real model (SmolLM2-135M-Instruct, float32, labkit's Llama):
+chat prompts of different lengths, added at different steps, give the greedy tokens and the logits of
+`labkit.generate` on each prompt alone; so do prompts sharing a system prompt through the prefix cache."""
+
+import pytest
+import torch
+
+import labkit
+from labkit.serving.engine import Engine
+
+# Batched vs alone, the same float32 arithmetic in other shapes (rows padded to the longest, keys
+# padded and masked, a shared prefix computed in another row), so matmuls may sum in another order.
+# Measured on this 2-core CPU: max |batched - alone| = 6.0e-05 over every logit of every step (logits
+# of SmolLM2 reach ~30). The bound leaves ~16x headroom for other CPUs' kernels and still catches a
+# real mistake (a wrong position or another row's keys move logits by 0.1-10).
+LOGITS_ATOL = 1e-3
+# A greedy token can only flip where the top two logits are closer than the error: tokens are compared
+# only up to the first step whose single-sequence top-2 margin is below 10x the bound (a near-tie),
+# and that step's logits still are (they depend only on the agreeing prefix).
+NEAR_TIE = 10 * LOGITS_ATOL
+
+QUESTIONS = [
+    "Hi!",
+    "What is the capital of France?",
+    "Name three primary colors.",
+    "Write a haiku about the autumn moon over a quiet mountain lake.",
+    "Explain in simple words what a neural network is and what it is used for.",
+    "List some healthy snacks that are easy to take to work or school, with one sentence about each.",
+    "I am planning a three-day trip to Rome in October with my parents, who do not like long walks. "
+    "Which sights should we see, and how should we split them across the days?",
+    "Summarize in one sentence: The old lighthouse stood at the edge of the cliff for two hundred years. "
+    "Every night its keeper climbed the stairs, trimmed the wick and watched the beam sweep the water.",
+]
+NEW_TOKENS = [6, 12, 20, 9, 24, 15, 18, 10]
+ARRIVAL_STEPS = [0, 0, 0, 1, 2, 4, 7, 11]  # request i is added before engine step ARRIVAL_STEPS[i]
+
+SYSTEM = ("You are a patient teacher for curious children. Answer in at most two short sentences, with simple "
+          "words, no lists and no jargon. If a question is unclear, say what you understood and answer that.")
+SHARED = ["Why is the sea salty?", "How do birds fly?", "What is a rainbow made of?", "Why do cats purr?"]
+
+
+def alone(model, tokenizer, prompt_ids, max_new_tokens):
+    """(tokens, logits [n, V], top-2 margins [n]) of greedy `labkit.generate` on the prompt alone."""
+    steps = list(labkit.generate(model, tokenizer, prompt_ids, max_new_tokens=max_new_tokens, return_logits=True))
+    logits = torch.stack([s.logits for s in steps])
+    top2 = logits.topk(2, dim=-1).values
+    return [s.token_id for s in steps], logits, top2[:, 0] - top2[:, 1]
+
+
+def compare(engine, request_id, model, tokenizer, prompt_ids, max_new_tokens) -> tuple[int, int, float]:
+    """Assert batched == alone up to the first near-tie; (tokens compared, tokens alone, max logit difference)."""
+    tokens, logits, margins = alone(model, tokenizer, prompt_ids, max_new_tokens)
+    seq = engine.requests[request_id]
+    ties = (margins <= NEAR_TIE).nonzero()
+    trusted = int(ties[0]) if len(ties) else len(tokens)  # steps before the first near-tie
+    assert seq.output_ids[:trusted] == tokens[:trusted]
+    checked = min(trusted + 1, len(tokens), len(seq.output_ids))  # a near-tie step's logits still agree
+    difference = float((torch.stack(seq.logits[:checked]) - logits[:checked]).abs().max())
+    assert difference < LOGITS_ATOL
+    if trusted == len(tokens):
+        assert len(seq.output_ids) == len(tokens) and seq.finish_reason in ("eos", "length")
+    return trusted, len(tokens), difference
+
+
+@pytest.mark.slow
+def test_batched_chat_equals_each_prompt_alone(smollm2_labkit, tokenizer):
+    prompts = [labkit.chat_prompt(tokenizer, q) for q in QUESTIONS]
+    assert len({len(p) for p in prompts}) == len(prompts)  # all lengths differ
+    engine = Engine(smollm2_labkit, tokenizer, max_num_seqs=8, record_logits=True)
+    ids, step = [], 0
+    while len(ids) < len(prompts) or engine.has_unfinished():
+        while len(ids) < len(prompts) and ARRIVAL_STEPS[len(ids)] <= step:
+            ids.append(engine.add_request(prompts[len(ids)], max_new_tokens=NEW_TOKENS[len(ids)]))
+        engine.step()
+        step += 1
+    assert max(m.batch_size for m in engine.step_metrics) >= 6  # they really shared forward passes
+    assert {m.kind for m in engine.step_metrics} == {"prefill", "decode"}
+    found = [compare(engine, i, smollm2_labkit, tokenizer, p, n) for i, p, n in zip(ids, prompts, NEW_TOKENS)]
+    compared, total = sum(f[0] for f in found), sum(f[1] for f in found)
+    assert compared >= 0.9 * total, f"only {compared} of {total} tokens before a near-tie: pick other prompts"
+    assert len({tuple(engine.requests[i].output_ids) for i in ids}) == len(ids)
+    print(f"max |batched - alone| logit difference: {max(f[2] for f in found):.2e}; "
+          f"{compared}/{total} tokens compared")
+
+
+@pytest.mark.slow
+def test_shared_system_prompt_hits_the_prefix_cache_and_changes_nothing(smollm2_labkit, tokenizer):
+    prompts = [labkit.chat_prompt(tokenizer, [{"role": "system", "content": SYSTEM}, {"role": "user", "content": q}])
+               for q in SHARED]
+    engine = Engine(smollm2_labkit, tokenizer, max_num_seqs=4, record_logits=True)
+    ids = [engine.add_request(p, max_new_tokens=12) for p in prompts]
+    engine.step()  # the four prompts admitted and prefilled together, the shared blocks computed once
+    block = engine.block_manager.block_size
+    assert engine.block_manager.hit_rate > 0  # the three later prompts reuse the first one's system-prompt blocks
+    assert engine.pool.allocator.n_used < sum(-(-len(p) // block) for p in prompts)
+    engine.run_until_done()
+    found = [compare(engine, i, smollm2_labkit, tokenizer, p, 12) for i, p in zip(ids, prompts)]
+    assert sum(f[0] for f in found) >= 0.9 * sum(f[1] for f in found)
+    engine.block_manager.check()
+    assert engine.pool.allocator.n_used == 0
