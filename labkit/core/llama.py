@@ -206,13 +206,18 @@ class Llama(nn.Module):
         if config.tie_word_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
 
-    def forward(self, input_ids: torch.Tensor, cache: Cache | None = None) -> torch.Tensor:
-        """input_ids [B, T] -> logits [B, T, vocab] (float32).
+    def forward(self, input_ids: torch.Tensor, cache: Cache | None = None,
+                logits_at: torch.Tensor | None = None) -> torch.Tensor:
+        """input_ids [B, T] -> logits [B, T, vocab] (float32), or [B, vocab] at `logits_at`.
 
         Without a cache the T tokens are the whole sequence. With one, they continue the
         `cache.length` tokens already in it, and their keys/values are appended. A cache with a
         `batch_layout(T) -> (positions [B, T], mask [B, 1, T, S])` method (the serving engine's) says
         itself where each row's tokens are, so rows of one batch may be at different positions.
+
+        `logits_at` [B] (long), one index into T per row, computes the output head only there: a
+        server needs just the logits after each row's last prompt token, and the head (hidden x vocab)
+        is the largest matrix of a small model.
         """
         layout = getattr(cache, "batch_layout", None)
         mask = None
@@ -233,6 +238,8 @@ class Llama(nn.Module):
             x = block(x, cos, sin, cache, index, mask)
         if cache is not None:
             cache.advance(input_ids.shape[1])
+        if logits_at is not None:
+            x = x[torch.arange(x.shape[0], device=x.device), logits_at.to(x.device)]  # [B, hidden]
         return self.lm_head(self.norm(x)).float()
 
     def new_cache(self, batch_size: int = 1, max_length: int | None = None) -> KVCache:

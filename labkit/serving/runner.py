@@ -45,7 +45,6 @@ class BatchRunner:
         width = max(n_new)
         ids = torch.tensor([row + [0] * (width - len(row)) for row in rows], device=self.model.device)  # [B, T]
         cache = BatchKV(self.pool, [seq.block_table for seq in seqs], [seq.num_cached_tokens for seq in seqs], n_new)
+        last = torch.tensor(n_new, device=self.model.device) - 1  # [B]: each row's last new token
         with torch.no_grad():
-            logits = self.model(ids, cache)  # [B, T, V]
-        last = torch.tensor(n_new, device=logits.device) - 1
-        return logits[torch.arange(len(rows), device=logits.device), last].cpu()
+            return self.model(ids, cache, logits_at=last).cpu()  # [B, V]
