@@ -4,6 +4,7 @@
     >>> checks.check_parameter_count(answer, model)
 """
 
+from labkit.checks.batching import *  # noqa: F403  notebook 10
 from labkit.checks.decoding import *  # noqa: F403  notebooks 03-05
 from labkit.checks.foundation import *  # noqa: F403  notebooks 00-02
 from labkit.checks.kvcache import *  # noqa: F403  notebooks 06-07

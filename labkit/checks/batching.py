@@ -1,0 +1,132 @@
+"""Exercise checkers for batching and continuous batching, notebook 10 (see labkit/checks/foundation.py for the style).
+
+    >>> checks.check_kv_blocks(answer, lengths=[37, 5, 16], block_size=16)
+    >>> checks.check_wasted_slots(wasted_slots)
+    >>> checks.check_fcfs_admission(admit)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+from labkit.checks.common import not_attempted, verdict
+
+__all__ = ["check_fcfs_admission", "check_kv_blocks", "check_wasted_slots"]
+
+
+def kv_blocks(lengths: Sequence[int], block_size: int) -> int:
+    """KV blocks that sequences of these lengths hold in a paged pool (no sharing): sum of ceil(n / block_size)."""
+    return sum(math.ceil(n / block_size) for n in lengths)
+
+
+def static_batch_slots(prompt_lengths: Sequence[int], output_lengths: Sequence[int]) -> tuple[int, int, int]:
+    """(useful, padding, idle) token slots of ONE static batch: prompts right-padded to the longest, and every
+    row decoding until the longest output is done (finished rows idle)."""
+    longest_prompt, longest_output = max(prompt_lengths), max(output_lengths)
+    useful = sum(prompt_lengths) + sum(output_lengths)
+    padding = sum(longest_prompt - p for p in prompt_lengths)
+    idle = sum(longest_output - o for o in output_lengths)
+    return useful, padding, idle
+
+
+def fcfs_admitted(prompt_lengths: Sequence[int], free_blocks: int, block_size: int, free_seats: int) -> int:
+    """How many requests at the head of the queue FCFS admits: in order, while a seat is free and the prompt's
+    blocks fit; stop at the first that does not (never skip ahead)."""
+    admitted = 0
+    for length in prompt_lengths:
+        need = math.ceil(length / block_size)
+        if admitted == free_seats or need > free_blocks:
+            break
+        free_blocks -= need
+        admitted += 1
+    return admitted
+
+
+def _number(answer) -> float | None:
+    try:
+        return float(answer)
+    except (TypeError, ValueError):
+        return None
+
+
+def check_kv_blocks(answer: int | None, lengths: Sequence[int], block_size: int) -> bool:
+    """Exercise: how many KV blocks of `block_size` tokens do sequences of these lengths hold (no sharing)?"""
+    if answer is None:
+        return not_attempted("a number of blocks")
+    value = _number(answer)
+    if value is None:
+        return verdict(False, f"give a number of blocks, not {type(answer).__name__}.")
+    expected = kv_blocks(lengths, block_size)
+    if value == expected:
+        return verdict(True, f"{expected} blocks: each sequence rounds up to whole blocks on its own "
+                              f"({', '.join(str(math.ceil(n / block_size)) for n in lengths)}).")
+    hints = [
+        (math.ceil(sum(lengths) / block_size), "blocks are never shared between sequences here: round up "
+                                               "each sequence on its own, then add."),
+        (sum(n // block_size for n in lengths), "a partly filled block is still a whole block: round up, not down."),
+        (sum(lengths) / block_size, "a sequence holds whole blocks: round each one up to an integer."),
+        (sum(lengths), "that is a number of tokens; divide each sequence's tokens by the block size (rounding up)."),
+    ]
+    for wrong, hint in hints:
+        if math.isclose(value, wrong):
+            return verdict(False, hint)
+    return verdict(False, f"{value:g} is not it. Add up ceil(tokens / {block_size}) over the sequences.")
+
+
+def check_wasted_slots(fn: Callable | None) -> bool:
+    """Exercise: fn(prompt_lengths, output_lengths) -> the token slots ONE static batch wastes: the prompts'
+    padding to the longest prompt, plus the idle decode slots of rows that finished before the longest."""
+    if fn is None:
+        return not_attempted("your function wasted_slots(prompt_lengths, output_lengths)")
+    cases = [([5, 9, 3], [10, 4, 7]), ([12, 12], [3, 8]), ([4, 7, 7, 2], [6, 6, 6, 6]), ([8], [5])]
+    for prompts, outputs in cases:
+        _, padding, idle = static_batch_slots(prompts, outputs)
+        try:
+            got = fn(list(prompts), list(outputs))
+        except Exception as error:  # noqa: BLE001  a student's bug is a hint, never a crash
+            return verdict(False, f"wasted_slots({prompts}, {outputs}) raised {type(error).__name__}: {error}")
+        if _number(got) == padding + idle:
+            continue
+        where = f"for prompts {prompts} and outputs {outputs}"
+        if _number(got) == idle:
+            return verdict(False, f"{where} you counted the idle decode slots ({idle}) but not the prompts' "
+                                   f"padding ({padding}): prefill pads every prompt to the longest.")
+        if _number(got) == padding:
+            return verdict(False, f"{where} you counted the padding ({padding}) but not the idle decode slots "
+                                   f"({idle}): a finished row runs until the longest output is done.")
+        longest = max(p + o for p, o in zip(prompts, outputs))
+        if _number(got) == sum(longest - p - o for p, o in zip(prompts, outputs)):
+            return verdict(False, f"{where}: prefill and decode are padded separately. Prompts are padded to the "
+                                   "longest prompt; outputs run to the longest output.")
+        return verdict(False, f"{where} the answer is {padding} padding + {idle} idle = {padding + idle}, not {got!r}.")
+    return verdict(True, "padding to the longest prompt plus idle slots until the longest output: work that a "
+                          "static batch pays for and throws away.")
+
+
+def check_fcfs_admission(fn: Callable | None) -> bool:
+    """Exercise: fn(prompt_lengths, free_blocks, block_size, free_seats) -> how many requests at the head of
+    the queue are admitted, first come first served."""
+    if fn is None:
+        return not_attempted("your function admit(prompt_lengths, free_blocks, block_size, free_seats)")
+    cases = [([20, 40, 10], 8, 16, 4), ([60, 10, 10], 3, 16, 4), ([16, 16, 16, 16], 10, 16, 2), ([1, 17, 33], 6, 16, 8),
+             ([], 5, 16, 4), ([50], 2, 16, 1)]
+    for prompts, free_blocks, block_size, seats in cases:
+        expected = fcfs_admitted(prompts, free_blocks, block_size, seats)
+        try:
+            got = fn(list(prompts), free_blocks, block_size, seats)
+        except Exception as error:  # noqa: BLE001
+            return verdict(False, f"admit({prompts}, {free_blocks}, {block_size}, {seats}) raised "
+                                   f"{type(error).__name__}: {error}")
+        if _number(got) == expected:
+            continue
+        where = f"admit({prompts}, free_blocks={free_blocks}, block_size={block_size}, free_seats={seats})"
+        if _number(got) == fcfs_admitted(prompts, free_blocks, block_size, len(prompts)):
+            return verdict(False, f"{where} is {expected}: at most free_seats requests may join.")
+        floor = fcfs_admitted([(p // block_size) * block_size for p in prompts], free_blocks, block_size, seats)
+        if _number(got) == floor and floor != expected:
+            return verdict(False, f"{where} is {expected}: a prompt of n tokens needs ceil(n / block_size) blocks.")
+        return verdict(False, f"{where} is {expected}, not {got!r}. Go in order and stop at the FIRST request that "
+                               "does not fit: skipping ahead to a smaller one would let it overtake (and could "
+                               "starve a long prompt).")
+    return verdict(True, "first come, first served: in order, while seats and blocks last, never skipping ahead.")

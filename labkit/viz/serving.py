@@ -1,0 +1,285 @@
+"""Batching pictures for notebook 10: the batch sweep, static batching's wasted slots, the continuous-batching
+engine step by step (timeline, block tables, a step slider) and the strategies compared.
+
+    >>> plot_batch_sweep([1, 2, 4], [0.055, 0.060, 0.070])
+    >>> trace = run_traced(engine, [("The sea is", {"max_new_tokens": 8})], arrivals=[0])
+    >>> draw_timeline(trace); print(format_trace(trace)); engine_stepper(trace)
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import ipywidgets as widgets
+import matplotlib.pyplot as plt
+from matplotlib.colors import ListedColormap
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch, Rectangle
+
+from labkit.serving.engine import Engine
+
+STATE_COLORS = {"waiting": "#d9d9d9", "prefill": "#9b6fd1", "decode": "#4caf50", "paused": "#c8e6c9"}
+
+
+def plot_batch_sweep(batches: Sequence[int], step_s: Sequence[float], axes=None):
+    """Left: ms per decode step by batch size; right: tokens/s (batch / step time) against perfect scaling.
+
+    Returns the two matplotlib Axes.
+    """
+    if len(batches) != len(step_s) or not batches:
+        raise ValueError("Give one step time per batch size (and at least one).")
+    if axes is None:
+        _, axes = plt.subplots(1, 2, figsize=(10, 3.2), layout="constrained")
+    left, right = axes
+    left.plot(batches, [s * 1e3 for s in step_s], "o-", color="tab:green")
+    left.set(xlabel="batch size (sequences)", ylabel="ms per decode step", xscale="log", ylim=(0, None),
+             title="time of one decode step")
+    rates = [b / s for b, s in zip(batches, step_s)]
+    right.plot(batches, rates, "o-", color="tab:green", label="measured")
+    right.plot(batches, [rates[0] * b / batches[0] for b in batches], ":", color="gray", label="if the step cost stayed flat")
+    right.set(xlabel="batch size (sequences)", ylabel="tokens / s", xscale="log", yscale="log",
+              title="decode throughput")
+    right.legend(frameon=False, fontsize=8)
+    for ax in axes:
+        ax.set_xticks(list(batches), [str(b) for b in batches])
+        ax.minorticks_off()
+        ax.spines[["top", "right"]].set_visible(False)
+    return axes
+
+
+def draw_slot_grid(output_lengths: Sequence[int], labels: Sequence[str] | None = None, ax=None):
+    """Static batching's decode steps: rows = requests, columns = steps; green = a useful token, grey = an idle
+    slot (the request has finished but its row still runs until the longest one ends). Returns the Axes."""
+    if not output_lengths or min(output_lengths) < 1:
+        raise ValueError("Give each request's number of output tokens (at least 1 each).")
+    steps, rows = max(output_lengths), len(output_lengths)
+    grid = [[1 if step < n else 0 for step in range(steps)] for n in output_lengths]
+    if ax is None:
+        _, ax = plt.subplots(figsize=(min(12, 2 + 0.18 * steps), 0.45 * rows + 1.2), layout="constrained")
+    ax.imshow(grid, cmap=ListedColormap(["#d9d9d9", "#4caf50"]), vmin=0, vmax=1, aspect="auto")
+    ax.set_yticks(range(rows), labels or [f"request {i}" for i in range(rows)])
+    ax.set_xticks([x - 0.5 for x in range(0, steps + 1, 5)], [str(x) for x in range(0, steps + 1, 5)])
+    ax.set_xticks([x - 0.5 for x in range(steps + 1)], minor=True)
+    ax.set_yticks([y - 0.5 for y in range(rows + 1)], minor=True)
+    ax.grid(which="minor", color="white", lw=0.8)
+    ax.tick_params(which="minor", length=0)
+    ax.set_xlabel("decode step")
+    useful = sum(output_lengths)
+    ax.set_title(f"{useful} useful token slots, {rows * steps - useful} idle ({1 - useful / (rows * steps):.0%} of "
+                 f"the batch's work wasted)", fontsize=9)
+    ax.legend(handles=[Patch(color="#4caf50", label="useful"), Patch(color="#d9d9d9", label="idle (wasted)")],
+              loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False, fontsize=8)
+    return ax
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The engine right after one step: what ran, who waits, who holds which blocks."""
+
+    step: int  # 0, 1, ...
+    kind: str  # "prefill", "decode", or "idle" (no request yet)
+    batch: tuple[int, ...]  # request ids in the forward pass
+    preempted: tuple[int, ...]  # sent back to the queue by this step's schedule
+    waiting: tuple[int, ...]  # arrived, not running (after the step)
+    running: tuple[int, ...]  # holding blocks (after the step)
+    finished: tuple[int, ...]  # finished during this step
+    block_tables: dict[int, tuple[int, ...]]  # request id -> its blocks (running requests, after the step)
+    blocks_used: int  # pool blocks in use after the step
+
+
+@dataclass(frozen=True)
+class Trace:
+    """A traced engine run: one Snapshot per step, when each request arrived, and the pool's size."""
+
+    snapshots: tuple[Snapshot, ...]
+    arrivals: dict[int, int]  # request id -> the step before which it was added
+    n_blocks: int
+    block_size: int
+
+
+def run_traced(engine: Engine, requests: Sequence[tuple], arrivals: Sequence[int]) -> Trace:
+    """Add requests[i] = (prompt, options dict) before step arrivals[i]; step until all finish; record each step."""
+    if len(requests) != len(arrivals) or list(arrivals) != sorted(arrivals):
+        raise ValueError("Give one arrival step per request, in increasing order.")
+    snapshots, arrived, added = [], {}, 0
+    while added < len(requests) or engine.has_unfinished():
+        step = len(snapshots)
+        while added < len(requests) and arrivals[added] <= step:
+            prompt, options = requests[added]
+            arrived[engine.add_request(prompt, **options)] = step
+            added += 1
+        scheduler, before = engine.scheduler, len(engine.step_metrics)
+        was_running = {s.seq_id for s in scheduler.running}
+        outputs = engine.step()
+        if len(engine.step_metrics) == before:  # nothing to run: no request has arrived yet
+            snapshots.append(Snapshot(step, "idle", (), (), (), (), (), {}, 0))
+            continue
+        metrics = engine.step_metrics[-1]
+        batch = tuple(request_id for request_id, *_ in outputs)  # one output per row of the forward pass
+        preempted = tuple(s.seq_id for s in scheduler.waiting if s.seq_id in was_running)
+        snapshots.append(Snapshot(
+            step, metrics.kind, batch, preempted, tuple(s.seq_id for s in scheduler.waiting),
+            tuple(s.seq_id for s in scheduler.running),
+            tuple(i for i, _, _, reason in outputs if reason is not None),
+            {s.seq_id: tuple(s.block_table) for s in scheduler.running}, metrics.blocks_used))
+    return Trace(tuple(snapshots), arrived, engine.pool.allocator.n_blocks, engine.block_manager.block_size)
+
+
+def format_trace(trace: Trace, first: int | None = None) -> str:
+    """One line per step: its kind, the batch, the queue, blocks in use and what happened (static fallback).
+
+    first: only the first steps (a line then says how many more there are)."""
+    lines = ["step  kind     batch                 waiting      blocks  events"]
+    for s in trace.snapshots[:first]:
+        events = [f"#{i} finished" for i in s.finished] + [f"#{i} PREEMPTED" for i in s.preempted]
+        events += [f"#{i} arrives" for i, step in trace.arrivals.items() if step == s.step]
+        batch = " ".join(f"#{i}" for i in s.batch)
+        waiting = " ".join(f"#{i}" for i in s.waiting) or "-"
+        lines.append(f"{s.step:>4}  {s.kind:<7}  {batch:<20}  {waiting:<11}  {s.blocks_used:>3}/{trace.n_blocks:<3} "
+                     f"{', '.join(events)}".rstrip())
+    if first is not None and first < len(trace.snapshots):
+        lines.append(f"... {len(trace.snapshots) - first} more steps")
+    return "\n".join(lines)
+
+
+def timeline_states(trace: Trace) -> dict[int, list[str | None]]:
+    """request id -> its state at every step: None (not arrived / done), waiting, prefill, decode, paused."""
+    states = {request_id: [None] * len(trace.snapshots) for request_id in trace.arrivals}
+    for s in trace.snapshots:
+        for request_id, arrival in trace.arrivals.items():
+            if request_id in s.batch:
+                states[request_id][s.step] = s.kind
+            elif arrival <= s.step and request_id in s.waiting:
+                states[request_id][s.step] = "waiting"
+            elif request_id in s.running:
+                states[request_id][s.step] = "paused"  # running, but this step prefilled others
+    return states
+
+
+def draw_timeline(trace: Trace, upto: int | None = None, ax=None):
+    """Rows = requests, columns = engine steps: waiting, prefill, decode, or paused while others prefill;
+    a red cross where a request was preempted. `upto` draws a cursor at that step. Returns the Axes."""
+    states = timeline_states(trace)
+    n_steps = len(trace.snapshots)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(min(12, 2.5 + 0.16 * n_steps), 0.4 * len(states) + 1.3), layout="constrained")
+    for row, (request_id, row_states) in enumerate(states.items()):
+        for step, state in enumerate(row_states):
+            if state is not None:
+                ax.add_patch(Rectangle((step, row - 0.4), 1, 0.8, facecolor=STATE_COLORS[state], lw=0))
+    for s in trace.snapshots:
+        for request_id in s.preempted:
+            row = list(states).index(request_id)
+            ax.plot(s.step + 0.5, row, "x", color="crimson", markersize=9, mew=2)
+    if upto is not None:
+        ax.axvline(upto + 1, color="black", lw=1.2)
+    ax.set_xlim(0, n_steps)
+    ax.set_ylim(len(states) - 0.5, -0.5)
+    ax.set_yticks(range(len(states)), [f"#{i}" for i in states])
+    ax.set(xlabel="engine step", ylabel="request")
+    handles = [Patch(color=color, label=name) for name, color in STATE_COLORS.items()]
+    handles.append(plt.Line2D([], [], marker="x", color="crimson", ls="", mew=2, label="preempted"))
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False, fontsize=8)
+    ax.spines[["top", "right"]].set_visible(False)
+    return ax
+
+
+def draw_engine_blocks(trace: Trace, step: int, ax=None):
+    """The pool after `step`: each block coloured by the request holding it (shared blocks outlined).
+    Returns the Axes."""
+    s = trace.snapshots[step]
+    owners: dict[int, list[int]] = {}
+    for request_id, table in s.block_tables.items():
+        for block in table:
+            owners.setdefault(block, []).append(request_id)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(min(12, 1.5 + 0.35 * trace.n_blocks), 1.6), layout="constrained")
+    palette = plt.get_cmap("tab10")
+    for block in range(trace.n_blocks):
+        holders = owners.get(block, [])
+        color = palette(holders[0] % 10) if holders else "#f4f4f4"
+        ax.add_patch(Rectangle((block, 0), 0.9, 0.9, facecolor=color, alpha=0.75 if holders else 1,
+                               edgecolor="black", lw=2.0 if len(holders) > 1 else 0.6))
+        label = "" if not holders else (f"#{holders[0]}" if len(holders) == 1 else f"x{len(holders)}")
+        ax.text(block + 0.45, 0.45, label, ha="center", va="center", fontsize=7)
+    ax.set_xlim(-0.2, trace.n_blocks + 0.1)
+    ax.set_ylim(-0.1, 1.0)
+    ax.set_axis_off()
+    ax.set_title(f"after step {step} ({s.kind}): {s.blocks_used} of {trace.n_blocks} blocks of {trace.block_size} "
+                 f"tokens in use; a thick edge = shared (x = holders)", fontsize=9)
+    return ax
+
+
+class EngineStepper(widgets.VBox):
+    """A slider over a traced engine run: the timeline with a cursor, the pool's blocks and the step's line.
+
+    Attributes: `slider` (IntSlider over steps), `text` (HTML), `chart` (Image, PNG).
+    """
+
+    def __init__(self, trace: Trace, step: int = 0):
+        self.trace = trace
+        self.slider = widgets.IntSlider(value=step, min=0, max=len(trace.snapshots) - 1, description="step",
+                                        continuous_update=False)
+        self.text, self.chart = widgets.HTML(), widgets.Image(format="png")
+        self._figure = Figure(figsize=(10, 4.2), layout="constrained")
+        self._axes = self._figure.subplots(2, 1, height_ratios=[3, 1])
+        super().__init__([self.slider, self.text, self.chart])
+        self.slider.observe(self.redraw, names="value")
+        self.redraw()
+
+    def redraw(self, _change=None) -> None:
+        step = self.slider.value
+        self.text.value = f"<pre>{format_trace(self.trace, first=step + 1).splitlines()[step + 1]}</pre>"
+        for ax in self._axes:
+            ax.clear()
+        draw_timeline(self.trace, upto=step, ax=self._axes[0])
+        draw_engine_blocks(self.trace, step, ax=self._axes[1])
+        buffer = io.BytesIO()
+        self._figure.savefig(buffer, format="png", dpi=80)
+        self.chart.value = buffer.getvalue()
+
+    def __repr__(self) -> str:
+        # Short and deterministic: this is what GitHub and nbval see in place of the live widget.
+        return f"EngineStepper({len(self.trace.snapshots)} steps; run the notebook to move the slider)"
+
+
+def engine_stepper(trace: Trace, step: int = 0) -> EngineStepper:
+    """A step slider over a traced run. Static fallback: `draw_timeline`, `draw_engine_blocks`, `format_trace`."""
+    if not trace.snapshots:
+        raise ValueError("The trace has no steps: add requests before running the engine.")
+    return EngineStepper(trace, step)
+
+
+def plot_comparison(results: Mapping[str, Sequence], axes=None):
+    """results: scenario name -> RunResults (name, tokens_per_s, ttft_p50/p95, tpot_p50/p95). Three panels:
+    throughput, TTFT and TPOT (bars p50, whiskers up to p95), one group per scenario. Returns the Axes."""
+    if not results:
+        raise ValueError("Give at least one scenario, e.g. {'together': [result, ...]}.")
+    if axes is None:
+        _, axes = plt.subplots(1, 3, figsize=(12, 3.3), layout="constrained")
+    names = list(dict.fromkeys(r.name for runs in results.values() for r in runs))
+    width = 0.8 / len(names)
+    palette = plt.get_cmap("tab10")
+    panels = [("tokens / s (all requests)", "tokens_per_s", None, 1),
+              ("TTFT, s (p50, whisker p95)", "ttft_p50", "ttft_p95", 1),
+              ("TPOT, ms (p50, whisker p95)", "tpot_p50", "tpot_p95", 1e3)]
+    for ax, (title, p50, p95, scale) in zip(axes, panels):
+        for group, runs in enumerate(results.values()):
+            for r in runs:
+                x = group + (names.index(r.name) - (len(names) - 1) / 2) * width
+                low = getattr(r, p50) * scale
+                ax.bar(x, low, width * 0.9, color=palette(names.index(r.name)),
+                       label=r.name if group == 0 else None)
+                if p95 is not None:
+                    ax.plot([x, x], [low, getattr(r, p95) * scale], color="black", lw=1)
+        ax.set_xticks(range(len(results)), list(results))
+        ax.set_title(title, fontsize=10)
+        ax.spines[["top", "right"]].set_visible(False)
+    axes[0].legend(frameon=False, fontsize=8)
+    return axes
+
+
+__all__ = ["Snapshot", "Trace", "draw_engine_blocks", "draw_slot_grid", "draw_timeline", "engine_stepper",
+           "format_trace", "plot_batch_sweep", "plot_comparison", "run_traced", "timeline_states"]

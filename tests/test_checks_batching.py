@@ -1,0 +1,82 @@
+"""Checkers of notebook 10 pass the worked solutions, give a hint for wrong answers, and never raise."""
+
+import math
+
+from labkit import checks
+
+
+def test_kv_blocks(capsys):
+    lengths, size = [37, 5, 16, 71], 16
+    assert checks.check_kv_blocks(3 + 1 + 1 + 5, lengths, size)  # the worked solution: ceil per sequence
+    for wrong, hint in [(math.ceil(129 / 16), "round up each sequence on its own"), (2 + 0 + 1 + 4, "round up, not down"),
+                        (129, "number of tokens"), (129 / 16, "whole blocks"), (11, "is not it"),
+                        ("ten", "give a number")]:
+        assert not checks.check_kv_blocks(wrong, lengths, size)
+        assert hint in capsys.readouterr().out
+    assert not checks.check_kv_blocks(None, lengths, size)
+    assert "Not attempted yet" in capsys.readouterr().out
+
+
+def wasted_slots(prompt_lengths, output_lengths):  # the worked solution
+    padding = sum(max(prompt_lengths) - p for p in prompt_lengths)
+    idle = sum(max(output_lengths) - o for o in output_lengths)
+    return padding + idle
+
+
+def test_wasted_slots(capsys):
+    assert checks.check_wasted_slots(wasted_slots)
+    assert "Correct" in capsys.readouterr().out
+    wrongs = [
+        (lambda p, o: sum(max(o) - x for x in o), "not the prompts' padding"),
+        (lambda p, o: sum(max(p) - x for x in p), "not the idle decode slots"),
+        (lambda p, o: sum(max(a + b for a, b in zip(p, o)) - a - b for a, b in zip(p, o)), "padded separately"),
+        (lambda p, o: 0, "the answer is"),
+        (lambda p, o: 1 / 0, "raised ZeroDivisionError"),
+    ]
+    for fn, hint in wrongs:
+        assert not checks.check_wasted_slots(fn)
+        assert hint in capsys.readouterr().out
+    assert not checks.check_wasted_slots(None)
+    assert "Not attempted yet" in capsys.readouterr().out
+
+
+def admit(prompt_lengths, free_blocks, block_size, free_seats):  # the worked solution
+    admitted = 0
+    for length in prompt_lengths:
+        need = -(-length // block_size)
+        if admitted == free_seats or need > free_blocks:
+            break
+        free_blocks -= need
+        admitted += 1
+    return admitted
+
+
+def skips_ahead(prompt_lengths, free_blocks, block_size, free_seats):
+    admitted = 0
+    for length in prompt_lengths:
+        need = -(-length // block_size)
+        if admitted < free_seats and need <= free_blocks:
+            free_blocks -= need
+            admitted += 1
+    return admitted
+
+
+def ignores_seats(prompt_lengths, free_blocks, block_size, free_seats):
+    return admit(prompt_lengths, free_blocks, block_size, len(prompt_lengths))
+
+
+def rounds_down(prompt_lengths, free_blocks, block_size, free_seats):
+    return admit([(p // block_size) * block_size for p in prompt_lengths], free_blocks, block_size, free_seats)
+
+
+def test_fcfs_admission(capsys):
+    assert checks.check_fcfs_admission(admit)
+    assert "Correct" in capsys.readouterr().out
+    for fn, hint in [(skips_ahead, "FIRST request that does not fit"), (ignores_seats, "at most free_seats"),
+                     (rounds_down, "ceil(n / block_size)"), (lambda *a: [], "not []")]:
+        assert not checks.check_fcfs_admission(fn)
+        assert hint in capsys.readouterr().out
+    assert not checks.check_fcfs_admission(lambda *a: 1 / 0)
+    assert "raised ZeroDivisionError" in capsys.readouterr().out
+    assert not checks.check_fcfs_admission(None)
+    assert "Not attempted yet" in capsys.readouterr().out
