@@ -10,9 +10,7 @@ early-exit drafter's acceptance rate and speed-up are reported as measured.
 
 from __future__ import annotations
 
-import statistics
 import sys
-import time
 from collections.abc import Callable
 
 import torch
@@ -22,6 +20,7 @@ from labkit.speculative.drafters import PromptLookupDrafter, early_exit_drafter,
 from labkit.core.text import chat_prompt
 from labkit.decoding.generate import generate_ids
 from labkit.core.llama import Llama
+from labkit.metrics import median_seconds
 from labkit.models.loading import load_model
 from labkit.speculative.generate import speculative_generate
 
@@ -36,17 +35,6 @@ TASKS = {
 
 def _progress(message: str) -> None:
     print(f"[speculative] {message}", file=sys.stderr, flush=True)
-
-
-def median_seconds(run: Callable[[], object], repeats: int) -> float:
-    """Median wall time of run() over `repeats` calls (after one untimed warm-up)."""
-    run()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def step_cost(draft: torch.nn.Module, target: Llama, context: int = 64, repeats: int = 5) -> float:
