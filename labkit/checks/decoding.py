@@ -1,7 +1,7 @@
 """Exercise checkers for the decoding lab, notebooks 03-05 (see labkit/checks/foundation.py for the style).
 
     >>> checks.check_top_k_filter(my_top_k)
-    ✅ Correct: your top-k matches labkit.sampling.top_k_filter (ties included).
+    ✅ Correct: your top-k matches labkit.decoding.sampling.top_k_filter (ties included).
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def check_top_k_filter(function: Callable | None) -> bool:
                                        "largest value (logits.topk(k).values[..., -1:]), so ties with it stay.")
             if not torch.equal(got[torch.isfinite(got)], logits[torch.isfinite(got)]):
                 return verdict(False, "the kept logits changed: a filter only masks, it never rescales.")
-    return verdict(True, "your top-k matches labkit.sampling.top_k_filter (ties included).")
+    return verdict(True, "your top-k matches labkit.decoding.sampling.top_k_filter (ties included).")
 
 
 def check_top_p_filter(function: Callable | None) -> bool:
@@ -77,7 +77,7 @@ def check_top_p_filter(function: Callable | None) -> bool:
                 return verdict(False, f"with p={p} your kept set holds {mass:.2f} of the mass per row on average. "
                                        "Keep the most likely tokens until their cumulative probability first "
                                        "reaches p, including the token that crosses p.")
-    return verdict(True, "your nucleus matches labkit.sampling.top_p_filter.")
+    return verdict(True, "your nucleus matches labkit.decoding.sampling.top_p_filter.")
 
 
 def check_sequence_logprob(answer: float | None, model: torch.nn.Module, prompt_ids: list[int],

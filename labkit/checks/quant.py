@@ -47,7 +47,7 @@ def check_absmax_quantize(fn: Callable | None) -> bool:
     if codes.dtype != torch.int8:
         return verdict(False, f"the values are right; store the codes as torch.int8 (1 byte each), not {codes.dtype}.")
     error = float((absmax_dequantize(codes, scale.reshape(-1, 1)) - _EXAMPLE).abs().max())
-    return verdict(True, f"codes and scales match labkit.quant.absmax_quantize; the worst round-trip error is "
+    return verdict(True, f"codes and scales match labkit.quant.schemes.absmax_quantize; the worst round-trip error is "
                           f"{error:.2e}, within half a step.")
 
 
@@ -84,7 +84,7 @@ def check_q4_1_decoder(fn: Callable | None, raw_block: np.ndarray | torch.Tensor
     if got.numel() != 32:
         return verdict(False, f"a Q4_1 block holds 32 values (16 bytes, two 4-bit codes each); you returned {got.numel()}.")
     if torch.allclose(got, expected, atol=1e-6, rtol=0):
-        return verdict(True, "your decoder matches labkit.gguf_blocks.decode_q4_1 (and so the gguf package).")
+        return verdict(True, "your decoder matches labkit.quant.gguf_blocks.decode_q4_1 (and so the gguf package).")
     interleaved = torch.stack([expected[:16], expected[16:]], dim=1).reshape(-1)
     if torch.allclose(got, interleaved, atol=1e-6, rtol=0):
         return verdict(False, "right values, wrong order: GGUF puts value j in the low nibble of byte j and value "

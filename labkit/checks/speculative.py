@@ -87,4 +87,4 @@ def check_prompt_lookup(fn: Callable | None, max_ngram_size: int = 3) -> bool:
                     "try the longest n-gram first, and among its matches the most recent one (never the suffix "
                     "itself); return at most gamma tokens")
             return verdict(False, f"lookup({context}, {gamma}) should be {expected}, got {got!r}: {hint}.")
-    return verdict(True, "your lookup proposes what labkit.drafters.PromptLookupDrafter proposes.")
+    return verdict(True, "your lookup proposes what labkit.speculative.drafters.PromptLookupDrafter proposes.")
