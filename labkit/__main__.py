@@ -1,11 +1,23 @@
-"""`python -m labkit build-cache`: convert every embedded model to the local cache (what `make` runs)."""
+"""`python -m labkit build-cache`: convert every embedded model to the local cache (what `make` runs);
+`python -m labkit serve --model smollm2-135m [--host] [--port] [--max-num-seqs N] [--api-key KEY]`: serve it
+over Ollama's and OpenAI's HTTP APIs (labkit.serving.http.server)."""
 
 import argparse
-
-from labkit.models.registry import EMBEDDED_MODELS, build_cache
+import sys
 
 parser = argparse.ArgumentParser(prog="python -m labkit")
-parser.add_argument("command", choices=["build-cache"], help="build-cache: convert the embedded models once")
-parser.parse_args()
-for name in EMBEDDED_MODELS:
-    print(f"{name}: {build_cache(name)}")
+parser.add_argument("command", choices=["build-cache", "serve"],
+                    help="build-cache: convert the embedded models once; serve: run the HTTP server "
+                         "(`python -m labkit serve --help`)")
+args, rest = parser.parse_known_args(sys.argv[1:2])
+if args.command == "serve":
+    from labkit.serving.http.server import main
+
+    main(sys.argv[2:])
+else:
+    from labkit.models.registry import EMBEDDED_MODELS, build_cache
+
+    if sys.argv[2:]:
+        parser.error(f"build-cache takes no arguments, got {' '.join(sys.argv[2:])}")
+    for name in EMBEDDED_MODELS:
+        print(f"{name}: {build_cache(name)}")

@@ -15,8 +15,10 @@ the same transforms, the same `choose`, its own seeded generator, the same text 
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -55,7 +57,8 @@ class Engine:
 
     def __init__(self, model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, max_num_seqs: int = 8,
                  n_blocks: int | None = None, block_size: int = 16, max_num_batched_tokens: int | None = None,
-                 record_logits: bool = False, clock: Callable[[], float] = time.perf_counter):
+                 record_logits: bool = False, clock: Callable[[], float] = time.perf_counter,
+                 step_history: int | None = None):
         context = context_length(model)
         if not isinstance(max_num_seqs, int) or isinstance(max_num_seqs, bool) or max_num_seqs < 1:
             raise ValueError(f"max_num_seqs must be an integer >= 1, got {max_num_seqs!r}.")
@@ -71,8 +74,9 @@ class Engine:
         self.scheduler = Scheduler(self.config, self.block_manager)
         self.model, self.tokenizer, self.clock = model, tokenizer, clock
         self.record_logits = record_logits  # keep each token's logits [V] on its EngineRequest (tests, plots)
-        self.requests: dict[int, EngineRequest] = {}  # every request ever added, by id
-        self.step_metrics: list[StepMetrics] = []
+        self.requests: dict[int, EngineRequest] = {}  # every request added and not yet released, by id
+        self.request_ids = itertools.count()
+        self.step_metrics: deque[StepMetrics] = deque(maxlen=step_history)  # the last `step_history` steps (all by default)
 
     def add_request(self, prompt: Prompt, config: DecodingConfig | None = None, **options) -> int:
         """Queue a prompt with its own decoding options; return its request id.
@@ -84,7 +88,7 @@ class Engine:
         if request.config.num_beams > 1:
             raise ValueError("The engine samples one sequence per request; for beam search use "
                              "labkit.generate(model, tokenizer, prompt, num_beams=...).")
-        seq = EngineRequest(len(self.requests), request.prompt_ids, request.config, request.eos_ids, self.tokenizer,
+        seq = EngineRequest(next(self.request_ids), request.prompt_ids, request.config, request.eos_ids, self.tokenizer,
                        self.clock())
         if request.config.max_new_tokens == 0:  # nothing to generate: done on arrival, as in generate()
             seq.status, seq.finish_reason, seq.finish_s = Status.FINISHED, "length", seq.arrival_s
@@ -96,13 +100,23 @@ class Engine:
     def abort(self, request_id: int) -> None:
         """Stop a request now and free its blocks; a finished (or already aborted) one is left as it is."""
         if request_id not in self.requests:
-            raise KeyError(f"No request with id {request_id!r}; ids come from add_request "
-                           f"(0 to {len(self.requests) - 1} so far).")
+            raise KeyError(f"No request with id {request_id!r}: ids come from add_request, and a released "
+                           "request is forgotten.")
         seq = self.requests[request_id]
         if seq.is_done:
             return
         self.scheduler.finish(seq, Status.ABORTED)
         seq.finish_reason, seq.finish_s = "abort", self.clock()
+
+    def release(self, request_id: int) -> EngineRequest:
+        """Forget a finished or aborted request and return it: a long-running server calls this once the
+        client has its answer, so that memory does not grow with every request ever served."""
+        seq = self.requests.get(request_id)
+        if seq is None or not seq.is_done:
+            state = "no such request" if seq is None else f"it is still {seq.status.name.lower()}"
+            raise KeyError(f"Only a finished or aborted request can be released ({request_id!r}: {state}); "
+                           "abort it first.")
+        return self.requests.pop(request_id)
 
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished()

@@ -1,0 +1,94 @@
+"""The ASGI app: Ollama's and OpenAI's routes, `/health`, `/metrics`, the API key, and error shapes.
+
+This is the only place the web framework meets labkit: routes translate protocols, the engine thread
+does the work. Every error leaves in the shape of the protocol its path belongs to (`errors`), and a
+client's mistake is never a 500.
+
+    >>> app = build_app(service, api_key=None)
+    >>> uvicorn.run(app, host="127.0.0.1", port=8000)
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+
+from fastapi import Depends, FastAPI
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from labkit.serving.http import ollama_api, openai_api
+from labkit.serving.http.errors import ClientError, error_response
+from labkit.serving.http.model_service import ClientGone, ModelService
+
+log = logging.getLogger("labkit.serving.http")
+CLIENT_CLOSED_REQUEST = 499  # nginx's status for "the client went away first" (nobody reads it)
+
+
+def require_key(api_key: str | None):
+    """A dependency that answers 401 unless the request carries `Authorization: Bearer <api_key>`."""
+    async def check(request: Request) -> None:
+        if api_key is None:
+            return
+        given = request.headers.get("authorization", "")
+        scheme, _, token = given.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), api_key.encode()):
+            raise ClientError(401, "Missing or wrong API key: send the header 'Authorization: Bearer <key>' "
+                                   "with the key this server was started with.",
+                              headers={"www-authenticate": "Bearer"})
+    return check
+
+
+async def client_error(request: Request, error: ClientError) -> JSONResponse:
+    return error_response(request.url.path, error)
+
+
+async def http_error(request: Request, error: HTTPException) -> JSONResponse:
+    """Unknown paths and wrong methods, in the protocol's error shape."""
+    message = {404: f"No route {request.url.path}: see GET / (Ollama, /api/*) and GET /v1/models (OpenAI, /v1/*).",
+               405: f"{request.method} is not allowed on {request.url.path}."}.get(error.status_code, str(error.detail))
+    return error_response(request.url.path, ClientError(error.status_code, message))
+
+
+async def validation_error(request: Request, error: RequestValidationError) -> JSONResponse:
+    return error_response(request.url.path, ClientError(400, f"Invalid request: {error.errors()}"))
+
+
+async def client_gone(request: Request, error: ClientGone) -> Response:
+    return Response(status_code=CLIENT_CLOSED_REQUEST)
+
+
+async def server_error(request: Request, error: Exception) -> JSONResponse:
+    log.exception("unexpected error on %s", request.url.path, exc_info=error)
+    return error_response(request.url.path, ClientError(500, f"Internal server error: {type(error).__name__}."))
+
+
+def build_app(service: ModelService, api_key: str | None = None) -> FastAPI:
+    """The app serving `service`; with an api_key, every route but /health needs it."""
+    app = FastAPI(title="labkit server", docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.service = service
+    guard = [Depends(require_key(api_key))]
+    app.include_router(ollama_api.router, dependencies=guard)
+    app.include_router(openai_api.router, dependencies=guard)
+    app.add_exception_handler(ClientError, client_error)
+    app.add_exception_handler(HTTPException, http_error)
+    app.add_exception_handler(RequestValidationError, validation_error)
+    app.add_exception_handler(ClientGone, client_gone)
+    app.add_exception_handler(Exception, server_error)
+
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        load = service.engine_thread.load
+        alive = service.engine_thread.thread.is_alive()
+        return JSONResponse({"status": "ok" if alive else "engine stopped", "model": service.name,
+                             "running": load.running, "waiting": load.waiting,
+                             "kv_blocks_used": load.blocks_used, "kv_blocks_total": load.blocks_total},
+                            status_code=200 if alive else 503)
+
+    @app.get("/metrics", dependencies=guard)
+    async def metrics() -> Response:
+        return Response(service.engine_thread.metrics.render(), media_type=service.engine_thread.metrics.content_type)
+
+    return app

@@ -1,0 +1,185 @@
+"""The serving engine in a thread of its own, fed and read by asyncio code without blocking it.
+
+The event loop never touches the `Engine`: it puts commands (add, abort) in a thread-safe inbox and
+reads each request's tokens from an `asyncio.Queue` of its own, which the engine thread fills with
+`loop.call_soon_threadsafe`. The thread steps while any request is unfinished and sleeps on the inbox
+otherwise. An add is answered (request id, or the error) before the next step.
+
+    thread = EngineThread(Engine(model, tokenizer, max_num_seqs=8), max_waiting=64)
+    thread.start()
+    request_id, events = await thread.submit(prompt_ids, DecodingConfig(max_new_tokens=16))
+    while (event := await events.get()).finish_reason is None:
+        print(event.text, end="")
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+from labkit.decoding.config import DecodingConfig
+from labkit.serving.engine import Engine
+from labkit.serving.http.server_metrics import ServerMetrics
+from labkit.serving.request import EngineRequestMetrics
+
+log = logging.getLogger("labkit.serving.http")
+
+
+class QueueFull(Exception):
+    """The waiting queue holds max_waiting requests that could not start now: come back later."""
+
+
+@dataclass(frozen=True)
+class TokenEvent:
+    """One token of a request as it leaves the engine (or the error that ended it)."""
+
+    text: str  # the text this token adds ('' while a character is incomplete)
+    token_id: int | None  # None only for an error event
+    finish_reason: str | None = None  # "eos", "length", "stop", "abort" or "error" on the last event
+    metrics: EngineRequestMetrics | None = None  # on the last event: queue, TTFT, TPOT, counts
+    error: str | None = None  # what went wrong inside the server (finish_reason "error")
+
+
+@dataclass
+class Submission:
+    prompt_ids: list[int]
+    config: DecodingConfig
+    loop: asyncio.AbstractEventLoop
+    events: asyncio.Queue
+    answer: Future  # the request id, or the exception add_request raised
+
+
+@dataclass(frozen=True)
+class Load:
+    """The engine's state as last published: what /health and /api/ps show."""
+
+    running: int = 0
+    waiting: int = 0
+    blocks_used: int = 0
+    blocks_total: int = 0
+
+
+class EngineThread:
+    """Owns an Engine; `submit` and `abort` are safe to call from the event loop (see the module doc)."""
+
+    def __init__(self, engine: Engine, max_waiting: int = 64, metrics: ServerMetrics | None = None):
+        if not isinstance(max_waiting, int) or isinstance(max_waiting, bool) or max_waiting < 0:
+            raise ValueError(f"max_waiting must be an integer >= 0, got {max_waiting!r}.")
+        self.engine = engine
+        self.max_waiting = max_waiting  # requests queued beyond the free running slots before 503
+        self.metrics = metrics or ServerMetrics()
+        self.inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self.streams: dict[int, Submission] = {}  # unfinished requests, by id (engine thread only)
+        self.load = Load(blocks_total=engine.pool.n_blocks)
+        self.thread = threading.Thread(target=self._run, name="labkit-engine", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Ask the thread to end after its current step and wait for it."""
+        self.inbox.put(None)
+        self.thread.join(timeout)
+
+    async def submit(self, prompt_ids: list[int], config: DecodingConfig) -> tuple[int, asyncio.Queue]:
+        """Queue a request; its id and the queue its `TokenEvent`s arrive on.
+
+        Raises QueueFull when the waiting queue is full, ValueError/TypeError when the engine refuses it.
+        """
+        loop = asyncio.get_running_loop()
+        submission = Submission(list(prompt_ids), config, loop, asyncio.Queue(), Future())
+        self.inbox.put(submission)
+        request_id = await asyncio.wrap_future(submission.answer)
+        return request_id, submission.events
+
+    def abort(self, request_id: int) -> None:
+        """Stop a request and free its KV blocks (at the engine thread's next turn); safe if it finished."""
+        self.inbox.put(request_id)
+
+    def _run(self) -> None:
+        while True:
+            if not self._handle_commands(block=not self.engine.has_unfinished()):
+                return
+            if self.engine.has_unfinished():
+                self._step()
+            self._publish_load()
+
+    def _handle_commands(self, block: bool) -> bool:
+        """Apply every queued command (waiting for one if block); False once asked to stop."""
+        while True:
+            try:
+                command = self.inbox.get(block=block)
+            except queue.Empty:
+                return True
+            block = False
+            if command is None:
+                return False
+            if isinstance(command, Submission):
+                self._add(command)
+            elif command in self.streams:
+                self.engine.abort(command)
+                self._finish(command)
+
+    def _add(self, submission: Submission) -> None:
+        scheduler = self.engine.scheduler
+        free_slots = max(0, self.engine.config.max_num_seqs - len(scheduler.running))
+        if len(scheduler.waiting) - free_slots >= self.max_waiting:
+            self.metrics.rejected.inc()
+            submission.answer.set_exception(QueueFull(
+                f"The server is busy: {len(scheduler.running)} requests running and {len(scheduler.waiting)} "
+                f"waiting (at most {self.max_waiting} may wait). Try again shortly."))
+            return
+        try:
+            request_id = self.engine.add_request(submission.prompt_ids, submission.config)
+        except Exception as error:  # ValueError/TypeError: the client's mistake; anything else: the server's
+            submission.answer.set_exception(error)
+            return
+        self.streams[request_id] = submission
+        submission.answer.set_result(request_id)
+        if self.engine.requests[request_id].is_done:  # max_new_tokens=0: finished on arrival
+            self._finish(request_id)
+
+    def _step(self) -> None:
+        try:
+            outputs = self.engine.step()
+        except Exception as error:  # a server bug: end every request with the error, keep serving
+            log.exception("engine step failed")
+            self._fail_all(f"The engine failed: {type(error).__name__}: {error}")
+            return
+        for request_id, token_id, piece, finish in outputs:
+            self.metrics.generated.inc()
+            if request_id in self.streams:
+                self._send(request_id, TokenEvent(piece, token_id))
+            if finish is not None:
+                self._finish(request_id)
+
+    def _finish(self, request_id: int) -> None:
+        """Send a request's last event (its reason and metrics) and forget its stream."""
+        request_metrics = self.engine.metrics(request_id)
+        self._send(request_id, TokenEvent("", None, request_metrics.finish_reason, request_metrics))
+        del self.streams[request_id]
+        self.engine.release(request_id)
+        self.metrics.observe_finished(request_metrics)  # last: once counted, a request is wholly gone
+
+    def _fail_all(self, message: str) -> None:
+        for request_id in list(self.streams):
+            self.engine.abort(request_id)
+            self._send(request_id, TokenEvent("", None, "error", self.engine.metrics(request_id), message))
+            del self.streams[request_id]
+            self.engine.release(request_id)
+
+    def _send(self, request_id: int, event: TokenEvent) -> None:
+        submission = self.streams[request_id]
+        try:
+            submission.loop.call_soon_threadsafe(submission.events.put_nowait, event)
+        except RuntimeError:  # the event loop is closed: nobody is listening any more
+            log.debug("request %s: event loop closed", request_id)
+
+    def _publish_load(self) -> None:
+        scheduler, allocator = self.engine.scheduler, self.engine.pool.allocator
+        self.load = Load(len(scheduler.running), len(scheduler.waiting), allocator.n_used, allocator.n_blocks)
+        self.metrics.set_load(self.load.running, self.load.waiting, self.load.blocks_used, self.load.blocks_total)

@@ -1,0 +1,187 @@
+"""Starting the server: `python -m labkit serve ...` in a terminal, `start_server(...)` from Python.
+
+`start_server` runs `python -m labkit serve` as a background process, waits until `/health` answers,
+and returns a handle with its URL and `stop()`, so a notebook keeps working while it serves.
+
+    >>> server = start_server("smollm2-135m", max_num_seqs=8)
+    >>> server.url
+    'http://127.0.0.1:54321'
+    >>> server.stop()
+
+It binds 127.0.0.1 unless told otherwise; on any other address it warns that there is no
+authentication unless an API key is given (then every request needs `Authorization: Bearer KEY`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+DEFAULT_PORT = 8000
+DEFAULT_MAX_NUM_SEQS = 8
+DEFAULT_MAX_WAITING = 64
+START_TIMEOUT_S = 180.0  # loading the model from the cache takes seconds; building the cache, a minute
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nobody listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((host, 0))
+        return probe.getsockname()[1]
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def exposure_warning(host: str, api_key: str | None) -> str | None:
+    """The warning to print when the server is reachable from other machines without a key (else None).
+
+        >>> exposure_warning("127.0.0.1", None) is None
+        True
+    """
+    if is_loopback(host) or api_key:
+        return None
+    return (f"WARNING: listening on {host} with NO authentication: anyone who can reach this machine can use "
+            "the model. Pass --api-key KEY to require 'Authorization: Bearer KEY'.")
+
+
+STEP_HISTORY = 10_000  # the server's engine keeps only its latest steps' metrics
+
+
+def create_app(model: str = "smollm2-135m", max_num_seqs: int = DEFAULT_MAX_NUM_SEQS,
+               max_waiting: int = DEFAULT_MAX_WAITING, api_key: str | None = None):
+    """Load the model (labkit's Llama), start its engine thread, and build the app around it."""
+    from labkit.models.loading import load_model
+    from labkit.serving.engine import Engine
+    from labkit.serving.http.app import build_app
+    from labkit.serving.http.engine_thread import EngineThread
+    from labkit.serving.http.model_service import ModelService
+
+    llama, tokenizer = load_model(model, impl="labkit")
+    engine = Engine(llama, tokenizer, max_num_seqs=max_num_seqs, step_history=STEP_HISTORY)
+    engine_thread = EngineThread(engine, max_waiting)
+    engine_thread.start()
+    return build_app(ModelService(model, llama, tokenizer, engine_thread), api_key)
+
+
+def serve(model: str, host: str, port: int, max_num_seqs: int, max_waiting: int, api_key: str | None) -> None:
+    """Serve until interrupted (what `python -m labkit serve` runs)."""
+    import uvicorn
+
+    warning = exposure_warning(host, api_key)
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
+    app = create_app(model, max_num_seqs, max_waiting, api_key)
+    print(f"labkit serving {model} at http://{host}:{port} (Ollama: /api/*, OpenAI: /v1/*, /health, /metrics)",
+          flush=True)
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, timeout_graceful_shutdown=5)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m labkit serve",
+                                     description="Serve a model over Ollama's and OpenAI's HTTP APIs.")
+    parser.add_argument("--model", default="smollm2-135m", help="an embedded model name or a local folder")
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"TCP port (default {DEFAULT_PORT})")
+    parser.add_argument("--max-num-seqs", type=int, default=DEFAULT_MAX_NUM_SEQS,
+                        help="requests decoded together in one batch")
+    parser.add_argument("--max-waiting", type=int, default=DEFAULT_MAX_WAITING,
+                        help="requests that may wait for a slot; more get 503 at once")
+    parser.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on every request")
+    args = parser.parse_args(argv)
+    if args.max_num_seqs < 1 or args.max_waiting < 0 or not 0 <= args.port < 65536:
+        parser.error("--max-num-seqs must be >= 1, --max-waiting >= 0 and --port in [0, 65535].")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m labkit serve --model smollm2-135m [--host H] [--port P] [--max-num-seqs N] [--api-key K]`."""
+    args = parse_args(argv)
+    serve(args.model, args.host, args.port, args.max_num_seqs, args.max_waiting, args.api_key)
+
+
+class ServerHandle:
+    """A server running in a background process: its `url`, its `log` file, and `stop()`."""
+
+    def __init__(self, process: subprocess.Popen, url: str, log: Path):
+        self.process, self.url, self.log = process, url, log
+
+    def is_running(self) -> bool:
+        return self.process.poll() is None
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """Stop the process (gracefully, then by force) and wait for it."""
+        if self.is_running():
+            self.process.terminate()
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout)
+
+    def __enter__(self) -> ServerHandle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"ServerHandle({self.url}, {'running' if self.is_running() else 'stopped'})"
+
+
+def start_server(model: str = "smollm2-135m", host: str = "127.0.0.1", port: int = 0,
+                 max_num_seqs: int = DEFAULT_MAX_NUM_SEQS, api_key: str | None = None,
+                 max_waiting: int = DEFAULT_MAX_WAITING, timeout: float = START_TIMEOUT_S) -> ServerHandle:
+    """Start `python -m labkit serve` in the background (port 0: a free one) and wait until it answers.
+
+        >>> with start_server(max_num_seqs=4) as server:
+        ...     print(httpx.get(server.url + "/health").json()["status"])
+        ok
+    """
+    port = port or free_port(host)
+    command = [sys.executable, "-m", "labkit", "serve", "--model", model, "--host", host, "--port", str(port),
+               "--max-num-seqs", str(max_num_seqs), "--max-waiting", str(max_waiting)]
+    if api_key:
+        command += ["--api-key", api_key]
+    log = Path(tempfile.mkstemp(prefix="labkit-server-", suffix=".log")[1])
+    with open(log, "w") as output:
+        process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=os.environ.copy())
+    handle = ServerHandle(process, f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}", log)
+    wait_until_healthy(handle, timeout)
+    return handle
+
+
+def wait_until_healthy(handle: ServerHandle, timeout: float) -> None:
+    """Poll /health until it answers 200; raise RuntimeError (with the log's end) if the process dies or times out."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not handle.is_running():
+            raise RuntimeError(f"The server exited with code {handle.process.returncode}:\n{tail(handle.log)}")
+        try:
+            with urllib.request.urlopen(handle.url + "/health", timeout=2) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.25)
+    handle.stop()
+    raise RuntimeError(f"The server did not answer within {timeout:.0f} s:\n{tail(handle.log)}")
+
+
+def tail(path: Path, n_chars: int = 3000) -> str:
+    return path.read_text(errors="replace")[-n_chars:]

@@ -1,0 +1,60 @@
+"""The server's Prometheus metrics, in a registry of its own (two servers in one process never clash).
+
+TTFT and TPOT are observed when a request finishes (the engine's own clock, queue time included in
+TTFT); running and waiting requests and KV blocks are set after every engine step.
+
+    >>> metrics = ServerMetrics()
+    >>> metrics.render()[:40]
+    b'# HELP labkit_time_to_first_token_secon'
+"""
+
+from __future__ import annotations
+
+import math
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from labkit.serving.request import EngineRequestMetrics
+
+TTFT_BUCKETS = (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)  # seconds, queue included
+TPOT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5)  # seconds per output token
+
+
+class ServerMetrics:
+    """Histograms, gauges and counters the engine thread updates and `/metrics` renders."""
+
+    content_type = CONTENT_TYPE_LATEST
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.ttft = Histogram("labkit_time_to_first_token_seconds", "Arrival to first token, queue included.",
+                              buckets=TTFT_BUCKETS, registry=r)
+        self.tpot = Histogram("labkit_time_per_output_token_seconds", "Mean gap between later tokens of a request.",
+                              buckets=TPOT_BUCKETS, registry=r)
+        self.running = Gauge("labkit_requests_running", "Requests holding KV blocks and decoding.", registry=r)
+        self.waiting = Gauge("labkit_requests_waiting", "Requests queued for admission.", registry=r)
+        self.blocks_used = Gauge("labkit_kv_blocks_used", "KV-cache blocks in use.", registry=r)
+        self.blocks_total = Gauge("labkit_kv_blocks_total", "KV-cache blocks in the pool.", registry=r)
+        self.finished = Counter("labkit_requests_finished", "Requests that ended, by reason.", ["reason"], registry=r)
+        self.rejected = Counter("labkit_requests_rejected", "Requests refused because the queue was full.",
+                                registry=r)
+        self.generated = Counter("labkit_generation_tokens", "Tokens generated.", registry=r)
+
+    def observe_finished(self, request: EngineRequestMetrics) -> None:
+        """Record a finished or aborted request's TTFT, TPOT and reason."""
+        if not math.isnan(request.ttft_s):
+            self.ttft.observe(request.ttft_s)
+        if not math.isnan(request.tpot_s):
+            self.tpot.observe(request.tpot_s)
+        self.finished.labels(request.finish_reason or "unknown").inc()
+
+    def set_load(self, running: int, waiting: int, blocks_used: int, blocks_total: int) -> None:
+        self.running.set(running)
+        self.waiting.set(waiting)
+        self.blocks_used.set(blocks_used)
+        self.blocks_total.set(blocks_total)
+
+    def render(self) -> bytes:
+        """The Prometheus text exposition of every metric."""
+        return generate_latest(self.registry)
