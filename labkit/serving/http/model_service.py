@@ -27,6 +27,7 @@ from labkit.decoding.config import SAMPLING_ONLY, DecodingConfig
 from labkit.serving.engine import DEFAULT_TOKENS_PER_SEQ
 from labkit.serving.http.engine_thread import EngineThread, QueueFull, TokenEvent
 from labkit.serving.http.errors import ClientError
+from labkit.serving.http.fields import STRING, read_json_object, refuse_unsupported, take
 
 DISCONNECT_POLL_S = 0.5  # a non-streaming request checks this often whether its client is still there
 MAX_BODY_BYTES = 1_000_000  # larger request bodies get 413
@@ -166,6 +167,24 @@ class ModelService:
             return await asyncio.wait_for(events.get(), DISCONNECT_POLL_S)
         except asyncio.TimeoutError:
             return None
+
+
+def service_of(request: Request) -> ModelService:
+    """The ModelService of the app that received this request."""
+    return request.app.state.service
+
+
+async def read_model_request(request: Request, unsupported: dict[str, str] | None = None) -> tuple[ModelService, dict]:
+    """The app's ModelService and the request's JSON body, its `model` checked (404 if unknown) and any
+    field in `unsupported` (name -> why) refused with a 400.
+
+        >>> service, body = await read_model_request(request, {"tools": "tool calling is not implemented."})
+    """
+    service = service_of(request)
+    body = await read_json_object(request, service.max_body_bytes)
+    service.check_model(take(body, "model", STRING, required=True))
+    refuse_unsupported(body, unsupported or {})
+    return service, body
 
 
 def finish_reason(engine_reason: str | None) -> str:

@@ -22,9 +22,10 @@ from starlette.responses import JSONResponse, PlainTextResponse, StreamingRespon
 
 from labkit.serving.http.errors import ClientError
 from labkit.serving.http.fields import (ARRAY, BOOLEAN, INTEGER, NUMBER, OBJECT, STRING, STRINGS, Kind,
-                                        read_json_object, refuse_unsupported, take)
+                                        refuse_unsupported, take)
 from labkit.serving.http.model_info import model_details, ollama_model_info
-from labkit.serving.http.model_service import ModelService, Submitted, collect, finish_reason
+from labkit.serving.http.model_service import (ModelService, Submitted, collect, finish_reason,
+                                               read_model_request, service_of)
 from labkit.serving.request import EngineRequestMetrics
 
 router = APIRouter()
@@ -46,10 +47,6 @@ UNSUPPORTED = {"format": "structured output (JSON mode) is not implemented in la
                "tools": "tool calling is not implemented in labkit.", "suffix": "fill-in-the-middle is not "
                "implemented in labkit.", "template": "the model's own chat template is always used.",
                "context": "pass the conversation as /api/chat messages instead."}
-
-
-def service_of(request: Request) -> ModelService:
-    return request.app.state.service
 
 
 def now() -> str:
@@ -89,9 +86,7 @@ async def running_models(request: Request) -> JSONResponse:
 
 @router.post("/api/show")
 async def show(request: Request) -> JSONResponse:
-    service = service_of(request)
-    body = await read_json_object(request, service.max_body_bytes)
-    service.check_model(take(body, "model", STRING, required=True))
+    service, body = await read_model_request(request)
     details = model_details(service, now())
     template = getattr(service.tokenizer, "chat_template", None) or ""
     return JSONResponse({"modelfile": f"FROM {service.name}\n", "parameters": "", "template": template,
@@ -178,10 +173,7 @@ async def ndjson(service: ModelService, submitted: Submitted, request: Request, 
 
 @router.post("/api/generate")
 async def generate(request: Request):
-    service = service_of(request)
-    body = await read_json_object(request, service.max_body_bytes)
-    service.check_model(take(body, "model", STRING, required=True))
-    refuse_unsupported(body, {k: v for k, v in UNSUPPORTED.items() if k != "tools"})
+    service, body = await read_model_request(request, {k: v for k, v in UNSUPPORTED.items() if k != "tools"})
     prompt = take(body, "prompt", STRING, default="")
     system = take(body, "system", STRING)
     take(body, "keep_alive", Kind("a duration (string or number)", lambda v: isinstance(v, (str, int, float))))
@@ -198,10 +190,7 @@ async def generate(request: Request):
 
 @router.post("/api/chat")
 async def chat(request: Request):
-    service = service_of(request)
-    body = await read_json_object(request, service.max_body_bytes)
-    service.check_model(take(body, "model", STRING, required=True))
-    refuse_unsupported(body, UNSUPPORTED)
+    service, body = await read_model_request(request, UNSUPPORTED)
     messages = take(body, "messages", ARRAY, required=True)
     for index, message in enumerate(messages):
         if isinstance(message, dict):

@@ -21,10 +21,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 
 from labkit.serving.http.errors import ClientError, error_body
-from labkit.serving.http.fields import (ARRAY, BOOLEAN, INTEGER, NUMBER, OBJECT, STRING, STRINGS, Kind,
-                                        read_json_object, refuse_unsupported, take)
+from labkit.serving.http.fields import ARRAY, BOOLEAN, INTEGER, NUMBER, OBJECT, STRINGS, Kind, take
 from labkit.serving.http.model_info import openai_model_card
-from labkit.serving.http.model_service import ModelService, Submitted, collect, finish_reason
+from labkit.serving.http.model_service import (ModelService, Submitted, collect, finish_reason,
+                                               read_model_request, service_of)
 
 router = APIRouter(prefix="/v1")
 
@@ -42,10 +42,6 @@ UNSUPPORTED = {"logprobs": "log-probabilities are not returned by labkit's serve
                "tools": "tool calling is not implemented in labkit.", "echo": "the prompt is not echoed.",
                "suffix": "fill-in-the-middle is not implemented in labkit.", "use_beam_search": "the engine "
                "samples one sequence per request.", "ignore_eos": "the engine always stops at EOS."}
-
-
-def service_of(request: Request) -> ModelService:
-    return request.app.state.service
 
 
 @router.get("/models")
@@ -98,10 +94,7 @@ def message_text(message: object, index: int) -> dict:
 
 @router.post("/chat/completions")
 async def chat_completions(request: Request):
-    service = service_of(request)
-    body = await read_json_object(request, service.max_body_bytes)
-    service.check_model(take(body, "model", STRING, required=True))
-    refuse_unsupported(body, UNSUPPORTED)
+    service, body = await read_model_request(request, UNSUPPORTED)
     messages = take(body, "messages", ARRAY, required=True)
     prompt_ids = service.chat_ids([message_text(m, i) for i, m in enumerate(messages)], "messages")
     config = sampling_config(service, body, prompt_ids, None)
@@ -110,10 +103,7 @@ async def chat_completions(request: Request):
 
 @router.post("/completions")
 async def completions(request: Request):
-    service = service_of(request)
-    body = await read_json_object(request, service.max_body_bytes)
-    service.check_model(take(body, "model", STRING, required=True))
-    refuse_unsupported(body, UNSUPPORTED)
+    service, body = await read_model_request(request, UNSUPPORTED)
     prompt = take(body, "prompt", Kind("a string, an array of one string, or an array of token ids",
                                        lambda v: isinstance(v, (str, list))), required=True)
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
