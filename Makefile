@@ -43,9 +43,24 @@ notebooks: cache
 	HF_HUB_OFFLINE=1 $(VENV)/bin/jupyter nbconvert --to notebook --execute --inplace \
 		--ExecutePreprocessor.record_timing=False --ExecutePreprocessor.timeout=600 notebooks/*.ipynb
 
-# Static reveal.js decks in slides/ (to present live with working widgets, use RISE inside JupyterLab).
-slides: $(INSTALLED)
-	$(VENV)/bin/jupyter nbconvert --to slides --output-dir slides notebooks/*.ipynb
+# Static reveal.js decks in slides/ that open offline: reveal.js, MathJax, require.js, jQuery, Font
+# Awesome and the widget renderer are unpacked once from the npm registry into slides/vendor/ (about
+# 30 MB; needs node's npm) and the decks point there (slides/offline_decks.py).
+SLIDE_VENDOR := slides/vendor
+SLIDE_PACKAGES := reveal.js@4.0.2 mathjax@2.7.9 requirejs@2.3.7 jquery@2.2.4 font-awesome@4.7.0 \
+	@jupyter-widgets/html-manager@1.0.15
+
+slides: $(INSTALLED) $(SLIDE_VENDOR)/.complete
+	$(VENV)/bin/jupyter nbconvert --config slides/offline_decks.py --to slides --output-dir slides notebooks/*.ipynb
+
+$(SLIDE_VENDOR)/.complete: Makefile
+	rm -rf $(SLIDE_VENDOR) && mkdir -p $(SLIDE_VENDOR)/packs
+	cd $(SLIDE_VENDOR)/packs && npm pack --silent $(SLIDE_PACKAGES) > /dev/null
+	for pack in $(SLIDE_VENDOR)/packs/*.tgz; do \
+		name=$$(basename $$pack .tgz); mkdir -p $(SLIDE_VENDOR)/$$name; \
+		tar -xzf $$pack -C $(SLIDE_VENDOR)/$$name --strip-components=1; \
+	done
+	rm -rf $(SLIDE_VENDOR)/packs && touch $@
 
 bench: cache
 	$(PY) -m labkit.bench decode

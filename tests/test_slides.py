@@ -28,3 +28,9 @@ def test_notebook_converts_to_a_reveal_deck(path, tmp_path):
                              for c in json.loads(path.read_text())["cells"])
     assert "Reveal.initialize" in deck
     assert deck.count("<section") >= slides_in_notebook
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_cell_ids_are_unique(path):
+    ids = [cell.get("id") for cell in json.loads(path.read_text())["cells"]]
+    assert len(ids) == len(set(ids)), f"{path.name} repeats a cell id (nbformat renames it on every load)"
