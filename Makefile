@@ -16,7 +16,7 @@ LAB_OPTIONS ?=
 # JupyterLab refuses to start as root (common in containers) unless told it is on purpose.
 ROOT_OPTION := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: lab test setup cache notebooks slides bench clean-cache
+.PHONY: lab test setup cache notebooks slides slides-vendor bench clean-cache
 
 lab: cache
 	$(VENV)/bin/jupyter lab $(ROOT_OPTION) $(LAB_OPTIONS) $(FIRST_NOTEBOOK)
@@ -52,6 +52,8 @@ SLIDE_PACKAGES := reveal.js@4.0.2 mathjax@2.7.9 requirejs@2.3.7 jquery@2.2.4 fon
 
 slides: $(INSTALLED) $(SLIDE_VENDOR)/.complete
 	$(VENV)/bin/jupyter nbconvert --config slides/offline_decks.py --to slides --output-dir slides notebooks/*.ipynb
+
+slides-vendor: $(SLIDE_VENDOR)/.complete
 
 $(SLIDE_VENDOR)/.complete: Makefile
 	rm -rf $(SLIDE_VENDOR) && mkdir -p $(SLIDE_VENDOR)/packs
