@@ -10,7 +10,14 @@ core/ (the model, its caches, the forward seam, text), models/, decoding/, quant
 viz/ (every figure and widget), checks/ and benchmarks/.
 """
 
-from labkit import checks
+import os
+
+# OpenMP threads that spin while waiting turn a busy machine into a 5-20x slowdown (two processes'
+# spinning threads fight for the same cores); sleeping waiters cost nothing measurable when the machine
+# is idle. This only takes effect if torch was not imported yet; `make lab` and `make test` set it too.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+from labkit import checks  # noqa: E402  (after the environment above, before torch loads)
 from labkit.core.forward import decode_step, prefill
 from labkit.core.kv_cache import KVCache
 from labkit.core.llama import Llama, LlamaConfig
