@@ -155,7 +155,7 @@ def stop_lab(lab: Lab) -> None:
             continue
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def lab(tmp_path_factory) -> Iterator[Lab]:
     """The project's JupyterLab, started once for the browser tests and stopped afterwards."""
     lab = start_lab(tmp_path_factory.mktemp("jupyterlab"))
@@ -163,9 +163,12 @@ def lab(tmp_path_factory) -> Iterator[Lab]:
     stop_lab(lab)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def browser_context(tmp_path_factory):
-    """A headless Debian Chromium with a fresh user-data dir, driven by playwright."""
+    """A headless Debian Chromium with a fresh user-data dir, driven by playwright.
+
+    Package-scoped: playwright's sync API keeps an asyncio loop running in the main thread while it is
+    started, which would make every later `asyncio.run` in the suite fail; it stops after these tests."""
     try:
         from playwright.sync_api import Error, sync_playwright
     except ImportError:

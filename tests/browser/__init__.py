@@ -1,0 +1,1 @@
+"""Browser tests: JupyterLab and the slide decks in a headless Chromium."""
