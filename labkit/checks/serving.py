@@ -1,0 +1,114 @@
+"""Exercise checkers for serving over HTTP, notebook 11 (see labkit/checks/foundation.py for the style).
+
+    >>> checks.check_client_metrics(client_metrics)
+    >>> checks.check_sse_parser(parse_events)
+    >>> checks.check_littles_law(answer, in_flight=16, latency_s=2.5)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from labkit.checks.common import not_attempted, verdict
+from labkit.serving.http.client import client_tpot, parse_sse
+
+__all__ = ["check_client_metrics", "check_littles_law", "check_sse_parser"]
+
+# (sent at, token arrival times): perf_counter seconds, as a client notes them
+METRIC_CASES = [(100.0, [100.25, 100.35, 100.45, 100.55]), (7.5, [8.0, 8.1]), (0.0, [0.3, 0.5, 0.6, 0.9, 1.3]),
+                (2.0, [2.4])]
+SSE_CASES = [
+    ('data: {"n": 1}\n\ndata: {"n": 2}\n\ndata: [DONE]\n\n', "two events then [DONE]"),
+    ('data:{"n": 1}\n\ndata: [DONE]\n\n', "'data:' without the space"),
+    (': keep-alive\n\ndata: {"n": 1}\n\n: ping\n\ndata: [DONE]\n\n', "comment lines (starting with ':')"),
+    ('data: {"n": 1}\n\ndata: [DONE]\n\ndata: {"n": 2}\n\n', "anything after [DONE]"),
+    ('data: {"choices": [], "usage": {"completion_tokens": 3}}\n\n', "a stream that ends without [DONE]"),
+]
+
+
+def _close(got, expected: float) -> bool:
+    if math.isnan(expected):
+        return got is None or (isinstance(got, float) and math.isnan(got))
+    try:
+        return math.isclose(float(got), expected, rel_tol=1e-6, abs_tol=1e-9)
+    except (TypeError, ValueError):
+        return False
+
+
+def metrics_hint(sent: float, arrivals: list[float], ttft, tpot) -> str | None:
+    """A hint for a wrong (ttft, tpot) pair, or None when both are right."""
+    n, ttft_ok = len(arrivals), arrivals[0] - sent
+    tpot_ok = client_tpot(ttft_ok, arrivals[-1] - sent, n)
+    where = f"sent at {sent}, tokens at {arrivals}"
+    if _close(ttft, arrivals[0]) and sent != 0:
+        return f"{where}: TTFT counts from when the request was sent: subtract `sent`."
+    if not _close(ttft, ttft_ok):
+        return f"{where}: TTFT is the first token's arrival minus the send time, {ttft_ok:g} s, not {ttft!r}."
+    if n > 1 and _close(tpot, (arrivals[-1] - arrivals[0]) / n):
+        return f"{where}: {n} tokens leave {n - 1} gaps after the first: divide by n - 1, not n."
+    if n > 1 and _close(tpot, (arrivals[-1] - sent) / n):
+        return f"{where}: TPOT leaves out the first token's wait (that is TTFT): (E2E - TTFT) / (n - 1)."
+    if not _close(tpot, tpot_ok):
+        expected = "nan (or None): one token has no gap after it" if n == 1 else f"{tpot_ok:g} s"
+        return f"{where}: TPOT should be {expected}, not {tpot!r}."
+    return None
+
+
+def check_client_metrics(fn: Callable | None) -> bool:
+    """Exercise: fn(sent_s, arrivals_s) -> (ttft_s, tpot_s) of one streamed answer, from the client's clock."""
+    if fn is None:
+        return not_attempted("your function client_metrics(sent_s, arrivals_s)")
+    for sent, arrivals in METRIC_CASES:
+        try:
+            ttft, tpot = fn(sent, list(arrivals))
+        except Exception as error:  # noqa: BLE001  a student's bug is a hint, never a crash
+            return verdict(False, f"client_metrics({sent}, {arrivals}) raised {type(error).__name__}: {error}")
+        hint = metrics_hint(sent, arrivals, ttft, tpot)
+        if hint:
+            return verdict(False, hint)
+    return verdict(True, "TTFT = first token - sent; TPOT = (last - first) / (n - 1), undefined for one token.")
+
+
+def check_sse_parser(fn: Callable | None) -> bool:
+    """Exercise: fn(raw) -> the JSON payloads (dicts) of an SSE body, in order, up to `data: [DONE]`."""
+    if fn is None:
+        return not_attempted("your function parse_events(raw)")
+    for raw, what in SSE_CASES:
+        expected = parse_sse(raw)
+        try:
+            got = fn(raw)
+        except Exception as error:  # noqa: BLE001
+            hint = (" Only 'data:' lines carry JSON, and 'data: [DONE]' is not JSON: skip the other lines and stop "
+                    "at [DONE]." if "JSON" in type(error).__name__ else "")
+            return verdict(False, f"with {what}, parse_events raised {type(error).__name__}: {error}.{hint}")
+        if got == expected:
+            continue
+        if isinstance(got, list) and got and all(isinstance(g, str) for g in got):
+            return verdict(False, f"with {what}: return each payload parsed with json.loads (dicts), not strings.")
+        if isinstance(got, list) and len(got) > len(expected) and got[:len(expected)] == expected:
+            return verdict(False, f"with {what}: stop at 'data: [DONE]': it ends the stream and is not JSON.")
+        return verdict(False, f"with {what}, expected {expected}, got {got!r}.")
+    return verdict(True, "events are 'data:' lines separated by blank lines; ':' lines are comments; [DONE] ends it.")
+
+
+def check_littles_law(answer: float | None, in_flight: float, latency_s: float) -> bool:
+    """Exercise: a server keeps `in_flight` requests in progress, each taking `latency_s` seconds end to end:
+    how many requests per second does it complete? (Little's law: L = lambda W.)"""
+    if answer is None:
+        return not_attempted("a number of requests per second")
+    try:
+        value = float(answer)
+    except (TypeError, ValueError):
+        return verdict(False, f"give a number of requests per second, not {type(answer).__name__}.")
+    expected = in_flight / latency_s
+    if math.isclose(value, expected, rel_tol=1e-3):
+        return verdict(True, f"{expected:g} requests/s: in flight = throughput x latency, so throughput = "
+                              f"{in_flight:g} / {latency_s:g} s.")
+    if math.isclose(value, in_flight * latency_s, rel_tol=1e-3):
+        return verdict(False, "that is in flight x latency: throughput = in flight / latency (L = lambda W).")
+    if math.isclose(value, latency_s / in_flight, rel_tol=1e-3):
+        return verdict(False, "upside down: that is seconds per request. Throughput = in flight / latency.")
+    if math.isclose(value, 1 / latency_s, rel_tol=1e-3):
+        return verdict(False, "that is one client's rate; all the requests in flight complete in parallel.")
+    return verdict(False, f"{value:g} is not it. Little's law: requests in flight = requests/s x seconds each.")

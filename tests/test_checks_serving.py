@@ -1,0 +1,70 @@
+"""Checkers of notebook 11 pass the worked solutions, give a hint for wrong answers, and never raise."""
+
+import json
+import math
+
+from labkit import checks
+
+
+def client_metrics(sent_s, arrivals_s):  # the worked solution
+    ttft = arrivals_s[0] - sent_s
+    n = len(arrivals_s)
+    tpot = (arrivals_s[-1] - arrivals_s[0]) / (n - 1) if n > 1 else math.nan
+    return ttft, tpot
+
+
+def parse_events(raw):  # the worked solution
+    events = []
+    for line in raw.splitlines():
+        if not line.startswith("data:"):
+            continue
+        payload = line[5:].strip()
+        if payload == "[DONE]":
+            break
+        events.append(json.loads(payload))
+    return events
+
+
+def test_client_metrics(capsys):
+    assert checks.check_client_metrics(client_metrics)
+    assert "Correct" in capsys.readouterr().out
+    wrongs = [
+        (lambda s, a: (a[0], client_metrics(s, a)[1]), "subtract `sent`"),
+        (lambda s, a: (a[0] - s, (a[-1] - a[0]) / len(a)), "divide by n - 1"),
+        (lambda s, a: (a[0] - s, (a[-1] - s) / len(a)), "leaves out the first token's wait"),
+        (lambda s, a: (a[0] - s, (a[-1] - a[0]) / (len(a) - 1)), "ZeroDivisionError"),  # one token
+        (lambda s, a: (a[-1] - s, 0.1), "first token's arrival minus the send time"),
+    ]
+    for fn, hint in wrongs:
+        assert not checks.check_client_metrics(fn)
+        assert hint in capsys.readouterr().out
+    assert not checks.check_client_metrics(None)
+    assert "Not attempted yet" in capsys.readouterr().out
+
+
+def test_sse_parser(capsys):
+    assert checks.check_sse_parser(parse_events)
+    assert "Correct" in capsys.readouterr().out
+    wrongs = [
+        (lambda raw: [line[6:] for line in raw.splitlines() if line.startswith("data: {")], "not strings"),
+        (lambda raw: [json.loads(line[5:]) for line in raw.splitlines() if line.startswith("data:")], "raised"),
+        (lambda raw: [json.loads(line[6:]) for line in raw.splitlines() if line], "skip the other lines"),
+        (lambda raw: [json.loads(line[6:]) for line in raw.splitlines() if line.startswith("data: {")],
+         "'data:' without the space"),
+    ]
+    for fn, hint in wrongs:
+        assert not checks.check_sse_parser(fn)
+        assert hint in capsys.readouterr().out
+    assert not checks.check_sse_parser(None)
+    assert "Not attempted yet" in capsys.readouterr().out
+
+
+def test_littles_law(capsys):
+    assert checks.check_littles_law(16 / 2.5, in_flight=16, latency_s=2.5)
+    assert "6.4 requests/s" in capsys.readouterr().out
+    for wrong, hint in [(40, "in flight x latency"), (2.5 / 16, "upside down"), (0.4, "one client's rate"),
+                        (3, "is not it"), ("six", "give a number")]:
+        assert not checks.check_littles_law(wrong, in_flight=16, latency_s=2.5)
+        assert hint in capsys.readouterr().out
+    assert not checks.check_littles_law(None, 16, 2.5)
+    assert "Not attempted yet" in capsys.readouterr().out
