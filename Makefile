@@ -20,7 +20,7 @@ export OMP_WAIT_POLICY ?= PASSIVE
 # JupyterLab refuses to start as root (common in containers) unless told it is on purpose.
 ROOT_OPTION := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: lab test setup cache notebooks slides slides-vendor bench clean-cache
+.PHONY: lab test setup cache notebooks slides slides-vendor present bench clean-cache
 
 lab: cache
 	$(VENV)/bin/jupyter lab $(ROOT_OPTION) $(LAB_OPTIONS) $(FIRST_NOTEBOOK)
@@ -67,6 +67,22 @@ $(SLIDE_VENDOR)/.complete: Makefile
 		tar -xzf $$pack -C $(SLIDE_VENDOR)/$$name --strip-components=1; \
 	done
 	rm -rf $(SLIDE_VENDOR)/packs && touch $@
+
+# Present a notebook live: reveal.js slides whose widgets run (Voila executes the notebook, then serves
+# it; the first slide shows once every cell has run, about 2 minutes for 04). Offline: reveal.js and
+# jQuery come from slides/vendor/; the long keep-alive stops the heartbeat that Voila's reveal template
+# would call before defining it. Then open, e.g.,
+#   http://localhost:8866/voila/render/notebooks/04_sampling.ipynb
+PRESENT_OPTIONS ?=
+
+present: cache $(SLIDE_VENDOR)/.complete
+	HF_HUB_OFFLINE=1 $(VENV)/bin/voila --no-browser --template=reveal \
+		--VoilaConfiguration.http_keep_alive_timeout=3600 \
+		--VoilaConfiguration.file_allowlist='.*\.(png|jpg|gif|svg)' \
+		--VoilaConfiguration.file_allowlist='$(SLIDE_VENDOR)/.*' \
+		--VoilaConfiguration.resources="{'reveal': {'url_prefix': '/voila/files/$(SLIDE_VENDOR)/reveal.js-4.0.2'}}" \
+		--VoilaExporter.jquery_url=/voila/files/$(SLIDE_VENDOR)/jquery-2.2.4/dist/jquery.min.js \
+		$(PRESENT_OPTIONS) .
 
 bench: cache
 	$(PY) -m labkit.bench decode
