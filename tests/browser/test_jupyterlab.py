@@ -161,20 +161,24 @@ def test_notebook_00_opens_with_its_saved_text_and_pictures(page, lab, console_e
     assert_no_console_errors(console_errors)
 
 
+def assert_temperature_slider_redraws(explorer) -> None:
+    """Notebook 04's sampling explorer (a locator around its output): dragging the temperature from 1.00
+    to about 0.2 changes the readout and the kernel redraws the chart."""
+    temperature, image = slider(explorer, "temperature"), explorer.locator("img")
+    expect(temperature.locator(".widget-readout")).to_have_text("1.00")
+    before_src, before = image.get_attribute("src"), image_digest(image)
+    drag_slider(temperature, 0.1)  # to about T = 0.2: a sharper distribution, another chart
+    expect(temperature.locator(".widget-readout")).not_to_have_text("1.00")
+    assert redrawn_image_digest(image, before_src) != before, "the plot did not change with the temperature"
+
+
 def test_notebook_04_temperature_slider_redraws_the_plot(page, lab, console_errors):
     notebook = "04_sampling.ipynb"
     cells = open_notebook(page, lab, notebook)
     explorer_cell = cell_index(notebook, "widgets.sampling_explorer(")
     run_cells(page, cells, [cell_index(notebook, "import matplotlib"), explorer_cell])
     explorer = cells.nth(explorer_cell).locator(".jp-OutputArea")
-    temperature, image = slider(explorer, "temperature"), explorer.locator("img")
-    expect(temperature.locator(".widget-readout")).to_have_text("1.00")
-    before_src, before = image.get_attribute("src"), image_digest(image)
-
-    drag_slider(temperature, 0.1)  # to about T = 0.2: a sharper distribution, another chart
-
-    expect(temperature.locator(".widget-readout")).not_to_have_text("1.00")
-    assert redrawn_image_digest(image, before_src) != before, "the plot did not change with the temperature"
+    assert_temperature_slider_redraws(explorer)
     assert_no_console_errors(console_errors)
 
 

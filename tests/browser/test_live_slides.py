@@ -22,8 +22,7 @@ from collections.abc import Iterator
 import pytest
 
 from .conftest import ROOT, free_port
-from .test_jupyterlab import (assert_no_console_errors, cell_index, drag_slider, image_digest, redrawn_image_digest,
-                              slider)
+from .test_jupyterlab import assert_no_console_errors, assert_temperature_slider_redraws, cell_index
 
 try:
     from playwright.sync_api import expect
@@ -129,14 +128,7 @@ def test_notebook_04_live_slides_temperature_slider_redraws_the_plot(page, prese
     expect(on_screen.locator("h2").first).to_contain_text("Move the sliders")
 
     # The widget came from the kernel that ran the notebook: moving the slider redraws the plot.
-    temperature, image = slider(explorer, "temperature"), explorer.locator("img")
-    expect(temperature.locator(".widget-readout")).to_have_text("1.00")
-    before_src, before = image.get_attribute("src"), image_digest(image)
-
-    drag_slider(temperature, 0.1)  # to about T = 0.2: a sharper distribution, another chart
-
-    expect(temperature.locator(".widget-readout")).not_to_have_text("1.00")
-    assert redrawn_image_digest(image, before_src) != before, "the plot did not change with the temperature"
+    assert_temperature_slider_redraws(explorer)
 
     assert page.locator("[class*='fa-'], .fa, .fas, .far, .fab").count() == 0, "a Font Awesome icon is used"
     remote = [url for url in requests if not url.startswith(LOCAL_PREFIXES)]
