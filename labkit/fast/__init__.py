@@ -1,0 +1,17 @@
+"""labkit's fast batch-1 decode path (notebook 13): named steps applied to labkit's Llama, each measured
+by `python -m labkit.bench fast` and checked by tests/test_fast_*.py.
+
+    fuse.py       fused QKV and gate/up projections
+    precision.py  weight-only int8 / int4 with the output head too, bfloat16
+    threads.py    the torch thread count, measured (it is a setting of the process, not of the model)
+    optimize.py   `optimize(model, steps)`: the one entry point, with its step names (STEPS)
+    roofline.py   bytes read per token and measured memory bandwidth: how close a path runs to the limit
+
+    >>> model, tokenizer = labkit.load_model("smollm2-135m", impl="labkit")
+    >>> from labkit.fast import optimize
+    >>> optimize(model, steps=("fuse", "int4"))
+"""
+
+from labkit.fast.optimize import STEPS, check_steps, optimize
+
+__all__ = ["STEPS", "check_steps", "optimize"]

@@ -1,0 +1,77 @@
+"""One entry point for labkit's fast batch-1 decode path: named steps applied to a model, in order.
+
+    fuse   one matmul for q/k/v and one for gate/up per block (the same numbers, fewer calls)
+    int8   weight-only int8 per output channel, every linear layer including the output head
+    int4   weight-only int4, groups of 32 with a scale and a minimum (GGUF Q4_1's grid), head in int8
+    bf16   everything not quantized in bfloat16: embeddings, norms, activations, KV cache
+
+Each step changes the model in place and is checked by tests/test_fast_*.py: `fuse` against the
+unfused model (float32 tolerance), the quantized steps and `bf16` by perplexity on data/eval.
+
+    >>> model, tokenizer = labkit.load_model("smollm2-135m", impl="labkit")
+    >>> from labkit.fast import optimize
+    >>> optimize(model, steps=("fuse", "int8"))
+    >>> labkit.generate_text(model, tokenizer, "The capital of France is", max_new_tokens=8)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from functools import partial
+
+from torch import nn
+
+from labkit.core.llama import Llama
+from labkit.fast.fuse import fuse_projections
+from labkit.fast.precision import quantize_weights, to_bfloat16
+
+# name -> (what it does, the function applied to the model). The order here is the order allowed.
+STEPS: dict[str, tuple[str, Callable[[Llama], Llama]]] = {
+    "fuse": ("fused QKV and gate/up projections", fuse_projections),
+    "int8": ("int8 weight-only, head included", partial(quantize_weights, scheme="int8")),
+    "int4": ("int4 groups of 32 weight-only, head int8", partial(quantize_weights, scheme="int4")),
+    "bf16": ("bfloat16 for everything not quantized", to_bfloat16),
+}
+QUANTIZED = ("int8", "int4")  # at most one of these
+
+
+def check_steps(steps: Sequence[str]) -> tuple[str, ...]:
+    """Return steps as a tuple, or raise a ValueError that says what is allowed.
+
+    Steps must be known, each at most once, at most one of int8 / int4, in the order of STEPS
+    (fusing needs plain float layers, so it comes before quantizing).
+
+        >>> check_steps(["fuse", "int4", "bf16"])
+        ('fuse', 'int4', 'bf16')
+    """
+    allowed = ", ".join(STEPS)
+    if isinstance(steps, str) or not isinstance(steps, Sequence):
+        raise ValueError(f"steps must be a tuple of step names, e.g. ('fuse', 'int8'), got {steps!r}. "
+                         f"Allowed, in this order: {allowed}.")
+    unknown = [step for step in steps if step not in STEPS]
+    if unknown:
+        raise ValueError(f"Unknown steps {unknown}. Allowed, in this order: {allowed}.")
+    if len(set(steps)) < len(steps):
+        raise ValueError(f"Each step may appear once, got {tuple(steps)}.")
+    if sum(step in QUANTIZED for step in steps) > 1:
+        raise ValueError(f"Choose one of {', '.join(QUANTIZED)}, not both.")
+    order = list(STEPS)
+    if [order.index(step) for step in steps] != sorted(order.index(step) for step in steps):
+        raise ValueError(f"Steps must come in this order: {allowed}; got {tuple(steps)}.")
+    return tuple(steps)
+
+
+def optimize(model: nn.Module, steps: Sequence[str] = ("fuse", "int8")) -> Llama:
+    """Apply `steps` (names in STEPS) to labkit's Llama, in order and in place; returns the model.
+
+    A transformers model is refused: load labkit's with load_model(..., impl="labkit") or
+    labkit.Llama.from_hf(model) (the fused and quantized layers replace labkit's own modules).
+
+        >>> model = optimize(labkit.tiny_model(impl="labkit"), steps=("fuse", "int4", "bf16"))
+    """
+    if not isinstance(model, Llama):
+        raise ValueError(f"labkit.fast optimizes labkit's Llama, got {type(model).__name__}. Load it with "
+                         "labkit.load_model(name, impl='labkit'), or convert with labkit.Llama.from_hf(model).")
+    for step in check_steps(steps):
+        model = STEPS[step][1](model)
+    return model
