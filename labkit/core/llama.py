@@ -131,13 +131,23 @@ class Attention(nn.Module):
         k = self.k_proj(x).view(batch, new_tokens, c.n_kv_heads, c.head_dim).transpose(1, 2)
         v = self.v_proj(x).view(batch, new_tokens, c.n_kv_heads, c.head_dim).transpose(1, 2)
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
-        if cache is not None:
-            k, v = cache.append(layer, k, v)  # [B, n_kv_heads, past + T, D]
-        if mask is None:
-            mask = causal_mask(new_tokens, k.shape[-2], x.device)  # [T, past + T]
-        out = attention(q, k, v, mask)  # [B, n_heads, T, D]
-        out = out.transpose(1, 2).reshape(batch, new_tokens, c.n_heads * c.head_dim)
-        return self.o_proj(out)
+        return attend_and_project(q, k, v, self.o_proj, cache, layer, mask)
+
+
+def attend_and_project(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o_proj: nn.Module,
+                       cache: Cache | None, layer: int, mask: torch.Tensor | None) -> torch.Tensor:
+    """The rest of attention once q [B, n_heads, T, D] and k, v [B, n_kv_heads, T, D] are rotated:
+    append k, v to the cache, attend, merge the heads and project -> [B, T, hidden].
+
+    Example: `attend_and_project(q, k, v, attn.o_proj, None, 0, None)` is causal self-attention.
+    """
+    batch, n_heads, new_tokens, head_dim = q.shape
+    if cache is not None:
+        k, v = cache.append(layer, k, v)  # [B, n_kv_heads, past + T, D]
+    if mask is None:
+        mask = causal_mask(new_tokens, k.shape[-2], q.device)  # [T, past + T]
+    out = attention(q, k, v, mask)  # [B, n_heads, T, D]
+    return o_proj(out.transpose(1, 2).reshape(batch, new_tokens, n_heads * head_dim))
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

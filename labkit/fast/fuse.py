@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from labkit.core.kv_cache import Cache
-from labkit.core.llama import MLP, Attention, Llama, LlamaConfig, apply_rotary, attention, causal_mask
+from labkit.core.llama import MLP, Attention, Llama, LlamaConfig, apply_rotary, attend_and_project
 
 
 def stacked_linear(layers: list[nn.Module]) -> nn.Linear:
@@ -66,13 +66,7 @@ class FusedAttention(nn.Module):
         qk = apply_rotary(qkv[:, :c.n_heads + c.n_kv_heads], cos, sin)  # q and k heads rotate alike
         q, k = qk.split([c.n_heads, c.n_kv_heads], dim=1)
         v = qkv[:, c.n_heads + c.n_kv_heads:]
-        if cache is not None:
-            k, v = cache.append(layer, k, v)  # [B, n_kv_heads, past + T, D]
-        if mask is None:
-            mask = causal_mask(new_tokens, k.shape[-2], x.device)  # [T, past + T]
-        out = attention(q, k, v, mask)  # [B, n_heads, T, D]
-        out = out.transpose(1, 2).reshape(batch, new_tokens, c.n_heads * c.head_dim)
-        return self.o_proj(out)
+        return attend_and_project(q, k, v, self.o_proj, cache, layer, mask)
 
 
 class FusedMLP(nn.Module):
