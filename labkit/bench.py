@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 import torch
 
-TOPICS = ["decode", "kvcache", "quant", "speculative", "batching", "serve", "fast"]  # modules of labkit/benchmarks/
+TOPICS = ["decode", "kvcache", "quant", "speculative", "batching", "serve", "engines", "fast"]  # modules of labkit/benchmarks/
 
 
 def available_topics() -> list[str]:

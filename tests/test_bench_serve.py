@@ -34,10 +34,10 @@ def test_records_ratio_and_differing_answers():
     assert bench.median_run([level(1, ["a"], w) for w in (3.0, 1.0, 2.0)]).wall_s == 2.0
 
 
-def test_missing_peers_are_named_with_the_reason():
+def test_the_real_engines_rows_point_to_the_engines_benchmark():
     lines = bench.peer_lines()
     assert [line.split(" row:")[0] for line in lines] == ["llama.cpp server", "vLLM CPU server"]
-    assert all("skipped: " in line for line in lines)
+    assert all("python -m labkit.bench engines" in line for line in lines)
 
 
 @pytest.mark.slow
@@ -50,4 +50,4 @@ def test_quick_run_prints_the_table_and_json_ratios():
         assert set(line) == {"bench", "metric", "labkit", "peer", "peer_name", "ratio", "machine"}
         assert line["peer"] > 0 and abs(line["ratio"] - line["labkit"] / line["peer"]) < 0.01
     assert "every request answered whole: yes; answers the same both ways: yes" in run.stdout
-    assert "llama.cpp server row: skipped" in run.stdout and "tokens/s" in run.stdout
+    assert "llama.cpp server row: see `python -m labkit.bench engines`" in run.stdout and "tokens/s" in run.stdout

@@ -12,8 +12,6 @@ Aims (notebook 11): at 16 clients at least 3x the tokens/s of one at a time, wit
 from __future__ import annotations
 
 import asyncio
-import importlib.util
-import shutil
 import sys
 
 import httpx
@@ -23,6 +21,7 @@ from labkit.serving.http.load import LoadResult, load_test, measured_level, swee
 from labkit.serving.http.server import start_server
 
 MODEL = "smollm2-135m"
+MANY_AT_ONCE = 8  # the engines benchmark's concurrency
 ONE, MANY = "one at a time", "16 clients"
 
 
@@ -63,17 +62,9 @@ def records(one: LoadResult, many: LoadResult, n: int) -> list[dict]:
 
 
 def peer_lines() -> list[str]:
-    """Why the llama.cpp and vLLM rows are missing (or what would run them)."""
-    starter = importlib.util.find_spec("labkit.engines") is not None
-    peers = {"llama.cpp server": importlib.util.find_spec("llama_cpp") is not None,
-             "vLLM CPU server": importlib.util.find_spec("vllm") is not None or shutil.which("vllm") is not None}
-    lines = []
-    for name, installed in peers.items():
-        reason = ("not installed here (the local-engines issue installs it)" if not installed else
-                  "installed, but labkit.engines (which starts it next to labkit's server) is not here yet"
-                  if not starter else "installed; its run is not part of this benchmark yet")
-        lines.append(f"{name} row: skipped: {reason}")
-    return lines
+    """Where the real engines' servers are measured: the `engines` benchmark starts each next to labkit's."""
+    return [f"{name} row: see `python -m labkit.bench engines` ({MANY_AT_ONCE} requests at once through each "
+            "server, one server running at a time)" for name in ("llama.cpp server", "vLLM CPU server")]
 
 
 def run(repeats: int = 3, quick: bool = False) -> list[dict]:

@@ -15,8 +15,10 @@ authentication unless an API key is given (then every request needs `Authorizati
 from __future__ import annotations
 
 import argparse
+import atexit
 import ipaddress
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -24,6 +26,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+import weakref
 from pathlib import Path
 
 DEFAULT_PORT = 8000
@@ -37,6 +40,19 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind((host, 0))
         return probe.getsockname()[1]
+
+
+def require_free_port(host: str, port: int) -> int:
+    """`port` if nobody listens on it (0: pick a free one); else a ValueError that says what to do."""
+    if port == 0:
+        return free_port(host)
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((host, port))
+        except OSError:
+            raise ValueError(f"Port {port} on {host} is already in use (another server still running?). "
+                             "Stop it, pick another port, or pass port=0 for a free one.") from None
+    return port
 
 
 def is_loopback(host: str) -> bool:
@@ -116,23 +132,38 @@ def main(argv: list[str] | None = None) -> None:
 
 
 class ServerHandle:
-    """A server running in a background process: its `url`, its `log` file, and `stop()`."""
+    """A server running in a background process: its `url`, its `log` file, and `stop()`.
+
+    Every handle is also stopped when the Python process exits, so a notebook whose cell failed
+    after starting a server does not leave it running. A process started in its own session
+    (`start_new_session=True`, as engines that spawn workers are) is stopped with its whole group.
+    """
 
     def __init__(self, process: subprocess.Popen, url: str, log: Path):
         self.process, self.url, self.log = process, url, log
+        self.group = process.pid if process_group(process.pid) == process.pid else None
+        RUNNING_SERVERS.add(self)
 
     def is_running(self) -> bool:
         return self.process.poll() is None
 
     def stop(self, timeout: float = 15.0) -> None:
-        """Stop the process (gracefully, then by force) and wait for it."""
+        """Stop the process (gracefully, then by force) and wait for it; then any worker left in its group."""
         if self.is_running():
-            self.process.terminate()
+            self._signal(signal.SIGTERM)
             try:
                 self.process.wait(timeout)
             except subprocess.TimeoutExpired:
-                self.process.kill()
+                self._signal(signal.SIGKILL)
                 self.process.wait(timeout)
+        if self.group is not None:
+            kill_group(self.group, signal.SIGKILL)
+
+    def _signal(self, signum: int) -> None:
+        if self.group is not None:
+            kill_group(self.group, signum)
+        else:
+            self.process.send_signal(signum)
 
     def __enter__(self) -> ServerHandle:
         return self
@@ -144,6 +175,30 @@ class ServerHandle:
         return f"ServerHandle({self.url}, {'running' if self.is_running() else 'stopped'})"
 
 
+def process_group(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except ProcessLookupError:
+        return None
+
+
+def kill_group(group: int, signum: int) -> None:
+    try:
+        os.killpg(group, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+RUNNING_SERVERS: weakref.WeakSet[ServerHandle] = weakref.WeakSet()
+
+
+@atexit.register
+def stop_all_servers() -> None:
+    """Stop every server this Python process started (runs at exit; safe to call any time)."""
+    for handle in list(RUNNING_SERVERS):
+        handle.stop(timeout=5.0)
+
+
 def start_server(model: str = "smollm2-135m", host: str = "127.0.0.1", port: int = 0,
                  max_num_seqs: int = DEFAULT_MAX_NUM_SEQS, api_key: str | None = None,
                  max_waiting: int = DEFAULT_MAX_WAITING, timeout: float = START_TIMEOUT_S) -> ServerHandle:
@@ -153,7 +208,7 @@ def start_server(model: str = "smollm2-135m", host: str = "127.0.0.1", port: int
         ...     print(httpx.get(server.url + "/health").json()["status"])
         ok
     """
-    port = port or free_port(host)
+    port = require_free_port(host, port)
     command = [sys.executable, "-m", "labkit", "serve", "--model", model, "--host", host, "--port", str(port),
                "--max-num-seqs", str(max_num_seqs), "--max-waiting", str(max_waiting)]
     if api_key:
@@ -166,14 +221,14 @@ def start_server(model: str = "smollm2-135m", host: str = "127.0.0.1", port: int
     return handle
 
 
-def wait_until_healthy(handle: ServerHandle, timeout: float) -> None:
-    """Poll /health until it answers 200; raise RuntimeError (with the log's end) if the process dies or times out."""
+def wait_until_healthy(handle: ServerHandle, timeout: float, path: str = "/health") -> None:
+    """Poll `path` until it answers 200; raise RuntimeError (with the log's end) if the process dies or times out."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not handle.is_running():
             raise RuntimeError(f"The server exited with code {handle.process.returncode}:\n{tail(handle.log)}")
         try:
-            with urllib.request.urlopen(handle.url + "/health", timeout=2) as response:
+            with urllib.request.urlopen(handle.url + path, timeout=2) as response:
                 if response.status == 200:
                     return
         except (urllib.error.URLError, OSError):

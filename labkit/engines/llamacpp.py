@@ -1,0 +1,84 @@
+"""llama.cpp next to labkit: the same GGUF file in-process (`Llama`) and behind its OpenAI-style server.
+
+The embedded models ship as GGUF files (SmolLM2: Q4_1), which llama.cpp runs as they are: its 4-bit
+matmuls multiply the packed weights with activations quantized to 8 bits on the fly, where labkit and
+transformers run the float32 weights dequantized from the same file (notebook 08).
+
+    >>> llm = load_llamacpp("smollm2-135m")
+    >>> llm.create_chat_completion([{"role": "user", "content": "Hi"}], temperature=0, max_tokens=8)
+    >>> with start_llamacpp_server() as server:                  # OpenAI API at server.url + "/v1"
+    ...     ...
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from labkit.engines.install import require_llamacpp
+from labkit.models.registry import known_model
+from labkit.serving.http.server import ServerHandle, require_free_port, wait_until_healthy
+
+DEFAULT_CONTEXT = 2048
+READY_TIMEOUT_S = 60.0  # measured: the server answers /v1/models about 3 s after launch
+
+
+def default_threads() -> int:
+    """One compute thread per two cores, as llama-cpp-python itself chooses (at least one)."""
+    return max((os.cpu_count() or 2) // 2, 1)
+
+
+def gguf_path(model: str) -> Path:
+    """The GGUF file of an embedded model (a clear error names the package to install when it is missing)."""
+    return known_model(model).locate_gguf()
+
+
+def load_llamacpp(model: str = "smollm2-135m", n_ctx: int = DEFAULT_CONTEXT, n_threads: int | None = None,
+                  logits_all: bool = False):
+    """llama.cpp's `Llama` on an embedded model's GGUF file, in this process (about 1 s).
+
+    logits_all=True keeps every position's logits (llm.scores[:n_tokens, :vocab]) for comparisons.
+
+        >>> llm = load_llamacpp(n_threads=2)
+        >>> llm.tokenize(b"Hello")
+        [19556]
+    """
+    require_llamacpp()
+    from llama_cpp import Llama
+
+    threads = n_threads or default_threads()
+    return Llama(model_path=str(gguf_path(model)), n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads,
+                 logits_all=logits_all, verbose=False)
+
+
+def llamacpp_server_command(model: str, host: str, port: int, n_ctx: int, n_threads: int) -> list[str]:
+    """`python -m llama_cpp.server ...` for one model, served under its labkit name.
+
+    interrupt_requests is off: by default a new request cancels the stream in flight, so of several
+    concurrent streamed clients only the last would get a whole answer.
+    """
+    return [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf_path(model)), "--model_alias", model,
+            "--host", host, "--port", str(port), "--n_ctx", str(n_ctx), "--n_threads", str(n_threads),
+            "--n_threads_batch", str(n_threads), "--interrupt_requests", "False", "--verbose", "False"]
+
+
+def start_llamacpp_server(model: str = "smollm2-135m", port: int = 0, n_ctx: int = DEFAULT_CONTEXT,
+                          n_threads: int | None = None, host: str = "127.0.0.1",
+                          timeout: float = READY_TIMEOUT_S) -> ServerHandle:
+    """Start llama-cpp-python's server on `model`'s GGUF file; return once /v1/models answers.
+
+        >>> with start_llamacpp_server(n_threads=1) as server:
+        ...     openai.OpenAI(base_url=server.url + "/v1", api_key="none").models.list()
+    """
+    require_llamacpp()
+    port = require_free_port(host, port)
+    command = llamacpp_server_command(model, host, port, n_ctx, n_threads or default_threads())
+    log = Path(tempfile.mkstemp(prefix="llamacpp-server-", suffix=".log")[1])
+    with open(log, "w") as output:
+        process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, start_new_session=True)
+    handle = ServerHandle(process, f"http://{host}:{port}", log)
+    wait_until_healthy(handle, timeout, path="/v1/models")
+    return handle

@@ -1,0 +1,60 @@
+"""Fill one row of notebook 12's side-by-side table by running the same requests through a runner.
+
+Every engine gets the same chats, greedy, with the same token budgets: TTFT on one streamed chat (median
+of `repeats`), batch-1 tokens/s on a long answer (median; prefill included), 8 requests at once, the first
+32 greedy tokens of three answers, and the top-5 first answer tokens of the chat prompt.
+
+    >>> row = measure(TransformersRunner(model, tokenizer), startup_s=2.1)
+    >>> print(side_by_side([row, ...]))
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Sequence
+
+from labkit.engines.compare import GREEDY_TOKENS, TOP_K, EngineRow
+from labkit.serving.http.load import question
+
+# Prompts whose greedy answers are not decided by a near-tie at the first token (notebook 12 checks the
+# margins), so that agreement measures the engines rather than luck.
+AGREEMENT_CHATS = [
+    [{"role": "user", "content": "List three primary colors."}],
+    [{"role": "user", "content": "Explain what a CPU does in two sentences."}],
+    [{"role": "user", "content": "Write a haiku about the sea."}],
+]
+# "The" 0.152 vs "L" 0.140 in float32: the next-token distribution is the fair comparison here.
+TOP_CHAT = [{"role": "user", "content": "What is the capital of France?"}]
+SPEED_CHAT = [{"role": "user", "content": "Write a short story about a robot who learns to paint."}]
+SPEED_TOKENS = 64
+CONCURRENT_REQUESTS = 8
+CONCURRENT_TOKENS = 32
+
+
+def median_of(run: Callable[[], float], repeats: int) -> float:
+    return statistics.median(run() for _ in range(repeats))
+
+
+def answer_rate(runner, max_tokens: int = SPEED_TOKENS) -> float:
+    """Output tokens per second of one greedy answer, its prefill included."""
+    answer = runner.answer(SPEED_CHAT, max_tokens)
+    return answer.tokens / answer.seconds
+
+
+def greedy_tokens(runner, chats: Sequence[list[dict]], n: int = GREEDY_TOKENS) -> list[list[int]]:
+    """The first n tokens of each greedy answer, as the tokenizer reads the answer text (the same for all)."""
+    tokenize = runner.tokenizer
+    return [tokenize(runner.answer(chat, n).text, add_special_tokens=False)["input_ids"][:n] for chat in chats]
+
+
+def measure(runner, startup_s: float, rss_bytes: int | None = None, repeats: int = 3,
+            chats: Sequence[list[dict]] = AGREEMENT_CHATS, notes: str = "") -> EngineRow:
+    """One EngineRow for `runner` (see the module doc); rss_bytes defaults to the runner's own, if it has one."""
+    runner.answer(TOP_CHAT, 4)  # warm-up: first calls allocate and load lazily
+    ttft = median_of(lambda: runner.ttft(TOP_CHAT), repeats)
+    rate = median_of(lambda: answer_rate(runner), repeats)
+    concurrent = runner.concurrent_rate([question(i) for i in range(CONCURRENT_REQUESTS)], CONCURRENT_TOKENS)
+    if rss_bytes is None and hasattr(runner, "rss_bytes"):
+        rss_bytes = runner.rss_bytes()
+    return EngineRow(runner.name, startup_s, ttft, rate, concurrent, rss_bytes, greedy_tokens(runner, chats),
+                     runner.top_tokens(TOP_CHAT, TOP_K), notes)

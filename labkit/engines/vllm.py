@@ -1,0 +1,69 @@
+"""vLLM's CPU build next to labkit: its OpenAI-compatible server on labkit's own safetensors folder.
+
+vLLM lives in its own environment (`.engines/vllm`, from `make engines`), so a notebook reaches it over
+HTTP with the same `openai` client code as any other server. Three things make it start here (measured,
+../shared/notes/engines-on-cpu.md): the CUDA builds of torchvision/torchaudio are removed at install;
+the server starts as a module, not through the `vllm` command (which looks up the wrong package name);
+and `--enforce-eager` skips a torch.compile step that takes minutes on 2 cores.
+
+    >>> with start_vllm_server() as server:                      # ready in about a minute
+    ...     openai.OpenAI(base_url=server.url + "/v1", api_key="none").models.list()
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+from labkit.engines.install import engine_cache_env, require_vllm
+from labkit.models.registry import build_cache, known_model
+from labkit.serving.http.server import ServerHandle, require_free_port, tail, wait_until_healthy
+
+DEFAULT_CONTEXT = 2048
+DEFAULT_KV_CACHE_GIB = 1  # 2048-token requests need 45 MB each for SmolLM2: room for ~22 at once
+READY_TIMEOUT_S = 300.0  # measured: ready 49-79 s after launch on 2 cores, longer under load
+OUT_OF_MEMORY_HINTS = ("out of memory", "memoryerror", "cannot allocate memory", "insufficient memory")
+
+
+def vllm_server_command(python: Path, folder: Path, model: str, host: str, port: int, max_model_len: int,
+                        dtype: str) -> list[str]:
+    """The vLLM API server on a local Hugging Face folder, served under labkit's model name."""
+    return [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(folder),
+            "--served-model-name", model, "--host", host, "--port", str(port), "--dtype", dtype,
+            "--max-model-len", str(max_model_len), "--enforce-eager", "--disable-log-stats"]
+
+
+def start_vllm_server(model: str = "smollm2-135m", port: int = 0, max_model_len: int = DEFAULT_CONTEXT,
+                      kv_cache_gib: int = DEFAULT_KV_CACHE_GIB, dtype: str = "float32", host: str = "127.0.0.1",
+                      timeout: float = READY_TIMEOUT_S) -> ServerHandle:
+    """Start vLLM's OpenAI server on labkit's safetensors cache of `model`; return once /v1/models answers.
+
+    Offline (HF_HUB_OFFLINE=1); vLLM's and inductor's caches stay in .engines/cache. When the server
+    dies while starting, the error carries the end of its log (and says so when memory ran out).
+    """
+    python = require_vllm()
+    known_model(model)
+    if kv_cache_gib < 1 or max_model_len < 16:
+        raise ValueError(f"kv_cache_gib must be >= 1 (got {kv_cache_gib}) and max_model_len >= 16 (got {max_model_len}).")
+    port = require_free_port(host, port)
+    command = vllm_server_command(python, build_cache(model), model, host, port, max_model_len, dtype)
+    env = {**os.environ, **engine_cache_env(), "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib)}
+    log = Path(tempfile.mkstemp(prefix="vllm-server-", suffix=".log")[1])
+    with open(log, "w") as output:
+        process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    handle = ServerHandle(process, f"http://{host}:{port}", log)
+    try:
+        wait_until_healthy(handle, timeout, path="/v1/models")
+    except RuntimeError as error:
+        raise RuntimeError(explain_failure(str(error), handle.log)) from None
+    return handle
+
+
+def explain_failure(message: str, log: Path) -> str:
+    """The start-up error, with a hint when the log shows that memory ran out."""
+    if any(hint in tail(log, 20_000).lower() for hint in OUT_OF_MEMORY_HINTS):
+        return ("vLLM ran out of memory while starting: lower kv_cache_gib or max_model_len, or stop other "
+                f"servers.\n{message}")
+    return message

@@ -1,0 +1,67 @@
+"""The side-by-side measures of notebook 12 and the engines' clear errors (no engine needs to be installed)."""
+
+import socket
+
+import pytest
+
+from labkit.engines import EngineNotInstalled, start_llamacpp_server, start_vllm_server
+from labkit.engines.compare import EngineRow, greedy_agreement, side_by_side, topk_agreement
+from labkit.engines.install import require_llamacpp
+from labkit.serving.http.server import require_free_port
+
+
+def test_greedy_agreement_counts_the_shared_start_only():
+    assert greedy_agreement([1, 2, 3, 4], [1, 2, 3, 4]) == 4
+    assert greedy_agreement([1, 2, 3, 4], [1, 9, 3, 4]) == 1  # later matches follow different texts
+    assert greedy_agreement([7, 8], [8, 7]) == 0
+    assert greedy_agreement(list(range(40)), list(range(40)), n=32) == 32
+    assert greedy_agreement([1, 2, 3], [1, 2]) == 2  # one answer ended early
+
+
+def test_topk_agreement_is_the_shared_share_of_the_reference():
+    assert topk_agreement(["The", "L", "La", "Al", "Le"], ["L", "The", "La", "Le", "Al"]) == 1.0  # order aside
+    assert topk_agreement([1, 2, 3, 4, 5], [1, 2, 6, 7, 8]) == 0.4
+    with pytest.raises(ValueError, match="reference_top is empty"):
+        topk_agreement([], [1])
+
+
+def row(name, greedy, top, concurrent=10.0, rss=5e8):
+    return EngineRow(name, 1.0, 0.25, 20.0, concurrent, rss, greedy, top)
+
+
+def test_side_by_side_measures_against_the_reference_and_marks_what_does_not_apply():
+    reference = row("transformers", [[1, 2, 3], [4, 5]], ["a", "b", "c", "d", "e"])
+    other = row("llama.cpp", [[1, 2, 9], [4, 5]], ["a", "b", "c", "x", "y"], concurrent=None, rss=None)
+    table = side_by_side([reference, other]).splitlines()
+    assert "transformers" in table[2] and "3/3 2/2" in table[2] and "100%" in table[2]
+    llama = table[3]
+    assert "2/3 2/2" in llama and "60%" in llama
+    assert llama.split()[4] == "-" and llama.split()[5] == "-"  # no batching API, no RSS given
+
+
+def test_a_port_in_use_is_refused_with_what_to_do():
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        with pytest.raises(ValueError, match=f"Port {port} .* already in use.*port=0"):
+            require_free_port("127.0.0.1", port)
+    assert require_free_port("127.0.0.1", 0) > 0
+
+
+def test_a_missing_vllm_says_to_run_make_engines(tmp_path, monkeypatch):
+    monkeypatch.setenv("LABKIT_ENGINES", str(tmp_path))  # an engines folder with nothing installed
+    with pytest.raises(EngineNotInstalled, match="make engines"):
+        start_vllm_server()
+
+
+def test_a_missing_llamacpp_says_to_run_make_engines(monkeypatch):
+    import importlib.util
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "llama_cpp" else real_find_spec(name, *a))
+    with pytest.raises(EngineNotInstalled, match="llama-cpp-python 0.3.36.*make engines"):
+        require_llamacpp()
+    with pytest.raises(EngineNotInstalled, match="make engines"):
+        start_llamacpp_server()
