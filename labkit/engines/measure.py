@@ -4,6 +4,10 @@ Every engine gets the same chats, greedy, with the same token budgets: TTFT on o
 of `repeats`), batch-1 tokens/s on a long answer (median; prefill included), 8 requests at once, the first
 32 greedy tokens of three answers, and the top-5 first answer tokens of the chat prompt.
 
+Timed requests start with a system message of their own ("Request 3."): llama.cpp, vLLM and labkit's
+server all reuse the KV cache of a prompt prefix they have seen (prefix caching, notebook 10), so a
+repeated prompt would skip its prefill and time only part of the work.
+
     >>> row = measure(TransformersRunner(model, tokenizer), startup_s=2.1)
     >>> print(side_by_side([row, ...]))
 """
@@ -31,13 +35,23 @@ CONCURRENT_REQUESTS = 8
 CONCURRENT_TOKENS = 32
 
 
-def median_of(run: Callable[[], float], repeats: int) -> float:
-    return statistics.median(run() for _ in range(repeats))
+def median_of(run: Callable[[int], float], repeats: int) -> float:
+    """The median of run(0), run(1), ... run(repeats - 1)."""
+    return statistics.median(run(i) for i in range(repeats))
 
 
-def answer_rate(runner, max_tokens: int = SPEED_TOKENS) -> float:
+def fresh(chat: list[dict], number: int) -> list[dict]:
+    """`chat` behind a system message no earlier request had, so no engine finds its prompt cached.
+
+        >>> fresh([{"role": "user", "content": "Hi"}], 3)[0]
+        {'role': 'system', 'content': 'Request 3.'}
+    """
+    return [{"role": "system", "content": f"Request {number}."}, *chat]
+
+
+def answer_rate(runner, max_tokens: int = SPEED_TOKENS, number: int = 0) -> float:
     """Output tokens per second of one greedy answer, its prefill included."""
-    answer = runner.answer(SPEED_CHAT, max_tokens)
+    answer = runner.answer(fresh(SPEED_CHAT, number), max_tokens)
     return answer.tokens / answer.seconds
 
 
@@ -51,8 +65,8 @@ def measure(runner, startup_s: float, rss_bytes: int | None = None, repeats: int
             chats: Sequence[list[dict]] = AGREEMENT_CHATS, notes: str = "") -> EngineRow:
     """One EngineRow for `runner` (see the module doc); rss_bytes defaults to the runner's own, if it has one."""
     runner.answer(TOP_CHAT, 4)  # warm-up: first calls allocate and load lazily
-    ttft = median_of(lambda: runner.ttft(TOP_CHAT), repeats)
-    rate = median_of(lambda: answer_rate(runner), repeats)
+    ttft = median_of(lambda i: runner.ttft(fresh(TOP_CHAT, i)), repeats)
+    rate = median_of(lambda i: answer_rate(runner, number=repeats + i), repeats)
     concurrent = runner.concurrent_rate([question(i) for i in range(CONCURRENT_REQUESTS)], CONCURRENT_TOKENS)
     if rss_bytes is None and hasattr(runner, "rss_bytes"):
         rss_bytes = runner.rss_bytes()

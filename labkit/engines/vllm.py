@@ -19,12 +19,13 @@ from pathlib import Path
 
 from labkit.engines.install import engine_cache_env, require_vllm
 from labkit.models.registry import build_cache, known_model
-from labkit.serving.http.server import ServerHandle, require_free_port, tail, wait_until_healthy
+from labkit.serving.http.server import ServerHandle, die_with_parent, require_free_port, tail, wait_until_healthy
 
 DEFAULT_CONTEXT = 2048
 DEFAULT_KV_CACHE_GIB = 1  # 2048-token requests need 45 MB each for SmolLM2: room for ~22 at once
 READY_TIMEOUT_S = 300.0  # measured: ready 49-79 s after launch on 2 cores, longer under load
-OUT_OF_MEMORY_HINTS = ("out of memory", "memoryerror", "cannot allocate memory", "insufficient memory")
+OUT_OF_MEMORY_HINTS = ("out of memory", "memoryerror", "cannot allocate memory", "insufficient memory",
+                       "less than requested memory")
 
 
 def vllm_server_command(python: Path, folder: Path, model: str, host: str, port: int, max_model_len: int,
@@ -52,7 +53,8 @@ def start_vllm_server(model: str = "smollm2-135m", port: int = 0, max_model_len:
     env = {**os.environ, **engine_cache_env(), "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib)}
     log = Path(tempfile.mkstemp(prefix="vllm-server-", suffix=".log")[1])
     with open(log, "w") as output:
-        process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                                   preexec_fn=die_with_parent)
     handle = ServerHandle(process, f"http://{host}:{port}", log)
     try:
         wait_until_healthy(handle, timeout, path="/v1/models")
@@ -62,8 +64,10 @@ def start_vllm_server(model: str = "smollm2-135m", port: int = 0, max_model_len:
 
 
 def explain_failure(message: str, log: Path) -> str:
-    """The start-up error, with a hint when the log shows that memory ran out."""
-    if any(hint in tail(log, 20_000).lower() for hint in OUT_OF_MEMORY_HINTS):
-        return ("vLLM ran out of memory while starting: lower kv_cache_gib or max_model_len, or stop other "
-                f"servers.\n{message}")
-    return message
+    """The start-up error with its cause first: the log's last error line, and a hint when memory ran out."""
+    text = tail(log, 50_000)
+    errors = [line.strip() for line in text.splitlines() if "Error:" in line]
+    cause = f"vLLM did not start: {errors[-1]}\n" if errors else ""
+    if any(hint in text.lower() for hint in OUT_OF_MEMORY_HINTS):
+        cause += "It ran out of memory: lower kv_cache_gib or max_model_len, or stop other servers.\n"
+    return cause + message

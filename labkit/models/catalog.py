@@ -251,3 +251,15 @@ def what_can_i_run(catalog: list[CatalogModel], memory_bytes: float, bandwidth_b
     return [fits_here(model, memory_bytes, quant, context_tokens, os_reserve_bytes, runtime_overhead_bytes,
                       bandwidth_bytes_per_s).as_dict()
             for model in catalog for quant in quants]
+
+
+def fit_table(rows: list[dict], only_fitting: bool = False) -> str:
+    """what_can_i_run's rows as aligned text: model, quantization, GB needed, fits, decode bound in tokens/s."""
+    lines = [f"{'model':<44}{'quant':>6}{'GB':>8}{'fits':>6}{'tok/s bound':>13}"]
+    for row in rows:
+        if only_fitting and not row["fits"]:
+            continue
+        bound = "-" if row["max_tokens_per_s"] is None else f"{row['max_tokens_per_s']:.1f}"
+        lines.append(f"{row['model']:<44}{row['quant']:>6}{row['total_bytes'] / 1e9:>8.2f}"
+                     f"{'yes' if row['fits'] else 'no':>6}{bound:>13}")
+    return "\n".join(lines)

@@ -47,6 +47,8 @@ def require_free_port(host: str, port: int) -> int:
     if port == 0:
         return free_port(host)
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        if os.name == "posix":  # as the servers bind (uvicorn): a stopped server's TIME_WAIT connections
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # do not block; a listener still does
         try:
             probe.bind((host, port))
         except OSError:
@@ -189,6 +191,21 @@ def kill_group(group: int, signum: int) -> None:
         pass
 
 
+def die_with_parent() -> None:
+    """In a child process before it runs: on Linux, ask the kernel to end it when its parent dies.
+
+    A notebook kernel that is killed (not shut down) runs no atexit hooks; without this, an engine server
+    started in its own session would keep its port and gigabytes of memory. Elsewhere it does nothing.
+    """
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+
+
 RUNNING_SERVERS: weakref.WeakSet[ServerHandle] = weakref.WeakSet()
 
 
@@ -215,7 +232,8 @@ def start_server(model: str = "smollm2-135m", host: str = "127.0.0.1", port: int
         command += ["--api-key", api_key]
     log = Path(tempfile.mkstemp(prefix="labkit-server-", suffix=".log")[1])
     with open(log, "w") as output:
-        process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=os.environ.copy())
+        process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=os.environ.copy(),
+                                   preexec_fn=die_with_parent)
     handle = ServerHandle(process, f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}", log)
     wait_until_healthy(handle, timeout)
     return handle
@@ -226,6 +244,7 @@ def wait_until_healthy(handle: ServerHandle, timeout: float, path: str = "/healt
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not handle.is_running():
+            handle.stop()  # any worker it left in its group
             raise RuntimeError(f"The server exited with code {handle.process.returncode}:\n{tail(handle.log)}")
         try:
             with urllib.request.urlopen(handle.url + path, timeout=2) as response:

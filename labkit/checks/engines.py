@@ -1,0 +1,92 @@
+"""Exercise checkers for running models locally and choosing one, notebook 12 (style: checks/foundation.py).
+
+    >>> checks.check_greedy_agreement(greedy_agreement)
+    >>> checks.check_decode_bound(answer, params_b=8.0, bits_per_weight=4.5, bandwidth_gb_s=50)
+    >>> checks.check_memory_needed(answer_gb, "meta-llama/Llama-3.1-8B-Instruct", quant="q4", context_tokens=8192)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from labkit.checks.common import not_attempted, verdict
+from labkit.engines.compare import greedy_agreement
+from labkit.models.catalog import fits_here, load_catalog
+
+__all__ = ["check_decode_bound", "check_greedy_agreement", "check_memory_needed"]
+
+AGREEMENT_CASES = [([5, 6, 7, 8], [5, 6, 7, 8], 4), ([5, 6, 7, 8], [5, 9, 7, 8], 4), ([1, 2, 3], [4, 2, 3], 3),
+                   (list(range(40)), list(range(40)), 32), ([1, 2, 3, 4], [1, 2], 4), ([], [1], 32)]
+
+
+def check_greedy_agreement(fn: Callable | None) -> bool:
+    """Exercise: fn(reference_ids, other_ids, n) -> how many of the first n tokens match before they part."""
+    if fn is None:
+        return not_attempted("your function greedy_agreement(reference, other, n)")
+    for reference, other, n in AGREEMENT_CASES:
+        expected = greedy_agreement(reference, other, n)
+        try:
+            got = fn(list(reference), list(other), n)
+        except Exception as error:  # noqa: BLE001  a student's bug is a hint, never a crash
+            return verdict(False, f"greedy_agreement({reference[:6]}, {other[:6]}, {n}) raised "
+                                  f"{type(error).__name__}: {error}. Mind answers of different lengths.")
+        if got == expected:
+            continue
+        matches = sum(a == b for a, b in zip(reference[:n], other[:n]))
+        if got == matches:
+            return verdict(False, f"for {reference[:6]} vs {other[:6]} you counted every matching position "
+                                  f"({got}); after the first difference the texts part, so stop there ({expected}).")
+        return verdict(False, f"for {reference[:6]} vs {other[:6]} with n={n}: expected {expected}, got {got!r}.")
+    return verdict(True, "count the shared start, at most n tokens: after one difference the contexts differ.")
+
+
+def check_decode_bound(answer: float | None, params_b: float, bits_per_weight: float, bandwidth_gb_s: float) -> bool:
+    """Exercise: the batch-1 decode limit in tokens/s of a model of `params_b` billion weights stored at
+    `bits_per_weight`, on a machine that reads `bandwidth_gb_s` GB/s (every token reads every weight once)."""
+    if answer is None:
+        return not_attempted("a number of tokens per second")
+    try:
+        value = float(answer)
+    except (TypeError, ValueError):
+        return verdict(False, f"give a number of tokens per second, not {type(answer).__name__}.")
+    bytes_per_token = params_b * 1e9 * bits_per_weight / 8
+    expected = bandwidth_gb_s * 1e9 / bytes_per_token
+    if math.isclose(value, expected, rel_tol=0.02):
+        return verdict(True, f"{expected:.1f} tokens/s: {bandwidth_gb_s:g} GB/s / {bytes_per_token / 1e9:.2f} GB "
+                             "read per token. A real engine reaches part of it (notebook 07: about a third).")
+    if math.isclose(value, expected / 8, rel_tol=0.02):
+        return verdict(False, "a weight of b bits is b / 8 bytes: divide the bits per weight by 8.")
+    if math.isclose(value, 1 / expected, rel_tol=0.02):
+        return verdict(False, "upside down: that is seconds per token. Tokens/s = bandwidth / bytes per token.")
+    if math.isclose(value, expected * 1.073741824, rel_tol=0.02) or math.isclose(value, expected / 1.073741824,
+                                                                                  rel_tol=0.02):
+        return verdict(False, "close: keep GB = 1e9 bytes for both the bandwidth and the weights.")
+    return verdict(False, f"{value:g} is not it: bytes per token = parameters x bits / 8; tokens/s = bandwidth / that.")
+
+
+def check_memory_needed(answer_gb: float | None, model: str, quant: str, context_tokens: int) -> bool:
+    """Exercise: GB (1e9 bytes) of weights + fp16 KV cache to run catalog `model` at `quant` with
+    `context_tokens` of context (no runtime or OS share)."""
+    if answer_gb is None:
+        return not_attempted("a number of GB")
+    entry = next((m for m in load_catalog() if m.name == model), None)
+    if entry is None:
+        raise ValueError(f"{model!r} is not in data/models/catalog.csv.")
+    fit = fits_here(entry, memory_bytes=1e15, quant=quant, context_tokens=context_tokens)
+    expected = fit.total_bytes / 1e9
+    try:
+        value = float(answer_gb)
+    except (TypeError, ValueError):
+        return verdict(False, f"give a number of GB, not {type(answer_gb).__name__}.")
+    if math.isclose(value, expected, rel_tol=0.03):
+        return verdict(True, f"{expected:.2f} GB: {fit.weight_bytes / 1e9:.2f} GB of weights + "
+                             f"{fit.kv_cache_bytes / 1e9:.2f} GB of KV cache for {fit.context_tokens} tokens.")
+    if math.isclose(value, fit.weight_bytes / 1e9, rel_tol=0.03):
+        return verdict(False, "that is the weights alone: add the KV cache, 2 (K and V) x layers x KV heads x "
+                              "head_dim x 2 bytes x tokens.")
+    if math.isclose(value, (fit.weight_bytes + fit.kv_cache_bytes * entry.n_heads / entry.n_kv_heads) / 1e9,
+                    rel_tol=0.03):
+        return verdict(False, "the cache holds KV heads only (grouped-query attention), not every query head.")
+    return verdict(False, f"{value:g} GB is not it: weights = parameters x bits / 8; KV cache = 2 x layers x "
+                          "KV heads x head_dim x 2 bytes x tokens.")
