@@ -81,9 +81,9 @@ def server_rates(repeats: int, tokens: int, concurrent_tokens: int) -> tuple[dic
 
 
 def print_table(title: str, rates: dict[str, float], base: str) -> None:
-    print(f"\n{title}\n{'engine':<20}{'tokens/s':>10}{'vs ' + base:>14}")
+    print(f"\n{title}\n{'engine':<20}{'tokens/s':>10}{'vs ' + base:>20}")
     for name, rate in rates.items():
-        print(f"{name:<20}{rate:>10.1f}{rate / rates[base]:>13.2f}x")
+        print(f"{name:<20}{rate:>10.1f}{rate / rates[base]:>19.2f}x")
 
 
 def missing_lines() -> list[str]:
