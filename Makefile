@@ -59,7 +59,7 @@ VLLM_INSTALLED := $(ENGINES)/vllm/.installed
 
 engines: $(LLAMACPP_INSTALLED) $(VLLM_INSTALLED)
 
-$(LLAMACPP_WHEEL):
+$(LLAMACPP_WHEEL): | $(INSTALLED)
 	mkdir -p $(ENGINES)/wheels
 	CMAKE_ARGS="-DLLAVA_BUILD=OFF" $(PY) -m pip wheel --quiet --no-deps --no-cache-dir --no-binary llama-cpp-python \
 		-w $(ENGINES)/wheels llama-cpp-python==$(LLAMACPP_VERSION)
