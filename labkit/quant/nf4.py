@@ -36,7 +36,7 @@ BLOCK_SIZES = (32, 64, 128, 256, 512, 1024, 2048, 4096)  # the block sizes bitsa
 
 
 def normal_float_levels(offset: float = NF4_OFFSET) -> torch.Tensor:
-    """The NF4 levels from first principles: 8 negative quantiles, 0, and 7 positive ones, of N(0, 1).
+    """The NF4 levels from first principles: 7 negative quantiles, 0, and 8 positive ones, of N(0, 1).
 
     Quantiles at probabilities evenly spaced from 1 - offset to offset (one extra level on the positive
     side, so that 0 is exact), divided by the largest so they span [-1, 1]. Matches NF4_CODEBOOK to ~1e-7.
