@@ -34,3 +34,18 @@ def test_notebook_converts_to_a_reveal_deck(path, tmp_path):
 def test_cell_ids_are_unique(path):
     ids = [cell.get("id") for cell in json.loads(path.read_text())["cells"]]
     assert len(ids) == len(set(ids)), f"{path.name} repeats a cell id (nbformat renames it on every load)"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_worked_solutions_are_collapsed(path):
+    """A projected notebook must not show an answer before the room has tried: the code cells under each
+    "Worked solution" heading open collapsed (JupyterLab shows them after a click)."""
+    cells = json.loads(path.read_text())["cells"]
+    headings = [i for i, cell in enumerate(cells) if cell["cell_type"] == "markdown"
+                and "".join(cell["source"]).lstrip("# ").lower().startswith("worked solution")]
+    for i in headings:
+        following = cells[i + 1:]
+        solution = following[:next((k for k, c in enumerate(following) if c["cell_type"] != "code"), len(following))]
+        assert solution, f"{path.name}: cell {i} is a worked-solution heading with no code under it"
+        shown = [i + 1 + k for k, c in enumerate(solution) if not c["metadata"].get("jupyter", {}).get("source_hidden")]
+        assert not shown, f"{path.name}: worked-solution cells {shown} are not collapsed"
