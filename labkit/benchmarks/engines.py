@@ -10,7 +10,6 @@ Engines that are not installed are skipped with what to run (`make engines`).
 
 from __future__ import annotations
 
-import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -20,11 +19,11 @@ import torch
 from labkit.bench import comparison, machine_name
 from labkit.engines.install import MAKE_ENGINES, llamacpp_installed, vllm_installed
 from labkit.engines.llamacpp import load_llamacpp, start_llamacpp_server
-from labkit.engines.measure import CONCURRENT_REQUESTS, answer_rate, fresh
+from labkit.engines.measure import CONCURRENT_REQUESTS, answer_rate, fresh, median_of
 from labkit.engines.runners import LabkitRunner, LlamaCppRunner, TransformersRunner
 from labkit.engines.server_runner import ServerRunner
 from labkit.engines.vllm import start_vllm_server
-from labkit.models.loading import load_model
+from labkit.models.loading import load_model, load_tokenizer
 from labkit.serving.http.load import question
 from labkit.serving.http.server import start_server
 
@@ -38,7 +37,7 @@ def _progress(message: str) -> None:
 def median_rate(measure_once: Callable[[int], float], repeats: int) -> float:
     """The median of measure_once(1), ... measure_once(repeats), after measure_once(0) as an untimed warm-up."""
     measure_once(0)
-    return statistics.median(measure_once(i) for i in range(1, repeats + 1))
+    return median_of(lambda i: measure_once(i + 1), repeats)
 
 
 def in_process_rates(repeats: int, tokens: int) -> dict[str, float]:
@@ -57,7 +56,7 @@ def in_process_rates(repeats: int, tokens: int) -> dict[str, float]:
 
 def server_rates(repeats: int, tokens: int, concurrent_tokens: int) -> tuple[dict[str, float], dict[str, float]]:
     """(batch-1 tokens/s of vLLM, 8-request tokens/s of each server), one server running at a time."""
-    _, tokenizer = load_model(MODEL)
+    tokenizer = load_tokenizer(MODEL)
     chats = [question(i) for i in range(CONCURRENT_REQUESTS)]
     starters = {"labkit server": (lambda: start_server(MODEL, max_num_seqs=CONCURRENT_REQUESTS), {})}
     if llamacpp_installed():
