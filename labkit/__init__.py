@@ -26,6 +26,8 @@ from labkit.decoding.config import DecodingConfig, preset
 from labkit.decoding.generate import chat, generate, generate_ids, generate_text
 from labkit.decoding.request import Step
 from labkit.decoding.sampling import apply_temperature, greedy, sample
+from labkit.fast.optimize import optimize
+from labkit.fast.static import StaticDecoder
 from labkit.models.loading import load_model, load_tokenizer, tiny_model
 from labkit.models.registry import EMBEDDED_MODELS, build_cache, cache_dir
 from labkit.speculative.drafters import ModelDrafter, PromptLookupDrafter, early_exit_drafter
@@ -33,7 +35,7 @@ from labkit.speculative.generate import speculative_generate
 
 __all__ = [
     "DecodingConfig", "EMBEDDED_MODELS", "KVCache", "Llama", "LlamaConfig", "ModelDrafter", "PromptLookupDrafter",
-    "Step", "apply_temperature", "build_cache", "cache_dir", "chat", "chat_prompt", "checks", "decode_step",
-    "early_exit_drafter", "encode_prompt", "generate", "generate_ids", "generate_text", "greedy", "load_model",
-    "load_tokenizer", "prefill", "preset", "sample", "speculative_generate", "tiny_model",
+    "StaticDecoder", "Step", "apply_temperature", "build_cache", "cache_dir", "chat", "chat_prompt", "checks",
+    "decode_step", "early_exit_drafter", "encode_prompt", "generate", "generate_ids", "generate_text", "greedy",
+    "load_model", "load_tokenizer", "optimize", "prefill", "preset", "sample", "speculative_generate", "tiny_model",
 ]

@@ -6,12 +6,16 @@ by `python -m labkit.bench fast` and checked by tests/test_fast_*.py.
     threads.py    the torch thread count, measured (it is a setting of the process, not of the model)
     optimize.py   `optimize(model, steps)`: the one entry point, with its step names (STEPS)
     roofline.py   bytes read per token and measured memory bandwidth: how close a path runs to the limit
+    static.py     StaticDecoder: a fixed-shape KV cache and decode step, torch.compile'd once; prompt lookup on it
+    profile.py    where one decode step's time goes: matmul kernels, attention, everything else
 
     >>> model, tokenizer = labkit.load_model("smollm2-135m", impl="labkit")
     >>> from labkit.fast import optimize
     >>> optimize(model, steps=("fuse", "int4"))
+    >>> StaticDecoder(model, max_length=192, compile=True).generate(prompt_ids, max_new_tokens=128)
 """
 
 from labkit.fast.optimize import STEPS, check_steps, optimize
+from labkit.fast.static import StaticDecoder
 
-__all__ = ["STEPS", "check_steps", "optimize"]
+__all__ = ["STEPS", "StaticDecoder", "check_steps", "optimize"]

@@ -1,0 +1,224 @@
+"""A static decode step: every tensor shape fixed, so `torch.compile` compiles it once.
+
+labkit's ordinary loop (`prefill` then `decode_step`) grows the attended keys by one each token and
+keeps the position as a Python int: fine eagerly, but a compiler sees a new shape (and a new constant)
+every step. Here, as in gpt-fast, the KV cache has a fixed length S and the position is a tensor:
+
+    keys, values  [n_layers, 1, n_kv_heads, S, head_dim], written with index_copy_ at `position`
+    cos, sin      [S, head_dim], computed once, indexed by `position`
+    mask          [1, S]: 0 for keys at or before `position`, -inf after (the empty slots)
+
+so one decode step is the same graph for every token: embedding -> 30 blocks -> head -> argmax,
+token [1, 1] and position [1] in, next token [1, 1] and logits [1, vocab] out. Attention reads all S
+slots every step (the masked ones too): S is rounded up from what the request needs, not the model's
+whole context. The blocks are the model's own modules (fused, quantized or bfloat16 alike); only the
+cache they append to differs.
+
+    >>> decoder = StaticDecoder(model, max_length=256, compile=True)   # compiles on the first token
+    >>> ids = decoder.generate(prompt_ids, max_new_tokens=64)          # greedy, list of new token ids
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from torch._inductor.runtime.cache_dir_utils import cache_dir as inductor_cache_dir
+
+from labkit.core.llama import Llama, rotary_cos_sin
+from labkit.speculative.drafters import PromptLookupDrafter
+
+SLOT_MULTIPLE = 64  # S is rounded up to a multiple of this, so nearby request sizes share one compiled step
+
+
+def inductor_cache() -> Path:
+    """Where torch inductor keeps what it compiled: $TORCHINDUCTOR_CACHE_DIR, by default
+    /tmp/torchinductor_<user>. A later decoder of the same shape, in this process or another one,
+    finds its step there and compiles in seconds instead of minutes."""
+    return Path(inductor_cache_dir())
+
+
+def break_even_tokens(compile_seconds: float, eager_tps: float, compiled_tps: float) -> float:
+    """Tokens after which compiling pays for itself: the compile time over the seconds it saves per token,
+    1 / eager - 1 / compiled; math.inf when the compiled path is no faster.
+
+        >>> break_even_tokens(12.0, eager_tps=8.0, compiled_tps=16.0)
+        192.0
+    """
+    saved = 1 / eager_tps - 1 / compiled_tps  # seconds saved per token
+    return compile_seconds / saved if saved > 0 else math.inf
+
+
+def accept_guesses(guesses: Sequence[int], chosen: Sequence[int]) -> tuple[int, list[int]]:
+    """Greedy verification: (guesses kept, the tokens the pass adds).
+
+    chosen[i] is the model's greedy choice at the position of guesses[i], chosen[len(guesses)] its choice
+    after all of them. A guess is kept while every guess before it was; the pass adds the kept guesses
+    and then the model's own next token.
+
+        >>> accept_guesses([4, 8, 15], [4, 8, 9, 16])
+        (2, [4, 8, 9])
+    """
+    accepted = next((i for i, (guess, choice) in enumerate(zip(guesses, chosen)) if guess != choice), len(guesses))
+    return accepted, list(chosen[:accepted + 1])
+
+
+class StaticKVCache:
+    """Keys and values [n_layers, 1, n_kv_heads, S, head_dim] written at tensor positions.
+
+    `positions` [T] (long) says where the tokens of the current forward pass go; `append` writes them
+    there and returns the whole buffers: the mask, not a slice, hides the empty slots, so the shapes
+    never change. This is the `append` labkit's blocks call (see labkit.core.kv_cache.Cache).
+    """
+
+    def __init__(self, model: Llama, max_length: int):
+        c = model.config
+        shape = (c.n_layers, 1, c.n_kv_heads, max_length, c.head_dim)
+        dtype, device = model.embed_tokens.weight.dtype, model.embed_tokens.weight.device
+        self.keys = torch.zeros(shape, dtype=dtype, device=device)
+        self.values = torch.zeros(shape, dtype=dtype, device=device)
+        self.positions = torch.zeros(1, dtype=torch.long, device=device)
+
+    def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store k, v [1, n_kv_heads, T, D] at `positions`; return all keys, values [1, H, S, D]."""
+        self.keys[layer].index_copy_(2, self.positions, k)
+        self.values[layer].index_copy_(2, self.positions, v)
+        return self.keys[layer], self.values[layer]
+
+
+def slots_for(needed: int, context: int) -> int:
+    """The static cache length for `needed` tokens: rounded up to SLOT_MULTIPLE, at most `context`.
+
+        >>> slots_for(137, 8192)
+        192
+    """
+    return min(-(-needed // SLOT_MULTIPLE) * SLOT_MULTIPLE, context)
+
+
+class StaticDecoder:
+    """Greedy batch-1 generation with a static cache; `compile=True` runs the decode step compiled.
+
+    model: labkit's Llama (any labkit.fast steps applied). max_length: the slots S of the cache,
+    prompt plus new tokens at most. The decoder owns one cache: one sequence at a time.
+    `compile_seconds` {"decode" or "verify": seconds} times the first call of each step: with
+    compile=True, the call that compiles it (cached on disk by torch inductor, so a second process
+    compiles faster).
+    """
+
+    def __init__(self, model: Llama, max_length: int, compile: bool = False):
+        if not isinstance(model, Llama):
+            raise ValueError(f"StaticDecoder runs labkit's Llama, got {type(model).__name__}; load it with "
+                             "labkit.load_model(name, impl='labkit').")
+        context = model.config.max_position_embeddings
+        if isinstance(max_length, bool) or not isinstance(max_length, int) or not 1 < max_length <= context:
+            raise ValueError(f"max_length must be a whole number of tokens from 2 to the model's context of "
+                             f"{context}, got {max_length!r}.")
+        self.model, self.max_length, self.compiled = model, max_length, compile
+        self.cache = StaticKVCache(model, max_length)
+        c = model.config
+        cos, sin = rotary_cos_sin(torch.arange(max_length, device=model.device), c.head_dim, c.rope_theta)
+        self.cos, self.sin = cos.to(self.cache.keys.dtype), sin.to(self.cache.keys.dtype)  # [S, D]
+        self.slots = torch.arange(max_length, device=model.device)  # [S]
+        self.step = torch.compile(self.decode, fullgraph=True, dynamic=False) if compile else self.decode
+        self.verify_step = None  # compiled on first use by generate_with_lookup
+        self.compile_seconds: dict[str, float] = {}
+
+    def run(self, token_ids: torch.Tensor, positions: torch.Tensor, every_position: bool = False) -> torch.Tensor:
+        """token_ids [1, T] at positions [T] -> logits [1, vocab] of the last (or [T, vocab]), float32."""
+        model = self.model
+        self.cache.positions = positions
+        cos, sin = self.cos[positions], self.sin[positions]  # [T, D]
+        mask = torch.where(self.slots[None, :] <= positions[:, None], 0.0, float("-inf"))  # [T, S]
+        x = model.embed_tokens(token_ids)
+        for index, block in enumerate(model.layers):
+            x = block(x, cos, sin, self.cache, index, mask)
+        x = x[0] if every_position else x[:, -1]
+        return model.lm_head(model.norm(x)).float()
+
+    def decode(self, token: torch.Tensor, position: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One greedy step, the function compiled: token [1, 1], position [1] -> (next token [1, 1], logits)."""
+        logits = self.run(token, position)
+        return logits.argmax(-1, keepdim=True), logits
+
+    def verify(self, token_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """The speculative step, compiled for one T: token_ids [1, T] at positions [T] -> greedy choice after each [T]."""
+        return self.run(token_ids, positions, every_position=True).argmax(-1)
+
+    def check_request(self, prompt_ids: Sequence[int], max_new_tokens: int) -> None:
+        prompt_length = len(prompt_ids)
+        if prompt_length < 1 or max_new_tokens < 1 or prompt_length + max_new_tokens > self.max_length:
+            raise ValueError(f"The prompt ({prompt_length} tokens) plus max_new_tokens ({max_new_tokens}) must fit "
+                             f"this decoder's {self.max_length} slots, with at least one of each; make a "
+                             f"StaticDecoder with max_length >= {prompt_length + max_new_tokens}.")
+
+    def prefill(self, prompt_ids: Sequence[int]) -> int:
+        """The prompt in one eager pass (its length varies, so it is not compiled); the first new token id."""
+        positions = torch.arange(len(prompt_ids), device=self.model.device)
+        return int(self.run(torch.tensor([list(prompt_ids)], device=self.model.device), positions).argmax())
+
+    def generate(self, prompt_ids: Sequence[int], max_new_tokens: int, eos_id: int | None = None) -> list[int]:
+        """Greedy: the prompt in one eager pass, then one (compiled) step per token; the new ids.
+
+        Stops after max_new_tokens or at eos_id (included). Nothing in the loop but one call of the
+        step and one comparison per token.
+
+            >>> StaticDecoder(model, 64).generate([1, 2, 3], max_new_tokens=4)
+            [504, 3458, 28, 260]
+        """
+        self.check_request(prompt_ids, max_new_tokens)
+        with torch.no_grad():
+            new_ids = [self.prefill(prompt_ids)]
+            token = torch.tensor([new_ids], device=self.model.device)  # [1, 1]
+            for position in range(len(prompt_ids), len(prompt_ids) + max_new_tokens - 1):
+                if new_ids[-1] == eos_id:
+                    break
+                token, _ = self.timed("decode", self.step, token, torch.tensor([position], device=self.model.device))
+                new_ids.append(int(token))
+        return new_ids
+
+    def generate_with_lookup(self, prompt_ids: Sequence[int], max_new_tokens: int, gamma: int = 4,
+                             eos_id: int | None = None) -> tuple[list[int], int]:
+        """Greedy with prompt-lookup speculation: (the new ids, the number of verify calls).
+
+        Every call verifies gamma guesses after the last accepted token in one pass of T = gamma + 1
+        tokens: the prompt-lookup drafter's proposal, padded with the last token when it proposes
+        fewer (any guess is a fair guess: greedy verification keeps exactly the tokens the model
+        itself would choose). The output equals `generate`'s, up to float rounding between a
+        1-token and a (gamma+1)-token pass. Rolling back a rejected guess costs nothing: its slot is
+        masked for every earlier position and overwritten when the sequence gets there.
+
+            >>> ids, calls = decoder.generate_with_lookup(prompt_ids, max_new_tokens=64)
+        """
+        if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
+            raise ValueError(f"gamma must be a whole number of guesses, at least 1, got {gamma!r}.")
+        self.check_request(prompt_ids, max_new_tokens)
+        if self.verify_step is None:
+            self.verify_step = torch.compile(self.verify, fullgraph=True, dynamic=False) if self.compiled else self.verify
+        drafter, context, calls = PromptLookupDrafter(), list(prompt_ids), 0
+        last_slot = self.max_length - 1
+        with torch.no_grad():
+            new_ids = [self.prefill(prompt_ids)]
+            while len(new_ids) < max_new_tokens and new_ids[-1] != eos_id:
+                guesses = drafter.propose(context + new_ids, gamma)[0][:gamma]
+                guesses += [new_ids[-1]] * (gamma - len(guesses))
+                start = len(context) + len(new_ids) - 1  # position of the last accepted token
+                positions = torch.arange(start, start + gamma + 1).clamp(max=last_slot)  # beyond: never read
+                chosen = self.timed("verify", self.verify_step, torch.tensor([[new_ids[-1]] + guesses]), positions).tolist()
+                calls += 1
+                new_ids += accept_guesses(guesses, chosen)[1]
+        new_ids = new_ids[:max_new_tokens]
+        if eos_id in new_ids:
+            new_ids = new_ids[:new_ids.index(eos_id) + 1]
+        return new_ids, calls
+
+    def timed(self, name: str, step, *args):
+        """Call a step; its first call is timed into compile_seconds[name] (with compile=True, it compiles)."""
+        if name in self.compile_seconds:
+            return step(*args)
+        start = time.perf_counter()
+        out = step(*args)
+        self.compile_seconds[name] = time.perf_counter() - start
+        return out

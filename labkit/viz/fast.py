@@ -1,0 +1,69 @@
+"""Figures of notebook 13: the decode staircase against llama.cpp, and where one step's time goes.
+
+    >>> plot_staircase(rows, bandwidth, llama_cpp=row_of_llama_cpp)
+    >>> plot_breakdown({"float32": step_breakdown(fp32_decoder), "int4": step_breakdown(int4_decoder)})
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+
+from labkit.fast.roofline import bandwidth_utilisation
+
+STEP_COLOUR, PEER_COLOUR = "tab:blue", "tab:orange"
+
+
+def plot_staircase(rows: Sequence, bandwidth: float, llama_cpp=None) -> Figure:
+    """Left: tokens/s of each path (GPT-fast's staircase, top to bottom), llama.cpp as a line. Right:
+    the share of measured memory bandwidth each path uses (bytes per token x tokens/s / bandwidth).
+
+    rows: objects with `label`, `tokens_per_second`, `bytes_per_token` (labkit.benchmarks.fast.Row),
+    in the order the steps were taken; llama_cpp: one more such row, or None when it is not installed.
+    """
+    shown = list(rows) + ([llama_cpp] if llama_cpp is not None else [])
+    labels = [row.label for row in shown][::-1]
+    colours = ([PEER_COLOUR] if llama_cpp is not None else []) + [STEP_COLOUR] * len(rows)
+    fig, (speed, share) = plt.subplots(1, 2, figsize=(11, 0.45 * len(shown) + 1.6), sharey=True,
+                                       gridspec_kw={"width_ratios": [3, 2]})
+    rates = [row.tokens_per_second for row in shown][::-1]
+    speed.barh(labels, rates, color=colours)
+    for y, rate in enumerate(rates):
+        speed.text(rate, y, f" {rate:.1f}", va="center", fontsize=9)
+    if llama_cpp is not None:
+        speed.axvline(llama_cpp.tokens_per_second, color=PEER_COLOUR, linestyle="--", linewidth=1)
+        speed.axvline(llama_cpp.tokens_per_second / 2, color=PEER_COLOUR, linestyle=":", linewidth=1)
+    speed.set_xlim(0, max(rates) * 1.18)
+    speed.set_xlabel("tokens/s, batch 1 (dashed: llama.cpp; dotted: half of it)")
+    uses = [bandwidth_utilisation(row.bytes_per_token, row.tokens_per_second, bandwidth) for row in shown][::-1]
+    share.barh(labels, [100 * use for use in uses], color=colours)
+    for y, use in enumerate(uses):
+        share.text(100 * use, y, f" {use:.0%}", va="center", fontsize=9)
+    share.set_xlim(0, 100)
+    share.set_xlabel(f"% of measured bandwidth ({bandwidth / 1e9:.1f} GB/s)")
+    fig.suptitle("SmolLM2-135M, batch 1, greedy: each step of the fast path")
+    fig.tight_layout()
+    return fig
+
+
+def plot_breakdown(breakdowns: Mapping[str, Mapping[str, float]]) -> Figure:
+    """One stacked bar per path: the fractions of a decode step's CPU time by kind (labkit.fast.profile)."""
+    fig, ax = plt.subplots(figsize=(9, 0.6 * len(breakdowns) + 1.4))
+    names = list(breakdowns)[::-1]
+    kinds = list(next(iter(breakdowns.values())))
+    left = [0.0] * len(names)
+    for kind in kinds:
+        widths = [100 * breakdowns[name][kind] for name in names]
+        bars = ax.barh(names, widths, left=left, label=kind)
+        for bar, width in zip(bars, widths):
+            if width > 6:
+                ax.text(bar.get_x() + width / 2, bar.get_y() + bar.get_height() / 2, f"{width:.0f} %",
+                        ha="center", va="center", color="white", fontsize=9)
+        left = [a + b for a, b in zip(left, widths)]
+    ax.set_xlim(0, 100)
+    ax.set_xlabel("% of one decode step's profiled CPU time")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=len(kinds), frameon=False)
+    fig.tight_layout()
+    return fig
