@@ -52,6 +52,26 @@ def median_tokens_per_second(run: Callable[[], int], repeats: int) -> float:
     return statistics.median(rates)
 
 
+def interleaved_tokens_per_second(runs: list[Callable[[], int]], repeats: int,
+                                  progress: Callable | None = None) -> list[float]:
+    """Median tokens/s of each run() -> tokens produced, timed in turns: one untimed warm-up round, then
+    `repeats` rounds in which every run is timed once. A change of the machine's load mid-way hits every
+    run alike, where timing one run after another would blame it on whichever ran then.
+    progress(iterable) wraps the rounds (e.g. tqdm); the default shows nothing.
+
+        >>> interleaved_tokens_per_second([fp32_run, int4_run], repeats=3)
+        [12.8, 27.2]
+    """
+    rates: list[list[float]] = [[] for _ in runs]
+    for round_ in (progress or iter)(range(repeats + 1)):
+        for index, run in enumerate(runs):
+            start = time.perf_counter()
+            tokens = run()
+            if round_:  # round 0 is the warm-up (and the compile of a compiled path)
+                rates[index].append(tokens / (time.perf_counter() - start))
+    return [statistics.median(values) for values in rates]
+
+
 def _significant(value: float, digits: int = 6) -> float:
     return float(f"{value:.{digits}g}")
 
