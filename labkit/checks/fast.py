@@ -1,0 +1,154 @@
+"""Exercise checkers for how fast decoding can go, notebook 13 (see labkit/checks/foundation.py for the style).
+
+    >>> checks.check_bandwidth_use(bandwidth_use)
+    >>> checks.check_compile_break_even(compile_break_even)
+    >>> checks.check_accepted_guesses(accepted_guesses)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from labkit.checks.common import not_attempted, verdict
+from labkit.fast.roofline import bandwidth_utilisation
+from labkit.fast.static import accept_guesses, break_even_tokens
+
+__all__ = ["check_accepted_guesses", "check_bandwidth_use", "check_compile_break_even"]
+
+# (bytes read per token, tokens/s, bandwidth in bytes/s): SmolLM2 in float32 on a laptop, then others
+BANDWIDTH_CASES = [(538e6, 18.9, 26e9), (269e6, 45.0, 26e9), (4.5e9, 12.0, 1.0e11), (16e9, 150.0, 3.35e12)]
+# (compile seconds, eager tokens/s, compiled tokens/s): the first two pay off, the last two never do
+BREAK_EVEN_CASES = [(30.0, 20.0, 25.0), (12.0, 10.0, 40.0), (45.0, 18.0, 19.5), (5.0, 30.0, 30.0), (8.0, 25.0, 20.0)]
+# (guesses, what the model chose at each guess's position and after the last one)
+GUESS_CASES = [([4, 8, 15], [4, 8, 15, 16]), ([4, 8, 15], [5, 8, 15, 16]), ([4, 8, 15, 16], [4, 8, 9, 16, 23]),
+               ([], [42]), ([7, 7, 7, 7], [7, 3, 7, 7, 7])]
+
+
+def _call(fn: Callable, *args):
+    """(result, None) or (None, the exception): a student's bug is a hint, never a crash."""
+    try:
+        return fn(*args), None
+    except Exception as error:  # noqa: BLE001
+        return None, error
+
+
+def _number(value) -> float | None:
+    """The answer as a float, or None when it is not a number (a string, a bool, None, a list...)."""
+    if isinstance(value, (str, bytes, bool)):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def check_bandwidth_use(fn: Callable | None) -> bool:
+    """Exercise: fn(bytes_per_token, tokens_per_second, bandwidth_bytes_per_second) -> the fraction of the
+    bandwidth a decode path uses (0.39, not 39 %)."""
+    if fn is None:
+        return not_attempted("your function bandwidth_use(bytes_per_token, tokens_per_second, bandwidth)")
+    for per_token, rate, bandwidth in BANDWIDTH_CASES:
+        call = f"bandwidth_use({per_token:g}, {rate:g}, {bandwidth:g})"
+        got, error = _call(fn, per_token, rate, bandwidth)
+        if error is not None:
+            return verdict(False, f"{call} raised {type(error).__name__}: {error}.")
+        expected = bandwidth_utilisation(per_token, rate, bandwidth)
+        value = _number(got)
+        if value is None:
+            return verdict(False, f"{call} should return a number (a fraction), got {type(got).__name__}.")
+        if math.isclose(value, expected, rel_tol=1e-6):
+            continue
+        if math.isclose(value, 100 * expected, rel_tol=1e-6):
+            return verdict(False, f"{call} gave {value:.4g}: that is a percentage. Return the fraction "
+                                  f"({expected:.4g}); format it as a percentage only when you print it.")
+        if math.isclose(value, 1 / expected, rel_tol=1e-6):
+            return verdict(False, "upside down: the bytes read each second (bytes per token x tokens/s) go on top, "
+                                  "the bandwidth below.")
+        if math.isclose(value, per_token / bandwidth, rel_tol=1e-6):
+            return verdict(False, "you left out the tokens/s: the bytes read each second are bytes per token x "
+                                  "tokens per second.")
+        return verdict(False, f"{call} should be {expected:.4g}, got {value:.4g}: bytes per token x tokens/s / "
+                              "bandwidth.")
+    return verdict(True, "bytes per token x tokens/s is the bandwidth a path uses; divided by what the memory "
+                         "can give, it says how close to the roofline it runs. The rest is overhead.")
+
+
+def check_compile_break_even(fn: Callable | None) -> bool:
+    """Exercise: fn(compile_seconds, eager_tokens_per_second, compiled_tokens_per_second) -> the number of
+    tokens after which compiling pays for itself, math.inf when the compiled path is no faster."""
+    if fn is None:
+        return not_attempted("your function compile_break_even(compile_seconds, eager_tps, compiled_tps)")
+    never = ("when the compiled path is no faster than eager it saves nothing per token and never pays for "
+             "itself: return math.inf.")
+    for seconds, eager, compiled in BREAK_EVEN_CASES:
+        call = f"compile_break_even({seconds:g}, {eager:g}, {compiled:g})"
+        expected = break_even_tokens(seconds, eager, compiled)
+        got, error = _call(fn, seconds, eager, compiled)
+        if error is not None:
+            if math.isinf(expected) and isinstance(error, ZeroDivisionError):
+                return verdict(False, f"{call} divided by zero: {never}")
+            return verdict(False, f"{call} raised {type(error).__name__}: {error}.")
+        value = _number(got)
+        if value is None:
+            return verdict(False, f"{call} should return a number of tokens (or math.inf), got "
+                                  f"{type(got).__name__}.")
+        if math.isinf(expected):
+            if value == math.inf:
+                continue
+            return verdict(False, f"{call} gave {value:.4g}: {never}")
+        if math.isclose(value, expected, rel_tol=1e-6, abs_tol=1.0):  # rounding up to whole tokens is fine
+            continue
+        if math.isclose(value, seconds / (compiled - eager), rel_tol=1e-6):
+            return verdict(False, f"{call} gave {value:.4g}: you subtracted tokens per second. What compiling saves "
+                                  "is time per token: 1 / eager - 1 / compiled seconds.")
+        if math.isclose(value, -expected, rel_tol=1e-6):
+            return verdict(False, "the sign is flipped: the time saved per token is 1 / eager - 1 / compiled "
+                                  "(the eager step takes longer).")
+        if math.isclose(value, 1 / expected, rel_tol=1e-6):
+            return verdict(False, "upside down: divide the compile time by the seconds saved per token.")
+        return verdict(False, f"{call} should be {expected:,.1f} tokens, got {value:.4g}: compile seconds / "
+                              "(1 / eager - 1 / compiled).")
+    return verdict(True, "compile seconds / seconds saved per token, and never (math.inf) when compiling saves "
+                         "nothing: a long-running server pays it back, a one-off script may not.")
+
+
+def check_accepted_guesses(fn: Callable | None) -> bool:
+    """Exercise: fn(guesses, chosen) -> (accepted, new_tokens) for greedy verification of g prompt-lookup
+    guesses, where chosen holds the g + 1 tokens the model picked greedily at each guess's position and after
+    the last one: accepted = the longest prefix with guesses[i] == chosen[i]; new_tokens = chosen[:accepted + 1]."""
+    if fn is None:
+        return not_attempted("your function accepted_guesses(guesses, chosen)")
+    for guesses, chosen in GUESS_CASES:
+        call = f"accepted_guesses({guesses}, {chosen})"
+        got, error = _call(fn, list(guesses), list(chosen))
+        if error is not None:
+            empty = " With no guesses the model still gives its own next token." if not guesses else ""
+            return verdict(False, f"{call} raised {type(error).__name__}: {error}.{empty}")
+        try:
+            accepted, tokens = got
+            tokens = [int(t) for t in tokens]
+        except (TypeError, ValueError):
+            return verdict(False, f"{call} should return a pair (accepted, new_tokens), got {got!r}.")
+        expected_accepted, expected_tokens = accept_guesses(guesses, chosen)
+        if accepted == expected_accepted and tokens == expected_tokens:
+            continue
+        if accepted != expected_accepted:
+            matches = sum(g == c for g, c in zip(guesses, chosen))
+            if accepted == matches:
+                return verdict(False, f"for {call} you counted every matching position ({accepted}); a guess counts "
+                                      f"only if every guess before it was accepted too: stop at the first "
+                                      f"difference ({expected_accepted}).")
+            if accepted == len(expected_tokens):
+                return verdict(False, f"for {call}: accepted counts guesses only ({expected_accepted}); the model's "
+                                      "own token is new but it is not a guess.")
+            return verdict(False, f"for {call}: expected {expected_accepted} accepted guesses, got {accepted!r}.")
+        if tokens in (chosen[:accepted], guesses[:accepted]):
+            return verdict(False, f"for {call}: after the {accepted} accepted guesses add the model's own next "
+                                  f"token, chosen[{accepted}]: every verify call gives at least one new token.")
+        if tokens == guesses[:accepted + 1]:
+            return verdict(False, f"for {call}: at the first mismatch keep the model's choice, chosen[{accepted}], "
+                                  "not the rejected guess.")
+        return verdict(False, f"for {call}: expected new tokens {expected_tokens}, got {tokens}.")
+    return verdict(True, "the longest agreeing prefix, plus the model's own next token: one verify call gives "
+                         "1 to g + 1 tokens, exactly those plain greedy decoding would.")

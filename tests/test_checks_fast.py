@@ -1,0 +1,95 @@
+"""Checkers of notebook 13 pass the worked solutions, give a hint for each common mistake, and never raise."""
+
+import math
+
+from labkit import checks
+from labkit.fast.static import break_even_tokens
+
+
+def bandwidth_use(bytes_per_token, tokens_per_second, bandwidth):  # the worked solution
+    return bytes_per_token * tokens_per_second / bandwidth
+
+
+def compile_break_even(compile_seconds, eager_tps, compiled_tps):  # the worked solution
+    saved = 1 / eager_tps - 1 / compiled_tps
+    return compile_seconds / saved if saved > 0 else math.inf
+
+
+def accepted_guesses(guesses, chosen):  # the worked solution
+    accepted = 0
+    while accepted < len(guesses) and guesses[accepted] == chosen[accepted]:
+        accepted += 1
+    return accepted, chosen[:accepted + 1]
+
+
+def test_bandwidth_use(capsys):
+    assert checks.check_bandwidth_use(bandwidth_use)
+    assert "Correct" in capsys.readouterr().out
+    hints = {lambda b, r, w: 100 * b * r / w: "percentage", lambda b, r, w: w / (b * r): "upside down",
+             lambda b, r, w: b / w: "left out the tokens/s", lambda b, r, w: b * r: "should be",
+             lambda b, r, w: f"{b * r / w:.0%}": "should return a number",
+             lambda b, r, w: b / 0: "raised ZeroDivisionError"}
+    for wrong, hint in hints.items():
+        assert not checks.check_bandwidth_use(wrong)
+        assert hint in capsys.readouterr().out
+    assert not checks.check_bandwidth_use(None)
+    assert "Not attempted" in capsys.readouterr().out
+
+
+def test_break_even_tokens():
+    assert break_even_tokens(12.0, eager_tps=8.0, compiled_tps=16.0) == 192.0
+    assert break_even_tokens(5.0, eager_tps=30.0, compiled_tps=30.0) == math.inf
+    assert break_even_tokens(5.0, eager_tps=30.0, compiled_tps=20.0) == math.inf
+
+
+def test_compile_break_even(capsys):
+    assert checks.check_compile_break_even(compile_break_even)
+    assert "Correct" in capsys.readouterr().out
+    assert checks.check_compile_break_even(lambda s, e, c: math.ceil(compile_break_even(s, e, c))
+                                           if c > e else math.inf)  # whole tokens are fine
+    capsys.readouterr()
+    hints = {lambda s, e, c: s / (c - e): "subtracted tokens per second",
+             lambda s, e, c: s / (1 / e - 1 / c): "divided by zero",  # the equal rates case
+             lambda s, e, c: s / (1 / e - 1 / c) if c != e else math.inf: "never pays for itself",  # slower
+             lambda s, e, c: s / (1 / c - 1 / e): "sign is flipped", lambda s, e, c: (1 / e - 1 / c) / s: "upside down",
+             lambda s, e, c: s * e: "should be", lambda s, e, c: None: "should return a number",
+             lambda s, e, c: s / e[0]: "raised TypeError"}
+    for wrong, hint in hints.items():
+        assert not checks.check_compile_break_even(wrong)
+        assert hint in capsys.readouterr().out
+    assert not checks.check_compile_break_even(None)
+    assert "Not attempted" in capsys.readouterr().out
+
+
+def test_accepted_guesses(capsys):
+    assert checks.check_accepted_guesses(accepted_guesses)
+    assert "Correct" in capsys.readouterr().out
+
+    def every_match(guesses, chosen):
+        accepted = sum(g == c for g, c in zip(guesses, chosen))
+        return accepted, chosen[:accepted + 1]
+
+    def no_own_token(guesses, chosen):
+        accepted, tokens = accepted_guesses(guesses, chosen)
+        return accepted, tokens[:accepted]
+
+    def keeps_guess(guesses, chosen):
+        accepted, _ = accepted_guesses(guesses, chosen)
+        return accepted, guesses[:accepted] + chosen[accepted:accepted + 1] if accepted == len(guesses) \
+            else guesses[:accepted + 1]
+
+    def counts_own_token(guesses, chosen):
+        accepted, tokens = accepted_guesses(guesses, chosen)
+        return len(tokens), tokens
+
+    def no_empty_case(guesses, chosen):
+        return accepted_guesses(guesses, chosen) if guesses else guesses[0]
+
+    hints = {every_match: "every matching position", no_own_token: "own next token", keeps_guess: "rejected guess",
+             counts_own_token: "not a guess", no_empty_case: "With no guesses",
+             lambda guesses, chosen: len(guesses): "should return a pair"}
+    for wrong, hint in hints.items():
+        assert not checks.check_accepted_guesses(wrong)
+        assert hint in capsys.readouterr().out
+    assert not checks.check_accepted_guesses(None)
+    assert "Not attempted" in capsys.readouterr().out
