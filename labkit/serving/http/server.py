@@ -27,6 +27,7 @@ import time
 import urllib.error
 import urllib.request
 import weakref
+from collections.abc import Sequence
 from pathlib import Path
 
 DEFAULT_PORT = 8000
@@ -82,8 +83,11 @@ STEP_HISTORY = 10_000  # the server's engine keeps only its latest steps' metric
 
 
 def create_app(model: str = "smollm2-135m", max_num_seqs: int = DEFAULT_MAX_NUM_SEQS,
-               max_waiting: int = DEFAULT_MAX_WAITING, api_key: str | None = None):
-    """Load the model (labkit's Llama), start its engine thread, and build the app around it."""
+               max_waiting: int = DEFAULT_MAX_WAITING, api_key: str | None = None, steps: Sequence[str] = ()):
+    """Load the model (labkit's Llama), apply labkit.fast `steps` to it, start its engine thread, and build
+    the app around it. steps=("fuse", "int4"): 4-bit weights; the engine decoded 8 requests of 32 tokens at
+    once at 85.0 tokens/s against float32's 58.7 (2-core AMD EPYC, idle, median of 3)."""
+    from labkit.fast.optimize import optimize
     from labkit.models.loading import load_model
     from labkit.serving.engine import Engine
     from labkit.serving.http.app import build_app
@@ -91,21 +95,23 @@ def create_app(model: str = "smollm2-135m", max_num_seqs: int = DEFAULT_MAX_NUM_
     from labkit.serving.http.model_service import ModelService
 
     llama, tokenizer = load_model(model, impl="labkit")
+    llama = optimize(llama, steps) if steps else llama
     engine = Engine(llama, tokenizer, max_num_seqs=max_num_seqs, step_history=STEP_HISTORY)
     engine_thread = EngineThread(engine, max_waiting)
     engine_thread.start()
     return build_app(ModelService(model, llama, tokenizer, engine_thread), api_key)
 
 
-def serve(model: str, host: str, port: int, max_num_seqs: int, max_waiting: int, api_key: str | None) -> None:
+def serve(model: str, host: str, port: int, max_num_seqs: int, max_waiting: int, api_key: str | None,
+          steps: Sequence[str] = ()) -> None:
     """Serve until interrupted (what `python -m labkit serve` runs)."""
     import uvicorn
 
     warning = exposure_warning(host, api_key)
     if warning:
         print(warning, file=sys.stderr, flush=True)
-    app = create_app(model, max_num_seqs, max_waiting, api_key)
-    print(f"labkit serving {model} at http://{host}:{port} (Ollama: /api/*, OpenAI: /v1/*, /health, /metrics)",
+    app = create_app(model, max_num_seqs, max_waiting, api_key, steps)
+    print(f"labkit serving {model}{' (' + ', '.join(steps) + ')' if steps else ''} at http://{host}:{port} (Ollama: /api/*, OpenAI: /v1/*, /health, /metrics)",
           flush=True)
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, timeout_graceful_shutdown=5)
 
@@ -121,16 +127,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-waiting", type=int, default=DEFAULT_MAX_WAITING,
                         help="requests that may wait for a slot; more get 503 at once")
     parser.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on every request")
+    parser.add_argument("--optimize", default="", metavar="STEPS",
+                        help="labkit.fast steps for the model, comma-separated, e.g. fuse,int4 (default: none, float32)")
     args = parser.parse_args(argv)
     if args.max_num_seqs < 1 or args.max_waiting < 0 or not 0 <= args.port < 65536:
         parser.error("--max-num-seqs must be >= 1, --max-waiting >= 0 and --port in [0, 65535].")
+    from labkit.fast.optimize import check_steps  # here, not at the top: it loads torch
+
+    try:
+        args.optimize = check_steps([step.strip() for step in args.optimize.split(",") if step.strip()])
+    except ValueError as error:
+        parser.error(f"--optimize: {error}")
     return args
 
 
 def main(argv: list[str] | None = None) -> None:
     """`python -m labkit serve --model smollm2-135m [--host H] [--port P] [--max-num-seqs N] [--api-key K]`."""
     args = parse_args(argv)
-    serve(args.model, args.host, args.port, args.max_num_seqs, args.max_waiting, args.api_key)
+    serve(args.model, args.host, args.port, args.max_num_seqs, args.max_waiting, args.api_key, args.optimize)
 
 
 class ServerHandle:
@@ -218,7 +232,8 @@ def stop_all_servers() -> None:
 
 def start_server(model: str = "smollm2-135m", host: str = "127.0.0.1", port: int = 0,
                  max_num_seqs: int = DEFAULT_MAX_NUM_SEQS, api_key: str | None = None,
-                 max_waiting: int = DEFAULT_MAX_WAITING, timeout: float = START_TIMEOUT_S) -> ServerHandle:
+                 max_waiting: int = DEFAULT_MAX_WAITING, timeout: float = START_TIMEOUT_S,
+                 optimize: Sequence[str] = ()) -> ServerHandle:
     """Start `python -m labkit serve` in the background (port 0: a free one) and wait until it answers.
 
         >>> with start_server(max_num_seqs=4) as server:
@@ -230,6 +245,10 @@ def start_server(model: str = "smollm2-135m", host: str = "127.0.0.1", port: int
                "--max-num-seqs", str(max_num_seqs), "--max-waiting", str(max_waiting)]
     if api_key:
         command += ["--api-key", api_key]
+    if optimize:
+        from labkit.fast.optimize import check_steps  # here, not at the top: it loads torch
+
+        command += ["--optimize", ",".join(check_steps(optimize))]
     log = Path(tempfile.mkstemp(prefix="labkit-server-", suffix=".log")[1])
     with open(log, "w") as output:
         process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=os.environ.copy(),

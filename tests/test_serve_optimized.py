@@ -1,0 +1,61 @@
+"""`labkit serve --optimize fuse,int4`: the serving engine on labkit.fast's 4-bit weights (notebook 13).
+
+The optimized server answers through the official `openai` client exactly what labkit's generation
+loop gives on the same optimized model, for concurrent requests too; bad steps are refused on the
+command line with what is allowed. Each answer is compared up to its first narrow greedy step: the 4-bit
+kernels round activations and logits to bfloat16 (steps of 0.125 at these logits), so candidates one or
+two such steps apart may swap between a batch of requests and a single one."""
+
+import concurrent.futures
+
+import openai
+import pytest
+
+import labkit
+from labkit.core.forward import all_logits
+from labkit.serving.http import start_server
+from labkit.serving.http.server import parse_args
+
+MODEL = "smollm2-135m"
+STEPS = ("fuse", "int4")
+QUESTIONS = ["Name three primary colors.", "What is 2 + 2?", "Say hello in French.", "What is the capital of Italy?",
+             "Count from one to five."]
+WIDE = 0.5  # logits between the best and second-best token at every compared step
+
+
+def test_optimize_steps_are_read_and_checked_on_the_command_line(capsys):
+    assert parse_args([]).optimize == ()
+    assert parse_args(["--optimize", "fuse, int4"]).optimize == STEPS
+    with pytest.raises(SystemExit):
+        parse_args(["--optimize", "int4,fuse"])
+    assert "Steps must come in this order" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parse_args(["--optimize", "turbo"])
+    assert "Unknown steps ['turbo']" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_an_optimized_server_answers_what_the_optimized_model_generates():
+    model, tokenizer = labkit.load_model(MODEL, impl="labkit")
+    labkit.optimize(model, STEPS)
+    with start_server(MODEL, max_num_seqs=4, optimize=STEPS) as server:
+        client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+
+        def ask(question: str) -> str:
+            answer = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": question}],
+                                                    max_tokens=8, temperature=0)
+            return answer.choices[0].message.content
+
+        with concurrent.futures.ThreadPoolExecutor(len(QUESTIONS)) as pool:
+            answers = list(pool.map(ask, QUESTIONS))
+        assert "(fuse, int4)" in server.log.read_text()
+    compared = 0
+    for question, answer in zip(QUESTIONS, answers):
+        prompt_ids = labkit.chat_prompt(tokenizer, [{"role": "user", "content": question}])
+        new_ids = labkit.generate_ids(model, tokenizer, prompt_ids, max_new_tokens=8)
+        top2 = all_logits(model, prompt_ids + new_ids)[len(prompt_ids) - 1:-1].topk(2, dim=-1).values
+        narrow = [step for step, gap in enumerate((top2[:, 0] - top2[:, 1]).tolist()) if gap < WIDE]
+        sure = narrow[0] if narrow else len(new_ids)  # tokens before the first narrow step
+        assert answer.startswith(tokenizer.decode(new_ids[:sure], skip_special_tokens=True)), (question, answer)
+        compared += sure
+    assert compared >= 5, f"only {compared} tokens had wide margins; add questions"
