@@ -64,8 +64,8 @@ COMPILED = ("compiled", "lookup")  # rows left out by --quick
 GAMMA = 4  # guesses per verify call of the lookup row
 PROBE_STEPS = ("fuse", "int4")  # the path the thread probe times
 PROBE_TOKENS = {False: 32, True: 4}  # decode steps per probe run, full and --quick
-DEFAULT_THREADS = "fastest labkit path, default threads"
-STATIC_EAGER = "int4, static KV cache (eager)"  # the row that times the thread step
+DEFAULT_THREADS = "fastest labkit path, default threads"  # the row that times the thread step
+STATIC_EAGER = "int4, static KV cache (eager)"  # what the compiled rows' break-even is taken against
 
 
 @dataclass(frozen=True)

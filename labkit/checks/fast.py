@@ -12,7 +12,8 @@ from collections.abc import Callable
 
 from labkit.checks.common import not_attempted, verdict
 from labkit.fast.roofline import bandwidth_utilisation
-from labkit.fast.static import accept_guesses, break_even_tokens
+from labkit.fast.static import break_even_tokens
+from labkit.speculative.rule import accept_greedy
 
 __all__ = ["check_accepted_guesses", "check_bandwidth_use", "check_compile_break_even"]
 
@@ -130,7 +131,8 @@ def check_accepted_guesses(fn: Callable | None) -> bool:
             tokens = [int(t) for t in tokens]
         except (TypeError, ValueError):
             return verdict(False, f"{call} should return a pair (accepted, new_tokens), got {got!r}.")
-        expected_accepted, expected_tokens = accept_guesses(guesses, chosen)
+        expected_accepted, choice = accept_greedy(guesses, chosen)
+        expected_tokens = guesses[:expected_accepted] + [choice]
         if accepted == expected_accepted and tokens == expected_tokens:
             continue
         if accepted != expected_accepted:

@@ -2,8 +2,8 @@
 
 At batch 1 the matmul kernels are the part bound by memory (they read every weight); attention over
 a short context is small; everything else (norms, rotary embeddings, casts, views, the KV-cache
-writes, the Python and dispatcher time around each op) is per-op overhead that does not shrink when
-the weights do. The profiler's self CPU time of each op, summed by kind, shows the split.
+writes) is per-op overhead that does not shrink when the weights do. The profiler's self CPU time of
+each op, summed by kind, shows the split; the Python between ops is in no op, so it is left out.
 
     >>> decoder = StaticDecoder(model, max_length=128)
     >>> step_breakdown(decoder)

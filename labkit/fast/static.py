@@ -30,6 +30,7 @@ from torch._inductor.runtime.cache_dir_utils import cache_dir as inductor_cache_
 
 from labkit.core.llama import Llama, rotary_cos_sin
 from labkit.speculative.drafters import PromptLookupDrafter
+from labkit.speculative.rule import accept_greedy
 
 SLOT_MULTIPLE = 64  # S is rounded up to a multiple of this, so nearby request sizes share one compiled step
 
@@ -50,20 +51,6 @@ def break_even_tokens(compile_seconds: float, eager_tps: float, compiled_tps: fl
     """
     saved = 1 / eager_tps - 1 / compiled_tps  # seconds saved per token
     return compile_seconds / saved if saved > 0 else math.inf
-
-
-def accept_guesses(guesses: Sequence[int], chosen: Sequence[int]) -> tuple[int, list[int]]:
-    """Greedy verification: (guesses kept, the tokens the pass adds).
-
-    chosen[i] is the model's greedy choice at the position of guesses[i], chosen[len(guesses)] its choice
-    after all of them. A guess is kept while every guess before it was; the pass adds the kept guesses
-    and then the model's own next token.
-
-        >>> accept_guesses([4, 8, 15], [4, 8, 9, 16])
-        (2, [4, 8, 9])
-    """
-    accepted = next((i for i, (guess, choice) in enumerate(zip(guesses, chosen)) if guess != choice), len(guesses))
-    return accepted, list(chosen[:accepted + 1])
 
 
 class StaticKVCache:
@@ -122,8 +109,9 @@ class StaticDecoder:
         cos, sin = rotary_cos_sin(torch.arange(max_length, device=model.device), c.head_dim, c.rope_theta)
         self.cos, self.sin = cos.to(self.cache.keys.dtype), sin.to(self.cache.keys.dtype)  # [S, D]
         self.slots = torch.arange(max_length, device=model.device)  # [S]
+        # torch.compile only wraps here; each step compiles on its first call
         self.step = torch.compile(self.decode, fullgraph=True, dynamic=False) if compile else self.decode
-        self.verify_step = None  # compiled on first use by generate_with_lookup
+        self.verify_step = torch.compile(self.verify, fullgraph=True, dynamic=False) if compile else self.verify
         self.compile_seconds: dict[str, float] = {}
 
     def run(self, token_ids: torch.Tensor, positions: torch.Tensor, every_position: bool = False) -> torch.Tensor:
@@ -195,20 +183,19 @@ class StaticDecoder:
         if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
             raise ValueError(f"gamma must be a whole number of guesses, at least 1, got {gamma!r}.")
         self.check_request(prompt_ids, max_new_tokens)
-        if self.verify_step is None:
-            self.verify_step = torch.compile(self.verify, fullgraph=True, dynamic=False) if self.compiled else self.verify
         drafter, context, calls = PromptLookupDrafter(), list(prompt_ids), 0
         last_slot = self.max_length - 1
         with torch.no_grad():
             new_ids = [self.prefill(prompt_ids)]
             while len(new_ids) < max_new_tokens and new_ids[-1] != eos_id:
-                guesses = drafter.propose(context + new_ids, gamma)[0][:gamma]
+                guesses = drafter.propose(context + new_ids, gamma)[0]  # at most gamma
                 guesses += [new_ids[-1]] * (gamma - len(guesses))
                 start = len(context) + len(new_ids) - 1  # position of the last accepted token
                 positions = torch.arange(start, start + gamma + 1).clamp(max=last_slot)  # beyond: never read
-                chosen = self.timed("verify", self.verify_step, torch.tensor([[new_ids[-1]] + guesses]), positions).tolist()
+                tokens = torch.tensor([[new_ids[-1]] + guesses])
+                kept, choice = accept_greedy(guesses, self.timed("verify", self.verify_step, tokens, positions).tolist())
+                new_ids += guesses[:kept] + [choice]
                 calls += 1
-                new_ids += accept_guesses(guesses, chosen)[1]
         new_ids = new_ids[:max_new_tokens]
         if eos_id in new_ids:
             new_ids = new_ids[:new_ids.index(eos_id) + 1]

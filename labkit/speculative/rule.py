@@ -80,11 +80,20 @@ def verify_greedy(target_logits: torch.Tensor, draft_tokens: Sequence[int]) -> t
     The same rule as `verify` with p one-hot on the argmax: min(1, p(x)/q(x)) is 1 if x is the argmax,
     else 0, and max(0, p - q) is the argmax itself. target_logits [n+1, V].
     """
-    best = target_logits.argmax(dim=-1).tolist()
+    return accept_greedy(draft_tokens, target_logits.argmax(dim=-1).tolist())
+
+
+def accept_greedy(draft_tokens: Sequence[int], choices: Sequence[int]) -> tuple[int, int]:
+    """Keep drafts while each equals the target's own greedy choice at its position; return (drafts kept,
+    the target's choice after them). choices: n + 1 token ids, the last one after every draft.
+
+        >>> accept_greedy([4, 8, 15], [4, 8, 9, 16])
+        (2, 9)
+    """
     for i, token in enumerate(draft_tokens):
-        if token != best[i]:
-            return i, best[i]
-    return len(draft_tokens), best[len(draft_tokens)]
+        if token != choices[i]:
+            return i, choices[i]
+    return len(draft_tokens), choices[len(draft_tokens)]
 
 
 def expected_tokens_per_step(alpha: float, gamma: int) -> float:
