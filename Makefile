@@ -86,7 +86,7 @@ notebooks: cache
 # 30 MB; needs node's npm) and the decks point there (slides/offline_decks.py).
 SLIDE_VENDOR := slides/vendor
 SLIDE_PACKAGES := reveal.js@4.0.2 mathjax@2.7.9 requirejs@2.3.7 jquery@2.2.4 font-awesome@4.7.0 \
-	@jupyter-widgets/html-manager@1.0.15
+	@jupyter-widgets/html-manager@1.0.15 @fortawesome/fontawesome-free@5.15.4
 
 slides: $(INSTALLED) $(SLIDE_VENDOR)/.complete
 	$(VENV)/bin/jupyter nbconvert --config slides/offline_decks.py --to slides --output-dir slides notebooks/*.ipynb
@@ -103,19 +103,22 @@ $(SLIDE_VENDOR)/.complete: Makefile
 	rm -rf $(SLIDE_VENDOR)/packs && touch $@
 
 # Present a notebook live: reveal.js slides whose widgets run (Voila executes the notebook, then serves
-# it; the first slide shows once every cell has run, about 2 minutes for 04). Offline: reveal.js and
-# jQuery come from slides/vendor/; the long keep-alive stops the heartbeat that Voila's reveal template
-# would call before defining it. Then open, e.g.,
+# it; the first slide shows once every cell has run, about 2 minutes for 04). Offline: the course's
+# template (slides/voila/templates/offline-reveal) takes reveal.js, jQuery and Font Awesome from
+# slides/vendor/; the long keep-alive stops the heartbeat that Voila's reveal template would call
+# before defining it. Then open, e.g.,
 #   http://localhost:8866/voila/render/notebooks/04_sampling.ipynb
 PRESENT_OPTIONS ?=
+SLIDE_FILES := /voila/files/$(SLIDE_VENDOR)
 
 present: cache $(SLIDE_VENDOR)/.complete
-	HF_HUB_OFFLINE=1 $(VENV)/bin/voila --no-browser --template=reveal \
+	HF_HUB_OFFLINE=1 JUPYTER_PATH=$(CURDIR)/slides $(VENV)/bin/voila --no-browser --template=offline-reveal \
 		--VoilaConfiguration.http_keep_alive_timeout=3600 \
 		--VoilaConfiguration.file_allowlist='.*\.(png|jpg|gif|svg)' \
 		--VoilaConfiguration.file_allowlist='$(SLIDE_VENDOR)/.*' \
-		--VoilaConfiguration.resources="{'reveal': {'url_prefix': '/voila/files/$(SLIDE_VENDOR)/reveal.js-4.0.2'}}" \
-		--VoilaExporter.jquery_url=/voila/files/$(SLIDE_VENDOR)/jquery-2.2.4/dist/jquery.min.js \
+		--VoilaConfiguration.resources="{'reveal': {'url_prefix': '$(SLIDE_FILES)/reveal.js-4.0.2'}, \
+			'fontawesome_url': '$(SLIDE_FILES)/fortawesome-fontawesome-free-5.15.4/css/'}" \
+		--VoilaExporter.jquery_url=$(SLIDE_FILES)/jquery-2.2.4/dist/jquery.min.js \
 		$(PRESENT_OPTIONS) .
 
 bench: cache
