@@ -12,4 +12,5 @@ from labkit.checks.foundation import *  # noqa: F403  notebooks 00-02
 from labkit.checks.kvcache import *  # noqa: F403  notebooks 06-07
 from labkit.checks.quant import *  # noqa: F403  notebook 08
 from labkit.checks.serving import *  # noqa: F403  notebook 11
+from labkit.checks.setup import *  # noqa: F403  notebook 00
 from labkit.checks.speculative import *  # noqa: F403  notebook 09

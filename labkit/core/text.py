@@ -4,7 +4,6 @@
 `eos_token_ids` says which ids end a generation.
 
 Streaming has two problems: one character may span several tokens (an emoji is 4 bytes, often 2-4 byte-level
-
 tokens), and a stop string may span several tokens and must not be shown. `TextStream` solves the
 first by re-decoding a short window of ids and emitting only finished characters; `StopMatcher` the
 second by holding back text that could still become a stop string.
@@ -48,6 +47,18 @@ def encode_prompt(tokenizer: PreTrainedTokenizerBase, prompt: str | Sequence[int
         raise ValueError("The prompt is empty: give at least one token of text.")
     check_token_ids(ids, len(tokenizer), "prompt")
     return ids
+
+
+def token_pieces(tokenizer: PreTrainedTokenizerBase, text: str) -> list[str]:
+    """The text of each token of `text`, without special tokens (notebook 01's tokenizer comparison).
+
+    A piece may be part of a character (the bytes of an emoji split over tokens decode to "\ufffd").
+
+        >>> token_pieces(tokenizer, "Unbelievably, tokenization works!")
+        ['Un', 'bel', 'iev', 'ably', ',', ' token', 'ization', ' works', '!']
+    """
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    return [tokenizer.decode([token_id]) for token_id in ids]
 
 
 def check_token_ids(ids: Sequence[int], vocab_size: int, what: str) -> None:
