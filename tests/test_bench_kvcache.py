@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -34,6 +35,23 @@ def test_timed_generation_same_tokens_with_any_cache(tokenizer):
     assert len(times) == 6 and times == sorted(times)
     assert len(kvcache.step_seconds(model, input_ids, 3)) == 3
     assert kvcache.filler_ids(tokenizer, 50).shape == (1, 50)
+
+
+def test_decode_step_seconds_runs_the_cached_and_the_recomputing_step(tokenizer):
+    model = labkit.tiny_model("labkit")
+    prompt = kvcache.filler_ids(tokenizer, 12)
+    for use_cache in (True, False):
+        seconds = kvcache.decode_step_seconds(model, prompt, use_cache=use_cache, repeats=2)
+        assert isinstance(seconds, float) and seconds > 0
+
+
+def test_fit_nonnegative_recovers_an_exact_curve_and_never_goes_negative():
+    n = np.arange(1.0, 30.0)
+    assert np.allclose(kvcache.fit_nonnegative([n**2, n, np.ones_like(n)], 0.5 * n**2 + 2 * n + 7), [0.5, 2, 7])
+    falling = 100 - n  # an unconstrained line would need a negative slope
+    coefficients = kvcache.fit_nonnegative([n, np.ones_like(n)], falling)
+    assert (coefficients >= 0).all() and coefficients[0] == 0
+    assert np.isclose(coefficients[1], falling.mean())
 
 
 @pytest.mark.slow

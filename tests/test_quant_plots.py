@@ -45,6 +45,24 @@ def test_group_size_errors_shrink_with_the_group(weight):
     plt.close("all")
 
 
+def test_size_vs_perplexity_merges_identical_points_and_keeps_labels_apart():
+    results = [Result("fp32", "", 5.38e8, 30.06, 1.0, 11.0), Result("int8", "", 2.2e8, 30.02, 0.8, 18.0),
+               Result("int4a g32", "", 1.8e8, 30.07, 0.8, 19.0), Result("nf4", "", 1.731e8, 37.93, 0.5, 3.0),
+               Result("bnb nf4", "", 1.731e8, 37.93, 0.5, 6.0)]
+    ax = quant_plots.plot_size_vs_perplexity(results)
+    labels = {text.get_text(): text.get_position()[1] for text in ax.texts}
+    assert set(labels) == {"fp32", "int8", "int4a g32", "nf4 = bnb nf4"}
+    heights = sorted(labels.values())
+    gap = 0.09 * (37.93 - 30.02)
+    assert all(b - a >= gap - 1e-6 for a, b in zip(heights, heights[1:]))
+    plt.close("all")
+
+
+def test_spread_labels_moves_only_crowded_labels():
+    assert quant_plots.spread_labels([1.0, 1.05, 5.0], min_gap=0.5) == [0.775, 1.275, 5.0]
+    assert quant_plots.spread_labels([3.0, 1.0], min_gap=0.5) == [3.0, 1.0]
+
+
 def test_slider_and_its_static_fallback_show_the_same_numbers(weight):
     slider = quant_plots.quant_slider(weight)
     assert list(slider.group_size.options) == [16, 32, 64, 128, 256] and slider.group_size.value == 64

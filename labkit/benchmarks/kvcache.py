@@ -14,6 +14,7 @@ import statistics
 import sys
 import time
 
+import numpy as np
 import torch
 
 from labkit.bench import comparison, machine_name
@@ -53,6 +54,52 @@ def step_seconds(model: Llama, input_ids: torch.Tensor, steps: int, cache=None) 
     """With a cache: prefill input_ids [1, T], then the duration of each of `steps` decode steps."""
     _, times = timed_generation(model, input_ids, steps + 1, cache)
     return [b - a for a, b in zip(times, times[1:])]
+
+
+def decode_step_seconds(model: Llama, prompt_ids: torch.Tensor, use_cache: bool, repeats: int = 3) -> float:
+    """The fastest of `repeats` decode steps at position T, after the prompt prompt_ids [1, T].
+
+    With the cache the prompt is prefilled once and each step runs one token against T cached keys and
+    values; without it each step runs the model over all T + 1 tokens. The fastest step is the one
+    least disturbed by anything else the machine was doing.
+
+        >>> decode_step_seconds(model, filler_ids(tokenizer, 256), use_cache=False)
+        0.58
+    """
+    position = prompt_ids.shape[1]
+    cache = prefill(model, prompt_ids, max_length=position + repeats)[1] if use_cache else NoCache(prompt_ids)
+    token = torch.tensor([13], device=prompt_ids.device)  # any next token will do for timing
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        decode_step(model, token, cache)
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def fit_nonnegative(columns: list[np.ndarray], y: np.ndarray) -> np.ndarray:
+    """Least squares y ~ sum(c_i * columns[i]) with every c_i >= 0: the best of the unconstrained fits on
+    each subset of the columns whose coefficients all come out non-negative.
+
+    Timing noise on a busy machine cannot then bend a fit into, say, a negative n² term.
+    columns: arrays of shape [N]; y: [N]; returns the coefficients [len(columns)].
+
+        >>> n = np.arange(1.0, 9.0)
+        >>> fit_nonnegative([n**2, n, np.ones_like(n)], 2 * n**2 + 3)
+        array([2., 0., 3.])
+    """
+    design = np.stack(columns, axis=1)
+    best, best_error = np.zeros(len(columns)), np.inf
+    for mask in range(1, 2 ** len(columns)):
+        chosen = [i for i in range(len(columns)) if mask >> i & 1]
+        coefficients = np.linalg.lstsq(design[:, chosen], y, rcond=None)[0]
+        if (coefficients >= 0).all():
+            full = np.zeros(len(columns))
+            full[chosen] = coefficients
+            error = np.sum((design @ full - y) ** 2)
+            if error < best_error:
+                best, best_error = full, error
+    return best
 
 
 def filler_ids(tokenizer, n_tokens: int) -> torch.Tensor:

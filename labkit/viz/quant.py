@@ -111,16 +111,53 @@ def plot_group_size_errors(group_sizes: Sequence[int], errors: Mapping[str, Sequ
     return ax
 
 
+def spread_labels(ys: Sequence[float], min_gap: float) -> list[float]:
+    """Label heights near `ys` with at least `min_gap` between neighbours (order kept, as little moved
+    as possible from the points' own heights).
+
+        >>> spread_labels([1.0, 1.05, 5.0], min_gap=0.5)
+        [0.775, 1.275, 5.0]
+    """
+    order = sorted(range(len(ys)), key=lambda i: ys[i])
+    placed = [ys[i] for i in order]
+    for _ in range(len(placed)):  # push apart, then centre each crowded run on its points
+        for k in range(1, len(placed)):
+            placed[k] = max(placed[k], placed[k - 1] + min_gap)
+        start = 0
+        for k in range(1, len(placed) + 1):
+            if k == len(placed) or placed[k] - placed[k - 1] > min_gap + 1e-12:
+                shift = sum(ys[order[j]] - placed[j] for j in range(start, k)) / (k - start)
+                placed[start:k] = [y + shift for y in placed[start:k]]
+                start = k
+    heights = [0.0] * len(ys)
+    for k, i in enumerate(order):
+        heights[i] = round(placed[k], 9)
+    return heights
+
+
 def plot_size_vs_perplexity(results: Sequence, ax: Axes | None = None) -> Axes:
-    """Model megabytes against perplexity, one labelled point per labkit.evaluation.Result."""
-    ax = _axes(ax, (7, 3.6))
+    """Model megabytes against perplexity, one labelled point per labkit.evaluation.Result.
+
+    Variants with the same size and perplexity share one point and one label ("nf4 = bnb nf4"); labels
+    are spread vertically so that none overlaps another.
+    """
+    ax = _axes(ax, (9, 3.6))
+    points: dict[tuple[float, float], list] = {}
     for r in results:
-        if r.note:
-            continue
-        ax.plot(r.nbytes / 1e6, r.perplexity, "o", color="tab:orange" if r.name.startswith("bnb") else "tab:blue")
-        ax.annotate(r.name, (r.nbytes / 1e6, r.perplexity), textcoords="offset points", xytext=(5, 4), fontsize=8)
+        if not r.note:
+            points.setdefault((round(r.nbytes / 1e6, 1), round(r.perplexity, 3)), []).append(r)
+    for (mb, ppl), same in points.items():
+        colour = "tab:orange" if all(r.name.startswith("bnb") for r in same) else "tab:blue"
+        ax.plot(mb, ppl, "o", color=colour)
+    ppls = [ppl for _, ppl in points]
+    gap = 0.09 * (max(ppls) - min(ppls) or 1.0)
+    for ((mb, ppl), same), label_y in zip(points.items(), spread_labels(ppls, gap)):
+        ax.annotate(" = ".join(r.name for r in same), (mb, ppl), xytext=(mb + 12, label_y), fontsize=9,
+                    va="center", arrowprops=dict(arrowstyle="-", color="0.6", lw=0.8))
+    ax.set_ylim(min(ppls) - gap, max(ppls) + gap)
+    ax.set_xlim(right=max(mb for mb, _ in points) * 1.15)  # room for the rightmost label
     ax.set(xlabel="model size (MB)", ylabel="perplexity (lower is better)",
-           title="size vs perplexity (blue: labkit, orange: bitsandbytes)")
+           title="size vs perplexity (blue: labkit, orange: bitsandbytes only)")
     return ax
 
 
