@@ -1,2 +1,3 @@
 """The inference stack itself (notebooks 02, 06): the from-scratch Llama, its KV caches (contiguous and
-paged), the forward seam that runs any model, and text in and out (prompts, chat templates, streaming)."""
+paged), the forward seam that runs any model, text in and out (prompts, chat templates, streaming), and
+a look inside one forward pass (inspect_forward: shapes per layer, attention weights by layer and head)."""
