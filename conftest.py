@@ -22,3 +22,23 @@ def pytest_collection_modifyitems(config, items):
     reason = engines_missing() if engine_cells and os.environ.get("CI") != "true" else None
     for item in engine_cells if reason else []:
         item.add_marker(pytest.mark.skip(reason=reason))
+
+
+NOTEBOOK_SECONDS: dict[str, float] = {}  # notebook file name -> seconds its cells took under nbval
+
+
+def pytest_runtest_logreport(report):
+    """Add up the time of every notebook cell nbval runs (set-up, call and tear-down)."""
+    path = report.nodeid.split("::")[0]
+    if path.endswith(".ipynb"):
+        name = os.path.basename(path)
+        NOTEBOOK_SECONDS[name] = NOTEBOOK_SECONDS.get(name, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter):
+    """After the run: each notebook's execution time under nbval, so its stated run time can be checked."""
+    if not NOTEBOOK_SECONDS:
+        return
+    terminalreporter.section("notebook run times (nbval, this machine)")
+    for name, seconds in sorted(NOTEBOOK_SECONDS.items()):
+        terminalreporter.write_line(f"{name:45} {seconds / 60:5.1f} min")
