@@ -3,6 +3,8 @@ continuation (MAP) by best-first search, to compare with what greedy and beam se
 
     >>> greedy_search(model, tokenizer, prompt_ids, max_new_tokens=10).logprob
     >>> exact_map(model, tokenizer, prompt_ids, horizon=4).best
+    >>> empty_answer_logprob(model, tokenizer, prompt_ids)           # log p(EOS first): the empty answer
+    >>> first_divergence(model, prompt_ids, greedy.token_ids, beam.best.token_ids).step
 """
 
 from __future__ import annotations
@@ -83,3 +85,51 @@ def exact_map(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase,
         for token in torch.nonzero(logprobs >= bound - 1e-3).flatten().tolist():
             heapq.heappush(queue, (-float(logprobs[token]), tokens + (token,)))
     raise AssertionError("unreachable: the greedy sequence is always in the queue")
+
+
+def empty_answer_logprob(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, prompt: Prompt) -> float:
+    """log p(empty answer | prompt): the probability that the very first answer token ends the answer
+    (any EOS token, e.g. <|im_end|>), summed over the EOS tokens. One forward pass. For many inputs of
+    an NMT model the empty translation is the exact MAP (Stahlberg & Byrne 2019).
+
+        >>> empty_answer_logprob(model, tokenizer, labkit.chat_prompt(tokenizer, "Hi!"))   # about -14.6
+    """
+    prompt_ids = encode_prompt(tokenizer, prompt)
+    logprobs = torch.log_softmax(all_logits(model, prompt_ids)[-1], dim=-1)  # [V]
+    return float(torch.logsumexp(logprobs[sorted(eos_token_ids(model, tokenizer))], dim=0))
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """Where two continuations of one prompt part: the first step at which their tokens differ."""
+
+    step: int  # 1-based position of the first differing token
+    first_token: int  # the first sequence's token there (e.g. greedy's)
+    first_logprob: float  # its log p given the shared prefix
+    second_token: int  # the second sequence's token there (e.g. beam search's)
+    second_logprob: float
+    first_total: float  # log p of the whole first sequence
+    second_total: float
+
+
+def token_logprobs_of(model: torch.nn.Module, prompt_ids: Sequence[int], token_ids: Sequence[int]) -> list[float]:
+    """log p(token_t | prompt, tokens_<t) for each of token_ids [T] (one forward pass)."""
+    logprobs = torch.log_softmax(all_logits(model, list(prompt_ids) + list(token_ids)), dim=-1)
+    rows = logprobs[len(prompt_ids) - 1:-1]  # [T, V]: row t scores token t
+    return rows.gather(-1, torch.tensor(list(token_ids))[:, None])[:, 0].tolist()
+
+
+def first_divergence(model: torch.nn.Module, prompt_ids: Sequence[int], first: Sequence[int],
+                     second: Sequence[int]) -> Divergence:
+    """The first step where `first` and `second` (token ids after prompt_ids) differ, each token's
+    log p there, and both sequences' total log p. Raises ValueError if one is a prefix of the other.
+
+        >>> split = first_divergence(model, prompt_ids, greedy.token_ids, beam.best.token_ids)
+        >>> split.step, split.first_logprob, split.second_total > split.first_total
+    """
+    step = next((t for t, (a, b) in enumerate(zip(first, second)) if a != b), None)
+    if step is None:
+        raise ValueError("The two sequences never differ: one is a prefix of the other.")
+    first_lp, second_lp = token_logprobs_of(model, prompt_ids, first), token_logprobs_of(model, prompt_ids, second)
+    return Divergence(step + 1, int(first[step]), first_lp[step], int(second[step]), second_lp[step],
+                      sum(first_lp), sum(second_lp))
