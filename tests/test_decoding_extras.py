@@ -108,8 +108,6 @@ def test_decoding_plots_draw(tokenizer):
     assert len(ax.get_xticklabels()) == 4
     ax = plots.plot_surprise({"run": [1.0, 2.0, 3.0]}, tau=2.0)
     assert len(ax.lines) == 2
-    ax = plots.plot_diversity_quality([("greedy", 0.2, -0.5), ("T=1", 0.8, -2.0)])
-    assert len(ax.texts) == 2
 
 
 def test_sampling_explorer_redraws_and_resamples(tokenizer):

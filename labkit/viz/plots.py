@@ -326,21 +326,3 @@ def plot_surprise(runs: dict, tau: float | None = None, ax: Axes | None = None) 
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
     ax.spines[["top", "right"]].set_visible(False)
     return ax
-
-
-def plot_diversity_quality(points: Sequence[tuple[str, float, float]], ax: Axes | None = None,
-                           xlabel: str = "diversity (distinct-2)",
-                           ylabel: str = "quality (mean log p per token, by the model)") -> Axes:
-    """A scatter of (name, diversity, quality) points, each labelled: the decoding trade-off.
-
-        >>> plot_diversity_quality([("greedy", 0.2, -0.4), ("T=1.0", 0.9, -2.1)])
-    """
-    if ax is None:
-        _, ax = plt.subplots(figsize=(6.5, 4.2), layout="constrained")
-    for name, x, y in points:
-        ax.scatter([x], [y], s=40)
-        ax.annotate(drawable(name), (x, y), textcoords="offset points", xytext=(5, 4), fontsize=8)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.spines[["top", "right"]].set_visible(False)
-    return ax
