@@ -12,7 +12,7 @@ from labkit import checks
 from labkit.viz import plots
 from labkit.viz import widgets
 from labkit.decoding.mbr import chrf, mbr_decode, mbr_select, token_f1
-from labkit.decoding.diversity import distinct_n, repeated_ngram_fraction
+from labkit.decoding.diversity import distinct_n, greedy_repetition, repeated_ngram_fraction
 from labkit.decoding.mirostat import (mirostat_generate, mirostat_update, mirostat_v1_filter, mirostat_v1_k,
                                       mirostat_v2_filter, zipf_exponent)
 from labkit.decoding.sampling import top_p_filter
@@ -139,3 +139,14 @@ def test_decoding_checkers_pass_solutions_and_hint_on_mistakes(capsys):
     assert not checks.check_top_k_filter(None)
     out = capsys.readouterr().out
     assert "Not attempted" in out and "ZeroDivisionError" in out and "Hint" in out
+
+
+def test_greedy_repetition_measures_the_greedy_continuation(tokenizer):
+    model = labkit.tiny_model("labkit")
+    prompt = tokenizer("Hello there")["input_ids"]
+    steps = list(labkit.generate(model, tokenizer, prompt, max_new_tokens=12, return_logits=True))
+    result = greedy_repetition(model, tokenizer, prompt, max_new_tokens=12)
+    assert result.repeated_4grams == repeated_ngram_fraction([s.token_id for s in steps], 4)
+    first = steps[0].logits.log_softmax(-1)
+    assert 0 < result.mean_entropy <= torch.log(torch.tensor(float(first.shape[-1]))) + 1e-4
+    assert result.ended == (steps[-1].finish_reason == "eos")

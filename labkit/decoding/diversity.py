@@ -2,11 +2,18 @@
 
     >>> distinct_n(["a b a b", "a b c"], n=2)
     0.6
+    >>> greedy_repetition(model, tokenizer, labkit.chat_prompt(tokenizer, "Hi!"))
+    GreedyRepetition(repeated_4grams=0.0, mean_entropy=1.2, ended=True)
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
+
+import torch
+
+from labkit.decoding.generate import generate
 
 
 def distinct_n(texts: Sequence[str], n: int = 2) -> float:
@@ -36,3 +43,21 @@ def repeated_ngram_fraction(token_ids: Sequence[int], n: int = 4) -> float:
         total += 1
         seen.add(gram)
     return repeats / total if total else 0.0
+
+
+class GreedyRepetition(NamedTuple):
+    """How one greedy continuation behaved."""
+
+    repeated_4grams: float  # repeated_ngram_fraction of its token ids, n = 4
+    mean_entropy: float  # mean entropy of the next-token distributions, in nats
+    ended: bool  # True if the model ended it (EOS) before the length limit
+
+
+def greedy_repetition(model: torch.nn.Module, tokenizer, prompt_ids: Sequence[int],
+                      max_new_tokens: int = 48) -> GreedyRepetition:
+    """Greedy-decode `prompt_ids` and measure how repetitive and how sure the continuation is
+    (notebook 05's "do modern models still need creative decoding?")."""
+    steps = list(generate(model, tokenizer, prompt_ids, max_new_tokens=max_new_tokens, return_logits=True))
+    entropies = [float(-(s.logits.softmax(-1) * s.logits.log_softmax(-1)).nansum()) for s in steps]
+    return GreedyRepetition(repeated_ngram_fraction([s.token_id for s in steps], 4),
+                            sum(entropies) / len(entropies), steps[-1].finish_reason == "eos")
