@@ -104,12 +104,25 @@ def test_table_plot_and_slider():
     table = memory.memory_table(["llama-2-7b", "llama-3.1-8b"], tokens=4096)
     assert "llama-2-7b" in table and "13.5 GB" in table and "RTX 4090" in table
     assert memory.format_bytes(14e9) == "14.0 GB" and memory.format_bytes(512) == "512 B"
-    ax = viz_memory.plot_memory_by_context("llama-3.1-8b", 24 * memory.GB, context=32768)
-    assert ax.get_xscale() == "log"
-    slider = viz_memory.context_slider("llama-3.1-8b", memory_gb=24)
+    ax = viz_memory.plot_memory_by_context("llama-3.1-8b", 24 * memory.GB, context=32768, reserve_bytes=3.4e9)
+    assert ax.get_xscale() == "linear"  # KV bytes grow linearly with tokens
+    assert any("usable: 20.6 GB" in text.get_text() for text in ax.get_legend().get_texts())
+    slider = viz_memory.context_slider("llama-3.1-8b", memory_gb=24, reserve_gb=3.4)
     assert repr(slider) == "ContextSlider(llama-3.1-8b; run the notebook to move the slider)"
+    assert (slider.slider.min, slider.slider.step, slider.slider.max) == (1024, 1024, 131072)  # linear steps
     slider.slider.value = 2048
-    assert slider.fits() and "fits" in slider.text.value
+    assert slider.fits() and "fits" in slider.text.value and "20.6 GB left of 24 GB" in slider.text.value
     slider.slider.value = 131072
     assert not slider.fits() and "not</b> fit" in slider.text.value
     assert slider.chart.value[:4] == b"\x89PNG"
+    slider.slider.value = 32768  # 20.4 GB: fits in the 20.6 GB left, not in the 16 GB an 8 GB reserve leaves
+    assert slider.total_bytes() <= 24 * memory.GB and slider.fits()
+    slider.reserve_gb.value = 8.0
+    assert not slider.fits()
+
+
+def test_plot_shades_the_context_a_model_was_not_trained_for():
+    ax = viz_memory.plot_memory_by_context("llama-2-7b", 80 * memory.GB, max_tokens=16384)
+    assert ax.get_xlim() == (0, 16384)
+    assert any("beyond trained 4,096" in text.get_text() for text in ax.get_legend().get_texts())
+
