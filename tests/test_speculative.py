@@ -130,6 +130,8 @@ def test_greedy_is_token_identical_to_plain_greedy_on_tiny(tokenizer, name, gamm
     assert stats.new_tokens == len(expected) == sum(s.accepted + 1 for s in stats.steps)
     assert stats.target_calls == len(stats.steps) and stats.proposed == sum(len(s.proposed) for s in stats.steps)
     assert 0 <= stats.acceptance_rate <= 1 and stats.tokens_per_call >= 1
+    # alpha counts the verified drafts: all accepted ones and the first rejected one of each round
+    assert stats.accepted + stats.rejected == sum(min(len(s.proposed), s.accepted + 1) for s in stats.steps)
 
 
 def test_transformers_target_uses_the_recompute_path(tokenizer):

@@ -55,6 +55,7 @@ class SpeculativeStats:
 
     proposed: int = 0  # draft tokens proposed
     accepted: int = 0  # draft tokens the target kept
+    rejected: int = 0  # drafts checked and rejected: at most one per round (the drafts after it go unchecked)
     target_calls: int = 0  # verification forward passes of the target (the prompt's prefill not counted)
     new_tokens: int = 0  # tokens produced
     wall_s: float = 0.0  # seconds, prefill included
@@ -65,11 +66,28 @@ class SpeculativeStats:
         self.steps.append(step)
         self.target_calls += 1
         self.proposed, self.accepted = self.proposed + len(step.proposed), self.accepted + step.accepted
+        self.rejected += step.accepted < len(step.proposed)
 
     @property
     def acceptance_rate(self) -> float:
-        """alpha: the fraction of proposed draft tokens the target kept (0 when none were proposed)."""
+        """alpha: accepted / (accepted + rejected), over the draft positions the target verified (0 when none
+        were): the per-position probability of Leviathan et al.'s eq. 1. Drafts after a rejection were never
+        checked and do not count; `kept_fraction` counts them.
+
+            >>> stats.acceptance_rate   # 4 drafts, the 2nd rejected: 1 / (1 + 1) = 0.5
+        """
+        verified = self.accepted + self.rejected
+        return self.accepted / verified if verified else 0.0
+
+    @property
+    def kept_fraction(self) -> float:
+        """accepted / proposed: the share of all draft tokens that were kept, unchecked ones included."""
         return self.accepted / self.proposed if self.proposed else 0.0
+
+    @property
+    def empty_rounds(self) -> int:
+        """Rounds in which the drafter proposed nothing: the target call then makes one token, as plain decoding."""
+        return sum(not step.proposed for step in self.steps)
 
     @property
     def tokens_per_call(self) -> float:

@@ -87,3 +87,27 @@ def plot_expected_tokens(measured: Sequence[tuple[int, float, float]] = (), alph
     ax.set_ylabel("tokens per target call")
     ax.legend(fontsize=8)
     return ax
+
+
+def plot_speedups(rows, ax=None):
+    """Bars of measured speed-up over plain greedy (median rate / median plain rate), one group per task, with the range
+    of the per-round speed-ups as error bars. rows: labkit.speculative.sweep.SweepRow."""
+    tasks = list(dict.fromkeys(r.task for r in rows))
+    labels = list(dict.fromkeys(f"{r.drafter}, gamma={r.gamma}" for r in rows))
+    if ax is None:
+        _, ax = plt.subplots(figsize=(10, 3.6))
+    width = 0.8 / len(labels)
+    for i, label in enumerate(labels):
+        picked = [next((r for r in rows if r.task == t and f"{r.drafter}, gamma={r.gamma}" == label), None)
+                  for t in tasks]
+        x = [k + (i - (len(labels) - 1) / 2) * width for k, r in enumerate(picked) if r is not None]
+        ys = [r.speedup for r in picked if r is not None]
+        errors = [[max(0.0, r.speedup - r.ratio_range[0]) for r in picked if r is not None],
+                  [max(0.0, r.ratio_range[1] - r.speedup) for r in picked if r is not None]]
+        ax.bar(x, ys, width, yerr=errors, capsize=3, label=label)
+    ax.axhline(1.0, color="black", lw=1, ls="--")
+    ax.set_xticks(range(len(tasks)), tasks)
+    ax.set_ylabel("speed-up over plain greedy")
+    ax.legend(fontsize=8, ncol=2)
+    ax.set_title("Speed-up (median tok/s over median plain tok/s); bars span the per-round speed-ups")
+    return ax
