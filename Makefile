@@ -80,6 +80,7 @@ $(VLLM_INSTALLED):
 notebooks: cache
 	HF_HUB_OFFLINE=1 $(VENV)/bin/jupyter nbconvert --to notebook --execute --inplace \
 		--ExecutePreprocessor.record_timing=False --ExecutePreprocessor.timeout=600 notebooks/*.ipynb
+	$(PY) -m labkit.viz.progress notebooks/*.ipynb
 
 # Static reveal.js decks in slides/ that open offline: reveal.js, MathJax, require.js, jQuery, Font
 # Awesome and the widget renderer are unpacked once from the npm registry into slides/vendor/ (about

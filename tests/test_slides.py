@@ -49,3 +49,14 @@ def test_worked_solutions_are_collapsed(path):
         assert solution, f"{path.name}: cell {i} is a worked-solution heading with no code under it"
         shown = [i + 1 + k for k, c in enumerate(solution) if not c["metadata"].get("jupyter", {}).get("source_hidden")]
         assert not shown, f"{path.name}: worked-solution cells {shown} are not collapsed"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_saved_progress_bars_show_where_they_ended(path):
+    """A saved tqdm bar's text fallback is its final state (labkit.viz.progress), not "0%"."""
+    from labkit.viz.progress import WIDGET_VIEW
+
+    stale = [index for index, cell in enumerate(json.loads(path.read_text())["cells"])
+             for output in cell.get("outputs", []) if WIDGET_VIEW in output.get("data", {})
+             and "".join(output["data"].get("text/plain", "")).split("|")[0].endswith(" 0%")]
+    assert not stale, f"cells {stale} show a progress bar at 0%: run `python -m labkit.viz.progress {path}`"
