@@ -1,6 +1,7 @@
 """Every notebook is tagged for slides and converts to a reveal.js deck."""
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -60,3 +61,14 @@ def test_saved_progress_bars_show_where_they_ended(path):
              for output in cell.get("outputs", []) if WIDGET_VIEW in output.get("data", {})
              and "".join(output["data"].get("text/plain", "")).split("|")[0].endswith(" 0%")]
     assert not stale, f"cells {stale} show a progress bar at 0%: run `python -m labkit.viz.progress {path}`"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_every_numbered_section_has_speaker_notes(path):
+    """Each "## N." section slide is followed by a notes cell for the presenter view."""
+    cells = json.loads(path.read_text())["cells"]
+    kind = [cell["metadata"].get("slideshow", {}).get("slide_type") for cell in cells]
+    missing = [index for index, cell in enumerate(cells) if kind[index] == "slide"
+               and re.match(r"## \d+\.", "".join(cell["source"]))
+               and "notes" not in kind[index + 1:index + 2]]
+    assert not missing, f"section slides without a notes cell right after them: cells {missing}"
