@@ -9,7 +9,7 @@ from labkit.speculative.drafters import PromptLookupDrafter, early_exit_drafter
 from labkit.speculative.generate import DraftStep, SpeculativeStats
 from labkit.speculative.rule import expected_tokens_per_step
 from labkit.speculative.sweep import prediction_table, speedup_sweep, sweep_table
-from labkit.speculative.timing import Spread, interleaved_seconds
+from labkit.bench import Spread, interleaved_seconds
 
 PROMPT = [1, 504, 3575, 282, 4649, 314, 504, 3575]  # repeats "504 3575", so prompt lookup has matches
 
