@@ -6,7 +6,7 @@ import torch
 import labkit
 from labkit.fast import STEPS, check_steps, optimize
 from labkit.fast.fuse import is_fused
-from labkit.fast.roofline import bandwidth_utilisation, measured_bandwidth, weight_bytes_per_token
+from labkit.fast.roofline import bandwidth_utilisation, read_bandwidth, weight_bytes_per_token
 from labkit.fast.threads import fastest_thread_count, thread_candidates, using_threads
 from labkit.quant.linear import QuantLinear
 
@@ -17,15 +17,17 @@ def test_optimize_applies_the_steps_in_order_and_returns_the_model():
     assert is_fused(model) and isinstance(model.lm_head, QuantLinear)
     assert model.embed_tokens.weight.dtype == torch.bfloat16
     assert optimize(labkit.tiny_model(impl="labkit"), ()).layers[0].self_attn.q_proj.weight.dtype == torch.float32
-    assert list(STEPS) == ["fuse", "int8", "int4", "bf16"]
+    assert list(STEPS) == ["fuse", "int8", "int4", "q4_1", "bf16"]
+    q4 = optimize(labkit.tiny_model(impl="labkit"), ("fuse", "q4_1"))
+    assert type(q4.layers[0].mlp.down_proj).__name__ == "Q41Linear" and isinstance(q4.lm_head, QuantLinear)
 
 
 @pytest.mark.parametrize("steps,message", [
-    (("fuse", "int3"), r"Unknown steps \['int3'\]. Allowed, in this order: fuse, int8, int4, bf16"),
+    (("fuse", "int3"), r"Unknown steps \[.int3.\]. Allowed, in this order: fuse, int8, int4, q4_1, bf16"),
     ("fuse", "a tuple of step names"),
     (("fuse", "fuse"), "once"),
-    (("int8", "int4"), "not both"),
-    (("int8", "fuse"), "in this order: fuse, int8, int4, bf16"),
+    (("int8", "int4"), "at most one of int8, int4, q4_1"),
+    (("int8", "fuse"), "in this order: fuse, int8, int4, q4_1, bf16"),
     (("bf16", "int4"), "in this order"),
 ])
 def test_bad_steps_are_refused_with_what_is_allowed(steps, message):
@@ -57,7 +59,7 @@ def test_weight_bytes_per_token_counts_what_one_decode_step_reads():
 
 
 def test_bandwidth_is_measured_and_utilisation_is_bytes_times_rate_over_it():
-    assert 1e8 < measured_bandwidth(repeats=2, floats=2**20) < 1e13  # 0.1 GB/s to 10 TB/s
+    assert 1e8 < read_bandwidth(repeats=2, floats=2**20) < 1e13  # 0.1 GB/s to 10 TB/s
     assert bandwidth_utilisation(538e6, 20.0, 26.9e9) == pytest.approx(0.4)
     with pytest.raises(ValueError, match="positive"):
         bandwidth_utilisation(1.0, 1.0, 0.0)

@@ -1,11 +1,12 @@
 """How close decoding runs to the memory roofline: bytes read per token against measured bandwidth.
 
 At batch 1 each new token reads every weight once and does about two FLOPs per weight, far below
-what the cores can compute: the speed limit is memory bandwidth / bytes read per token (notebook 07).
-Utilisation = bytes per token x tokens/s / bandwidth says how much of that limit a path reaches;
-the rest is overhead (Python, dispatch, small kernels, threads waiting for each other).
+what the cores can compute: memory bandwidth / bytes read per token is a ceiling no path passes
+(notebook 07). Utilisation = bytes per token x tokens/s / bandwidth says how much of that ceiling a
+path reaches; labkit.fast.cost says where the rest of the time goes (on a CPU, mostly per-op overhead
+and kernels slower than the memory).
 
-    >>> bandwidth = measured_bandwidth()                    # bytes/s, e.g. 2.6e10
+    >>> bandwidth = read_bandwidth()                        # bytes/s, e.g. 1.9e10
     >>> per_token = weight_bytes_per_token(model)           # 538 MB for SmolLM2 in float32
     >>> per_token * tokens_per_second / bandwidth           # e.g. 0.39
 """
@@ -19,25 +20,25 @@ from torch import nn
 
 from labkit.quant.linear import QuantLinear
 
-COPY_FLOATS = 32 * 2**20  # 128 MB of float32: far larger than any CPU cache
+READ_FLOATS = 64 * 2**20  # 256 MB of float32: eight times the largest CPU cache here, like a model's weights
 
 
-def measured_bandwidth(repeats: int = 5, floats: int = COPY_FLOATS) -> float:
-    """Memory bandwidth in bytes/s: the fastest of `repeats` copies of a large float32 tensor, counting
-    each byte read once and written once (as notebook 07 measures it).
+def read_bandwidth(repeats: int = 5, floats: int = READ_FLOATS) -> float:
+    """The course's one memory bandwidth, in bytes/s: the fastest of `repeats` sums of a large float32
+    tensor, each byte read once, at torch's current thread count. A decode step *reads* its weights, so
+    this (not a copy, which also writes) is the figure its bytes are divided by, in every notebook.
 
-        >>> measured_bandwidth() / 1e9
-        25.7
+        >>> read_bandwidth() / 1e9
+        19.2
     """
     source = torch.ones(floats)
-    target = torch.empty_like(source)
-    target.copy_(source)  # touch every page once, untimed
     best = float("inf")
+    source.sum()  # touch every page once, untimed
     for _ in range(repeats):
         start = time.perf_counter()
-        target.copy_(source)
+        source.sum()
         best = min(best, time.perf_counter() - start)
-    return 2 * source.nbytes / best
+    return source.nbytes / best
 
 
 def read_tensors(module: nn.Module) -> list[torch.Tensor]:

@@ -1,0 +1,252 @@
+"""Where a forward pass's time goes: one cost model, its terms measured on this machine (notebook 07).
+
+A decode step of labkit's Llama is predicted as the sum of three measured terms:
+
+    overhead        ops per step x time per op   (Python, dispatch, allocation, thread hand-off)
+    matmul kernels  every linear layer once, on the same rows, timed alone, back to back
+    KV cache        bytes of keys and values read / read bandwidth
+
+and two floors that no kernel beats, printed beside the matmul term: weight bytes / read bandwidth
+(memory) and FLOPs / float32 matmul peak (compute). The time per op comes from a *probe*: the same
+model code with the same labkit.fast steps, shrunk to widths of 64 and a 256-token vocabulary, so
+that its bytes and FLOPs are negligible and its step time is all overhead; divided by the probe's
+own op count, it is what one op costs on this machine, in this code path.
+
+The regime follows the largest term: **overhead-bound** when the overhead is, **memory-bound** when
+the matmul kernels are and they read at least half the read bandwidth, **compute-bound** when they
+are and the FLOPs need at least half the kernels' time at the measured peak, otherwise
+**kernel-bound** (the kernels are slower than both floors: their own per-weight work).
+
+    >>> machine = measure_machine()                                  # bandwidth, peak: once
+    >>> step = measure_step(model, ("fuse", "int4"), context=64)      # the terms of one step
+    >>> print(step.report(machine))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
+
+import torch
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from labkit.core.forward import crop_cache, forward, prefill
+from labkit.core.llama import Llama, LlamaConfig
+from labkit.fast.optimize import check_steps, optimize
+from labkit.fast.roofline import read_bandwidth, weight_bytes_per_token
+from labkit.fast.static import StaticDecoder, slots_for
+from labkit.metrics import best_seconds, median_seconds
+from labkit.fast.q4_linear import Q41Linear
+from labkit.quant.linear import QuantLinear
+
+PEAK_SIZE = 1024  # the float32 matmul that measures the compute peak: [1024, 1024] @ [1024, 1024]
+PROBE_WIDTHS = {"hidden_size": 64, "intermediate_size": 128, "head_dim": 16, "vocab_size": 256}
+MEMORY_SHARE = 0.5  # kernels at or above this share of the read bandwidth count as memory-bound
+TERMS = ("overhead", "matmul kernels", "KV cache")
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What this machine can do, measured once and reused for every prediction of the course."""
+
+    read_bandwidth: float  # bytes/s: one read of a 256 MB float32 tensor (labkit.fast.roofline.read_bandwidth)
+    matmul_peak: float  # FLOP/s: a float32 [1024, 1024] x [1024, 1024] matmul, best of 5
+    threads: int  # torch threads both ran with
+
+    def describe(self) -> str:
+        return (f"read bandwidth {self.read_bandwidth / 1e9:.1f} GB/s (sum of 256 MB, best of 5), float32 matmul "
+                f"peak {self.matmul_peak / 1e9:.0f} GFLOP/s ({PEAK_SIZE}^3, best of 5), {self.threads} threads")
+
+
+def measure_machine() -> Machine:
+    """Read bandwidth and float32 matmul peak at torch's current thread count (about 2 s).
+
+        >>> measure_machine().describe()
+        'read bandwidth 19.2 GB/s (sum of 256 MB, best of 5), float32 matmul peak 120 GFLOP/s ...'
+    """
+    a, b = torch.randn(PEAK_SIZE, PEAK_SIZE), torch.randn(PEAK_SIZE, PEAK_SIZE)
+    peak = 2 * PEAK_SIZE ** 3 / best_seconds(lambda: a @ b)
+    return Machine(read_bandwidth(), peak, torch.get_num_threads())
+
+
+class OpCounter(TorchDispatchMode):
+    """Counts the aten ops dispatched inside its `with` block (views and in-place writes included)."""
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def count_ops(run: Callable[[], object]) -> int:
+    """The number of aten ops one call of run() dispatches.
+
+        >>> count_ops(lambda: torch.ones(3) + 1)
+        2
+    """
+    with torch.no_grad(), OpCounter() as counter:
+        run()
+    return counter.count
+
+
+@dataclass(frozen=True)
+class StepCosts:
+    """The measured terms of one forward pass of `rows` sequences x `tokens` new tokens each."""
+
+    ops: int  # aten ops one step dispatches
+    op_seconds: float  # seconds per op, from the probe
+    matmul_seconds: float  # every linear layer once on the same rows, timed alone
+    weight_bytes: int  # bytes of weights the step reads
+    kv_bytes: int  # bytes of keys and values the step reads
+    flops: float  # multiply-adds x 2 in the linear layers
+    measured_seconds: float  # the whole step, timed (median)
+
+    def as_dict(self) -> dict:
+        """The fields as a JSON-ready dict; StepCosts(**d) rebuilds it (a child process sends it this way)."""
+        return asdict(self)
+
+    def terms(self, machine: Machine) -> dict[str, float]:
+        """{term: seconds} of the prediction, in TERMS order."""
+        return {"overhead": self.ops * self.op_seconds, "matmul kernels": self.matmul_seconds,
+                "KV cache": self.kv_bytes / machine.read_bandwidth}
+
+    def predicted_seconds(self, machine: Machine) -> float:
+        return sum(self.terms(machine).values())
+
+    def floors(self, machine: Machine) -> dict[str, float]:
+        """What the matmul kernels cannot beat: reading the weights, and computing their FLOPs."""
+        return {"memory": self.weight_bytes / machine.read_bandwidth, "compute": self.flops / machine.matmul_peak}
+
+    def regime(self, machine: Machine) -> str:
+        """overhead-bound, memory-bound, compute-bound or kernel-bound (see the module docstring)."""
+        terms = self.terms(machine)
+        largest = max(terms, key=terms.get)
+        if largest != "matmul kernels":
+            return "overhead-bound" if largest == "overhead" else "memory-bound"  # the KV cache is a read
+        floors = self.floors(machine)
+        if floors["memory"] >= MEMORY_SHARE * self.matmul_seconds:
+            return "memory-bound"
+        return "compute-bound" if floors["compute"] >= MEMORY_SHARE * self.matmul_seconds else "kernel-bound"
+
+    def report(self, machine: Machine) -> str:
+        """A few lines: each term, the floors, prediction against measurement, the regime."""
+        terms, floors = self.terms(machine), self.floors(machine)
+        predicted = self.predicted_seconds(machine)
+        kernels_use = self.weight_bytes / self.matmul_seconds / machine.read_bandwidth
+        return "\n".join([
+            f"overhead        {terms['overhead'] * 1e3:7.2f} ms  ({self.ops} ops x {self.op_seconds * 1e6:.1f} us)",
+            f"matmul kernels  {terms['matmul kernels'] * 1e3:7.2f} ms  ({self.weight_bytes / 1e6:.0f} MB at "
+            f"{kernels_use:.0%} of the read bandwidth; floors: memory {floors['memory'] * 1e3:.2f} ms, "
+            f"compute {floors['compute'] * 1e3:.2f} ms)",
+            f"KV cache        {terms['KV cache'] * 1e3:7.2f} ms  ({self.kv_bytes / 1e6:.1f} MB)",
+            f"predicted       {predicted * 1e3:7.2f} ms, measured {self.measured_seconds * 1e3:.2f} ms "
+            f"({predicted / self.measured_seconds - 1:+.0%}): {self.regime(machine)}",
+        ])
+
+
+def linear_layers(model: nn.Module) -> list[nn.Module]:
+    """Every linear layer of the model (float, QuantLinear or Q41Linear), the output head included, in order."""
+    return [m for m in model.modules() if isinstance(m, (nn.Linear, QuantLinear, Q41Linear))]
+
+
+def matmul_seconds(model: nn.Module, rows: int, repeats: int = 5) -> float:
+    """Median seconds of every linear layer of `model` once, back to back, on inputs of `rows` rows."""
+    layers = linear_layers(model)
+    dtype = model.embed_tokens.weight.dtype
+    inputs = [torch.randn(rows, layer.in_features, dtype=dtype) for layer in layers]
+
+    def run() -> None:
+        for layer, x in zip(layers, inputs):
+            layer(x)
+    with torch.no_grad():
+        return median_seconds(run, repeats)
+
+
+def kv_bytes_read(model: Llama, rows: int, context: int, tokens: int) -> int:
+    """Keys and values one step reads: every layer's [rows, n_kv_heads, context + tokens, head_dim], twice."""
+    c = model.config
+    return 2 * c.n_layers * rows * c.n_kv_heads * (context + tokens) * c.head_dim * model.embed_tokens.weight.element_size()
+
+
+def linear_flops(model: nn.Module, rows: int) -> float:
+    """2 x rows x (weights of every linear layer): the multiply-adds of the matmuls."""
+    return 2.0 * rows * sum(layer.in_features * layer.out_features for layer in linear_layers(model))
+
+
+def static_step_run(model: Llama, context: int) -> Callable[[], None]:
+    """One eager decode step of labkit.fast.StaticDecoder after a prefilled context, at the same position
+    every call (its slot is overwritten), so every call does the same work."""
+    decoder = StaticDecoder(model, slots_for(context + 2, model.config.max_position_embeddings))
+    with torch.no_grad():
+        token = torch.tensor([[decoder.prefill(torch.randint(model.config.vocab_size, (context,)).tolist())]])
+    position = torch.tensor([context])
+
+    def run() -> None:
+        with torch.no_grad():
+            decoder.decode(token, position)
+    return run
+
+
+def step_run(model: Llama, rows: int, context: int, tokens: int, how: str = "loop") -> Callable[[], None]:
+    """One forward pass of [rows, tokens] new tokens after a prefilled context of `context` tokens; the
+    cache is cropped back after each call, so every call does the same work. how: "loop" (labkit's
+    forward and KV cache) or "static" (the StaticDecoder's eager step: rows and tokens 1)."""
+    if how == "static":
+        return static_step_run(model, context)
+    ids = torch.randint(model.config.vocab_size, (rows, context + tokens))
+    with torch.no_grad():
+        _, cache = prefill(model, ids[:, :context], max_length=context + tokens)
+
+    def run() -> None:
+        with torch.no_grad():
+            forward(model, ids[:, context:], cache)
+        crop_cache(cache, context)
+    return run
+
+
+def probe_model(config: LlamaConfig, steps: Sequence[str]) -> Llama:
+    """The probe: the same architecture and steps at negligible widths (random weights)."""
+    small = replace(config, **PROBE_WIDTHS, n_heads=4, n_kv_heads=2)
+    return optimize(Llama(small).eval(), steps)
+
+
+def per_op_seconds(config: LlamaConfig, steps: Sequence[str], rows: int, context: int, tokens: int,
+                   repeats: int = 5, how: str = "loop") -> float:
+    """Seconds per op of the probe's step: its median step time / its op count."""
+    run = step_run(probe_model(config, steps), rows, context, tokens, how)
+    return median_seconds(run, repeats) / count_ops(run)
+
+
+def measure_step(model: Llama, steps: Sequence[str] = (), rows: int = 1, context: int = 64, tokens: int = 1,
+                 repeats: int = 5, how: str = "loop") -> StepCosts:
+    """The terms of one forward pass of `model` (with labkit.fast `steps` already applied to it) over
+    [rows, tokens] new tokens after `context` cached ones, and that pass timed whole. how: "loop"
+    (labkit's forward with its KV cache) or "static" (StaticDecoder's eager decode step, 1 row x 1 token;
+    its attention reads every slot of the static cache, 64 at a time).
+
+        >>> step = measure_step(optimize(model, ("fuse", "int4")), ("fuse", "int4"))
+        >>> step.regime(measure_machine())
+        'overhead-bound'
+    """
+    steps = check_steps(steps)
+    for name, value in (("rows", rows), ("context", context), ("tokens", tokens)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "context" else 1):
+            raise ValueError(f"{name} must be a whole number ({'0' if name == 'context' else '1'} or more), "
+                             f"got {value!r}.")
+    if not isinstance(model, Llama):
+        raise ValueError(f"measure_step takes labkit's Llama, got {type(model).__name__}.")
+    if how not in ("loop", "static") or (how == "static" and rows * tokens != 1):
+        raise ValueError(f"how must be 'loop' or 'static' (the static step takes 1 row x 1 token), got {how!r} "
+                         f"with rows={rows}, tokens={tokens}.")
+    context = max(context, 1)
+    run = step_run(model, rows, context, tokens, how)
+    attended = slots_for(context + 2, model.config.max_position_embeddings) - 1 if how == "static" else context
+    return StepCosts(
+        ops=count_ops(run), op_seconds=per_op_seconds(model.config, steps, rows, context, tokens, repeats, how),
+        matmul_seconds=matmul_seconds(model, rows * tokens, repeats), weight_bytes=weight_bytes_per_token(model),
+        kv_bytes=kv_bytes_read(model, rows, attended, tokens), flops=linear_flops(model, rows * tokens),
+        measured_seconds=median_seconds(run, repeats))
