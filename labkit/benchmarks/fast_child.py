@@ -1,0 +1,94 @@
+"""The halves of `python -m labkit.bench fast` that run in a process of their own, one per OpenMP wait policy.
+
+    python -m labkit.benchmarks.fast_child labkit    --tokens 128 --repeats 3 [--quick]
+    python -m labkit.benchmarks.fast_child llama_cpp --tokens 128 --repeats 3
+
+`labkit` probes the thread count for the int4 path, then times every row of labkit.benchmarks.fast.ROWS
+at that count, and predicts the step of each labkit row that runs eagerly with labkit.fast.cost; `llama_cpp` times llama.cpp
+on the shipped GGUF at every thread count. Each prints one JSON object per row; the parent
+(labkit.benchmarks.fast.run) keeps each row's best.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+
+from labkit.benchmarks import fast
+from labkit.bench import median_tokens_per_second
+from labkit.fast.cost import measure_step
+from labkit.fast.processes import current_policy
+from labkit.fast.threads import thread_candidates, using_threads
+from labkit.models.loading import load_model
+from labkit.models.registry import EMBEDDED_MODELS
+
+
+def llama_cpp_rates(prompt: str, new_tokens: int, repeats: int) -> list[dict]:
+    """llama.cpp, greedy, exactly new_tokens tokens, at each thread count; [] when llama_cpp is missing."""
+    if importlib.util.find_spec("llama_cpp") is None:
+        return []
+    import llama_cpp
+
+    gguf = EMBEDDED_MODELS[fast.MODEL].locate_gguf()
+    rows = []
+    for threads in thread_candidates():
+        llm = llama_cpp.Llama(model_path=str(gguf), n_ctx=512, n_threads=threads, n_threads_batch=threads,
+                              verbose=False)
+        tokens = llm.tokenize(prompt.encode("utf-8"), add_bos=False)
+
+        def run() -> int:
+            produced = 0
+            for _ in llm.generate(tokens, temp=0.0, reset=True):  # temp 0: greedy
+                produced += 1
+                if produced == new_tokens:
+                    break
+            return produced
+        rate = median_tokens_per_second(run, repeats)
+        rows.append({"label": fast.LLAMA_CPP, "threads": threads, "tokens_per_second": rate,
+                     "bytes_per_token": gguf.stat().st_size})
+        del llm
+    return rows
+
+
+def labkit_rates(new_tokens: int, repeats: int, quick: bool) -> list[dict]:
+    """Every row of fast.ROWS at the probe's thread count, with the cost model's terms for the eager rows."""
+    hf_model, tokenizer = load_model(fast.MODEL)
+    prompt_ids = tokenizer(fast.BENCH_PROMPT)["input_ids"]
+    threads, probe = fast.choose_threads(hf_model, prompt_ids, quick)
+    rows, compile_seconds = fast.measure_rows(hf_model, tokenizer, prompt_ids, new_tokens, repeats, threads, quick)
+    context = len(prompt_ids) + new_tokens // 2  # the middle of the run
+    out = []
+    with using_threads(threads):
+        for row in rows:
+            steps, how = next((steps, how) for label, steps, how in fast.ROWS if label == row.label)
+            record = {"label": row.label, "threads": threads, "tokens_per_second": row.tokens_per_second,
+                      "bytes_per_token": row.bytes_per_token, "probe": {str(k): v for k, v in probe.items()},
+                      "compile_seconds": compile_seconds.get(row.label)}
+            if how in ("loop", "static"):
+                costs = measure_step(fast.labkit_model(hf_model, steps), steps, context=context,
+                                     repeats=1 if quick else 5, how=how)
+                record["costs"] = costs.as_dict()
+            out.append(record)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m labkit.benchmarks.fast_child", description=__doc__.splitlines()[0])
+    parser.add_argument("job", choices=("labkit", "llama_cpp"))
+    parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args(argv)
+    if args.job == "llama_cpp":
+        rows = llama_cpp_rates(fast.BENCH_PROMPT, args.tokens, args.repeats)
+    else:
+        rows = labkit_rates(args.tokens, args.repeats, args.quick)
+    for row in rows:
+        print(json.dumps({**row, "policy": current_policy()}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
