@@ -1,4 +1,5 @@
-"""`python -m labkit build-cache`: convert every embedded model to the local cache (what `make` runs);
+"""`python -m labkit build-cache`: convert every embedded model to the local cache and build labkit's CPU
+kernel (labkit.fast.kernel) into it (what `make` runs);
 `python -m labkit serve --model smollm2-135m [--host] [--port] [--max-num-seqs N] [--api-key KEY]`: serve it
 over Ollama's and OpenAI's HTTP APIs (labkit.serving.http.server)."""
 
@@ -21,3 +22,8 @@ else:
         parser.error(f"build-cache takes no arguments, got {' '.join(sys.argv[2:])}")
     for name in EMBEDDED_MODELS:
         print(f"{name}: {build_cache(name)}")
+    from labkit.fast.kernel import load_kernel
+
+    kernel = load_kernel()  # compiled once (about 15 s), then loaded from the cache in milliseconds
+    print(f"q4_1 x q8_1 kernel: {kernel.path} path" if kernel.available else
+          f"q4_1 x q8_1 kernel: not built ({kernel.reason}); labkit uses torch's kernels instead")
