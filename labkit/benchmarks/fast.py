@@ -12,17 +12,23 @@ SmolLM2-135M, batch 1, greedy, 128 new tokens, median of `repeats`, every row in
     int4, static KV cache                 labkit.fast.StaticDecoder: fixed shapes, the same eager ops
     + torch.compile                       the static decode step compiled once by inductor
     + prompt lookup, 4 guesses            one compiled verify pass of 5 tokens per call
+    int4 x int8 on labkit's kernel        "q4_1": Q4_1 weights x Q8_1 activations (labkit.fast.q4_linear), static
+    + torch.compile (labkit's kernel)     its static step compiled, the custom op inside the graph
+    int4 + bfloat16, static, compiled     "fuse", "int4", "bf16", the static step compiled
     llama.cpp, the Q4_1 GGUF              when `import llama_cpp` works, same prompt and thread count
 
-The thread count is a measured step: a short probe picks the fastest count for the int4 path, every
-row runs with it, and the fastest labkit path is timed again at torch's default count.
-Utilisation = bytes of weights read per token x tokens/s / the memory bandwidth measured in this run.
+Peers at their best: labkit's rows and llama.cpp each run in a process of their own, once per OpenMP
+wait policy (labkit.fast.processes); in each, labkit's thread count comes from a short probe of the
+int4 path and llama.cpp is timed at every thread count. Every row is reported at its best policy and
+count, named in the table. `--quick` keeps this process's policy only.
+Bandwidth use = bytes of weights read per token x tokens/s / the read bandwidth measured in this run.
+The cost model (labkit.fast.cost) predicts one decode step of each loop row from its overhead, matmul
+and KV-cache terms; the table shows the prediction beside that step timed alone, and which term leads.
 The compiled rows compile on their warm-up run (its seconds are printed); `--quick` leaves them out.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -30,20 +36,21 @@ from dataclasses import dataclass
 import torch
 from tqdm.auto import tqdm
 
-from labkit.bench import comparison, interleaved_tokens_per_second, machine_name, median_tokens_per_second
+from labkit.bench import comparison, interleaved_tokens_per_second, machine_name
 from labkit.core.forward import decode_step, prefill
 from labkit.core.llama import Llama
 from labkit.decoding.generate import generate_ids
 from labkit.fast.optimize import optimize
 from labkit.fast.static import StaticDecoder, break_even_tokens, inductor_cache, slots_for
-from labkit.fast.roofline import bandwidth_utilisation, measured_bandwidth, weight_bytes_per_token
+from labkit.fast.cost import Machine, StepCosts, measure_machine
+from labkit.fast.processes import WAIT_POLICIES, current_policy, run_in_child
+from labkit.fast.roofline import bandwidth_utilisation, weight_bytes_per_token
 from labkit.fast.threads import fastest_thread_count, thread_candidates, using_threads
-from labkit.models.loading import load_model
-from labkit.models.registry import EMBEDDED_MODELS
 
 MODEL = "smollm2-135m"
 BENCH_PROMPT = "The history of the Roman Empire begins with"  # plain text: rarely ends early
 LLAMA_CPP = "llama.cpp (llama-cpp-python), Q4_1 GGUF"
+Q4_1_STATIC = "int4 x int8 on labkit's kernel, static (eager)"
 FP32 = "labkit Llama, float32"
 # (row label, steps of labkit.fast.optimize; None: transformers generate on the same weights, how it decodes)
 # how: "loop" labkit's generate_ids, "static" StaticDecoder eager, "compiled" its compiled step,
@@ -59,12 +66,15 @@ ROWS: list[tuple[str, tuple[str, ...] | None, str]] = [
     ("int4, static KV cache (eager)", ("fuse", "int4"), "static"),
     ("+ torch.compile, static shapes", ("fuse", "int4"), "compiled"),
     ("+ prompt lookup, 4 guesses", ("fuse", "int4"), "lookup"),
+    (Q4_1_STATIC, ("fuse", "q4_1"), "static"),
+    ("+ torch.compile (labkit's kernel)", ("fuse", "q4_1"), "compiled"),
+    ("int4 + bfloat16, static, compiled", ("fuse", "int4", "bf16"), "compiled"),
 ]
 COMPILED = ("compiled", "lookup")  # rows left out by --quick
 GAMMA = 4  # guesses per verify call of the lookup row
 PROBE_STEPS = ("fuse", "int4")  # the path the thread probe times
 PROBE_TOKENS = {False: 32, True: 4}  # decode steps per probe run, full and --quick
-DEFAULT_THREADS = "fastest labkit path, default threads"  # the row that times the thread step
+CHILD = "labkit.benchmarks.fast_child"  # the module each policy's process runs
 STATIC_EAGER = "int4, static KV cache (eager)"  # what the compiled rows' break-even is taken against
 
 
@@ -76,6 +86,8 @@ class Row:
     threads: int  # torch (or llama.cpp) threads it ran with
     tokens_per_second: float  # median of the timed runs
     bytes_per_token: float  # weights read per new token
+    policy: str = ""  # OMP_WAIT_POLICY of the process it ran in ("" when not recorded)
+    costs: StepCosts | None = None  # the cost model's terms of one decode step (loop rows only)
 
 
 def fastest_labkit(rows: list[Row]) -> Row:
@@ -124,27 +136,6 @@ def decode_probe(model: Llama, prompt_ids: list[int], steps: int) -> Callable[[]
     return run
 
 
-def llama_cpp_row(prompt: str, new_tokens: int, threads: int, repeats: int) -> Row | None:
-    """llama.cpp on the shipped GGUF, greedy, exactly new_tokens tokens; None when llama_cpp is missing."""
-    if importlib.util.find_spec("llama_cpp") is None:
-        return None
-    import llama_cpp
-
-    gguf = EMBEDDED_MODELS[MODEL].locate_gguf()
-    llm = llama_cpp.Llama(model_path=str(gguf), n_ctx=512, n_threads=threads, n_threads_batch=threads,
-                          verbose=False)
-    tokens = llm.tokenize(prompt.encode("utf-8"), add_bos=False)
-
-    def run() -> int:
-        produced = 0
-        for _ in llm.generate(tokens, temp=0.0, reset=True):  # temp 0: greedy
-            produced += 1
-            if produced == new_tokens:
-                break
-        return produced
-    return Row(LLAMA_CPP, threads, median_tokens_per_second(run, repeats), gguf.stat().st_size)
-
-
 def choose_threads(hf_model: torch.nn.Module, prompt_ids: list[int], quick: bool) -> tuple[int, dict[int, float]]:
     """The probe: (fastest thread count for the int4 path, {count: seconds})."""
     model = labkit_model(hf_model, PROBE_STEPS)
@@ -190,23 +181,33 @@ def measure_rows(hf_model, tokenizer, prompt_ids: list[int], new_tokens: int, re
     return rows, compile_seconds
 
 
-def table(rows: list[Row], bandwidth: float) -> str:
-    """The waterfall as text: one line per row, ratios against labkit float32 and llama.cpp."""
+def step_columns(row: Row, machine: Machine) -> str:
+    """The cost model's columns of a row: predicted and measured ms of one step, and its regime."""
+    if row.costs is None:
+        return f"{'-':>7}{'-':>7}  -"
+    return (f"{row.costs.predicted_seconds(machine) * 1e3:>7.1f}{row.costs.measured_seconds * 1e3:>7.1f}"
+            f"  {row.costs.regime(machine)}")
+
+
+def table(rows: list[Row], machine: Machine) -> str:
+    """The waterfall as text: each row's settings, speed, bandwidth use, ratios against labkit float32 and
+    llama.cpp at its best, and the cost model's predicted and measured step (ms) where it has one."""
     base = next(r for r in rows if r.label == FP32).tokens_per_second
     peer = next((r.tokens_per_second for r in rows if r.label == LLAMA_CPP), None)
-    lines = [f"{'path':<42}{'threads':>8}{'tok/s':>8}{'x fp32':>8}{'MB/tok':>8}{'GB/s':>7}{'of bw':>7}"
-             f"{'x llama.cpp':>12}"]
+    lines = [f"{'path':<42}{'policy':>8}{'thr':>4}{'tok/s':>7}{'x fp32':>8}{'MB/tok':>7}{'of bw':>6}"
+             f"{'x llama.cpp':>12}{'pred':>7}{'step':>7}  regime"]
     for r in rows:
-        moved = r.bytes_per_token * r.tokens_per_second
         versus = f"{r.tokens_per_second / peer:>11.2f}x" if peer else f"{'-':>12}"
-        lines.append(f"{r.label:<42}{r.threads:>8}{r.tokens_per_second:>8.1f}{r.tokens_per_second / base:>7.2f}x"
-                     f"{r.bytes_per_token / 1e6:>8.1f}{moved / 1e9:>7.1f}"
-                     f"{bandwidth_utilisation(r.bytes_per_token, r.tokens_per_second, bandwidth):>7.0%}{versus}")
+        use = bandwidth_utilisation(r.bytes_per_token, r.tokens_per_second, machine.read_bandwidth)
+        lines.append(f"{r.label:<42}{r.policy or '-':>8}{r.threads:>4}{r.tokens_per_second:>7.1f}"
+                     f"{r.tokens_per_second / base:>7.2f}x{r.bytes_per_token / 1e6:>7.1f}{use:>6.0%}{versus}"
+                     f"{step_columns(r, machine)}")
     return "\n".join(lines)
 
 
-def records(rows: list[Row], bandwidth: float) -> list[dict]:
-    """The JSON comparisons: each step against labkit float32, the fastest path against its peers."""
+def records(rows: list[Row], machine: Machine) -> list[dict]:
+    """The JSON comparisons: each step against labkit float32, the fastest path against its peers (each
+    at its best settings) and against the read bandwidth."""
     by_label = {r.label: r for r in rows}
     fp32 = by_label[FP32].tokens_per_second
     fastest = fastest_labkit(rows)
@@ -218,15 +219,63 @@ def records(rows: list[Row], bandwidth: float) -> list[dict]:
             out.append(comparison("fast_" + name, "tokens_per_second", by_label[label].tokens_per_second,
                                   fp32, "labkit Llama fp32"))
     out.append(comparison("fast_bandwidth", "bytes_per_second", fastest.bytes_per_token * fastest.tokens_per_second,
-                          bandwidth, "measured memory bandwidth (copy)"))
-    default = next((r for r in rows if r.label == DEFAULT_THREADS), None)
-    if default is not None:
-        out.append(comparison("fast_threads", "tokens_per_second", fastest.tokens_per_second,
-                              default.tokens_per_second, f"same path at torch's default {default.threads} threads"))
+                          machine.read_bandwidth, "measured read bandwidth"))
     if LLAMA_CPP in by_label:
+        cpp = by_label[LLAMA_CPP]
         out.append(comparison("fast_vs_llama_cpp", "tokens_per_second", fastest.tokens_per_second,
-                              by_label[LLAMA_CPP].tokens_per_second, LLAMA_CPP))
+                              cpp.tokens_per_second, f"{LLAMA_CPP}, {cpp.policy} {cpp.threads} threads"))
     return out
+
+
+def best_rows(rows: Sequence[Row]) -> list[Row]:
+    """The fastest row of each label (over policies and thread counts), in the order labels first appear."""
+    best: dict[str, Row] = {}
+    for row in rows:
+        if row.label not in best or row.tokens_per_second > best[row.label].tokens_per_second:
+            best[row.label] = row
+    return list(best.values())
+
+
+def row_from_child(record: dict) -> Row:
+    """A Row from one JSON object of labkit.benchmarks.fast_child."""
+    costs = StepCosts(**record["costs"]) if record.get("costs") else None
+    return Row(record["label"], record["threads"], record["tokens_per_second"], record["bytes_per_token"],
+               record["policy"], costs)
+
+
+def settings_report(records: list[dict]) -> str:
+    """What each setting gave: labkit's thread probe and llama.cpp's sweep, per policy."""
+    lines = []
+    for policy in dict.fromkeys(r["policy"] for r in records):
+        probe = next((r["probe"] for r in records if r["policy"] == policy and r.get("probe")), None)
+        if probe:
+            timings = ", ".join(f"{count} -> {seconds:.2f} s" for count, seconds in probe.items())
+            lines.append(f"{policy:<8} labkit int4 probe, threads -> seconds: {timings}")
+        sweep = [r for r in records if r["policy"] == policy and r["label"] == LLAMA_CPP]
+        if sweep:
+            lines.append(f"{policy:<8} llama.cpp: " + ", ".join(f"{r['threads']} threads {r['tokens_per_second']:.1f} "
+                                                                 f"tok/s" for r in sweep))
+    return "\n".join(lines)
+
+
+def llama_cpp_best(new_tokens: int, repeats: int, policies: Sequence[str] = WAIT_POLICIES) -> tuple[Row | None, str]:
+    """llama.cpp at its best: timed in a process of its own per wait policy, at every thread count.
+    (the fastest Row or None when llama_cpp is missing, the settings report of every try)
+
+        >>> best, tried = llama_cpp_best(32, 3)
+        >>> best.policy, best.threads, round(best.tokens_per_second)
+        ('ACTIVE', 2, 106)
+    """
+    args = ["llama_cpp", "--tokens", str(new_tokens), "--repeats", str(repeats)]
+    children = [record for policy in policies for record in run_in_child(CHILD, args, policy)]
+    rows = best_rows([row_from_child(record) for record in children])
+    return (rows[0] if rows else None), settings_report(children)
+
+
+def eager_counterpart(label: str) -> str:
+    """The eager static row a compiled row is weighed against: the one with the same steps, else STATIC_EAGER."""
+    steps = next(steps for row, steps, _ in ROWS if row == label)
+    return next((row for row, row_steps, how in ROWS if how == "static" and row_steps == steps), STATIC_EAGER)
 
 
 def compile_report(rows: list[Row], compile_seconds: dict[str, float]) -> str:
@@ -234,41 +283,34 @@ def compile_report(rows: list[Row], compile_seconds: dict[str, float]) -> str:
     rates = {r.label: r.tokens_per_second for r in rows}
     lines = []
     for label, seconds in compile_seconds.items():
-        tokens = break_even_tokens(seconds, rates[STATIC_EAGER], rates[label])  # against the eager static step
+        eager = eager_counterpart(label)
+        tokens = break_even_tokens(seconds, rates[eager], rates[label]) if eager in rates else math.inf
         pays = f"pays for itself after {tokens:,.0f} tokens" if tokens < math.inf else "never pays for itself here"
         lines.append(f"compile: {label.lstrip('+ ')}: {seconds:.1f} s on its first call (inductor's cache: "
-                     f"{inductor_cache()}); against the eager static step it {pays}")
+                     f"{inductor_cache()}); against '{eager}' it {pays}")
     return "\n".join(lines)
 
 
 def run(repeats: int = 3, quick: bool = False) -> list[dict]:
     new_tokens = 8 if quick else 128
-    hf_model, tokenizer = load_model(MODEL)
-    prompt_ids = tokenizer(BENCH_PROMPT)["input_ids"]
-    bandwidth = measured_bandwidth()
-    default_threads = torch.get_num_threads()
-    threads, probe = choose_threads(hf_model, prompt_ids, quick)
-    rows, compile_seconds = measure_rows(hf_model, tokenizer, prompt_ids, new_tokens, repeats, threads, quick)
-    fastest = fastest_labkit(rows)
-    if threads != default_threads:
-        steps, how = next((steps, how) for label, steps, how in ROWS if label == fastest.label)
-        run_fastest, _ = row_run(hf_model, labkit_model(hf_model, steps), tokenizer, prompt_ids, new_tokens, how)
-        with using_threads(default_threads):
-            rate = median_tokens_per_second(run_fastest, repeats)
-        rows.append(Row(DEFAULT_THREADS, default_threads, rate, fastest.bytes_per_token))
-    cpp = llama_cpp_row(BENCH_PROMPT, new_tokens, threads, repeats)
-    rows += [cpp] if cpp else []
-    print(f"fast: SmolLM2-135M, batch 1, greedy, {new_tokens} new tokens, median of {repeats}")
+    policies = (current_policy(),) if quick else WAIT_POLICIES
+    args = ["--tokens", str(new_tokens), "--repeats", str(repeats)] + (["--quick"] if quick else [])
+    machine = measure_machine()  # in this process, while no child runs
+    children = []
+    for policy in tqdm(policies, desc="processes (one per wait policy)"):
+        children += run_in_child(CHILD, ["labkit", *args], policy) + run_in_child(CHILD, ["llama_cpp", *args], policy)
+    rows = best_rows([row_from_child(record) for record in children])
+    compile_seconds = {r["label"]: r["compile_seconds"] for r in children if r.get("compile_seconds")
+                       and any(row.label == r["label"] and row.policy == r["policy"] for row in rows)}
+    print(f"fast: SmolLM2-135M, batch 1, greedy, {new_tokens} new tokens, median of {repeats}, each row at its best")
     print(f"machine: {machine_name()}")
-    print(f"memory bandwidth (copy of 128 MB, best of 5): {bandwidth / 1e9:.1f} GB/s")
-    timings = ", ".join(f"{count} -> {seconds:.2f} s" for count, seconds in probe.items())
-    print(f"threads: the int4 path, prefill + {PROBE_TOKENS[quick]} decode steps, median of 3: {timings}")
-    print(f"         every row uses {threads} threads (torch's default here: {default_threads})")
-    print(table(rows, bandwidth))
-    if cpp is None:
-        print("llama.cpp: skipped, `import llama_cpp` fails here; `pip install llama-cpp-python==0.3.36` "
-              "(or the planned `make engines`) adds its row.")
-    print("MB/tok: weights read per token (the KV cache not counted; llama.cpp: its GGUF file's size)")
+    print(f"this machine: {machine.describe()}")
+    print(settings_report(children))
+    print(table(rows, machine))
+    if not any(r.label == LLAMA_CPP for r in rows):
+        print("llama.cpp: skipped, `import llama_cpp` fails here; `make engines` adds its row.")
+    print("MB/tok: weights read per token (the KV cache not counted; llama.cpp: its GGUF file's size). pred / step: "
+          "one decode step's ms as the cost model predicts it and as timed alone (labkit.fast.cost)")
     print(compile_report(rows, compile_seconds) if compile_seconds else
           "compiled rows: left out by --quick (each compiles for about 2 minutes on 2 cores the first time)")
-    return records(rows, bandwidth)
+    return records(rows, machine)

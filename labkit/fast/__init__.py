@@ -5,7 +5,9 @@ by `python -m labkit.bench fast` and checked by tests/test_fast_*.py.
     precision.py  weight-only int8 / int4 with the output head too, bfloat16
     threads.py    the torch thread count, measured (it is a setting of the process, not of the model)
     optimize.py   `optimize(model, steps)`: the one entry point, with its step names (STEPS)
-    roofline.py   bytes read per token and measured memory bandwidth: how close a path runs to the limit
+    roofline.py   bytes read per token and the read bandwidth: how close a path runs to the memory limit
+    cost.py       the cost model of a step: overhead + matmul kernels + KV cache, each term measured here
+    processes.py  a measurement in a process of its own per OpenMP wait policy (peers at their best)
     static.py     StaticDecoder: a fixed-shape KV cache and decode step, torch.compile'd once; prompt lookup on it
     profile.py    where one decode step's time goes: matmul kernels, attention, everything else
 

@@ -3,6 +3,7 @@
     fuse   one matmul for q/k/v and one for gate/up per block (the same numbers, fewer calls)
     int8   weight-only int8 per output channel, every linear layer including the output head
     int4   weight-only int4, groups of 32 with a scale and a minimum (GGUF Q4_1's grid), head in int8
+    q4_1   the same grid on labkit's own kernel: int8 activations, integer dot products (llama.cpp's way)
     bf16   everything not quantized in bfloat16: embeddings, norms, activations, KV cache
 
 Each step changes the model in place and is checked by tests/test_fast_*.py: `fuse` against the
@@ -30,9 +31,11 @@ STEPS: dict[str, tuple[str, Callable[[Llama], Llama]]] = {
     "fuse": ("fused QKV and gate/up projections", fuse_projections),
     "int8": ("int8 weight-only, head included", partial(quantize_weights, scheme="int8")),
     "int4": ("int4 groups of 32 weight-only, head int8", partial(quantize_weights, scheme="int4")),
+    "q4_1": ("int4 groups of 32 x int8 activations on labkit's kernel, head int8",
+             partial(quantize_weights, scheme="q4_1")),
     "bf16": ("bfloat16 for everything not quantized", to_bfloat16),
 }
-QUANTIZED = ("int8", "int4")  # at most one of these
+QUANTIZED = ("int8", "int4", "q4_1")  # at most one of these
 
 
 def check_steps(steps: Sequence[str]) -> tuple[str, ...]:
@@ -54,7 +57,7 @@ def check_steps(steps: Sequence[str]) -> tuple[str, ...]:
     if len(set(steps)) < len(steps):
         raise ValueError(f"Each step may appear once, got {tuple(steps)}.")
     if sum(step in QUANTIZED for step in steps) > 1:
-        raise ValueError(f"Choose one of {', '.join(QUANTIZED)}, not both.")
+        raise ValueError(f"Choose at most one of {', '.join(QUANTIZED)}.")
     order = list(STEPS)
     if [order.index(step) for step in steps] != sorted(order.index(step) for step in steps):
         raise ValueError(f"Steps must come in this order: {allowed}; got {tuple(steps)}.")
