@@ -37,7 +37,7 @@ def test_table_has_each_rows_settings_ratios_to_fp32_and_llama_cpp_and_bandwidth
 
 def test_table_shows_the_cost_models_prediction_beside_the_step_timed_alone():
     costs = StepCosts(ops=2000, op_seconds=10e-6, matmul_seconds=0.008, weight_bytes=95_000_000, kv_bytes=2_000_000,
-                      flops=2.7e8, measured_seconds=0.030)
+                      flops=2.7e8, measured_seconds=0.030)  # made up: 20 ms of overhead against 8 ms of kernels
     rows = fake_rows()
     rows[1] = fast.Row(rows[1].label, 1, 20.0, 538e6, "PASSIVE", costs)
     line = fast.table(rows, MACHINE).splitlines()[2]

@@ -9,20 +9,26 @@ from labkit.fast.cost import (Machine, StepCosts, count_ops, kv_bytes_read, line
                               measure_machine, measure_step, probe_model)
 
 MACHINE = Machine(read_bandwidth=20e9, matmul_peak=100e9, threads=2)
-# A recorded profile: SmolLM2-135M fuse+int4 on a 2-core AMD EPYC, one decode step after 72 tokens.
-INT4_STEP = StepCosts(ops=2039, op_seconds=9.5e-6, matmul_seconds=0.0085, weight_bytes=94_900_000,
-                      kv_bytes=3_300_000, flops=2.69e8, measured_seconds=0.0301)
+# Recorded profiles: SmolLM2-135M, one StaticDecoder step after 72 tokens, measured idle on a 2-core AMD
+# EPYC (AVX-512) on 2026-11-24, where measure_machine() gave 34.9 GB/s and 204 GFLOP/s.
+RECORDED_MACHINE = Machine(read_bandwidth=34.9e9, matmul_peak=204e9, threads=2)
+INT4_STEP = StepCosts(ops=1762, op_seconds=3.92e-6, matmul_seconds=0.00772, weight_bytes=94_907_904,
+                      kv_bytes=5_898_240, flops=268_959_744, measured_seconds=0.01425)  # fuse + int4
+Q4_1_STEP = StepCosts(ops=1522, op_seconds=4.87e-6, matmul_seconds=0.00719, weight_bytes=94_907_904,
+                      kv_bytes=5_898_240, flops=268_959_744, measured_seconds=0.01417)  # fuse + q4_1
 
 
-def test_a_recorded_profile_adds_its_terms_and_names_the_largest():
-    terms = INT4_STEP.terms(MACHINE)
-    assert terms == pytest.approx({"overhead": 0.0193705, "matmul kernels": 0.0085, "KV cache": 0.000165})
-    assert INT4_STEP.predicted_seconds(MACHINE) == pytest.approx(sum(terms.values()))
-    assert INT4_STEP.regime(MACHINE) == "overhead-bound"
-    floors = INT4_STEP.floors(MACHINE)
-    assert floors == pytest.approx({"memory": 94.9e6 / 20e9, "compute": 2.69e8 / 100e9})
-    report = INT4_STEP.report(MACHINE)
-    assert "2039 ops x 9.5 us" in report and "28.04 ms, measured 30.10 ms (-7%): overhead-bound" in report
+def test_recorded_profiles_add_their_terms_and_name_the_largest():
+    terms = INT4_STEP.terms(RECORDED_MACHINE)
+    assert terms == pytest.approx({"overhead": 1762 * 3.92e-6, "matmul kernels": 0.00772, "KV cache": 5_898_240 / 34.9e9})
+    assert INT4_STEP.predicted_seconds(RECORDED_MACHINE) == pytest.approx(sum(terms.values()))
+    floors = INT4_STEP.floors(RECORDED_MACHINE)
+    assert floors == pytest.approx({"memory": 94_907_904 / 34.9e9, "compute": 268_959_744 / 204e9})
+    # the kernels lead (7.72 ms against 6.91 ms of overhead) but read at 35 % of the bandwidth: kernel-bound
+    assert INT4_STEP.regime(RECORDED_MACHINE) == "kernel-bound"
+    assert Q4_1_STEP.regime(RECORDED_MACHINE) == "overhead-bound"  # 7.41 ms of overhead, 7.19 ms of kernels
+    report = INT4_STEP.report(RECORDED_MACHINE)
+    assert "1762 ops x 3.9 us" in report and "14.80 ms, measured 14.25 ms (+4%): kernel-bound" in report
     assert StepCosts(**INT4_STEP.as_dict()) == INT4_STEP
 
 
@@ -94,3 +100,13 @@ def test_the_static_step_is_measured_with_its_whole_cache_and_only_for_one_token
         measure_step(model, rows=2, how="static")
     with pytest.raises(ValueError, match="'loop' or 'static'"):
         measure_step(model, how="compiled")
+
+
+def test_the_cost_table_prints_each_steps_terms_prediction_and_error():
+    from labkit.fast.cost import cost_table
+
+    table = cost_table({"int4, static": INT4_STEP}, RECORDED_MACHINE)
+    header, line, legend = table.splitlines()
+    assert line.split() == ["int4,", "static", "1762", "3.9", "6.9", "7.7", "0.17", "14.8", "14.2", "+4%",
+                            "kernel-bound"]
+    assert "predicted" in header and "ops x us/op" in legend

@@ -12,7 +12,7 @@ SmolLM2-135M, batch 1, greedy, 128 new tokens, median of `repeats`, every row in
     int4, static KV cache                 labkit.fast.StaticDecoder: fixed shapes, the same eager ops
     + torch.compile                       the static decode step compiled once by inductor
     + prompt lookup, 4 guesses            one compiled verify pass of 5 tokens per call
-    int4 x int8 on labkit's kernel        "q4_1": Q4_1 weights x Q8_1 activations (labkit.fast.q4_linear), static
+    int4 x int8, labkit's kernel, static  "q4_1": Q4_1 weights x Q8_1 activations (labkit.fast.q4_linear), static
     + torch.compile (labkit's kernel)     its static step compiled, the custom op inside the graph
     int4 + bfloat16, static, compiled     "fuse", "int4", "bf16", the static step compiled
     llama.cpp, the Q4_1 GGUF              when `import llama_cpp` works, same prompt and thread count
@@ -42,7 +42,7 @@ from labkit.core.llama import Llama
 from labkit.decoding.generate import generate_ids
 from labkit.fast.optimize import optimize
 from labkit.fast.static import StaticDecoder, break_even_tokens, inductor_cache, slots_for
-from labkit.fast.cost import Machine, StepCosts, measure_machine
+from labkit.fast.cost import Machine, StepCosts, cost_table, measure_machine, measure_step
 from labkit.fast.processes import WAIT_POLICIES, current_policy, run_in_child
 from labkit.fast.roofline import bandwidth_utilisation, weight_bytes_per_token
 from labkit.fast.threads import fastest_thread_count, thread_candidates, using_threads
@@ -50,7 +50,7 @@ from labkit.fast.threads import fastest_thread_count, thread_candidates, using_t
 MODEL = "smollm2-135m"
 BENCH_PROMPT = "The history of the Roman Empire begins with"  # plain text: rarely ends early
 LLAMA_CPP = "llama.cpp (llama-cpp-python), Q4_1 GGUF"
-Q4_1_STATIC = "int4 x int8 on labkit's kernel, static (eager)"
+Q4_1_STATIC = "int4 x int8, labkit's kernel, static"
 FP32 = "labkit Llama, float32"
 # (row label, steps of labkit.fast.optimize; None: transformers generate on the same weights, how it decodes)
 # how: "loop" labkit's generate_ids, "static" StaticDecoder eager, "compiled" its compiled step,
@@ -181,6 +181,13 @@ def measure_rows(hf_model, tokenizer, prompt_ids: list[int], new_tokens: int, re
     return rows, compile_seconds
 
 
+def row_costs(hf_model: torch.nn.Module, labels: Sequence[str], context: int, repeats: int = 5) -> dict[str, StepCosts]:
+    """The cost model's terms (labkit.fast.cost.measure_step) of each eager labkit row named in `labels`,
+    one decode step after `context` tokens; rows that run compiled or outside labkit are left out."""
+    return {label: measure_step(labkit_model(hf_model, steps), steps, context=context, repeats=repeats, how=how)
+            for label, steps, how in ROWS if label in labels and how in ("loop", "static")}
+
+
 def step_columns(row: Row, machine: Machine) -> str:
     """The cost model's columns of a row: predicted and measured ms of one step, and its regime."""
     if row.costs is None:
@@ -307,6 +314,7 @@ def run(repeats: int = 3, quick: bool = False) -> list[dict]:
     print(f"this machine: {machine.describe()}")
     print(settings_report(children))
     print(table(rows, machine))
+    print(cost_table({f"{r.label} ({r.policy})": r.costs for r in rows if r.costs is not None}, machine))
     if not any(r.label == LLAMA_CPP for r in rows):
         print("llama.cpp: skipped, `import llama_cpp` fails here; `make engines` adds its row.")
     print("MB/tok: weights read per token (the KV cache not counted; llama.cpp: its GGUF file's size). pred / step: "

@@ -18,7 +18,6 @@ import sys
 
 from labkit.benchmarks import fast
 from labkit.bench import median_tokens_per_second
-from labkit.fast.cost import measure_step
 from labkit.fast.processes import current_policy
 from labkit.fast.threads import thread_candidates, using_threads
 from labkit.models.loading import load_model
@@ -59,18 +58,16 @@ def labkit_rates(new_tokens: int, repeats: int, quick: bool) -> list[dict]:
     threads, probe = fast.choose_threads(hf_model, prompt_ids, quick)
     rows, compile_seconds = fast.measure_rows(hf_model, tokenizer, prompt_ids, new_tokens, repeats, threads, quick)
     context = len(prompt_ids) + new_tokens // 2  # the middle of the run
-    out = []
     with using_threads(threads):
-        for row in rows:
-            steps, how = next((steps, how) for label, steps, how in fast.ROWS if label == row.label)
-            record = {"label": row.label, "threads": threads, "tokens_per_second": row.tokens_per_second,
-                      "bytes_per_token": row.bytes_per_token, "probe": {str(k): v for k, v in probe.items()},
-                      "compile_seconds": compile_seconds.get(row.label)}
-            if how in ("loop", "static"):
-                costs = measure_step(fast.labkit_model(hf_model, steps), steps, context=context,
-                                     repeats=1 if quick else 5, how=how)
-                record["costs"] = costs.as_dict()
-            out.append(record)
+        costs = fast.row_costs(hf_model, [row.label for row in rows], context, repeats=1 if quick else 5)
+    out = []
+    for row in rows:
+        record = {"label": row.label, "threads": threads, "tokens_per_second": row.tokens_per_second,
+                  "bytes_per_token": row.bytes_per_token, "probe": {str(k): v for k, v in probe.items()},
+                  "compile_seconds": compile_seconds.get(row.label)}
+        if row.label in costs:
+            record["costs"] = costs[row.label].as_dict()
+        out.append(record)
     return out
 
 

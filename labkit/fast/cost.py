@@ -250,3 +250,22 @@ def measure_step(model: Llama, steps: Sequence[str] = (), rows: int = 1, context
         matmul_seconds=matmul_seconds(model, rows * tokens, repeats), weight_bytes=weight_bytes_per_token(model),
         kv_bytes=kv_bytes_read(model, rows, attended, tokens), flops=linear_flops(model, rows * tokens),
         measured_seconds=median_seconds(run, repeats))
+
+
+def cost_table(named: dict[str, StepCosts], machine: Machine) -> str:
+    """One line per step: its terms (ms), the prediction against the step timed alone, and its regime.
+
+        >>> print(cost_table({"float32": fp32_costs, "int4": int4_costs}, machine))
+    """
+    width = max(len(name) for name in named) + 2
+    lines = [f"{'step':<{width}}{'ops':>6}{'us/op':>7}{'overhead':>9}{'matmuls':>9}{'KV':>6}{'predicted':>10}"
+             f"{'measured':>9}{'error':>7}  regime"]
+    for name, costs in named.items():
+        terms = costs.terms(machine)
+        predicted = costs.predicted_seconds(machine)
+        lines.append(f"{name:<{width}}{costs.ops:>6}{costs.op_seconds * 1e6:>7.1f}{terms['overhead'] * 1e3:>9.1f}"
+                     f"{terms['matmul kernels'] * 1e3:>9.1f}{terms['KV cache'] * 1e3:>6.2f}{predicted * 1e3:>10.1f}"
+                     f"{costs.measured_seconds * 1e3:>9.1f}{predicted / costs.measured_seconds - 1:>+7.0%}  "
+                     f"{costs.regime(machine)}")
+    return "\n".join(lines) + "\n(ms per decode step; overhead = ops x us/op; error = predicted / measured - 1)"
+

@@ -1,8 +1,9 @@
 """Where the time of one decode step goes, from torch's profiler: matmul kernels, attention, the rest.
 
-At batch 1 the matmul kernels are the part bound by memory (they read every weight); attention over
-a short context is small; everything else (norms, rotary embeddings, casts, views, the KV-cache
-writes) is per-op overhead that does not shrink when the weights do. The profiler's self CPU time of
+At batch 1 the matmul kernels are the part that reads every weight (labkit.fast.cost says how close
+to the memory's pace); attention over a short context is small; everything else (norms, rotary
+embeddings, casts, views, the KV-cache writes) is per-op overhead that does not shrink when the
+weights do. The profiler's self CPU time of
 each op, summed by kind, shows the split; the Python between ops is in no op, so it is left out.
 
     >>> decoder = StaticDecoder(model, max_length=128)

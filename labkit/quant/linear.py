@@ -1,8 +1,9 @@
 """A linear layer that stores its weight quantized, and a function that swaps it into a model.
 
-Batch-1 decoding reads every weight once per token and does little arithmetic with it, so it is
-bound by memory traffic: fewer bytes per weight means more tokens per second, if the matmul reads
-the small codes directly. On the CPU, labkit uses torch's fused weight-only kernels for that:
+Batch-1 decoding reads every weight once per token and does little arithmetic with it, so the bytes
+of weights set its ceiling: fewer bytes per weight can mean more tokens per second, if the matmul
+reads the small codes directly (and if the matmuls, not per-op overhead, were the limit: see
+labkit.fast.cost). On the CPU, labkit uses torch's fused weight-only kernels for that:
 `torch._weight_int8pack_mm` (int8, one scale per output channel) and `_weight_int4pack_mm_for_cpu`
 (int4, groups of 32/64/128/256), both with bfloat16 activations. Where no kernel applies (NF4,
 other group sizes, other devices) the layer dequantizes its weight on every call: right answers
