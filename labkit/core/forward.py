@@ -17,6 +17,8 @@ Everything that needs logits comes here, so this is the only module that tells t
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Sequence
 
 import torch
@@ -118,8 +120,20 @@ def forward(model: torch.nn.Module, input_ids: torch.Tensor, cache=None, keep: i
         if cache is not None and not isinstance(cache, Cache):
             raise TypeError(f"A transformers model cannot use labkit's {type(cache).__name__}; load the model with "
                             "impl='labkit', or pass cache=None.")
-        out = model(input_ids=input_ids, past_key_values=cache, use_cache=cache is not None, logits_to_keep=keep)
+        cache_argument = {cache_keyword(type(model)): cache}
+        out = model(input_ids=input_ids, use_cache=cache is not None, logits_to_keep=keep, **cache_argument)
         return out.logits.float()
+
+
+@functools.cache
+def cache_keyword(model_class: type) -> str:
+    """The name a transformers model's forward takes its KV cache by: `cache` from transformers 5.24 on,
+    `past_key_values` before (5.24 still takes the old name, with a FutureWarning, until 5.40).
+
+        >>> cache_keyword(type(hf_model))
+        'cache'
+    """
+    return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
 
 
 def new_cache(model: torch.nn.Module, batch_size: int = 1, max_length: int | None = None):
