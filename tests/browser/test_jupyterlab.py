@@ -17,6 +17,7 @@ import pytest
 
 try:
     from playwright.sync_api import Locator, Page, expect
+    from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 except ImportError:  # the fixtures skip these tests (in CI: fail them) with how to install playwright
     pass
 
@@ -86,6 +87,23 @@ def run_command(page: Page, label: str) -> None:
     palette.fill(label)
     expect(page.locator(".lm-CommandPalette-item.lm-mod-active")).to_contain_text(label)
     palette.press("Enter")
+
+
+def open_from_path(page: Page, path: str, attempts: int = 3) -> None:
+    """Open `path` with File > Open from Path... While JupyterLab is still laying out a large notebook it
+    opened just before, the palette or its dialog sometimes does not show; then ask again (Escape first)."""
+    field = page.locator(".jp-Dialog input")
+    for attempt in range(attempts):
+        try:
+            run_command(page, "Open from Path")
+            field.wait_for(state="visible", timeout=10_000)
+            break
+        except PlaywrightTimeoutError:
+            if attempt == attempts - 1:
+                raise
+            page.keyboard.press("Escape")
+    field.fill(path)
+    field.press("Enter")
 
 
 def run_cells(page: Page, cells: Locator, indices: list[int]) -> None:
@@ -227,10 +245,7 @@ def test_every_notebook_opens_with_its_pictures_and_no_console_error(page, lab, 
     page.goto(lab.workspace_url("every-notebook"))
     expect(page.locator(".jp-Launcher")).to_be_visible(timeout=OPEN_TIMEOUT_MS)  # JupyterLab is ready
     for notebook in sorted(path.name for path in NOTEBOOKS.glob("*.ipynb")):
-        run_command(page, "Open from Path")  # JupyterLab's File > Open from Path...
-        path_field = page.locator(".jp-Dialog input")
-        path_field.fill(f"notebooks/{notebook}")
-        path_field.press("Enter")
+        open_from_path(page, f"notebooks/{notebook}")
         # Tabs stay open: closing a notebook while its new kernel still answers JupyterLab logs an error.
         wait_until_open(page, notebook)
         pictures = page.locator(".jp-NotebookPanel:visible .jp-RenderedImage img")
