@@ -13,11 +13,10 @@ and kernels slower than the memory).
 
 from __future__ import annotations
 
-import time
-
 import torch
 from torch import nn
 
+from labkit.metrics import best_seconds
 from labkit.quant.linear import QuantLinear
 
 READ_FLOATS = 64 * 2**20  # 256 MB of float32: eight times the largest CPU cache here, like a model's weights
@@ -32,13 +31,7 @@ def read_bandwidth(repeats: int = 5, floats: int = READ_FLOATS) -> float:
         19.2
     """
     source = torch.ones(floats)
-    best = float("inf")
-    source.sum()  # touch every page once, untimed
-    for _ in range(repeats):
-        start = time.perf_counter()
-        source.sum()
-        best = min(best, time.perf_counter() - start)
-    return source.nbytes / best
+    return source.nbytes / best_seconds(source.sum, repeats)  # its warm-up call touches every page once
 
 
 def read_tensors(module: nn.Module) -> list[torch.Tensor]:
