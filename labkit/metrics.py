@@ -266,6 +266,8 @@ __all__ = ["PeakMemory", "RequestMetrics", "TimedSteps", "current_memory_bytes",
 
 def repeat_seconds(run: Callable[[], object], repeats: int = 5) -> list[float]:
     """Wall time of each of `repeats` calls of run(), after one untimed warm-up call."""
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"repeats must be a whole number of timed calls, at least 1, got {repeats!r}.")
     run()
     times = []
     for _ in range(repeats):

@@ -128,3 +128,12 @@ def test_peak_memory_sees_a_large_allocation():
     del block
     peak = tracker.peak()
     assert peak - before >= 150_000_000, (before, peak)
+
+
+def test_timing_helpers_warm_up_once_then_time_each_repeat_and_refuse_none():
+    from labkit.metrics import best_seconds, repeat_seconds
+
+    calls = []
+    assert len(repeat_seconds(lambda: calls.append(1), repeats=3)) == 3 and len(calls) == 4  # one warm-up
+    with pytest.raises(ValueError, match="repeats must be a whole number"):
+        best_seconds(lambda: None, repeats=0)
