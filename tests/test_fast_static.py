@@ -107,6 +107,24 @@ def test_compiled_step_computes_what_the_eager_step_computes(tiny):
     assert set(compiled.compile_seconds) == {"decode", "verify"}
 
 
+@pytest.mark.slow
+def test_each_compiled_decoder_runs_its_own_model():
+    """The compiled step skips dynamo's guards on the model's modules, so two decoders over different
+    models (different layer classes, different weights) must not share a compiled graph."""
+    torch.manual_seed(1)
+    plain = labkit.tiny_model(impl="labkit")
+    fused = optimize(labkit.tiny_model(impl="labkit"), ("fuse", "int8"))
+    token, position = torch.tensor([[17]]), torch.tensor([3])
+    for model in (plain, fused, plain):
+        eager, compiled = StaticDecoder(model, max_length=64), StaticDecoder(model, max_length=64, compile=True)
+        with torch.no_grad():
+            eager.prefill([5, 17, 300])
+            compiled.prefill([5, 17, 300])
+            _, expected = eager.decode(token, position)
+            _, got = compiled.step(token, position)
+        torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
+
+
 def test_bad_requests_say_what_is_allowed(tiny):
     with pytest.raises(ValueError, match="labkit's Llama"):
         StaticDecoder(torch.nn.Linear(2, 2), max_length=8)
