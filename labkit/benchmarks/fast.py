@@ -12,7 +12,7 @@ SmolLM2-135M, batch 1, greedy, 128 new tokens, median of `repeats`, every row in
     int4, static KV cache                 labkit.fast.StaticDecoder: fixed shapes, the same eager ops
     + torch.compile                       the static decode step compiled once by inductor
     + prompt lookup, 4 guesses            one compiled verify pass of 5 tokens per call
-    int4 x int8, labkit's kernel, static  "q4_1": Q4_1 weights x Q8_1 activations (labkit.fast.q4_linear), static
+    int4 x int8, labkit's kernel, static  "q4_1": Q4_1 weights x Q8_1 activations, head Q8_0 (labkit.fast.q4_linear), static
     + torch.compile (labkit's kernel)     its static step compiled, the custom op inside the graph
     int4 + bfloat16, static, compiled     "fuse", "int4", "bf16", the static step compiled
     llama.cpp, the Q4_1 GGUF              when `import llama_cpp` works, same prompt and thread count

@@ -4,8 +4,9 @@ The C++ source is compiled at first use with torch's extension builder (`-O3`, n
 each SIMD path carries its own target attribute, so one build runs on AVX2-only and AVX-512 CPUs
 alike), into labkit's cache: `labkit.cache_dir() / "extensions"`, one folder per source and torch
 version. A later process finds the .so there and loads it in milliseconds. Loading registers the op
-`torch.ops.labkit.q4_1_linear(x, codes, scales, minimums, path="auto")`, with a fake (shape-only)
-implementation so `torch.compile(fullgraph=True)` traces through it.
+`torch.ops.labkit.q4_1_linear(x, codes, scales, minimums, path="auto")` and its twin for Q8_0
+weights, `torch.ops.labkit.q8_0_linear(x, codes, scales, path="auto")`, each with a fake (shape-only)
+implementation so `torch.compile(fullgraph=True)` traces through them.
 
 When the build fails (no compiler, no ninja, a compile error) `load_kernel()` says why, warns once,
 and labkit's Q41Linear falls back to torch's kernels: nothing crashes.
@@ -97,6 +98,10 @@ def register_fake() -> None:
 
     @torch.library.register_fake("labkit::q4_1_linear")
     def q4_1_linear_fake(x, codes, scales, minimums, path="auto"):
+        return x.new_empty((x.shape[0], codes.shape[0]))
+
+    @torch.library.register_fake("labkit::q8_0_linear")
+    def q8_0_linear_fake(x, codes, scales, path="auto"):
         return x.new_empty((x.shape[0], codes.shape[0]))
 
 

@@ -3,7 +3,8 @@
     fuse   one matmul for q/k/v and one for gate/up per block (the same numbers, fewer calls)
     int8   weight-only int8 per output channel, every linear layer including the output head
     int4   weight-only int4, groups of 32 with a scale and a minimum (GGUF Q4_1's grid), head in int8
-    q4_1   the same grid on labkit's own kernel: int8 activations, integer dot products (llama.cpp's way)
+    q4_1   the same grid on labkit's own kernel: int8 activations, integer dot products (llama.cpp's way),
+           and the head in Q8_0 (int8 groups of 32) on the same kernel, as the GGUF file has it
     bf16   everything not quantized in bfloat16: embeddings, norms, activations, KV cache
 
 Each step changes the model in place and is checked by tests/test_fast_*.py: `fuse` against the
@@ -31,7 +32,7 @@ STEPS: dict[str, tuple[str, Callable[[Llama], Llama]]] = {
     "fuse": ("fused QKV and gate/up projections", fuse_projections),
     "int8": ("int8 weight-only, head included", partial(quantize_weights, scheme="int8")),
     "int4": ("int4 groups of 32 weight-only, head int8", partial(quantize_weights, scheme="int4")),
-    "q4_1": ("int4 groups of 32 x int8 activations on labkit's kernel, head int8",
+    "q4_1": ("int4 groups of 32 x int8 activations on labkit's kernel, head Q8_0",
              partial(quantize_weights, scheme="q4_1")),
     "bf16": ("bfloat16 for everything not quantized", to_bfloat16),
 }

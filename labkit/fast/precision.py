@@ -19,12 +19,13 @@ from torch import nn
 
 from labkit.core.llama import Llama
 from labkit.fast.q4_linear import Q41Linear
+from labkit.fast.q8_linear import Q80Linear
 from labkit.quant.linear import QuantLinear, quantize_model
 
 WEIGHT_SCHEMES = {  # name -> (quantize_model scheme of the blocks' layers, group size, scheme of the head)
     "int8": ("int8", 32, "int8"),  # one scale per output channel (the group size is unused)
     "int4": ("int4-asym", 32, "int8"),  # groups of 32 with a scale and a minimum each, head int8: GGUF Q4_1's mix
-    "q4_1": ("q4_1", 32, "int8"),  # the same grid, on labkit's own Q4_1 x Q8_1 integer kernel (labkit.fast.q4_linear)
+    "q4_1": ("q4_1", 32, "q8_0"),  # the same grid on labkit's own integer kernel, head Q8_0: the GGUF's own mix
 }
 
 
@@ -33,8 +34,9 @@ def quantize_weights(model: Llama, scheme: str) -> Llama:
 
     scheme: "int8" (per output channel everywhere) or "int4" (asymmetric, groups of 32, in the blocks;
     int8 per channel for the head), both on torch's fused weight-only CPU kernels (bfloat16 activations
-    inside the kernel); or "q4_1": int4's grid in the blocks on labkit's own kernel, which rounds each
-    activation group to int8 and multiplies integers, as llama.cpp does (float32 activations in and out). Why int4 looks like this: SmolLM2's float32 weights are dequantized GGUF Q4_1
+    inside the kernel); or "q4_1": int4's grid in the blocks and Q8_0 (int8, groups of 32) in the head,
+    the GGUF file's own mix, on labkit's own kernel, which rounds each activation group to int8 and
+    multiplies integers, as llama.cpp does (float32 activations in and out). Why int4 looks like this: SmolLM2's float32 weights are dequantized GGUF Q4_1
     (groups of 32, a scale and a minimum each), so the asymmetric grid of 32 lands back on them almost
     exactly, where the symmetric one adds its own rounding (perplexity on data/eval +35 %); the head
     is Q8_0 in that file, and int4 on it costs +7 % perplexity, int8 +0.2 %, at the same speed here.
@@ -47,9 +49,10 @@ def quantize_weights(model: Llama, scheme: str) -> Llama:
     layers, group_size, head = WEIGHT_SCHEMES[scheme]
     if layers == "q4_1":
         swap_linear_layers(model.layers, Q41Linear.from_linear)
+        model.lm_head = Q80Linear.from_linear(model.lm_head)  # its own copy, on the same kernel
     else:
         quantize_model(model.layers, layers, group_size=group_size, skip=())
-    model.lm_head = QuantLinear.from_linear(model.lm_head, head, group_size=group_size)  # its own copy
+        model.lm_head = QuantLinear.from_linear(model.lm_head, head, group_size=group_size)  # its own copy
     return model
 
 
@@ -73,7 +76,7 @@ def to_bfloat16(model: Llama) -> Llama:
         torch.bfloat16
     """
     for module in model.modules():
-        if isinstance(module, (QuantLinear, Q41Linear)):
+        if isinstance(module, (QuantLinear, Q41Linear, Q80Linear)):
             continue
         for param in module.parameters(recurse=False):
             if param.is_floating_point() and param.dtype != torch.bfloat16:

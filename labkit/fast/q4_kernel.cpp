@@ -1,5 +1,6 @@
 // labkit's Q4_1 x Q8_1 matrix-vector kernel (notebook 13): llama.cpp's int4 x int8 dot product
-// (ggml_vec_dot_q4_1_q8_1), on torch tensors, registered as the op labkit::q4_1_linear.
+// (ggml_vec_dot_q4_1_q8_1), on torch tensors, registered as the op labkit::q4_1_linear; and its
+// Q8_0 x Q8_1 twin for the output head (labkit::q8_0_linear), which llama.cpp's Q4_1 files keep in Q8_0.
 //
 // Weights W [N, K] in groups of 32 inputs: codes q in 0..15, a scale d and a minimum m per group,
 // W ~ d * q + m. Byte j (0..15) of a group holds input j in its low nibble and input j + 16 in its
@@ -7,6 +8,7 @@
 // Activations x [M, K] are quantized here, per row and group of 32, to int8 (Q8_1):
 //     dx = absmax / 127,  qx = rint(x * 127 / absmax),  s = dx * sum(qx)
 // and   y[i, n] = sum_g  d[n,g] * dx[i,g] * sum_j q[n,j] * qx[i,j]  +  m[n,g] * s[i,g]
+// Q8_0 weights are int8 codes -127..127 with a scale per group and no minimum (the m * s term drops).
 // The integer sums are exact; the rest accumulates in float32.
 //
 // Three paths, chosen at run time (so one build runs on every x86-64 CPU): AVX-512 VNNI
@@ -39,9 +41,9 @@ struct Q8Rows {                // x quantized: per row i and group g
 };
 
 struct RowArgs {               // one weight row n against one activation row i
-  const uint8_t* codes;        // [K/2]
+  const uint8_t* codes;        // [G * Format::kBytes]: the row's codes, group after group
   const uint16_t* scales;      // [G] float16 bits
-  const uint16_t* minimums;    // [G] float16 bits
+  const uint16_t* minimums;    // [G] float16 bits (Q4_1 only)
   const int8_t* qx;            // [K]
   const float* dx;             // [G]
   const float* sx;             // [G]
@@ -72,14 +74,70 @@ Q8Rows quantize_q8_1(const float* x, int64_t rows, int64_t k) {
 
 float half_to_float(uint16_t bits) { return c10::detail::fp16_ieee_to_fp32_value(bits); }
 
+// The two weight formats. Each says how many bytes a group of 32 codes takes, whether it has a minimum
+// (the m * s term), and how its codes multiply 32 int8 activations: scalar, AVX2 (8 int32 partial sums of
+// one group) and AVX-512 VNNI (16 partial sums: 8 of group g, then 8 of group g + 1).
+
+struct Q41 {  // 4-bit codes 0..15; byte j holds input j (low nibble) and input j + 16 (high nibble)
+  static constexpr int64_t kBytes = kGroup / 2;
+  static constexpr bool kMinimum = true;
+  static int32_t dot_scalar(const uint8_t* c, const int8_t* q) {
+    int32_t dot = 0;
+    for (int64_t j = 0; j < kGroup / 2; ++j) dot += (c[j] & 15) * q[j] + (c[j] >> 4) * q[j + kGroup / 2];
+    return dot;
+  }
+#ifdef LABKIT_X86
+  __attribute__((target("avx2,fma,f16c"), always_inline)) static inline __m256i dot8(const uint8_t* c,
+                                                                                    const int8_t* q) {
+    const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(c));
+    const __m256i codes = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), _mm256_set1_epi8(15));
+    const __m256i pairs = _mm256_maddubs_epi16(codes, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)));
+    return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));  // 15 * 127 * 2 fits int16: no saturation
+  }
+  __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vnni"), always_inline)) static inline __m512i dot16(
+      const uint8_t* c, const int8_t* q) {
+    const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c));  // 2 groups x 16 bytes
+    __m512i codes = _mm512_inserti64x4(_mm512_castsi256_si512(packed), _mm256_srli_epi16(packed, 4), 1);
+    codes = _mm512_and_si512(codes, _mm512_set1_epi8(15));  // 128-bit lanes: low g, low g+1, high g, high g+1
+    codes = _mm512_shuffle_i64x2(codes, codes, _MM_SHUFFLE(3, 1, 2, 0));  // low g, high g, low g+1, high g+1
+    return _mm512_dpbusd_epi32(_mm512_setzero_si512(), codes, _mm512_loadu_si512(q));
+  }
+#endif
+};
+
+struct Q80 {  // 8-bit codes -127..127, no minimum (llama.cpp's Q8_0, its output head's format)
+  static constexpr int64_t kBytes = kGroup;
+  static constexpr bool kMinimum = false;
+  static int32_t dot_scalar(const uint8_t* c, const int8_t* q) {
+    int32_t dot = 0;
+    for (int64_t j = 0; j < kGroup; ++j) dot += static_cast<int8_t>(c[j]) * q[j];
+    return dot;
+  }
+#ifdef LABKIT_X86
+  // The multiply-adds take one unsigned operand: |w| times x with w's sign moved onto it, as llama.cpp does.
+  __attribute__((target("avx2,fma,f16c"), always_inline)) static inline __m256i dot8(const uint8_t* c,
+                                                                                    const int8_t* q) {
+    const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c));
+    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
+    const __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+    return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));  // 127 * 127 * 2 fits int16
+  }
+  __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vnni"), always_inline)) static inline __m512i dot16(
+      const uint8_t* c, const int8_t* q) {
+    const __m512i w = _mm512_loadu_si512(c), x = _mm512_loadu_si512(q);  // 2 groups x 32 bytes
+    const __m512i signed_x = _mm512_mask_sub_epi8(x, _mm512_movepi8_mask(w), _mm512_setzero_si512(), x);
+    return _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(w), signed_x);
+  }
+#endif
+};
+
+template <typename F>
 float dot_scalar(const RowArgs& a) {
   float sum = 0.f;
   for (int64_t g = 0; g < a.groups; ++g) {
-    const uint8_t* c = a.codes + g * kGroup / 2;
-    const int8_t* q = a.qx + g * kGroup;
-    int32_t dot = 0;
-    for (int64_t j = 0; j < kGroup / 2; ++j) dot += (c[j] & 15) * q[j] + (c[j] >> 4) * q[j + kGroup / 2];
-    sum += half_to_float(a.scales[g]) * a.dx[g] * static_cast<float>(dot) + half_to_float(a.minimums[g]) * a.sx[g];
+    const float dot = static_cast<float>(F::dot_scalar(a.codes + g * F::kBytes, a.qx + g * kGroup));
+    sum += half_to_float(a.scales[g]) * a.dx[g] * dot;
+    if (F::kMinimum) sum += half_to_float(a.minimums[g]) * a.sx[g];
   }
   return sum;
 }
@@ -92,32 +150,28 @@ __attribute__((target("avx2,fma,f16c"), always_inline)) inline float hsum8(__m25
   return _mm_cvtss_f32(_mm_add_ss(r, _mm_movehdup_ps(r)));
 }
 
-// 8 int32 partial sums of one group's 32 products q * qx (their total is the group's dot product).
-__attribute__((target("avx2,fma,f16c"), always_inline)) inline __m256i group_dot8(const uint8_t* c, const int8_t* q) {
-  const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(c));
-  const __m256i codes = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), _mm256_set1_epi8(15));
-  const __m256i pairs = _mm256_maddubs_epi16(codes, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)));
-  return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));  // 15 * 127 * 2 fits int16: no saturation
-}
-
 // The groups from `first` on, one at a time (the AVX-512 path's leftovers), plus all the m * s terms.
+template <typename F>
 __attribute__((target("avx2,fma,f16c"), always_inline)) inline float dot_tail_avx2(const RowArgs& a, int64_t first,
                                                                                    __m256 acc) {
   __m256 msum = _mm256_setzero_ps();
-  int64_t g = 0;
-  for (; g + 8 <= a.groups; g += 8) {
-    const __m256 m = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a.minimums + g)));
-    msum = _mm256_fmadd_ps(m, _mm256_loadu_ps(a.sx + g), msum);
-  }
   float tail = 0.f;
-  for (; g < a.groups; ++g) tail += _cvtsh_ss(a.minimums[g]) * a.sx[g];
-  for (g = first; g < a.groups; ++g) {
+  if (F::kMinimum) {
+    int64_t g = 0;
+    for (; g + 8 <= a.groups; g += 8) {
+      const __m256 m = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a.minimums + g)));
+      msum = _mm256_fmadd_ps(m, _mm256_loadu_ps(a.sx + g), msum);
+    }
+    for (; g < a.groups; ++g) tail += _cvtsh_ss(a.minimums[g]) * a.sx[g];
+  }
+  for (int64_t g = first; g < a.groups; ++g) {
     const __m256 scale = _mm256_set1_ps(_cvtsh_ss(a.scales[g]) * a.dx[g]);
-    acc = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(group_dot8(a.codes + g * 16, a.qx + g * kGroup)), acc);
+    acc = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(F::dot8(a.codes + g * F::kBytes, a.qx + g * kGroup)), acc);
   }
   return hsum8(_mm256_add_ps(acc, msum)) + tail;
 }
 
+template <typename F>
 __attribute__((target("avx2,fma,f16c"))) float dot_avx2(const RowArgs& a) {
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();  // two chains hide the FMA latency
   alignas(32) float scale[8];
@@ -126,26 +180,16 @@ __attribute__((target("avx2,fma,f16c"))) float dot_avx2(const RowArgs& a) {
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a.scales + g)));
     _mm256_store_ps(scale, _mm256_mul_ps(d, _mm256_loadu_ps(a.dx + g)));
     for (int k = 0; k < 8; k += 2) {
-      const __m256i p0 = group_dot8(a.codes + (g + k) * 16, a.qx + (g + k) * kGroup);
-      const __m256i p1 = group_dot8(a.codes + (g + k + 1) * 16, a.qx + (g + k + 1) * kGroup);
+      const __m256i p0 = F::dot8(a.codes + (g + k) * F::kBytes, a.qx + (g + k) * kGroup);
+      const __m256i p1 = F::dot8(a.codes + (g + k + 1) * F::kBytes, a.qx + (g + k + 1) * kGroup);
       acc0 = _mm256_fmadd_ps(_mm256_set1_ps(scale[k]), _mm256_cvtepi32_ps(p0), acc0);
       acc1 = _mm256_fmadd_ps(_mm256_set1_ps(scale[k + 1]), _mm256_cvtepi32_ps(p1), acc1);
     }
   }
-  return dot_tail_avx2(a, g, _mm256_add_ps(acc0, acc1));
+  return dot_tail_avx2<F>(a, g, _mm256_add_ps(acc0, acc1));
 }
 
-// 16 int32 partial sums: the first 8 add up to group g's dot product, the last 8 to group g + 1's.
-__attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vnni"), always_inline)) inline __m512i pair_dot16(
-    const uint8_t* c, const int8_t* q) {
-  const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c));  // 2 groups x 16 bytes
-  __m512i codes = _mm512_inserti64x4(_mm512_castsi256_si512(packed), _mm256_srli_epi16(packed, 4), 1);
-  codes = _mm512_and_si512(codes, _mm512_set1_epi8(15));  // 128-bit lanes: low g, low g+1, high g, high g+1
-  codes = _mm512_shuffle_i64x2(codes, codes, _MM_SHUFFLE(3, 1, 2, 0));  // low g, high g, low g+1, high g+1
-  const __m512i x = _mm512_loadu_si512(q);
-  return _mm512_dpbusd_epi32(_mm512_setzero_si512(), codes, x);
-}
-
+template <typename F>
 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vnni"))) float dot_avx512(const RowArgs& a) {
   __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
   const __m512i spread[4] = {  // float k of 8 into lanes 0-7 and k + 1 into lanes 8-15
@@ -158,31 +202,33 @@ __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vnni"))) float dot_a
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a.scales + g)));
     const __m512 scale = _mm512_castps256_ps512(_mm256_mul_ps(d, _mm256_loadu_ps(a.dx + g)));
     for (int k = 0; k < 4; k += 2) {
-      const __m512i p0 = pair_dot16(a.codes + (g + 2 * k) * 16, a.qx + (g + 2 * k) * kGroup);
-      const __m512i p1 = pair_dot16(a.codes + (g + 2 * k + 2) * 16, a.qx + (g + 2 * k + 2) * kGroup);
+      const __m512i p0 = F::dot16(a.codes + (g + 2 * k) * F::kBytes, a.qx + (g + 2 * k) * kGroup);
+      const __m512i p1 = F::dot16(a.codes + (g + 2 * k + 2) * F::kBytes, a.qx + (g + 2 * k + 2) * kGroup);
       acc0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(spread[k], scale), _mm512_cvtepi32_ps(p0), acc0);
       acc1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(spread[k + 1], scale), _mm512_cvtepi32_ps(p1), acc1);
     }
   }
   const __m512 acc = _mm512_add_ps(acc0, acc1);
   const __m256 high = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1));
-  return dot_tail_avx2(a, g, _mm256_add_ps(_mm512_castps512_ps256(acc), high));
+  return dot_tail_avx2<F>(a, g, _mm256_add_ps(_mm512_castps512_ps256(acc), high));
 }
 
 #endif  // LABKIT_X86
 
 struct Path {
   const char* name;
-  RowDot dot;
+  RowDot q4_1;
+  RowDot q8_0;
   bool (*supported)();
 };
 
 const std::vector<Path>& all_paths() {  // slowest first
   static const std::vector<Path> paths = {
-      {"scalar", dot_scalar, [] { return true; }},
+      {"scalar", dot_scalar<Q41>, dot_scalar<Q80>, [] { return true; }},
 #ifdef LABKIT_X86
-      {"avx2", dot_avx2, [] { return bool(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")); }},
-      {"avx512", dot_avx512, [] {
+      {"avx2", dot_avx2<Q41>, dot_avx2<Q80>,
+       [] { return bool(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")); }},
+      {"avx512", dot_avx512<Q41>, dot_avx512<Q80>, [] {
          return bool(__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                      __builtin_cpu_supports("avx512vnni"));
        }},
@@ -198,49 +244,45 @@ std::string q4_1_paths() {  // the paths this CPU runs, comma-separated, slowest
   return names;
 }
 
-RowDot pick(const std::string& name) {
+const Path& pick(const std::string& name) {
   const Path* best = nullptr;
   for (const Path& p : all_paths()) {
     if (!p.supported()) continue;
-    if (p.name == name) return p.dot;
+    if (p.name == name) return p;
     best = &p;
   }
-  TORCH_CHECK(name == "auto", "labkit::q4_1_linear: path '", name,
-              "' is not available on this CPU; choose one of: auto,", q4_1_paths());
-  return best->dot;
+  TORCH_CHECK(name == "auto", "labkit: kernel path '", name, "' is not available on this CPU; choose one of: auto,",
+              q4_1_paths());
+  return *best;
 }
 
-void check_inputs(const at::Tensor& x, const at::Tensor& codes, const at::Tensor& scales, const at::Tensor& minimums) {
-  TORCH_CHECK(x.dim() == 2 && x.device().is_cpu(), "labkit::q4_1_linear: x must be a 2-d CPU tensor [M, K]");
+void check_x(const at::Tensor& x, const char* op) {
+  TORCH_CHECK(x.dim() == 2 && x.device().is_cpu(), op, ": x must be a 2-d CPU tensor [M, K]");
   TORCH_CHECK(x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kHalf,
-              "labkit::q4_1_linear: x must be float32, bfloat16 or float16, got ", x.scalar_type());
-  const int64_t k = x.size(1), n = codes.size(0);
-  TORCH_CHECK(k % kGroup == 0, "labkit::q4_1_linear: K = ", k, " must be a multiple of ", kGroup);
-  TORCH_CHECK(codes.scalar_type() == at::kByte && codes.dim() == 2 && codes.size(1) * 2 == k && codes.is_contiguous(),
-              "labkit::q4_1_linear: codes must be contiguous uint8 [N, K/2] with K = ", k);
-  for (const at::Tensor* t : {&scales, &minimums})
-    TORCH_CHECK(t->scalar_type() == at::kHalf && t->dim() == 2 && t->size(0) == n && t->size(1) * kGroup == k &&
-                    t->is_contiguous(),
-                "labkit::q4_1_linear: scales and minimums must be contiguous float16 [N, K/32]");
+              op, ": x must be float32, bfloat16 or float16, got ", x.scalar_type());
+  TORCH_CHECK(x.size(1) % kGroup == 0, op, ": K = ", x.size(1), " must be a multiple of ", kGroup);
 }
 
-at::Tensor q4_1_linear(const at::Tensor& x, const at::Tensor& codes, const at::Tensor& scales,
-                       const at::Tensor& minimums, c10::string_view path) {
-  check_inputs(x, codes, scales, minimums);
-  const RowDot dot = pick(std::string(path));
-  const int64_t m = x.size(0), k = x.size(1), n = codes.size(0), groups = k / kGroup;
+void check_group_table(const at::Tensor& t, int64_t n, int64_t k, const char* op) {
+  TORCH_CHECK(t.scalar_type() == at::kHalf && t.dim() == 2 && t.size(0) == n && t.size(1) * kGroup == k &&
+                  t.is_contiguous(),
+              op, ": scales (and minimums) must be contiguous float16 [N, K/32]");
+}
+
+// y [M, N] = x [M, K] @ W.T with W's row n at codes + n * row_bytes; one RowDot per (n, i).
+at::Tensor linear(const at::Tensor& x, const uint8_t* codes, int64_t n, int64_t row_bytes, const at::Tensor& scales,
+                  const uint16_t* minimums, RowDot dot) {
+  const int64_t m = x.size(0), k = x.size(1), groups = k / kGroup;
   const at::Tensor x32 = x.to(at::kFloat).contiguous();
   const Q8Rows act = quantize_q8_1(x32.data_ptr<float>(), m, k);
   at::Tensor y = at::empty({m, n}, x.options().dtype(at::kFloat));
   float* out = y.data_ptr<float>();
-  const uint8_t* w = codes.data_ptr<uint8_t>();
   const auto* d = reinterpret_cast<const uint16_t*>(scales.data_ptr<at::Half>());
-  const auto* mins = reinterpret_cast<const uint16_t*>(minimums.data_ptr<at::Half>());
   const int64_t grain = std::max<int64_t>(1, kTaskWeights / k);  // rows: small matrices stay on one thread
   at::parallel_for(0, n, grain, [&](int64_t begin, int64_t end) {
     for (int64_t row = begin; row < end; ++row) {
       for (int64_t i = 0; i < m; ++i) {  // the weight row stays in L1 for the next activation row
-        const RowArgs args{w + row * k / 2, d + row * groups, mins + row * groups,
+        const RowArgs args{codes + row * row_bytes, d + row * groups, minimums ? minimums + row * groups : nullptr,
                            act.q.data() + i * k, act.d.data() + i * groups, act.s.data() + i * groups, groups};
         out[i * n + row] = dot(args);
       }
@@ -249,11 +291,39 @@ at::Tensor q4_1_linear(const at::Tensor& x, const at::Tensor& codes, const at::T
   return x.scalar_type() == at::kFloat ? y : y.to(x.scalar_type());
 }
 
+at::Tensor q4_1_linear(const at::Tensor& x, const at::Tensor& codes, const at::Tensor& scales,
+                       const at::Tensor& minimums, c10::string_view path) {
+  const char* op = "labkit::q4_1_linear";
+  check_x(x, op);
+  const int64_t k = x.size(1), n = codes.size(0);
+  TORCH_CHECK(codes.scalar_type() == at::kByte && codes.dim() == 2 && codes.size(1) * 2 == k && codes.is_contiguous(),
+              op, ": codes must be contiguous uint8 [N, K/2] with K = ", k);
+  check_group_table(scales, n, k, op);
+  check_group_table(minimums, n, k, op);
+  return linear(x, codes.data_ptr<uint8_t>(), n, k / 2, scales,
+                reinterpret_cast<const uint16_t*>(minimums.data_ptr<at::Half>()), pick(std::string(path)).q4_1);
+}
+
+at::Tensor q8_0_linear(const at::Tensor& x, const at::Tensor& codes, const at::Tensor& scales, c10::string_view path) {
+  const char* op = "labkit::q8_0_linear";
+  check_x(x, op);
+  const int64_t k = x.size(1), n = codes.size(0);
+  TORCH_CHECK(codes.scalar_type() == at::kChar && codes.dim() == 2 && codes.size(1) == k && codes.is_contiguous(),
+              op, ": codes must be contiguous int8 [N, K] with K = ", k);
+  check_group_table(scales, n, k, op);
+  return linear(x, reinterpret_cast<const uint8_t*>(codes.data_ptr<int8_t>()), n, k, scales, nullptr,
+                pick(std::string(path)).q8_0);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(labkit, m) {
   m.def("q4_1_linear(Tensor x, Tensor codes, Tensor scales, Tensor minimums, str path='auto') -> Tensor");
+  m.def("q8_0_linear(Tensor x, Tensor codes, Tensor scales, str path='auto') -> Tensor");
   m.def("q4_1_paths() -> str", q4_1_paths);
 }
 
-TORCH_LIBRARY_IMPL(labkit, CPU, m) { m.impl("q4_1_linear", q4_1_linear); }
+TORCH_LIBRARY_IMPL(labkit, CPU, m) {
+  m.impl("q4_1_linear", q4_1_linear);
+  m.impl("q8_0_linear", q8_0_linear);
+}
