@@ -9,6 +9,7 @@ import pytest
 
 from labkit.benchmarks import fast
 from labkit.fast.cost import Machine, StepCosts
+from labkit.fast.threads import thread_candidates
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -73,6 +74,22 @@ def test_each_label_keeps_its_fastest_setting_and_the_report_names_every_setting
     assert fast.row_from_child(records[2]) == tried[2]
 
 
+def test_a_labkit_rows_thread_sweep_is_reported_like_llama_cpps():
+    records = [{"label": fast.Q4_1_COMPILED, "threads": t, "tokens_per_second": rate, "bytes_per_token": 85e6,
+                "policy": "ACTIVE"} for t, rate in ((1, 70.0), (2, 120.0))]
+    assert f"ACTIVE   {fast.Q4_1_COMPILED}: 1 threads 70.0 tok/s, 2 threads 120.0 tok/s" in fast.settings_report(records)
+    with pytest.raises(ValueError, match="Unknown labkit row"):
+        fast.row_best("transformers generate, float32", 4, 1)
+
+
+@pytest.mark.slow
+def test_row_best_times_one_row_in_its_own_process_at_every_thread_count():
+    best, tried = fast.row_best(fast.Q4_1_STATIC, new_tokens=2, repeats=1, policies=("PASSIVE",))
+    assert best.label == fast.Q4_1_STATIC and best.policy == "PASSIVE" and best.tokens_per_second > 0
+    if len(thread_candidates()) > 1:
+        assert f"PASSIVE  {fast.Q4_1_STATIC}: 1 threads" in tried
+
+
 def test_compile_report_says_when_compiling_pays_for_itself():
     rows = fake_rows()  # eager static 51 tok/s, compiled 54, lookup 53
     report = fast.compile_report(rows, {"+ torch.compile, static shapes": 100.0, "+ prompt lookup, 4 guesses": 90.0})
@@ -82,7 +99,7 @@ def test_compile_report_says_when_compiling_pays_for_itself():
     slower = [fast.Row(r.label, 1, 10.0 if "compile" in r.label else r.tokens_per_second, r.bytes_per_token)
               for r in rows]
     assert "never pays for itself" in fast.compile_report(slower, {"+ torch.compile, static shapes": 100.0})
-    kernel = fast.compile_report(rows, {"+ torch.compile (labkit's kernel)": 50.0})  # eager 52, compiled 50 tok/s
+    kernel = fast.compile_report(rows, {fast.Q4_1_COMPILED: 50.0})  # eager 52, compiled 50 tok/s
     assert f"against '{fast.Q4_1_STATIC}' it never pays for itself" in kernel  # weighed against its own eager row
 
 

@@ -93,3 +93,54 @@ def test_accepted_guesses(capsys):
         assert hint in capsys.readouterr().out
     assert not checks.check_accepted_guesses(None)
     assert "Not attempted" in capsys.readouterr().out
+
+
+INNER_LOOP = "dot += (c[j] & 15) * q[j] + (c[j] >> 4) * q[j + 16];"  # the worked solution
+
+
+def loop_in_python(inner):
+    """matvec(weight, x) computing what TEMPLATE computes around `inner`(low codes, high codes, qx) -> dot
+    per group: the wrong loops below, without a minute of compiling each."""
+    from labkit.fast.q4_linear import quantize_q8_1
+
+    def matvec(weight, x):
+        qx, dx, sx = quantize_q8_1(x[None])
+        n, k = weight.shape
+        packed = weight.codes.reshape(n, k // 32, 16).long()
+        q = qx.reshape(k // 32, 32)
+        dots = inner(packed & 15, packed >> 4, q[:, :16], q[:, 16:])  # [N, G]
+        return (weight.scales.float() * dx * dots + weight.minimums.float() * sx).sum(-1)
+    return matvec
+
+
+def test_q4_inner_loop_compiles_the_solution_and_skips_without_a_compiler(capsys, monkeypatch):
+    """The one real compile (about 25 s, then cached by labkit for notebook 13's worked solution)."""
+    from labkit.fast.dot_exercise import missing_tools
+
+    assert not checks.check_q4_inner_loop(None) and "Not attempted" in capsys.readouterr().out
+    assert not checks.check_q4_inner_loop(42) and "Python string" in capsys.readouterr().out
+    if missing_tools():  # the checker must say so and not crash
+        assert not checks.check_q4_inner_loop(INNER_LOOP)
+        assert "Skipped" in capsys.readouterr().out
+        return
+    assert checks.check_q4_inner_loop(INNER_LOOP)
+    assert "Correct" in capsys.readouterr().out
+    monkeypatch.setenv("CXX", "false")  # a compiler that fails at once: the build's error, not a crash
+    assert not checks.check_q4_inner_loop("dot += 1;") and "does not compile" in capsys.readouterr().out
+    monkeypatch.setenv("PATH", "")  # no compiler, no ninja: a clear skip
+    monkeypatch.setenv("CXX", "no-such-compiler")
+    assert not checks.check_q4_inner_loop(INNER_LOOP)
+    out = capsys.readouterr().out
+    assert "Skipped" in out and "no-such-compiler" in out
+
+
+def test_q4_inner_loop_hints(capsys):
+    right = loop_in_python(lambda low, high, q0, q1: (low * q0 + high * q1).sum(-1))
+    assert checks.judge_matvec(right) and "Correct" in capsys.readouterr().out
+    hints = {"swapped": lambda low, high, q0, q1: (high * q0 + low * q1).sum(-1),
+             "only the low nibbles": lambda low, high, q0, q1: (low * q0).sum(-1),
+             "only the high nibbles": lambda low, high, q0, q1: (high * q1).sum(-1),
+             "off by": lambda low, high, q0, q1: ((low + 16 * high) * q0).sum(-1)}  # the whole byte times q[j]
+    for hint, inner in hints.items():
+        assert not checks.judge_matvec(loop_in_python(inner))
+        assert hint in capsys.readouterr().out, hint

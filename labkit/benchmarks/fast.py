@@ -19,8 +19,10 @@ SmolLM2-135M, batch 1, greedy, 128 new tokens, median of `repeats`, every row in
 
 Peers at their best: labkit's rows and llama.cpp each run in a process of their own, once per OpenMP
 wait policy (labkit.fast.processes); in each, labkit's thread count comes from a short probe of the
-int4 path and llama.cpp is timed at every thread count. Every row is reported at its best policy and
-count, named in the table. `--quick` keeps this process's policy only.
+int4 path and llama.cpp is timed at every thread count. labkit's rows are timed in turns in one process,
+which slows each a little (the other rows' models share its memory and caches), so its fastest path is
+also timed alone in a process of its own at every thread count, as llama.cpp is. Every row is reported
+at its best policy and count, named in the table. `--quick` keeps this process's policy only.
 Bandwidth use = bytes of weights read per token x tokens/s / the read bandwidth measured in this run.
 The cost model (labkit.fast.cost) predicts one decode step of each loop row from its overhead, matmul
 and KV-cache terms; the table shows the prediction beside that step timed alone, and which term leads.
@@ -51,6 +53,7 @@ MODEL = "smollm2-135m"
 BENCH_PROMPT = "The history of the Roman Empire begins with"  # plain text: rarely ends early
 LLAMA_CPP = "llama.cpp (llama-cpp-python), Q4_1 GGUF"
 Q4_1_STATIC = "int4 x int8, labkit's kernel, static"
+Q4_1_COMPILED = "+ torch.compile (labkit's kernel)"  # labkit's fastest batch-1 path
 FP32 = "labkit Llama, float32"
 # (row label, steps of labkit.fast.optimize; None: transformers generate on the same weights, how it decodes)
 # how: "loop" labkit's generate_ids, "static" StaticDecoder eager, "compiled" its compiled step,
@@ -67,7 +70,7 @@ ROWS: list[tuple[str, tuple[str, ...] | None, str]] = [
     ("+ torch.compile, static shapes", ("fuse", "int4"), "compiled"),
     ("+ prompt lookup, 4 guesses", ("fuse", "int4"), "lookup"),
     (Q4_1_STATIC, ("fuse", "q4_1"), "static"),
-    ("+ torch.compile (labkit's kernel)", ("fuse", "q4_1"), "compiled"),
+    (Q4_1_COMPILED, ("fuse", "q4_1"), "compiled"),
     ("int4 + bfloat16, static, compiled", ("fuse", "int4", "bf16"), "compiled"),
 ]
 COMPILED = ("compiled", "lookup")  # rows left out by --quick
@@ -258,9 +261,11 @@ def settings_report(records: list[dict]) -> str:
         if probe:
             timings = ", ".join(f"{count} -> {seconds:.2f} s" for count, seconds in probe.items())
             lines.append(f"{policy:<8} labkit int4 probe, threads -> seconds: {timings}")
-        sweep = [r for r in records if r["policy"] == policy and r["label"] == LLAMA_CPP]
-        if sweep:
-            lines.append(f"{policy:<8} llama.cpp: " + ", ".join(f"{r['threads']} threads {r['tokens_per_second']:.1f} "
+        for label in dict.fromkeys(r["label"] for r in records if r["policy"] == policy):
+            sweep = [r for r in records if r["policy"] == policy and r["label"] == label]
+            if len(sweep) > 1 or label == LLAMA_CPP:  # a thread sweep (labkit's other rows ran at the probe's count)
+                name = "llama.cpp" if label == LLAMA_CPP else label
+                lines.append(f"{policy:<8} {name}: " + ", ".join(f"{r['threads']} threads {r['tokens_per_second']:.1f} "
                                                                  f"tok/s" for r in sweep))
     return "\n".join(lines)
 
@@ -277,6 +282,22 @@ def llama_cpp_best(new_tokens: int, repeats: int, policies: Sequence[str] = WAIT
     children = [record for policy in policies for record in run_in_child(CHILD, args, policy)]
     rows = best_rows([row_from_child(record) for record in children])
     return (rows[0] if rows else None), settings_report(children)
+
+
+def row_best(label: str, new_tokens: int, repeats: int,
+             policies: Sequence[str] = WAIT_POLICIES) -> tuple[Row, str]:
+    """One labkit row of ROWS at its best, as llama_cpp_best times llama.cpp: a process of its own per
+    wait policy, every thread count. (the fastest Row, the settings report of every try)
+
+        >>> best, tried = row_best(Q4_1_COMPILED, 32, 3)
+        >>> best.policy, best.threads
+        ('ACTIVE', 2)
+    """
+    if label not in {row for row, steps, _ in ROWS if steps is not None}:
+        raise ValueError(f"Unknown labkit row {label!r}; the rows are: {[row for row, s, _ in ROWS if s is not None]}.")
+    args = ["row", "--row", label, "--tokens", str(new_tokens), "--repeats", str(repeats)]
+    children = [record for policy in policies for record in run_in_child(CHILD, args, policy)]
+    return best_rows([row_from_child(record) for record in children])[0], settings_report(children)
 
 
 def eager_counterpart(label: str) -> str:
@@ -306,6 +327,8 @@ def run(repeats: int = 3, quick: bool = False) -> list[dict]:
     children = []
     for policy in tqdm(policies, desc="processes (one per wait policy)"):
         children += run_in_child(CHILD, ["labkit", *args], policy) + run_in_child(CHILD, ["llama_cpp", *args], policy)
+        if not quick:  # labkit's fastest path alone in its process too, at every thread count, as llama.cpp is
+            children += run_in_child(CHILD, ["row", "--row", Q4_1_COMPILED, *args], policy)
     rows = best_rows([row_from_child(record) for record in children])
     compile_seconds = {r["label"]: r["compile_seconds"] for r in children if r.get("compile_seconds")
                        and any(row.label == r["label"] and row.policy == r["policy"] for row in rows)}

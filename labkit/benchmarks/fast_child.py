@@ -2,10 +2,12 @@
 
     python -m labkit.benchmarks.fast_child labkit    --tokens 128 --repeats 3 [--quick]
     python -m labkit.benchmarks.fast_child llama_cpp --tokens 128 --repeats 3
+    python -m labkit.benchmarks.fast_child row --row "+ torch.compile (labkit's kernel)" --tokens 32
 
 `labkit` probes the thread count for the int4 path, then times every row of labkit.benchmarks.fast.ROWS
 at that count, and predicts the step of each labkit row that runs eagerly with labkit.fast.cost; `llama_cpp` times llama.cpp
-on the shipped GGUF at every thread count. Each prints one JSON object per row; the parent
+on the shipped GGUF at every thread count; `row` times one labkit row at every thread count (notebook 13's
+labkit at its best). Each prints one JSON object per row; the parent
 (labkit.benchmarks.fast.run) keeps each row's best.
 """
 
@@ -71,15 +73,31 @@ def labkit_rates(new_tokens: int, repeats: int, quick: bool) -> list[dict]:
     return out
 
 
+def row_rates(label: str, new_tokens: int, repeats: int) -> list[dict]:
+    """One row of fast.ROWS at every thread count (a compiled row compiles on its first count)."""
+    hf_model, tokenizer = load_model(fast.MODEL)
+    prompt_ids = tokenizer(fast.BENCH_PROMPT)["input_ids"]
+    out = []
+    for threads in thread_candidates():
+        [row], compile_seconds = fast.measure_rows(hf_model, tokenizer, prompt_ids, new_tokens, repeats, threads,
+                                                   labels=[label])
+        out.append({"label": label, "threads": threads, "tokens_per_second": row.tokens_per_second,
+                    "bytes_per_token": row.bytes_per_token, "compile_seconds": compile_seconds.get(label)})
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m labkit.benchmarks.fast_child", description=__doc__.splitlines()[0])
-    parser.add_argument("job", choices=("labkit", "llama_cpp"))
+    parser.add_argument("job", choices=("labkit", "llama_cpp", "row"))
+    parser.add_argument("--row", help="the label of one row of labkit.benchmarks.fast.ROWS (job `row`)")
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args(argv)
     if args.job == "llama_cpp":
         rows = llama_cpp_rates(fast.BENCH_PROMPT, args.tokens, args.repeats)
+    elif args.job == "row":
+        rows = row_rates(args.row, args.tokens, args.repeats)
     else:
         rows = labkit_rates(args.tokens, args.repeats, args.quick)
     for row in rows:

@@ -3,6 +3,7 @@
     >>> checks.check_bandwidth_use(bandwidth_use)
     >>> checks.check_compile_break_even(compile_break_even)
     >>> checks.check_accepted_guesses(accepted_guesses)
+    >>> checks.check_q4_inner_loop("dot += ...;")   # the capstone: C++, compiled with load_inline
 """
 
 from __future__ import annotations
@@ -10,12 +11,17 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+import torch
+
 from labkit.checks.common import not_attempted, verdict
+from labkit.fast.dot_exercise import CompilerMissing, build_matvec
+from labkit.fast.kernel import BUILD_ERRORS, short_reason
+from labkit.fast.q4_linear import Q41Weight, pack_q4_1, q4_1_linear_reference, quantize_q4_1, unpack_q4_1
 from labkit.fast.roofline import bandwidth_utilisation
 from labkit.fast.static import break_even_tokens
 from labkit.speculative.rule import accept_greedy
 
-__all__ = ["check_accepted_guesses", "check_bandwidth_use", "check_compile_break_even"]
+__all__ = ["check_accepted_guesses", "check_bandwidth_use", "check_compile_break_even", "check_q4_inner_loop", "judge_matvec"]
 
 # (bytes read per token, tokens/s, bandwidth in bytes/s): SmolLM2 in float32 on a laptop, then others
 BANDWIDTH_CASES = [(538e6, 18.9, 26e9), (269e6, 45.0, 26e9), (4.5e9, 12.0, 1.0e11), (16e9, 150.0, 3.35e12)]
@@ -24,6 +30,17 @@ BREAK_EVEN_CASES = [(30.0, 20.0, 25.0), (12.0, 10.0, 40.0), (45.0, 18.0, 19.5), 
 # (guesses, what the model chose at each guess's position and after the last one)
 GUESS_CASES = [([4, 8, 15], [4, 8, 15, 16]), ([4, 8, 15], [5, 8, 15, 16]), ([4, 8, 15, 16], [4, 8, 9, 16, 23]),
                ([], [42]), ([7, 7, 7, 7], [7, 3, 7, 7, 7])]
+# (N, K) of the weights the C++ inner loop is checked on: one group, three, and a SmolLM2 width
+INNER_LOOP_SHAPES = [(7, 32), (13, 96), (64, 576)]
+# what a wrong inner loop often computes instead -> the hint for it (codes [N, K] in input order)
+NIBBLE_MISTAKES = {
+    "the nibbles are swapped: the LOW nibble of c[j] is input j, the HIGH nibble is input j + 16":
+        lambda codes: codes.reshape(len(codes), -1, 2, 16).flip(2).reshape(codes.shape),
+    "only the low nibbles count: add the high nibble (c[j] >> 4) times q[j + 16] too":
+        lambda codes: codes * (torch.arange(codes.shape[1]) % 32 < 16),
+    "only the high nibbles count: add the low nibble (c[j] & 15) times q[j] too":
+        lambda codes: codes * (torch.arange(codes.shape[1]) % 32 >= 16),
+}
 
 
 def _call(fn: Callable, *args):
@@ -154,3 +171,56 @@ def check_accepted_guesses(fn: Callable | None) -> bool:
         return verdict(False, f"for {call}: expected new tokens {expected_tokens}, got {tokens}.")
     return verdict(True, "the longest agreeing prefix, plus the model's own next token: one verify call gives "
                          "1 to g + 1 tokens, exactly those plain greedy decoding would.")
+
+
+def inner_loop_case(n: int, k: int, seed: int) -> tuple[Q41Weight, torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    return quantize_q4_1(torch.randn(n, k, generator=generator)), torch.randn(k, generator=generator)
+
+
+def with_codes(weight: Q41Weight, codes: torch.Tensor) -> Q41Weight:
+    """The same scales and minimums, other codes [N, K] in input order."""
+    return Q41Weight(pack_q4_1(codes.to(torch.uint8)), weight.scales, weight.minimums, weight.shape)
+
+
+def same_result(y: torch.Tensor, expected: torch.Tensor) -> bool:
+    """Equal up to the order of float32 sums over groups."""
+    return y.shape == expected.shape and bool(torch.allclose(y, expected, rtol=1e-4, atol=1e-4 * float(expected.abs().max())))
+
+
+def check_q4_inner_loop(inner_loop: str | None) -> bool:
+    """Capstone of notebook 13: inner_loop, C++ statements that add byte c[j]'s two 4-bit codes times
+    q[j] and q[j + 16] to `dot`, compiled into labkit.fast.dot_exercise.TEMPLATE, must give the
+    Q4_1 x Q8_1 product of labkit's reference on random weights of 1, 3 and 18 groups per row.
+    Where no compiler is installed it says so and returns False (the exercise cannot run there)."""
+    if inner_loop is None or (isinstance(inner_loop, str) and not inner_loop.strip()):
+        return not_attempted("your C++ inner loop, as a string: 'dot += ...;'")
+    if not isinstance(inner_loop, str):
+        return verdict(False, f"the inner loop is C++ source in a Python string, got {type(inner_loop).__name__}.")
+    try:
+        matvec = build_matvec(inner_loop)
+    except CompilerMissing as missing:
+        print(f"⏭️ Skipped: this machine cannot compile C++ ({missing}).")
+        return False
+    except BUILD_ERRORS as error:
+        return verdict(False, f"it does not compile: {short_reason(error)}")
+    return judge_matvec(matvec)
+
+
+def judge_matvec(matvec: Callable[[Q41Weight, torch.Tensor], torch.Tensor]) -> bool:
+    """The verdict on a compiled matvec(weight, x) -> y [N]: labkit's reference on every shape, or a hint."""
+    for seed, (n, k) in enumerate(INNER_LOOP_SHAPES):
+        weight, x = inner_loop_case(n, k, seed)
+        y = matvec(weight, x)
+        expected = q4_1_linear_reference(x[None], weight)[0]
+        if same_result(y, expected):
+            continue
+        codes = unpack_q4_1(weight.codes)
+        for hint, mistake in NIBBLE_MISTAKES.items():
+            if same_result(y, q4_1_linear_reference(x[None], with_codes(weight, mistake(codes)))[0]):
+                return verdict(False, f"on a {n} x {k} weight, {hint}.")
+        error = float((y - expected).norm() / expected.norm())
+        return verdict(False, f"on a {n} x {k} weight the result is off by {error:.1%} of its size (relative "
+                              "norm). Each byte c[j] holds two codes 0..15: c[j] & 15 for input j, c[j] >> 4 for "
+                              "input j + 16; add both products to dot.")
+    return verdict(True, "your inner loop computes labkit's Q4_1 x Q8_1 product on 1, 3 and 18 groups per row.")
