@@ -76,8 +76,11 @@ def test_each_label_keeps_its_fastest_setting_and_the_report_names_every_setting
 
 def test_a_labkit_rows_thread_sweep_is_reported_like_llama_cpps():
     records = [{"label": fast.Q4_1_COMPILED, "threads": t, "tokens_per_second": rate, "bytes_per_token": 85e6,
-                "policy": "ACTIVE"} for t, rate in ((1, 70.0), (2, 120.0))]
-    assert f"ACTIVE   {fast.Q4_1_COMPILED}: 1 threads 70.0 tok/s, 2 threads 120.0 tok/s" in fast.settings_report(records)
+                "policy": "ACTIVE", "alone": True} for t, rate in ((1, 70.0), (2, 120.0))]
+    in_turns = {**records[1], "tokens_per_second": 110.0, "alone": False}  # the same row timed among the others
+    report = fast.settings_report(records + [in_turns])
+    assert "ACTIVE   torch.compile (labkit's kernel), alone: 1 threads 70.0 tok/s, 2 threads 120.0 tok/s" in report
+    assert "110.0" not in report
     with pytest.raises(ValueError, match="Unknown labkit row"):
         fast.row_best("transformers generate, float32", 4, 1)
 
@@ -87,7 +90,7 @@ def test_row_best_times_one_row_in_its_own_process_at_every_thread_count():
     best, tried = fast.row_best(fast.Q4_1_STATIC, new_tokens=2, repeats=1, policies=("PASSIVE",))
     assert best.label == fast.Q4_1_STATIC and best.policy == "PASSIVE" and best.tokens_per_second > 0
     if len(thread_candidates()) > 1:
-        assert f"PASSIVE  {fast.Q4_1_STATIC}: 1 threads" in tried
+        assert f"PASSIVE  {fast.Q4_1_STATIC}, alone: 1 threads" in tried
 
 
 def test_compile_report_says_when_compiling_pays_for_itself():

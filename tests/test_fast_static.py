@@ -23,6 +23,17 @@ def agrees_with_reference(model, prompt_ids: list[int], new_ids: list[int]) -> N
         assert row.max() - row[chosen] <= NEAR_TIE, f"step {step}: chose {chosen}, reference {int(row.argmax())}"
 
 
+def assert_steps_agree(eager: StaticDecoder, compiled: StaticDecoder, token_id: int) -> None:
+    """After the same prompt, one decode step of `compiled` gives the logits of `eager`'s."""
+    token, position = torch.tensor([[token_id]]), torch.tensor([3])
+    with torch.no_grad():
+        eager.prefill([5, 17, 300])
+        compiled.prefill([5, 17, 300])
+        _, expected = eager.decode(token, position)
+        _, got = compiled.step(token, position)
+    torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
+
+
 @pytest.fixture(scope="module")
 def tiny():
     torch.manual_seed(0)
@@ -95,13 +106,7 @@ def test_compiled_step_computes_what_the_eager_step_computes(tiny):
     new_ids = compiled.generate([5, 17, 300], max_new_tokens=12)
     agrees_with_reference(tiny, [5, 17, 300], new_ids)
     assert compiled.compile_seconds["decode"] > 0
-    token, position = torch.tensor([[new_ids[0]]]), torch.tensor([3])
-    with torch.no_grad():
-        eager.prefill([5, 17, 300])
-        compiled.prefill([5, 17, 300])
-        _, expected = eager.decode(token, position)
-        _, got = compiled.step(token, position)
-    torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
+    assert_steps_agree(eager, compiled, new_ids[0])
     looked, _ = compiled.generate_with_lookup([5, 17, 300], max_new_tokens=12, gamma=2)
     agrees_with_reference(tiny, [5, 17, 300], looked)
     assert set(compiled.compile_seconds) == {"decode", "verify"}
@@ -114,15 +119,8 @@ def test_each_compiled_decoder_runs_its_own_model():
     torch.manual_seed(1)
     plain = labkit.tiny_model(impl="labkit")
     fused = optimize(labkit.tiny_model(impl="labkit"), ("fuse", "int8"))
-    token, position = torch.tensor([[17]]), torch.tensor([3])
     for model in (plain, fused, plain):
-        eager, compiled = StaticDecoder(model, max_length=64), StaticDecoder(model, max_length=64, compile=True)
-        with torch.no_grad():
-            eager.prefill([5, 17, 300])
-            compiled.prefill([5, 17, 300])
-            _, expected = eager.decode(token, position)
-            _, got = compiled.step(token, position)
-        torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
+        assert_steps_agree(StaticDecoder(model, max_length=64), StaticDecoder(model, max_length=64, compile=True), 17)
 
 
 def test_bad_requests_say_what_is_allowed(tiny):

@@ -262,9 +262,10 @@ def settings_report(records: list[dict]) -> str:
             timings = ", ".join(f"{count} -> {seconds:.2f} s" for count, seconds in probe.items())
             lines.append(f"{policy:<8} labkit int4 probe, threads -> seconds: {timings}")
         for label in dict.fromkeys(r["label"] for r in records if r["policy"] == policy):
-            sweep = [r for r in records if r["policy"] == policy and r["label"] == label]
-            if len(sweep) > 1 or label == LLAMA_CPP:  # a thread sweep (labkit's other rows ran at the probe's count)
-                name = "llama.cpp" if label == LLAMA_CPP else label
+            sweep = [r for r in records if r["policy"] == policy and r["label"] == label
+                     and (label == LLAMA_CPP or r.get("alone"))]  # labkit's other rows ran at the probe's count
+            if sweep:
+                name = "llama.cpp" if label == LLAMA_CPP else f"{label.lstrip('+ ')}, alone"
                 lines.append(f"{policy:<8} {name}: " + ", ".join(f"{r['threads']} threads {r['tokens_per_second']:.1f} "
                                                                  f"tok/s" for r in sweep))
     return "\n".join(lines)

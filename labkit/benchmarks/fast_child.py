@@ -82,7 +82,8 @@ def row_rates(label: str, new_tokens: int, repeats: int) -> list[dict]:
         [row], compile_seconds = fast.measure_rows(hf_model, tokenizer, prompt_ids, new_tokens, repeats, threads,
                                                    labels=[label])
         out.append({"label": label, "threads": threads, "tokens_per_second": row.tokens_per_second,
-                    "bytes_per_token": row.bytes_per_token, "compile_seconds": compile_seconds.get(label)})
+                    "bytes_per_token": row.bytes_per_token, "compile_seconds": compile_seconds.get(label),
+                    "alone": True})
     return out
 
 

@@ -37,8 +37,7 @@ from labkit.fast.optimize import check_steps, optimize
 from labkit.fast.roofline import read_bandwidth, weight_bytes_per_token
 from labkit.fast.static import StaticDecoder, slots_for
 from labkit.metrics import best_seconds, median_seconds
-from labkit.fast.q4_linear import Q41Linear
-from labkit.fast.q8_linear import Q80Linear
+from labkit.fast.q4_linear import KernelLinear
 from labkit.quant.linear import QuantLinear
 
 PEAK_SIZE = 1024  # the float32 matmul that measures the compute peak: [1024, 1024] @ [1024, 1024]
@@ -150,8 +149,8 @@ class StepCosts:
 
 
 def linear_layers(model: nn.Module) -> list[nn.Module]:
-    """Every linear layer of the model (float, QuantLinear, Q41Linear or Q80Linear), the output head included, in order."""
-    return [m for m in model.modules() if isinstance(m, (nn.Linear, QuantLinear, Q41Linear, Q80Linear))]
+    """Every linear layer of the model (float, QuantLinear or on labkit's kernel), the output head included, in order."""
+    return [m for m in model.modules() if isinstance(m, (nn.Linear, QuantLinear, KernelLinear))]
 
 
 def matmul_seconds(model: nn.Module, rows: int, repeats: int = 5) -> float:

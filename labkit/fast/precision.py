@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from labkit.core.llama import Llama
-from labkit.fast.q4_linear import Q41Linear
+from labkit.fast.q4_linear import KernelLinear, Q41Linear
 from labkit.fast.q8_linear import Q80Linear
 from labkit.quant.linear import QuantLinear, quantize_model
 
@@ -76,7 +76,7 @@ def to_bfloat16(model: Llama) -> Llama:
         torch.bfloat16
     """
     for module in model.modules():
-        if isinstance(module, (QuantLinear, Q41Linear, Q80Linear)):
+        if isinstance(module, (QuantLinear, KernelLinear)):
             continue
         for param in module.parameters(recurse=False):
             if param.is_floating_point() and param.dtype != torch.bfloat16:

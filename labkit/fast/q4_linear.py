@@ -152,44 +152,44 @@ def q4_1_linear(x: torch.Tensor, weight: Q41Weight, path: str | None = None) -> 
     """
     check_weight(weight)
     check_activations(x, weight)
-    status = load_kernel()
-    if not status.available:
-        raise RuntimeError(f"labkit's Q4_1 kernel is unavailable: {status.reason}")
-    if path is not None and path not in status.paths:
-        raise ValueError(f"path={path!r} does not run here: choose one of {status.paths} (the kernel has {PATHS}).")
     flat = x.reshape(-1, weight.shape[1])
-    y = torch.ops.labkit.q4_1_linear(flat, weight.codes, weight.scales, weight.minimums, path or status.path)
+    y = torch.ops.labkit.q4_1_linear(flat, weight.codes, weight.scales, weight.minimums, kernel_path(path))
     return y.reshape(*x.shape[:-1], weight.shape[0])
 
 
-class Q41Linear(nn.Module):
-    """y = x @ W.T + b with W in Q4_1, on labkit's kernel; without it (or for other dtypes and devices),
-    the weight is dequantized on every call and multiplied in x's dtype.
+def kernel_path(path: str | None) -> str:
+    """The SIMD path to call the kernel with: `path` if this CPU runs it, else load_kernel()'s choice.
+    Raises RuntimeError when the kernel is unavailable, ValueError for a path this CPU cannot run."""
+    status = load_kernel()
+    if not status.available:
+        raise RuntimeError(f"labkit's kernel is unavailable: {status.reason}")
+    if path is not None and path not in status.paths:
+        raise ValueError(f"path={path!r} does not run here: choose one of {status.paths} (the kernel has {PATHS}).")
+    return path or status.path
 
-        >>> layer = Q41Linear.from_linear(nn.Linear(64, 16))
-        >>> layer(torch.randn(2, 64)).shape
-        torch.Size([2, 16])
+
+class KernelLinear(nn.Module):
+    """A linear layer y = x @ W.T + b whose W is stored in one of labkit's kernel formats (Q41Linear,
+    q8_linear.Q80Linear): on the kernel for CPU activations of float32, bfloat16 or float16; otherwise
+    (no kernel, other dtypes and devices) W is dequantized on every call and multiplied in x's dtype.
+
+    A subclass stores its codes and scales as buffers and says how to quantize, dequantize and call
+    the kernel: `quantize` (float [N, K] -> its weight), `dequantized()` and `on_kernel(x)`.
     """
 
-    def __init__(self, weight: Q41Weight, bias: torch.Tensor | None = None):
+    scheme = ""  # the format's name, shown by repr
+
+    def __init__(self, shape: tuple[int, int], bias: torch.Tensor | None):
         super().__init__()
-        check_weight(weight)
-        self.out_features, self.in_features = weight.shape
-        self.register_buffer("codes", weight.codes)  # uint8 [out, in/2]
-        self.register_buffer("scales", weight.scales)  # float16 [out, in/32]
-        self.register_buffer("minimums", weight.minimums)  # float16 [out, in/32]
+        self.out_features, self.in_features = shape
         self.bias = None if bias is None else nn.Parameter(bias.detach().clone(), requires_grad=False)
 
     @classmethod
-    def from_linear(cls, linear: nn.Linear) -> Q41Linear:
-        """Quantize a trained nn.Linear (in_features a multiple of 32) to Q4_1."""
+    def from_linear(cls, linear: nn.Linear) -> KernelLinear:
+        """Quantize a trained nn.Linear (in_features a multiple of 32): the layer's own copy of the weight."""
         if not isinstance(linear, nn.Linear):
             raise TypeError(f"linear must be an nn.Linear, got {type(linear).__name__}.")
-        return cls(quantize_q4_1(linear.weight.detach()), linear.bias)
-
-    @property
-    def q4_weight(self) -> Q41Weight:
-        return Q41Weight(self.codes, self.scales, self.minimums, (self.out_features, self.in_features))
+        return cls(cls.quantize(linear.weight.detach()), linear.bias)
 
     @property
     def uses_kernel(self) -> bool:
@@ -201,10 +201,39 @@ class Q41Linear(nn.Module):
         if x.shape[-1:] != (self.in_features,):
             raise ValueError(f"x must end in in_features={self.in_features} values, got shape {tuple(x.shape)}.")
         if self.uses_kernel and x.dtype in KERNEL_DTYPES and x.device.type == "cpu":
-            y = q4_1_linear(x, self.q4_weight)
+            y = self.on_kernel(x)
         else:
-            y = F.linear(x, dequantize_q4_1(self.q4_weight).to(x.dtype))
+            y = F.linear(x, self.dequantized().to(x.dtype))
         return y if self.bias is None else y + self.bias.to(y.dtype)
 
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, scheme='q4_1'"
+        return f"in_features={self.in_features}, out_features={self.out_features}, scheme='{self.scheme}'"
+
+
+class Q41Linear(KernelLinear):
+    """y = x @ W.T + b with W in Q4_1 (see KernelLinear for the kernel and its fallback).
+
+        >>> layer = Q41Linear.from_linear(nn.Linear(64, 16))
+        >>> layer(torch.randn(2, 64)).shape
+        torch.Size([2, 16])
+    """
+
+    scheme = "q4_1"
+    quantize = staticmethod(quantize_q4_1)
+
+    def __init__(self, weight: Q41Weight, bias: torch.Tensor | None = None):
+        check_weight(weight)
+        super().__init__(weight.shape, bias)
+        self.register_buffer("codes", weight.codes)  # uint8 [out, in/2]
+        self.register_buffer("scales", weight.scales)  # float16 [out, in/32]
+        self.register_buffer("minimums", weight.minimums)  # float16 [out, in/32]
+
+    @property
+    def q4_weight(self) -> Q41Weight:
+        return Q41Weight(self.codes, self.scales, self.minimums, (self.out_features, self.in_features))
+
+    def dequantized(self) -> torch.Tensor:
+        return dequantize_q4_1(self.q4_weight)
+
+    def on_kernel(self, x: torch.Tensor) -> torch.Tensor:
+        return q4_1_linear(x, self.q4_weight)

@@ -21,11 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
-from torch import nn
 
-from labkit.fast.kernel import PATHS, load_kernel
-from labkit.fast.q4_linear import GROUP, KERNEL_DTYPES, check_activations, quantize_q8_1
+from labkit.fast.q4_linear import GROUP, KernelLinear, check_activations, kernel_path, quantize_q8_1
 from labkit.quant.schemes import check_float_tensor
 
 LIMIT = 127  # codes lie in -127..127, so |w| and x * sign(w) fit the unsigned x signed multiply-add
@@ -97,57 +94,32 @@ def q8_0_linear(x: torch.Tensor, weight: Q80Weight, path: str | None = None) -> 
     """
     check_weight(weight)
     check_activations(x, weight)
-    status = load_kernel()
-    if not status.available:
-        raise RuntimeError(f"labkit's kernel is unavailable: {status.reason}")
-    if path is not None and path not in status.paths:
-        raise ValueError(f"path={path!r} does not run here: choose one of {status.paths} (the kernel has {PATHS}).")
-    flat = x.reshape(-1, weight.shape[1])
-    y = torch.ops.labkit.q8_0_linear(flat, weight.codes, weight.scales, path or status.path)
+    y = torch.ops.labkit.q8_0_linear(x.reshape(-1, weight.shape[1]), weight.codes, weight.scales, kernel_path(path))
     return y.reshape(*x.shape[:-1], weight.shape[0])
 
 
-class Q80Linear(nn.Module):
-    """y = x @ W.T + b with W in Q8_0, on labkit's kernel; without it (or for other dtypes and devices),
-    the weight is dequantized on every call and multiplied in x's dtype.
+class Q80Linear(KernelLinear):
+    """y = x @ W.T + b with W in Q8_0 (see q4_linear.KernelLinear for the kernel and its fallback).
 
         >>> Q80Linear.from_linear(nn.Linear(64, 16))(torch.randn(2, 64)).shape
         torch.Size([2, 16])
     """
 
+    scheme = "q8_0"
+    quantize = staticmethod(quantize_q8_0)
+
     def __init__(self, weight: Q80Weight, bias: torch.Tensor | None = None):
-        super().__init__()
         check_weight(weight)
-        self.out_features, self.in_features = weight.shape
+        super().__init__(weight.shape, bias)
         self.register_buffer("codes", weight.codes)  # int8 [out, in]
         self.register_buffer("scales", weight.scales)  # float16 [out, in/32]
-        self.bias = None if bias is None else nn.Parameter(bias.detach().clone(), requires_grad=False)
-
-    @classmethod
-    def from_linear(cls, linear: nn.Linear) -> Q80Linear:
-        """Quantize a trained nn.Linear (in_features a multiple of 32) to Q8_0: its own copy of the weight."""
-        if not isinstance(linear, nn.Linear):
-            raise TypeError(f"linear must be an nn.Linear, got {type(linear).__name__}.")
-        return cls(quantize_q8_0(linear.weight.detach()), linear.bias)
 
     @property
     def q8_weight(self) -> Q80Weight:
         return Q80Weight(self.codes, self.scales, (self.out_features, self.in_features))
 
-    @property
-    def uses_kernel(self) -> bool:
-        """Whether forward runs labkit's kernel (for CPU activations of float32, bfloat16 or float16)."""
-        return self.codes.device.type == "cpu" and load_kernel().available
+    def dequantized(self) -> torch.Tensor:
+        return dequantize_q8_0(self.q8_weight)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x [..., in_features] -> [..., out_features], in x's dtype."""
-        if x.shape[-1:] != (self.in_features,):
-            raise ValueError(f"x must end in in_features={self.in_features} values, got shape {tuple(x.shape)}.")
-        if self.uses_kernel and x.dtype in KERNEL_DTYPES and x.device.type == "cpu":
-            y = q8_0_linear(x, self.q8_weight)
-        else:
-            y = F.linear(x, dequantize_q8_0(self.q8_weight).to(x.dtype))
-        return y if self.bias is None else y + self.bias.to(y.dtype)
-
-    def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, scheme='q8_0'"
+    def on_kernel(self, x: torch.Tensor) -> torch.Tensor:
+        return q8_0_linear(x, self.q8_weight)
