@@ -74,6 +74,7 @@ ROWS: list[tuple[str, tuple[str, ...] | None, str]] = [
     ("int4 + bfloat16, static, compiled", ("fuse", "int4", "bf16"), "compiled"),
 ]
 COMPILED = ("compiled", "lookup")  # rows left out by --quick
+LABKIT_ROWS = [label for label, steps, _ in ROWS if steps is not None]  # labkit's own paths, not transformers
 GAMMA = 4  # guesses per verify call of the lookup row
 PROBE_STEPS = ("fuse", "int4")  # the path the thread probe times
 PROBE_TOKENS = {False: 32, True: 4}  # decode steps per probe run, full and --quick
@@ -95,8 +96,7 @@ class Row:
 
 def fastest_labkit(rows: list[Row]) -> Row:
     """The fastest row of labkit's own paths (not transformers, llama.cpp or the thread-step row)."""
-    labkit_rows = {label for label, steps, _ in ROWS if steps is not None}
-    return max((r for r in rows if r.label in labkit_rows), key=lambda r: r.tokens_per_second)
+    return max((r for r in rows if r.label in LABKIT_ROWS), key=lambda r: r.tokens_per_second)
 
 
 def labkit_model(hf_model: torch.nn.Module, steps: tuple[str, ...]) -> Llama:
@@ -279,26 +279,28 @@ def llama_cpp_best(new_tokens: int, repeats: int, policies: Sequence[str] = WAIT
         >>> best.policy, best.threads, round(best.tokens_per_second)
         ('ACTIVE', 2, 106)
     """
-    args = ["llama_cpp", "--tokens", str(new_tokens), "--repeats", str(repeats)]
+    rows, report = best_in_children(["llama_cpp", "--tokens", str(new_tokens), "--repeats", str(repeats)], policies)
+    return (rows[0] if rows else None), report
+
+
+def best_in_children(args: list[str], policies: Sequence[str]) -> tuple[list[Row], str]:
+    """fast_child with `args` in a process per policy: (each label's fastest Row, the report of every try)."""
     children = [record for policy in policies for record in run_in_child(CHILD, args, policy)]
-    rows = best_rows([row_from_child(record) for record in children])
-    return (rows[0] if rows else None), settings_report(children)
+    return best_rows([row_from_child(record) for record in children]), settings_report(children)
 
 
 def row_best(label: str, new_tokens: int, repeats: int,
              policies: Sequence[str] = WAIT_POLICIES) -> tuple[Row, str]:
-    """One labkit row of ROWS at its best, as llama_cpp_best times llama.cpp: a process of its own per
-    wait policy, every thread count. (the fastest Row, the settings report of every try)
+    """One labkit row of ROWS at its best, timed as llama_cpp_best times llama.cpp: (fastest Row, report).
 
-        >>> best, tried = row_best(Q4_1_COMPILED, 32, 3)
-        >>> best.policy, best.threads
-        ('ACTIVE', 2)
+        >>> row_best(Q4_1_COMPILED, 32, 3)[0].policy
+        'ACTIVE'
     """
-    if label not in {row for row, steps, _ in ROWS if steps is not None}:
-        raise ValueError(f"Unknown labkit row {label!r}; the rows are: {[row for row, s, _ in ROWS if s is not None]}.")
-    args = ["row", "--row", label, "--tokens", str(new_tokens), "--repeats", str(repeats)]
-    children = [record for policy in policies for record in run_in_child(CHILD, args, policy)]
-    return best_rows([row_from_child(record) for record in children])[0], settings_report(children)
+    if label not in LABKIT_ROWS:
+        raise ValueError(f"Unknown labkit row {label!r}; the rows are: {LABKIT_ROWS}.")
+    rows, report = best_in_children(["row", "--row", label, "--tokens", str(new_tokens), "--repeats", str(repeats)],
+                                    policies)
+    return rows[0], report
 
 
 def eager_counterpart(label: str) -> str:
