@@ -30,6 +30,8 @@ import weakref
 from collections.abc import Sequence
 from pathlib import Path
 
+import psutil
+
 DEFAULT_PORT = 8000
 DEFAULT_MAX_NUM_SEQS = 8
 DEFAULT_MAX_WAITING = 64
@@ -164,7 +166,8 @@ class ServerHandle:
         return self.process.poll() is None
 
     def stop(self, timeout: float = 15.0) -> None:
-        """Stop the process (gracefully, then by force) and wait for it; then any worker left in its group."""
+        """Stop the process (gracefully, then by force) and wait for it; then end any worker left in its
+        group and wait until none is alive, so that a caller finds its memory and port free on return."""
         if self.is_running():
             self._signal(signal.SIGTERM)
             try:
@@ -174,6 +177,7 @@ class ServerHandle:
                 self.process.wait(timeout)
         if self.group is not None:
             kill_group(self.group, signal.SIGKILL)
+            wait_until_group_ends(self.group, timeout)
 
     def _signal(self, signum: int) -> None:
         if self.group is not None:
@@ -203,6 +207,26 @@ def kill_group(group: int, signum: int) -> None:
         os.killpg(group, signum)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def live_group_members(group: int) -> list[psutil.Process]:
+    """The processes of process group `group` still running (a zombie holds no memory or port: left out)."""
+    members = []
+    for process in psutil.process_iter():
+        try:
+            if os.getpgid(process.pid) == group and process.status() != psutil.STATUS_ZOMBIE:
+                members.append(process)
+        except (ProcessLookupError, psutil.NoSuchProcess):
+            pass
+    return members
+
+
+def wait_until_group_ends(group: int, timeout: float) -> None:
+    """Wait (at most `timeout` seconds) until no process of `group` is alive: a killed worker that frees
+    gigabytes takes a moment to exit after SIGKILL is sent."""
+    deadline = time.monotonic() + timeout
+    while live_group_members(group) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def die_with_parent() -> None:
