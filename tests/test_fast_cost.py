@@ -61,8 +61,20 @@ def test_the_terms_of_the_tiny_model_follow_its_shapes():
     assert kv_bytes_read(model, rows=2, context=10, tokens=1) == 2 * c.n_layers * 2 * c.n_kv_heads * 11 * c.head_dim * 4
     costs = measure_step(model, rows=2, context=10, repeats=1)
     assert costs.ops > 20 * c.n_layers  # every block dispatches dozens of ops
-    assert costs.op_seconds > 0 and costs.matmul_seconds > 0 and costs.measured_seconds > 0
+    assert costs.op_seconds >= 0 and costs.matmul_seconds > 0 and costs.measured_seconds > 0
     assert costs.weight_bytes > 4 * weights  # float32 weights, plus norms and one embedding row
+
+
+def test_the_time_per_op_leaves_out_the_probes_matmul_kernels(monkeypatch):
+    # The matmul term times every linear layer on the real widths, fixed cost per call included; the time
+    # per op must not count that fixed cost a second time. Stand-in timings make the arithmetic exact.
+    import labkit.fast.cost as cost
+
+    monkeypatch.setattr(cost, "median_seconds", lambda run, repeats=5: 0.010)  # the probe's whole step
+    monkeypatch.setattr(cost, "matmul_seconds", lambda model, rows, repeats=5: 0.004)  # its linear layers alone
+    config = labkit.tiny_model(impl="labkit").config
+    ops = count_ops(cost.step_run(probe_model(config, ()), 1, 4, 1))
+    assert cost.per_op_seconds(config, (), rows=1, context=4, tokens=1) == pytest.approx(0.006 / ops)
 
 
 def test_the_probe_has_the_same_ops_per_block_at_small_widths():

@@ -9,8 +9,9 @@ A decode step of labkit's Llama is predicted as the sum of three measured terms:
 and two floors that no kernel beats, printed beside the matmul term: weight bytes / read bandwidth
 (memory) and FLOPs / float32 matmul peak (compute). The time per op comes from a *probe*: the same
 model code with the same labkit.fast steps, shrunk to widths of 64 and a 256-token vocabulary, so
-that its bytes and FLOPs are negligible and its step time is all overhead; divided by the probe's
-own op count, it is what one op costs on this machine, in this code path.
+that its bytes and FLOPs are negligible and its step time is all fixed costs. Less its own linear
+layers timed alone (their fixed cost per call is in the matmul term already) and divided by its op
+count, it is what one op costs on this machine, in this code path.
 
 The regime follows the largest term: **overhead-bound** when the overhead is, **memory-bound** when
 the matmul kernels are and they read at least half the read bandwidth, **compute-bound** when they
@@ -216,9 +217,13 @@ def probe_model(config: LlamaConfig, steps: Sequence[str]) -> Llama:
 
 def per_op_seconds(config: LlamaConfig, steps: Sequence[str], rows: int, context: int, tokens: int,
                    repeats: int = 5, how: str = "loop") -> float:
-    """Seconds per op of the probe's step: its median step time / its op count."""
-    run = step_run(probe_model(config, steps), rows, context, tokens, how)
-    return median_seconds(run, repeats) / count_ops(run)
+    """Seconds per op of the probe's step outside its matmul kernels: (its median step time - its linear
+    layers timed alone) / its op count. A kernel's fixed cost per call (a launch, a second thread woken)
+    is in the matmul term already, timed on the real widths; left in here, it would be counted twice."""
+    probe = probe_model(config, steps)
+    run = step_run(probe, rows, context, tokens, how)
+    outside_matmuls = median_seconds(run, repeats) - matmul_seconds(probe, rows * tokens, repeats)
+    return max(outside_matmuls, 0.0) / count_ops(run)
 
 
 def measure_step(model: Llama, steps: Sequence[str] = (), rows: int = 1, context: int = 64, tokens: int = 1,
