@@ -133,9 +133,6 @@ def test_llama_cpp_child_gives_no_rows_when_llama_cpp_is_not_installed(monkeypat
 
 @pytest.mark.slow
 def test_bench_fast_quick_prints_the_waterfall_and_json_ratios():
-    listed = subprocess.run([sys.executable, "-m", "labkit.bench", "--list"], capture_output=True, text=True,
-                            check=True).stdout
-    assert any(line.startswith("fast") for line in listed.splitlines())
     run = subprocess.run([sys.executable, "-m", "labkit.bench", "fast", "--quick", "--repeats", "1"],
                          capture_output=True, text=True, check=True, cwd=ROOT)
     lines = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]

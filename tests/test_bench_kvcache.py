@@ -17,12 +17,6 @@ from labkit.core.paged import BlockPool
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_kvcache_is_a_listed_topic():
-    listed = subprocess.run([sys.executable, "-m", "labkit.bench", "--list"], capture_output=True, text=True,
-                            check=True).stdout
-    assert any(line.startswith("kvcache") for line in listed.splitlines())
-
-
 def test_timed_generation_same_tokens_with_any_cache(tokenizer):
     model = labkit.tiny_model("labkit")
     input_ids = torch.tensor([tokenizer("Hello there")["input_ids"]])

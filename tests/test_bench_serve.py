@@ -19,12 +19,6 @@ def level(concurrency: int, texts: list[str], wall_s: float) -> LoadResult:
     return LoadResult(concurrency, requests, wall_s)
 
 
-def test_serve_is_a_listed_topic():
-    listed = subprocess.run([sys.executable, "-m", "labkit.bench", "--list"], capture_output=True, text=True,
-                            check=True, cwd=ROOT).stdout
-    assert any(line.startswith("serve") for line in listed.splitlines())
-
-
 def test_records_ratio_and_differing_answers():
     one, many = level(1, ["a", "b", "c", "d"], 8.0), level(4, ["a", "b", "x", "d"], 2.0)
     assert bench.differing(one, many) == [2]

@@ -13,12 +13,6 @@ from labkit.benchmarks import speculative as bench
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_speculative_is_a_listed_topic():
-    listed = subprocess.run([sys.executable, "-m", "labkit.bench", "--list"], capture_output=True, text=True,
-                            check=True, cwd=ROOT).stdout
-    assert any(line.startswith("speculative") for line in listed.splitlines())
-
-
 def test_step_cost_of_a_model_against_itself_is_about_one():
     model = labkit.tiny_model("labkit")
     assert 0.2 < bench.step_cost(model, model, context=8, repeats=5) < 5  # same work: same order of time

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import yaml
 
+from labkit import bench
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -57,7 +59,9 @@ def test_ci_runs_the_readme_test_command():
 def test_bench_lists_topics_and_prints_json_ratios():
     listed = subprocess.run([sys.executable, "-m", "labkit.bench", "--list"], capture_output=True, text=True,
                             check=True).stdout
-    assert listed.startswith("decode")
+    listed_topics = [line.split()[0] for line in listed.splitlines()]
+    assert listed_topics == bench.TOPICS  # every topic, in order, each with its module's first docstring line
+    assert all(len(line.split()) > 1 for line in listed.splitlines())
     run = subprocess.run([sys.executable, "-m", "labkit.bench", "decode", "--quick", "--repeats", "1"],
                          capture_output=True, text=True, check=True, cwd=ROOT)
     lines = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]

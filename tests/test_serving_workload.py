@@ -87,12 +87,6 @@ def test_static_batches_wait_for_the_whole_batch(tiny, chat_tokenizer, one_threa
     assert continuous.ttft_s[2] < static.ttft_s[2]
 
 
-def test_batching_is_a_listed_topic():
-    listed = subprocess.run([sys.executable, "-m", "labkit.bench", "--list"], capture_output=True, text=True,
-                            check=True, cwd=ROOT).stdout
-    assert any(line.startswith("batching") for line in listed.splitlines())
-
-
 @pytest.mark.slow
 def test_quick_run_prints_json_ratios_and_agreeing_outputs():
     run = subprocess.run([sys.executable, "-m", "labkit.bench", "batching", "--quick", "--repeats", "1"],
