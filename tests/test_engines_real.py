@@ -235,7 +235,7 @@ def test_llamacpp_server_on_a_busy_port_is_refused_before_starting(monkeypatch):
     need_llamacpp()
     launched = []
     real_popen = subprocess.Popen
-    monkeypatch.setattr(labkit.engines.llamacpp.subprocess, "Popen",
+    monkeypatch.setattr(subprocess, "Popen",
                         lambda *args, **kwargs: launched.append(args) or real_popen(*args, **kwargs))
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
@@ -325,7 +325,7 @@ def test_vllm_that_cannot_start_says_why_and_leaves_no_process(monkeypatch):
         launched.append(real_popen(*args, **kwargs))
         return launched[-1]
 
-    monkeypatch.setattr(labkit.engines.vllm.subprocess, "Popen", recording_popen)
+    monkeypatch.setattr(subprocess, "Popen", recording_popen)
     # vLLM validates max_model_len against the model's 8192 positions and exits (measured: 12 s).
     with pytest.raises(RuntimeError) as error:
         start_vllm_server(MODEL, max_model_len=10**7, timeout=120)

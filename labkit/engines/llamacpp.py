@@ -13,16 +13,16 @@ transformers run the float32 weights dequantized from the same file (notebook 08
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
+from labkit.core.arguments import check_int, check_seconds
 from labkit.engines.install import require_llamacpp
 from labkit.models.registry import known_model
-from labkit.serving.http.server import ServerHandle, die_with_parent, require_free_port, wait_until_healthy
+from labkit.serving.http.server import ServerHandle, check_address, launch, require_free_port
 
 DEFAULT_CONTEXT = 2048
+MIN_CONTEXT = 16  # tokens: below this no chat prompt fits
 READY_TIMEOUT_S = 60.0  # measured: the server answers /v1/models about 3 s after launch
 
 
@@ -46,6 +46,7 @@ def load_llamacpp(model: str = "smollm2-135m", n_ctx: int = DEFAULT_CONTEXT, n_t
         >>> llm.tokenize(b"Hello")
         [19556]
     """
+    check_llamacpp_options(model, n_ctx, n_threads)
     require_llamacpp()
     from llama_cpp import Llama
 
@@ -80,18 +81,26 @@ def llamacpp_server_command(model: str, host: str, port: int, n_ctx: int, n_thre
 def start_llamacpp_server(model: str = "smollm2-135m", port: int = 0, n_ctx: int = DEFAULT_CONTEXT,
                           n_threads: int | None = None, host: str = "127.0.0.1",
                           timeout: float = READY_TIMEOUT_S) -> ServerHandle:
-    """Start llama-cpp-python's server on `model`'s GGUF file; return once /v1/models answers.
+    """Start llama-cpp-python's server on `model`'s GGUF file; return once /v1/models answers. Every
+    argument is checked first: a bad one raises a ValueError naming it, and no process starts.
 
         >>> with start_llamacpp_server(n_threads=1) as server:
         ...     openai.OpenAI(base_url=server.url + "/v1", api_key="none").models.list()
     """
+    check_llamacpp_options(model, n_ctx, n_threads)
+    check_address(host, port)
+    check_seconds("timeout", timeout)
     require_llamacpp()
     port = require_free_port(host, port)
     command = llamacpp_server_command(model, host, port, n_ctx, n_threads or default_threads())
-    log = Path(tempfile.mkstemp(prefix="llamacpp-server-", suffix=".log")[1])
-    with open(log, "w") as output:
-        process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=server_environment(),
-                                   start_new_session=True, preexec_fn=die_with_parent)
-    handle = ServerHandle(process, f"http://{host}:{port}", log)
-    wait_until_healthy(handle, timeout, path="/v1/models")
-    return handle
+    return launch(command, "llamacpp-server-", f"http://{host}:{port}", timeout, health_path="/v1/models",
+                  env=server_environment(), own_session=True)
+
+
+def check_llamacpp_options(model: object, n_ctx: object, n_threads: object) -> None:
+    """A clear error unless model is an embedded model with a GGUF file, n_ctx at least 16 tokens and
+    n_threads None (one per two cores) or at least 1."""
+    gguf_path(model)
+    check_int("n_ctx", n_ctx, minimum=MIN_CONTEXT)
+    if n_threads is not None:
+        check_int("n_threads", n_threads, minimum=1)

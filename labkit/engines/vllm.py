@@ -13,16 +13,16 @@ and `--enforce-eager` skips a torch.compile step that takes minutes on 2 cores.
 from __future__ import annotations
 
 import os
-import subprocess
-import tempfile
 from pathlib import Path
 
+from labkit.core.arguments import check_choice, check_int, check_seconds
 from labkit.engines.install import engine_cache_env, require_vllm
 from labkit.models.registry import build_cache, known_model
-from labkit.serving.http.server import ServerHandle, die_with_parent, require_free_port, tail, wait_until_healthy
+from labkit.serving.http.server import ServerHandle, check_address, launch, require_free_port, tail
 
 DEFAULT_CONTEXT = 2048
 DEFAULT_KV_CACHE_GIB = 1  # 2048-token requests need 45 MB each for SmolLM2: room for ~22 at once
+DTYPES = ("float32", "bfloat16", "float16")  # what vLLM's CPU backend runs
 READY_TIMEOUT_S = 300.0  # measured: ready 49-79 s after launch on 2 cores, longer under load
 OUT_OF_MEMORY_HINTS = ("out of memory", "memoryerror", "cannot allocate memory", "insufficient memory",
                        "less than requested memory")
@@ -42,25 +42,21 @@ def start_vllm_server(model: str = "smollm2-135m", port: int = 0, max_model_len:
     """Start vLLM's OpenAI server on labkit's safetensors cache of `model`; return once /v1/models answers.
 
     Offline (HF_HUB_OFFLINE=1); vLLM's and inductor's caches stay in .engines/cache. When the server
-    dies while starting, the error carries the end of its log (and says so when memory ran out).
+    dies while starting, the error carries the end of its log (and says so when memory ran out). Every
+    argument is checked first: a bad one raises a ValueError naming it, and no process starts.
     """
-    python = require_vllm()
     known_model(model)
-    if kv_cache_gib < 1 or max_model_len < 16:
-        raise ValueError(f"kv_cache_gib must be >= 1 (got {kv_cache_gib}) and max_model_len >= 16 (got {max_model_len}).")
+    check_int("max_model_len", max_model_len, minimum=16)
+    check_int("kv_cache_gib", kv_cache_gib, minimum=1)
+    check_choice("dtype", dtype, DTYPES)
+    check_address(host, port)
+    check_seconds("timeout", timeout)
+    python = require_vllm()
     port = require_free_port(host, port)
     command = vllm_server_command(python, build_cache(model), model, host, port, max_model_len, dtype)
     env = {**os.environ, **engine_cache_env(), "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib)}
-    log = Path(tempfile.mkstemp(prefix="vllm-server-", suffix=".log")[1])
-    with open(log, "w") as output:
-        process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-                                   preexec_fn=die_with_parent)
-    handle = ServerHandle(process, f"http://{host}:{port}", log)
-    try:
-        wait_until_healthy(handle, timeout, path="/v1/models")
-    except RuntimeError as error:
-        raise RuntimeError(explain_failure(str(error), handle.log)) from None
-    return handle
+    return launch(command, "vllm-server-", f"http://{host}:{port}", timeout, health_path="/v1/models", env=env,
+                  own_session=True, explain=explain_failure)
 
 
 def explain_failure(message: str, log: Path) -> str:

@@ -58,15 +58,23 @@ def pick_dtype(dtype: str | torch.dtype) -> torch.dtype:
     raise ValueError(f"Unsupported dtype {dtype!r}. Allowed: {', '.join(DTYPES)}.")
 
 
+def check_model_source(name_or_path: object) -> None:
+    """Raise unless name_or_path is an embedded model's name, a local folder, or a Hugging Face id ('org/name').
+
+        >>> check_model_source("smollm2-135m")
+    """
+    check_model_name(name_or_path)
+    if name_or_path not in EMBEDDED_MODELS and not Path(name_or_path).expanduser().is_dir() and "/" not in name_or_path:
+        known_model(name_or_path)  # a bare unknown name: list the known ones
+
+
 def _source_folder(name_or_path: str) -> str | Path:
     """The folder (or hub id) that transformers should read for this name."""
-    check_model_name(name_or_path)
+    check_model_source(name_or_path)
     if name_or_path in EMBEDDED_MODELS:
         return build_cache(name_or_path)
     if Path(name_or_path).expanduser().is_dir():
         return Path(name_or_path).expanduser()
-    if "/" not in name_or_path:
-        known_model(name_or_path)  # a bare unknown name: list the known ones
     return name_or_path
 
 

@@ -27,10 +27,12 @@ import time
 import urllib.error
 import urllib.request
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import psutil
+
+from labkit.core.arguments import check_int, check_seconds, check_text
 
 DEFAULT_PORT = 8000
 DEFAULT_MAX_NUM_SEQS = 8
@@ -47,6 +49,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 def require_free_port(host: str, port: int) -> int:
     """`port` if nobody listens on it (0: pick a free one); else a ValueError that says what to do."""
+    check_address(host, port)
     if port == 0:
         return free_port(host)
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
@@ -259,26 +262,61 @@ def start_server(model: str = "smollm2-135m", host: str = "127.0.0.1", port: int
                  max_waiting: int = DEFAULT_MAX_WAITING, timeout: float = START_TIMEOUT_S,
                  optimize: Sequence[str] = ()) -> ServerHandle:
     """Start `python -m labkit serve` in the background (port 0: a free one) and wait until it answers.
+    Every argument is checked first: a bad one raises a ValueError naming it, and no process starts.
 
         >>> with start_server(max_num_seqs=4) as server:
         ...     print(httpx.get(server.url + "/health").json()["status"])
         ok
     """
+    from labkit.fast.optimize import check_steps  # here, not at the top: they load torch
+    from labkit.models.loading import check_model_source
+
+    check_model_source(model)
+    check_address(host, port)
+    check_int("max_num_seqs", max_num_seqs, minimum=1)
+    check_int("max_waiting", max_waiting, minimum=0)
+    check_seconds("timeout", timeout)
+    if api_key is not None:
+        check_text("api_key", api_key, example="'secret' (or None: no key)")
+    try:
+        steps = check_steps(optimize)
+    except ValueError as error:
+        raise ValueError(f"optimize: {error}") from None
     port = require_free_port(host, port)
     command = [sys.executable, "-m", "labkit", "serve", "--model", model, "--host", host, "--port", str(port),
                "--max-num-seqs", str(max_num_seqs), "--max-waiting", str(max_waiting)]
-    if api_key:
-        command += ["--api-key", api_key]
-    if optimize:
-        from labkit.fast.optimize import check_steps  # here, not at the top: it loads torch
+    command += ["--api-key", api_key] if api_key else []
+    command += ["--optimize", ",".join(steps)] if steps else []
+    url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
+    return launch(command, "labkit-server-", url, timeout)
 
-        command += ["--optimize", ",".join(check_steps(optimize))]
-    log = Path(tempfile.mkstemp(prefix="labkit-server-", suffix=".log")[1])
+
+def check_address(host: object, port: object) -> None:
+    """A ValueError unless host is a non-empty string and port a whole number from 0 to 65535 (0: any free one)."""
+    check_text("host", host, example="'127.0.0.1'")
+    check_int("port", port, minimum=0, maximum=65535)
+
+
+def launch(command: list[str], log_prefix: str, url: str, timeout: float, health_path: str = "/health",
+           env: dict[str, str] | None = None, own_session: bool = False,
+           explain: Callable[[str, Path], str] | None = None) -> ServerHandle:
+    """Run a server's `command` in the background, its output in a new log file, and return its handle once
+    `url + health_path` answers 200. own_session: in a process group of its own, so that stop() also ends
+    the workers it spawns. If it dies or times out first, it is stopped and a RuntimeError carries the log's
+    end (passed through explain(message, log) when given).
+
+        >>> launch([sys.executable, "-m", "labkit", "serve", "--port", "8001"], "labkit-", "http://127.0.0.1:8001", 60)
+    """
+    log = Path(tempfile.mkstemp(prefix=log_prefix, suffix=".log")[1])
     with open(log, "w") as output:
-        process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=os.environ.copy(),
-                                   preexec_fn=die_with_parent)
-    handle = ServerHandle(process, f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}", log)
-    wait_until_healthy(handle, timeout)
+        process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT,
+                                   env=os.environ.copy() if env is None else env,
+                                   start_new_session=own_session, preexec_fn=die_with_parent)
+    handle = ServerHandle(process, url, log)
+    try:
+        wait_until_healthy(handle, timeout, path=health_path)
+    except RuntimeError as error:
+        raise RuntimeError(explain(str(error), log) if explain else str(error)) from None
     return handle
 
 
