@@ -29,7 +29,9 @@ from pathlib import Path
 import torch
 from torch._inductor.runtime.cache_dir_utils import cache_dir as inductor_cache_dir
 
+from labkit.core.arguments import check_int
 from labkit.core.llama import Llama, rotary_cos_sin
+from labkit.core.text import check_token_ids
 from labkit.speculative.drafters import PromptLookupDrafter
 from labkit.speculative.rule import accept_greedy
 
@@ -159,6 +161,14 @@ class StaticDecoder:
         return self.run(token_ids, positions, every_position=True).argmax(-1)
 
     def check_request(self, prompt_ids: Sequence[int], max_new_tokens: int) -> None:
+        """A ValueError unless prompt_ids is a list of token ids in the vocabulary and max_new_tokens a whole
+        number, with the prompt and the new tokens fitting the cache's slots."""
+        if isinstance(prompt_ids, (str, bytes)) or not isinstance(prompt_ids, Sequence) or not all(
+                isinstance(i, int) and not isinstance(i, bool) for i in prompt_ids):
+            raise ValueError(f"prompt_ids must be a list of token ids (ints), e.g. tokenizer(text)['input_ids'], "
+                             f"got {type(prompt_ids).__name__}: {str(prompt_ids)[:60]!r}.")
+        check_token_ids(prompt_ids, self.model.config.vocab_size, "prompt")
+        check_int("max_new_tokens", max_new_tokens, minimum=1)
         prompt_length = len(prompt_ids)
         if prompt_length < 1 or max_new_tokens < 1 or prompt_length + max_new_tokens > self.max_length:
             raise ValueError(f"The prompt ({prompt_length} tokens) plus max_new_tokens ({max_new_tokens}) must fit "

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from labkit.core.arguments import check_int
 from labkit.core.forward import context_length
 from labkit.core.paged import BlockPool
 from labkit.decoding.config import DecodingConfig
@@ -59,15 +60,21 @@ class Engine:
                  n_blocks: int | None = None, block_size: int = 16, max_num_batched_tokens: int | None = None,
                  record_logits: bool = False, clock: Callable[[], float] = time.perf_counter,
                  step_history: int | None = None):
+        require_llama(model)  # a transformers model is refused before anything is allocated
+        if not isinstance(tokenizer, PreTrainedTokenizerBase):
+            raise TypeError(f"tokenizer must be the model's tokenizer (as load_model returns it), got "
+                            f"{type(tokenizer).__name__}.")
         context = context_length(model)
-        if not isinstance(max_num_seqs, int) or isinstance(max_num_seqs, bool) or max_num_seqs < 1:
-            raise ValueError(f"max_num_seqs must be an integer >= 1, got {max_num_seqs!r}.")
-        if not isinstance(block_size, int) or isinstance(block_size, bool) or block_size < 1:
-            raise ValueError(f"block_size must be an integer >= 1, got {block_size!r}.")
+        check_int("max_num_seqs", max_num_seqs, minimum=1)
+        check_int("block_size", block_size, minimum=1)
+        for name, value in (("n_blocks", n_blocks), ("max_num_batched_tokens", max_num_batched_tokens),
+                            ("step_history", step_history)):
+            if value is not None:  # None: the default
+                check_int(name, value, minimum=0 if name == "step_history" else 1)
         if n_blocks is None:
             n_blocks = math.ceil(max_num_seqs * min(context, DEFAULT_TOKENS_PER_SEQ) / block_size)
-        self.config = SchedulerConfig(max_num_seqs, max_num_batched_tokens or max(context, max_num_seqs), context)
-        require_llama(model)  # a transformers model is refused before anything is allocated
+        budget = max(context, max_num_seqs) if max_num_batched_tokens is None else max_num_batched_tokens
+        self.config = SchedulerConfig(max_num_seqs, budget, context)
         self.pool = BlockPool.for_model(model, n_blocks, block_size)
         self.runner = BatchRunner(model, self.pool)
         self.block_manager = BlockManager(self.pool.allocator, block_size)
@@ -168,6 +175,9 @@ class Engine:
 
             >>> Engine(model, tokenizer).generate_batch(["Hi", "The sea"], max_new_tokens=8)
         """
+        if isinstance(prompts, str) or not isinstance(prompts, (list, tuple)):
+            raise ValueError(f"prompts must be a list of prompts (one string, token ids or messages each), got "
+                             f"{type(prompts).__name__}{' (wrap one prompt as [prompt])' if isinstance(prompts, str) else ''}.")
         ids = [self.add_request(prompt, config, **options) for prompt in prompts]
         texts = {request_id: "" for request_id in ids}
         for request_id, _, piece, _ in self.run_until_done():
