@@ -3,6 +3,7 @@ message that says where, and the memory / speed predictions agree with the sizin
 
 import csv
 import re
+from pathlib import Path
 
 import matplotlib
 
@@ -163,6 +164,31 @@ def test_bad_arguments_say_what_is_allowed(catalog):
         fits_here(smol, 8e9, "q4", 0)
     with pytest.raises(ValueError, match="memory_bytes must be a number of bytes >= 0"):
         fits_here(smol, -1, "q4")
+
+
+def test_a_name_where_a_catalog_entry_or_list_belongs_is_refused(catalog):
+    with pytest.raises(ValueError, match="model must be a CatalogModel, a row of load_catalog\\(\\), got str"):
+        fits_here(SMOLLM2, 8e9)
+    with pytest.raises(ValueError, match="catalog must be a list of CatalogModel .* got str"):
+        what_can_i_run(SMOLLM2, memory_bytes=8e9)  # was: one lookup per character
+    with pytest.raises(ValueError, match=r"catalog\[1\] must be a CatalogModel"):
+        what_can_i_run([catalog[0], SMOLLM2], memory_bytes=8e9)
+    with pytest.raises(ValueError, match="quants must be a tuple of quantizations"):
+        what_can_i_run(catalog, memory_bytes=8e9, quants="q4")
+    with pytest.raises(ValueError, match="bandwidth_bytes_per_s must be > 0"):
+        fits_here(catalog[0], 8e9, bandwidth_bytes_per_s="50e9")
+
+
+def test_a_row_longer_than_the_header_and_a_model_listed_twice_are_refused(tmp_path):
+    longer = write_catalog(tmp_path, lambda rows: None)
+    text = Path(longer).read_text().splitlines()
+    text[3] = text[3] + ",stray"  # line 4 of the file: one cell more than the header
+    Path(longer).write_text("\n".join(text) + "\n")
+    with pytest.raises(ValueError, match=r"line 4: model .* has 1 more cell\(s\) than the header"):
+        load_catalog(longer)
+    twice = write_catalog(tmp_path, lambda rows: rows.append(dict(rows[0])))
+    with pytest.raises(ValueError, match=r"is in the catalog twice \(also line 2\)"):
+        load_catalog(twice)
 
 
 def test_what_can_i_run_has_one_row_per_model_and_quant(catalog):

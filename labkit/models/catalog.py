@@ -133,6 +133,10 @@ def _check_row(path: Path, line: int, model: CatalogModel) -> None:
 
 
 def _parse_row(path: Path, line: int, row: dict[str, str | None]) -> CatalogModel:
+    extra = row.get(None)  # csv.DictReader puts the cells beyond the header's under the key None
+    if extra:
+        raise ValueError(f"{path}, line {line}: model {_text(row, 'name') or '?'!r} has {len(extra)} more cell(s) "
+                         f"than the header ({extra[:3]}...); quote a cell that holds a comma.")
     values: dict[str, object] = {}
     for field in fields(CatalogModel):
         if field.name in _INT_FIELDS or field.name in _FLOAT_FIELDS:
@@ -164,10 +168,22 @@ def load_catalog(path: str | Path | None = None) -> list[CatalogModel]:
         if missing:  # optional columns (scores, sources, notes) may be left out altogether
             raise ValueError(f"{path}: the header lacks column(s) {', '.join(missing)}; "
                              f"a catalog needs: {', '.join(required)}.")
-        models = []
+        models, lines = [], {}
         for row in reader:
-            models.append(_parse_row(path, reader.line_num, row))
+            model = _parse_row(path, reader.line_num, row)
+            if model.name in lines:
+                raise ValueError(f"{path}, line {reader.line_num}: model {model.name!r} is in the catalog twice "
+                                 f"(also line {lines[model.name]}); each model gets one row.")
+            lines[model.name] = reader.line_num
+            models.append(model)
     return models
+
+
+def check_catalog_model(model: object, what: str = "model") -> None:
+    """A ValueError unless `model` is a CatalogModel (a row of load_catalog()), e.g. not a model's name."""
+    if not isinstance(model, CatalogModel):
+        raise ValueError(f"{what} must be a CatalogModel, a row of load_catalog(), got {type(model).__name__} "
+                         f"{model!r:.60}; to find one by name: next(m for m in load_catalog() if m.name == name).")
 
 
 @dataclass(frozen=True)
@@ -217,13 +233,15 @@ def fits_here(model: CatalogModel, memory_bytes: float, quant: str = "q4", conte
         >>> round(fits_here(smol, 8e9, "fp16", 2048, bandwidth_bytes_per_s=25e9).max_tokens_per_s, 1)
         78.8
     """
+    check_catalog_model(model)
     dtype = _quant_dtype(quant)
     for name, value in [("memory_bytes", memory_bytes), ("os_reserve_bytes", os_reserve_bytes),
                         ("runtime_overhead_bytes", runtime_overhead_bytes)]:
         _non_negative(name, value)
     if isinstance(context_tokens, bool) or not isinstance(context_tokens, int) or context_tokens < 1:
         raise ValueError(f"context_tokens must be a whole number of tokens >= 1, got {context_tokens!r}.")
-    if bandwidth_bytes_per_s is not None and not bandwidth_bytes_per_s > 0:
+    if bandwidth_bytes_per_s is not None and (isinstance(bandwidth_bytes_per_s, bool) or not isinstance(
+            bandwidth_bytes_per_s, (int, float)) or not bandwidth_bytes_per_s > 0):
         raise ValueError(f"bandwidth_bytes_per_s must be > 0 bytes/s (or None), got {bandwidth_bytes_per_s!r}.")
     tokens = min(context_tokens, model.context)
     weights = weight_bytes(model.params_b * 1e9, dtype)
@@ -246,6 +264,13 @@ def what_can_i_run(catalog: list[CatalogModel], memory_bytes: float, bandwidth_b
         >>> [r["model"] for r in rows if r["fits"] and r["quant"] == "q4"][:2]
         ['HuggingFaceTB/SmolLM2-135M-Instruct', 'HuggingFaceTB/SmolLM2-360M-Instruct']
     """
+    if isinstance(catalog, (str, CatalogModel)) or not isinstance(catalog, (list, tuple)):
+        raise ValueError(f"catalog must be a list of CatalogModel (load_catalog() returns one), got "
+                         f"{type(catalog).__name__}; for one model, pass [model].")
+    for index, model in enumerate(catalog):
+        check_catalog_model(model, f"catalog[{index}]")
+    if isinstance(quants, str) or not isinstance(quants, (list, tuple)):
+        raise ValueError(f"quants must be a tuple of quantizations such as ('fp16', 'q4'), got {quants!r}.")
     for quant in quants:
         _quant_dtype(quant)
     return [fits_here(model, memory_bytes, quant, context_tokens, os_reserve_bytes, runtime_overhead_bytes,
