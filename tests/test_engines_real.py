@@ -34,7 +34,7 @@ from labkit.core.text import chat_prompt
 from labkit.engines import (llamacpp_installed, load_llamacpp, start_llamacpp_server, start_vllm_server,
                             vllm_installed)
 from labkit.engines.install import MAKE_ENGINES
-from labkit.serving.http.server import require_free_port
+from labkit.serving.http.server import live_group_members, require_free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "smollm2-135m"
@@ -79,18 +79,6 @@ def alive(process: psutil.Process) -> bool:
         return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
-
-
-def live_group_members(group: int) -> list[psutil.Process]:
-    """Every live process of process group `group`."""
-    members = []
-    for process in psutil.process_iter():
-        try:
-            if os.getpgid(process.pid) == group and alive(process):
-                members.append(process)
-        except (ProcessLookupError, psutil.NoSuchProcess):
-            pass
-    return members
 
 
 def server_tree(server) -> list[psutil.Process]:
