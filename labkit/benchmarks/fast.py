@@ -24,8 +24,9 @@ which slows each a little (the other rows' models share its memory and caches), 
 also timed alone in a process of its own at every thread count, as llama.cpp is. Every row is reported
 at its best policy and count, named in the table. `--quick` keeps this process's policy only.
 Bandwidth use = bytes of weights read per token x tokens/s / the read bandwidth measured in this run.
-The cost model (labkit.fast.cost) predicts one decode step of each loop row from its overhead, matmul
-and KV-cache terms; the table shows the prediction beside that step timed alone, and which term leads.
+The cost model (labkit.fast.cost) predicts one decode step of each labkit row (eager or compiled; not
+prompt lookup) from its overhead, matmul and KV-cache terms; the table shows the prediction beside that
+step timed alone, and which term leads.
 The compiled rows compile on their warm-up run (its seconds are printed); `--quick` leaves them out.
 """
 
@@ -44,7 +45,7 @@ from labkit.core.llama import Llama
 from labkit.decoding.generate import generate_ids
 from labkit.fast.optimize import optimize
 from labkit.fast.static import StaticDecoder, break_even_tokens, inductor_cache, slots_for
-from labkit.fast.cost import Machine, StepCosts, cost_table, measure_machine, measure_step
+from labkit.fast.cost import HOWS, Machine, StepCosts, cost_table, measure_machine, measure_step
 from labkit.fast.processes import WAIT_POLICIES, current_policy, run_in_child
 from labkit.fast.roofline import bandwidth_utilisation, weight_bytes_per_token
 from labkit.fast.threads import fastest_thread_count, thread_candidates, using_threads
@@ -185,10 +186,11 @@ def measure_rows(hf_model, tokenizer, prompt_ids: list[int], new_tokens: int, re
 
 
 def row_costs(hf_model: torch.nn.Module, labels: Sequence[str], context: int, repeats: int = 5) -> dict[str, StepCosts]:
-    """The cost model's terms (labkit.fast.cost.measure_step) of each eager labkit row named in `labels`,
-    one decode step after `context` tokens; rows that run compiled or outside labkit are left out."""
+    """The cost model's terms (labkit.fast.cost.measure_step) of each labkit row named in `labels`, one
+    decode step after `context` tokens; rows outside labkit and the prompt-lookup row are left out. A
+    compiled row compiles its step and its probe's (from inductor's cache: seconds)."""
     return {label: measure_step(labkit_model(hf_model, steps), steps, context=context, repeats=repeats, how=how)
-            for label, steps, how in ROWS if label in labels and how in ("loop", "static")}
+            for label, steps, how in ROWS if label in labels and how in HOWS}
 
 
 def step_columns(row: Row, machine: Machine) -> str:

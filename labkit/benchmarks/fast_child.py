@@ -5,7 +5,7 @@
     python -m labkit.benchmarks.fast_child row --row "+ torch.compile (labkit's kernel)" --tokens 32
 
 `labkit` probes the thread count for the int4 path, then times every row of labkit.benchmarks.fast.ROWS
-at that count, and predicts the step of each labkit row that runs eagerly with labkit.fast.cost; `llama_cpp` times llama.cpp
+at that count, and predicts the step of each labkit row with labkit.fast.cost; `llama_cpp` times llama.cpp
 on the shipped GGUF at every thread count; `row` times one labkit row at every thread count (notebook 13's
 labkit at its best). Each prints one JSON object per row; the parent
 (labkit.benchmarks.fast.run) keeps each row's best.
@@ -54,7 +54,7 @@ def llama_cpp_rates(prompt: str, new_tokens: int, repeats: int) -> list[dict]:
 
 
 def labkit_rates(new_tokens: int, repeats: int, quick: bool) -> list[dict]:
-    """Every row of fast.ROWS at the probe's thread count, with the cost model's terms for the eager rows."""
+    """Every row of fast.ROWS at the probe's thread count, with the cost model's terms (all but prompt lookup)."""
     hf_model, tokenizer = load_model(fast.MODEL)
     prompt_ids = tokenizer(fast.BENCH_PROMPT)["input_ids"]
     threads, probe = fast.choose_threads(hf_model, prompt_ids, quick)

@@ -13,6 +13,14 @@ that its bytes and FLOPs are negligible and its step time is all fixed costs. Le
 layers timed alone (their fixed cost per call is in the matmul term already) and divided by its op
 count, it is what one op costs on this machine, in this code path.
 
+A **compiled** step (StaticDecoder(compile=True)) dispatches no aten ops from Python: inductor's
+generated code calls its kernels (fused C++ loops and the matmuls) one after another. Its "ops" are
+those kernel calls, read from the generated code, and its time per op is the *compiled* probe's step
+over the probe's kernel calls: everything a call costs at negligible widths, the matmuls' fixed cost
+per call included. Its matmul term is then what the real widths add: every linear layer timed alone
+on the real model minus the same on the probe (both timed the same way, so their fixed costs cancel).
+Compiling the probe costs a compile of its own (seconds from inductor's cache, about a minute without).
+
 The regime follows the largest term: **overhead-bound** when the overhead is, **memory-bound** when
 the matmul kernels are and they read at least half the read bandwidth, **compute-bound** when they
 are and the FLOPs need at least half the kernels' time at the measured peak, otherwise
@@ -25,11 +33,13 @@ are and the FLOPs need at least half the kernels' time at the measured peak, oth
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 
 import torch
 from torch import nn
+from torch._inductor.utils import run_and_get_code
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from labkit.core.forward import crop_cache, forward, prefill
@@ -40,6 +50,8 @@ from labkit.fast.static import StaticDecoder, slots_for
 from labkit.metrics import best_seconds, median_seconds
 from labkit.fast.q4_linear import KernelLinear
 from labkit.quant.linear import QuantLinear
+
+HOWS = ("loop", "static", "compiled")  # labkit's loop, StaticDecoder's eager step, its compiled step
 
 PEAK_SIZE = 1024  # the float32 matmul that measures the compute peak: [1024, 1024] @ [1024, 1024]
 PROBE_WIDTHS = {"hidden_size": 64, "intermediate_size": 128, "head_dim": 16, "vocab_size": 256}
@@ -178,18 +190,52 @@ def linear_flops(model: nn.Module, rows: int) -> float:
     return 2.0 * rows * sum(layer.in_features * layer.out_features for layer in linear_layers(model))
 
 
+def static_decoder(model: Llama, context: int, compile: bool = False) -> tuple[StaticDecoder, torch.Tensor, torch.Tensor]:
+    """A StaticDecoder after a prefilled random context of `context` tokens: (decoder, next token [1, 1],
+    its position [1])."""
+    decoder = StaticDecoder(model, slots_for(context + 2, model.config.max_position_embeddings), compile=compile)
+    with torch.no_grad():
+        token = torch.tensor([[decoder.prefill(torch.randint(model.config.vocab_size, (context,)).tolist())]])
+    return decoder, token, torch.tensor([context])
+
+
 def static_step_run(model: Llama, context: int) -> Callable[[], None]:
     """One eager decode step of labkit.fast.StaticDecoder after a prefilled context, at the same position
     every call (its slot is overwritten), so every call does the same work."""
-    decoder = StaticDecoder(model, slots_for(context + 2, model.config.max_position_embeddings))
-    with torch.no_grad():
-        token = torch.tensor([[decoder.prefill(torch.randint(model.config.vocab_size, (context,)).tolist())]])
-    position = torch.tensor([context])
+    decoder, token, position = static_decoder(model, context)
 
     def run() -> None:
         with torch.no_grad():
             decoder.decode(token, position)
     return run
+
+
+KERNEL_CALL = re.compile(r"^\s+(?:\w+ = )?(?:cpp_fused_\w+|extern_kernels\.\w+|torch\.ops\.\w+\.\w+(?:\.\w+)?)\(", re.M)
+
+
+def kernel_calls(generated_code: str) -> int:
+    """The kernel calls in inductor's generated wrapper for CPU: its fused C++ loops (cpp_fused_...) and the
+    ops it calls outside them (extern_kernels..., torch.ops...), counted in `def call` only.
+
+        >>> kernel_calls("def call(args):\n    cpp_fused_add_0(buf0)\n    buf1 = torch.ops.aten.mm.default(a, b)\n")
+        2
+    """
+    body = generated_code[generated_code.find("def call("):]
+    end = re.search(r"\n\S", body)  # the next top-level statement ends the function
+    return len(KERNEL_CALL.findall(body[:end.start()] if end else body))
+
+
+def compiled_step_run(model: Llama, context: int) -> tuple[Callable[[], None], int]:
+    """StaticDecoder's compiled decode step, compiled here (its first call), and the kernel calls of
+    inductor's code for it: (run, kernel calls). Every call does the same work, as static_step_run's."""
+    decoder, token, position = static_decoder(model, context, compile=True)
+    with torch.no_grad():
+        _, code = run_and_get_code(decoder.step, token, position)
+
+    def run() -> None:
+        with torch.no_grad():
+            decoder.step(token, position)
+    return run, sum(kernel_calls(text) for text in code)
 
 
 def step_run(model: Llama, rows: int, context: int, tokens: int, how: str = "loop") -> Callable[[], None]:
@@ -226,33 +272,54 @@ def per_op_seconds(config: LlamaConfig, steps: Sequence[str], rows: int, context
     return max(outside_matmuls, 0.0) / count_ops(run)
 
 
+def compiled_probe_terms(model: Llama, steps: Sequence[str], context: int, repeats: int) -> tuple[float, float]:
+    """(seconds per kernel call, matmul seconds) of the compiled step: the compiled probe's step over its
+    kernel calls, and what the real widths add to the probe's linear layers (see the module docstring)."""
+    probe = probe_model(model.config, steps)
+    probe_run, probe_calls = compiled_step_run(probe, context)
+    extra = matmul_seconds(model, 1, repeats) - matmul_seconds(probe, 1, repeats)
+    return median_seconds(probe_run, repeats) / probe_calls, max(extra, 0.0)
+
+
+def check_step_shape(how: str, rows: int, context: int, tokens: int) -> None:
+    """A ValueError unless rows, context and tokens are whole numbers and `how` is one of HOWS, with the
+    static and compiled steps at 1 row x 1 token."""
+    for name, value in (("rows", rows), ("context", context), ("tokens", tokens)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "context" else 1):
+            raise ValueError(f"{name} must be a whole number ({'0' if name == 'context' else '1'} or more), "
+                             f"got {value!r}.")
+    if how not in HOWS or (how != "loop" and rows * tokens != 1):
+        raise ValueError(f"how must be one of {HOWS} (the static and compiled steps take 1 row x 1 token), got "
+                         f"{how!r} with rows={rows}, tokens={tokens}.")
+
+
 def measure_step(model: Llama, steps: Sequence[str] = (), rows: int = 1, context: int = 64, tokens: int = 1,
                  repeats: int = 5, how: str = "loop") -> StepCosts:
     """The terms of one forward pass of `model` (with labkit.fast `steps` already applied to it) over
     [rows, tokens] new tokens after `context` cached ones, and that pass timed whole. how: "loop"
-    (labkit's forward with its KV cache) or "static" (StaticDecoder's eager decode step, 1 row x 1 token;
-    its attention reads every slot of the static cache, 64 at a time).
+    (labkit's forward with its KV cache), "static" (StaticDecoder's eager decode step, 1 row x 1 token;
+    its attention reads every slot of the static cache, 64 at a time) or "compiled" (that step compiled;
+    the model and the probe each compile once, here).
 
         >>> step = measure_step(optimize(model, ("fuse", "int4")), ("fuse", "int4"))
         >>> step.regime(measure_machine())
         'overhead-bound'
     """
     steps = check_steps(steps)
-    for name, value in (("rows", rows), ("context", context), ("tokens", tokens)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "context" else 1):
-            raise ValueError(f"{name} must be a whole number ({'0' if name == 'context' else '1'} or more), "
-                             f"got {value!r}.")
+    check_step_shape(how, rows, context, tokens)
     if not isinstance(model, Llama):
         raise ValueError(f"measure_step takes labkit's Llama, got {type(model).__name__}.")
-    if how not in ("loop", "static") or (how == "static" and rows * tokens != 1):
-        raise ValueError(f"how must be 'loop' or 'static' (the static step takes 1 row x 1 token), got {how!r} "
-                         f"with rows={rows}, tokens={tokens}.")
     context = max(context, 1)
-    run = step_run(model, rows, context, tokens, how)
-    attended = slots_for(context + 2, model.config.max_position_embeddings) - 1 if how == "static" else context
+    attended = context if how == "loop" else slots_for(context + 2, model.config.max_position_embeddings) - 1
+    if how == "compiled":
+        run, ops = compiled_step_run(model, context)
+        op_seconds, matmuls = compiled_probe_terms(model, steps, context, repeats)
+    else:
+        run = step_run(model, rows, context, tokens, how)
+        ops, matmuls = count_ops(run), matmul_seconds(model, rows * tokens, repeats)
+        op_seconds = per_op_seconds(model.config, steps, rows, context, tokens, repeats, how)
     return StepCosts(
-        ops=count_ops(run), op_seconds=per_op_seconds(model.config, steps, rows, context, tokens, repeats, how),
-        matmul_seconds=matmul_seconds(model, rows * tokens, repeats), weight_bytes=weight_bytes_per_token(model),
+        ops=ops, op_seconds=op_seconds, matmul_seconds=matmuls, weight_bytes=weight_bytes_per_token(model),
         kv_bytes=kv_bytes_read(model, rows, attended, tokens), flops=linear_flops(model, rows * tokens),
         measured_seconds=median_seconds(run, repeats))
 
