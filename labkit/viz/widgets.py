@@ -93,7 +93,7 @@ def generation_stepper(steps: Sequence[Step], tokenizer: PreTrainedTokenizerBase
     """A slider over `steps` (from `labkit.generate`) showing the top_k candidates at each step.
 
     prompt: optional text shown in grey before the generated text.
-    Static fallbacks: `labkit.plots.plot_generation_steps` and `top_candidates_table`.
+    Static fallbacks: `labkit.viz.plots.plot_generation_steps`, and `top_candidates_table` below.
 
         >>> generation_stepper(list(labkit.generate(model, tokenizer, "Once upon a time")), tokenizer)
     """
@@ -198,7 +198,7 @@ def sampling_explorer(model, tokenizer: PreTrainedTokenizerBase, prompt_ids: Seq
                       top: int = 12, prompt_text: str = "") -> SamplingExplorer:
     """Sliders over temperature, top-k, top-p, min-p, typical-p and the seed for one prompt.
 
-    Static fallback: `labkit.plots.plot_kept_vs_cut` for fixed settings.
+    Static fallback: `labkit.viz.plots.plot_kept_vs_cut` for fixed settings.
 
         >>> sampling_explorer(model, tokenizer, labkit.chat_prompt(tokenizer, "Tell me a joke."))
     """
