@@ -20,13 +20,18 @@ export OMP_WAIT_POLICY ?= PASSIVE
 # JupyterLab refuses to start as root (common in containers) unless told it is on purpose.
 ROOT_OPTION := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: lab test setup cache engines notebooks slides slides-vendor present bench clean-cache
+.PHONY: lab test test-fast setup cache engines notebooks slides slides-vendor present bench clean-cache
 
 lab: cache
 	$(VENV)/bin/jupyter lab $(ROOT_OPTION) $(LAB_OPTIONS) $(FIRST_NOTEBOOK)
 
 test: cache
 	HF_HUB_OFFLINE=1 $(PY) -m pytest
+
+# The developer's inner loop (under 3 minutes on 2 cores): tests/ without the tests marked slow (real models)
+# or browser, and no notebooks.
+test-fast: cache
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -m "not slow and not browser" tests
 
 setup: $(INSTALLED)
 

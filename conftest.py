@@ -8,6 +8,16 @@ import pytest
 ENGINE_NOTEBOOK_PREFIX = "12_"
 
 
+def pytest_addoption(parser, pluginmanager):
+    """With `-p no:nbval` (Python tests only), accept and ignore the nbval options that pyproject's
+    addopts passes, instead of refusing them as unknown."""
+    if pluginmanager.is_blocked("nbval"):
+        group = parser.getgroup("nbval", "nbval is disabled (-p no:nbval): its options are ignored")
+        group.addoption("--nbval", action="store_true")
+        group.addoption("--nbval-current-env", action="store_true")
+        group.addoption("--nbval-sanitize-with")
+
+
 def engines_missing() -> str | None:
     """Why notebook 12 cannot run here, or None when both engines are installed."""
     from labkit.engines.install import MAKE_ENGINES, llamacpp_installed, vllm_installed

@@ -26,7 +26,7 @@ import resource
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -262,35 +262,3 @@ def metrics_table(requests: Sequence[RequestMetrics], names: Sequence[str] | Non
 
 __all__ = ["PeakMemory", "RequestMetrics", "TimedSteps", "current_memory_bytes", "measure", "metrics_table",
            "percentile", "summarize", "timed"]
-
-
-def repeat_seconds(run: Callable[[], object], repeats: int = 5) -> list[float]:
-    """Wall time of each of `repeats` calls of run(), after one untimed warm-up call."""
-    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-        raise ValueError(f"repeats must be a whole number of timed calls, at least 1, got {repeats!r}.")
-    run()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return times
-
-
-def best_seconds(run: Callable[[], object], repeats: int = 5) -> float:
-    """Shortest wall time of run() over `repeats` calls, after one untimed warm-up call: the run least
-    disturbed by anything else the machine was doing (for what a machine *can* do: bandwidth, peak).
-
-    >>> best_seconds(lambda: a @ b)
-    0.0172
-    """
-    return min(repeat_seconds(run, repeats))
-
-
-def median_seconds(run: Callable[[], object], repeats: int = 5) -> float:
-    """Median wall time of run() over `repeats` calls, after one untimed warm-up call.
-
-    >>> median_seconds(lambda: torch.nn.functional.linear(x, weight), repeats=9)
-    0.0151
-    """
-    return statistics.median(repeat_seconds(run, repeats))

@@ -141,7 +141,7 @@ def test_peak_memory_sees_a_large_allocation():
 
 
 def test_timing_helpers_warm_up_once_then_time_each_repeat_and_refuse_none():
-    from labkit.metrics import best_seconds, repeat_seconds
+    from labkit.timing import best_seconds, repeat_seconds
 
     calls = []
     assert len(repeat_seconds(lambda: calls.append(1), repeats=3)) == 3 and len(calls) == 4  # one warm-up

@@ -18,16 +18,15 @@ SmolLM2-135M, batch 1, greedy, 128 new tokens, median of `repeats`, every row in
     llama.cpp, the Q4_1 GGUF              when `import llama_cpp` works, same prompt and thread count
 
 Peers at their best: labkit's rows and llama.cpp each run in a process of their own, once per OpenMP
-wait policy (labkit.fast.processes); in each, labkit's thread count comes from a short probe of the
-int4 path and llama.cpp is timed at every thread count. labkit's rows are timed in turns in one process,
-which slows each a little (the other rows' models share its memory and caches), so its fastest path is
-also timed alone in a process of its own at every thread count, as llama.cpp is. Every row is reported
-at its best policy and count, named in the table. `--quick` keeps this process's policy only.
-Bandwidth use = bytes of weights read per token x tokens/s / the read bandwidth measured in this run.
-The cost model (labkit.fast.cost) predicts one decode step of each labkit row (eager or compiled; not
-prompt lookup) from its overhead, matmul and KV-cache terms; the table shows the prediction beside that
-step timed alone, and which term leads.
-The compiled rows compile on their warm-up run (its seconds are printed); `--quick` leaves them out.
+wait policy (labkit.fast.processes); in each, labkit's thread count comes from a short probe of the int4
+path and llama.cpp is timed at every thread count. labkit's rows are timed in turns in one process, which
+slows each a little (the other rows' models share its memory and caches), so its fastest path is also
+timed alone in a process of its own at every thread count, as llama.cpp is. Every row is reported at its
+best policy and count, named in the table. `--quick` keeps this process's policy only. Bandwidth use =
+bytes of weights read per token x tokens/s / the read bandwidth measured in this run. The cost model
+(labkit.fast.cost) predicts one decode step of each labkit row but prompt lookup, eager or compiled; the
+table shows it beside that step timed alone, and which term leads. The compiled rows compile on their
+warm-up run (its seconds are printed); `--quick` leaves them out.
 """
 
 from __future__ import annotations
@@ -39,7 +38,7 @@ from dataclasses import dataclass
 import torch
 from tqdm.auto import tqdm
 
-from labkit.bench import comparison, interleaved_tokens_per_second, machine_name
+from labkit.bench import comparison, machine_name
 from labkit.core.forward import decode_step, prefill
 from labkit.core.llama import Llama
 from labkit.decoding.generate import generate_ids
@@ -49,6 +48,7 @@ from labkit.fast.cost import HOWS, Machine, StepCosts, cost_table, measure_machi
 from labkit.fast.processes import WAIT_POLICIES, current_policy, run_in_child
 from labkit.fast.roofline import bandwidth_utilisation, weight_bytes_per_token
 from labkit.fast.threads import fastest_thread_count, thread_candidates, using_threads
+from labkit.timing import interleaved_tokens_per_second
 
 MODEL = "smollm2-135m"
 BENCH_PROMPT = "The history of the Roman Empire begins with"  # plain text: rarely ends early
@@ -57,8 +57,7 @@ Q4_1_STATIC = "int4 x int8, labkit's kernel, static"
 Q4_1_COMPILED = "+ torch.compile (labkit's kernel)"  # labkit's fastest batch-1 path
 FP32 = "labkit Llama, float32"
 # (row label, steps of labkit.fast.optimize; None: transformers generate on the same weights, how it decodes)
-# how: "loop" labkit's generate_ids, "static" StaticDecoder eager, "compiled" its compiled step,
-# "lookup" the compiled verify step with prompt-lookup guesses.
+# how: "loop" generate_ids, "static" StaticDecoder eager, "compiled" its step compiled, "lookup" its verify compiled
 ROWS: list[tuple[str, tuple[str, ...] | None, str]] = [
     ("transformers generate, float32", None, "transformers"),
     (FP32, (), "loop"),
@@ -161,7 +160,7 @@ def measure_rows(hf_model, tokenizer, prompt_ids: list[int], new_tokens: int, re
                  quick: bool = False, labels: Sequence[str] | None = None,
                  progress: bool = False) -> tuple[list[Row], dict[str, float]]:
     """The rows of ROWS named in `labels` (default: all; the compiled ones only when not quick), each at
-    `threads` threads, timed in turns (labkit.bench.interleaved_tokens_per_second): (rows, {label: compile
+    `threads` threads, timed in turns (labkit.timing.interleaved_tokens_per_second): (rows, {label: compile
     seconds} of the compiled ones). progress: a tqdm bar over the rounds.
 
         >>> rows, compiled = measure_rows(hf_model, tokenizer, ids, 48, 3, 2, labels=[FP32, STATIC_EAGER])
@@ -300,9 +299,9 @@ def row_best(label: str, new_tokens: int, repeats: int,
     """
     if label not in LABKIT_ROWS:
         raise ValueError(f"Unknown labkit row {label!r}; the rows are: {LABKIT_ROWS}.")
-    rows, report = best_in_children(["row", "--row", label, "--tokens", str(new_tokens), "--repeats", str(repeats)],
-                                    policies)
-    return rows[0], report
+    [fastest, *_], report = best_in_children(["row", "--row", label, "--tokens", str(new_tokens), "--repeats",
+                                              str(repeats)], policies)
+    return fastest, report
 
 
 def eager_counterpart(label: str) -> str:
@@ -338,8 +337,7 @@ def run(repeats: int = 3, quick: bool = False) -> list[dict]:
     compile_seconds = {r["label"]: r["compile_seconds"] for r in children if r.get("compile_seconds")
                        and any(row.label == r["label"] and row.policy == r["policy"] for row in rows)}
     print(f"fast: SmolLM2-135M, batch 1, greedy, {new_tokens} new tokens, median of {repeats}, each row at its best")
-    print(f"machine: {machine_name()}")
-    print(f"this machine: {machine.describe()}")
+    print(f"machine: {machine_name()}\nthis machine: {machine.describe()}")
     print(settings_report(children))
     print(table(rows, machine))
     print(cost_table({f"{r.label} ({r.policy})": r.costs for r in rows if r.costs is not None}, machine))

@@ -19,7 +19,7 @@ import json
 import sys
 
 from labkit.benchmarks import fast
-from labkit.bench import median_tokens_per_second
+from labkit.timing import median_tokens_per_second
 from labkit.fast.processes import current_policy
 from labkit.fast.threads import thread_candidates, using_threads
 from labkit.models.loading import load_model

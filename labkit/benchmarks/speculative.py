@@ -20,7 +20,7 @@ from labkit.speculative.drafters import PromptLookupDrafter, early_exit_drafter,
 from labkit.core.text import chat_prompt
 from labkit.decoding.generate import generate_ids
 from labkit.core.llama import Llama
-from labkit.metrics import median_seconds
+from labkit.timing import median_seconds
 from labkit.models.loading import load_model
 from labkit.speculative.generate import speculative_generate
 

@@ -2,7 +2,7 @@
 
 A transform is a pure function `(logits [B, V], ...) -> logits [B, V]`: it returns a new tensor, never
 changes its input, and removes a token by setting its logit to -inf. Each one gives the same values as
-the transformers logits processor named in its docstring (tests/test_sampling.py checks it).
+the transformers logits processor named in its docstring (tests/decoding/test_sampling.py checks it).
 
     >>> logits = top_p_filter(top_k_filter(apply_temperature(logits, 0.7), 50), 0.9)
     >>> next_ids = sample(torch.softmax(logits, dim=-1), torch.Generator().manual_seed(0))   # [B]

@@ -1,7 +1,7 @@
 """Beam search: keep the `num_beams` best partial sequences (by summed log-probability) at every step.
 
 It follows transformers' `generate(num_beams=k, do_sample=False)` step for step, so both return the
-same best sequence (tests/test_search.py):
+same best sequence (tests/decoding/test_search.py):
 
 - each step scores every beam x every token, log p summed along the beam, and keeps the best
   2 x num_beams candidates (more when there are several EOS tokens): `beam_step`;

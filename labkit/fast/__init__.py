@@ -1,5 +1,5 @@
 """labkit's fast batch-1 decode path (notebook 13): named steps applied to labkit's Llama, each measured
-by `python -m labkit.bench fast` and checked by tests/test_fast_*.py.
+by `python -m labkit.bench fast` and checked by tests/fast/.
 
     fuse.py       fused QKV and gate/up projections
     precision.py  weight-only int8 / int4 with the output head too, bfloat16

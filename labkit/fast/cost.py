@@ -47,7 +47,7 @@ from labkit.core.llama import Llama, LlamaConfig
 from labkit.fast.optimize import check_steps, optimize
 from labkit.fast.roofline import read_bandwidth, weight_bytes_per_token
 from labkit.fast.static import StaticDecoder, slots_for
-from labkit.metrics import best_seconds, median_seconds
+from labkit.timing import best_seconds, median_seconds
 from labkit.fast.q4_linear import KernelLinear
 from labkit.quant.linear import QuantLinear
 

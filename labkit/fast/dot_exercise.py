@@ -28,7 +28,7 @@ from collections.abc import Callable
 import torch
 
 from labkit.fast.q4_linear import Q41Weight, quantize_q8_1
-from labkit.metrics import median_seconds
+from labkit.timing import median_seconds
 from labkit.models.registry import cache_dir
 
 TEMPLATE = r"""

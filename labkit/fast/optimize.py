@@ -7,7 +7,7 @@
            and the head in Q8_0 (int8 groups of 32) on the same kernel, as the GGUF file has it
     bf16   everything not quantized in bfloat16: embeddings, norms, activations, KV cache
 
-Each step changes the model in place and is checked by tests/test_fast_*.py: `fuse` against the
+Each step changes the model in place and is checked by tests/fast/: `fuse` against the
 unfused model (float32 tolerance), the quantized steps and `bf16` by perplexity on data/eval.
 
     >>> model, tokenizer = labkit.load_model("smollm2-135m", impl="labkit")

@@ -49,5 +49,5 @@ def run_in_child(module: str, args: Sequence[str], policy: str, timeout: float =
     return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
 
 
-if __name__ == "__main__":  # the smallest child: says which policy it runs under (tests/test_fast_processes.py)
+if __name__ == "__main__":  # the smallest child: says which policy it runs under (tests/fast/test_processes.py)
     print(json.dumps({"policy": current_policy()}))

@@ -90,7 +90,7 @@ def _cached_tokenizer(folder: Path) -> PreTrainedTokenizerFast:
     """The tokenizer of a cached embedded model, read straight from its tokenizer.json.
 
     AutoTokenizer parses Gemma's 33 MB tokenizer.json several times in Python (about 4 s); reading
-    it once in Rust takes about 1 s and gives the same token ids (tests/test_models.py checks).
+    it once in Rust takes about 1 s and gives the same token ids (tests/models/test_loading.py checks).
     """
     config = json.loads((folder / "tokenizer_config.json").read_text())
     special_tokens = {key: value for key, value in config.items() if key.endswith("_token") and isinstance(value, str)}

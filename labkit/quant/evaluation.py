@@ -25,7 +25,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerBase
 
-from labkit.bench import median_tokens_per_second
+from labkit.timing import median_tokens_per_second
 from labkit.quant.bnb import BitsAndBytesUnavailable, load_bitsandbytes_model
 from labkit.core.text import chat_prompt, encode_prompt
 from labkit.decoding.generate import generate_ids

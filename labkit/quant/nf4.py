@@ -9,7 +9,7 @@ absmax; each value becomes the index of the nearest level to value / absmax.
     >>> restored = nf4_dequantize(q)          # NF4_CODEBOOK[index] * absmax of its block
 
 The codes and values match `bitsandbytes.functional.quantize_4bit(w, quant_type="nf4")` exactly
-(tests/test_nf4.py), including its packing: the first value of each pair in the high nibble.
+(tests/quant/test_nf4.py), including its packing: the first value of each pair in the high nibble.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import torch
 from labkit.quant.schemes import check_float_tensor, check_size
 
 # The 16 NF4 levels exactly as bitsandbytes hard-codes them (float32). normal_float_levels() derives
-# them from the normal distribution; tests/test_nf4.py checks that both agree.
+# them from the normal distribution; tests/quant/test_nf4.py checks that both agree.
 NF4_CODEBOOK = torch.tensor([
     -1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453,
     -0.28444138169288635, -0.18477343022823334, -0.09105003625154495, 0.0,

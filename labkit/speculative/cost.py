@@ -27,7 +27,7 @@ from labkit.core.forward import ModelRunner, vocab_size
 from labkit.speculative.generate import DraftStep, Drafter
 from labkit.speculative.policy import SamplingPolicy
 from labkit.speculative.rule import expected_tokens_per_step
-from labkit.bench import interleaved_seconds
+from labkit.timing import interleaved_seconds
 
 
 def _pass(model: nn.Module, n_tokens: int, context: int) -> Callable[[], None]:

@@ -22,7 +22,7 @@ from labkit.decoding.request import Prompt
 from labkit.speculative.cost import predicted_speedup, rounds_speedup
 from labkit.speculative.generate import Drafter, SpeculativeStats, speculative_generate
 from labkit.speculative.rule import expected_tokens_per_step
-from labkit.bench import Spread, interleaved_seconds
+from labkit.timing import Spread, interleaved_seconds
 
 Candidate = tuple[str, Drafter, int, bool]  # (label, drafter, gamma, adaptive)
 

@@ -1,0 +1,99 @@
+"""Checkers of notebooks 06-07 pass right answers, give a hint for wrong ones, and never raise."""
+
+import torch
+
+from labkit import checks
+from labkit.models import sizing as memory
+
+
+def test_kv_cache_bytes(capsys):
+    smollm2 = memory.PRESETS["smollm2-135m"]
+    right = 2 * 30 * 3 * 64 * 1000 * 4 * 2
+    assert checks.check_kv_cache_bytes(right, smollm2, tokens=1000, batch=4, dtype="fp16")
+    assert checks.check_kv_cache_bytes(right, "smollm2-135m", tokens=1000, batch=4, dtype="fp16")
+    for wrong, hint in [(right // 2, "factor 2"), (right * 3, "key/value heads"), (right // 4, "each with its own"),
+                        (right / 1e6, "megabytes"), (right + 1000, "is not it"), ("lots", "give a number")]:
+        assert not checks.check_kv_cache_bytes(wrong, smollm2, tokens=1000, batch=4, dtype="fp16")
+        assert hint in capsys.readouterr().out
+    assert not checks.check_kv_cache_bytes(None, smollm2, 1000, 4)
+    assert "Not attempted yet" in capsys.readouterr().out
+
+
+class GrowingCache:
+    def __init__(self, n_layers):
+        self.keys, self.values, self.length = [None] * n_layers, [None] * n_layers, 0
+
+    def append(self, layer, k, v):
+        if self.keys[layer] is not None:
+            k, v = torch.cat([self.keys[layer], k], dim=2), torch.cat([self.values[layer], v], dim=2)
+        self.keys[layer], self.values[layer] = k, v
+        return k, v
+
+    def advance(self, n_tokens):
+        self.length += n_tokens
+
+
+class ForgetsToAdvance(GrowingCache):
+    def advance(self, n_tokens):
+        pass
+
+
+class ReturnsOnlyNew(GrowingCache):
+    def append(self, layer, k, v):
+        super().append(layer, k, v)
+        return k, v
+
+
+class OneListForAllLayers(GrowingCache):
+    def append(self, layer, k, v):
+        return super().append(0, k, v)
+
+
+def test_growing_cache(tiny, capsys):
+    assert checks.check_growing_cache(GrowingCache, tiny)
+    assert not checks.check_growing_cache(ForgetsToAdvance, tiny)
+    assert "advance adds n_tokens to length" in capsys.readouterr().out
+    assert not checks.check_growing_cache(ReturnsOnlyNew, tiny)
+    assert "must return all 4 keys" in capsys.readouterr().out
+    assert not checks.check_growing_cache(OneListForAllLayers, tiny)
+    assert "one list entry per layer" in capsys.readouterr().out
+    assert not checks.check_growing_cache(lambda n_layers: 1 / 0, tiny)
+    assert "raised ZeroDivisionError" in capsys.readouterr().out
+    assert not checks.check_growing_cache(None, tiny)
+
+
+def test_arithmetic_intensity(capsys):
+    assert checks.check_arithmetic_intensity(4.0, batch=8, bytes_per_weight=4)
+    for wrong, hint in [(2.0, "2 FLOPs"), (0.25, "not bytes divided by FLOPs"), (0.5, "grow with the batch"),
+                        (16, "not 1"), (7, "is not it")]:
+        assert not checks.check_arithmetic_intensity(wrong, batch=8, bytes_per_weight=4)
+        assert hint in capsys.readouterr().out
+
+
+def test_ttft_tpot(capsys):
+    def right(times):
+        return times[0], (times[-1] - times[0]) / (len(times) - 1)
+
+    def averages_everything(times):
+        return times[0], times[-1] / len(times)
+
+    assert checks.check_ttft_tpot(right)
+    assert not checks.check_ttft_tpot(averages_everything)
+    assert "leaves out the first token" in capsys.readouterr().out
+    assert not checks.check_ttft_tpot(lambda times: (times[1], 0.0))
+    assert "arrival time of the first token" in capsys.readouterr().out
+    assert not checks.check_ttft_tpot(lambda times: times[0])
+    assert "raised TypeError" in capsys.readouterr().out
+
+
+def test_max_context(capsys):
+    llama = memory.PRESETS["llama-3.1-8b"]
+    right = llama.max_tokens(80 * memory.GB, batch=8)
+    assert checks.check_max_context(right, "llama-3.1-8b", memory_gb=80, batch=8)
+    assert not checks.check_max_context(int(80e9 // llama.kv_cache_bytes(1, 8)), "llama-3.1-8b", 80, 8)
+    assert "subtract the weights first" in capsys.readouterr().out
+    assert not checks.check_max_context(right * 8, "llama-3.1-8b", 80, 8)
+    assert "tokens per sequence" in capsys.readouterr().out
+    assert checks.check_max_context(0, "llama-3.1-70b", memory_gb=80)
+    assert not checks.check_max_context(1000, "llama-3.1-70b", memory_gb=80)
+    assert "do not fit" in capsys.readouterr().out

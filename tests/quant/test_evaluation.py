@@ -1,0 +1,56 @@
+"""labkit.quant.evaluation: the evaluation text and prompts, the results table and its pieces (the table as
+`python -m labkit.bench quant` prints it: tests/benchmarks/test_quant.py)."""
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+import labkit
+from labkit.quant import evaluation
+from labkit.quant.linear import quantize_model
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_eval_data_is_a_few_thousand_tokens_of_prose_and_code(tokenizer):
+    text = evaluation.eval_text()
+    assert 3000 <= evaluation.eval_ids(tokenizer).shape[1] <= 6000
+    assert "```python" in text and "def " in text and "SELECT" in text
+    assert evaluation.eval_ids(tokenizer, max_tokens=100).shape == (1, 100)
+    assert "Provenance" in (ROOT / "data" / "eval" / "README.md").read_text()
+    prompts = evaluation.eval_prompts(tokenizer)
+    assert len(prompts) == 8 and all(isinstance(i, int) for p in prompts for i in p)
+
+
+def test_greedy_agreement():
+    reference = [[1, 2, 3, 4], [5, 6, 7, 8]]
+    assert evaluation.greedy_agreement(reference, reference) == 1.0
+    assert evaluation.greedy_agreement([[1, 2, 9, 9], [5, 6, 7, 8]], reference) == (0.5 + 1.0) / 2
+    assert evaluation.greedy_agreement([[9, 2, 3, 4], [5, 6, 7]], reference) == (0.0 + 0.75) / 2
+    with pytest.raises(ValueError, match="one continuation per prompt"):
+        evaluation.greedy_agreement([[1]], reference)
+
+
+def test_model_nbytes_counts_tied_weights_once_and_quantized_weights_small():
+    model = labkit.tiny_model("transformers")
+    fp32 = evaluation.model_nbytes(model)
+    assert fp32 == 4 * sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+    quantize_model(model, "int8")
+    linear_params = sum(m.weight.numel() for m in labkit.tiny_model("transformers").model.layers.modules()
+                        if isinstance(m, torch.nn.Linear))
+    assert fp32 - evaluation.model_nbytes(model) > 0.74 * 3 * linear_params  # 4 bytes -> ~1 byte each
+
+
+def test_evaluate_rejects_unknown_variants():
+    with pytest.raises(ValueError, match="Unknown variants \\['int2'\\]"):
+        evaluation.evaluate(["int2"])
+
+
+def test_results_table_formats_rows_and_missing_variants():
+    rows = [evaluation.Result("fp32", "", 538e6, 10.0, 1.0, 20.0),
+            evaluation.Result("int8", "", 219e6, 10.05, 0.9, 40.0),
+            evaluation.Result("bnb nf4", "", math.nan, math.nan, math.nan, math.nan, note="No kernel. Use x.")]
+    table = evaluation.results_table(rows)
+    assert "0.41x" in table and "+0.5%" in table and "2.00x" in table and "unavailable: No kernel" in table

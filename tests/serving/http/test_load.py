@@ -1,0 +1,130 @@
+"""The client-side timing and load generator of notebook 11 (labkit.serving.http.client and .load).
+
+Fast tests drive the app in process on the tiny random model (ASGITransport hands over a whole body at
+once, so they check counts, text and parsing, not timing); the timing arithmetic is checked on its own;
+one slow test loads the real server over TCP and compares the client's figures with the engine's."""
+
+import asyncio
+import math
+
+import httpx
+import pytest
+
+import labkit
+from labkit.serving.engine import Engine
+from labkit.serving.http import start_server
+from labkit.serving.http.app import build_app
+from labkit.serving.http.client import (FrameClock, client_tpot, engine_summaries, metric_value, parse_sse,
+                                        sse_payload, stream_ollama, stream_openai)
+from labkit.serving.http.engine_thread import EngineThread
+from labkit.serving.http.load import LoadResult, load_test, question, sweep, sweep_table
+from labkit.serving.http.model_service import ModelService
+from labkit.serving.workload import QUESTIONS
+
+NAME = "tiny"
+HI = [{"role": "user", "content": "Hi"}]
+
+
+@pytest.fixture(scope="module")
+def service():
+    model, tokenizer = labkit.tiny_model(impl="labkit"), labkit.load_tokenizer("smollm2-135m")
+    engine_thread = EngineThread(Engine(model, tokenizer, max_num_seqs=4), max_waiting=64)
+    engine_thread.start()
+    yield ModelService(NAME, model, tokenizer, engine_thread)
+    engine_thread.stop()
+
+
+def in_process(service, work):
+    """Run work(http) against the app in process and return its result."""
+    async def run():
+        transport = httpx.ASGITransport(app=build_app(service))
+        async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=60) as http:
+            return await work(http)
+    return asyncio.run(run())
+
+
+def test_sse_parsing_skips_comments_and_stops_at_done():
+    raw = 'data: {"a": 1}\n\n: ping\n\nevent: x\ndata:{"b": 2}\n\ndata: [DONE]\n\ndata: {"c": 3}\n\n'
+    assert parse_sse(raw) == [{"a": 1}, {"b": 2}]
+    assert sse_payload(": comment") is None and sse_payload("data: [DONE]") == "[DONE]"
+
+
+def test_tpot_is_the_gap_after_the_first_token():
+    assert client_tpot(0.2, 1.6, 15) == pytest.approx(0.1)
+    assert math.isnan(client_tpot(0.2, 0.2, 1))
+    clock = FrameClock()
+    clock.frame("")  # a role-only chunk: a frame, not a token
+    clock.frame("Hello")
+    clock.frame(" there")
+    timing = clock.timing(None)
+    assert timing.text == "Hello there" and timing.output_tokens == 2
+    assert 0 <= timing.first_frame_s <= timing.ttft_s <= timing.e2e_s
+
+
+def test_openai_and_ollama_streams_agree_and_count_tokens(service, one_thread):
+    async def both(http):
+        return (await stream_openai(http, NAME, HI, max_tokens=5),
+                await stream_ollama(http, NAME, HI, max_tokens=5))
+
+    openai_timing, ollama_timing = in_process(service, both)
+    assert openai_timing.text == ollama_timing.text and openai_timing.text
+    assert openai_timing.output_tokens == ollama_timing.output_tokens == 5  # max_tokens reached (EOS is unlikely)
+    assert ollama_timing.engine["eval_count"] == 5 and ollama_timing.engine["done_reason"] == "length"
+    assert openai_timing.first_frame_s <= openai_timing.ttft_s  # the role chunk comes first
+
+
+def test_a_refused_request_keeps_its_status_and_message(service, one_thread):
+    timing = in_process(service, lambda http: stream_openai(http, "other", HI, max_tokens=2))
+    assert timing.status == 404 and "not found" in timing.error and timing.output_tokens == 0
+    timing = in_process(service, lambda http: stream_ollama(http, "other", HI, max_tokens=2))
+    assert timing.status == 404 and "not found" in timing.error
+
+
+def test_load_test_sends_every_request_and_the_metrics_count_them(service, one_thread):
+    def finished(metrics_text):
+        return metric_value(metrics_text, "labkit_requests_finished_total", reason="length")
+
+    async def work(http):
+        before = (await http.get("/metrics")).text
+        result = await load_test(http, NAME, concurrency=3, requests_per_client=2, max_tokens=4)
+        # The engine thread counts a request just after sending its last event: give the count up to 10 s to
+        # catch up (it takes milliseconds when the machine is idle; a loaded 2-core machine needed over 2 s).
+        for _ in range(500):
+            after = (await http.get("/metrics")).text
+            if finished(after) - finished(before) >= 6:
+                break
+            await asyncio.sleep(0.02)
+        return before, result, after
+
+    before, result, after = in_process(service, work)
+    assert len(result.requests) == len(result.ok) == 6 and result.output_tokens == 24
+    assert result.tokens_per_s == pytest.approx(24 / result.wall_s)
+    assert finished(after) - finished(before) == 6
+    ttft_sum, ttft_count = engine_summaries(after)["labkit_time_to_first_token_seconds"]
+    assert ttft_count >= 6 and ttft_sum > 0
+    with pytest.raises(ValueError, match="concurrency >= 1"):
+        asyncio.run(load_test(None, NAME, concurrency=0))
+
+
+def test_questions_mix_prompt_lengths_and_the_table_compares_levels():
+    assert {question(i)[0]["content"] for i in range(len(QUESTIONS))} == set(QUESTIONS)
+    clock = FrameClock()
+    clock.frame("a")
+    one = clock.timing(1)
+    table = sweep_table([LoadResult(1, (one,), 2.0, 0.1, 0.05), LoadResult(4, (one,) * 4, 2.0)])
+    assert "tokens/s" in table and "4.00x" in table.splitlines()[3] and "nan" in table.splitlines()[3]
+
+
+@pytest.mark.slow
+def test_real_server_sweep_client_figures_match_the_engine():
+    with start_server("smollm2-135m", max_num_seqs=4) as server:
+        results = asyncio.run(sweep(server.url, "smollm2-135m", [1, 4], requests_per_client=1, max_tokens=6))
+        ollama_results = asyncio.run(sweep(server.url, "smollm2-135m", [2], requests_per_client=1, max_tokens=6,
+                                           protocol="ollama"))
+    for result in results + ollama_results:
+        assert len(result.ok) == result.concurrency and result.output_tokens > 0
+        # the client's TTFT includes HTTP and the chat template on top of the engine's: never less
+        assert result.mean("ttft_s") >= result.engine_ttft_s > 0
+        assert result.engine_tpot_s > 0
+    ttft = ollama_results[0].requests[0]
+    assert ttft.engine["prompt_eval_duration"] / 1e9 <= ttft.ttft_s
