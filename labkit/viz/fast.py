@@ -1,6 +1,8 @@
-"""Figures of notebook 13: the decode staircase against llama.cpp, and where one step's time goes.
+"""Figures of notebook 13: the decode staircase against llama.cpp, each step as the cost model predicts
+it, and where one step's time goes.
 
     >>> plot_staircase(rows, bandwidth, llama_cpp=row_of_llama_cpp)
+    >>> plot_cost_waterfall(fast.row_costs(hf_model, labels, context=48), measure_machine())
     >>> plot_breakdown({"float32": step_breakdown(fp32_decoder), "int4": step_breakdown(int4_decoder)})
 """
 
@@ -14,6 +16,7 @@ from matplotlib.figure import Figure
 from labkit.fast.roofline import bandwidth_utilisation
 
 STEP_COLOUR, PEER_COLOUR = "tab:blue", "tab:orange"
+TERM_COLOURS = {"overhead": "tab:red", "matmul kernels": "tab:blue", "KV cache": "tab:green"}
 
 
 def plot_staircase(rows: Sequence, bandwidth: float, llama_cpp=None) -> Figure:
@@ -65,5 +68,32 @@ def plot_breakdown(breakdowns: Mapping[str, Mapping[str, float]]) -> Figure:
     ax.set_xlim(0, 100)
     ax.set_xlabel("% of one decode step's profiled CPU time")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=len(kinds), frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+def plot_cost_waterfall(costs: Mapping[str, object], machine) -> Figure:
+    """One bar per step, top to bottom: its predicted ms split into the cost model's terms (overhead,
+    matmul kernels, KV cache), a black mark at the ms it measured, and its regime at the right.
+
+    costs: {step name: labkit.fast.cost.StepCosts}; machine: the labkit.fast.cost.Machine they are read on.
+    """
+    names = list(costs)[::-1]
+    terms = {name: costs[name].terms(machine) for name in names}
+    fig, ax = plt.subplots(figsize=(11, 0.5 * len(names) + 1.6))
+    left = [0.0] * len(names)
+    for term, colour in TERM_COLOURS.items():
+        widths = [1e3 * terms[name][term] for name in names]
+        ax.barh(names, widths, left=left, color=colour, alpha=0.8, label=f"{term} (predicted)")
+        left = [a + b for a, b in zip(left, widths)]
+    measured = [1e3 * costs[name].measured_seconds for name in names]
+    ax.scatter(measured, names, marker="|", s=400, color="black", zorder=3, label="measured")
+    right = max(left + measured) * 1.02
+    for y, name in enumerate(names):
+        ax.text(right, y, f" {costs[name].regime(machine)}", va="center", fontsize=9)
+    ax.set_xlim(0, right * 1.25)
+    ax.set_xlabel("ms per decode step")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=4, frameon=False)
+    fig.suptitle("Each step as the cost model predicts it (bars) and as measured (black mark)")
     fig.tight_layout()
     return fig
