@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from tqdm.auto import tqdm
@@ -91,7 +91,7 @@ class Row:
     tokens_per_second: float  # median of the timed runs
     bytes_per_token: float  # weights read per new token
     policy: str = ""  # OMP_WAIT_POLICY of the process it ran in ("" when not recorded)
-    costs: StepCosts | None = None  # the cost model's terms of one decode step (loop rows only)
+    costs: StepCosts | None = None  # the cost model's terms of one decode step (not for every row)
 
 
 def fastest_labkit(rows: list[Row]) -> Row:
@@ -185,9 +185,8 @@ def measure_rows(hf_model, tokenizer, prompt_ids: list[int], new_tokens: int, re
 
 
 def row_costs(hf_model: torch.nn.Module, labels: Sequence[str], context: int, repeats: int = 5) -> dict[str, StepCosts]:
-    """The cost model's terms (labkit.fast.cost.measure_step) of each labkit row named in `labels`, one
-    decode step after `context` tokens; rows outside labkit and the prompt-lookup row are left out. A
-    compiled row compiles its step and its probe's (from inductor's cache: seconds)."""
+    """The cost model's terms (labkit.fast.cost.measure_step) of each labkit row in `labels` but prompt lookup,
+    one decode step after `context` tokens (a compiled row compiles its step and its probe's)."""
     return {label: measure_step(labkit_model(hf_model, steps), steps, context=context, repeats=repeats, how=how)
             for label, steps, how in ROWS if label in labels and how in HOWS}
 
@@ -239,12 +238,13 @@ def records(rows: list[Row], machine: Machine) -> list[dict]:
 
 
 def best_rows(rows: Sequence[Row]) -> list[Row]:
-    """The fastest row of each label (over policies and thread counts), in the order labels first appear."""
+    """The fastest row of each label (over policies and thread counts), in the order labels first appear; one
+    timed alone (unpredicted) takes the cost model's terms of its label at the same policy and thread count."""
     best: dict[str, Row] = {}
-    for row in rows:
-        if row.label not in best or row.tokens_per_second > best[row.label].tokens_per_second:
-            best[row.label] = row
-    return list(best.values())
+    for row in (r for r in rows if r.label not in best or r.tokens_per_second > best[r.label].tokens_per_second):
+        best[row.label] = row
+    costs = {(r.label, r.policy, r.threads): r.costs for r in rows if r.costs is not None}
+    return [replace(r, costs=r.costs or costs.get((r.label, r.policy, r.threads))) for r in best.values()]
 
 
 def row_from_child(record: dict) -> Row:

@@ -74,6 +74,15 @@ def test_a_labkit_rows_thread_sweep_is_reported_like_llama_cpps():
     report = fast.settings_report(records + [in_turns])
     assert "ACTIVE   torch.compile (labkit's kernel), alone: 1 threads 70.0 tok/s, 2 threads 120.0 tok/s" in report
     assert "110.0" not in report
+    # the fastest, timed alone, takes the cost model's terms of the same row, policy and threads in turns
+    costs = StepCosts(ops=273, op_seconds=7e-6, matmul_seconds=0.004, weight_bytes=96_579_072, kv_bytes=0,
+                      flops=2.7e8, measured_seconds=0.0076)
+    [best] = fast.best_rows([fast.row_from_child(r) for r in records] +
+                            [fast.row_from_child({**in_turns, "costs": costs.as_dict()})])
+    assert best.tokens_per_second == 120.0 and best.costs == costs
+    [lone] = fast.best_rows([fast.row_from_child({**in_turns, "costs": costs.as_dict(), "policy": "PASSIVE"}),
+                             fast.row_from_child(records[1])])
+    assert lone.costs is None  # predicted under another policy: not this row's terms
     with pytest.raises(ValueError, match="Unknown labkit row"):
         fast.row_best("transformers generate, float32", 4, 1)
 
