@@ -42,6 +42,7 @@ from torch import nn
 from torch._inductor.utils import run_and_get_code
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from labkit.core.arguments import check_int
 from labkit.core.forward import crop_cache, forward, prefill
 from labkit.core.llama import Llama, LlamaConfig
 from labkit.fast.optimize import check_steps, optimize
@@ -284,10 +285,9 @@ def compiled_probe_terms(model: Llama, steps: Sequence[str], context: int, repea
 def check_step_shape(how: str, rows: int, context: int, tokens: int) -> None:
     """A ValueError unless rows, context and tokens are whole numbers and `how` is one of HOWS, with the
     static and compiled steps at 1 row x 1 token."""
-    for name, value in (("rows", rows), ("context", context), ("tokens", tokens)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "context" else 1):
-            raise ValueError(f"{name} must be a whole number ({'0' if name == 'context' else '1'} or more), "
-                             f"got {value!r}.")
+    check_int("rows", rows, minimum=1)
+    check_int("context", context, minimum=0)
+    check_int("tokens", tokens, minimum=1)
     if how not in HOWS or (how != "loop" and rows * tokens != 1):
         raise ValueError(f"how must be one of {HOWS} (the static and compiled steps take 1 row x 1 token), got "
                          f"{how!r} with rows={rows}, tokens={tokens}.")
