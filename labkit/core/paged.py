@@ -5,7 +5,8 @@ paged cache cuts one big pool of memory into blocks of `block_size` tokens and h
 block only when it needs one. Each sequence keeps a **block table**: its i-th block of tokens lives
 in pool block `table[i]`. Three pieces, kept apart:
 
-- `BlockAllocator`: pure Python bookkeeping, no tensors: a free list and a reference count per block.
+- `BlockAllocator`: pure Python bookkeeping, no tensors: the free blocks, least recently freed first, and
+  a reference count per block.
 - `BlockPool`: the tensors, keys and values [n_layers, n_kv_heads, n_blocks, block_size, head_dim],
   and the allocator that says which blocks are in use.
 - `PagedKVCache`: one sequence (or a batch of them), its block tables, and the same
@@ -41,33 +42,49 @@ class NoFreeBlocksError(RuntimeError):
 class BlockAllocator:
     """Which blocks of a pool are free, and how many block tables point at each one (pure Python).
 
-    Invariants (`check()`): every block is either free (reference count 0, on the free list once) or
-    used (reference count >= 1, not on the free list); never both.
+    Free blocks are handed out least recently freed first, so a block that was just freed keeps its
+    contents longest: the serving engine's prefix cache reads a freed block again while it is still
+    free (`reuse`), and the block that `allocate` overwrites is the one unused for the longest time (LRU).
+
+    Invariants (`check()`): every block is either free (reference count 0, in the free order once) or
+    used (reference count >= 1, not free); never both.
     """
 
     def __init__(self, n_blocks: int):
         if not isinstance(n_blocks, int) or n_blocks < 1:
             raise ValueError(f"n_blocks must be a whole number of blocks, at least 1, got {n_blocks!r}.")
         self.n_blocks = n_blocks
-        self.free_list: list[int] = list(range(n_blocks - 1, -1, -1))  # pop() hands out block 0 first
+        self.free_blocks: dict[int, None] = dict.fromkeys(range(n_blocks))  # oldest freed first: block 0 first
         self.ref_counts: list[int] = [0] * n_blocks
 
     @property
+    def free_list(self) -> list[int]:
+        """The free blocks, in the order `allocate` hands them out."""
+        return list(self.free_blocks)
+
+    @property
     def n_free(self) -> int:
-        return len(self.free_list)
+        return len(self.free_blocks)
 
     @property
     def n_used(self) -> int:
-        return self.n_blocks - len(self.free_list)
+        return self.n_blocks - len(self.free_blocks)
 
     def allocate(self) -> int:
-        """Take a free block (its reference count becomes 1)."""
-        if not self.free_list:
+        """Take the least recently freed block (its reference count becomes 1)."""
+        if not self.free_blocks:
             raise NoFreeBlocksError(
                 f"The pool has no free block: all {self.n_blocks} are in use. Create the pool with more "
                 "blocks, or free a finished sequence's cache (cache.free())."
             )
-        block = self.free_list.pop()
+        block = next(iter(self.free_blocks))
+        return self.reuse(block)
+
+    def reuse(self, block: int) -> int:
+        """Take this free block, contents and all (a cached prefix block); its reference count becomes 1."""
+        if block not in self.free_blocks:
+            raise ValueError(f"Cannot reuse block {block}: it is not free.")
+        del self.free_blocks[block]
         self.ref_counts[block] = 1
         return block
 
@@ -82,7 +99,7 @@ class BlockAllocator:
         self._check_used(block, "release")
         self.ref_counts[block] -= 1
         if self.ref_counts[block] == 0:
-            self.free_list.append(block)
+            self.free_blocks[block] = None  # the most recently freed: handed out last
 
     def is_shared(self, block: int) -> bool:
         return self.ref_counts[block] > 1
@@ -98,8 +115,7 @@ class BlockAllocator:
 
     def check(self) -> None:
         """Raise AssertionError if the bookkeeping is inconsistent."""
-        free = set(self.free_list)
-        assert len(free) == len(self.free_list), "a block is on the free list twice"
+        free = set(self.free_blocks)
         assert all(count >= 0 for count in self.ref_counts), "a negative reference count"
         used = self.used_blocks()
         assert not free & used, f"blocks both free and used: {sorted(free & used)}"

@@ -1,11 +1,13 @@
 """labkit's serving engine: continuous batching over a paged KV cache; step = schedule -> run -> postprocess.
 
 Requests arrive at any time (`add_request`) and leave as soon as they finish; every `step()` runs ONE
-forward pass over the batch the scheduler picks (new prompts, or one token for each running sequence),
-then chooses each row's token with that request's own options, exactly as `labkit.generate` would:
-the same transforms, the same `choose`, its own seeded generator, the same text and stop handling.
+forward pass over the batch the scheduler picks (new prompts, or one token for each running sequence;
+with chunked prefill, both: each decode's token and chunks of prompts within a token budget), then
+chooses the next token of each row whose prompt is complete with that request's own options, exactly as
+`labkit.generate` would: the same transforms, the same `choose`, its own seeded generator, the same
+text and stop handling. Blocks of finished requests stay in the prefix cache until their memory is needed.
 
-    >>> engine = Engine(model, tokenizer, max_num_seqs=8)
+    >>> engine = Engine(model, tokenizer, max_num_seqs=8)     # chunked_prefill=True: vLLM V1's scheduling
     >>> a = engine.add_request("The sea is", max_new_tokens=16)
     >>> b = engine.add_request("Once upon a time", temperature=0.8, seed=1)
     >>> while engine.has_unfinished():
@@ -37,15 +39,23 @@ from labkit.serving.scheduler import ScheduledBatch, Scheduler, SchedulerConfig
 from labkit.serving.request import EngineRequest, EngineRequestMetrics, Status
 
 DEFAULT_TOKENS_PER_SEQ = 1024  # the default pool holds this many tokens per sequence (or the context, if less)
+DEFAULT_CHUNKED_BUDGET = 256  # tokens per step with chunked prefill, unless max_num_batched_tokens says otherwise
 
 Output = tuple[int, int, str, str | None]  # (request id, token id, text piece, finish reason or None)
+
+
+def default_budget(budget: int | None, chunked_prefill: bool, context: int, max_num_seqs: int) -> int:
+    """Tokens per step: as given; else a whole context (prefill first) or DEFAULT_CHUNKED_BUDGET (chunked)."""
+    if budget is not None:
+        return budget
+    return max(DEFAULT_CHUNKED_BUDGET if chunked_prefill else context, max_num_seqs)
 
 
 @dataclass(frozen=True)
 class StepMetrics:
     """What one engine step did."""
 
-    kind: str  # "prefill" or "decode"
+    kind: str  # "prefill", "decode" or "mixed" (decodes and prompt chunks in one pass: chunked prefill)
     batch_size: int  # sequences in the forward pass
     n_tokens: int  # tokens fed (padding not counted)
     blocks_used: int  # KV blocks in use after the step
@@ -53,11 +63,34 @@ class StepMetrics:
     duration_s: float  # schedule + run + postprocess, on the engine's clock
 
 
+class EngineBusy(RuntimeError):
+    """More requests wait than the engine was told to queue (`max_waiting`): come back later."""
+
+
+@dataclass(frozen=True)
+class EngineLoad:
+    """The engine's state between steps: what a server shows on /health and uses to turn requests away."""
+
+    running: int  # requests with a seat (decoding, or their prompt being prefilled)
+    waiting: int  # requests queued for a seat or for memory
+    free_seats: int  # max_num_seqs - running
+    blocks_used: int  # KV blocks held by running requests
+    blocks_cached: int  # free blocks still holding a named prefix (reused by a later request, or evicted)
+    blocks_total: int  # the pool
+    prefix_hit_rate: float  # share of looked-up prompt blocks found in the pool
+
+
 class Engine:
-    """Continuous batching for labkit's Llama. See the module doc; `generate_batch` for a one-liner."""
+    """Continuous batching for labkit's Llama. See the module doc; `generate_batch` for a one-liner.
+
+    chunked_prefill: every step feeds every decode and spends the rest of `max_num_batched_tokens`
+    (default 256 then) on prompt chunks of at most `prefill_chunk` tokens. max_waiting: add_request
+    raises EngineBusy once this many requests would wait beyond the free seats (None: no limit).
+    """
 
     def __init__(self, model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, max_num_seqs: int = 8,
                  n_blocks: int | None = None, block_size: int = 16, max_num_batched_tokens: int | None = None,
+                 chunked_prefill: bool = False, prefill_chunk: int | None = None, max_waiting: int | None = None,
                  record_logits: bool = False, clock: Callable[[], float] = time.perf_counter,
                  step_history: int | None = None):
         require_llama(model)  # a transformers model is refused before anything is allocated
@@ -68,35 +101,50 @@ class Engine:
         check_int("max_num_seqs", max_num_seqs, minimum=1)
         check_int("block_size", block_size, minimum=1)
         for name, value in (("n_blocks", n_blocks), ("max_num_batched_tokens", max_num_batched_tokens),
-                            ("step_history", step_history)):
+                            ("step_history", step_history), ("max_waiting", max_waiting)):
             if value is not None:  # None: the default
-                check_int(name, value, minimum=0 if name == "step_history" else 1)
+                check_int(name, value, minimum=0 if name in ("step_history", "max_waiting") else 1)
         if n_blocks is None:
             n_blocks = math.ceil(max_num_seqs * min(context, DEFAULT_TOKENS_PER_SEQ) / block_size)
-        budget = max(context, max_num_seqs) if max_num_batched_tokens is None else max_num_batched_tokens
-        self.config = SchedulerConfig(max_num_seqs, budget, context)
+        self.config = SchedulerConfig(max_num_seqs, default_budget(max_num_batched_tokens, chunked_prefill,
+                                                                   context, max_num_seqs),
+                                      context, chunked_prefill, prefill_chunk)
         self.pool = BlockPool.for_model(model, n_blocks, block_size)
         self.runner = BatchRunner(model, self.pool)
         self.block_manager = BlockManager(self.pool.allocator, block_size)
         self.scheduler = Scheduler(self.config, self.block_manager)
-        self.model, self.tokenizer, self.clock = model, tokenizer, clock
+        self.model, self.tokenizer, self.clock, self.max_waiting = model, tokenizer, clock, max_waiting
         self.record_logits = record_logits  # keep each token's logits [V] on its EngineRequest (tests, plots)
         self.requests: dict[int, EngineRequest] = {}  # every request added and not yet released, by id
         self.request_ids = itertools.count()
         self.step_metrics: deque[StepMetrics] = deque(maxlen=step_history)  # the last `step_history` steps (all by default)
 
-    def add_request(self, prompt: Prompt, config: DecodingConfig | None = None, **options) -> int:
+    def load(self) -> EngineLoad:
+        """Seats, queue and KV blocks right now (`EngineLoad`)."""
+        running, waiting, manager = len(self.scheduler.running), len(self.scheduler.waiting), self.block_manager
+        return EngineLoad(running, waiting, self.config.max_num_seqs - running, self.pool.allocator.n_used,
+                          manager.n_cached_free, self.pool.allocator.n_blocks, manager.hit_rate)
+
+    def add_request(self, prompt: Prompt, config: DecodingConfig | None = None, arrival_s: float | None = None,
+                    **options) -> int:
         """Queue a prompt with its own decoding options; return its request id.
 
+        arrival_s: when the request really arrived, on the engine's clock (a server stamps it on receipt,
+        so that TTFT counts the wait for the step in flight); now by default.
         Raises ValueError/TypeError for bad options, and for a request that could never run: longer than
-        the model's context, than the whole pool, or than the per-step token budget.
+        the model's context, than the whole pool, or than the per-step token budget (without chunks);
+        EngineBusy when max_waiting requests already wait beyond the free seats.
         """
         request = check_request(self.model, self.tokenizer, prompt, config, options, "add_request")
         if request.config.num_beams > 1:
             raise ValueError("The engine samples one sequence per request; for beam search use "
                              "labkit.generate(model, tokenizer, prompt, num_beams=...).")
+        load = self.load()
+        if self.max_waiting is not None and load.waiting - load.free_seats >= self.max_waiting:
+            raise EngineBusy(f"The server is busy: {load.running} requests running and {load.waiting} waiting "
+                             f"(at most {self.max_waiting} may wait). Try again shortly.")
         seq = EngineRequest(next(self.request_ids), request.prompt_ids, request.config, request.eos_ids, self.tokenizer,
-                       self.clock())
+                            self.clock() if arrival_s is None else arrival_s)
         if request.config.max_new_tokens == 0:  # nothing to generate: done on arrival, as in generate()
             seq.status, seq.finish_reason, seq.finish_s = Status.FINISHED, "length", seq.arrival_s
         else:
@@ -134,34 +182,38 @@ class Engine:
         batch = self.scheduler.schedule()
         if not batch.seqs:
             return []
-        n_tokens = batch.n_tokens
-        logits = self.runner.run(batch.seqs)  # [B, V]
+        logits = self.runner.run(batch.seqs, batch.n_new)  # [B, V]
         outputs = self._postprocess(batch, logits)
-        self.step_metrics.append(StepMetrics("prefill" if batch.is_prefill else "decode", len(batch.seqs),
-                                             n_tokens, self.pool.allocator.n_used, len(batch.preempted),
-                                             self.clock() - start))
+        self.step_metrics.append(StepMetrics(batch.kind, len(batch.seqs), batch.n_tokens,
+                                             self.pool.allocator.n_used, len(batch.preempted), self.clock() - start))
         return outputs
 
     def _postprocess(self, batch: ScheduledBatch, logits: torch.Tensor) -> list[Output]:
-        """Row by row: the request's own transforms and generator choose its token; EOS/stop/length end it."""
+        """Row by row: a complete prompt's row chooses its token with the request's own transforms and
+        generator (a chunk that leaves some prompt uncached chooses nothing); EOS/stop/length end it."""
         outputs, now = [], self.clock()
-        for row, seq in enumerate(batch.seqs):
-            seq.num_cached_tokens = len(seq)
+        for row, (seq, n_fed) in enumerate(zip(batch.seqs, batch.n_new)):
+            seq.num_cached_tokens += n_fed
             if seq.scheduled_s is None:
                 seq.scheduled_s = now
-            token_id = int(choose(logits[row:row + 1], seq.config.temperature, seq.generator, seq.transforms,
-                                  seq.token_ids)[0])
-            if self.record_logits:
-                seq.logits.append(logits[row].clone())
-            seq.output_ids.append(token_id)
-            last = len(seq.output_ids) == seq.config.max_new_tokens
-            piece, finish = text_and_finish(token_id, last, seq.eos_ids, seq.text, seq.stopper)
-            seq.first_token_s = seq.first_token_s if seq.first_token_s is not None else now
-            if finish is not None:
-                self.scheduler.finish(seq, Status.FINISHED)
-                seq.finish_reason, seq.finish_s = finish, now
-            outputs.append((seq.seq_id, token_id, piece, finish))
+            if seq.num_cached_tokens < len(seq):  # a prompt chunk: the rest comes in later steps
+                continue
+            outputs.append(self._choose(seq, logits[row:row + 1], now))
         return outputs
+
+    def _choose(self, seq: EngineRequest, logits: torch.Tensor, now: float) -> Output:
+        """The request's next token from its logits [1, V]; the text it adds; finish it if it is done."""
+        token_id = int(choose(logits, seq.config.temperature, seq.generator, seq.transforms, seq.token_ids)[0])
+        if self.record_logits:
+            seq.logits.append(logits[0].clone())
+        seq.output_ids.append(token_id)
+        last = len(seq.output_ids) == seq.config.max_new_tokens
+        piece, finish = text_and_finish(token_id, last, seq.eos_ids, seq.text, seq.stopper)
+        seq.first_token_s = seq.first_token_s if seq.first_token_s is not None else now
+        if finish is not None:
+            self.scheduler.finish(seq, Status.FINISHED)
+            seq.finish_reason, seq.finish_s = finish, now
+        return seq.seq_id, token_id, piece, finish
 
     def run_until_done(self) -> list[Output]:
         """Step until every request has finished; all the outputs, in order."""

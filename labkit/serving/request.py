@@ -4,6 +4,7 @@ An `EngineRequest` is plain Python. The scheduler moves it between states, the b
 block table, the runner feeds it to the model, and the engine appends the tokens it chooses.
 
     waiting --(admitted: blocks allocated, prompt prefilled)--> running --(EOS, length, stop)--> finished
+                  (in one step, or in chunks over several)
        ^                                                           |
        +---------(preempted: blocks freed, recomputed later)-------+        any state --abort--> aborted
 
@@ -86,9 +87,11 @@ class EngineRequest:
         """The most tokens this request can ever hold: prompt + max_new_tokens."""
         return len(self.prompt_ids) + self.config.max_new_tokens
 
-    def new_token_ids(self) -> list[int]:
-        """The ids the next forward pass feeds: every token not yet cached (prefill) or the last (decode)."""
-        return self.token_ids[self.num_cached_tokens:]
+    def new_token_ids(self, n: int | None = None) -> list[int]:
+        """The ids the next forward pass feeds: the first n tokens not yet cached (all of them by default:
+        a whole prompt, or the last token when decoding); a chunk of a prompt when n is smaller."""
+        end = len(self) if n is None else self.num_cached_tokens + n
+        return self.token_ids[self.num_cached_tokens:end]
 
     def metrics(self) -> EngineRequestMetrics:
         """Times of a finished or aborted request (nan where an event never happened)."""

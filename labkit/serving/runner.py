@@ -35,16 +35,18 @@ class BatchRunner:
         require_llama(model)
         self.model, self.pool = model, pool
 
-    def run(self, seqs: tuple[EngineRequest, ...] | list[EngineRequest]) -> torch.Tensor:
-        """Feed each sequence's `new_token_ids()`; return the logits after its last one, [B, V] float32 (CPU).
+    def run(self, seqs: tuple[EngineRequest, ...] | list[EngineRequest],
+            n_new: tuple[int, ...] | list[int] | None = None) -> torch.Tensor:
+        """Feed each sequence its next `n_new[i]` uncached tokens (all of them by default); return the logits
+        after each row's last one, [B, V] float32 (CPU).
 
         Each sequence's block table must already cover its new tokens (the scheduler sees to it).
         """
-        rows = [seq.new_token_ids() for seq in seqs]
-        n_new = [len(row) for row in rows]
-        width = max(n_new)
+        rows = [seq.new_token_ids(None if n_new is None else n_new[i]) for i, seq in enumerate(seqs)]
+        n_fed = [len(row) for row in rows]
+        width = max(n_fed)
         ids = torch.tensor([row + [0] * (width - len(row)) for row in rows], device=self.model.device)  # [B, T]
-        cache = BatchKV(self.pool, [seq.block_table for seq in seqs], [seq.num_cached_tokens for seq in seqs], n_new)
-        last = torch.tensor(n_new, device=self.model.device) - 1  # [B]: each row's last new token
+        cache = BatchKV(self.pool, [seq.block_table for seq in seqs], [seq.num_cached_tokens for seq in seqs], n_fed)
+        last = torch.tensor(n_fed, device=self.model.device) - 1  # [B]: each row's last new token
         with torch.no_grad():
             return self.model(ids, cache, logits_at=last).cpu()  # [B, V]

@@ -1,23 +1,32 @@
-"""First come, first served scheduling with preemption by recomputation (nano-vllm's, without globals).
+"""First come, first served scheduling with preemption by recomputation (nano-vllm's; vLLM V1's chunked prefill).
 
-Each `schedule()` returns one batch, of one of two kinds (prefill first, as nano-vllm):
+Each `schedule()` returns the batch of one step, under one of two policies:
 
+**Prefill first** (nano-vllm, vLLM V0; the default), a step of one of two kinds:
 - **prefill**: if requests wait and the pool can hold the oldest one, admit waiting requests in
   arrival order while the running set stays within `max_num_seqs`, their tokens within
   `max_num_batched_tokens`, and the pool can hold each prompt. Running sequences skip this step.
-- **decode**, otherwise: every running sequence feeds one token. One that crosses a block boundary
-  needs a free block; if there is none, the NEWEST running sequence is preempted: its blocks are freed
-  and it goes back to the FRONT of the waiting queue, to be recomputed later from its prompt and the
-  tokens it has generated (its output so far is kept; sampling continues with its own generator).
+- **decode**, otherwise: every running sequence feeds one token.
+
+**Chunked prefill** (`chunked_prefill=True`, vLLM V1): every step feeds each decoding sequence its one
+token first, then spends what is left of the step's token budget (`max_num_batched_tokens`) on
+prompts: the rest of prompts already started, then newly admitted ones, each cut to at most
+`prefill_chunk` tokens. A long prompt is spread over several steps; the decodes never wait for it.
+
+In both, a decoding sequence that crosses a block boundary needs a free block; if there is none, the
+NEWEST running sequence is preempted: its blocks are freed and it goes back to the FRONT of the
+waiting queue, to be recomputed later from its prompt and the tokens it has generated (its output so
+far is kept; sampling continues with its own generator; blocks it had computed stay in the prefix cache).
 
 Never a deadlock: `add` refuses a request that could not run even alone (beyond the model's context,
-the whole pool, or the per-step token budget), and a sequence alone in the pool can always grow.
+the whole pool, or, without chunks, the per-step token budget), and a sequence alone in the pool can
+always grow.
 
 Invariants (`check()`): waiting sequences are WAITING and hold no blocks; running ones are RUNNING and
 hold blocks; none is in both; at most max_num_seqs run; the block manager's own invariants hold.
 
     >>> scheduler = Scheduler(SchedulerConfig(max_num_seqs=4), BlockManager(BlockAllocator(32), 16))
-    >>> scheduler.add(seq); batch = scheduler.schedule()     # batch.is_prefill, batch.seqs == [seq]
+    >>> scheduler.add(seq); batch = scheduler.schedule()     # batch.kind == "prefill", batch.seqs == (seq,)
 """
 
 from __future__ import annotations
@@ -33,30 +42,61 @@ from labkit.serving.request import EngineRequest, Status
 @dataclass(frozen=True)
 class SchedulerConfig:
     max_num_seqs: int = 8  # at most this many sequences running (and in one batch)
-    max_num_batched_tokens: int = 512  # at most this many tokens fed in one forward pass
+    max_num_batched_tokens: int = 512  # at most this many tokens fed in one forward pass (the step's budget)
     max_model_len: int = 512  # the model's context: prompt + new tokens must fit in it
+    chunked_prefill: bool = False  # split prompts across steps, beside the running decodes (vLLM V1)
+    prefill_chunk: int | None = None  # with chunked_prefill: at most this many prompt tokens per sequence per step
 
     def __post_init__(self) -> None:
-        for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len"):
+        for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "prefill_chunk"):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            if (value is not None or name != "prefill_chunk") and (
+                    not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}.")
         if self.max_num_batched_tokens < self.max_num_seqs:
             raise ValueError(f"max_num_batched_tokens={self.max_num_batched_tokens} must be at least "
                              f"max_num_seqs={self.max_num_seqs}: a decode step feeds one token per sequence.")
+        if not isinstance(self.chunked_prefill, bool):
+            raise ValueError(f"chunked_prefill must be True or False, got {self.chunked_prefill!r}.")
+        if self.prefill_chunk is not None and not self.chunked_prefill:
+            raise ValueError("prefill_chunk splits prompts into chunks: it needs chunked_prefill=True.")
+
+    @property
+    def chunk(self) -> int:
+        """The most prompt tokens one sequence feeds in one step."""
+        return self.prefill_chunk or self.max_num_batched_tokens
 
 
 @dataclass(frozen=True)
 class ScheduledBatch:
-    """What one step runs: the sequences, in batch-row order, and whether it is a prefill step."""
+    """What one step runs: the sequences in batch-row order, how many tokens each feeds, what kind of step.
 
-    seqs: tuple[EngineRequest, ...]  # each feeds seq.new_token_ids()
-    is_prefill: bool  # True: newly admitted prompts; False: one token per running sequence
+    Row i feeds seqs[i].token_ids[num_cached_tokens : num_cached_tokens + n_new[i]]. Decode rows (one
+    token, the last) come first, then prompts being prefilled (whole, or a chunk of them).
+    """
+
+    seqs: tuple[EngineRequest, ...]
+    n_new: tuple[int, ...]  # tokens each row feeds this step
+    n_decode: int = 0  # the first n_decode rows decode; the others prefill
     preempted: tuple[EngineRequest, ...] = ()  # sequences sent back to the waiting queue by this schedule
 
     @property
     def n_tokens(self) -> int:
-        return sum(len(seq.new_token_ids()) for seq in self.seqs)
+        return sum(self.n_new)
+
+    @property
+    def kind(self) -> str:
+        """"decode" (one token per row), "prefill" (prompts only) or "mixed" (both in one forward pass)."""
+        return "decode" if self.n_decode == len(self.seqs) else "prefill" if self.n_decode == 0 else "mixed"
+
+    @property
+    def is_prefill(self) -> bool:
+        return self.kind == "prefill"
+
+
+def is_decoding(seq: EngineRequest) -> bool:
+    """Whether every token but the last is cached: the next step feeds one token and chooses the next."""
+    return seq.num_cached_tokens == len(seq) - 1
 
 
 class Scheduler:
@@ -80,7 +120,7 @@ class Scheduler:
             raise ValueError(f"This request needs up to {blocks} blocks of {manager.block_size} tokens (prompt "
                              f"{len(seq.prompt_ids)} + {seq.config.max_new_tokens} new); the whole pool has "
                              f"{manager.allocator.n_blocks}. Create the engine with more blocks, or ask for less.")
-        if seq.max_length - 1 > c.max_num_batched_tokens:
+        if not c.chunked_prefill and seq.max_length - 1 > c.max_num_batched_tokens:
             raise ValueError(f"This request may need {seq.max_length - 1} tokens in one forward pass (a recomputed "
                              f"prompt + new tokens); max_num_batched_tokens is {c.max_num_batched_tokens}.")
         seq.status = Status.WAITING
@@ -90,27 +130,70 @@ class Scheduler:
         return bool(self.waiting or self.running)
 
     def schedule(self) -> ScheduledBatch:
-        """The next step's batch: a prefill of newly admitted sequences if any fit, else a decode step."""
-        admitted = self._admit()
-        if admitted:
-            return ScheduledBatch(tuple(admitted), True)
-        return self._decode()
+        """The next step's batch (see the module doc for the two policies)."""
+        return self._schedule_chunked() if self.config.chunked_prefill else self._schedule_prefill_first()
 
-    def _admit(self) -> list[EngineRequest]:
+    def _schedule_prefill_first(self) -> ScheduledBatch:
+        """Whole prompts of newly admitted sequences if any fit, else one decode token per running sequence."""
         admitted, tokens, manager = [], 0, self.block_manager
         while self.waiting and len(self.running) < self.config.max_num_seqs:
             seq = self.waiting[0]
             if tokens + len(seq) > self.config.max_num_batched_tokens or not manager.can_allocate(seq.token_ids):
                 break
-            manager.allocate(seq)
-            tokens += len(seq)
-            seq.status = Status.RUNNING
-            self.running.append(self.waiting.popleft())
+            self._admit()
+            self.block_manager.publish(seq, len(seq))  # named now: a prompt admitted after it may share it
+            tokens += len(seq) - seq.num_cached_tokens
             admitted.append(seq)
-        return admitted
+        if admitted:
+            return self._batch([], admitted, [len(seq) - seq.num_cached_tokens for seq in admitted], ())
+        preempted = self._reserve_decode_slots()
+        return self._batch(list(self.running), [], [], preempted)
 
-    def _decode(self) -> ScheduledBatch:
-        scheduled, preempted, manager = [], [], self.block_manager
+    def _schedule_chunked(self) -> ScheduledBatch:
+        """Every decode first (one token each), then prompt chunks within the step's token budget."""
+        preempted = self._reserve_decode_slots()
+        decodes = [seq for seq in self.running if is_decoding(seq)]
+        budget = self.config.max_num_batched_tokens - len(decodes)
+        prefills, chunks = [], []
+        for seq in [seq for seq in self.running if not is_decoding(seq)]:  # prompts started in earlier steps
+            chunks.append(self._chunk(seq, budget))
+            prefills.append(seq)
+            budget -= chunks[-1]
+        while (not preempted and budget > 0 and self.waiting and len(self.running) < self.config.max_num_seqs
+               and self.block_manager.can_allocate(self.waiting[0].token_ids)):
+            prefills.append(self._admit())
+            chunks.append(self._chunk(prefills[-1], budget))
+            self.block_manager.publish(prefills[-1], prefills[-1].num_cached_tokens + chunks[-1])
+            budget -= chunks[-1]
+        rows = [(seq, n) for seq, n in zip(prefills, chunks) if n > 0]  # a started prompt may wait a step
+        return self._batch(decodes, [seq for seq, _ in rows], [n for _, n in rows], preempted)
+
+    def _chunk(self, seq: EngineRequest, budget: int) -> int:
+        """How many of seq's uncached tokens this step feeds: all, or what the budget and chunk size allow."""
+        return max(0, min(len(seq) - seq.num_cached_tokens, budget, self.config.chunk))
+
+    def _admit(self) -> EngineRequest:
+        """The oldest waiting sequence, given its blocks (cached prefix reused) and moved to running."""
+        seq = self.waiting.popleft()
+        self.block_manager.allocate(seq)
+        seq.status = Status.RUNNING
+        self.running.append(seq)
+        return seq
+
+    def _batch(self, decodes: list[EngineRequest], prefills: list[EngineRequest], chunks: list[int],
+               preempted: tuple[EngineRequest, ...]) -> ScheduledBatch:
+        """The step's batch; each row's blocks are named as computed by its end (prefix cache).
+
+        Within one step a later row may read blocks an earlier row computes: each layer writes every
+        row's new keys and values before any row attends (`BatchKV`)."""
+        seqs, n_new = decodes + prefills, [1] * len(decodes) + chunks
+        for seq, n in zip(seqs, n_new):
+            self.block_manager.publish(seq, seq.num_cached_tokens + n)
+        return ScheduledBatch(tuple(seqs), tuple(n_new), len(decodes), preempted)
+
+    def _reserve_decode_slots(self) -> tuple[EngineRequest, ...]:
+        """A slot for each decoding sequence's next token; when the pool is full, preempt the newest."""
+        kept, preempted, manager = [], [], self.block_manager
         while self.running:
             seq = self.running.popleft()
             while not manager.can_append(seq):
@@ -121,9 +204,9 @@ class Scheduler:
                     break
             else:
                 manager.append_slot(seq)
-                scheduled.append(seq)
-        self.running.extend(scheduled)
-        return ScheduledBatch(tuple(scheduled), False, tuple(preempted))
+                kept.append(seq)
+        self.running.extend(kept)
+        return tuple(preempted)
 
     def _preempt(self, seq: EngineRequest) -> None:
         self.block_manager.free(seq)

@@ -6,7 +6,7 @@ import torch
 
 import labkit
 from labkit.decoding.generate import generate
-from labkit.serving.engine import Engine
+from labkit.serving.engine import Engine, EngineBusy
 
 # Batched vs alone: the same arithmetic on the same numbers, but in other shapes (more rows, keys padded
 # to the longest row and masked), so a matmul kernel may sum in another order. On tiny() (logits of
@@ -55,7 +55,8 @@ def run_staggered(engine, requests, arrivals):
 
 def assert_all_free(engine):
     engine.block_manager.check()
-    assert engine.pool.allocator.n_used == 0 and not engine.block_manager.hash_to_block
+    assert engine.pool.allocator.n_used == 0  # named blocks stay cached, free
+    assert engine.block_manager.n_cached_free == len(engine.block_manager.hash_to_block)
 
 
 def test_batch_invariance_greedy_tokens_and_logits(tiny, tokenizer, one_thread):
@@ -177,3 +178,67 @@ def test_bad_input_is_refused(tiny, tokenizer):
         Engine(tiny, tokenizer, n_blocks=0)
     with pytest.raises(TypeError, match="impl='labkit'"):
         Engine(labkit.tiny_model("transformers"), tokenizer)
+
+
+@pytest.mark.parametrize("budget, chunk", [(8, None), (12, 3)])
+def test_chunked_prefill_keeps_tokens_and_logits_of_each_prompt_alone(tiny, tokenizer, one_thread, budget, chunk):
+    requests = [(p, {"max_new_tokens": n, **options(i)}) for i, (p, n) in enumerate(zip(PROMPTS, NEW_TOKENS))]
+    engine = Engine(tiny, tokenizer, max_num_seqs=6, max_num_batched_tokens=budget, chunked_prefill=True,
+                    prefill_chunk=chunk, record_logits=True)
+    ids = run_staggered(engine, requests, arrivals=[0, 0, 0, 1, 2, 2, 4, 5, 7, 9])
+    kinds = {m.kind for m in engine.step_metrics}
+    assert "mixed" in kinds and max(m.n_tokens for m in engine.step_metrics) <= budget
+    assert any(len(tokenizer(p).input_ids) > budget for p in PROMPTS)  # some prompts really took several steps
+    for request_id, (prompt, opts) in zip(ids, requests):
+        tokens, logits = alone(tiny, tokenizer, prompt, **opts)
+        seq = engine.requests[request_id]
+        assert seq.output_ids == tokens, prompt
+        assert (torch.stack(seq.logits) - logits).abs().max() < TINY_ATOL
+    assert_all_free(engine)
+
+
+def test_chunked_prefill_with_preemption_and_aborts_leaks_nothing(tiny, tokenizer, one_thread):
+    prompts = PROMPTS[:4] + PROMPTS[6:8]
+    requests = [(p, {"max_new_tokens": 20 - i, **options(i)}) for i, p in enumerate(prompts)]
+    engine = Engine(tiny, tokenizer, max_num_seqs=4, n_blocks=10, block_size=4, max_num_batched_tokens=6,
+                    chunked_prefill=True)
+    ids = run_staggered(engine, requests, arrivals=[0, 0, 1, 1, 2, 3])
+    assert engine.scheduler.n_preemptions > 0
+    for request_id, (prompt, opts) in zip(ids, requests):
+        assert engine.requests[request_id].output_ids == labkit.generate_ids(tiny, tokenizer, prompt, **opts)
+    long = engine.add_request(PROMPTS[4], max_new_tokens=4)  # 14 prompt tokens, fed at most 6 a step
+    engine.step()
+    assert 0 < engine.requests[long].num_cached_tokens < len(engine.requests[long])  # half prefilled ...
+    engine.abort(long)  # ... and aborted: its blocks come back
+    engine.scheduler.check()
+    assert_all_free(engine)
+
+
+def test_a_finished_requests_prefix_is_reused_by_a_later_one(tiny, tokenizer, one_thread):
+    system = "You are a helpful assistant. Answer briefly and politely, in one sentence. "
+    engine = Engine(tiny, tokenizer, max_num_seqs=2, block_size=4)
+    first = engine.add_request(system + "What is the sea?", max_new_tokens=5)
+    engine.run_until_done()  # finished: its blocks are free, and still named
+    assert engine.load().blocks_used == 0 and engine.load().blocks_cached > 0
+    second = engine.add_request(system + "Why is the sky blue?", max_new_tokens=5)
+    engine.step()
+    prompt_tokens = len(engine.requests[second].prompt_ids)
+    assert engine.step_metrics[-1].n_tokens < prompt_tokens // 2  # the shared system prompt was not recomputed
+    assert engine.load().prefix_hit_rate > 0
+    engine.run_until_done()
+    for request_id, question in ((first, "What is the sea?"), (second, "Why is the sky blue?")):
+        expected = labkit.generate_ids(tiny, tokenizer, system + question, max_new_tokens=5)
+        assert engine.requests[request_id].output_ids == expected
+    assert_all_free(engine)
+
+
+def test_engine_reports_its_load_and_turns_requests_away_when_its_queue_is_full(tiny, tokenizer):
+    engine = Engine(tiny, tokenizer, max_num_seqs=1, max_waiting=1)
+    engine.add_request("Hi", max_new_tokens=3)  # a free seat
+    engine.add_request("The sea is", max_new_tokens=3)  # waits (1 beyond the free seats)
+    with pytest.raises(EngineBusy, match="at most 1 may wait"):
+        engine.add_request("A", max_new_tokens=3)
+    load = engine.load()
+    assert (load.running, load.waiting, load.free_seats) == (0, 2, 1)
+    engine.step()
+    assert (engine.load().running, engine.load().free_seats) == (1, 0) and engine.load().blocks_used > 0

@@ -63,10 +63,12 @@ def compare(engine, request_id, model, tokenizer, prompt_ids, max_new_tokens) ->
 
 
 @pytest.mark.slow
-def test_batched_chat_equals_each_prompt_alone(smollm2_labkit, tokenizer):
+@pytest.mark.parametrize("chunked", [False, True], ids=["prefill-first", "chunked-prefill"])
+def test_batched_chat_equals_each_prompt_alone(smollm2_labkit, tokenizer, chunked):
     prompts = [labkit.chat_prompt(tokenizer, q) for q in QUESTIONS]
     assert len({len(p) for p in prompts}) == len(prompts)  # all lengths differ
-    engine = Engine(smollm2_labkit, tokenizer, max_num_seqs=8, record_logits=True)
+    chunking = {"chunked_prefill": True, "max_num_batched_tokens": 48, "prefill_chunk": 32} if chunked else {}
+    engine = Engine(smollm2_labkit, tokenizer, max_num_seqs=8, record_logits=True, **chunking)
     ids, step = [], 0
     while len(ids) < len(prompts) or engine.has_unfinished():
         while len(ids) < len(prompts) and ARRIVAL_STEPS[len(ids)] <= step:
@@ -74,7 +76,7 @@ def test_batched_chat_equals_each_prompt_alone(smollm2_labkit, tokenizer):
         engine.step()
         step += 1
     assert max(m.batch_size for m in engine.step_metrics) >= 6  # they really shared forward passes
-    assert {m.kind for m in engine.step_metrics} == {"prefill", "decode"}
+    assert {m.kind for m in engine.step_metrics} == ({"prefill", "decode", "mixed"} if chunked else {"prefill", "decode"})
     found = [compare(engine, i, smollm2_labkit, tokenizer, p, n) for i, p, n in zip(ids, prompts, NEW_TOKENS)]
     compared, total = sum(f[0] for f in found), sum(f[1] for f in found)
     assert compared >= 0.9 * total, f"only {compared} of {total} tokens before a near-tie: pick other prompts"
@@ -98,3 +100,8 @@ def test_shared_system_prompt_hits_the_prefix_cache_and_changes_nothing(smollm2_
     assert sum(f[0] for f in found) >= 0.9 * sum(f[1] for f in found)
     engine.block_manager.check()
     assert engine.pool.allocator.n_used == 0
+    again = engine.add_request(prompts[0], max_new_tokens=12)  # after every request ended: the prefix is still cached
+    engine.step()
+    assert engine.step_metrics[-1].n_tokens < len(prompts[0]) - len(SYSTEM) // 8
+    engine.run_until_done()
+    assert engine.requests[again].output_ids == engine.requests[ids[0]].output_ids

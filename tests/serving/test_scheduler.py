@@ -19,10 +19,14 @@ def make_seq(seq_id, prompt, max_new_tokens=4):
 
 
 def fake_step(scheduler, token=7):
-    """What the engine does after a forward pass, minus the model: cache the fed tokens, append one."""
+    """What the engine does after a forward pass, minus the model: cache the fed tokens, append one to
+    each row whose prompt is now complete."""
     batch = scheduler.schedule()
-    for seq in batch.seqs:
-        seq.num_cached_tokens = len(seq)
+    assert batch.n_tokens <= scheduler.config.max_num_batched_tokens
+    for seq, n in zip(batch.seqs, batch.n_new):
+        seq.num_cached_tokens += n
+        if seq.num_cached_tokens < len(seq):  # a chunk of a prompt
+            continue
         seq.output_ids.append(token)
         if len(seq.output_ids) == seq.config.max_new_tokens:
             scheduler.finish(seq)
@@ -40,6 +44,8 @@ def test_prefix_blocks_are_shared_counted_and_released():
     manager = BlockManager(BlockAllocator(10), block_size=4)
     first, second = make_seq(0, range(10)), make_seq(1, list(range(8)) + [50, 51, 52])
     manager.allocate(first)
+    assert manager.blocks_needed(second.token_ids) == 3  # first's blocks are not computed yet: no names
+    manager.publish(first, 10)  # the step that computes first's 10 tokens is scheduled: 2 full blocks named
     assert manager.blocks_needed(second.token_ids) == 1  # 3 blocks, 2 of them cached
     manager.allocate(second)
     assert second.block_table[:2] == first.block_table[:2] and second.num_cached_tokens == 8
@@ -49,7 +55,29 @@ def test_prefix_blocks_are_shared_counted_and_released():
     assert manager.allocator.ref_counts[second.block_table[0]] == 1
     manager.free(second)
     manager.check()
-    assert manager.allocator.n_used == 0 and not manager.hash_to_block
+    assert manager.allocator.n_used == 0 and manager.n_cached_free == 2  # free, and still named
+
+
+def test_finished_prefix_is_reused_until_its_memory_is_needed_least_recently_freed_first():
+    manager = BlockManager(BlockAllocator(4), block_size=2)
+    old, recent = make_seq(0, [1, 2, 3]), make_seq(1, [4, 5, 6])
+    named = []
+    for seq in (old, recent):  # each computes and names one full block, then finishes
+        manager.allocate(seq)
+        manager.publish(seq, 3)
+        named.append(seq.block_table[0])
+        manager.free(seq)
+    assert manager.n_cached_free == 2 and manager.allocator.n_used == 0
+    again = make_seq(2, [4, 5, 9, 9])  # recent's first block again, after recent ended
+    assert manager.blocks_needed(again.token_ids) == 2  # the cached block is free: taking it back costs one
+    manager.allocate(again)
+    assert again.num_cached_tokens == 2 and again.block_table[0] == named[1] and manager.hits == 1
+    assert manager.evictions == 0  # its fresh block was a free one that never had a name
+    fresh = make_seq(3, [7, 7, 7, 7])  # 2 fresh blocks: the last unnamed one, then old's (least recently freed)
+    manager.allocate(fresh)
+    assert manager.evictions == 1 and named[0] in fresh.block_table and manager.cached_prefix_blocks([1, 2, 3]) == 0
+    assert manager.cached_prefix_blocks([4, 5, 6]) == 1  # in use by `again`: never evicted
+    manager.check()
 
 
 def test_the_newest_running_sequence_is_preempted_and_recomputed_first():
@@ -68,6 +96,32 @@ def test_the_newest_running_sequence_is_preempted_and_recomputed_first():
         fake_step(scheduler)
         scheduler.check()
     assert old.output_ids == new.output_ids == [7] * 5 and manager.allocator.n_used == 0
+
+
+def test_chunked_prefill_spreads_a_long_prompt_and_never_stalls_the_decodes():
+    manager = BlockManager(BlockAllocator(16), block_size=4)
+    config = SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=6, max_model_len=64, chunked_prefill=True,
+                             prefill_chunk=4)
+    scheduler = Scheduler(config, manager)
+    short, long = make_seq(0, [1, 2, 3], 8), make_seq(1, range(10, 30), 2)  # 20 prompt tokens, budget 6
+    scheduler.add(short)
+    assert fake_step(scheduler).kind == "prefill"  # short's whole prompt (3 tokens) fits one chunk
+    scheduler.add(long)
+    kinds, fed = [], []
+    while long.num_cached_tokens < 20:
+        batch = fake_step(scheduler)
+        kinds.append(batch.kind)
+        fed.append(dict(zip([s.seq_id for s in batch.seqs], batch.n_new)))
+        scheduler.check()
+    assert kinds == ["mixed"] * 5 and all(step[0] == 1 for step in fed)  # short decodes in every step ...
+    assert [step[1] for step in fed] == [4, 4, 4, 4, 4]  # ... while long's prompt goes in chunks of 4
+    assert long.output_ids == [7] and len(short.output_ids) == 6  # long's first token after its last chunk
+    with pytest.raises(ValueError, match="needs chunked_prefill=True"):
+        SchedulerConfig(prefill_chunk=4)
+    chunked = Scheduler(config, BlockManager(BlockAllocator(16), block_size=4))
+    chunked.add(make_seq(2, range(40), 4))  # longer than the budget: fine in chunks, refused without
+    with pytest.raises(ValueError, match="max_num_batched_tokens is 6"):
+        Scheduler(SchedulerConfig(4, 6, 64), manager).add(make_seq(3, range(40), 4))
 
 
 def test_requests_that_could_never_run_are_refused():
@@ -89,13 +143,16 @@ def test_requests_that_could_never_run_are_refused():
 
 
 class SchedulerMachine(RuleBasedStateMachine):
-    """Random arrivals (some sharing a prefix), aborts and steps on a small pool; every invariant after
-    every rule; at the end everything drains and every block is free."""
+    """Random arrivals (some sharing a prefix), aborts and steps on a small pool, prefill first or in chunks
+    under a small token budget; every invariant after every rule; at the end everything drains and every
+    block is free."""
 
-    @initialize(n_blocks=st.integers(4, 12), block_size=st.integers(1, 4), max_num_seqs=st.integers(1, 4))
-    def setup(self, n_blocks, block_size, max_num_seqs):
+    @initialize(n_blocks=st.integers(4, 12), block_size=st.integers(1, 4), max_num_seqs=st.integers(1, 4),
+                chunked=st.booleans(), budget=st.integers(1, 16), chunk=st.none() | st.integers(1, 5))
+    def setup(self, n_blocks, block_size, max_num_seqs, chunked, budget, chunk):
         self.manager = BlockManager(BlockAllocator(n_blocks), block_size)
-        config = SchedulerConfig(max_num_seqs, max_num_batched_tokens=max(max_num_seqs, 16), max_model_len=32)
+        budget = max(max_num_seqs, budget if chunked else 16)  # chunked: a budget smaller than most prompts
+        config = SchedulerConfig(max_num_seqs, budget, 32, chunked, chunk if chunked else None)
         self.scheduler = Scheduler(config, self.manager)
         self.seqs = []
 
@@ -139,7 +196,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         assert not self.scheduler.has_unfinished(), "the scheduler did not drain"
         assert all(seq.is_done for seq in self.seqs)
         assert all(len(s.output_ids) == s.config.max_new_tokens for s in self.seqs if s.status is Status.FINISHED)
-        assert self.manager.allocator.n_used == 0 and not self.manager.hash_to_block
+        assert self.manager.allocator.n_used == 0 and self.manager.n_cached_free == len(self.manager.hash_to_block)
         self.manager.check()
 
 

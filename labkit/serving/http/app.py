@@ -84,7 +84,8 @@ def build_app(service: ModelService, api_key: str | None = None) -> FastAPI:
         alive = service.engine_thread.thread.is_alive()
         return JSONResponse({"status": "ok" if alive else "engine stopped", "model": service.name,
                              "running": load.running, "waiting": load.waiting,
-                             "kv_blocks_used": load.blocks_used, "kv_blocks_total": load.blocks_total},
+                             "kv_blocks_used": load.blocks_used, "kv_blocks_total": load.blocks_total,
+                             "kv_blocks_cached": load.blocks_cached, "prefix_cache_hit_rate": load.prefix_hit_rate},
                             status_code=200 if alive else 503)
 
     @app.get("/metrics", dependencies=guard)

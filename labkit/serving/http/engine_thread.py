@@ -5,9 +5,9 @@ reads each request's tokens from an `asyncio.Queue` of its own, which the engine
 `loop.call_soon_threadsafe`. The thread steps while any request is unfinished and sleeps on the inbox
 otherwise. An add is answered (request id, or the error) before the next step.
 
-    thread = EngineThread(Engine(model, tokenizer, max_num_seqs=8), max_waiting=64)
+    thread = EngineThread(Engine(model, tokenizer, max_num_seqs=8, max_waiting=64))
     thread.start()
-    request_id, events = await thread.submit(prompt_ids, DecodingConfig(max_new_tokens=16))
+    request_id, events = await thread.submit(prompt_ids, DecodingConfig(max_new_tokens=16), time.perf_counter())
     while (event := await events.get()).finish_reason is None:
         print(event.text, end="")
 """
@@ -18,19 +18,16 @@ import asyncio
 import logging
 import queue
 import threading
+import time
 from concurrent.futures import Future
 from dataclasses import dataclass
 
 from labkit.decoding.config import DecodingConfig
-from labkit.serving.engine import Engine
+from labkit.serving.engine import Engine, EngineBusy, EngineLoad
 from labkit.serving.http.server_metrics import ServerMetrics
 from labkit.serving.request import EngineRequestMetrics
 
 log = logging.getLogger("labkit.serving.http")
-
-
-class QueueFull(Exception):
-    """The waiting queue holds max_waiting requests that could not start now: come back later."""
 
 
 @dataclass(frozen=True)
@@ -51,30 +48,20 @@ class Submission:
     loop: asyncio.AbstractEventLoop
     events: asyncio.Queue
     answer: Future  # the request id, or the exception add_request raised
-
-
-@dataclass(frozen=True)
-class Load:
-    """The engine's state as last published: what /health and /api/ps show."""
-
-    running: int = 0
-    waiting: int = 0
-    blocks_used: int = 0
-    blocks_total: int = 0
+    arrival_s: float  # when the server received it (time.perf_counter), before any wait for the engine
 
 
 class EngineThread:
     """Owns an Engine; `submit` and `abort` are safe to call from the event loop (see the module doc)."""
 
-    def __init__(self, engine: Engine, max_waiting: int = 64, metrics: ServerMetrics | None = None):
-        if not isinstance(max_waiting, int) or isinstance(max_waiting, bool) or max_waiting < 0:
-            raise ValueError(f"max_waiting must be an integer >= 0, got {max_waiting!r}.")
+    def __init__(self, engine: Engine, metrics: ServerMetrics | None = None):
+        if engine.clock is not time.perf_counter:
+            raise ValueError("The engine thread stamps arrivals with time.perf_counter: give the engine that clock.")
         self.engine = engine
-        self.max_waiting = max_waiting  # requests queued beyond the free running slots before 503
         self.metrics = metrics or ServerMetrics()
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()
         self.streams: dict[int, Submission] = {}  # unfinished requests, by id (engine thread only)
-        self.load = Load(blocks_total=engine.pool.n_blocks)
+        self.load: EngineLoad = engine.load()  # as last published: what /health and /api/ps show
         self.thread = threading.Thread(target=self._run, name="labkit-engine", daemon=True)
 
     def start(self) -> None:
@@ -85,13 +72,16 @@ class EngineThread:
         self.inbox.put(None)
         self.thread.join(timeout)
 
-    async def submit(self, prompt_ids: list[int], config: DecodingConfig) -> tuple[int, asyncio.Queue]:
-        """Queue a request; its id and the queue its `TokenEvent`s arrive on.
+    async def submit(self, prompt_ids: list[int], config: DecodingConfig,
+                     arrival_s: float | None = None) -> tuple[int, asyncio.Queue]:
+        """Queue a request that arrived at arrival_s (time.perf_counter; now by default); its id and the
+        queue its `TokenEvent`s arrive on.
 
-        Raises QueueFull when the waiting queue is full, ValueError/TypeError when the engine refuses it.
+        Raises EngineBusy when the engine's queue is full, ValueError/TypeError when it refuses the request.
         """
         loop = asyncio.get_running_loop()
-        submission = Submission(list(prompt_ids), config, loop, asyncio.Queue(), Future())
+        arrival_s = time.perf_counter() if arrival_s is None else arrival_s
+        submission = Submission(list(prompt_ids), config, loop, asyncio.Queue(), Future(), arrival_s)
         self.inbox.put(submission)
         request_id = await asyncio.wrap_future(submission.answer)
         return request_id, submission.events
@@ -125,16 +115,12 @@ class EngineThread:
                 self._finish(command)
 
     def _add(self, submission: Submission) -> None:
-        scheduler = self.engine.scheduler
-        free_slots = max(0, self.engine.config.max_num_seqs - len(scheduler.running))
-        if len(scheduler.waiting) - free_slots >= self.max_waiting:
-            self.metrics.rejected.inc()
-            submission.answer.set_exception(QueueFull(
-                f"The server is busy: {len(scheduler.running)} requests running and {len(scheduler.waiting)} "
-                f"waiting (at most {self.max_waiting} may wait). Try again shortly."))
-            return
         try:
-            request_id = self.engine.add_request(submission.prompt_ids, submission.config)
+            request_id = self.engine.add_request(submission.prompt_ids, submission.config, submission.arrival_s)
+        except EngineBusy as error:
+            self.metrics.rejected.inc()
+            submission.answer.set_exception(error)
+            return
         except Exception as error:  # ValueError/TypeError: the client's mistake; anything else: the server's
             submission.answer.set_exception(error)
             return
@@ -180,6 +166,5 @@ class EngineThread:
             log.debug("request %s: event loop closed", request_id)
 
     def _publish_load(self) -> None:
-        scheduler, allocator = self.engine.scheduler, self.engine.pool.allocator
-        self.load = Load(len(scheduler.running), len(scheduler.waiting), allocator.n_used, allocator.n_blocks)
+        self.load = self.engine.load()
         self.metrics.set_load(self.load.running, self.load.waiting, self.load.blocks_used, self.load.blocks_total)

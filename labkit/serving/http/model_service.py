@@ -24,8 +24,8 @@ from transformers import PreTrainedTokenizerBase
 from labkit.core.forward import context_length
 from labkit.core.text import chat_prompt, encode_prompt
 from labkit.decoding.config import SAMPLING_ONLY, DecodingConfig
-from labkit.serving.engine import DEFAULT_TOKENS_PER_SEQ
-from labkit.serving.http.engine_thread import EngineThread, QueueFull, TokenEvent
+from labkit.serving.engine import DEFAULT_TOKENS_PER_SEQ, EngineBusy
+from labkit.serving.http.engine_thread import EngineThread, TokenEvent
 from labkit.serving.http.errors import ClientError
 from labkit.serving.http.fields import STRING, read_json_object, refuse_unsupported, take
 
@@ -122,11 +122,14 @@ class ModelService:
                 raise ClientError(400, message) from None
             raise ClientError(400, f"'{names[name]}'{message[len(name):]}", names[name]) from None
 
-    async def submit(self, prompt_ids: list[int], config: DecodingConfig) -> Submitted:
-        """Queue a request in the engine: 503 when the queue is full, 400 when the engine refuses it."""
+    async def submit(self, prompt_ids: list[int], config: DecodingConfig, arrival_s: float | None = None) -> Submitted:
+        """Queue a request in the engine: 503 when the queue is full, 400 when the engine refuses it.
+
+        arrival_s: when the handler received it (time.perf_counter), so that the engine's TTFT counts the
+        wait for the step in flight; now by default."""
         try:
-            request_id, events = await self.engine_thread.submit(prompt_ids, config)
-        except QueueFull as error:
+            request_id, events = await self.engine_thread.submit(prompt_ids, config, arrival_s)
+        except EngineBusy as error:
             raise ClientError(503, str(error), headers={"retry-after": "1"}) from None
         except (TypeError, ValueError) as error:
             raise ClientError(400, str(error)) from None

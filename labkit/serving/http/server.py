@@ -101,8 +101,8 @@ def create_app(model: str = "smollm2-135m", max_num_seqs: int = DEFAULT_MAX_NUM_
 
     llama, tokenizer = load_model(model, impl="labkit")
     llama = optimize(llama, steps) if steps else llama
-    engine = Engine(llama, tokenizer, max_num_seqs=max_num_seqs, step_history=STEP_HISTORY)
-    engine_thread = EngineThread(engine, max_waiting)
+    engine = Engine(llama, tokenizer, max_num_seqs=max_num_seqs, max_waiting=max_waiting, step_history=STEP_HISTORY)
+    engine_thread = EngineThread(engine)
     engine_thread.start()
     return build_app(ModelService(model, llama, tokenizer, engine_thread), api_key)
 

@@ -28,7 +28,7 @@ HI = [{"role": "user", "content": "Hi"}]
 @pytest.fixture(scope="module")
 def service():
     model, tokenizer = labkit.tiny_model(impl="labkit"), labkit.load_tokenizer("smollm2-135m")
-    engine_thread = EngineThread(Engine(model, tokenizer, max_num_seqs=4), max_waiting=64)
+    engine_thread = EngineThread(Engine(model, tokenizer, max_num_seqs=4, max_waiting=64))
     engine_thread.start()
     yield ModelService(NAME, model, tokenizer, engine_thread)
     engine_thread.stop()

@@ -13,7 +13,8 @@ import labkit
 from labkit.decoding.config import DecodingConfig
 from labkit.serving.engine import Engine
 from labkit.serving.http.app import build_app
-from labkit.serving.http.engine_thread import EngineThread, QueueFull
+from labkit.serving.engine import EngineBusy
+from labkit.serving.http.engine_thread import EngineThread
 from labkit.serving.http.model_service import ModelService
 from labkit.serving.http.server import exposure_warning, parse_args
 
@@ -23,7 +24,7 @@ NAME = "tiny"
 @pytest.fixture(scope="module")
 def service():
     model, tokenizer = labkit.tiny_model(impl="labkit"), labkit.load_tokenizer("smollm2-135m")
-    engine_thread = EngineThread(Engine(model, tokenizer, max_num_seqs=4), max_waiting=8)
+    engine_thread = EngineThread(Engine(model, tokenizer, max_num_seqs=4, max_waiting=8))
     engine_thread.start()
     yield ModelService(NAME, model, tokenizer, engine_thread, max_body_bytes=10_000)
     engine_thread.stop()
@@ -103,7 +104,7 @@ def test_malformed_json_is_400_in_each_shape(service):
 
 def test_a_full_queue_refuses_at_once(one_thread):
     model, tokenizer = labkit.tiny_model(impl="labkit"), labkit.load_tokenizer("smollm2-135m")
-    engine_thread = EngineThread(Engine(model, tokenizer, max_num_seqs=1), max_waiting=0)
+    engine_thread = EngineThread(Engine(model, tokenizer, max_num_seqs=1, max_waiting=0))
 
     async def two_at_once():
         config = DecodingConfig(max_new_tokens=4)
@@ -115,7 +116,7 @@ def test_a_full_queue_refuses_at_once(one_thread):
 
     accepted, refused = asyncio.run(two_at_once())
     engine_thread.stop()
-    assert accepted[0] == 0 and isinstance(refused, QueueFull) and "busy" in str(refused)
+    assert accepted[0] == 0 and isinstance(refused, EngineBusy) and "busy" in str(refused)
 
 
 def test_an_abandoned_stream_is_aborted_and_frees_its_blocks(service, one_thread):
