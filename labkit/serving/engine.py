@@ -118,6 +118,7 @@ class Engine:
         self.requests: dict[int, EngineRequest] = {}  # every request added and not yet released, by id
         self.request_ids = itertools.count()
         self.step_metrics: deque[StepMetrics] = deque(maxlen=step_history)  # the last `step_history` steps (all by default)
+        self.last_batch: ScheduledBatch | None = None  # what the last step ran: its rows, tokens each and kind
 
     def load(self) -> EngineLoad:
         """Seats, queue and KV blocks right now (`EngineLoad`)."""
@@ -182,6 +183,7 @@ class Engine:
         batch = self.scheduler.schedule()
         if not batch.seqs:
             return []
+        self.last_batch = batch
         logits = self.runner.run(batch.seqs, batch.n_new)  # [B, V]
         outputs = self._postprocess(batch, logits)
         self.step_metrics.append(StepMetrics(batch.kind, len(batch.seqs), batch.n_tokens,

@@ -79,7 +79,7 @@ class Snapshot:
     """The engine right after one step: what ran, who waits, who holds which blocks."""
 
     step: int  # 0, 1, ...
-    kind: str  # "prefill", "decode", or "idle" (no request yet)
+    kind: str  # "prefill", "decode", "mixed" (both, chunked prefill) or "idle" (no request yet)
     batch: tuple[int, ...]  # request ids in the forward pass
     preempted: tuple[int, ...]  # sent back to the queue by this step's schedule
     waiting: tuple[int, ...]  # arrived, not running (after the step)
@@ -87,6 +87,7 @@ class Snapshot:
     finished: tuple[int, ...]  # finished during this step
     block_tables: dict[int, tuple[int, ...]]  # request id -> its blocks (running requests, after the step)
     blocks_used: int  # pool blocks in use after the step
+    prefilled: tuple[int, ...] = ()  # requests of the batch that fed (a chunk of) their prompt; the others decoded
 
 
 @dataclass(frozen=True)
@@ -116,14 +117,15 @@ def run_traced(engine: Engine, requests: Sequence[tuple], arrivals: Sequence[int
         if len(engine.step_metrics) == before:  # nothing to run: no request has arrived yet
             snapshots.append(Snapshot(step, "idle", (), (), (), (), (), {}, 0))
             continue
-        metrics = engine.step_metrics[-1]
-        batch = tuple(request_id for request_id, *_ in outputs)  # one output per row of the forward pass
+        metrics, ran = engine.step_metrics[-1], engine.last_batch
+        batch = tuple(seq.seq_id for seq in ran.seqs)
         preempted = tuple(s.seq_id for s in scheduler.waiting if s.seq_id in was_running)
         snapshots.append(Snapshot(
             step, metrics.kind, batch, preempted, tuple(s.seq_id for s in scheduler.waiting),
             tuple(s.seq_id for s in scheduler.running),
             tuple(i for i, _, _, reason in outputs if reason is not None),
-            {s.seq_id: tuple(s.block_table) for s in scheduler.running}, metrics.blocks_used))
+            {s.seq_id: tuple(s.block_table) for s in scheduler.running}, metrics.blocks_used,
+            tuple(seq.seq_id for seq in ran.seqs[ran.n_decode:])))
     return Trace(tuple(snapshots), arrived, engine.pool.allocator.n_blocks, engine.block_manager.block_size)
 
 
@@ -150,7 +152,7 @@ def timeline_states(trace: Trace) -> dict[int, list[str | None]]:
     for s in trace.snapshots:
         for request_id, arrival in trace.arrivals.items():
             if request_id in s.batch:
-                states[request_id][s.step] = s.kind
+                states[request_id][s.step] = "prefill" if request_id in s.prefilled else "decode"
             elif arrival <= s.step and request_id in s.waiting:
                 states[request_id][s.step] = "waiting"
             elif request_id in s.running:
@@ -283,3 +285,26 @@ def plot_comparison(results: Mapping[str, Sequence], axes=None):
 
 __all__ = ["Snapshot", "Trace", "draw_engine_blocks", "draw_slot_grid", "draw_timeline", "engine_stepper",
            "format_trace", "plot_batch_sweep", "plot_comparison", "run_traced", "timeline_states"]
+
+
+STEP_COLORS = {"prefill": STATE_COLORS["prefill"], "decode": STATE_COLORS["decode"], "mixed": "#f0a030"}
+
+
+def plot_step_times(runs: Sequence, axes=None):
+    """One panel per `InterferenceRun` (labkit.serving.interference): a bar per engine step, its height the
+    step's time, its colour its kind; a line where the long prompt arrived. Returns the Axes."""
+    if axes is None:
+        _, axes = plt.subplots(1, len(runs), figsize=(5.5 * len(runs), 3.2), sharey=True, layout="constrained")
+    axes = list(axes) if len(runs) > 1 else [axes]
+    for ax, run in zip(axes, runs):
+        colors = [STEP_COLORS[kind] for kind in run.step_kinds]
+        ax.bar(range(len(run.step_ms)), run.step_ms, width=0.9, color=colors)
+        ax.axvline(run.arrival_step - 0.5, color="black", lw=1, ls="--")
+        ax.annotate("long prompt arrives", (run.arrival_step - 0.5, max(run.step_ms)), xytext=(4, -2),
+                    textcoords="offset points", fontsize=8, va="top")
+        ax.set(title=run.name, xlabel="engine step")
+        ax.spines[["top", "right"]].set_visible(False)
+    axes[0].set_ylabel("ms per step")
+    handles = [Patch(color=color, label=kind) for kind, color in STEP_COLORS.items()]
+    axes[-1].legend(handles=handles, frameon=False, fontsize=8, loc="upper right")
+    return axes
