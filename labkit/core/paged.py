@@ -58,11 +58,6 @@ class BlockAllocator:
         self.ref_counts: list[int] = [0] * n_blocks
 
     @property
-    def free_list(self) -> list[int]:
-        """The free blocks, in the order `allocate` hands them out."""
-        return list(self.free_blocks)
-
-    @property
     def n_free(self) -> int:
         return len(self.free_blocks)
 

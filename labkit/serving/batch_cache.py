@@ -9,6 +9,13 @@ padding, and each padded query repeats its row's last real position, so no mask 
 
     >>> cache = BatchKV(pool, block_tables=[[0], [1, 2]], starts=[0, 17], n_new=[5, 1])
     >>> logits = model(input_ids, cache)             # input_ids [2, 5], row 1 right-padded
+
+`PackedKV` lays the same rows end to end instead, as one sequence of N = sum(n_new) tokens with no
+padding (vLLM's layout): a token attends only to its own row's keys. A step that mixes 1-token decodes
+with a 64-token prompt chunk then computes N tokens, not B x 64.
+
+    >>> cache = PackedKV(pool, block_tables=[[0], [1, 2]], starts=[0, 17], n_new=[5, 1])
+    >>> logits = model(input_ids, cache, logits_at=cache.last)   # input_ids [1, 6] -> logits [2, V]
 """
 
 from __future__ import annotations
@@ -70,6 +77,53 @@ class BatchKV:
         flat[:, self.write_slots] = new.transpose(0, 1)[:, self.valid].to(flat.dtype)  # [H, sum n_new, D]
         picked = flat.index_select(1, self.read_slots.reshape(-1))  # [H, B * S, D]
         return picked.view(heads, self.batch_size, self.total, dim).transpose(0, 1)  # [B, H, S, D]
+
+    def advance(self, n_tokens: int) -> None:
+        """Nothing to do: the engine's sequences count their own cached tokens."""
+
+
+class PackedKV:
+    """append(layer, k, v) / advance(T) / batch_layout(T) for rows laid end to end in one sequence [1, N]."""
+
+    def __init__(self, pool: BlockPool, block_tables: list[list[int]], starts: list[int], n_new: list[int]):
+        if not (len(block_tables) == len(starts) == len(n_new)) or min(n_new, default=0) < 1:
+            raise ValueError("Give one block table, start and n_new >= 1 per row.")
+        size, device = pool.block_size, pool.keys.device
+        ends = [s + n for s, n in zip(starts, n_new)]
+        for table, end in zip(block_tables, ends):
+            if len(table) * size < end:
+                raise ValueError(f"A block table of {len(table)} blocks holds {len(table) * size} tokens; "
+                                 f"this pass needs {end}. Allocate its blocks first.")
+        self.pool, self.new_tokens = pool, sum(n_new)  # N
+        rows = torch.arange(len(n_new))
+        token_row = rows.repeat_interleave(torch.tensor(n_new))  # [N] the row of each new token
+        self.positions = torch.cat([torch.arange(s, e) for s, e in zip(starts, ends)])[None].to(device)  # [1, N]
+        key_row = rows.repeat_interleave(torch.tensor(ends))  # [S] the row of each key read
+        key_position = torch.cat([torch.arange(e) for e in ends])  # [S]
+        visible = (key_row[None, :] == token_row[:, None]) & (key_position[None, :] <= self.positions[0, :, None].cpu())
+        self.mask = torch.zeros(visible.shape).masked_fill(~visible, float("-inf"))[None, None].to(device)  # [1, 1, N, S]
+        writes = [slot_index(t, list(range(s, e)), size) for t, s, e in zip(block_tables, starts, ends)]
+        self.write_slots = torch.tensor([x for row in writes for x in row], device=device)  # [N]
+        reads = [slot_index(t, list(range(e)), size) for t, e in zip(block_tables, ends)]
+        self.read_slots = torch.tensor([x for row in reads for x in row], device=device)  # [S]
+        self.last = (torch.tensor(n_new).cumsum(0) - 1).to(device)  # [R] each row's last token in the sequence
+        self.length = 0  # unused by labkit's Llama when batch_layout exists; kept for the Cache protocol
+
+    def batch_layout(self, new_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(positions [1, N] long, mask [1, 1, N, S] additive float): a token sees its own row's keys up to itself."""
+        if new_tokens != self.new_tokens:
+            raise ValueError(f"This batch was packed into {self.new_tokens} tokens, got {new_tokens}.")
+        return self.positions, self.mask
+
+    def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store k, v [1, H, N, D]; return every row's keys, values end to end [1, H, S, D]."""
+        return self._store_and_read(self.pool.keys[layer], k), self._store_and_read(self.pool.values[layer], v)
+
+    def _store_and_read(self, blocks: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+        heads, n_blocks, size, dim = blocks.shape
+        flat = blocks.view(heads, n_blocks * size, dim)  # a view: writes land in the pool
+        flat[:, self.write_slots] = new[0].to(flat.dtype)  # [H, N, D]
+        return flat.index_select(1, self.read_slots)[None]  # [1, H, S, D]
 
     def advance(self, n_tokens: int) -> None:
         """Nothing to do: the engine's sequences count their own cached tokens."""

@@ -170,7 +170,7 @@ def test_allocator_invariants_under_any_operations(operations):
         assert all(allocator.ref_counts[b] == held.count(b) for b in range(8))
     for block in held:
         allocator.release(block)
-    assert allocator.ref_counts == [0] * 8 and sorted(allocator.free_list) == list(range(8))
+    assert allocator.ref_counts == [0] * 8 and sorted(allocator.free_blocks) == list(range(8))
 
 
 class PagedCacheMachine(RuleBasedStateMachine):
