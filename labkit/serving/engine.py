@@ -31,8 +31,7 @@ from labkit.core.arguments import check_int
 from labkit.core.forward import context_length
 from labkit.core.paged import BlockPool
 from labkit.decoding.config import DecodingConfig
-from labkit.decoding.generate import choose
-from labkit.decoding.request import Prompt, check_request, text_and_finish
+from labkit.decoding.request import Prompt, check_request
 from labkit.serving.block_manager import BlockManager
 from labkit.serving.runner import BatchRunner, require_llama
 from labkit.serving.scheduler import ScheduledBatch, Scheduler, SchedulerConfig
@@ -205,12 +204,9 @@ class Engine:
 
     def _choose(self, seq: EngineRequest, logits: torch.Tensor, now: float) -> Output:
         """The request's next token from its logits [1, V]; the text it adds; finish it if it is done."""
-        token_id = int(choose(logits, seq.config.temperature, seq.generator, seq.transforms, seq.token_ids)[0])
+        token_id, piece, finish = seq.choose_next(logits)
         if self.record_logits:
             seq.logits.append(logits[0].clone())
-        seq.output_ids.append(token_id)
-        last = len(seq.output_ids) == seq.config.max_new_tokens
-        piece, finish = text_and_finish(token_id, last, seq.eos_ids, seq.text, seq.stopper)
         seq.first_token_s = seq.first_token_s if seq.first_token_s is not None else now
         if finish is not None:
             self.scheduler.finish(seq, Status.FINISHED)

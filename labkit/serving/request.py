@@ -24,6 +24,8 @@ from transformers import PreTrainedTokenizerBase
 
 from labkit.core.text import StopMatcher, TextStream
 from labkit.decoding.config import DecodingConfig
+from labkit.decoding.generate import choose
+from labkit.decoding.request import text_and_finish
 
 
 class Status(Enum):
@@ -92,6 +94,16 @@ class EngineRequest:
         a whole prompt, or the last token when decoding); a chunk of a prompt when n is smaller."""
         end = len(self) if n is None else self.num_cached_tokens + n
         return self.token_ids[self.num_cached_tokens:end]
+
+    def choose_next(self, logits: torch.Tensor) -> tuple[int, str, str | None]:
+        """Choose this request's next token from its logits [1, V] as `labkit.generate` would (its own
+        transforms, `choose`, its seeded generator) and append it; (token id, the text it adds, the finish
+        reason: "eos", "length", "stop", or None while it goes on)."""
+        token_id = int(choose(logits, self.config.temperature, self.generator, self.transforms, self.token_ids)[0])
+        self.output_ids.append(token_id)
+        last = len(self.output_ids) == self.config.max_new_tokens
+        piece, finish = text_and_finish(token_id, last, self.eos_ids, self.text, self.stopper)
+        return token_id, piece, finish
 
     def metrics(self) -> EngineRequestMetrics:
         """Times of a finished or aborted request (nan where an event never happened)."""

@@ -4,9 +4,11 @@ A workload is a list of chat requests of varied prompt length and `max_new_token
 or staggered (Poisson arrivals). The same workload is served three ways, on the real clock:
 
 - **one at a time**: `labkit.generate` per request, in arrival order (a request waits for the ones before it);
-- **static batches**: the `Engine`, but a batch of `batch_size` requests is admitted only once all of
-  them have arrived and the previous batch has fully finished (short answers wait for the longest);
-- **continuous batching**: the `Engine`, each request added the moment it arrives, each leaving when done.
+- **static batches**: a real padded batch (`labkit.serving.static_batch`): the next `batch_size` requests
+  start together once all of them have arrived and the previous batch is done, prompts padded to the
+  longest, every row decoding until the batch's longest answer ends (the wasted slots are counted);
+- **continuous batching**: the `Engine`, each request added the moment it arrives, each leaving when done
+  (optionally with chunked prefill).
 
 TTFT is measured from each request's arrival, so waiting in a queue counts, as a user would feel it.
 
@@ -31,6 +33,7 @@ from labkit.decoding.config import DecodingConfig
 from labkit.decoding.generate import generate
 from labkit.metrics import percentile
 from labkit.serving.engine import Engine
+from labkit.serving.static_batch import StaticBatch, Waste
 
 BLOCK_SIZE = 16  # tokens per KV block of the engines these runners make
 
@@ -98,6 +101,7 @@ class RunResult:
     ttft_s: tuple[float, ...]  # per request (workload order), from its arrival to its first token
     tpot_s: tuple[float, ...]  # per request with >= 2 tokens: mean gap between its later tokens
     token_ids: tuple[tuple[int, ...], ...]  # per request, in workload order
+    waste: Waste | None = None  # padded static batches only: the slots they fed and wasted
 
     @property
     def tokens_per_s(self) -> float:
@@ -146,14 +150,14 @@ class Timeline:
         self.last[index] = moment
         self.tokens[index].append(token_id)
 
-    def result(self) -> RunResult:
+    def result(self, waste: Waste | None = None) -> RunResult:
         wall = max(self.last)
         arrivals = [item.arrival_s for item in self.workload]
         tpot = tuple((last - first) / (len(ids) - 1) for first, last, ids in zip(self.first, self.last, self.tokens)
                      if len(ids) > 1)
         return RunResult(self.name, wall, sum(len(ids) for ids in self.tokens),
                          tuple(first - arrival for first, arrival in zip(self.first, arrivals)), tpot,
-                         tuple(tuple(ids) for ids in self.tokens))
+                         tuple(tuple(ids) for ids in self.tokens), waste)
 
 
 def arrival_order(workload: list[WorkItem]) -> list[int]:
@@ -181,69 +185,82 @@ def run_one_at_a_time(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase
 
 
 def make_engine(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, workload: list[WorkItem],
-                max_num_seqs: int) -> Engine:
-    """An Engine whose pool holds every request of the workload at its longest: nothing is ever preempted."""
+                max_num_seqs: int, chunked_prefill: bool = False, max_num_batched_tokens: int | None = None) -> Engine:
+    """An Engine whose pool holds every request of the workload at its longest: nothing is ever preempted.
+
+    chunked_prefill: passed on with `max_num_batched_tokens` (the per-step token budget).
+
+        >>> make_engine(model, tokenizer, workload, 16, chunked_prefill=True, max_num_batched_tokens=64)
+    """
     blocks = sum(math.ceil((len(item.prompt_ids) + item.max_new_tokens) / BLOCK_SIZE) for item in workload)
-    return Engine(model, tokenizer, max_num_seqs=max_num_seqs, n_blocks=blocks, block_size=BLOCK_SIZE)
+    return Engine(model, tokenizer, max_num_seqs=max_num_seqs, n_blocks=blocks, block_size=BLOCK_SIZE,
+                  max_num_batched_tokens=max_num_batched_tokens, chunked_prefill=chunked_prefill)
 
 
-def serve(engine: Engine, line: Timeline, config: DecodingConfig | None, batch_size: int | None) -> None:
-    """Feed the workload to the engine as requests arrive, step it, record every token on `line`.
+def serve(engine: Engine, line: Timeline, config: DecodingConfig | None) -> None:
+    """Feed the workload to the engine as requests arrive (continuous batching), step it, record every token.
 
-    batch_size None: continuous batching (add each request when it arrives). An int: static batches
-    (the next batch_size requests, added together once all have arrived and the engine is idle).
+        >>> serve(make_engine(model, tokenizer, workload, 16), Timeline("continuous", workload), None)
     """
     workload, pending, index_of = line.workload, deque(arrival_order(line.workload)), {}
     while pending or engine.has_unfinished():
-        if batch_size is None:
-            take = sum(1 for i in pending if workload[i].arrival_s <= line.now())
-            due = workload[pending[0]].arrival_s if pending else math.inf
-        else:
-            batch = list(pending)[:batch_size]
-            due = workload[batch[-1]].arrival_s if batch else math.inf
-            take = len(batch) if not engine.has_unfinished() and due <= line.now() else 0
-        for _ in range(take):
+        while pending and workload[pending[0]].arrival_s <= line.now():
             index = pending.popleft()
             index_of[engine.add_request(workload[index].prompt_ids, item_config(config, workload[index]))] = index
         if engine.has_unfinished():
             for request_id, token_id, _, _ in engine.step():
                 line.record(index_of[request_id], token_id)
         elif pending:
-            line.wait_until(due)
+            line.wait_until(workload[pending[0]].arrival_s)
 
 
 def run_static_batches(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, workload: list[WorkItem],
                        batch_size: int = 4, config: DecodingConfig | None = None) -> RunResult:
-    """The Engine with static batches: a batch starts when all its requests arrived and the last one ended.
+    """Real static batches (`StaticBatch`): the next batch_size requests, in arrival order, start together once
+    all of them arrived and the previous batch ended; padded, each runs until its longest answer is done.
 
-        >>> run_static_batches(model, tokenizer, make_workload(tokenizer, 8), batch_size=4).ttft_p50
+        >>> run_static_batches(model, tokenizer, make_workload(tokenizer, 8), batch_size=4).waste.share
     """
-    line = Timeline(f"static batches of {batch_size}", workload)
-    serve(make_engine(model, tokenizer, workload, batch_size), line, config, batch_size)
-    return line.result()
+    line, order, waste = Timeline(f"static batches of {batch_size}, padded", workload), arrival_order(workload), Waste()
+    for first in range(0, len(order), batch_size):
+        chosen = order[first:first + batch_size]
+        line.wait_until(workload[chosen[-1]].arrival_s)
+        batch = StaticBatch(model, tokenizer, [workload[i].prompt_ids for i in chosen],
+                            [item_config(config, workload[i]) for i in chosen], BLOCK_SIZE)
+        while not batch.done:
+            for row, token_id in batch.step():
+                line.record(chosen[row], token_id)
+        waste += batch.waste
+    return line.result(waste)
 
 
 def run_continuous(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, workload: list[WorkItem],
-                   max_num_seqs: int = 16, config: DecodingConfig | None = None) -> RunResult:
+                   max_num_seqs: int = 16, config: DecodingConfig | None = None, *, chunked_prefill: bool = False,
+                   max_num_batched_tokens: int | None = None) -> RunResult:
     """The Engine with continuous batching: each request joins the running batch when it arrives.
+
+    chunked_prefill, max_num_batched_tokens: the Engine's options (a prompt chunk per step, under a token budget).
 
         >>> run_continuous(model, tokenizer, make_workload(tokenizer, 16, staggered=True)).tokens_per_s
     """
-    line = Timeline(f"continuous batching (up to {max_num_seqs})", workload)
-    serve(make_engine(model, tokenizer, workload, max_num_seqs), line, config, None)
+    chunked = f", chunked prefill, {max_num_batched_tokens} tokens/step" if chunked_prefill else ""
+    line = Timeline(f"continuous batching (up to {max_num_seqs}{chunked})", workload)
+    serve(make_engine(model, tokenizer, workload, max_num_seqs, chunked_prefill, max_num_batched_tokens), line, config)
     return line.result()
 
 
 def results_table(results: list[RunResult]) -> str:
-    """One row per run: requests, total tokens/s, TTFT and TPOT p50/p95, wall time, tokens/s vs the first row.
+    """One row per run: requests, total tokens/s, TTFT and TPOT p50/p95, wall time, the share of slots a padded
+    static batch wasted ('-' for the others), tokens/s vs the first row.
 
         >>> print(results_table([one_at_a_time, continuous]))
     """
     width = max(len("runner"), *(len(r.name) for r in results))
     lines = [f"{'runner':<{width}}  {'requests':>8}  {'tokens/s':>8}  {'TTFT p50 ms':>11}  {'TTFT p95 ms':>11}  "
-             f"{'TPOT p50 ms':>11}  {'TPOT p95 ms':>11}  {'wall s':>6}  {'vs first':>8}"]
+             f"{'TPOT p50 ms':>11}  {'TPOT p95 ms':>11}  {'wall s':>6}  {'wasted':>6}  {'vs first':>8}"]
     for r in results:
+        wasted = f"{r.waste.share:.0%}" if r.waste is not None else "-"
         lines.append(f"{r.name:<{width}}  {len(r.token_ids):>8}  {r.tokens_per_s:>8.1f}  {r.ttft_p50 * 1e3:>11.0f}  "
                      f"{r.ttft_p95 * 1e3:>11.0f}  {r.tpot_p50 * 1e3:>11.1f}  {r.tpot_p95 * 1e3:>11.1f}  "
-                     f"{r.wall_s:>6.2f}  {r.tokens_per_s / results[0].tokens_per_s:>7.2f}x")
+                     f"{r.wall_s:>6.2f}  {wasted:>6}  {r.tokens_per_s / results[0].tokens_per_s:>7.2f}x")
     return "\n".join(lines)

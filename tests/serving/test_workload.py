@@ -1,14 +1,16 @@
-"""The batching workload and its three runners (one at a time, static batches, continuous batching):
-the same greedy tokens from each, and numbers that add up (`python -m labkit.bench batching`:
-tests/benchmarks/test_batching.py)."""
+"""The batching workload and its runners (one at a time, real padded static batches, continuous batching,
+with chunked prefill): the same greedy tokens from each, the waste a static batch
+pays, and numbers that add up (`python -m labkit.bench batching`: tests/benchmarks/test_batching.py)."""
 
 import math
 
 import pytest
 
 import labkit
-from labkit.serving.workload import (RunResult, WorkItem, make_workload, results_table, run_continuous,
-                                     run_one_at_a_time, run_static_batches)
+from labkit.decoding.config import DecodingConfig
+from labkit.serving.static_batch import StaticBatch, Waste, slot_waste
+from labkit.serving.workload import (RunResult, WorkItem, make_workload, results_table,
+                                     run_continuous, run_one_at_a_time, run_static_batches)
 
 
 def test_workload_varies_and_a_seed_reproduces_it(tokenizer):
@@ -58,6 +60,8 @@ def test_three_runners_agree_token_for_token(tiny, tokenizer, one_thread, stagge
         assert all(result.wall_s > workload[-1].arrival_s for result in results)
     table = results_table(results).splitlines()
     assert len(table) == 4 and table[1].endswith("1.00x") and "TTFT p50 ms" in table[0]
+    assert results[1].waste.fed > results[1].waste.wasted > 0 and results[0].waste is None
+    assert table[2].split()[-2].endswith("%") and table[1].split()[-2] == "-"  # the wasted column
 
 
 def test_static_batches_wait_for_the_whole_batch(tiny, tokenizer, one_thread):
@@ -70,3 +74,45 @@ def test_static_batches_wait_for_the_whole_batch(tiny, tokenizer, one_thread):
     assert static.token_ids == continuous.token_ids
     assert static.ttft_s[2] > static.ttft_s[0] + 11 * min(static.tpot_s)  # waited out request 0's 11 decode steps
     assert continuous.ttft_s[2] < static.ttft_s[2]
+
+
+def test_a_padded_static_batch_equals_generate_alone_and_counts_its_waste(tiny, tokenizer, one_thread):
+    # Prompts of different lengths, answers of different lengths: padding in the prefill, idle finished rows.
+    prompts = [item.prompt_ids for item in make_workload(tokenizer, 3)]
+    configs = [DecodingConfig(max_new_tokens=n) for n in (2, 9, 5)]
+    alone = [labkit.generate_ids(tiny, tokenizer, p, c) for p, c in zip(prompts, configs)]
+    batch, got, steps = StaticBatch(tiny, tokenizer, prompts, configs), [[], [], []], 0
+    while not batch.done:
+        for row, token_id in batch.step():
+            got[row].append(token_id)
+        steps += 1
+    assert got == alone and len({len(p) for p in prompts}) == 3
+    p, o = [len(ids) for ids in prompts], [len(ids) for ids in alone]
+    assert len(set(o)) == 3 and steps == max(o)  # the batch ran until its longest answer was done
+    padding, idle = sum(max(p) - n for n in p), sum(max(o) - n for n in o)  # notebook 10's wasted_slots
+    assert batch.waste == Waste(fed=3 * max(p) + 3 * (max(o) - 1), padding=padding, idle=idle)
+    assert batch.waste.wasted == padding + idle and batch.waste.share == (padding + idle) / batch.waste.fed
+    with pytest.raises(RuntimeError, match="done"):
+        batch.step()
+
+
+def test_slot_waste_by_hand():
+    assert slot_waste([5, 3, 1], [True, True, False]) == Waste(fed=15, padding=2, idle=5)
+    assert slot_waste([1, 1, 1, 1], [True, False, False, True]) == Waste(fed=4, padding=0, idle=2)
+    assert Waste(10, 2, 3) + Waste(6, 1, 0) == Waste(16, 3, 3) and Waste().share == 0
+
+
+def test_a_static_batch_row_stays_until_the_longest_answer(tiny, tokenizer, one_thread):
+    prompts = [item.prompt_ids for item in make_workload(tokenizer, 2)]
+    batch = StaticBatch(tiny, tokenizer, prompts, [DecodingConfig(max_new_tokens=n) for n in (1, 6)])
+    assert [row for row, _ in batch.step()] == [0, 1]  # the prefill: both rows' first token; row 0 is done
+    for _ in range(5):
+        assert not batch.done and [row for row, _ in batch.step()] == [1]  # row 0 idles in its seat
+    assert batch.done and batch.waste.idle == 5
+
+
+def test_chunked_prefill_runner_agrees(tiny, tokenizer, one_thread):
+    workload = make_workload(tokenizer, 5, max_new_tokens=(3, 9))
+    chunked = run_continuous(tiny, tokenizer, workload, max_num_seqs=5, chunked_prefill=True, max_num_batched_tokens=24)
+    assert chunked.token_ids == run_one_at_a_time(tiny, tokenizer, workload).token_ids and "chunked" in chunked.name
+    check_consistent(chunked, workload)
