@@ -14,9 +14,10 @@ distribution as `model.generate(...)`:
     4. no_repeat_ngram_size                                |  always, greedy or sampling or beams
     5. banned_tokens              (bad_words_ids)          |
     6. min_new_tokens                                     /
-    7. temperature                                       \\
-    8. top_k, 9. top_p, 10. min_p, 11. typical_p,          |  only when sampling (temperature > 0)
-    12. epsilon_cutoff, 13. eta_cutoff                    /
+    7. json_schema                (labkit.decoding.structured: only the tokens the schema allows next)
+    8. temperature                                       \\
+    9. top_k, 10. top_p, 11. min_p, 12. typical_p,         |  only when sampling (temperature > 0)
+    13. epsilon_cutoff, 14. eta_cutoff                    /
 
 Then `greedy` (temperature 0) or `sample` (softmax, then a draw with the seeded generator) chooses.
 """
@@ -29,8 +30,9 @@ from dataclasses import dataclass, field, fields
 from numbers import Integral, Real
 
 import torch
+from transformers import PreTrainedTokenizerBase
 
-from labkit.decoding import sampling
+from labkit.decoding import sampling, structured
 
 SAMPLING_ONLY = ("top_k", "top_p", "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff")
 BEAM_ONLY = ("length_penalty", "early_stopping", "num_return_sequences")
@@ -108,6 +110,7 @@ class DecodingConfig:
     early_stopping: bool | str = False  # beam search: True, False or "never" (transformers' meanings)
     num_return_sequences: int = 1  # beam search: how many of the best beams to return
     stop: tuple[str, ...] = ()  # strings that end the generation (not emitted)
+    json_schema: dict | None = None  # the answer is JSON fitting this schema (True: any JSON object)
     seed: int | None = None  # the random seed for sampling (None: a fresh one each time)
 
     def __post_init__(self) -> None:
@@ -120,6 +123,7 @@ class DecodingConfig:
         object.__setattr__(self, "stop", tuple(self.stop))
         object.__setattr__(self, "banned_tokens", tuple(self.banned_tokens))
         object.__setattr__(self, "logit_bias", dict(self.logit_bias))
+        object.__setattr__(self, "json_schema", structured.check_json_schema(self.json_schema))
         self._validate()
 
     def _validate(self) -> None:
@@ -176,20 +180,18 @@ class DecodingConfig:
         if self.num_beams > 1 and (self.temperature > 0 or changed):
             options = ", ".join(f"{n}={getattr(self, n)!r}" for n in (["temperature"] if self.temperature > 0
                                                                          else []) + changed)
-            raise ValueError(
-                f"num_beams={self.num_beams} is deterministic beam search, which does not sample, so {options} "
-                "would have no effect. Use temperature=0 with beams, or num_beams=1 to sample."
-            )
+            raise ValueError(f"num_beams={self.num_beams} is deterministic beam search, which does not sample, so "
+                             f"{options} would have no effect. Use temperature=0 with beams, or num_beams=1 to sample.")
         if self.temperature == 0 and changed:
             options = ", ".join(f"{n}={getattr(self, n)!r}" for n in changed)
-            raise ValueError(
-                f"{options} only acts when sampling, but temperature=0 means greedy decoding. "
-                "Set temperature > 0 (e.g. temperature=1.0) to sample."
-            )
+            raise ValueError(f"{options} only acts when sampling, but temperature=0 means greedy decoding. "
+                             "Set temperature > 0 (e.g. temperature=1.0) to sample.")
         beam_options = [n for n in BEAM_ONLY if getattr(self, n) != _DEFAULTS[n]]
         if self.num_beams == 1 and beam_options:
             options = ", ".join(f"{n}={getattr(self, n)!r}" for n in beam_options)
             raise ValueError(f"{options} only acts in beam search; set num_beams > 1.")
+        if self.json_schema is not None and self.min_new_tokens > 0:
+            raise ValueError("json_schema ends the answer when the JSON is complete; drop min_new_tokens.")
 
     def check_vocabulary(self, vocab_size: int) -> None:
         """Raise a ValueError if logit_bias or banned_tokens name a token id outside [0, vocab_size)."""
@@ -206,6 +208,13 @@ class DecodingConfig:
     def generator(self) -> torch.Generator:
         """A CPU torch.Generator seeded with `seed` (a fresh random seed when seed is None)."""
         return torch.Generator().manual_seed(self.seed if self.seed is not None else torch.seed())
+
+    def with_tokenizer(self, tokenizer: PreTrainedTokenizerBase) -> DecodingConfig:
+        """This config, ready for `tokenizer`: json_schema's mask needs its vocabulary (check_request calls this)."""
+        ready = self if self.json_schema is None else self.replace()
+        if self.json_schema is not None:
+            object.__setattr__(ready, "vocabulary", structured.grammar_vocabulary(tokenizer))
+        return ready
 
     def replace(self, **changes) -> DecodingConfig:
         """A copy with some options changed (validated again)."""
@@ -236,6 +245,8 @@ class DecodingConfig:
         if self.min_new_tokens > 0 and eos:
             out.append(bind(sampling.min_new_tokens_filter, "count", min_new_tokens=self.min_new_tokens,
                             eos_token_ids=eos))
+        if self.json_schema is not None:  # after the always-on transforms: sampling sees only allowed tokens
+            out.append(structured.JsonSchemaMask(self.json_schema, vars(self).get("vocabulary"), prompt_length, eos))
         if not self.do_sample:
             return out
         if self.temperature != 1.0:
@@ -269,10 +280,8 @@ class DecodingConfig:
         if self.num_beams > 1:
             kwargs.update(length_penalty=self.length_penalty, early_stopping=self.early_stopping,
                           num_return_sequences=self.num_return_sequences)
-        if self.no_repeat_ngram_size:
-            kwargs["no_repeat_ngram_size"] = self.no_repeat_ngram_size
-        if self.min_new_tokens:
-            kwargs["min_new_tokens"] = self.min_new_tokens
+        kwargs.update({name: getattr(self, name) for name in ("no_repeat_ngram_size", "min_new_tokens")
+                       if getattr(self, name)})
         if self.logit_bias:
             kwargs["sequence_bias"] = [[[int(t)], float(b)] for t, b in self.logit_bias.items()]
         if self.banned_tokens:

@@ -52,7 +52,7 @@ def sample_batch(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, pro
         raise ValueError("sample_batch() samples plain continuations: drop stop= and num_beams (use generate).")
     request = check_request(model, tokenizer, list(prompt_ids), config, {}, "sample_batch")
     prompt, eos, device = request.prompt_ids, request.eos_ids, model_device(model)
-    transforms = config.transforms(len(prompt), eos)
+    transforms = request.config.transforms(len(prompt), eos)
     generators = [torch.Generator().manual_seed(seed + i) for i in range(n)]
     seen = torch.tensor([prompt] * n)  # [n, P + generated], on the CPU like generate's draws
     logits, cache = prefilled or prefill(model, seen.to(device), max_length=len(prompt) + config.max_new_tokens)

@@ -47,7 +47,7 @@ def check_request(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, pr
                   config: DecodingConfig | None, options: dict, caller: str,
                   defaults: dict | None = None) -> Request:
     """What every decoding entry point checks first: the options, the prompt, the context, the vocabulary."""
-    config = resolve_config(config, options, caller, defaults)
+    config = resolve_config(config, options, caller, defaults).with_tokenizer(tokenizer)
     prompt_ids = encode_prompt(tokenizer, prompt)
     check_context(len(prompt_ids), config.max_new_tokens, context_length(model))
     config.check_vocabulary(vocab_size(model))

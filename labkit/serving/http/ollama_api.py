@@ -1,7 +1,8 @@
 """Ollama's native API (`/api/*`): NDJSON streaming, options, durations in nanoseconds.
 
 A streamed answer is one JSON object per line, each flushed as it is made; the last has `done: true`,
-`done_reason` ("stop" or "length") and the stats. Errors are `{"error": "..."}` with their status, or,
+`done_reason` ("stop" or "length") and the stats. `format` ("json" or a JSON schema) constrains the answer
+to JSON (labkit.decoding.structured). Errors are `{"error": "..."}` with their status, or,
 once a stream has begun, a last line `{"error": "..."}`.
 
     >>> ollama.Client(host=server.url).generate(model="smollm2-135m", prompt="Hi", options={"num_predict": 8})
@@ -42,7 +43,8 @@ DEFAULTS = {"temperature": 0.8, "top_k": 40, "top_p": 0.9}  # Ollama's DefaultOp
 # Load-time options: labkit sizes the model and its cache itself, so these change nothing and are accepted.
 LOAD_OPTIONS = {"num_ctx", "num_batch", "num_gpu", "main_gpu", "use_mmap", "use_mlock", "num_thread", "num_keep",
                 "low_vram", "vocab_only", "numa"}
-UNSUPPORTED = {"format": "structured output (JSON mode) is not implemented in labkit.",
+UNSUPPORTED = {"logprobs": "log-probabilities are not returned by labkit's server.",
+               "top_logprobs": "log-probabilities are not returned by labkit's server.",
                "images": "the model reads text only.", "think": "the model has no thinking mode.",
                "tools": "tool calling is not implemented in labkit.", "suffix": "fill-in-the-middle is not "
                "implemented in labkit.", "template": "the model's own chat template is always used.",
@@ -118,8 +120,21 @@ def decoding_options(service: ModelService, body: dict, prompt_ids: list[int]):
         chosen["max_new_tokens"] = service.default_max_tokens(prompt_ids)
     else:
         service.check_budget(prompt_ids, limit, "options.num_predict")
+    schema = format_schema(body)
+    if schema is not None:
+        chosen["json_schema"] = schema
     names = {field: f"options.{name}" for name, (field, _) in OPTIONS.items()}
-    return service.config(chosen, names)
+    return service.config(chosen, {**names, "json_schema": "format"})
+
+
+def format_schema(body: dict) -> dict | bool | None:
+    """`format` as DecodingConfig's json_schema: None when absent or "", True for "json" (any JSON object),
+    or a JSON schema object; a 400 naming the field for anything else."""
+    value = take(body, "format", Kind('"json" or a JSON schema object', lambda v: v in ("", "json") or
+                                      isinstance(v, dict)))
+    if value in (None, ""):
+        return None
+    return True if value == "json" else value
 
 
 def nanoseconds(seconds: float) -> int:

@@ -2,7 +2,8 @@
 
 A streamed answer is a series of `data: <json>\\n\\n` events: a role chunk, a chunk per text piece, one
 with `finish_reason`, a usage chunk (`"choices": []`) when `stream_options.include_usage` is set, then
-`data: [DONE]`. Unknown request fields are ignored, as vLLM does; errors are
+`data: [DONE]`. `response_format` {"type": "json_schema", ...} or {"type": "json_object"} constrains the
+answer to JSON (labkit.decoding.structured). Unknown request fields are ignored, as vLLM does; errors are
 `{"error": {"message", "type", "param", "code"}}`.
 
     >>> client = openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0)
@@ -21,7 +22,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 
 from labkit.serving.http.errors import ClientError, error_body
-from labkit.serving.http.fields import ARRAY, BOOLEAN, INTEGER, NUMBER, OBJECT, STRINGS, Kind, take
+from labkit.serving.http.fields import ARRAY, BOOLEAN, INTEGER, NUMBER, OBJECT, STRING, STRINGS, Kind, take
 from labkit.serving.http.model_info import openai_model_card
 from labkit.serving.http.model_service import (ModelService, Submitted, collect, finish_reason,
                                                read_model_request, service_of)
@@ -59,10 +60,9 @@ def sampling_config(service: ModelService, body: dict, prompt_ids: list[int], de
         chosen["stop"] = [chosen["stop"]]
     if take(body, "n", INTEGER, default=1) != 1:
         raise ClientError(400, "'n' must be 1: the engine samples one sequence per request.", "n")
-    response_format = take(body, "response_format", OBJECT, default={"type": "text"})
-    if response_format.get("type", "text") != "text":
-        raise ClientError(400, "'response_format' must be {\"type\": \"text\"}: structured output is not "
-                               "implemented in labkit.", "response_format")
+    schema = response_format_schema(body)
+    if schema is not None:
+        chosen["json_schema"] = schema
     bias = take(body, "logit_bias", OBJECT, default={})
     if bias:
         if not all(key.isdigit() for key in bias):
@@ -74,8 +74,27 @@ def sampling_config(service: ModelService, body: dict, prompt_ids: list[int], de
     chosen["max_new_tokens"] = limit if limit is not None else (default_max_tokens or
                                                                 service.default_max_tokens(prompt_ids))
     names = {field: name for name, (field, _) in SAMPLING.items()}
-    names.update(max_new_tokens="max_tokens", logit_bias="logit_bias")
+    names.update(max_new_tokens="max_tokens", logit_bias="logit_bias",
+                 json_schema="response_format.json_schema.schema" if isinstance(schema, dict) else "response_format")
     return service.config(chosen, names)
+
+
+def response_format_schema(body: dict) -> dict | bool | None:
+    """`response_format` as DecodingConfig's json_schema: None for {"type": "text"} (the default), True for
+    {"type": "json_object"}, the schema of {"type": "json_schema", "json_schema": {"name", "schema", "strict"}}
+    (always followed, strict or not); a 400 naming the field for anything else."""
+    response_format = take(body, "response_format", OBJECT, default={"type": "text"})
+    kind = take(response_format, "type", STRING, default="text", where="response_format.")
+    if kind in ("text", "json_object"):
+        return None if kind == "text" else True
+    if kind != "json_schema":
+        raise ClientError(400, "'response_format.type' must be \"text\", \"json_object\" or \"json_schema\", got "
+                               f"{json.dumps(kind)}.", "response_format.type")
+    where = "response_format.json_schema."
+    spec = take(response_format, "json_schema", OBJECT, required=True, where="response_format.")
+    take(spec, "name", STRING, required=True, where=where)
+    take(spec, "strict", BOOLEAN, where=where)
+    return take(spec, "schema", OBJECT, required=True, where=where)
 
 
 def message_text(message: object, index: int) -> dict:

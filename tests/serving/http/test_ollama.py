@@ -1,12 +1,15 @@
 """labkit's server driven by the official, unmodified `ollama` client: list, show, ps, generate and chat,
-streaming and not; greedy answers equal `labkit.generate` on the same prompt; concurrent clients; every
+streaming and not; greedy answers equal `labkit.generate` on the same prompt; `format` (a JSON schema or
+"json") gives answers that parse and fit; concurrent clients; every
 bad input answered 400/404/413 in Ollama's shape, and the server still answering afterwards.
 
 One real server process (SmolLM2-135M-Instruct, labkit's Llama) on 127.0.0.1 serves the whole module."""
 
+import json
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
+import jsonschema
 import ollama
 import pytest
 
@@ -19,6 +22,9 @@ MODEL = "smollm2-135m"
 NEW_TOKENS = 8
 GREEDY = {"temperature": 0, "num_predict": NEW_TOKENS}
 QUESTIONS = ["Name three primary colors.", "Why is the sky blue?", "How do birds fly?"]
+COLORS = {"type": "object", "properties": {"colors": {"type": "array", "maxItems": 3,
+                                                      "items": {"enum": ["red", "yellow", "blue", "green"]}}},
+          "required": ["colors"], "additionalProperties": False}
 
 
 @pytest.fixture(scope="module")
@@ -108,6 +114,21 @@ def test_options_reach_the_decoder(client):
     assert first == second  # a seed reproduces a sampled answer
 
 
+def test_format_schema_answers_parse_and_fit_streamed_or_not(client):
+    messages = [{"role": "user", "content": QUESTIONS[0]}]
+    options = {"temperature": 0, "num_predict": 60}
+    answer = client.chat(model=MODEL, messages=messages, format=COLORS, stream=False, options=options)
+    assert answer.done_reason == "stop"
+    jsonschema.validate(json.loads(answer.message.content), COLORS)
+    chunks = list(client.chat(model=MODEL, messages=messages, format=COLORS, stream=True, options=options))
+    assert "".join(c.message.content for c in chunks) == answer.message.content
+    sampled = client.generate(model=MODEL, prompt="Colors:", raw=True, format=COLORS, stream=False,
+                              options={"temperature": 1.0, "seed": 3, "num_predict": 60})
+    jsonschema.validate(json.loads(sampled.response), COLORS)
+    any_object = client.generate(model=MODEL, prompt=QUESTIONS[0], format="json", stream=False, options=options)
+    assert isinstance(json.loads(any_object.response), dict)
+
+
 def test_concurrent_clients_each_get_their_own_greedy_answer(server, reference):
     def ask(question: str) -> str:
         answer = ollama.Client(host=server.url).chat(model=MODEL, messages=[{"role": "user", "content": question}],
@@ -126,7 +147,12 @@ def test_concurrent_clients_each_get_their_own_greedy_answer(server, reference):
     (lambda c: c.generate(model=MODEL, prompt="Hi", options={"top_k": "many"}), 400, "options.top_k"),
     (lambda c: c.generate(model=MODEL, prompt="Hi", options={"mirostat": 2}), 400, "options.mirostat"),
     (lambda c: c.generate(model=MODEL, prompt="Hi", options={"num_predict": -5}), 400, "options.num_predict"),
-    (lambda c: c.generate(model=MODEL, prompt="Hi", format="json"), 400, "format"),
+    (lambda c: c.generate(model=MODEL, prompt="Hi", format={"type": "colour"}), 400, "'format'"),
+    (lambda c: c.chat(model=MODEL, messages=[{"role": "user", "content": "Hi"}], format={"enum": []}), 400,
+     "'format'"),
+    (lambda c: c.generate(model=MODEL, prompt="Hi", logprobs=True), 400, "'logprobs'"),
+    (lambda c: c.chat(model=MODEL, messages=[{"role": "user", "content": "Hi"}], top_logprobs=3), 400,
+     "'top_logprobs'"),
     (lambda c: c.chat(model=MODEL, messages=[{"role": "wizard", "content": "Hi"}]), 400, "messages"),
 ])
 def test_bad_requests_are_refused_with_the_field_named(client, call, status, words):
@@ -144,6 +170,8 @@ def test_bad_requests_are_refused_with_the_field_named(client, call, status, wor
     (b'{"model": "smollm2-135m", "prompt": "Hi", "stream": "yes"}', 400, "'stream' must be true or false"),
     (b'{"model": "smollm2-135m", "prompt": "Hi", "options": {"temperature": NaN}}', 400, "NaN"),
     (b'{"model": "smollm2-135m", "messages": "Hi"}', 400, "'messages' must be an array"),
+    (b'{"model": "smollm2-135m", "prompt": "Hi", "format": "xml"}', 400,
+     "'format' must be \"json\" or a JSON schema object, got a string"),
 ])
 def test_malformed_bodies_get_400_in_ollama_shape(server, content, status, words):
     path = "/api/chat" if b"messages" in content else "/api/generate"

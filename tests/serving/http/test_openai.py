@@ -1,14 +1,18 @@
 """labkit's server driven by the official, unmodified `openai` client (max_retries=0): models, chat
 completions and completions, streaming (SSE ending with [DONE]) and not, usage counts, vLLM's extras;
-greedy answers equal `labkit.generate`; errors in OpenAI's shape; a bounded load test in which every
+greedy answers equal `labkit.generate`; structured output (`response_format`: json_schema, json_object, and
+the client's own `parse` with a pydantic model); errors in OpenAI's shape; a bounded load test in which every
 one of 64 concurrent streamed answers arrives whole and every KV block is free afterwards.
 
 One real server process (SmolLM2-135M-Instruct, labkit's Llama) on 127.0.0.1 serves the whole module."""
 
 import asyncio
+import json
 
 import httpx
+import jsonschema
 import openai
+import pydantic
 import pytest
 
 import labkit
@@ -21,6 +25,14 @@ NEW_TOKENS = 8
 QUESTION = [{"role": "user", "content": "Name three primary colors."}]
 LOAD_REQUESTS = 64  # concurrent streamed requests in the load test
 LOAD_TOKENS = 4  # new tokens each
+COLORS = {"type": "object", "properties": {"colors": {"type": "array", "maxItems": 3,
+                                                      "items": {"enum": ["red", "yellow", "blue", "green"]}}},
+          "required": ["colors"], "additionalProperties": False}
+COLORS_FORMAT = {"type": "json_schema", "json_schema": {"name": "colors", "schema": COLORS, "strict": True}}
+
+
+class Capital(pydantic.BaseModel):
+    city: str
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +124,16 @@ def test_vllm_extras_and_seed_reproduce_a_sample(client):
     ({"extra_body": {"repetition_penalty": 0}}, openai.BadRequestError, "repetition_penalty"),
     ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
      openai.BadRequestError, "messages"),
-    ({"response_format": {"type": "json_object"}}, openai.BadRequestError, "response_format"),
+    ({"logprobs": True}, openai.BadRequestError, "logprobs"),
+    ({"response_format": "json"}, openai.BadRequestError, "response_format"),
+    ({"response_format": {"type": "xml"}}, openai.BadRequestError, "response_format.type"),
+    ({"response_format": {"type": "json_schema"}}, openai.BadRequestError, "response_format.json_schema"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"schema": COLORS}}}, openai.BadRequestError,
+     "response_format.json_schema.name"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "colour"}}}},
+     openai.BadRequestError, "response_format.json_schema.schema"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": COLORS, "strict": 1}}},
+     openai.BadRequestError, "response_format.json_schema.strict"),
 ])
 def test_bad_requests_raise_the_right_client_error(client, options, error, param):
     request = {"model": MODEL, "messages": QUESTION, "max_tokens": 2, **options}
@@ -120,6 +141,29 @@ def test_bad_requests_raise_the_right_client_error(client, options, error, param
         client.chat.completions.create(**request)
     assert caught.value.body["param"] == param and caught.value.body["code"] == caught.value.status_code
     assert param in caught.value.message
+
+
+def test_json_schema_answers_parse_and_fit_streamed_or_not(client):
+    request = {"model": MODEL, "messages": QUESTION, "max_tokens": 60, "temperature": 0,
+               "response_format": COLORS_FORMAT}
+    answer = client.chat.completions.create(**request)
+    assert answer.choices[0].finish_reason == "stop"
+    jsonschema.validate(json.loads(answer.choices[0].message.content), COLORS)
+    chunks = list(client.chat.completions.create(**request, stream=True))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == answer.choices[0].message.content
+    sampled = client.completions.create(model=MODEL, prompt="Colors:", max_tokens=60, temperature=1.0, seed=3,
+                                        extra_body={"response_format": COLORS_FORMAT})
+    jsonschema.validate(json.loads(sampled.choices[0].text), COLORS)
+
+
+def test_json_object_and_the_clients_parse_get_json(client):
+    answer = client.chat.completions.create(model=MODEL, messages=QUESTION, max_tokens=60, temperature=0,
+                                            response_format={"type": "json_object"})
+    assert isinstance(json.loads(answer.choices[0].message.content), dict)
+    question = [{"role": "user", "content": "What is the capital of France? Answer in JSON."}]
+    parsed = client.chat.completions.parse(model=MODEL, messages=question, max_tokens=60, temperature=0,
+                                           response_format=Capital)
+    assert parsed.choices[0].message.parsed == Capital(city="Paris")
 
 
 def test_malformed_json_and_unknown_paths_in_openai_shape(server):
