@@ -30,18 +30,24 @@ def slot_index(table: list[int], positions: list[int], block_size: int) -> list[
     return [table[p // block_size] * block_size + p % block_size for p in positions]
 
 
+def row_ends(pool: BlockPool, block_tables: list[list[int]], starts: list[int], n_new: list[int]) -> list[int]:
+    """Each row's length after this pass (start + n_new), once every row's table is checked to hold it."""
+    if not (len(block_tables) == len(starts) == len(n_new)) or min(n_new, default=0) < 1:
+        raise ValueError("Give one block table, start and n_new >= 1 per row.")
+    ends = [s + n for s, n in zip(starts, n_new)]
+    for table, end in zip(block_tables, ends):
+        if len(table) * pool.block_size < end:
+            raise ValueError(f"A block table of {len(table)} blocks holds {len(table) * pool.block_size} tokens; "
+                             f"this pass needs {end}. Allocate its blocks first.")
+    return ends
+
+
 class BatchKV:
     """append(layer, k, v) / advance(T) / batch_layout(T) for rows at different positions (see module doc)."""
 
     def __init__(self, pool: BlockPool, block_tables: list[list[int]], starts: list[int], n_new: list[int]):
-        if not (len(block_tables) == len(starts) == len(n_new)) or min(n_new, default=0) < 1:
-            raise ValueError("Give one block table, start and n_new >= 1 per row.")
+        ends = row_ends(pool, block_tables, starts, n_new)
         size, device = pool.block_size, pool.keys.device
-        ends = [s + n for s, n in zip(starts, n_new)]
-        for table, end in zip(block_tables, ends):
-            if len(table) * size < end:
-                raise ValueError(f"A block table of {len(table)} blocks holds {len(table) * size} tokens; "
-                                 f"this pass needs {end}. Allocate its blocks first.")
         self.pool = pool
         self.new_tokens, self.total = max(n_new), max(ends)  # T and S
         steps = torch.arange(self.new_tokens)
@@ -86,14 +92,8 @@ class PackedKV:
     """append(layer, k, v) / advance(T) / batch_layout(T) for rows laid end to end in one sequence [1, N]."""
 
     def __init__(self, pool: BlockPool, block_tables: list[list[int]], starts: list[int], n_new: list[int]):
-        if not (len(block_tables) == len(starts) == len(n_new)) or min(n_new, default=0) < 1:
-            raise ValueError("Give one block table, start and n_new >= 1 per row.")
+        ends = row_ends(pool, block_tables, starts, n_new)
         size, device = pool.block_size, pool.keys.device
-        ends = [s + n for s, n in zip(starts, n_new)]
-        for table, end in zip(block_tables, ends):
-            if len(table) * size < end:
-                raise ValueError(f"A block table of {len(table)} blocks holds {len(table) * size} tokens; "
-                                 f"this pass needs {end}. Allocate its blocks first.")
         self.pool, self.new_tokens = pool, sum(n_new)  # N
         rows = torch.arange(len(n_new))
         token_row = rows.repeat_interleave(torch.tensor(n_new))  # [N] the row of each new token

@@ -221,7 +221,7 @@ def run_static_batches(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBas
 
         >>> run_static_batches(model, tokenizer, make_workload(tokenizer, 8), batch_size=4).waste.share
     """
-    line, order, waste = Timeline(f"static batches of {batch_size}, padded", workload), arrival_order(workload), Waste()
+    line, order, waste = Timeline(f"static, {batch_size} seats, padded", workload), arrival_order(workload), Waste()
     for first in range(0, len(order), batch_size):
         chosen = order[first:first + batch_size]
         line.wait_until(workload[chosen[-1]].arrival_s)
@@ -243,8 +243,8 @@ def run_continuous(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, w
 
         >>> run_continuous(model, tokenizer, make_workload(tokenizer, 16, staggered=True)).tokens_per_s
     """
-    chunked = f", chunked prefill, {max_num_batched_tokens} tokens/step" if chunked_prefill else ""
-    line = Timeline(f"continuous batching (up to {max_num_seqs}{chunked})", workload)
+    chunked = f", chunked {max_num_batched_tokens or 'default'}/step" if chunked_prefill else ""
+    line = Timeline(f"continuous, {max_num_seqs} seats{chunked}", workload)
     serve(make_engine(model, tokenizer, workload, max_num_seqs, chunked_prefill, max_num_batched_tokens), line, config)
     return line.result()
 

@@ -279,7 +279,9 @@ def plot_comparison(results: Mapping[str, Sequence], axes=None):
         ax.set_xticks(range(len(results)), list(results))
         ax.set_title(title, fontsize=10)
         ax.spines[["top", "right"]].set_visible(False)
-    axes[0].legend(frameon=False, fontsize=8)
+    handles, labels = axes[0].get_legend_handles_labels()
+    axes[0].figure.legend(handles, labels, loc="outside lower center", ncols=min(len(names), 3), frameon=False,
+                          fontsize=8)
     return axes
 
 
@@ -300,8 +302,8 @@ def plot_step_times(runs: Sequence, axes=None):
         colors = [STEP_COLORS[kind] for kind in run.step_kinds]
         ax.bar(range(len(run.step_ms)), run.step_ms, width=0.9, color=colors)
         ax.axvline(run.arrival_step - 0.5, color="black", lw=1, ls="--")
-        ax.annotate("long prompt arrives", (run.arrival_step - 0.5, max(run.step_ms)), xytext=(4, -2),
-                    textcoords="offset points", fontsize=8, va="top")
+        ax.annotate("long prompt arrives", (run.arrival_step - 0.5, 1), xycoords=("data", "axes fraction"),
+                    xytext=(4, -2), textcoords="offset points", fontsize=8, va="top")
         ax.set(title=run.name, xlabel="engine step")
         ax.spines[["top", "right"]].set_visible(False)
     axes[0].set_ylabel("ms per step")

@@ -14,6 +14,6 @@ def test_quick_run_prints_json_ratios_and_agreeing_outputs(bench_quick_run):
     assert names == {f"{name}_{scenario}" for name in per_scenario for scenario in ("together", "staggered")}
     assert {record["metric"] for record in run.records} == {"tokens_per_second", "seconds"}
     assert "outputs agree: yes" in run.stdout and "machine:" in run.stdout
-    assert "vLLM" in run.stdout and "static batches of 2, padded" in run.stdout and "range" in run.stdout
+    assert "vLLM" in run.stdout and "static, 2 seats, padded" in run.stdout and "range" in run.stdout
     assert run.stdout.count("threads") >= 4 and "continuous vs static, both 2 seats" in run.stdout
     assert "chunked prefill yes" in run.stdout
