@@ -54,10 +54,10 @@ class BlockManager:
             raise ValueError(f"block_size must be at least 1 token, got {block_size!r}.")
         self.allocator = allocator
         self.block_size = block_size
-        self.holders: dict[int, EngineRequest] = {}  # seq_id -> sequence holding blocks
+        self.holders: dict[int, EngineRequest] = {}  # request_id -> sequence holding blocks
         self.hash_to_block: dict[int, int] = {}  # chain hash -> block whose tokens it names
         self.block_hash: dict[int, tuple[int, tuple[int, ...]]] = {}  # block -> (its chain hash, its tokens)
-        self.published: dict[int, tuple[int, int]] = {}  # seq_id -> (blocks named so far, last chain hash)
+        self.published: dict[int, tuple[int, int]] = {}  # request_id -> (blocks named so far, last chain hash)
         self.lookups = 0  # full prompt blocks looked up in the prefix cache
         self.hits = 0  # ... and found there (in use by another sequence, or free and still named)
         self.evictions = 0  # names dropped because their free block was handed out fresh
@@ -100,10 +100,10 @@ class BlockManager:
 
     def allocate(self, seq: EngineRequest) -> None:
         """Give seq blocks for all its tokens: its cached prefix blocks shared or reused, the rest fresh."""
-        if seq.seq_id in self.holders or seq.block_table:
-            raise ValueError(f"Request {seq.seq_id} already holds blocks {seq.block_table}; free them first.")
+        if seq.request_id in self.holders or seq.block_table:
+            raise ValueError(f"Request {seq.request_id} already holds blocks {seq.block_table}; free them first.")
         if not self.can_allocate(seq.token_ids):
-            raise ValueError(f"Request {seq.seq_id} needs {self.blocks_needed(seq.token_ids)} blocks; "
+            raise ValueError(f"Request {seq.request_id} needs {self.blocks_needed(seq.token_ids)} blocks; "
                              f"{self.allocator.n_free} are free. Ask can_allocate() first.")
         self.lookups += len(chain_hashes(seq.token_ids, self.block_size))
         table = [self._take_cached(block) for block in self.cached_prefix(seq.token_ids)]
@@ -112,9 +112,9 @@ class BlockManager:
         while len(table) < math.ceil(len(seq) / self.block_size):
             table.append(self._fresh())
         seq.block_table, seq.num_cached_tokens = table, hits * self.block_size
-        self.holders[seq.seq_id] = seq
+        self.holders[seq.request_id] = seq
         last = self.block_hash[table[hits - 1]][0] if hits else NO_HASH
-        self.published[seq.seq_id] = (hits, last)
+        self.published[seq.request_id] = (hits, last)
 
     def _take_cached(self, block: int) -> int:
         """A named block for one more table: shared if in use, taken back from the free blocks if not."""
@@ -135,7 +135,7 @@ class BlockManager:
         A block whose name another block already has (the same prefix computed twice at once) stays
         unnamed and is simply freed with its sequence.
         """
-        named, previous = self.published[seq.seq_id]
+        named, previous = self.published[seq.request_id]
         ids = seq.token_ids
         for index in range(named, computed_tokens // self.block_size):
             tokens = tuple(ids[index * self.block_size:(index + 1) * self.block_size])
@@ -145,7 +145,7 @@ class BlockManager:
                 self.hash_to_block[previous] = block
                 self.block_hash[block] = (previous, tokens)
             named = index + 1
-        self.published[seq.seq_id] = (named, previous)
+        self.published[seq.request_id] = (named, previous)
 
     def free(self, seq: EngineRequest) -> None:
         """Release every block of seq, last block first (a shared block stays until its last holder lets go;
@@ -153,8 +153,8 @@ class BlockManager:
         for block in reversed(seq.block_table):
             self.allocator.release(block)
         seq.block_table, seq.num_cached_tokens = [], 0
-        self.holders.pop(seq.seq_id, None)
-        self.published.pop(seq.seq_id, None)
+        self.holders.pop(seq.request_id, None)
+        self.published.pop(seq.request_id, None)
 
     def needs_block(self, seq: EngineRequest) -> bool:
         """Whether the next token fed (at position len(seq) - 1) starts a new block."""

@@ -149,8 +149,8 @@ class Engine:
             seq.status, seq.finish_reason, seq.finish_s = Status.FINISHED, "length", seq.arrival_s
         else:
             self.scheduler.add(seq)
-        self.requests[seq.seq_id] = seq
-        return seq.seq_id
+        self.requests[seq.request_id] = seq
+        return seq.request_id
 
     def abort(self, request_id: int) -> None:
         """Stop a request now and free its blocks; a finished (or already aborted) one is left as it is."""
@@ -211,7 +211,7 @@ class Engine:
         if finish is not None:
             self.scheduler.finish(seq, Status.FINISHED)
             seq.finish_reason, seq.finish_s = finish, now
-        return seq.seq_id, token_id, piece, finish
+        return seq.request_id, token_id, piece, finish
 
     def run_until_done(self) -> list[Output]:
         """Step until every request has finished; all the outputs, in order."""

@@ -51,9 +51,9 @@ class EngineRequestMetrics:
 class EngineRequest:
     """A request: prompt ids, generated ids, its own options, generator, transforms and text stream."""
 
-    def __init__(self, seq_id: int, prompt_ids: list[int], config: DecodingConfig, eos_ids: frozenset[int],
+    def __init__(self, request_id: int, prompt_ids: list[int], config: DecodingConfig, eos_ids: frozenset[int],
                  tokenizer: PreTrainedTokenizerBase, arrival_s: float):
-        self.seq_id = seq_id
+        self.request_id = request_id
         self.prompt_ids = list(prompt_ids)
         self.config = config
         self.eos_ids = eos_ids
@@ -117,5 +117,5 @@ class EngineRequest:
                               since(self.finish_s, self.arrival_s), self.finish_reason)
 
     def __repr__(self) -> str:
-        return (f"EngineRequest({self.seq_id}, {self.status.value}, {len(self.prompt_ids)} prompt + "
+        return (f"EngineRequest({self.request_id}, {self.status.value}, {len(self.prompt_ids)} prompt + "
                 f"{len(self.output_ids)} new tokens, cached {self.num_cached_tokens}, blocks {self.block_table})")

@@ -229,5 +229,5 @@ class Scheduler:
         assert all(s.status is Status.RUNNING and s.block_table for s in self.running), "a bad running sequence"
         assert not {id(s) for s in self.waiting} & {id(s) for s in self.running}, "a sequence waits and runs"
         assert len(self.running) <= self.config.max_num_seqs, f"{len(self.running)} sequences running"
-        assert set(self.block_manager.holders) == {s.seq_id for s in self.running}, "blocks held by a non-runner"
+        assert set(self.block_manager.holders) == {s.request_id for s in self.running}, "blocks held by a non-runner"
         self.block_manager.check()

@@ -112,20 +112,20 @@ def run_traced(engine: Engine, requests: Sequence[tuple], arrivals: Sequence[int
             arrived[engine.add_request(prompt, **options)] = step
             added += 1
         scheduler, before = engine.scheduler, len(engine.step_metrics)
-        was_running = {s.seq_id for s in scheduler.running}
+        was_running = {s.request_id for s in scheduler.running}
         outputs = engine.step()
         if len(engine.step_metrics) == before:  # nothing to run: no request has arrived yet
             snapshots.append(Snapshot(step, "idle", (), (), (), (), (), {}, 0))
             continue
         metrics, ran = engine.step_metrics[-1], engine.last_batch
-        batch = tuple(seq.seq_id for seq in ran.seqs)
-        preempted = tuple(s.seq_id for s in scheduler.waiting if s.seq_id in was_running)
+        batch = tuple(seq.request_id for seq in ran.seqs)
+        preempted = tuple(s.request_id for s in scheduler.waiting if s.request_id in was_running)
         snapshots.append(Snapshot(
-            step, metrics.kind, batch, preempted, tuple(s.seq_id for s in scheduler.waiting),
-            tuple(s.seq_id for s in scheduler.running),
+            step, metrics.kind, batch, preempted, tuple(s.request_id for s in scheduler.waiting),
+            tuple(s.request_id for s in scheduler.running),
             tuple(i for i, _, _, reason in outputs if reason is not None),
-            {s.seq_id: tuple(s.block_table) for s in scheduler.running}, metrics.blocks_used,
-            tuple(seq.seq_id for seq in ran.seqs[ran.n_decode:])))
+            {s.request_id: tuple(s.block_table) for s in scheduler.running}, metrics.blocks_used,
+            tuple(seq.request_id for seq in ran.seqs[ran.n_decode:])))
     return Trace(tuple(snapshots), arrived, engine.pool.allocator.n_blocks, engine.block_manager.block_size)
 
 

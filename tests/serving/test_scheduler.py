@@ -13,9 +13,9 @@ from labkit.serving.scheduler import Scheduler, SchedulerConfig
 from labkit.serving.request import EngineRequest, Status
 
 
-def make_seq(seq_id, prompt, max_new_tokens=4):
+def make_seq(request_id, prompt, max_new_tokens=4):
     """A request without a tokenizer: the scheduler and block manager never decode text."""
-    return EngineRequest(seq_id, list(prompt), DecodingConfig(max_new_tokens=max_new_tokens), frozenset(), None, 0.0)
+    return EngineRequest(request_id, list(prompt), DecodingConfig(max_new_tokens=max_new_tokens), frozenset(), None, 0.0)
 
 
 def fake_step(scheduler, token=7):
@@ -111,7 +111,7 @@ def test_chunked_prefill_spreads_a_long_prompt_and_never_stalls_the_decodes():
     while long.num_cached_tokens < 20:
         batch = fake_step(scheduler)
         kinds.append(batch.kind)
-        fed.append(dict(zip([s.seq_id for s in batch.seqs], batch.n_new)))
+        fed.append(dict(zip([s.request_id for s in batch.seqs], batch.n_new)))
         scheduler.check()
     assert kinds == ["mixed"] * 5 and all(step[0] == 1 for step in fed)  # short decodes in every step ...
     assert [step[1] for step in fed] == [4, 4, 4, 4, 4]  # ... while long's prompt goes in chunks of 4
