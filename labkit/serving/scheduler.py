@@ -35,6 +35,7 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
+from labkit.core.arguments import check_int
 from labkit.serving.block_manager import BlockManager
 from labkit.serving.request import EngineRequest, Status
 
@@ -49,10 +50,8 @@ class SchedulerConfig:
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "prefill_chunk"):
-            value = getattr(self, name)
-            if (value is not None or name != "prefill_chunk") and (
-                    not isinstance(value, int) or isinstance(value, bool) or value < 1):
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}.")
+            if getattr(self, name) is not None or name != "prefill_chunk":  # prefill_chunk None: the whole budget
+                check_int(name, getattr(self, name), minimum=1)
         if self.max_num_batched_tokens < self.max_num_seqs:
             raise ValueError(f"max_num_batched_tokens={self.max_num_batched_tokens} must be at least "
                              f"max_num_seqs={self.max_num_seqs}: a decode step feeds one token per sequence.")
