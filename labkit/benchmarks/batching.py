@@ -187,5 +187,5 @@ def run(repeats: int = 3, quick: bool = False) -> list[dict]:
         results += records(scenario, rows, n, seats)
     print(f"\noutputs agree: {'yes' if not problems else 'NO'} (greedy token ids of every request, every runner, "
           f"every run{'' if not problems else '; differ: ' + '; '.join(problems)})")
-    print("vLLM peer row: skipped (no vLLM server here; the local-engines issue adds it)")
+    print("peers: llama.cpp and vLLM serve the same requests over HTTP in python -m labkit.bench engines")
     return results
