@@ -2,7 +2,8 @@
 
 This is the only place the web framework meets labkit: routes translate protocols, the engine thread
 does the work. Every error leaves in the shape of the protocol its path belongs to (`errors`), and a
-client's mistake is never a 500.
+client's mistake is never a 500. Routes parse their bodies themselves, after a size-limited read (413),
+with their protocol's pydantic models, so FastAPI's own body validation never runs.
 
     >>> app = build_app(service, api_key=None)
     >>> uvicorn.run(app, host="127.0.0.1", port=8000)
@@ -14,7 +15,6 @@ import hmac
 import logging
 
 from fastapi import Depends, FastAPI
-from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -52,10 +52,6 @@ async def http_error(request: Request, error: HTTPException) -> JSONResponse:
     return error_response(request.url.path, ClientError(error.status_code, message))
 
 
-async def validation_error(request: Request, error: RequestValidationError) -> JSONResponse:
-    return error_response(request.url.path, ClientError(400, f"Invalid request: {error.errors()}"))
-
-
 async def client_gone(request: Request, error: ClientGone) -> Response:
     return Response(status_code=CLIENT_CLOSED_REQUEST)
 
@@ -74,7 +70,6 @@ def build_app(service: ModelService, api_key: str | None = None) -> FastAPI:
     app.include_router(openai_api.router, dependencies=guard)
     app.add_exception_handler(ClientError, client_error)
     app.add_exception_handler(HTTPException, http_error)
-    app.add_exception_handler(RequestValidationError, validation_error)
     app.add_exception_handler(ClientGone, client_gone)
     app.add_exception_handler(Exception, server_error)
 

@@ -1,56 +1,43 @@
-"""Reading what a client sent: the body as one JSON object, then each field with its type checked.
+"""Reading what a client sent: the body as one JSON object, then parsed by the route's pydantic model.
 
 Every refusal is a `ClientError` naming the field and what is allowed, so a client sees 400 (413 for a
-body over the limit) with a message it can act on, never a 500.
+body over the limit) with a message it can act on, never a 500. The protocols' models (`openai_protocol`,
+`ollama_protocol`) build on `RequestModel`: fields are parsed strictly (no "1" for 1, no 1 for true), a
+null counts as absent, unknown fields are ignored (as vLLM and Ollama do), and a field asking for a feature
+this server lacks is refused.
 
     >>> body = await read_json_object(request, max_bytes=1_000_000)
-    >>> take(body, "stream", BOOLEAN, default=True)
-    True
+    >>> parse(ChatCompletionRequest, {"model": "smollm2-135m", "messages": [], "stream": "yes"})
+    ClientError: 'stream' must be true or false, got a string.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from dataclasses import dataclass
+from itertools import takewhile
+from typing import Annotated, Any, TypeVar, get_args
 
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError, WrapValidator,
+                      model_validator)
+from pydantic.fields import FieldInfo
+from pydantic_core import ErrorDetails, PydanticCustomError
 from starlette.requests import Request
 
 from labkit.serving.http.errors import ClientError
 
-
-@dataclass(frozen=True)
-class Kind:
-    """A JSON type a field may have: its test and its name in messages."""
-
-    name: str  # e.g. "a number"
-    test: Callable[[object], bool]
-
-
-def _real_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-STRING = Kind("a string", lambda v: isinstance(v, str))
-BOOLEAN = Kind("true or false", lambda v: isinstance(v, bool))
-INTEGER = Kind("an integer", lambda v: isinstance(v, int) and not isinstance(v, bool))
-NUMBER = Kind("a number", _real_number)
-OBJECT = Kind("a JSON object", lambda v: isinstance(v, dict))
-ARRAY = Kind("an array", lambda v: isinstance(v, list))
-STRINGS = Kind("a string or an array of strings",
-               lambda v: isinstance(v, str) or (isinstance(v, list) and all(isinstance(s, str) for s in v)))
+# The JSON names of pydantic's type errors, for "'x' must be <kind>, got <json type>."
+KINDS = {"string_type": "a string", "bool_type": "true or false", "int_type": "an integer", "float_type": "a number",
+         "dict_type": "a JSON object", "model_type": "a JSON object", "list_type": "an array"}
+JSON_TYPES = ((bool, "a boolean"), (str, "a string"), (int, "an integer"), (float, "a number"),
+              (dict, "a JSON object"), (list, "an array"))
+OWN_ERROR = "labkit"  # the type of the errors this module's validators raise: their message is already whole
 
 
 def json_type(value: object) -> str:
     """The JSON name of a value's type, for messages: 'a string', 'null', 'an array', ..."""
     if value is None:
         return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    for kind in (STRING, INTEGER, NUMBER, OBJECT, ARRAY):
-        if kind.test(value):
-            return kind.name
-    return type(value).__name__
+    return next((name for kind, name in JSON_TYPES if isinstance(value, kind)), type(value).__name__)
 
 
 def _refuse_constant(name: str) -> float:
@@ -91,31 +78,126 @@ async def read_json_object(request: Request, max_bytes: int) -> dict:
     return body
 
 
-def take(body: dict, name: str, kind: Kind, default: object = None, required: bool = False,
-         where: str = "") -> object:
-    """body[name] if present and of the right kind, else default; a 400 naming the field otherwise.
+class RequestModel(BaseModel):
+    """A JSON object a client sends: strict types, null as absent, unknown fields ignored.
 
-    A null value counts as absent. `where` prefixes the name in messages (e.g. "options.").
-
-        >>> take({"stream": "yes"}, "stream", BOOLEAN)
-        ClientError: 'stream' must be true or false, got a string.
+        >>> class Options(RequestModel):
+        ...     temperature: float = 1.0
+        >>> Options.model_validate({"temperature": None, "mirostat": 2})
+        Options(temperature=1.0)
     """
-    value = body.get(name)
-    if value is None:
-        if required:
-            raise ClientError(400, f"'{where}{name}' is required and must be {kind.name}.", where + name)
-        return default
-    if not kind.test(value):
-        raise ClientError(400, f"'{where}{name}' must be {kind.name}, got {json_type(value)}.", where + name)
-    return value
+
+    model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def null_is_absent(cls, data: Any) -> Any:
+        """Drop null values, so that a field sent as null takes its default (clients send null for "unset")."""
+        return {k: v for k, v in data.items() if v is not None} if isinstance(data, dict) else data
 
 
-def refuse_unsupported(body: dict, names: dict[str, str], where: str = "") -> None:
-    """A 400 for the first field whose value asks for something this server does not do.
+class ModelRequest(RequestModel):
+    """A body that names the model it is for (every POST route of both protocols)."""
 
-    names: field -> what to say; a field counts as asking when its value is truthy (e.g. a non-empty
-    `tools` list, `think: true`), so clients that always send the empty default still work.
+    model: str = Field(description='the name of the served model, e.g. "smollm2-135m"')
+
+
+def own_error(message: str, **context: object) -> PydanticCustomError:
+    """A validation error whose message (after the field's quoted name) is `message`, formatted with `context`."""
+    return PydanticCustomError(OWN_ERROR, message, context)
+
+
+def either(kind: str) -> WrapValidator:
+    """One error for a field of several shapes: "'x' must be <kind>, got <json type>." (pydantic reports one
+    error per shape, at locations such as ('stop', 'list[str]')).
+
+        >>> Stop = Annotated[str | list[str], either("a string or an array of strings")]
     """
-    for name, reason in names.items():
-        if body.get(name):
-            raise ClientError(400, f"'{where}{name}' is not supported by this server: {reason}", where + name)
+    def validate(value: Any, handler) -> Any:
+        try:
+            return handler(value)
+        except ValidationError:
+            raise own_error("must be {kind}, got {got}.", kind=kind, got=json_type(value)) from None
+    return WrapValidator(validate)
+
+
+def refused(reason: str) -> Any:
+    """The type of a field this server refuses when it asks for something (a truthy value, so that clients
+    that always send the empty default, e.g. `"tools": []`, still work).
+
+        >>> NoTools = refused("tool calling is not implemented in labkit.")
+    """
+    def check(value: Any) -> Any:
+        if value:
+            raise own_error("is not supported by this server: {reason}", reason=reason)
+        return value
+    return Annotated[Any, AfterValidator(check)]
+
+
+Strings = Annotated[str | list[str], either("a string or an array of strings")]
+NoLogprobs = refused("log-probabilities are not returned by labkit's server.")
+NoTools = refused("tool calling is not implemented in labkit.")
+NoSuffix = refused("fill-in-the-middle is not implemented in labkit.")
+
+Parsed = TypeVar("Parsed", bound=BaseModel)
+
+
+def parse(kind: type[Parsed], body: dict) -> Parsed:
+    """`body` as a `kind`, or a 400 for its first invalid field (see `refusal`).
+
+        >>> parse(ShowRequest, {"model": "smollm2-135m"})
+        ShowRequest(model='smollm2-135m')
+    """
+    try:
+        return kind.model_validate(body)
+    except ValidationError as error:
+        raise refusal(kind, error.errors(include_url=False)[0]) from None
+
+
+def refusal(kind: type[BaseModel], error: ErrorDetails) -> ClientError:
+    """pydantic's error as a 400 that names the field: its location joined with dots in the message; as
+    `param`, the field down to its first array position (OpenAI's params name fields, not items).
+
+        >>> refusal(ChatCompletionRequest, {"type": "bool_type", "loc": ("messages", 0, "role"), "input": 1, ...})
+        ClientError(400, "'messages.0.role' must be a string, got an integer.", param="messages")
+    """
+    loc = error["loc"]
+    where = ".".join(str(part) for part in loc)
+    param = ".".join(str(part) for part in takewhile(lambda part: isinstance(part, str), loc))
+    return ClientError(400, f"'{where}' {explain(kind, error)}" if where else explain(kind, error), param or None)
+
+
+def explain(kind: type[BaseModel], error: ErrorDetails) -> str:
+    """What was wrong with the field and what is allowed, e.g. "must be a number, got a string."."""
+    kind_name, got = KINDS.get(error["type"]), json_type(error["input"])
+    if kind_name:
+        return f"must be {kind_name}, got {got}."
+    if error["type"] == "missing":
+        info = field_at(kind, error["loc"])
+        return f"is required: {info.description}." if info and info.description else "is required."
+    if error["type"] == "literal_error":
+        expected = error["ctx"]["expected"].replace("'", '"')  # pydantic quotes the values as Python does
+        return f"must be {expected}, got {json.dumps(error['input'])}."
+    if error["type"] == "extra_forbidden":
+        holder = field_at(kind, error["loc"][:-1])
+        return "is not supported by this server" + (f"; it takes {holder.description}." if holder else ".")
+    return error["msg"] if error["type"] == OWN_ERROR else f"is not valid: {error['msg']}."
+
+
+def field_at(kind: type[BaseModel] | None, loc: tuple) -> FieldInfo | None:
+    """The declaration of the field at `loc` (array positions skipped), for its description; None if absent.
+
+        >>> field_at(ChatCompletionRequest, ("response_format", "json_schema", "name")).description
+        "the schema's name"
+    """
+    info = None
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        fields = {field.alias or name: field for name, field in kind.model_fields.items()} if kind else {}
+        info = fields.get(part)
+        if info is None:
+            return None
+        kind = next((t for t in (info.annotation, *get_args(info.annotation))
+                     if isinstance(t, type) and issubclass(t, BaseModel)), None)
+    return info

@@ -4,7 +4,7 @@ and a request's tokens as an async stream that aborts the request when its clien
     >>> service = ModelService("smollm2-135m", model, tokenizer, EngineThread(engine))
     >>> service.check_model("smollm2-135m:latest")            # a 404 ClientError for any other name
     >>> ids = service.chat_ids([{"role": "user", "content": "Hi"}], "messages")
-    >>> submitted = await service.submit(ids, service.config({"max_new_tokens": 8}, {}))
+    >>> submitted = await service.submit(ids, DecodingConfig(max_new_tokens=8), arrival_s=time.perf_counter())
     >>> async for event in service.events(submitted, request):
     ...     print(event.text, end="")
 """
@@ -16,6 +16,7 @@ import time
 import weakref
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 from starlette.requests import Request
@@ -23,14 +24,15 @@ from transformers import PreTrainedTokenizerBase
 
 from labkit.core.forward import context_length
 from labkit.core.text import chat_prompt, encode_prompt
-from labkit.decoding.config import SAMPLING_ONLY, DecodingConfig
+from labkit.decoding.config import DEFAULT_CONFIG, SAMPLING_ONLY, DecodingConfig
 from labkit.serving.engine import DEFAULT_TOKENS_PER_SEQ, EngineBusy
 from labkit.serving.http.engine_thread import EngineThread, TokenEvent
 from labkit.serving.http.errors import ClientError
-from labkit.serving.http.fields import STRING, read_json_object, refuse_unsupported, take
+from labkit.serving.http.fields import ModelRequest, parse, read_json_object
 
 DISCONNECT_POLL_S = 0.5  # a non-streaming request checks this often whether its client is still there
 MAX_BODY_BYTES = 1_000_000  # larger request bodies get 413
+Requested = TypeVar("Requested", bound=ModelRequest)
 
 
 class ClientGone(Exception):
@@ -73,54 +75,37 @@ class ModelService:
     def chat_ids(self, messages: list[dict], param: str) -> list[int]:
         """Token ids of a chat through the model's chat template (400 naming `param` if it is malformed)."""
         try:
-            ids = chat_prompt(self.tokenizer, messages)
+            return chat_prompt(self.tokenizer, messages)
         except (TypeError, ValueError) as error:
             raise ClientError(400, f"'{param}': {error}", param) from None
-        return self.check_length(ids, param)
 
-    def text_ids(self, text: str, param: str) -> list[int]:
-        """Token ids of plain text, no template (400 naming `param` if empty or too long)."""
+    def encode(self, prompt: str | list[int], param: str) -> list[int]:
+        """Token ids of plain text, no template, or token ids checked (400 naming `param` if empty or unknown)."""
         try:
-            ids = encode_prompt(self.tokenizer, text)
+            return encode_prompt(self.tokenizer, prompt)
         except (TypeError, ValueError) as error:
             raise ClientError(400, f"'{param}': {error}", param) from None
-        return self.check_length(ids, param)
-
-    def check_length(self, ids: list[int], param: str) -> list[int]:
-        if len(ids) >= self.context:
-            raise ClientError(400, f"'{param}' is {len(ids)} tokens long; the model's context holds {self.context} "
-                                   "tokens, including at least one new token. Shorten it.", param)
-        return ids
-
-    def check_budget(self, prompt_ids: list[int], max_new_tokens: int, field: str) -> None:
-        """A 400 naming `field` when the prompt plus the new tokens asked for exceed the context."""
-        room = self.context - len(prompt_ids)
-        if max_new_tokens > room:
-            raise ClientError(400, f"'{field}' asks for {max_new_tokens} new tokens, but the prompt has "
-                                   f"{len(prompt_ids)} and the model's context holds {self.context}: ask for at "
-                                   f"most {room}.", field)
 
     def default_max_tokens(self, prompt_ids: list[int]) -> int:
         """New tokens when the client sets no limit: up to the context, at most DEFAULT_TOKENS_PER_SEQ in all."""
         return max(1, min(self.context, DEFAULT_TOKENS_PER_SEQ) - len(prompt_ids))
 
-    def config(self, options: dict, names: dict[str, str]) -> DecodingConfig:
-        """A DecodingConfig from labkit-named options; errors name the client's field (names: labkit -> field).
+    def check_context(self, prompt_ids: list[int], max_new_tokens: int, prompt_field: str, limit_field: str) -> None:
+        """A 400 unless the prompt and the new tokens asked for fit the model's context, naming the field to change:
+        the prompt's when it leaves no room for one new token, else the limit's.
 
-        Greedy decoding (temperature 0) ignores the sampling-only options, as Ollama and vLLM do, after
-        checking their values.
+            >>> service.check_context([1] * 8000, 500, "messages", "max_tokens")
+            ClientError: 'max_tokens': the prompt has 8000 tokens and 500 new ones were asked for; the model's
+            context holds 8192: ask for at most 192.
         """
-        try:
-            DecodingConfig(**{**options, "temperature": 1.0})  # each value checked, whatever the temperature
-            if options.get("temperature") == 0:
-                options = {k: v for k, v in options.items() if k not in SAMPLING_ONLY}
-            return DecodingConfig(**options)
-        except (TypeError, ValueError) as error:
-            message = str(error)
-            name = next((k for k in sorted(names, key=len, reverse=True) if message.startswith(k)), None)
-            if name is None:
-                raise ClientError(400, message) from None
-            raise ClientError(400, f"'{names[name]}'{message[len(name):]}", names[name]) from None
+        room = self.context - len(prompt_ids)
+        if room < 1:
+            raise ClientError(400, f"'{prompt_field}': the prompt has {len(prompt_ids)} tokens; the model's context "
+                                   f"holds {self.context}, including at least one new token: shorten it.", prompt_field)
+        if max_new_tokens > room:
+            raise ClientError(400, f"'{limit_field}': the prompt has {len(prompt_ids)} tokens and {max_new_tokens} new "
+                                   f"ones were asked for; the model's context holds {self.context}: ask for at most "
+                                   f"{room}.", limit_field)
 
     async def submit(self, prompt_ids: list[int], config: DecodingConfig, arrival_s: float | None = None) -> Submitted:
         """Queue a request in the engine: 503 when the queue is full, 400 when the engine refuses it.
@@ -177,17 +162,43 @@ def service_of(request: Request) -> ModelService:
     return request.app.state.service
 
 
-async def read_model_request(request: Request, unsupported: dict[str, str] | None = None) -> tuple[ModelService, dict]:
-    """The app's ModelService and the request's JSON body, its `model` checked (404 if unknown) and any
-    field in `unsupported` (name -> why) refused with a 400.
+async def read_request(request: Request, kind: type[Requested]) -> tuple[ModelService, Requested]:
+    """The app's ModelService and the body parsed as a `kind` (400 naming a bad field, 413 if too large),
+    its `model` checked (404 if it is not this server's).
 
-        >>> service, body = await read_model_request(request, {"tools": "tool calling is not implemented."})
+        >>> service, body = await read_request(request, ChatRequest)
     """
     service = service_of(request)
-    body = await read_json_object(request, service.max_body_bytes)
-    service.check_model(take(body, "model", STRING, required=True))
-    refuse_unsupported(body, unsupported or {})
+    body = parse(kind, await read_json_object(request, service.max_body_bytes))
+    service.check_model(body.model)
     return service, body
+
+
+def decoding_config(chosen: dict[str, tuple[str, object]]) -> DecodingConfig:
+    """A DecodingConfig from DecodingConfig field -> (the client's name for it, value); a 400 names the client's field.
+
+    Each option is added to those accepted before it (temperature first), so the one DecodingConfig refuses
+    is the one at fault, named by this table and not by reading the message. Greedy decoding (temperature 0)
+    ignores the sampling-only options after checking their values, as Ollama and vLLM do.
+
+        >>> decoding_config({"temperature": ("options.temperature", 0.0), "top_k": ("options.top_k", -1)})
+        ClientError: 'options.top_k' must be an integer >= 0 (0 turns it off), got -1.
+    """
+    greedy = chosen.get("temperature", ("", DEFAULT_CONFIG.temperature))[1] == 0
+    config = DEFAULT_CONFIG
+    for field, (name, value) in sorted(chosen.items(), key=lambda item: item[0] != "temperature"):
+        ignored = greedy and field in SAMPLING_ONLY
+        try:
+            checked = DecodingConfig(temperature=1.0, **{field: value}) if ignored else config.replace(**{field: value})
+        except ValueError as error:
+            raise ClientError(400, f"'{name}'{without_name(str(error), field)}", name) from None
+        config = config if ignored else checked
+    return config
+
+
+def without_name(message: str, field: str) -> str:
+    """DecodingConfig's message without its own name for the field (" must be ..."), to follow the client's."""
+    return message[len(field):] if message.startswith(field + " ") else f": {message}"
 
 
 def finish_reason(engine_reason: str | None) -> str:

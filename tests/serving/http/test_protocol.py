@@ -176,3 +176,36 @@ def test_a_request_dropped_before_its_first_event_is_aborted(service, one_thread
     while service.engine_thread.load.blocks_used and time.monotonic() < deadline:
         time.sleep(0.01)
     assert service.engine_thread.load.blocks_used == 0
+
+
+@pytest.mark.parametrize("path, body, param", [
+    ("/api/generate", {"model": NAME, "prompt": "Hi", "raw": True, "options": {"num_predict": 600}},
+     "options.num_predict"),
+    ("/v1/completions", {"model": NAME, "prompt": "Hi", "max_tokens": 600}, "max_tokens"),
+])
+def test_one_context_check_gives_its_numbers_in_both_protocols(service, path, body, param):
+    response = post(service, path, json=body)
+    error = response.json()["error"]
+    message = error if path.startswith("/api/") else error["message"]
+    prompt = len(labkit.encode_prompt(service.tokenizer, "Hi"))
+    assert response.status_code == 400
+    assert message == (f"'{param}': the prompt has {prompt} tokens and 600 new ones were asked for; the model's "
+                       f"context holds {service.context}: ask for at most {service.context - prompt}.")
+
+
+def test_arrival_is_stamped_when_the_handler_starts_so_ttft_counts_parsing(service, monkeypatch, one_thread):
+    stamps = []
+    submit = service.submit
+
+    async def recording(prompt_ids, config, arrival_s=None):
+        stamps.append((arrival_s, time.perf_counter()))
+        return await submit(prompt_ids, config, arrival_s=arrival_s)
+
+    monkeypatch.setattr(service, "submit", recording)
+    before = time.perf_counter()
+    answer = post(service, "/api/generate", json={"model": NAME, "prompt": "The sea is", "stream": False,
+                                                   "options": {"temperature": 0, "num_predict": 2}}).json()
+    post(service, "/v1/completions", json={"model": NAME, "prompt": "The sea is", "max_tokens": 2})
+    assert len(stamps) == 2 and all(before <= arrival <= submitted for arrival, submitted in stamps)
+    arrival, submitted = stamps[0]
+    assert answer["prompt_eval_duration"] >= (submitted - arrival) * 1e9  # the engine's TTFT starts at arrival

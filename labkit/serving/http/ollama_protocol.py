@@ -1,0 +1,134 @@
+"""Ollama's request bodies (api/types.go), as pydantic models: each parses its route's JSON, and the two that
+generate have ONE conversion to a DecodingConfig.
+
+Fields are checked for their JSON type here; decoding values (ranges, stop strings, schemas) are checked
+by DecodingConfig, the one validator of decoding options, and a refusal names the client's field
+(`options.top_p`). Ollama's defaults apply to options a client leaves out.
+
+    >>> body = parse(GenerateRequest, {"model": "smollm2-135m", "prompt": "Hi", "options": {"num_predict": 8}})
+    >>> body.decoding_config(default_max_tokens=200)
+    DecodingConfig(max_new_tokens=8, temperature=0.8, top_k=40, top_p=0.9, ...)
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import AfterValidator, ConfigDict, Field
+
+from labkit.decoding.config import DecodingConfig
+from labkit.serving.http.fields import (ModelRequest, NoLogprobs, NoSuffix, NoTools, RequestModel, Strings, either,
+                                        own_error, refused)
+from labkit.serving.http.model_service import decoding_config
+
+# Ollama option -> DecodingConfig field (num_predict is read apart: -1 and -2 mean "no limit").
+OPTIONS = {"temperature": "temperature", "top_k": "top_k", "top_p": "top_p", "min_p": "min_p",
+           "typical_p": "typical_p", "repeat_penalty": "repetition_penalty", "presence_penalty": "presence_penalty",
+           "frequency_penalty": "frequency_penalty", "seed": "seed", "stop": "stop"}
+NoImages = refused("the model reads text only.")
+NoThinking = refused("the model has no thinking mode.")
+NoTemplate = refused("the model's own chat template is always used.")
+NoContext = refused("pass the conversation as /api/chat messages instead.")
+LoadTime = Any  # a load-time option: labkit sizes the model and its cache itself, so it changes nothing
+
+
+def num_predict_value(limit: int) -> int:
+    """`options.num_predict` as Ollama reads it: a count, -1 (no limit) or -2 (fill the context); -5 is refused."""
+    if limit < -2:
+        raise own_error("must be -1 (no limit), -2 (fill the context) or >= 0, got {limit}.", limit=limit)
+    return limit
+
+
+class Options(RequestModel):
+    """`options`: the sampling options labkit reads, with Ollama's defaults (DefaultOptions, api/types.go);
+    the load-time ones are accepted and ignored, any other is refused."""
+
+    model_config = ConfigDict(extra="forbid")
+    temperature: float = 0.8
+    top_k: int = 40
+    top_p: float = 0.9
+    min_p: float | None = None
+    typical_p: float | None = None
+    repeat_penalty: float | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    seed: int | None = None
+    stop: Strings | None = None
+    num_predict: Annotated[int, AfterValidator(num_predict_value)] = -1  # new tokens; -1: no limit, -2: the context
+    num_ctx: LoadTime = None
+    num_batch: LoadTime = None
+    num_gpu: LoadTime = None
+    main_gpu: LoadTime = None
+    use_mmap: LoadTime = None
+    use_mlock: LoadTime = None
+    num_thread: LoadTime = None
+    num_keep: LoadTime = None
+    low_vram: LoadTime = None
+    vocab_only: LoadTime = None
+    numa: LoadTime = None
+
+
+OPTIONS_TAKEN = f"{', '.join([*OPTIONS, 'num_predict'])} (and ignores the load-time options)"
+
+
+class GenerationRequest(ModelRequest):
+    """What /api/generate and /api/chat share: streaming (on by default), `format` and `options`."""
+
+    PROMPT_FIELD: ClassVar[str]
+    stream: bool = True
+    format: Annotated[Literal["", "json"] | dict, either('"json" or a JSON schema object')] = ""
+    options: Options = Field(default_factory=Options, description=OPTIONS_TAKEN)
+    keep_alive: Annotated[str | float, either("a duration (string or number)")] | None = None
+    logprobs: NoLogprobs = None
+    top_logprobs: NoLogprobs = None
+    think: NoThinking = None
+    images: NoImages = None
+    suffix: NoSuffix = None
+    template: NoTemplate = None
+    context: NoContext = None
+    limit_field: ClassVar[str] = "options.num_predict"
+
+    def decoding_config(self, default_max_tokens: int) -> DecodingConfig:
+        """The request as a DecodingConfig: one stop string is a list, num_predict < 0 is default_max_tokens,
+        format "json" is any JSON object and a schema object is that schema."""
+        chosen = {field: (f"options.{name}", getattr(self.options, name)) for name, field in OPTIONS.items()
+                  if getattr(self.options, name) is not None}
+        if isinstance(self.options.stop, str):
+            chosen["stop"] = ("options.stop", [self.options.stop])
+        limit = self.options.num_predict
+        chosen["max_new_tokens"] = (self.limit_field, default_max_tokens if limit < 0 else limit)
+        if self.format != "":
+            chosen["json_schema"] = ("format", True if self.format == "json" else self.format)
+        return decoding_config(chosen)
+
+
+class GenerateRequest(GenerationRequest):
+    """POST /api/generate: a prompt, through the chat template unless `raw`; an empty prompt only loads."""
+
+    PROMPT_FIELD: ClassVar[str] = "prompt"
+    prompt: str = ""
+    system: str | None = None
+    raw: bool = False
+
+    def chat(self) -> list[dict]:
+        """The prompt as the chat the template renders: the system message (if any), then the user's."""
+        return ([{"role": "system", "content": self.system}] if self.system else []) + [
+            {"role": "user", "content": self.prompt}]
+
+
+class Message(RequestModel):
+    role: str = Field(description='"system", "user" or "assistant"')
+    content: str = Field(description="the message's text")
+    images: NoImages = None
+
+
+class ChatRequest(GenerationRequest):
+    """POST /api/chat."""
+
+    PROMPT_FIELD: ClassVar[str] = "messages"
+    messages: list[Message] = Field(description='an array of {"role", "content"} objects')
+    tools: NoTools = None
+
+
+class ShowRequest(ModelRequest):
+    """POST /api/show: which model to describe."""

@@ -1,0 +1,163 @@
+"""The OpenAI-compatible request bodies, as pydantic models (vLLM's `entrypoints/openai/protocol.py`):
+each parses its route's JSON and has ONE conversion to a DecodingConfig.
+
+Fields are checked for their JSON type here; decoding values (ranges, stop strings, schemas) are checked
+by DecodingConfig, the one validator of decoding options, and a refusal names the client's field.
+
+    >>> body = parse(ChatCompletionRequest, {"model": "smollm2-135m", "messages": [...], "top_k": -1, "stop": "."})
+    >>> body.decoding_config(default_max_tokens=200)
+    DecodingConfig(max_new_tokens=200, temperature=1.0, top_k=0, stop=('.',), ...)
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import AfterValidator, BeforeValidator, Field, ValidationInfo, field_validator
+
+from labkit.decoding.config import DecodingConfig
+from labkit.serving.http.fields import (ModelRequest, NoLogprobs, NoSuffix, NoTools, RequestModel, Strings, either,
+                                        own_error, refused)
+from labkit.serving.http.model_service import decoding_config
+
+# Request field -> DecodingConfig field: OpenAI's, then vLLM's extras.
+SAMPLING = {"temperature": "temperature", "top_p": "top_p", "seed": "seed", "presence_penalty": "presence_penalty",
+            "frequency_penalty": "frequency_penalty", "stop": "stop", "top_k": "top_k", "min_p": "min_p",
+            "repetition_penalty": "repetition_penalty", "min_tokens": "min_new_tokens"}
+DEFAULT_TEMPERATURE = 1.0  # OpenAI's and vLLM's default
+NoEcho = refused("the prompt is not echoed.")
+NoBeamSearch = refused("the engine samples one sequence per request.")
+NoIgnoreEos = refused("the engine always stops at EOS.")
+
+
+def one_sequence(n: int) -> int:
+    """`n` as the engine serves it: one sequence per request (n=2 is refused, naming the field)."""
+    if n != 1:
+        raise own_error("must be 1: the engine samples one sequence per request, got {n}.", n=n)
+    return n
+
+
+def token_id_keys(bias: dict[str, float]) -> dict[str, float]:
+    """`logit_bias` with token-id keys, as JSON writes them: {"50256": -100} passes, {"the": 5} is refused."""
+    if not all(key.isdigit() for key in bias):
+        raise own_error("keys must be token ids (strings of digits).")
+    return bias
+
+
+def one_prompt(prompt: Any) -> Any:
+    """["text"] -> "text": an array of one string is one prompt."""
+    return prompt[0] if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str) else prompt
+
+
+class StreamOptions(RequestModel):
+    include_usage: bool = False  # one more chunk, with usage and no choices, before [DONE]
+
+
+class JsonSchemaSpec(RequestModel):
+    name: str = Field(description="the schema's name")
+    schema_: dict = Field(alias="schema", description="a JSON schema object")
+    strict: bool | None = None  # labkit always follows the schema, strict or not
+
+
+class ResponseFormat(RequestModel):
+    """{"type": "text"} (the default), {"type": "json_object"}, or {"type": "json_schema", "json_schema": {...}}."""
+
+    type: Literal["text", "json_object", "json_schema"] = "text"
+    json_schema: JsonSchemaSpec | None = Field(None, validate_default=True)
+
+    @field_validator("json_schema")
+    @classmethod
+    def given_for_json_schema(cls, spec: JsonSchemaSpec | None, info: ValidationInfo) -> JsonSchemaSpec | None:
+        if spec is None and info.data.get("type") == "json_schema":
+            raise own_error('is required when type is "json_schema": an object with "name" and "schema".')
+        return spec
+
+
+class OpenAIRequest(ModelRequest):
+    """What chat completions and completions share: streaming, limits and sampling (OpenAI's and vLLM's)."""
+
+    DEFAULT_MAX_TOKENS: ClassVar[int | None] = None  # None: up to the context (ModelService.default_max_tokens)
+    PROMPT_FIELD: ClassVar[str]
+    stream: bool = False
+    stream_options: StreamOptions = Field(default_factory=StreamOptions)
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None  # OpenAI's newer name; wins over max_tokens
+    temperature: float = DEFAULT_TEMPERATURE
+    top_p: float | None = None
+    seed: int | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    stop: Strings | None = None
+    top_k: int | None = None  # vLLM: -1 turns it off
+    min_p: float | None = None
+    repetition_penalty: float | None = None
+    min_tokens: int | None = None
+    n: Annotated[int, AfterValidator(one_sequence)] = 1
+    logit_bias: Annotated[dict[str, float], AfterValidator(token_id_keys)] = Field(default_factory=dict)
+    response_format: ResponseFormat = Field(default_factory=ResponseFormat)
+    logprobs: NoLogprobs = None
+    top_logprobs: NoLogprobs = None
+    tools: NoTools = None
+    suffix: NoSuffix = None
+    echo: NoEcho = None
+    use_beam_search: NoBeamSearch = None
+    ignore_eos: NoIgnoreEos = None
+
+    @property
+    def limit_field(self) -> str:
+        """The field that sets how many new tokens: max_completion_tokens if given, else max_tokens."""
+        return "max_tokens" if self.max_completion_tokens is None else "max_completion_tokens"
+
+    def decoding_config(self, default_max_tokens: int) -> DecodingConfig:
+        """The request as a DecodingConfig: top_k -1 is off, one stop string is a list, logit_bias keys are
+        token ids, response_format is json_schema, and default_max_tokens when no limit is given."""
+        chosen = {field: (name, getattr(self, name)) for name, field in SAMPLING.items()
+                  if getattr(self, name) is not None}
+        if self.top_k == -1:
+            chosen["top_k"] = ("top_k", 0)
+        if isinstance(self.stop, str):
+            chosen["stop"] = ("stop", [self.stop])
+        if self.logit_bias:
+            chosen["logit_bias"] = ("logit_bias", {int(key): bias for key, bias in self.logit_bias.items()})
+        limit = self.max_tokens if self.max_completion_tokens is None else self.max_completion_tokens
+        chosen["max_new_tokens"] = (self.limit_field, default_max_tokens if limit is None else limit)
+        kind, spec = self.response_format.type, self.response_format.json_schema
+        if kind == "json_object":
+            chosen["json_schema"] = ("response_format", True)
+        elif kind == "json_schema":
+            chosen["json_schema"] = ("response_format.json_schema.schema", spec.schema_)
+        return decoding_config(chosen)
+
+
+class TextPart(RequestModel):
+    type: Literal["text"]
+    text: str
+
+
+class ChatMessage(RequestModel):
+    role: str = Field(description='"system", "user" or "assistant" ("developer" reads as "system")')
+    content: Annotated[str | list[TextPart], either('a string or an array of {"type": "text", "text": ...} parts '
+                                                    "(the model reads text only)")] = Field(
+        description='a string or an array of {"type": "text", "text": ...} parts')
+
+    def as_chat(self) -> dict:
+        """{role, content} for the chat template: text parts joined, 'developer' read as 'system'."""
+        text = self.content if isinstance(self.content, str) else "".join(part.text for part in self.content)
+        return {"role": "system" if self.role == "developer" else self.role, "content": text}
+
+
+class ChatCompletionRequest(OpenAIRequest):
+    """POST /v1/chat/completions."""
+
+    PROMPT_FIELD: ClassVar[str] = "messages"
+    messages: list[ChatMessage] = Field(description='an array of {"role", "content"} objects')
+
+
+class CompletionRequest(OpenAIRequest):
+    """POST /v1/completions: one prompt, as text or token ids; 16 new tokens unless told (OpenAI's default)."""
+
+    DEFAULT_MAX_TOKENS: ClassVar[int | None] = 16
+    PROMPT_FIELD: ClassVar[str] = "prompt"
+    prompt: Annotated[str | Annotated[list[int], Field(min_length=1)], BeforeValidator(one_prompt),
+                      either("a string, an array of one string, or a non-empty array of token ids: one prompt "
+                             "per request")] = Field(description="a string or a non-empty array of token ids")
