@@ -97,10 +97,11 @@ class PackedKV:
         self.pool, self.new_tokens = pool, sum(n_new)  # N
         rows = torch.arange(len(n_new))
         token_row = rows.repeat_interleave(torch.tensor(n_new))  # [N] the row of each new token
-        self.positions = torch.cat([torch.arange(s, e) for s, e in zip(starts, ends)])[None].to(device)  # [1, N]
+        positions = torch.cat([torch.arange(s, e) for s, e in zip(starts, ends)])  # [N]
         key_row = rows.repeat_interleave(torch.tensor(ends))  # [S] the row of each key read
         key_position = torch.cat([torch.arange(e) for e in ends])  # [S]
-        visible = (key_row[None, :] == token_row[:, None]) & (key_position[None, :] <= self.positions[0, :, None].cpu())
+        visible = (key_row[None, :] == token_row[:, None]) & (key_position[None, :] <= positions[:, None])
+        self.positions = positions[None].to(device)  # [1, N]
         self.mask = torch.zeros(visible.shape).masked_fill(~visible, float("-inf"))[None, None].to(device)  # [1, 1, N, S]
         writes = [slot_index(t, list(range(s, e)), size) for t, s, e in zip(block_tables, starts, ends)]
         self.write_slots = torch.tensor([x for row in writes for x in row], device=device)  # [N]

@@ -139,9 +139,9 @@ class Engine:
         if request.config.num_beams > 1:
             raise ValueError("The engine samples one sequence per request; for beam search use "
                              "labkit.generate(model, tokenizer, prompt, num_beams=...).")
-        load = self.load()
-        if self.max_waiting is not None and load.waiting - load.free_seats >= self.max_waiting:
-            raise EngineBusy(f"The server is busy: {load.running} requests running and {load.waiting} waiting "
+        running, waiting = len(self.scheduler.running), len(self.scheduler.waiting)
+        if self.max_waiting is not None and waiting - (self.config.max_num_seqs - running) >= self.max_waiting:
+            raise EngineBusy(f"The server is busy: {running} requests running and {waiting} waiting "
                              f"(at most {self.max_waiting} may wait). Try again shortly.")
         seq = EngineRequest(next(self.request_ids), request.prompt_ids, request.config, request.eos_ids, self.tokenizer,
                             self.clock() if arrival_s is None else arrival_s)
