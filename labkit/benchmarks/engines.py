@@ -1,5 +1,8 @@
 """Real engines: batch-1 decode of labkit, transformers, llama.cpp and vLLM, and 8 requests at once through three servers.
 
+The servers: labkit's (float32, 8 seats), llama.cpp's own llama-server (Q4_1, 8 slots) and vLLM CPU
+(float32); `python -m labkit.bench serve` sweeps them (and labkit's fastest weights) under load.
+
 SmolLM2-135M-Instruct on one machine, one engine at a time: labkit's Llama and transformers run the
 float32 weights dequantized from the shipped GGUF file; llama.cpp runs that Q4_1 file itself; vLLM's
 CPU build serves labkit's float32 safetensors folder. Batch 1: one greedy chat answer of 64 tokens
@@ -17,15 +20,14 @@ from collections.abc import Callable
 import torch
 
 from labkit.bench import comparison, machine_name
-from labkit.engines.install import MAKE_ENGINES, llamacpp_installed, vllm_installed
-from labkit.engines.llamacpp import load_llamacpp, start_llamacpp_server
+from labkit.benchmarks.serve_servers import FASTEST_LABKIT, LABKIT_FLOAT32, VLLM, contenders
+from labkit.engines.install import MAKE_ENGINES, llama_server_installed, llamacpp_installed, vllm_installed
+from labkit.engines.llamacpp import load_llamacpp
 from labkit.engines.measure import CONCURRENT_REQUESTS, answer_rate, fresh, median_of
 from labkit.engines.runners import LabkitRunner, LlamaCppRunner, TransformersRunner
 from labkit.engines.server_runner import ServerRunner
-from labkit.engines.vllm import start_vllm_server
 from labkit.models.loading import load_model, load_tokenizer
 from labkit.serving.http.load import question
-from labkit.serving.http.server import start_server
 
 MODEL = "smollm2-135m"
 
@@ -58,36 +60,33 @@ def server_rates(repeats: int, tokens: int, concurrent_tokens: int) -> tuple[dic
     """(batch-1 tokens/s of vLLM, 8-request tokens/s of each server), one server running at a time."""
     tokenizer = load_tokenizer(MODEL)
     chats = [question(i) for i in range(CONCURRENT_REQUESTS)]
-    starters = {"labkit server": (lambda: start_server(MODEL, max_num_seqs=CONCURRENT_REQUESTS), {})}
-    if llamacpp_installed():
-        starters["llama.cpp server"] = (lambda: start_llamacpp_server(MODEL, n_threads=torch.get_num_threads()),
-                                        {"repeat_penalty": 1.0})
-    if vllm_installed():
-        starters["vLLM server"] = (start_vllm_server, {})
+    servers = [server for server in contenders(CONCURRENT_REQUESTS) if server.name != FASTEST_LABKIT]
     batch1, concurrent = {}, {}
-    for name, (start, extra) in starters.items():
+    for server in (server for server in servers if server.available):
         began = time.perf_counter()
-        with start() as server:
-            _progress(f"{name} ready after {time.perf_counter() - began:.0f} s")
-            runner = ServerRunner(name, server.url, MODEL, tokenizer, extra_body=extra)
-            if name == "vLLM server":
+        with server.start() as handle:
+            _progress(f"{server.name} ready after {time.perf_counter() - began:.0f} s")
+            runner = ServerRunner(server.name, handle.url, MODEL, tokenizer)
+            if server.name == VLLM:
                 batch1["vLLM"] = median_rate(lambda i: answer_rate(runner, tokens, number=i), repeats)
-            concurrent[name] = median_rate(lambda i: runner.concurrent_rate([fresh(chat, i * len(chats) + k) for k, chat
-                                                                       in enumerate(chats)], concurrent_tokens),
-                                           repeats)
-            _progress(f"{name}: {concurrent[name]:.1f} tokens/s with {CONCURRENT_REQUESTS} requests at once")
+            concurrent[server.name] = median_rate(
+                lambda i: runner.concurrent_rate([fresh(chat, i * len(chats) + k) for k, chat in enumerate(chats)],
+                                                 concurrent_tokens), repeats)
+            _progress(f"{server.name}: {concurrent[server.name]:.1f} tokens/s with {CONCURRENT_REQUESTS} requests at once")
+    print("\nservers, one at a time:\n" + "\n".join(f"  {server.name}: {server.settings}" for server in servers))
     return batch1, concurrent
 
 
 def print_table(title: str, rates: dict[str, float], base: str) -> None:
-    print(f"\n{title}\n{'engine':<20}{'tokens/s':>10}{'vs ' + base:>20}")
+    print(f"\n{title}\n{'engine':<26}{'tokens/s':>10}{'vs ' + base:>20}")
     for name, rate in rates.items():
-        print(f"{name:<20}{rate:>10.1f}{rate / rates[base]:>19.2f}x")
+        print(f"{name:<26}{rate:>10.1f}{rate / rates[base]:>19.2f}x")
 
 
 def missing_lines() -> list[str]:
     return [f"{name} rows: skipped: not installed. {MAKE_ENGINES}"
-            for name, ok in (("llama.cpp", llamacpp_installed()), ("vLLM", vllm_installed())) if not ok]
+            for name, ok in (("llama.cpp", llamacpp_installed()), ("llama-server", llama_server_installed()),
+                             ("vLLM", vllm_installed())) if not ok]
 
 
 def run(repeats: int = 3, quick: bool = False) -> list[dict]:
@@ -99,14 +98,14 @@ def run(repeats: int = 3, quick: bool = False) -> list[dict]:
     vllm_batch1, concurrent = server_rates(repeats, tokens, concurrent_tokens)
     batch1.update(vllm_batch1)
     print_table("batch 1 (vLLM over HTTP, the others in-process)", batch1, "labkit")
-    print_table(f"{CONCURRENT_REQUESTS} requests at once, through each server", concurrent, "labkit server")
+    print_table(f"{CONCURRENT_REQUESTS} requests at once, through each server", concurrent, LABKIT_FLOAT32)
     for line in missing_lines():
         print(line)
     records = [comparison(f"engines_batch1_vs_{name.replace('.', '')}", "tokens_per_second", batch1["labkit"],
                           rate, f"{name}, batch-1 greedy chat, same model") for name, rate in batch1.items()
                if name != "labkit"]
     records += [comparison(f"engines_concurrent{CONCURRENT_REQUESTS}_vs_{name.split()[0].replace('.', '')}",
-                           "tokens_per_second", concurrent["labkit server"], rate,
+                           "tokens_per_second", concurrent[LABKIT_FLOAT32], rate,
                            f"{name}, {CONCURRENT_REQUESTS} requests at once") for name, rate in concurrent.items()
-                if name != "labkit server"]
+                if name != LABKIT_FLOAT32]
     return records

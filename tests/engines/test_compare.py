@@ -4,10 +4,10 @@ import socket
 
 import pytest
 
-from labkit.engines import EngineNotInstalled, start_llamacpp_server, start_vllm_server
+from labkit.engines import EngineNotInstalled, start_llama_server, start_vllm_server
 from labkit.engines.compare import EngineRow, greedy_agreement, side_by_side, topk_agreement
 from labkit.engines.install import require_llamacpp
-from labkit.serving.http.server import require_free_port
+from labkit.serving.http.launcher import require_free_port
 
 
 def test_greedy_agreement_counts_the_shared_start_only():
@@ -63,5 +63,9 @@ def test_a_missing_llamacpp_says_to_run_make_engines(monkeypatch):
                         lambda name, *a: None if name == "llama_cpp" else real_find_spec(name, *a))
     with pytest.raises(EngineNotInstalled, match="llama-cpp-python 0.3.36.*make engines"):
         require_llamacpp()
-    with pytest.raises(EngineNotInstalled, match="make engines"):
-        start_llamacpp_server()
+
+
+def test_a_missing_llama_server_says_to_run_make_engines(tmp_path, monkeypatch):
+    monkeypatch.setenv("LABKIT_ENGINES", str(tmp_path))  # an engines folder with nothing built
+    with pytest.raises(EngineNotInstalled, match="llama-server is missing.*make engines"):
+        start_llama_server()

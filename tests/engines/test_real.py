@@ -1,4 +1,4 @@
-"""The real engines of notebook 12 (llama.cpp in-process and as a server, vLLM's CPU build as a server)
+"""The real engines of notebook 12 (llama.cpp in-process and its own llama-server, vLLM's CPU build as a server)
 against transformers on the same SmolLM2 weights, and labkit's helpers that start and stop them.
 
 No mocks: every server is a real process on 127.0.0.1, started once per module and always stopped.
@@ -12,11 +12,13 @@ checked first.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import socket
 import subprocess
 import time
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -28,10 +30,10 @@ import torch
 import labkit.engines.llamacpp
 import labkit.engines.vllm
 from labkit.core.text import chat_prompt
-from labkit.engines import (llamacpp_installed, load_llamacpp, start_llamacpp_server, start_vllm_server,
-                            vllm_installed)
+from labkit.engines import (llama_server_installed, llamacpp_installed, load_llamacpp, start_llama_server,
+                            start_vllm_server, vllm_installed)
 from labkit.engines.install import MAKE_ENGINES
-from labkit.serving.http.server import live_group_members, require_free_port
+from labkit.serving.http.launcher import live_group_members, require_free_port
 
 MODEL = "smollm2-135m"
 GREEDY = {"temperature": 0.0, "repeat_penalty": 1.0}  # llama.cpp: greedy, no repetition penalty
@@ -54,6 +56,11 @@ def missing_engine(name: str) -> None:
 def need_llamacpp() -> None:
     if not llamacpp_installed():
         missing_engine("llama.cpp (llama-cpp-python)")
+
+
+def need_llama_server() -> None:
+    if not llama_server_installed():
+        missing_engine("llama.cpp's server (llama-server)")
 
 
 def need_vllm() -> None:
@@ -115,9 +122,9 @@ def llamacpp_scores():
 
 @pytest.fixture(scope="module")
 def llamacpp_llm():
-    """llama.cpp's `Llama` as the server runs it (default threads, last position's logits only)."""
+    """llama.cpp's `Llama` with attention as llama-server runs it by default (flash attention on the CPU)."""
     need_llamacpp()
-    return load_llamacpp(MODEL)
+    return load_llamacpp(MODEL, flash_attn=True)
 
 
 @pytest.mark.parametrize("prompt", ["The capital of France is", "The capital of Germany is"])
@@ -137,86 +144,92 @@ def test_llamacpp_next_token_logits_agree_with_transformers(llamacpp_scores, smo
     assert np.corrcoef(logits.numpy(), reference.numpy())[0, 1] > 0.99
 
 
-# --- llama.cpp's server -------------------------------------------------------------------------------
+# --- llama.cpp's own server, llama-server ----------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def llamacpp_server():
-    need_llamacpp()
-    server = start_llamacpp_server(MODEL)
+def llama_server():
+    need_llama_server()
+    server = start_llama_server(MODEL, slots=4)
     yield server
     server.stop()
 
 
-def test_llamacpp_server_lists_the_model_under_its_labkit_name(llamacpp_server):
-    assert MODEL in [model.id for model in client(llamacpp_server).models.list().data]
+def test_llama_server_lists_the_model_under_its_labkit_name_with_its_slots(llama_server):
+    assert MODEL in [model.id for model in client(llama_server).models.list().data]
+    with urllib.request.urlopen(llama_server.url + "/props", timeout=10) as response:
+        assert json.load(response)["total_slots"] == 4
 
 
-def test_llamacpp_server_answers_exactly_like_llamacpp_in_process(llamacpp_server, llamacpp_llm):
-    # Same engine, same file, greedy: the text must be identical (near-ties or not).
+def test_llama_server_answers_exactly_like_llamacpp_in_process(llama_server, llamacpp_llm):
+    # The same llama.cpp libraries, the same file, the same attention kernel, one request at a time, greedy:
+    # identical text, near-ties or not (FRANCE_CHAT has one).
     for messages in (HAIKU_CHAT, FRANCE_CHAT):
-        reply = client(llamacpp_server).chat.completions.create(
+        reply = client(llama_server).chat.completions.create(
             model=MODEL, messages=messages, max_tokens=32, temperature=0, extra_body={"repeat_penalty": 1.0})
         local = llamacpp_llm.create_chat_completion(messages, max_tokens=32, **GREEDY)
         assert reply.choices[0].message.content == local["choices"][0]["message"]["content"]
-        assert reply.usage.completion_tokens == local["usage"]["completion_tokens"]
+        assert reply.choices[0].finish_reason == local["choices"][0]["finish_reason"]
+        # llama-server counts the end-of-sequence token it stopped on; llama-cpp-python does not
+        stopped = reply.choices[0].finish_reason == "stop"
+        assert reply.usage.completion_tokens == local["usage"]["completion_tokens"] + stopped
         assert reply.choices[0].message.content  # not two empty answers
 
 
-def test_llamacpp_server_refuses_bad_requests_and_keeps_serving(llamacpp_server):
-    api = client(llamacpp_server)
-    too_long = [{"role": "user", "content": "hello " * 3000}]  # > n_ctx 2048 tokens
+def test_llama_server_refuses_bad_requests_and_keeps_serving(llama_server):
+    api = client(llama_server)
+    too_long = [{"role": "user", "content": "hello " * 3000}]  # > 2048 tokens a slot
     with pytest.raises(openai.BadRequestError, match="context") as error:
         api.chat.completions.create(model=MODEL, messages=too_long, max_tokens=4, temperature=0)
     assert error.value.status_code == 400
-    # A wrongly typed field is refused and named; llama-cpp-python 0.3.36 answers it with status 500
-    # (its error handler turns request validation errors into 500), so only the refusal is checked.
-    with pytest.raises(openai.APIStatusError, match="temperature"):
+    with pytest.raises(openai.BadRequestError):
         api.chat.completions.create(model=MODEL, messages=HAIKU_CHAT, max_tokens=4, temperature="hot")
     reply = api.chat.completions.create(model=MODEL, messages=HAIKU_CHAT, max_tokens=8, temperature=0,
                                         extra_body={"repeat_penalty": 1.0})
     assert reply.choices[0].message.content and reply.usage.completion_tokens == 8
 
 
-def stream_chat(api: openai.OpenAI, messages, max_tokens: int) -> tuple[str, str | None]:
-    """(the streamed text, the finish_reason of the last choice chunk)."""
-    text, finish = "", None
+def stream_chat(api: openai.OpenAI, messages, max_tokens: int) -> tuple[str, str | None, int]:
+    """(the streamed text, the finish_reason of the last choice chunk, the output tokens the usage chunk counts)."""
+    text, finish, tokens = "", None, -1
     stream = api.chat.completions.create(model=MODEL, messages=messages, max_tokens=max_tokens, temperature=0,
-                                         stream=True, extra_body={"repeat_penalty": 1.0})
+                                         stream=True, stream_options={"include_usage": True},
+                                         extra_body={"repeat_penalty": 1.0})
     with stream:
         for chunk in stream:
             if chunk.choices:
                 text += chunk.choices[0].delta.content or ""
                 finish = chunk.choices[0].finish_reason or finish
-    return text, finish
+            if chunk.usage is not None:
+                tokens = chunk.usage.completion_tokens
+    return text, finish, tokens
 
 
-def test_llamacpp_server_completes_eight_concurrent_streams_whole(llamacpp_server):
-    api = client(llamacpp_server)
+def test_llama_server_completes_eight_concurrent_streams_whole(llama_server):
+    # 8 streams on 4 slots: four decode together, four wait for a slot. Batched logits may differ from a
+    # request alone in the last bits (llama.cpp is not batch-invariant), so whole means: every stream ends
+    # with a finish reason, and a stream cut at the limit carries exactly max_tokens tokens.
+    api = client(llama_server)
     chats = [[{"role": "user", "content": f"Tell me a fact about the number {i}."}] for i in range(8)]
     with ThreadPoolExecutor(len(chats)) as pool:
         streamed = list(pool.map(lambda chat: stream_chat(api, chat, 12), chats))
-    assert all(finish in ("stop", "length") for _, finish in streamed), streamed
-    # whole: each stream says what the same request answers alone, not a cut-off part of it
-    alone = [api.chat.completions.create(model=MODEL, messages=chat, max_tokens=12, temperature=0,
-                                         extra_body={"repeat_penalty": 1.0}).choices[0].message.content
-             for chat in chats]
-    assert [text for text, _ in streamed] == alone
-    assert all(alone)
+    assert all(text for text, _, _ in streamed)
+    assert all(finish == "stop" and 0 < tokens <= 12 or finish == "length" and tokens == 12
+               for _, finish, tokens in streamed), streamed
 
 
-def test_llamacpp_server_stop_frees_its_port_and_leaves_no_process():
-    need_llamacpp()
-    server = start_llamacpp_server(MODEL)
+def test_llama_server_stop_frees_its_port_and_leaves_no_process():
+    need_llama_server()
+    server = start_llama_server(MODEL, slots=2)
     processes = server_tree(server)
     client(server).chat.completions.create(model=MODEL, messages=HAIKU_CHAT, max_tokens=2, temperature=0)
     server.stop()
     assert_fully_stopped(server, processes)
-    with start_llamacpp_server(MODEL, port=port_of(server)) as again:  # a restart on the same port works
+    with start_llama_server(MODEL, slots=2, port=port_of(server)) as again:  # a restart on the same port works
         assert MODEL in [model.id for model in client(again).models.list().data]
 
 
-def test_llamacpp_server_on_a_busy_port_is_refused_before_starting(monkeypatch):
-    need_llamacpp()
+def test_llama_server_on_a_busy_port_is_refused_before_starting(monkeypatch):
+    need_llama_server()
     launched = []
     real_popen = subprocess.Popen
     monkeypatch.setattr(subprocess, "Popen",
@@ -226,7 +239,7 @@ def test_llamacpp_server_on_a_busy_port_is_refused_before_starting(monkeypatch):
         busy.listen()
         port = busy.getsockname()[1]
         with pytest.raises(ValueError, match=f"Port {port} .*already in use"):
-            start_llamacpp_server(MODEL, port=port)
+            start_llama_server(MODEL, port=port)
     assert launched == []  # refused up front, no server process was started
 
 
@@ -327,12 +340,14 @@ def test_vllm_that_cannot_start_says_why_and_leaves_no_process(monkeypatch):
 
 def test_bench_engines_quick_prints_one_ratio_per_peer(bench_quick_run):
     need_llamacpp()
+    need_llama_server()
     need_vllm()
     run = bench_quick_run("engines", timeout=1200)  # also checks the fields, peer > 0 and the ratio to 0.01
     assert run.benches == [
         "engines_batch1_vs_transformers", "engines_batch1_vs_llamacpp", "engines_batch1_vs_vLLM",
-        "engines_concurrent8_vs_llamacpp", "engines_concurrent8_vs_vLLM"]
+        "engines_concurrent8_vs_llama-server", "engines_concurrent8_vs_vLLM"]
     for record in run.records:
         assert record["metric"] == "tokens_per_second"
         assert record["labkit"] > 0
-    assert "not installed" not in run.stdout
+    assert "not installed" not in run.stdout and "not built" not in run.stdout
+    assert "llama-server: llama.cpp" in run.stdout and "8 slots" in run.stdout  # each server's settings

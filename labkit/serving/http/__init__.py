@@ -3,7 +3,9 @@
 The engine runs in its own thread (`engine_thread`); the ASGI app (`app`) only translates protocols
 (`ollama_api`, `openai_api`), parses what clients send with pydantic models (`ollama_protocol`,
 `openai_protocol`, on `fields`), reports mistakes in each protocol's shape (`errors`) and exports
-Prometheus metrics (`server_metrics`). `server` starts it from Python or from the command line.
+Prometheus metrics (`server_metrics`). `server` starts it from Python or from the command line, through
+`launcher`, which starts, waits for and stops every server process of the course (llama-server and vLLM
+too); `client` and `load` time it from the client's side.
 
     >>> from labkit.serving.http import start_server
     >>> server = start_server("smollm2-135m")        # a background process on 127.0.0.1
@@ -11,6 +13,7 @@ Prometheus metrics (`server_metrics`). `server` starts it from Python or from th
     >>> server.stop()
 """
 
-from labkit.serving.http.server import ServerHandle, start_server
+from labkit.serving.http.launcher import ServerHandle
+from labkit.serving.http.server import start_server
 
 __all__ = ["ServerHandle", "start_server"]
