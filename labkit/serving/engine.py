@@ -183,6 +183,8 @@ class Engine:
         if not batch.seqs:
             return []
         self.last_batch = batch
+        for seq in batch.seqs:  # leaving the queue: the step that first feeds a request starts now
+            seq.scheduled_s = start if seq.scheduled_s is None else seq.scheduled_s
         logits = self.runner.run(batch.seqs, batch.n_new)  # [B, V]
         outputs = self._postprocess(batch, logits)
         self.step_metrics.append(StepMetrics(batch.kind, len(batch.seqs), batch.n_tokens,
@@ -195,8 +197,6 @@ class Engine:
         outputs, now = [], self.clock()
         for row, (seq, n_fed) in enumerate(zip(batch.seqs, batch.n_new)):
             seq.num_cached_tokens += n_fed
-            if seq.scheduled_s is None:
-                seq.scheduled_s = now
             if seq.num_cached_tokens < len(seq):  # a prompt chunk: the rest comes in later steps
                 continue
             outputs.append(self._choose(seq, logits[row:row + 1], now))

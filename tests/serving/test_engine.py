@@ -140,7 +140,9 @@ def test_generate_batch_and_metrics(tiny, tokenizer, one_thread):
     assert texts == [labkit.generate_text(tiny, tokenizer, p, max_new_tokens=4) for p in PROMPTS[:3]]
     metrics = engine.metrics(2)  # the third request waited for a free seat
     assert metrics.output_tokens == 4 and metrics.queue_s > 0
-    assert 0 <= metrics.queue_s <= metrics.ttft_s <= metrics.e2e_s and metrics.tpot_s > 0
+    assert 0 <= metrics.queue_s < metrics.ttft_s <= metrics.e2e_s and metrics.tpot_s > 0  # the prefill after the queue
+    first = engine.metrics(0)
+    assert first.queue_s < first.ttft_s and first.queue_s < metrics.queue_s  # admitted at the first step
     assert {m.kind for m in engine.step_metrics} == {"prefill", "decode"}
     assert max(m.batch_size for m in engine.step_metrics) == 2
 

@@ -1,32 +1,59 @@
-"""A load test from the client's side: asyncio clients streaming chat requests at a fixed concurrency.
+"""A load test from the client's side: streamed chat requests in a closed loop or arriving at a rate.
 
-`concurrency` clients each send `requests_per_client` requests one after another (a closed loop, like
-vLLM's `--max-concurrency` with all requests ready at once), every answer streamed and timed by
-`labkit.serving.http.client`. A level's throughput is every output token over the wall time from the
-first request sent to the last token received; latencies are per request, as percentiles. The
-server's own means (TTFT and TPOT histograms on /metrics) are read before and after each level.
+Closed loop (`load_test`): `concurrency` clients each send `requests_per_client` requests one after
+another, like vLLM's `--max-concurrency` with all requests ready at once; a slow server slows its own load.
+Open loop (`open_loop`): requests arrive at Poisson times of a given rate whatever the server's pace, as
+independent users do (vLLM's `--request-rate`); past the server's capacity, its queue and TTFT grow.
+Every answer is streamed and timed by `labkit.serving.http.client`. A level's throughput is every output
+token over the wall time from the first request sent to the last token received; latencies are per
+request, as percentiles; goodput counts the requests per second that met a latency target (`Target`).
+The server's own means (TTFT and TPOT histograms on /metrics) are read before and after a level.
 
     >>> results = await sweep(server.url, "smollm2-135m", [1, 4, 16], max_tokens=16)
     >>> print(sweep_table(results))
+    >>> result = await open_loop(http, "smollm2-135m", rate=2.0, n_requests=16)
+    >>> result.goodput(Target(ttft_s=1.0, tpot_s=0.15))
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
+import random
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import httpx
 
+from labkit.core.arguments import check_int
 from labkit.metrics import percentile
 from labkit.serving.http.client import (StreamTiming, engine_summaries, mean_between, stream_ollama,
                                         stream_openai)
 from labkit.serving.workload import QUESTIONS
 
 TTFT, TPOT = "labkit_time_to_first_token_seconds", "labkit_time_per_output_token_seconds"
+QUEUE = "labkit_request_queue_time_seconds"
 QUESTION_STRIDE = 5  # request i asks QUESTIONS[5 i mod 16]: short and long prompts mixed at every level
+
+
+@dataclass(frozen=True)
+class Target:
+    """A latency target a request meets or not: its first token within `ttft_s`, then a token every `tpot_s`.
+
+        >>> Target(ttft_s=1.0, tpot_s=0.15).describe()
+        'TTFT <= 1000 ms and TPOT <= 150 ms'
+    """
+
+    ttft_s: float
+    tpot_s: float
+
+    def met_by(self, timing: StreamTiming) -> bool:
+        tpot_ok = math.isnan(timing.tpot_s) or timing.tpot_s <= self.tpot_s  # nan: a one-token answer
+        return timing.ttft_s <= self.ttft_s and tpot_ok
+
+    def describe(self) -> str:
+        return f"TTFT <= {self.ttft_s * 1e3:.0f} ms and TPOT <= {self.tpot_s * 1e3:.0f} ms"
 
 
 @dataclass(frozen=True)
@@ -38,6 +65,8 @@ class LoadResult:
     wall_s: float  # first request sent -> last token received
     engine_ttft_s: float = math.nan  # the server's mean TTFT over this level (queue included), from /metrics
     engine_tpot_s: float = math.nan  # the server's mean TPOT over this level, from /metrics
+    engine_queue_s: float = math.nan  # the server's mean wait for a seat over this level, from /metrics
+    arrival_rate: float = math.nan  # open loop: requests arriving per second (nan for a closed loop)
 
     @property
     def ok(self) -> tuple[StreamTiming, ...]:
@@ -63,23 +92,33 @@ class LoadResult:
         values = [v for v in values if not math.isnan(v)]
         return percentile(values, q) if values else math.nan
 
+    def goodput(self, target: Target) -> float:
+        """Requests per second that were answered whole and met `target` (DistServe's goodput)."""
+        return sum(target.met_by(r) for r in self.ok) / self.wall_s
+
     def mean(self, metric: str) -> float:
         values = [v for v in (getattr(r, metric) for r in self.ok) if not math.isnan(v)]
         return sum(values) / len(values) if values else math.nan
 
 
-def question(index: int) -> list[dict]:
-    """The chat of request `index`: one of notebook 10's 16 questions.
+def question(index: int, tag: str = "") -> list[dict]:
+    """The chat of request `index`: one of notebook 10's 16 questions. With a tag, the question starts with
+    "Request <tag>-<index>: ", so no server finds the whole prompt cached from an earlier level, while the
+    chat template's default system prompt stays a prefix that every request shares, as in real traffic.
 
         >>> question(1)
         [{'role': 'user', 'content': 'What is photosynthesis?'}]
+        >>> question(1, tag="b")
+        [{'role': 'user', 'content': 'Request b-1: What is photosynthesis?'}]
     """
-    return [{"role": "user", "content": QUESTIONS[(index * QUESTION_STRIDE) % len(QUESTIONS)]}]
+    text = QUESTIONS[(index * QUESTION_STRIDE) % len(QUESTIONS)]
+    return [{"role": "user", "content": f"Request {tag}-{index}: {text}" if tag else text}]
 
 
 async def load_test(http: httpx.AsyncClient, model: str, concurrency: int, requests_per_client: int = 2,
-                    max_tokens: int = 16, protocol: str = "openai") -> LoadResult:
-    """`concurrency` clients, each streaming `requests_per_client` chat requests back to back.
+                    max_tokens: int = 16, protocol: str = "openai", tag: str = "") -> LoadResult:
+    """`concurrency` clients, each streaming `requests_per_client` chat requests back to back (request i
+    asks question(i, tag)).
 
         >>> async with httpx.AsyncClient(base_url=server.url, timeout=600) as http:
         ...     result = await load_test(http, "smollm2-135m", concurrency=8)
@@ -94,7 +133,7 @@ async def load_test(http: httpx.AsyncClient, model: str, concurrency: int, reque
 
     async def client(number: int) -> list[StreamTiming]:
         indices = range(number * requests_per_client, (number + 1) * requests_per_client)
-        return [await send(http, model, question(i), max_tokens) for i in indices]
+        return [await send(http, model, question(i, tag), max_tokens) for i in indices]
 
     start = time.perf_counter()
     per_client = await asyncio.gather(*(client(n) for n in range(concurrency)))
@@ -104,9 +143,46 @@ async def load_test(http: httpx.AsyncClient, model: str, concurrency: int, reque
     return LoadResult(concurrency, tuple(timings), wall)
 
 
+def poisson_arrivals(rate: float, n_requests: int, seed: int = 0) -> list[float]:
+    """Arrival times in seconds: the first at 0, then gaps drawn from an exponential of mean 1/rate.
+
+        >>> [round(t, 2) for t in poisson_arrivals(2.0, 3)]
+        [0.0, 0.93, 1.64]
+    """
+    if not isinstance(rate, (int, float)) or isinstance(rate, bool) or not 0 < rate < math.inf:
+        raise ValueError(f"rate must be a positive number of requests per second, got {rate!r}.")
+    check_int("n_requests", n_requests, minimum=1)
+    rng, times = random.Random(seed), [0.0]
+    for _ in range(n_requests - 1):
+        times.append(times[-1] + rng.expovariate(rate))
+    return times
+
+
+async def open_loop(http: httpx.AsyncClient, model: str, rate: float, n_requests: int = 16, max_tokens: int = 16,
+                    seed: int = 0, tag: str = "") -> LoadResult:
+    """`n_requests` streamed chat requests sent at Poisson times of `rate` per second (seeded), each on its
+    own, whether or not the earlier ones were answered. Request i asks question(i, tag).
+
+        >>> result = await open_loop(http, "smollm2-135m", rate=2.0, n_requests=16)
+        >>> result.requests_per_s, result.quantile("ttft_s", 95)
+    """
+    check_int("max_tokens", max_tokens, minimum=1)
+    arrivals = poisson_arrivals(rate, n_requests, seed)
+    start = time.perf_counter()
+
+    async def arrive(index: int) -> StreamTiming:
+        await asyncio.sleep(max(0.0, start + arrivals[index] - time.perf_counter()))
+        return await stream_openai(http, model, question(index, tag), max_tokens)
+
+    timings = await asyncio.gather(*(arrive(i) for i in range(n_requests)))
+    ends = [t.sent_s + t.e2e_s for t in timings if not math.isnan(t.e2e_s)]
+    wall = (max(ends) if ends else time.perf_counter()) - start
+    return LoadResult(0, tuple(timings), wall, arrival_rate=float(rate))
+
+
 async def measured_level(http: httpx.AsyncClient, model: str, concurrency: int, requests_per_client: int = 2,
                          max_tokens: int = 16, protocol: str = "openai") -> LoadResult:
-    """`load_test`, plus the server's own mean TTFT and TPOT over it (its /metrics read before and after).
+    """`load_test`, plus the server's own mean TTFT, TPOT and queue time over it (/metrics before and after).
 
         >>> result = await measured_level(http, "smollm2-135m", concurrency=16)
         >>> result.quantile("ttft_s", 50), result.engine_ttft_s    # the client's p50, the server's mean
@@ -115,7 +191,7 @@ async def measured_level(http: httpx.AsyncClient, model: str, concurrency: int, 
     result = await load_test(http, model, concurrency, requests_per_client, max_tokens, protocol)
     after = engine_summaries((await http.get("/metrics")).text)
     return LoadResult(result.concurrency, result.requests, result.wall_s, mean_between(before, after, TTFT),
-                      mean_between(before, after, TPOT))
+                      mean_between(before, after, TPOT), mean_between(before, after, QUEUE))
 
 
 async def sweep(url: str, model: str, concurrencies: Sequence[int], requests_per_client: int = 2,
@@ -147,4 +223,21 @@ def sweep_table(results: Sequence[LoadResult]) -> str:
         lines.append(f"{r.concurrency:>7} {len(r.requests):>8} {r.tokens_per_s:>8.1f} "
                      f"{r.tokens_per_s / results[0].tokens_per_s:>7.2f}x " + " ".join(f"{v:>8.0f}" for v in ms)
                      + f" {len(r.requests) - len(r.ok):>6}")
+    return "\n".join(lines)
+
+
+def ttft_breakdown(results: Sequence[LoadResult]) -> str:
+    """Where a request's first token waited, level by level, as means in ms from both sides: the server's
+    queue (arrival -> first scheduled), the server's prefill and first step (its TTFT minus the queue; the
+    step in flight when it arrived included), and the HTTP path (the client's TTFT minus the server's: the
+    way in before the handler stamps it, the way out after the engine emits the token).
+
+        >>> print(ttft_breakdown(results))      # results from `sweep`
+    """
+    header = f"{'clients':>7} {'queue':>8} {'prefill+1st':>11} {'HTTP path':>9} {'client TTFT':>11}"
+    lines = [header, f"{'':>7} " + " ".join(f"{'ms (mean)':>{w}}" for w in (8, 11, 9, 11))]
+    for r in results:
+        client = r.mean("ttft_s")
+        parts = [r.engine_queue_s, r.engine_ttft_s - r.engine_queue_s, client - r.engine_ttft_s, client]
+        lines.append(f"{r.concurrency:>7} " + " ".join(f"{v * 1e3:>{w}.0f}" for v, w in zip(parts, (8, 11, 9, 11))))
     return "\n".join(lines)

@@ -1,7 +1,7 @@
 """The server's Prometheus metrics, in a registry of its own (two servers in one process never clash).
 
-TTFT and TPOT are observed when a request finishes (the engine's own clock, queue time included in
-TTFT); running and waiting requests and KV blocks are set after every engine step.
+TTFT, TPOT and the queue time are observed when a request finishes (the engine's own clock, queue time
+included in TTFT, as vLLM's `request_queue_time_seconds` beside its TTFT); running and waiting requests and KV blocks are set after every engine step.
 
     >>> metrics = ServerMetrics()
     >>> metrics.render()[:40]
@@ -30,6 +30,8 @@ class ServerMetrics:
         r = self.registry
         self.ttft = Histogram("labkit_time_to_first_token_seconds", "Arrival to first token, queue included.",
                               buckets=TTFT_BUCKETS, registry=r)
+        self.queue = Histogram("labkit_request_queue_time_seconds", "Arrival to first scheduled (waiting for a seat).",
+                               buckets=TTFT_BUCKETS, registry=r)
         self.tpot = Histogram("labkit_time_per_output_token_seconds", "Mean gap between later tokens of a request.",
                               buckets=TPOT_BUCKETS, registry=r)
         self.running = Gauge("labkit_requests_running", "Requests holding KV blocks and decoding.", registry=r)
@@ -45,6 +47,8 @@ class ServerMetrics:
         """Record a finished or aborted request's TTFT, TPOT and reason."""
         if not math.isnan(request.ttft_s):
             self.ttft.observe(request.ttft_s)
+        if not math.isnan(request.queue_s):
+            self.queue.observe(request.queue_s)
         if not math.isnan(request.tpot_s):
             self.tpot.observe(request.tpot_s)
         self.finished.labels(request.finish_reason or "unknown").inc()

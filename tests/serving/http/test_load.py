@@ -14,10 +14,11 @@ import labkit
 from labkit.serving.engine import Engine
 from labkit.serving.http import start_server
 from labkit.serving.http.app import build_app
-from labkit.serving.http.client import (FrameClock, client_tpot, engine_summaries, metric_value, parse_sse,
+from labkit.serving.http.client import (FrameClock, StreamTiming, client_tpot, engine_summaries, metric_value, parse_sse,
                                         sse_payload, stream_ollama, stream_openai)
 from labkit.serving.http.engine_thread import EngineThread
-from labkit.serving.http.load import LoadResult, load_test, question, sweep, sweep_table
+from labkit.serving.http.load import (LoadResult, load_test, open_loop, poisson_arrivals, question, sweep, sweep_table,
+                                      ttft_breakdown)
 from labkit.serving.http.model_service import ModelService
 from labkit.serving.workload import QUESTIONS
 
@@ -115,6 +116,28 @@ def test_questions_mix_prompt_lengths_and_the_table_compares_levels():
     assert "tokens/s" in table and "4.00x" in table.splitlines()[3] and "nan" in table.splitlines()[3]
 
 
+def test_an_open_loop_sends_at_its_own_pace_and_its_prompts_are_fresh(service, one_thread):
+    arrivals = poisson_arrivals(20.0, 6, seed=3)
+    assert arrivals[0] == 0.0 and arrivals == sorted(arrivals) and arrivals == poisson_arrivals(20.0, 6, seed=3)
+    result = in_process(service, lambda http: open_loop(http, NAME, rate=20.0, n_requests=6, max_tokens=3, seed=3,
+                                                        tag="t"))
+    assert result.concurrency == 0 and result.arrival_rate == 20.0
+    assert len(result.ok) == 6 and result.output_tokens == 18
+    # each request was sent no earlier than its arrival time (the send times keep the Poisson gaps)
+    sent = [r.sent_s - result.requests[0].sent_s for r in result.requests]
+    assert all(s >= a - 0.005 for s, a in zip(sent, arrivals))
+    assert question(2, tag="t") == [{"role": "user", "content": "Request t-2: " + question(2)[0]["content"]}]
+    for bad in (0, -1.0, math.inf, "2", True):
+        with pytest.raises(ValueError, match="rate must be a positive number"):
+            poisson_arrivals(bad, 3)
+
+
+def test_the_ttft_breakdown_adds_up_to_the_clients_ttft():
+    timings = (StreamTiming("a", 1, 0.0, 0.4, 0.4, 0.4), StreamTiming("b", 1, 0.0, 0.6, 0.6, 0.6))
+    result = LoadResult(2, timings, 1.0, engine_ttft_s=0.45, engine_queue_s=0.1)
+    assert ttft_breakdown([result]).splitlines()[2].split() == ["2", "100", "350", "50", "500"]
+
+
 @pytest.mark.slow
 def test_real_server_sweep_client_figures_match_the_engine():
     with start_server("smollm2-135m", max_num_seqs=4) as server:
@@ -126,5 +149,6 @@ def test_real_server_sweep_client_figures_match_the_engine():
         # the client's TTFT includes HTTP and the chat template on top of the engine's: never less
         assert result.mean("ttft_s") >= result.engine_ttft_s > 0
         assert result.engine_tpot_s > 0
+        assert 0 <= result.engine_queue_s <= result.engine_ttft_s  # the queue is part of the server's TTFT
     ttft = ollama_results[0].requests[0]
     assert ttft.engine["prompt_eval_duration"] / 1e9 <= ttft.ttft_s
