@@ -24,7 +24,7 @@ from labkit.engines.install import MAKE_ENGINES, llama_server_installed, vllm_in
 from labkit.engines.llama_server import LlamaServerSettings, start_llama_server
 from labkit.engines.vllm import DEFAULT_KV_CACHE_GIB, start_vllm_server
 from labkit.serving.http.launcher import ServerHandle
-from labkit.serving.http.server import start_server
+from labkit.serving.http.server import ServerOptions, start_server
 
 MODEL = "smollm2-135m"
 LABKIT_FLOAT32, FASTEST_LABKIT, LLAMA_SERVER, VLLM = ("labkit server, float32", "labkit server, fuse+int4",
@@ -48,10 +48,18 @@ class Contender:
     model: str = MODEL
 
 
-def labkit_settings(seats: int, weights: str = "float32 weights", wait_policy: str = "PASSIVE") -> str:
+def labkit_settings(options: ServerOptions, weights: str = "float32 weights", wait_policy: str = "PASSIVE") -> str:
     """What a labkit server runs with, as a table states it."""
-    return (f"{weights}, eager, {seats} seats, continuous batching (prefill first), prefix cache, "
+    return (f"{weights}, eager, {options.max_num_seqs} seats, {options.scheduling()}, prefix cache, "
             f"{torch.get_num_threads()} torch threads, OMP_WAIT_POLICY={wait_policy}")
+
+
+def labkit_contender(name: str, options: ServerOptions, weights: str) -> Contender:
+    """labkit's server with `options`, started PASSIVE (LABKIT_ENV)."""
+    return Contender(name, labkit_settings(options, weights),
+                     lambda: start_server(options.model, max_num_seqs=options.max_num_seqs, optimize=options.optimize,
+                                          chunked_prefill=options.chunked_prefill,
+                                          max_num_batched_tokens=options.max_num_batched_tokens, env=LABKIT_ENV))
 
 
 def vllm_settings() -> str:
@@ -66,10 +74,9 @@ def contenders(seats: int, quick: bool = False) -> list[Contender]:
     default of 256). quick leaves vLLM out (its start alone takes a minute)."""
     llama = LlamaServerSettings(MODEL, slots=seats)
     servers = [
-        Contender(LABKIT_FLOAT32, labkit_settings(seats),
-                  lambda: start_server(MODEL, max_num_seqs=seats, env=LABKIT_ENV)),
-        Contender(FASTEST_LABKIT, labkit_settings(seats, "fused projections, int4 weights (group 32)"),
-                  lambda: start_server(MODEL, max_num_seqs=seats, optimize=FASTEST, env=LABKIT_ENV)),
+        labkit_contender(LABKIT_FLOAT32, ServerOptions(MODEL, max_num_seqs=seats), "float32 weights"),
+        labkit_contender(FASTEST_LABKIT, ServerOptions(MODEL, max_num_seqs=seats, optimize=FASTEST),
+                         "fused projections, int4 weights (group 32)"),
         Contender(LLAMA_SERVER, f"llama.cpp as llama-cpp-python 0.3.36 vendors it, {llama.describe()}",
                   lambda: start_llama_server(MODEL, slots=seats), llama_server_installed(),
                   f"not built. {MAKE_ENGINES}"),

@@ -24,7 +24,8 @@ LAUNCHERS = {
     "start_server": (start_server, {
         "model": BAD_MODELS, "host": BAD_HOSTS, "port": BAD_PORTS, "timeout": BAD_TIMEOUTS,
         "max_num_seqs": BAD_COUNTS, "max_waiting": [-1, 1.5, "8", True], "api_key": ["", 42],
-        "optimize": ["fuse,int4", ("warp",), ("int8", "int4")], "env": ["OMP_WAIT_POLICY=ACTIVE", {"A": 1}]}),
+        "optimize": ["fuse,int4", ("warp",), ("int8", "int4")], "env": ["OMP_WAIT_POLICY=ACTIVE", {"A": 1}],
+        "chunked_prefill": ["yes", 1, None], "max_num_batched_tokens": [0, 4, 256.0, "256", True]}),
     "start_llama_server": (start_llama_server, {
         "model": BAD_MODELS, "host": BAD_HOSTS, "port": BAD_PORTS, "timeout": BAD_TIMEOUTS,
         "n_threads": BAD_COUNTS, "slots": BAD_COUNTS, "n_ctx": [0, 8, 2048.0, "2048"]}),

@@ -14,6 +14,6 @@ too); `client` and `load` time it from the client's side.
 """
 
 from labkit.serving.http.launcher import ServerHandle
-from labkit.serving.http.server import start_server
+from labkit.serving.http.server import ServerOptions, start_server
 
-__all__ = ["ServerHandle", "start_server"]
+__all__ = ["ServerHandle", "ServerOptions", "start_server"]

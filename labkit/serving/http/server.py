@@ -20,6 +20,7 @@ import ipaddress
 import os
 import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 
 from labkit.core.arguments import check_int, check_seconds, check_text
 from labkit.serving.http.launcher import ServerHandle, check_address, launch, require_free_port
@@ -54,10 +55,64 @@ def exposure_warning(host: str, api_key: str | None) -> str | None:
 STEP_HISTORY = 10_000  # the server's engine keeps only its latest steps' metrics
 
 
-def create_app(model: str = "smollm2-135m", max_num_seqs: int = DEFAULT_MAX_NUM_SEQS,
-               max_waiting: int = DEFAULT_MAX_WAITING, api_key: str | None = None, steps: Sequence[str] = ()):
-    """Load the model (labkit's Llama), apply labkit.fast `steps` to it, start its engine thread, and build
-    the app around it. steps=("fuse", "int4"): 4-bit weights; the engine decoded 8 requests of 32 tokens at
+@dataclass(frozen=True)
+class ServerOptions:
+    """What `python -m labkit serve` runs: the model, its labkit.fast steps and its engine's settings.
+    `check()` validates every field (naming the one that is wrong) before anything loads or starts.
+
+        >>> ServerOptions(optimize=("fuse", "int4"), chunked_prefill=True).argv()[-3:]
+        ['--optimize', 'fuse,int4', '--chunked-prefill']
+    """
+
+    model: str = "smollm2-135m"  # an embedded model name or a local folder
+    max_num_seqs: int = DEFAULT_MAX_NUM_SEQS  # requests decoded together in one batch (seats)
+    max_waiting: int = DEFAULT_MAX_WAITING  # requests that may wait for a seat; more are turned away at once
+    optimize: tuple[str, ...] = ()  # labkit.fast steps, e.g. ("fuse", "int4"); () keeps float32
+    chunked_prefill: bool = False  # vLLM V1's scheduling: prompts fed in chunks beside the running decodes
+    max_num_batched_tokens: int | None = None  # tokens per step (None: the engine's default for the policy)
+
+    def check(self) -> ServerOptions:
+        """These options with every field checked and the steps put in their canonical form."""
+        from labkit.fast.optimize import check_steps  # here, not at the top: they load torch
+        from labkit.models.loading import check_model_source
+
+        check_model_source(self.model)
+        check_int("max_num_seqs", self.max_num_seqs, minimum=1)
+        check_int("max_waiting", self.max_waiting, minimum=0)
+        if not isinstance(self.chunked_prefill, bool):
+            raise TypeError(f"chunked_prefill must be True or False, got {self.chunked_prefill!r}.")
+        if self.max_num_batched_tokens is not None:
+            check_int("max_num_batched_tokens", self.max_num_batched_tokens, minimum=self.max_num_seqs)
+        try:
+            return replace(self, optimize=check_steps(self.optimize))
+        except ValueError as error:
+            raise ValueError(f"optimize: {error}") from None
+
+    def argv(self) -> list[str]:
+        """The `python -m labkit serve` arguments that run these options."""
+        args = ["--model", self.model, "--max-num-seqs", str(self.max_num_seqs), "--max-waiting", str(self.max_waiting)]
+        args += ["--optimize", ",".join(self.optimize)] if self.optimize else []
+        args += ["--chunked-prefill"] if self.chunked_prefill else []
+        budget = self.max_num_batched_tokens
+        return args + (["--max-num-batched-tokens", str(budget)] if budget is not None else [])
+
+    def scheduling(self) -> str:
+        """How the engine schedules prompts, as a settings table says it.
+
+            >>> ServerOptions(chunked_prefill=True).scheduling()
+            'continuous batching, chunked prefill (256 tokens a step)'
+        """
+        from labkit.serving.engine import DEFAULT_CHUNKED_BUDGET  # here, not at the top: it loads torch
+
+        budget = self.max_num_batched_tokens
+        if self.chunked_prefill:
+            return f"continuous batching, chunked prefill ({budget or max(DEFAULT_CHUNKED_BUDGET, self.max_num_seqs)} tokens a step)"
+        return f"continuous batching (prefill first{f', {budget} tokens a step' if budget else ''})"
+
+
+def create_app(options: ServerOptions = ServerOptions(), api_key: str | None = None):
+    """Load the model (labkit's Llama), apply its labkit.fast steps, start its engine thread, and build the
+    app around it. optimize=("fuse", "int4"): 4-bit weights; the engine decoded 8 requests of 32 tokens at
     once at 85.0 tokens/s against float32's 58.7 (2-core AMD EPYC, idle, median of 3)."""
     from labkit.fast.optimize import optimize
     from labkit.models.loading import load_model
@@ -66,29 +121,32 @@ def create_app(model: str = "smollm2-135m", max_num_seqs: int = DEFAULT_MAX_NUM_
     from labkit.serving.http.engine_thread import EngineThread
     from labkit.serving.http.model_service import ModelService
 
-    llama, tokenizer = load_model(model, impl="labkit")
-    llama = optimize(llama, steps) if steps else llama
-    engine = Engine(llama, tokenizer, max_num_seqs=max_num_seqs, max_waiting=max_waiting, step_history=STEP_HISTORY)
+    llama, tokenizer = load_model(options.model, impl="labkit")
+    llama = optimize(llama, options.optimize) if options.optimize else llama
+    engine = Engine(llama, tokenizer, max_num_seqs=options.max_num_seqs, max_waiting=options.max_waiting,
+                    chunked_prefill=options.chunked_prefill, max_num_batched_tokens=options.max_num_batched_tokens,
+                    step_history=STEP_HISTORY)
     engine_thread = EngineThread(engine)
     engine_thread.start()
-    return build_app(ModelService(model, llama, tokenizer, engine_thread), api_key)
+    return build_app(ModelService(options.model, llama, tokenizer, engine_thread), api_key)
 
 
-def serve(model: str, host: str, port: int, max_num_seqs: int, max_waiting: int, api_key: str | None,
-          steps: Sequence[str] = ()) -> None:
+def serve(options: ServerOptions, host: str, port: int, api_key: str | None) -> None:
     """Serve until interrupted (what `python -m labkit serve` runs)."""
     import uvicorn
 
     warning = exposure_warning(host, api_key)
     if warning:
         print(warning, file=sys.stderr, flush=True)
-    app = create_app(model, max_num_seqs, max_waiting, api_key, steps)
-    print(f"labkit serving {model}{' (' + ', '.join(steps) + ')' if steps else ''} at http://{host}:{port} (Ollama: /api/*, OpenAI: /v1/*, /health, /metrics)",
-          flush=True)
+    app = create_app(options, api_key)
+    steps = f" ({', '.join(options.optimize)})" if options.optimize else ""
+    print(f"labkit serving {options.model}{steps}, {options.scheduling()}, at http://{host}:{port} "
+          "(Ollama: /api/*, OpenAI: /v1/*, /health, /metrics)", flush=True)
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, timeout_graceful_shutdown=5)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line, checked; `.options` holds the ServerOptions it asks for."""
     parser = argparse.ArgumentParser(prog="python -m labkit serve",
                                      description="Serve a model over Ollama's and OpenAI's HTTP APIs.")
     parser.add_argument("--model", default="smollm2-135m", help="an embedded model name or a local folder")
@@ -101,58 +159,54 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on every request")
     parser.add_argument("--optimize", default="", metavar="STEPS",
                         help="labkit.fast steps for the model, comma-separated, e.g. fuse,int4 (default: none, float32)")
+    parser.add_argument("--chunked-prefill", action="store_true",
+                        help="feed prompts in chunks beside the running decodes (vLLM V1's scheduling)")
+    parser.add_argument("--max-num-batched-tokens", type=int, default=None, metavar="N",
+                        help="tokens per step (default: 256 with --chunked-prefill, else a whole context)")
     args = parser.parse_args(argv)
-    if args.max_num_seqs < 1 or args.max_waiting < 0 or not 0 <= args.port < 65536:
-        parser.error("--max-num-seqs must be >= 1, --max-waiting >= 0 and --port in [0, 65535].")
-    from labkit.fast.optimize import check_steps  # here, not at the top: it loads torch
-
+    if not 0 <= args.port < 65536:
+        parser.error("--port must be in [0, 65535].")
+    options = ServerOptions(args.model, args.max_num_seqs, args.max_waiting,
+                            tuple(step.strip() for step in args.optimize.split(",") if step.strip()),
+                            args.chunked_prefill, args.max_num_batched_tokens)
     try:
-        args.optimize = check_steps([step.strip() for step in args.optimize.split(",") if step.strip()])
-    except ValueError as error:
-        parser.error(f"--optimize: {error}")
+        args.options = options.check()
+    except (ValueError, TypeError, KeyError) as error:
+        parser.error(str(error).strip("'\""))
+    args.optimize = args.options.optimize
     return args
 
 
 def main(argv: list[str] | None = None) -> None:
-    """`python -m labkit serve --model smollm2-135m [--host H] [--port P] [--max-num-seqs N] [--api-key K]`."""
+    """`python -m labkit serve --model smollm2-135m [--host H] [--port P] [--max-num-seqs N] [--chunked-prefill]`."""
     args = parse_args(argv)
-    serve(args.model, args.host, args.port, args.max_num_seqs, args.max_waiting, args.api_key, args.optimize)
+    serve(args.options, args.host, args.port, args.api_key)
 
 
 def start_server(model: str = "smollm2-135m", host: str = "127.0.0.1", port: int = 0,
                  max_num_seqs: int = DEFAULT_MAX_NUM_SEQS, api_key: str | None = None,
                  max_waiting: int = DEFAULT_MAX_WAITING, timeout: float = START_TIMEOUT_S,
-                 optimize: Sequence[str] = (), env: Mapping[str, str] | None = None) -> ServerHandle:
+                 optimize: Sequence[str] = (), env: Mapping[str, str] | None = None, chunked_prefill: bool = False,
+                 max_num_batched_tokens: int | None = None) -> ServerHandle:
     """Start `python -m labkit serve` in the background (port 0: a free one) and wait until it answers.
-    Every argument is checked first: a bad one raises a ValueError naming it, and no process starts.
+    Every argument is checked first: a bad one raises an error naming it, and no process starts.
     env: variables set for the server process on top of this one's, e.g. {"OMP_WAIT_POLICY": "ACTIVE"}.
+    chunked_prefill, max_num_batched_tokens: the engine's scheduling (ServerOptions).
 
-        >>> with start_server(max_num_seqs=4) as server:
+        >>> with start_server(max_num_seqs=4, chunked_prefill=True) as server:
         ...     print(httpx.get(server.url + "/health").json()["status"])
         ok
     """
-    from labkit.fast.optimize import check_steps  # here, not at the top: they load torch
-    from labkit.models.loading import check_model_source
-
-    check_model_source(model)
+    options = ServerOptions(model, max_num_seqs, max_waiting, optimize, chunked_prefill,
+                            max_num_batched_tokens).check()
     check_address(host, port)
-    check_int("max_num_seqs", max_num_seqs, minimum=1)
-    check_int("max_waiting", max_waiting, minimum=0)
     check_seconds("timeout", timeout)
     if api_key is not None:
         check_text("api_key", api_key, example="'secret' (or None: no key)")
     if env is not None and not (isinstance(env, Mapping) and all(isinstance(v, str) for v in env.values())):
         raise ValueError(f"env must map variable names to strings, e.g. {{'OMP_WAIT_POLICY': 'ACTIVE'}}, got {env!r}.")
-    try:
-        steps = check_steps(optimize)
-    except ValueError as error:
-        raise ValueError(f"optimize: {error}") from None
     port = require_free_port(host, port)
-    command = [sys.executable, "-m", "labkit", "serve", "--model", model, "--host", host, "--port", str(port),
-               "--max-num-seqs", str(max_num_seqs), "--max-waiting", str(max_waiting)]
+    command = [sys.executable, "-m", "labkit", "serve", *options.argv(), "--host", host, "--port", str(port)]
     command += ["--api-key", api_key] if api_key else []
-    command += ["--optimize", ",".join(steps)] if steps else []
     url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
     return launch(command, "labkit-server-", url, timeout, env={**os.environ, **(env or {})})
-
-

@@ -3,7 +3,9 @@ streaming and not; greedy answers equal `labkit.generate` on the same prompt; `f
 "json") gives answers that parse and fit; concurrent clients; every
 bad input answered 400/404/413 in Ollama's shape, and the server still answering afterwards.
 
-One real server process (SmolLM2-135M-Instruct, labkit's Llama) on 127.0.0.1 serves the whole module."""
+One real server process (SmolLM2-135M-Instruct, labkit's Llama) on 127.0.0.1 serves the whole module, with
+chunked prefill under a budget smaller than a chat prompt, so every answer above is also checked against
+`labkit.generate` with its prompt fed in chunks beside other requests' decodes."""
 
 import json
 from concurrent.futures import ThreadPoolExecutor
@@ -21,6 +23,7 @@ pytestmark = pytest.mark.slow
 MODEL = "smollm2-135m"
 NEW_TOKENS = 8
 GREEDY = {"temperature": 0, "num_predict": NEW_TOKENS}
+CHUNK_BUDGET = 16  # tokens a step: a chat prompt (about 35 tokens with the system prompt) takes 2-3 steps
 QUESTIONS = ["Name three primary colors.", "Why is the sky blue?", "How do birds fly?"]
 COLORS = {"type": "object", "properties": {"colors": {"type": "array", "maxItems": 3,
                                                       "items": {"enum": ["red", "yellow", "blue", "green"]}}},
@@ -29,7 +32,7 @@ COLORS = {"type": "object", "properties": {"colors": {"type": "array", "maxItems
 
 @pytest.fixture(scope="module")
 def server():
-    with start_server(MODEL, max_num_seqs=4) as handle:
+    with start_server(MODEL, max_num_seqs=4, chunked_prefill=True, max_num_batched_tokens=CHUNK_BUDGET) as handle:
         yield handle
 
 
@@ -61,6 +64,10 @@ def test_list_show_and_ps_describe_the_model(client):
     assert shown.modelinfo["llama.block_count"] == 30
     assert "<|im_start|>" in shown.template
     assert [m.model for m in client.ps().models] == [f"{MODEL}:latest"]
+
+
+def test_the_server_says_it_feeds_prompts_in_chunks(server):
+    assert f"chunked prefill ({CHUNK_BUDGET} tokens a step)" in server.log.read_text()
 
 
 def test_root_and_version_answer_like_ollama(server):

@@ -16,7 +16,7 @@ from labkit.serving.http.app import build_app
 from labkit.serving.engine import EngineBusy
 from labkit.serving.http.engine_thread import EngineThread
 from labkit.serving.http.model_service import ModelService
-from labkit.serving.http.server import exposure_warning, parse_args
+from labkit.serving.http.server import ServerOptions, exposure_warning, parse_args
 
 NAME = "tiny"
 
@@ -158,6 +158,18 @@ def test_the_command_line_binds_this_machine_only_unless_told_and_warns_without_
     assert exposure_warning("0.0.0.0", "k") is None
     with pytest.raises(SystemExit):
         parse_args(["--max-num-seqs", "0"])
+
+
+def test_the_command_line_and_start_server_share_one_set_of_options(capsys):
+    assert parse_args([]).options == ServerOptions()
+    args = parse_args(["--max-num-seqs", "4", "--chunked-prefill", "--max-num-batched-tokens", "64"])
+    assert args.options == ServerOptions(max_num_seqs=4, chunked_prefill=True, max_num_batched_tokens=64)
+    assert parse_args(args.options.argv()).options == args.options  # start_server runs exactly these
+    assert args.options.scheduling() == "continuous batching, chunked prefill (64 tokens a step)"
+    assert ServerOptions().scheduling() == "continuous batching (prefill first)"
+    with pytest.raises(SystemExit):
+        parse_args(["--max-num-seqs", "8", "--max-num-batched-tokens", "4"])
+    assert "max_num_batched_tokens" in capsys.readouterr().err
 
 
 def test_a_request_dropped_before_its_first_event_is_aborted(service, one_thread):
