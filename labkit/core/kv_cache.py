@@ -11,7 +11,7 @@ O(length^2) of recomputing the whole prefix.
 
 Any object with the members of `Cache` works as a cache for labkit's Llama and for every decoding
 loop; `labkit.core.paged.PagedKVCache` is the other one (notebook 06), `labkit.core.forward.NoCache` the
-stand-in that recomputes instead.
+stand-in that recomputes instead. A caller that passes the positions itself needs only an `Appendable`.
 """
 
 from __future__ import annotations
@@ -19,6 +19,15 @@ from __future__ import annotations
 from typing import Protocol, runtime_checkable
 
 import torch
+
+
+class Appendable(Protocol):
+    """What labkit's Llama needs from a cache when the caller passes the positions (`Llama.forward`'s
+    `positions=`): only `append`. The serving engine's `BatchKV` and `PackedKV` and labkit.fast's
+    `StaticKVCache` place each token at its own slot and count nothing themselves."""
+
+    def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store k, v [B, n_kv_heads, T, D] of `layer`; return the keys, values [B, H, S, D] to attend to."""
 
 
 @runtime_checkable

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import LlamaConfig as HFLlamaConfig
 
-from labkit.core.kv_cache import Cache, KVCache
+from labkit.core.kv_cache import Appendable, Cache, KVCache
 
 
 @dataclass(frozen=True)
@@ -123,7 +123,7 @@ class Attention(nn.Module):
         """x [B, T, hidden] -> [B, T, hidden]; with a cache, T new tokens attend to all before them.
 
         mask: None for the causal [T, S] mask of rows at equal positions, or the [B, 1, T, S] additive
-        mask of a cache's `batch_layout` (rows at different positions, padding masked out).
+        mask given to `Llama.forward` with the positions (rows at different positions, padding masked out).
         """
         c = self.config
         batch, new_tokens, _ = x.shape
@@ -216,40 +216,73 @@ class Llama(nn.Module):
         if config.tie_word_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
 
-    def forward(self, input_ids: torch.Tensor, cache: Cache | None = None,
-                logits_at: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor, cache: Cache | Appendable | None = None,
+                logits_at: torch.Tensor | None = None, positions: torch.Tensor | None = None,
+                mask: torch.Tensor | None = None) -> torch.Tensor:
         """input_ids [B, T] -> logits [B, T, vocab] (float32), or [B, vocab] at `logits_at`.
 
-        Without a cache the T tokens are the whole sequence. With one, they continue the
-        `cache.length` tokens already in it, and their keys/values are appended. A cache with a
-        `batch_layout(T) -> (positions [B, T], mask [B, 1, T, S])` method (the serving engine's) says
-        itself where each row's tokens are, so rows of one batch may be at different positions.
+        Without `positions`, the T tokens continue the `cache.length` tokens already in the cache (0
+        without one): their keys/values are appended, the cache is advanced by T, and a position beyond
+        the context is a ValueError. With `positions` [T] or [B, T] (long; gpt-fast's `input_pos`), the
+        tokens sit there, so rows of one batch may be at different positions (the serving engine's
+        mixed batches). The cache then only `append`s (it counts nothing), `mask` [B, 1, T, S]
+        (additive; None: causal, the T tokens after the cache's keys) says which keys each token sees,
+        and the caller keeps the positions inside the context (checking them would read them back from
+        the device).
 
         `logits_at` [B] (long), one index into T per row, computes the output head only there: a
         server needs just the logits after each row's last prompt token, and the head (hidden x vocab)
         is the largest matrix of a small model.
+
+            >>> positions, mask = batch_cache.layout(ids.shape[1])      # labkit.serving.batch_cache
+            >>> logits = model(ids, batch_cache, positions=positions, mask=mask)
         """
-        layout = getattr(cache, "batch_layout", None)
-        mask = None
-        if layout is not None:
-            positions, mask = layout(input_ids.shape[1])
-        else:
-            past = cache.length if cache is not None else 0
-            positions = torch.arange(past, past + input_ids.shape[1], device=input_ids.device)
-        last = int(positions.max())  # the furthest position any row reaches
+        new_tokens = input_ids.shape[1]
+        counted = positions is None  # the cache counts its own tokens
+        if counted:
+            positions, mask = self.next_positions(cache, new_tokens, input_ids.device)
+        cos, sin = rotary_cos_sin(positions, self.config.head_dim, self.config.rope_theta)
+        x = self.run_blocks(self.embed_tokens(input_ids), cos, sin, cache, mask)
+        if counted and cache is not None:
+            cache.advance(new_tokens)
+        if logits_at is not None:
+            x = x[torch.arange(x.shape[0], device=x.device), logits_at.to(x.device)]  # [B, hidden]
+        return self.logits(x)
+
+    def next_positions(self, cache: Cache | None, new_tokens: int,
+                       device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(positions [T], None) of T tokens after the cache's `length` ones, checked against the context
+        from Python ints (no device sync).
+
+            >>> model.next_positions(None, 3, torch.device("cpu"))
+            (tensor([0, 1, 2]), None)
+        """
+        past = cache.length if cache is not None else 0
+        self.check_position(past + new_tokens - 1)
+        return torch.arange(past, past + new_tokens, device=device), None
+
+    def check_position(self, last: int) -> None:
+        """A ValueError when position `last` (a Python int: the furthest any token reaches) is beyond the context."""
         if last >= self.config.max_position_embeddings:
             raise ValueError(
                 f"Position {last} is beyond the model's context of "
                 f"{self.config.max_position_embeddings} tokens; use a shorter prompt or fewer new tokens."
             )
-        cos, sin = rotary_cos_sin(positions, self.config.head_dim, self.config.rope_theta)
-        x = self.embed_tokens(input_ids)
+
+    def run_blocks(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                   cache: Cache | Appendable | None, mask: torch.Tensor | None) -> torch.Tensor:
+        """Every transformer block in turn: x [B, T, hidden] -> [B, T, hidden], each appending to `cache`.
+
+        cos, sin [T, D] or [B, 1, T, D] (`rotary_cos_sin`); mask None (causal) or additive [T, S] / [B, 1, T, S].
+
+            >>> x = model.run_blocks(model.embed_tokens(ids), cos, sin, cache=None, mask=None)  # [B, T, hidden]
+        """
         for index, block in enumerate(self.layers):
             x = block(x, cos, sin, cache, index, mask)
-        if cache is not None:
-            cache.advance(input_ids.shape[1])
-        if logits_at is not None:
-            x = x[torch.arange(x.shape[0], device=x.device), logits_at.to(x.device)]  # [B, hidden]
+        return x
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        """Final norm and output head: x [..., hidden] -> logits [..., vocab], float32."""
         return self.lm_head(self.norm(x)).float()
 
     def new_cache(self, batch_size: int = 1, max_length: int | None = None) -> KVCache:

@@ -145,11 +145,8 @@ class StaticDecoder:
         self.cache.positions = positions
         cos, sin = self.cos[positions], self.sin[positions]  # [T, D]
         mask = torch.where(self.slots[None, :] <= positions[:, None], 0.0, float("-inf"))  # [T, S]
-        x = model.embed_tokens(token_ids)
-        for index, block in enumerate(model.layers):
-            x = block(x, cos, sin, self.cache, index, mask)
-        x = x[0] if every_position else x[:, -1]
-        return model.lm_head(model.norm(x)).float()
+        x = model.run_blocks(model.embed_tokens(token_ids), cos, sin, self.cache, mask)  # [1, T, hidden]
+        return model.logits(x[0] if every_position else x[:, -1])
 
     def decode(self, token: torch.Tensor, position: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """One greedy step, the function compiled: token [1, 1], position [1] -> (next token [1, 1], logits)."""

@@ -1,21 +1,25 @@
 """The cache one forward pass of a mixed batch sees: each row at its own position, in its own blocks.
 
 Row b already has `starts[b]` tokens in the pool (through its block table) and feeds `n_new[b]` more;
-rows are right-padded to T = max(n_new). Through `batch_layout`, labkit's `Llama.forward` takes the
-positions [B, T] and the additive mask [B, 1, T, S] from here (S = max(starts + n_new), the longest row
-after this pass). `append` writes each row's real new keys/values into its slots of the `BlockPool` (the
+rows are right-padded to T = max(n_new). `layout(T)` gives the positions [B, T] and the additive mask
+[B, 1, T, S] (S = max(starts + n_new), the longest row after this pass) that the caller passes to labkit's
+`Llama.forward`. `append` writes each row's real new keys/values into its slots of the `BlockPool` (the
 padding is never written) and reads back every row's keys/values, padded to S; the mask hides the
 padding, and each padded query repeats its row's last real position, so no mask row is all -inf.
 
     >>> cache = BatchKV(pool, block_tables=[[0], [1, 2]], starts=[0, 17], n_new=[5, 1])
-    >>> logits = model(input_ids, cache)             # input_ids [2, 5], row 1 right-padded
+    >>> positions, mask = cache.layout(5)            # input_ids [2, 5], row 1 right-padded
+    >>> logits = model(input_ids, cache, positions=positions, mask=mask)
 
 `PackedKV` lays the same rows end to end instead, as one sequence of N = sum(n_new) tokens with no
 padding (vLLM's layout): a token attends only to its own row's keys. A step that mixes 1-token decodes
 with a 64-token prompt chunk then computes N tokens, not B x 64.
 
     >>> cache = PackedKV(pool, block_tables=[[0], [1, 2]], starts=[0, 17], n_new=[5, 1])
-    >>> logits = model(input_ids, cache, logits_at=cache.last)   # input_ids [1, 6] -> logits [2, V]
+    >>> positions, mask = cache.layout(6)            # input_ids [1, 6] -> logits [2, V]
+    >>> logits = model(input_ids, cache, logits_at=cache.last, positions=positions, mask=mask)
+
+Neither counts tokens (no `length`, no `advance`): the engine's sequences count their own.
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ def row_ends(pool: BlockPool, block_tables: list[list[int]], starts: list[int], 
 
 
 class BatchKV:
-    """append(layer, k, v) / advance(T) / batch_layout(T) for rows at different positions (see module doc)."""
+    """append(layer, k, v) and layout(T) for rows at different positions, right-padded (see module doc)."""
 
     def __init__(self, pool: BlockPool, block_tables: list[list[int]], starts: list[int], n_new: list[int]):
         ends = row_ends(pool, block_tables, starts, n_new)
@@ -58,13 +62,12 @@ class BatchKV:
         self.write_slots = torch.tensor([x for row in writes for x in row], device=device)  # [sum n_new]
         reads = [slot_index(t, list(range(e)), size) + [0] * (self.total - e) for t, e in zip(block_tables, ends)]
         self.read_slots = torch.tensor(reads, device=device)  # [B, S]; padding reads slot 0, masked
-        self.length = 0  # unused by labkit's Llama when batch_layout exists; kept for the Cache protocol
 
     @property
     def batch_size(self) -> int:
         return self.positions.shape[0]
 
-    def batch_layout(self, new_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def layout(self, new_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(positions [B, T] long, mask [B, 1, T, S] additive float): key s is visible iff s <= query position."""
         if new_tokens != self.new_tokens:
             raise ValueError(f"This batch was laid out for {self.new_tokens} tokens per row, got {new_tokens}.")
@@ -84,12 +87,9 @@ class BatchKV:
         picked = flat.index_select(1, self.read_slots.reshape(-1))  # [H, B * S, D]
         return picked.view(heads, self.batch_size, self.total, dim).transpose(0, 1)  # [B, H, S, D]
 
-    def advance(self, n_tokens: int) -> None:
-        """Nothing to do: the engine's sequences count their own cached tokens."""
-
 
 class PackedKV:
-    """append(layer, k, v) / advance(T) / batch_layout(T) for rows laid end to end in one sequence [1, N]."""
+    """append(layer, k, v) and layout(N) for rows laid end to end in one sequence [1, N] (see module doc)."""
 
     def __init__(self, pool: BlockPool, block_tables: list[list[int]], starts: list[int], n_new: list[int]):
         ends = row_ends(pool, block_tables, starts, n_new)
@@ -108,9 +108,8 @@ class PackedKV:
         reads = [slot_index(t, list(range(e)), size) for t, e in zip(block_tables, ends)]
         self.read_slots = torch.tensor([x for row in reads for x in row], device=device)  # [S]
         self.last = (torch.tensor(n_new).cumsum(0) - 1).to(device)  # [R] each row's last token in the sequence
-        self.length = 0  # unused by labkit's Llama when batch_layout exists; kept for the Cache protocol
 
-    def batch_layout(self, new_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def layout(self, new_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(positions [1, N] long, mask [1, 1, N, S] additive float): a token sees its own row's keys up to itself."""
         if new_tokens != self.new_tokens:
             raise ValueError(f"This batch was packed into {self.new_tokens} tokens, got {new_tokens}.")
@@ -125,6 +124,3 @@ class PackedKV:
         flat = blocks.view(heads, n_blocks * size, dim)  # a view: writes land in the pool
         flat[:, self.write_slots] = new[0].to(flat.dtype)  # [H, N, D]
         return flat.index_select(1, self.read_slots)[None]  # [1, H, S, D]
-
-    def advance(self, n_tokens: int) -> None:
-        """Nothing to do: the engine's sequences count their own cached tokens."""

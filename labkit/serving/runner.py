@@ -46,16 +46,44 @@ class BatchRunner:
         Each sequence's block table must already cover its new tokens (the scheduler sees to it).
         """
         rows = [seq.new_token_ids(None if n_new is None else n_new[i]) for i, seq in enumerate(seqs)]
-        n_fed = [len(row) for row in rows]
         tables, starts = [seq.block_table for seq in seqs], [seq.num_cached_tokens for seq in seqs]
-        device = self.model.device
-        if len(rows) > 1 and max(n_fed) > 1:
-            cache = PackedKV(self.pool, tables, starts, n_fed)
-            ids, last = torch.tensor([[t for row in rows for t in row]], device=device), cache.last  # [1, N], [B]
-        else:
-            width = max(n_fed)
-            ids = torch.tensor([row + [0] * (width - len(row)) for row in rows], device=device)  # [B, T]
-            cache = BatchKV(self.pool, tables, starts, n_fed)
-            last = torch.tensor(n_fed, device=device) - 1  # [B]: each row's last new token
-        with torch.no_grad():
-            return self.model(ids, cache, logits_at=last).cpu()  # [B, V]
+        self.model.check_position(max(start + len(row) for start, row in zip(starts, rows)) - 1)
+        if len(rows) > 1 and max(len(row) for row in rows) > 1:
+            return forward_packed(self.model, self.pool, rows, tables, starts)
+        return forward_padded(self.model, self.pool, rows, tables, starts)
+
+
+def forward_padded(model: Llama, pool: BlockPool, rows: list[list[int]], tables: list[list[int]],
+                   starts: list[int]) -> torch.Tensor:
+    """Rows of new token ids right-padded to the longest, [B, T], over a `BatchKV`: the logits after each
+    row's last one, [B, V] float32 (CPU). Row b continues the starts[b] tokens in its block table.
+
+        >>> forward_padded(model, pool, [[5], [9]], tables=[[0], [1]], starts=[3, 7]).shape   # two decodes
+        torch.Size([2, 49152])
+    """
+    n_new = [len(row) for row in rows]
+    width, device = max(n_new), model.device
+    ids = torch.tensor([row + [0] * (width - len(row)) for row in rows], device=device)  # [B, T]
+    last = torch.tensor(n_new, device=device) - 1  # [B]: each row's last new token
+    return forward_laid_out(model, ids, BatchKV(pool, tables, starts, n_new), last)
+
+
+def forward_packed(model: Llama, pool: BlockPool, rows: list[list[int]], tables: list[list[int]],
+                   starts: list[int]) -> torch.Tensor:
+    """The same rows end to end, [1, N] with N = the sum of their lengths, over a `PackedKV`: [B, V] float32 (CPU).
+
+        >>> forward_packed(model, pool, [[5], [1, 2, 3]], tables=[[0], [1]], starts=[3, 0]).shape
+        torch.Size([2, 49152])
+    """
+    cache = PackedKV(pool, tables, starts, [len(row) for row in rows])
+    ids = torch.tensor([[t for row in rows for t in row]], device=model.device)  # [1, N]
+    return forward_laid_out(model, ids, cache, cache.last)
+
+
+def forward_laid_out(model: Llama, ids: torch.Tensor, cache: BatchKV | PackedKV,
+                     logits_at: torch.Tensor) -> torch.Tensor:
+    """model on ids [B, T] at the positions and under the mask of the cache's layout: the logits [B, V]
+    float32 (CPU) at logits_at [B], one index into T per row."""
+    positions, mask = cache.layout(ids.shape[1])
+    with torch.no_grad():
+        return model(ids, cache, logits_at=logits_at, positions=positions, mask=mask).cpu()

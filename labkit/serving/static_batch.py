@@ -32,9 +32,8 @@ from labkit.core.forward import check_context, context_length
 from labkit.core.paged import BlockPool
 from labkit.decoding.config import DecodingConfig
 from labkit.decoding.request import Prompt, check_request
-from labkit.serving.batch_cache import BatchKV
 from labkit.serving.request import EngineRequest, Status
-from labkit.serving.runner import require_llama
+from labkit.serving.runner import forward_padded, require_llama
 
 
 @dataclass(frozen=True)
@@ -120,12 +119,7 @@ class StaticBatch:
 
     def forward(self, feeds: list[list[int]]) -> torch.Tensor:
         """Feed each row its tokens, right-padded to the longest: the logits after each row's last one, [B, V]."""
-        n_new = [len(f) for f in feeds]
-        width, device = max(n_new), self.model.device
-        ids = torch.tensor([f + [0] * (width - len(f)) for f in feeds], device=device)  # [B, T]
-        cache = BatchKV(self.pool, self.tables, self.cached, n_new)
-        with torch.no_grad():
-            return self.model(ids, cache, logits_at=torch.tensor(n_new, device=device) - 1).cpu()
+        return forward_padded(self.model, self.pool, feeds, self.tables, self.cached)
 
 
 def slot_waste(n_fed: list[int], live: list[bool]) -> Waste:

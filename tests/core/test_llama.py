@@ -52,6 +52,27 @@ def test_cached_forward_equals_full_forward():
     assert torch.allclose(torch.cat(pieces, dim=1), full, atol=TINY_ATOL)
 
 
+def left_padded_layout(real: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """positions [B, T] counted from each row's first real token, mask [B, 1, T, T] hiding the padding."""
+    positions = (real.cumsum(-1) - 1).clamp(min=0)
+    causal = torch.ones(real.shape[1], real.shape[1], dtype=torch.bool).tril()  # [T, T]
+    visible = (causal & real[:, None, :]) | torch.eye(real.shape[1], dtype=torch.bool)  # a pad sees itself
+    return positions, torch.zeros(visible.shape).masked_fill(~visible, float("-inf"))[:, None]
+
+
+def test_explicit_positions_and_mask_give_each_row_its_own_logits():
+    model = labkit.tiny_model("labkit", seed=0)
+    rows = [[5, 9, 13], [11, 3, 8, 21, 4]]
+    input_ids = torch.tensor([[0, 0] + rows[0], rows[1]])  # row 0 left-padded
+    positions, mask = left_padded_layout(torch.tensor([[False, False, True, True, True], [True] * 5]))
+    with torch.no_grad():
+        batched = model(input_ids, positions=positions, mask=mask)[:, -1]
+        alone = torch.cat([model(torch.tensor([row]))[:, -1] for row in rows])
+        same = model(input_ids, positions=torch.arange(5))  # [T] positions, causal mask by default
+        assert torch.allclose(same, model(input_ids), atol=TINY_ATOL)
+    assert torch.allclose(batched, alone, atol=1e-4)
+
+
 def test_fused_attention_equals_explicit_formula():
     gen = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(shape, generator=gen) for shape in [(2, 6, 5, 8), (2, 2, 9, 8), (2, 2, 9, 8)])

@@ -5,27 +5,26 @@ import pytest
 import torch
 
 from labkit.core.paged import BlockPool
-from labkit.serving.batch_cache import BatchKV, PackedKV
+from labkit.serving.batch_cache import PackedKV
+from labkit.serving.runner import forward_packed, forward_padded
 
 TINY_ATOL = 1e-4  # float32, other shapes: see tests/serving/test_engine.py
 
 
 def prefill(model, pool, table, ids):
     """Put ids' keys and values in the pool blocks of `table` (one row, from position 0)."""
-    with torch.no_grad():
-        model(torch.tensor([ids]), BatchKV(pool, [table], [0], [len(ids)]))
+    forward_padded(model, pool, [ids], [table], [0])
 
 
 def test_packed_and_padded_rows_each_equal_the_row_alone(tiny, one_thread):
     pool = BlockPool.for_model(tiny, n_blocks=12, block_size=4)
     decoding, prompt = [5, 9, 13, 2, 7, 7, 30], [11, 3, 8, 21, 4, 6, 1, 19, 40]
     prefill(tiny, pool, [0, 1], decoding[:-1])  # row 0 has 6 tokens cached, feeds its 7th (a decode)
-    tables, starts, n_new = [[0, 1], [2, 3, 4]], [6, 0], [1, len(prompt)]
+    tables, starts = [[0, 1], [2, 3, 4]], [6, 0]
+    rows = [decoding[-1:], prompt]
+    from_packed = forward_packed(tiny, pool, rows, tables, starts)  # [2, V]
+    padded = forward_padded(tiny, pool, rows, tables, starts)
     with torch.no_grad():
-        packed = PackedKV(pool, tables, starts, n_new)
-        from_packed = tiny(torch.tensor([[decoding[-1], *prompt]]), packed, logits_at=packed.last)  # [2, V]
-        padded = tiny(torch.tensor([[decoding[-1]] + [0] * 8, prompt]), BatchKV(pool, tables, starts, n_new),
-                      logits_at=torch.tensor([0, 8]))
         alone = [tiny(torch.tensor([ids]))[0, -1] for ids in (decoding, prompt)]
     assert from_packed.shape == padded.shape == (2, tiny.config.vocab_size)
     for row in range(2):
@@ -40,4 +39,4 @@ def test_packed_layout_refuses_short_tables_and_wrong_widths(tiny):
     with pytest.raises(ValueError, match="n_new >= 1"):
         PackedKV(pool, [[0], [1]], [0, 0], [2, 0])
     with pytest.raises(ValueError, match="packed into 3 tokens, got 4"):
-        PackedKV(pool, [[0], [1]], [0, 0], [2, 1]).batch_layout(4)
+        PackedKV(pool, [[0], [1]], [0, 0], [2, 1]).layout(4)
