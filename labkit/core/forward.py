@@ -8,7 +8,7 @@ Everything that needs logits comes here, so this is the only module that tells t
 - `all_logits(model, ids)`: one sequence scored without a cache (plots, search, scoring);
 - caches: `new_cache`, `reorder_cache` (beam search), `crop_cache` (speculative decoding), and `NoCache`,
   the stand-in that recomputes the whole prefix every step (notebook 06);
-- `ModelRunner`: a model with its cache and the ids it has seen (speculative decoding's target and
+- `CachedSequence`: a model with its cache and the ids it has seen (speculative decoding's target and
   drafts; the serving engine's batch runner builds on the same calls).
 
     >>> logits, cache = prefill(model, torch.tensor([prompt_ids]))     # [1, V], a fresh cache
@@ -193,14 +193,14 @@ def _cache_device(cache) -> torch.device:
     return torch.device("cpu")
 
 
-class ModelRunner:
+class CachedSequence:
     """A causal LM, one sequence's cache, and the token ids it has seen; run new ids, crop back.
 
     labkit's Llama keeps a preallocated KVCache; a transformers model recomputes its prefix (`NoCache`).
 
-        >>> runner = ModelRunner(model, max_length=128)
-        >>> logits = runner.run(prompt_ids)       # [len(prompt_ids), V]
-        >>> runner.crop(len(prompt_ids) - 1)      # forget the last token again
+        >>> sequence = CachedSequence(model, max_length=128)
+        >>> logits = sequence.run(prompt_ids)       # [len(prompt_ids), V]
+        >>> sequence.crop(len(prompt_ids) - 1)      # forget the last token again
     """
 
     def __init__(self, model: torch.nn.Module, max_length: int):

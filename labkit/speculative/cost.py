@@ -23,7 +23,7 @@ import torch
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
-from labkit.core.forward import ModelRunner, vocab_size
+from labkit.core.forward import CachedSequence, vocab_size
 from labkit.speculative.generate import DraftStep, Drafter
 from labkit.speculative.policy import SamplingPolicy
 from labkit.speculative.rule import expected_tokens_per_step
@@ -33,12 +33,12 @@ from labkit.timing import interleaved_seconds
 def _pass(model: nn.Module, n_tokens: int, context: int) -> Callable[[], None]:
     """A run() of one forward pass over n_tokens new tokens after `context` cached ones (random ids)."""
     ids = torch.randint(0, vocab_size(model), (context + n_tokens,), generator=torch.Generator().manual_seed(0))
-    runner = ModelRunner(model, context + n_tokens)
-    runner.run(ids[:context].tolist())
+    sequence = CachedSequence(model, context + n_tokens)
+    sequence.run(ids[:context].tolist())
 
     def run() -> None:
-        runner.crop(context)  # forget the new tokens, as a rejected draft is rolled back
-        runner.run(ids[context:].tolist())
+        sequence.crop(context)  # forget the new tokens, as a rejected draft is rolled back
+        sequence.run(ids[context:].tolist())
     return run
 
 
@@ -74,12 +74,12 @@ def draft_cost(drafter: Drafter, target: nn.Module, tokenizer: PreTrainedTokeniz
     context = list(context_ids)
     drafter.prepare(target, tokenizer, SamplingPolicy())
     drafter.propose(context, gamma)  # fills a model drafter's cache with the context
-    runner = ModelRunner(target, len(context) + 1)
-    runner.run(context[:-1])
+    sequence = CachedSequence(target, len(context) + 1)
+    sequence.run(context[:-1])
 
     def target_step() -> None:
-        runner.crop(len(context) - 1)
-        runner.run(context[-1:])
+        sequence.crop(len(context) - 1)
+        sequence.run(context[-1:])
     guess, step = interleaved_seconds([lambda: drafter.propose(context, gamma), target_step], repeats, warmup=True)
     return statistics.median(guess) / gamma / statistics.median(step)
 

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
-from labkit.core.forward import ModelRunner, as_llama, context_length, vocab_size
+from labkit.core.forward import CachedSequence, as_llama, context_length, vocab_size
 from labkit.core.llama import Llama
 from labkit.decoding.sampling import sample
 from labkit.speculative.policy import SamplingPolicy
@@ -74,20 +74,20 @@ class ModelDrafter:
                             f"{type(model).__name__}. Load one with labkit.load_model(name).")
         self.model, self.tokenizer = model, tokenizer
         self.name = name or type(model).__name__
-        self.policy, self.runner = SamplingPolicy(), None
+        self.policy, self.sequence = SamplingPolicy(), None
 
     def prepare(self, target: nn.Module, tokenizer: PreTrainedTokenizerBase | None, policy: SamplingPolicy) -> None:
         check_compatible(target, self.model, tokenizer, self.tokenizer)
-        self.policy, self.runner = policy, None
+        self.policy, self.sequence = policy, None
 
     def propose(self, context_ids: list[int], gamma: int) -> tuple[list[int], torch.Tensor | None]:
-        runner = self._runner(len(context_ids) + gamma)
+        sequence = self._sequence(len(context_ids) + gamma)
         common = 0
-        limit = min(len(runner.ids), len(context_ids) - 1)  # feed at least the last token again
-        while common < limit and runner.ids[common] == context_ids[common]:
+        limit = min(len(sequence.ids), len(context_ids) - 1)  # feed at least the last token again
+        while common < limit and sequence.ids[common] == context_ids[common]:
             common += 1
-        runner.crop(common)  # drop what the target rejected since the last call
-        logits = runner.run(context_ids[common:])[-1:]
+        sequence.crop(common)  # drop what the target rejected since the last call
+        logits = sequence.run(context_ids[common:])[-1:]
         tokens, q_rows = [], []
         for i in range(gamma):
             seen = list(context_ids) + tokens
@@ -99,16 +99,16 @@ class ModelDrafter:
                 q_rows.append(probs[0])
             tokens.append(token)
             if i < gamma - 1:
-                logits = runner.run([token])
+                logits = sequence.run([token])
         return tokens, torch.stack(q_rows) if q_rows else None
 
-    def _runner(self, needed: int) -> ModelRunner:
+    def _sequence(self, needed: int) -> CachedSequence:
         """The draft's model and cache, reallocated (and refilled) when the context outgrows it."""
-        runner = self.runner
-        if runner is None or needed > runner.max_length:
-            runner = ModelRunner(self.model, min(max(2 * needed, 256), context_length(self.model)))
-            self.runner = runner
-        return runner
+        sequence = self.sequence
+        if sequence is None or needed > sequence.max_length:
+            sequence = CachedSequence(self.model, min(max(2 * needed, 256), context_length(self.model)))
+            self.sequence = sequence
+        return sequence
 
     def __repr__(self) -> str:
         return f"ModelDrafter({self.name})"

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
-from labkit.core.forward import ModelRunner, context_length
+from labkit.core.forward import CachedSequence, context_length
 from labkit.decoding.config import DecodingConfig
 from labkit.decoding.request import Prompt, check_generator, check_request
 from labkit.speculative.drafters import PromptLookupDrafter
@@ -130,12 +130,12 @@ def speculative_generate(target: torch.nn.Module, tokenizer: PreTrainedTokenizer
                             generator if generator is not None else config.generator())
     drafter.prepare(target, tokenizer, policy)  # checks vocabulary, device, dtype before any work
     start = time.perf_counter()
-    runner = ModelRunner(target, min(len(prompt_ids) + config.max_new_tokens + gamma + 1, context_length(target)))
+    sequence = CachedSequence(target, min(len(prompt_ids) + config.max_new_tokens + gamma + 1, context_length(target)))
     if len(prompt_ids) > 1:
-        runner.run(prompt_ids[:-1])  # the last prompt token goes in with the first drafts
+        sequence.run(prompt_ids[:-1])  # the last prompt token goes in with the first drafts
     out, stats, draft_length = [], SpeculativeStats(), gamma
     while len(out) < config.max_new_tokens and not (out and out[-1] in request.eos_ids):
-        step = _draft_and_verify(runner, drafter, policy, prompt_ids + out, config.max_new_tokens - len(out),
+        step = _draft_and_verify(sequence, drafter, policy, prompt_ids + out, config.max_new_tokens - len(out),
                                  draft_length)
         stats.record(step)
         if adaptive and step.proposed:
@@ -149,19 +149,19 @@ def speculative_generate(target: torch.nn.Module, tokenizer: PreTrainedTokenizer
     return SpeculativeResult(out, text, stats)
 
 
-def _draft_and_verify(runner: ModelRunner, drafter: Drafter, policy: SamplingPolicy, context: list[int],
+def _draft_and_verify(sequence: CachedSequence, drafter: Drafter, policy: SamplingPolicy, context: list[int],
                       remaining: int, draft_length: int) -> DraftStep:
     """One round: the drafter proposes, ONE target pass scores every draft and the bonus, the rule decides."""
     room = remaining - 1  # the target always adds one token of its own
     drafts, q = drafter.propose(context, min(draft_length, room)) if room > 0 else ([], None)
     drafts = list(drafts)[:room]
-    logits = runner.run([context[-1]] + drafts)
+    logits = sequence.run([context[-1]] + drafts)
     if policy.is_greedy:
         n, token = verify_greedy(policy.logits(logits, context, drafts), drafts)
     else:
         n, token = verify(policy.probs(logits, context, drafts), drafts, None if q is None else q[:len(drafts)],
                           policy.generator)
-    runner.crop(len(context) + n)  # roll back the rejected drafts' keys and values
+    sequence.crop(len(context) + n)  # roll back the rejected drafts' keys and values
     return DraftStep(tuple(drafts), n, token, n == len(drafts))
 
 

@@ -7,7 +7,7 @@ import torch
 from transformers import DynamicCache
 
 from labkit.core.forward import (
-    ModelRunner,
+    CachedSequence,
     NoCache,
     crop_cache,
     decode_step,
@@ -211,25 +211,25 @@ def test_a_rejected_crop_or_reorder_leaves_the_paged_cache_intact(tiny):
     pool.allocator.check()
 
 
-# --- ModelRunner ---------------------------------------------------------------------------------------
+# --- CachedSequence ---------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("impl, cache_type", [("labkit", "KVCache"), ("transformers", "NoCache")])
-def test_runner_run_crop_run_equals_one_run_over_the_final_ids(tiny, tiny_hf, impl, cache_type):
+def test_cached_sequence_run_crop_run_equals_one_run_over_the_final_ids(tiny, tiny_hf, impl, cache_type):
     model = tiny if impl == "labkit" else tiny_hf
-    runner = ModelRunner(model, max_length=16)
-    assert type(runner.cache).__name__ == cache_type
+    sequence = CachedSequence(model, max_length=16)
+    assert type(sequence.cache).__name__ == cache_type
     first = random_ids(1, 6, seed=9)[0].tolist()
-    runner.run(first)
-    runner.crop(4)
-    assert runner.ids == first[:4]
-    second = runner.run([101, 202, 303])
+    sequence.run(first)
+    sequence.crop(4)
+    assert sequence.ids == first[:4]
+    second = sequence.run([101, 202, 303])
     final = first[:4] + [101, 202, 303]
-    assert runner.ids == final
-    whole = ModelRunner(model, max_length=16).run(final)
+    assert sequence.ids == final
+    whole = CachedSequence(model, max_length=16).run(final)
     assert whole.shape == (7, VOCAB)
     assert_close(second, whole[4:], "run, crop, run vs one run")
     with pytest.raises(ValueError, match="length"):
-        runner.crop(8)
+        sequence.crop(8)
 
 
 # --- the wrong kind of cache -----------------------------------------------------------------------------

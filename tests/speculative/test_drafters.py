@@ -74,7 +74,7 @@ def test_model_drafter_greedy_proposals_are_the_draft_models_greedy_tokens(token
     context2 = context + tokens[:2] + [42]
     again, _ = drafter.propose(context2, 3)
     assert again == labkit.generate_ids(draft_model, tokenizer, context2, max_new_tokens=3)
-    assert drafter.runner.ids == context2 + again[:2]  # kept across calls: only new tokens were fed
+    assert drafter.sequence.ids == context2 + again[:2]  # kept across calls: only new tokens were fed
 
 
 def test_model_drafter_sampling_returns_the_policy_distributions(tokenizer):

@@ -61,7 +61,7 @@ def test_verification_and_draft_costs_have_the_right_shape(tokenizer):
     drafter = early_exit_drafter(target, 1)
     c = draft_cost(drafter, target, tokenizer, PROMPT, gamma=2, repeats=1)
     assert isinstance(c, float) and c > 0
-    assert drafter.runner.ids[:len(PROMPT)] == PROMPT  # it timed drafting after the real context
+    assert drafter.sequence.ids[:len(PROMPT)] == PROMPT  # it timed drafting after the real context
     assert draft_cost(PromptLookupDrafter(2), target, tokenizer, PROMPT, gamma=2, repeats=1) >= 0
 
 

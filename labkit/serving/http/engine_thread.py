@@ -42,7 +42,7 @@ class TokenEvent:
 
 
 @dataclass
-class Submission:
+class EngineHandoff:
     prompt_ids: list[int]
     config: DecodingConfig
     loop: asyncio.AbstractEventLoop
@@ -60,7 +60,7 @@ class EngineThread:
         self.engine = engine
         self.metrics = metrics or ServerMetrics()
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()
-        self.streams: dict[int, Submission] = {}  # unfinished requests, by id (engine thread only)
+        self.streams: dict[int, EngineHandoff] = {}  # unfinished requests, by id (engine thread only)
         self.load: EngineLoad = engine.load()  # as last published: what /health and /api/ps show
         self.thread = threading.Thread(target=self._run, name="labkit-engine", daemon=True)
 
@@ -81,10 +81,10 @@ class EngineThread:
         """
         loop = asyncio.get_running_loop()
         arrival_s = time.perf_counter() if arrival_s is None else arrival_s
-        submission = Submission(list(prompt_ids), config, loop, asyncio.Queue(), Future(), arrival_s)
-        self.inbox.put(submission)
-        request_id = await asyncio.wrap_future(submission.answer)
-        return request_id, submission.events
+        handoff = EngineHandoff(list(prompt_ids), config, loop, asyncio.Queue(), Future(), arrival_s)
+        self.inbox.put(handoff)
+        request_id = await asyncio.wrap_future(handoff.answer)
+        return request_id, handoff.events
 
     def abort(self, request_id: int) -> None:
         """Stop a request and free its KV blocks (at the engine thread's next turn); safe if it finished."""
@@ -108,24 +108,24 @@ class EngineThread:
             block = False
             if command is None:
                 return False
-            if isinstance(command, Submission):
+            if isinstance(command, EngineHandoff):
                 self._add(command)
             elif command in self.streams:
                 self.engine.abort(command)
                 self._finish(command)
 
-    def _add(self, submission: Submission) -> None:
+    def _add(self, handoff: EngineHandoff) -> None:
         try:
-            request_id = self.engine.add_request(submission.prompt_ids, submission.config, submission.arrival_s)
+            request_id = self.engine.add_request(handoff.prompt_ids, handoff.config, handoff.arrival_s)
         except EngineBusy as error:
             self.metrics.rejected.inc()
-            submission.answer.set_exception(error)
+            handoff.answer.set_exception(error)
             return
         except Exception as error:  # ValueError/TypeError: the client's mistake; anything else: the server's
-            submission.answer.set_exception(error)
+            handoff.answer.set_exception(error)
             return
-        self.streams[request_id] = submission
-        submission.answer.set_result(request_id)
+        self.streams[request_id] = handoff
+        handoff.answer.set_result(request_id)
         if self.engine.requests[request_id].is_done:  # max_new_tokens=0: finished on arrival
             self._finish(request_id)
 
@@ -159,9 +159,9 @@ class EngineThread:
             self.engine.release(request_id)
 
     def _send(self, request_id: int, event: TokenEvent) -> None:
-        submission = self.streams[request_id]
+        handoff = self.streams[request_id]
         try:
-            submission.loop.call_soon_threadsafe(submission.events.put_nowait, event)
+            handoff.loop.call_soon_threadsafe(handoff.events.put_nowait, event)
         except RuntimeError:  # the event loop is closed: nobody is listening any more
             log.debug("request %s: event loop closed", request_id)
 

@@ -40,7 +40,7 @@ class ClientGone(Exception):
 
 
 @dataclass(frozen=True)
-class Submitted:
+class AcceptedRequest:
     """A request the engine accepted: its id, the queue of its TokenEvents, its prompt's length."""
 
     request_id: int
@@ -107,7 +107,7 @@ class ModelService:
                                    f"ones were asked for; the model's context holds {self.context}: ask for at most "
                                    f"{room}.", limit_field)
 
-    async def submit(self, prompt_ids: list[int], config: DecodingConfig, arrival_s: float | None = None) -> Submitted:
+    async def submit(self, prompt_ids: list[int], config: DecodingConfig, arrival_s: float | None = None) -> AcceptedRequest:
         """Queue a request in the engine: 503 when the queue is full, 400 when the engine refuses it.
 
         arrival_s: when the handler received it (time.perf_counter), so that the engine's TTFT counts the
@@ -118,13 +118,13 @@ class ModelService:
             raise ClientError(503, str(error), headers={"retry-after": "1"}) from None
         except (TypeError, ValueError) as error:
             raise ClientError(400, str(error)) from None
-        submitted = Submitted(request_id, events, len(prompt_ids))
+        submitted = AcceptedRequest(request_id, events, len(prompt_ids))
         # Whoever drops the request without reading it to the end (a client gone before its first token
         # was read, a handler that failed) aborts it; for a finished request the abort is ignored.
         weakref.finalize(submitted, self.engine_thread.abort, request_id)
         return submitted
 
-    async def events(self, submitted: Submitted, request: Request,
+    async def events(self, submitted: AcceptedRequest, request: Request,
                      poll_disconnect: bool = False) -> AsyncIterator[TokenEvent]:
         """Each TokenEvent of a submitted request, the last one with its finish_reason.
 

@@ -24,7 +24,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, StreamingRespon
 
 from labkit.serving.http.errors import ClientError
 from labkit.serving.http.model_info import model_details, ollama_model_info
-from labkit.serving.http.model_service import (ModelService, Submitted, collect, finish_reason, read_request,
+from labkit.serving.http.model_service import (ModelService, AcceptedRequest, collect, finish_reason, read_request,
                                                service_of)
 from labkit.serving.http.ollama_protocol import ChatRequest, GenerateRequest, GenerationRequest, ShowRequest
 from labkit.serving.request import EngineRequestMetrics
@@ -114,7 +114,7 @@ async def answer(request: Request, body: GenerationRequest, prompt_ids: list[int
     return StreamingResponse(ndjson(service, submitted, request, chunk), media_type="application/x-ndjson")
 
 
-async def ndjson(service: ModelService, submitted: Submitted, request: Request, chunk) -> AsyncIterator[bytes]:
+async def ndjson(service: ModelService, submitted: AcceptedRequest, request: Request, chunk) -> AsyncIterator[bytes]:
     """One JSON object per line: a chunk per text piece, then the final one (or an error line)."""
     async for event in service.events(submitted, request):
         if event.error:

@@ -23,7 +23,7 @@ from starlette.responses import JSONResponse, StreamingResponse
 
 from labkit.serving.http.errors import ClientError, error_body
 from labkit.serving.http.model_info import openai_model_card
-from labkit.serving.http.model_service import (ModelService, Submitted, collect, finish_reason, read_request,
+from labkit.serving.http.model_service import (ModelService, AcceptedRequest, collect, finish_reason, read_request,
                                                service_of)
 from labkit.serving.http.openai_protocol import ChatCompletionRequest, CompletionRequest, OpenAIRequest
 
@@ -50,7 +50,7 @@ async def completions(request: Request):
     return await answer(request, body, service.encode(body.prompt, "prompt"), arrival_s)
 
 
-def usage(submitted: Submitted, completion_tokens: int) -> dict:
+def usage(submitted: AcceptedRequest, completion_tokens: int) -> dict:
     return {"prompt_tokens": submitted.prompt_tokens, "completion_tokens": completion_tokens,
             "total_tokens": submitted.prompt_tokens + completion_tokens}
 
@@ -81,7 +81,7 @@ def frame(data: dict | str) -> bytes:
     return f"data: {data if isinstance(data, str) else json.dumps(data)}\n\n".encode()
 
 
-async def sse(service: ModelService, submitted: Submitted, request: Request, base: dict, chat: bool,
+async def sse(service: ModelService, submitted: AcceptedRequest, request: Request, base: dict, chat: bool,
               include_usage: bool) -> AsyncIterator[bytes]:
     """The SSE frames of a streamed answer (see the module doc)."""
     extra = {"usage": None} if include_usage else {}
