@@ -20,7 +20,7 @@ export OMP_WAIT_POLICY ?= PASSIVE
 # JupyterLab refuses to start as root (common in containers) unless told it is on purpose.
 ROOT_OPTION := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: lab test test-fast setup cache engines notebooks slides slides-vendor present bench clean-cache
+.PHONY: lab test test-fast setup cache engines notebooks student slides slides-vendor present bench clean-cache
 
 lab: cache
 	$(VENV)/bin/jupyter lab $(ROOT_OPTION) $(LAB_OPTIONS) $(FIRST_NOTEBOOK)
@@ -98,15 +98,24 @@ $(VLLM_INSTALLED):
 	$(ENGINES)/vllm/bin/pip uninstall --quiet -y torchvision torchaudio torchcodec
 	touch $@
 
-# Re-execute every notebook in place (they are committed with outputs; `make test` compares them).
+# Re-execute every notebook in place (they are committed with outputs; `make test` compares them), then
+# mark the worked solutions and drop their outputs again (labkit.course.solutions): no answer is saved.
 notebooks: cache
 	HF_HUB_OFFLINE=1 $(VENV)/bin/jupyter nbconvert --to notebook --execute --inplace \
 		--ExecutePreprocessor.record_timing=False --ExecutePreprocessor.timeout=600 notebooks/*.ipynb
 	$(PY) -m labkit.viz.progress notebooks/*.ipynb
+	$(PY) -m labkit.course.solutions notebooks/*.ipynb
+
+# Student copies in student/ (not committed): the committed notebooks without worked solutions,
+# instructor notes or checker verdicts (labkit.course.student); nothing is re-executed.
+student: $(INSTALLED)
+	rm -rf student
+	$(PY) -m labkit.course.student --out student notebooks/*.ipynb
 
 # Static reveal.js decks in slides/ that open offline: reveal.js, MathJax, require.js, jQuery, Font
 # Awesome and the widget renderer are unpacked once from the npm registry into slides/vendor/ (about
-# 30 MB; needs node's npm) and the decks point there (slides/offline_decks.py).
+# 30 MB; needs node's npm) and the decks point there (slides/offline_decks.py), which also leaves out the
+# cells tagged `solution`.
 SLIDE_VENDOR := slides/vendor
 SLIDE_PACKAGES := reveal.js@4.0.2 mathjax@2.7.9 requirejs@2.3.7 jquery@2.2.4 font-awesome@4.7.0 \
 	@jupyter-widgets/html-manager@1.0.15 @fortawesome/fontawesome-free@5.15.4
@@ -129,7 +138,8 @@ $(SLIDE_VENDOR)/.complete: Makefile
 # it; the first slide shows once every cell has run, about 2 minutes for 04). Offline: the course's
 # template (slides/voila/templates/offline-reveal) takes reveal.js, jQuery and Font Awesome from
 # slides/vendor/; the long keep-alive stops the heartbeat that Voila's reveal template would call
-# before defining it. Then open, e.g.,
+# before defining it. Cells tagged `solution` are removed before Voila runs the notebook
+# (nbconvert's TagRemovePreprocessor, which Voila's exporter applies). Then open, e.g.,
 #   http://localhost:8866/voila/render/notebooks/04_sampling.ipynb
 PRESENT_OPTIONS ?=
 SLIDE_FILES := /voila/files/$(SLIDE_VENDOR)
@@ -142,6 +152,7 @@ present: cache $(SLIDE_VENDOR)/.complete
 		--VoilaConfiguration.resources="{'reveal': {'url_prefix': '$(SLIDE_FILES)/reveal.js-4.0.2'}, \
 			'fontawesome_url': '$(SLIDE_FILES)/fortawesome-fontawesome-free-5.15.4/css/'}" \
 		--VoilaExporter.jquery_url=$(SLIDE_FILES)/jquery-2.2.4/dist/jquery.min.js \
+		--TagRemovePreprocessor.remove_cell_tags=solution \
 		$(PRESENT_OPTIONS) .
 
 bench: cache

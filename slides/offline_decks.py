@@ -1,4 +1,5 @@
-"""nbconvert settings for `make slides`: decks that load every script, style and font from slides/vendor/.
+"""nbconvert settings for `make slides`: decks that load every script, style and font from slides/vendor/,
+without the worked solutions.
 
 The packages come from the npm registry (see SLIDE_PACKAGES in the Makefile), unpacked once into
 slides/vendor/NAME-VERSION/; the URLs below are relative to the decks, which are written to slides/.
@@ -17,3 +18,6 @@ c.SlidesExporter.jquery_url = f"{VENDOR}/jquery-2.2.4/dist/jquery.min.js"
 c.SlidesExporter.mathjax_url = f"{VENDOR}/mathjax-2.7.9/MathJax.js?config=TeX-AMS_CHTML-full,Safe"
 c.SlidesExporter.font_awesome_url = f"{VENDOR}/font-awesome-4.7.0/css/font-awesome.css"
 c.SlidesExporter.widget_renderer_url = f"{VENDOR}/jupyter-widgets-html-manager-1.0.15/dist/embed-amd.js"
+# Worked solutions (cells tagged `solution`, see labkit.course.solutions) never reach a deck.
+c.TagRemovePreprocessor.enabled = True
+c.TagRemovePreprocessor.remove_cell_tags = {"solution"}
