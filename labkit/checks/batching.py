@@ -90,16 +90,17 @@ def check_wasted_slots(fn: Callable | None) -> bool:
             continue
         where = f"for prompts {prompts} and outputs {outputs}"
         if _number(got) == idle:
-            return verdict(False, f"{where} you counted the idle decode slots ({idle}) but not the prompts' "
-                                   f"padding ({padding}): prefill pads every prompt to the longest.")
+            return verdict(False, f"{where} you counted the idle decode slots but not the prompts' padding: "
+                                   "prefill pads every prompt to the longest.")
         if _number(got) == padding:
-            return verdict(False, f"{where} you counted the padding ({padding}) but not the idle decode slots "
-                                   f"({idle}): a finished row runs until the longest output is done.")
+            return verdict(False, f"{where} you counted the padding but not the idle decode slots: a finished row "
+                                   "runs until the longest output is done.")
         longest = max(p + o for p, o in zip(prompts, outputs))
         if _number(got) == sum(longest - p - o for p, o in zip(prompts, outputs)):
             return verdict(False, f"{where}: prefill and decode are padded separately. Prompts are padded to the "
                                    "longest prompt; outputs run to the longest output.")
-        return verdict(False, f"{where} the answer is {padding} padding + {idle} idle = {padding + idle}, not {got!r}.")
+        return verdict(False, f"{where} you have {got!r}. Add two counts: the padding of each prompt up to the "
+                               "longest prompt, and the idle slots of each row until the longest output is done.")
     return verdict(True, "padding to the longest prompt plus idle slots until the longest output: work that a "
                           "static batch pays for and throws away.")
 
@@ -122,11 +123,11 @@ def check_fcfs_admission(fn: Callable | None) -> bool:
             continue
         where = f"admit({prompts}, free_blocks={free_blocks}, block_size={block_size}, free_seats={seats})"
         if _number(got) == fcfs_admitted(prompts, free_blocks, block_size, len(prompts)):
-            return verdict(False, f"{where} is {expected}: at most free_seats requests may join.")
+            return verdict(False, f"{where} gave {got!r}: at most free_seats requests may join.")
         floor = fcfs_admitted([(p // block_size) * block_size for p in prompts], free_blocks, block_size, seats)
         if _number(got) == floor and floor != expected:
-            return verdict(False, f"{where} is {expected}: a prompt of n tokens needs ceil(n / block_size) blocks.")
-        return verdict(False, f"{where} is {expected}, not {got!r}. Go in order and stop at the FIRST request that "
+            return verdict(False, f"{where} gave {got!r}: a prompt of n tokens needs ceil(n / block_size) blocks.")
+        return verdict(False, f"{where} gave {got!r}, which is not it. Go in order and stop at the FIRST request that "
                                "does not fit: skipping ahead to a smaller one would let it overtake (and could "
                                "starve a long prompt).")
     return verdict(True, "first come, first served: in order, while seats and blocks last, never skipping ahead.")

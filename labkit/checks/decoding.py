@@ -50,9 +50,13 @@ def check_top_k_filter(function: Callable | None) -> bool:
             if not isinstance(got, torch.Tensor) or got.shape != logits.shape:
                 return verdict(False, f"return a tensor of the same shape as the logits {tuple(logits.shape)}.")
             if not torch.equal(torch.isfinite(got), torch.isfinite(expected)):
-                n_kept = int(torch.isfinite(got[0]).sum())
-                return verdict(False, f"with k={k} you keep {n_kept} tokens in the first row; expected "
-                                       f"{int(torch.isfinite(expected[0]).sum())}. Hint: compare with the k-th "
+                n_kept, n_right = int(torch.isfinite(got).sum()), int(torch.isfinite(expected).sum())
+                which = (f"the logits {logits.tolist()}" if logits.numel() <= 10 else
+                         f"random logits of shape {tuple(logits.shape)}")
+                how = ("too few: a token tied with the k-th largest logit stays too" if n_kept < n_right else
+                       "too many: only the k largest logits (and ties with the k-th) stay" if n_kept > n_right else
+                       "the right number of tokens, but not the largest ones")
+                return verdict(False, f"with k={k} on {which}, you keep {how}. Hint: compare with the k-th "
                                        "largest value (logits.topk(k).values[..., -1:]), so ties with it stay.")
             if not torch.equal(got[torch.isfinite(got)], logits[torch.isfinite(got)]):
                 return verdict(False, "the kept logits changed: a filter only masks, it never rescales.")
@@ -131,8 +135,11 @@ def check_distinct_n(function: Callable | None) -> bool:
             return verdict(False, error)
         expected = distinct_n(texts, n)
         if not isinstance(got, (int, float)) or abs(got - expected) > 1e-9:
-            return verdict(False, f"distinct_n({texts!r}, {n}) should be {expected:.3f}, got {got!r}. Pool the "
-                                   "n-grams of all texts before counting the unique ones.")
+            per_text = sum(distinct_n([text], n) for text in texts) / len(texts)
+            how = ("that is the mean of each text's own ratio" if isinstance(got, (int, float)) and
+                   abs(got - per_text) < 1e-9 else "that is not unique / all")
+            return verdict(False, f"distinct_n({texts!r}, {n}) gave {got!r}: {how}. Pool the word n-grams of all "
+                                   "texts first, then divide the number of unique ones by the number of all.")
     return verdict(True, "distinct-n measures how rarely phrases repeat.")
 
 
@@ -146,8 +153,12 @@ def check_mirostat_update(function: Callable | None) -> bool:
             return verdict(False, error)
         expected = mirostat_update(*args)
         if not isinstance(got, (int, float)) or abs(got - expected) > 1e-9:
-            return verdict(False, f"update{args} should be {expected}, got {got!r}. A token more surprising than "
-                                   "tau must *lower* mu, so fewer surprising tokens pass next time.")
+            mu, surprise, tau, _ = args
+            wrong_way = isinstance(got, (int, float)) and (got - mu) * (surprise - tau) > 0
+            how = "mu moved the wrong way" if wrong_way else "not the controller's step"
+            return verdict(False, f"update{args} gave {got!r}: {how}. mu moves by eta times the error "
+                                   "(surprise - tau), against it: a token more surprising than tau must *lower* mu, "
+                                   "so fewer surprising tokens pass next time.")
     return verdict(True, "mu moves against the surprise error, a feedback controller.")
 
 

@@ -35,9 +35,10 @@ def check_greedy_agreement(fn: Callable | None) -> bool:
             continue
         matches = sum(a == b for a, b in zip(reference[:n], other[:n]))
         if got == matches:
-            return verdict(False, f"for {reference[:6]} vs {other[:6]} you counted every matching position "
-                                  f"({got}); after the first difference the texts part, so stop there ({expected}).")
-        return verdict(False, f"for {reference[:6]} vs {other[:6]} with n={n}: expected {expected}, got {got!r}.")
+            return verdict(False, f"for {reference[:6]} vs {other[:6]} you counted every matching position; after "
+                                  "the first difference the texts part, so stop counting there.")
+        return verdict(False, f"for {reference[:6]} vs {other[:6]} with n={n} you have {got!r}. Count the tokens the "
+                              "two share from the start, up to the first difference and at most n.")
     return verdict(True, "count the shared start, at most n tokens: after one difference the contexts differ.")
 
 

@@ -78,16 +78,16 @@ def check_bandwidth_use(fn: Callable | None) -> bool:
         if math.isclose(value, expected, rel_tol=1e-6):
             continue
         if math.isclose(value, 100 * expected, rel_tol=1e-6):
-            return verdict(False, f"{call} gave {value:.4g}: that is a percentage. Return the fraction "
-                                  f"({expected:.4g}); format it as a percentage only when you print it.")
+            return verdict(False, f"{call} gave {value:.4g}: that is a percentage. Return the fraction, between 0 and "
+                                  "1; format it as a percentage only when you print it.")
         if math.isclose(value, 1 / expected, rel_tol=1e-6):
             return verdict(False, "upside down: the bytes read each second (bytes per token x tokens/s) go on top, "
                                   "the bandwidth below.")
         if math.isclose(value, per_token / bandwidth, rel_tol=1e-6):
             return verdict(False, "you left out the tokens/s: the bytes read each second are bytes per token x "
                                   "tokens per second.")
-        return verdict(False, f"{call} should be {expected:.4g}, got {value:.4g}: bytes per token x tokens/s / "
-                              "bandwidth.")
+        return verdict(False, f"{call} gave {value:.4g}, which is not it: the share is bytes per token x tokens/s "
+                              "(the bytes read each second) / bandwidth.")
     return verdict(True, "bytes per token x tokens/s is the bandwidth a path uses; divided by what the memory "
                          "can give, it says how close to the roofline it runs. The rest is overhead.")
 
@@ -97,8 +97,8 @@ def check_compile_break_even(fn: Callable | None) -> bool:
     tokens after which compiling pays for itself, math.inf when the compiled path is no faster."""
     if fn is None:
         return not_attempted("your function compile_break_even(compile_seconds, eager_tps, compiled_tps)")
-    never = ("when the compiled path is no faster than eager it saves nothing per token and never pays for "
-             "itself: return math.inf.")
+    never = ("here the compiled path is no faster than eager: it saves nothing per token, so no number of tokens "
+             "pays the compile time back. Return what the exercise asks for that case.")
     for seconds, eager, compiled in BREAK_EVEN_CASES:
         call = f"compile_break_even({seconds:g}, {eager:g}, {compiled:g})"
         expected = break_even_tokens(seconds, eager, compiled)
@@ -125,8 +125,8 @@ def check_compile_break_even(fn: Callable | None) -> bool:
                                   "(the eager step takes longer).")
         if math.isclose(value, 1 / expected, rel_tol=1e-6):
             return verdict(False, "upside down: divide the compile time by the seconds saved per token.")
-        return verdict(False, f"{call} should be {expected:,.1f} tokens, got {value:.4g}: compile seconds / "
-                              "(1 / eager - 1 / compiled).")
+        return verdict(False, f"{call} gave {value:.4g}, which is not it: compile seconds / the seconds saved per "
+                              "token, (1 / eager - 1 / compiled).")
     return verdict(True, "compile seconds / seconds saved per token, and never (math.inf) when compiling saves "
                          "nothing: a long-running server pays it back, a one-off script may not.")
 
@@ -155,20 +155,21 @@ def check_accepted_guesses(fn: Callable | None) -> bool:
         if accepted != expected_accepted:
             matches = sum(g == c for g, c in zip(guesses, chosen))
             if accepted == matches:
-                return verdict(False, f"for {call} you counted every matching position ({accepted}); a guess counts "
-                                      f"only if every guess before it was accepted too: stop at the first "
-                                      f"difference ({expected_accepted}).")
+                return verdict(False, f"for {call} you counted every matching position; a guess counts only if every "
+                                      "guess before it was accepted too: stop at the first difference.")
             if accepted == len(expected_tokens):
-                return verdict(False, f"for {call}: accepted counts guesses only ({expected_accepted}); the model's "
-                                      "own token is new but it is not a guess.")
-            return verdict(False, f"for {call}: expected {expected_accepted} accepted guesses, got {accepted!r}.")
+                return verdict(False, f"for {call}: accepted counts guesses only; the model's own token is new but "
+                                      "it is not a guess.")
+            return verdict(False, f"for {call} you accepted {accepted!r} guesses: accept guesses[i] while it equals "
+                                  "chosen[i], and stop at the first that does not.")
         if tokens in (chosen[:accepted], guesses[:accepted]):
-            return verdict(False, f"for {call}: after the {accepted} accepted guesses add the model's own next "
-                                  f"token, chosen[{accepted}]: every verify call gives at least one new token.")
+            return verdict(False, f"for {call}: after the accepted guesses add the model's own next token, "
+                                  "chosen[accepted]: every verify call gives at least one new token.")
         if tokens == guesses[:accepted + 1]:
-            return verdict(False, f"for {call}: at the first mismatch keep the model's choice, chosen[{accepted}], "
+            return verdict(False, f"for {call}: at the first mismatch keep the model's choice, chosen[accepted], "
                                   "not the rejected guess.")
-        return verdict(False, f"for {call}: expected new tokens {expected_tokens}, got {tokens}.")
+        return verdict(False, f"for {call} your new tokens are {tokens}: the accepted guesses, then the model's own "
+                              "choice after them, chosen[accepted].")
     return verdict(True, "the longest agreeing prefix, plus the model's own next token: one verify call gives "
                          "1 to g + 1 tokens, exactly those plain greedy decoding would.")
 

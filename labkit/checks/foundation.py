@@ -39,7 +39,8 @@ def check_parameter_count(answer: int | None, model: torch.nn.Module) -> bool:
     if answer == sum(p.numel() for p in model.state_dict().values()):
         return verdict(False, "the output head shares its matrix with the embedding; count it once "
                                "(model.parameters() already does).")
-    return verdict(False, f"{answer:,} is off by {answer - expected:+,}. Sum p.numel() over model.parameters().")
+    return verdict(False, f"{answer:,} is not the count. Sum p.numel() over model.parameters(): every weight "
+                           "matrix, bias and norm, each tensor once.")
 
 
 def check_model_megabytes(answer: float | None, model: torch.nn.Module) -> bool:
@@ -77,11 +78,27 @@ def check_chat_string(answer: str | None, tokenizer: PreTrainedTokenizerBase,
     expected = tokenizer.decode(chat_prompt(tokenizer, messages))
     if answer == expected:
         return verdict(True, "your string is exactly what the chat template renders.")
+    return verdict(False, _chat_string_hint(answer, expected, messages))
+
+
+def _chat_string_hint(answer: str, expected: str, messages: list[dict[str, str]]) -> str:
+    """Where the student's prompt string leaves the template, and what to look at there, without the
+    template's own text."""
     position = next((i for i, (a, b) in enumerate(zip(answer, expected)) if a != b),
                     min(len(answer), len(expected)))
-    return verdict(False, f"the strings differ from character {position}: you have "
-                           f"{answer[position:position + 25]!r}, the template has "
-                           f"{expected[position:position + 25]!r}.")
+    if position == len(answer):
+        every_message = all(m["content"] in answer for m in messages)
+        return f"your string stops at character {position} and the template goes on" + (
+            ". After the last message it opens the assistant's turn, so that the model writes the reply next."
+            if every_message else ": every message of the conversation is in it.")
+    where = f"the strings differ from character {position}: you have {answer[position:position + 25]!r}"
+    if position == len(expected):
+        return f"{where}, where the template has already ended."
+    if "system" in expected and not any(m["role"] == "system" for m in messages) and "system" not in answer:
+        return (f"{where}. With no system message in the conversation, this template puts in a default one "
+                "first: look at tokenizer.chat_template.")
+    return (f"{where}. Compare with the pattern of tokenizer.chat_template: the special tokens, line breaks and "
+            "spaces around each role and each message count, character by character.")
 
 
 def check_next_token_probs(fn: Callable | None, model: torch.nn.Module,
@@ -119,5 +136,5 @@ def check_greedy_loop(fn: Callable | None, model: torch.nn.Module,
     if len(got) != len(expected):
         return verdict(False, f"return exactly {n_tokens} new token ids (not the prompt), got {len(got)}.")
     first = next(i for i, (a, b) in enumerate(zip(got, expected)) if a != b)
-    return verdict(False, f"token {first} differs ({got[first]} vs {expected[first]}). Append each chosen "
+    return verdict(False, f"token {first} differs from greedy decoding (yours is {got[first]}). Append each chosen "
                            "token to the input before the next forward pass, and take argmax at position -1.")

@@ -74,12 +74,14 @@ def check_growing_cache(cache_class: Callable | None, model: torch.nn.Module, n_
         return verdict(False, f"GrowingCache(2) then append/advance raised {type(error).__name__}: {error}")
     if not (isinstance(first, tuple) and len(first) == 2 and isinstance(second, tuple) and len(second) == 2):
         return verdict(False, "append(layer, k, v) must return a pair (all keys, all values).")
-    if getattr(probe, "length", None) != 3:
-        return verdict(False, "after advance(3) on an empty cache, cache.length must be 3: advance adds "
+    length = getattr(probe, "length", None)
+    if length != 3:
+        return verdict(False, f"after advance(3) on an empty cache, yours has length {length!r}: advance adds "
                                "n_tokens to length (the model reads it as the position of the next token).")
     if tuple(second[0].shape) != (1, 2, 4, 4):
-        return verdict(False, f"after 3 tokens and 1 more, append must return all 4 keys [B, H, 4, D], got "
-                               f"{tuple(second[0].shape)}. Concatenate along dim 2 and keep the result.")
+        return verdict(False, f"after appending 3 tokens and then 1 more, append returned keys of shape "
+                               f"{tuple(second[0].shape)}: it must return every key cached so far, the old ones and "
+                               "the new. Concatenate along dim 2 (the tokens) and keep the result.")
     input_ids = torch.tensor([[1, 504, 3575, 282, 4649, 314]])
     expected_ids, expected_logits = greedy_decode(model, input_ids, n_tokens, NoCache())
     try:
@@ -131,12 +133,15 @@ def check_ttft_tpot(fn: Callable | None) -> bool:
         except Exception as error:  # noqa: BLE001
             return verdict(False, f"ttft_tpot({times}) raised {type(error).__name__}: {error}")
         if not math.isclose(ttft, expected.ttft_s, rel_tol=1e-6):
-            return verdict(False, f"for {times} the TTFT is {expected.ttft_s}: the arrival time of the first token.")
+            return verdict(False, f"for {times} your TTFT is {ttft!r}: TTFT is the arrival time of the first token.")
         if not math.isclose(tpot, expected.tpot_s, rel_tol=1e-6):
             if math.isclose(tpot, times[-1] / n, rel_tol=1e-6):
                 return verdict(False, "TPOT leaves out the first token (its wait is the TTFT, mostly prefill): "
                                        "(last - first) / (n - 1).")
-            return verdict(False, f"for {times} the TPOT is {expected.tpot_s:.4f}: the mean gap between the later "
+            if math.isclose(tpot, (times[-1] - times[0]) / n, rel_tol=1e-6):
+                return verdict(False, f"for {times} you divided by n: {n} tokens leave only {n - 1} gaps after the "
+                                       "first one.")
+            return verdict(False, f"for {times} your TPOT is {tpot!r}: TPOT is the mean gap between the later "
                                    "tokens, (last - first) / (n - 1).")
     return verdict(True, "TTFT is the first arrival; TPOT the mean gap after it, as labkit.metrics computes them.")
 
@@ -154,8 +159,8 @@ def check_max_context(answer: int | None, shape: ModelShape | str, memory_gb: fl
     if expected == 0:
         if value <= 0:
             return verdict(True, "nothing fits: the weights alone take more than the memory.")
-        return verdict(False, f"the weights alone ({format_bytes(shape.weight_bytes(dtype))}) do not fit in "
-                               f"{memory_gb} GB: the answer is 0.")
+        return verdict(False, f"start with the weights: they take {format_bytes(shape.weight_bytes(dtype))}, and "
+                               f"the memory holds {memory_gb} GB. What do they leave for the KV cache?")
     if _close(value, expected, 0.01):
         return verdict(True, f"about {expected:,} tokens per sequence (KV cache "
                               f"{format_bytes(shape.kv_cache_bytes(expected, batch, dtype))}).")

@@ -38,8 +38,9 @@ def check_expected_tokens(fn: Callable | None) -> bool:
             if isinstance(got, (int, float)) and math.isclose(float(got), alpha * gamma + 1, rel_tol=1e-6):
                 return verdict(False, "acceptance stops at the first rejection: draft i counts only if all before "
                                        "it were accepted too, with probability alpha^i, not alpha.")
-            return verdict(False, f"expected_tokens({alpha}, {gamma}) should be {expected:.4f}, got {got!r}. Sum "
-                                   "alpha^i for i = 0..gamma.")
+            return verdict(False, f"expected_tokens({alpha}, {gamma}) gave {got!r}, which is not it. Draft i is "
+                                   "accepted with probability alpha^i (all before it accepted too), and the target "
+                                   "adds its own token: sum alpha^i for i = 0..gamma.")
     return verdict(True, "E = 1 + alpha + ... + alpha^gamma = (1 - alpha^(gamma+1)) / (1 - alpha).")
 
 
@@ -64,8 +65,13 @@ def check_residual(fn: Callable | None) -> bool:
         if torch.allclose(got.float(), p, atol=1e-5):
             return verdict(False, "resampling from p itself would over-weight the tokens the draft already "
                                    "proposes often; take max(0, p - q), normalized.")
-        rounded = [round(v, 3) for v in expected.tolist()]
-        return verdict(False, f"for p={p.tolist()}, q={q.tolist()} expected {rounded}.")
+        flipped = (q - p).clamp(min=0)
+        if float(flipped.sum()) > 0 and torch.allclose(got.float(), flipped / flipped.sum(), atol=1e-5):
+            return verdict(False, "the other way round: keep where the target p exceeds the draft q, max(0, p - q), "
+                                   "the mass the draft under-proposes.")
+        return verdict(False, f"for p={p.tolist()}, q={q.tolist()} your distribution is "
+                               f"{[round(v, 3) for v in got.float().tolist()]}: take max(0, p - q) elementwise, then "
+                               "divide by its sum.")
     return verdict(True, "norm(max(0, p - q)); with a one-hot draft it is p with the drafted token removed.")
 
 
@@ -83,8 +89,10 @@ def check_prompt_lookup(fn: Callable | None, max_ngram_size: int = 3) -> bool:
             return verdict(False, error)
         expected = reference.propose(context, gamma)[0]
         if list(got or []) != expected:
-            hint = ("when nothing matches, return []" if not expected else
+            hint = ("return at most gamma tokens" if len(list(got or [])) > gamma else
+                    "draft only what followed an earlier occurrence of the context's last n tokens (never the "
+                    "suffix itself), with nothing to draft when there is none" if not expected else
                     "try the longest n-gram first, and among its matches the most recent one (never the suffix "
                     "itself); return at most gamma tokens")
-            return verdict(False, f"lookup({context}, {gamma}) should be {expected}, got {got!r}: {hint}.")
+            return verdict(False, f"lookup({context}, {gamma}) gave {got!r}: {hint}.")
     return verdict(True, "your lookup proposes what labkit.speculative.drafters.PromptLookupDrafter proposes.")

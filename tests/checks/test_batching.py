@@ -30,7 +30,7 @@ def test_wasted_slots(capsys):
         (lambda p, o: sum(max(o) - x for x in o), "not the prompts' padding"),
         (lambda p, o: sum(max(p) - x for x in p), "not the idle decode slots"),
         (lambda p, o: sum(max(a + b for a, b in zip(p, o)) - a - b for a, b in zip(p, o)), "padded separately"),
-        (lambda p, o: 0, "the answer is"),
+        (lambda p, o: 0, "Add two counts"),
         (lambda p, o: 1 / 0, "raised ZeroDivisionError"),
     ]
     for fn, hint in wrongs:
@@ -73,7 +73,7 @@ def test_fcfs_admission(capsys):
     assert checks.check_fcfs_admission(admit)
     assert "Correct" in capsys.readouterr().out
     for fn, hint in [(skips_ahead, "FIRST request that does not fit"), (ignores_seats, "at most free_seats"),
-                     (rounds_down, "ceil(n / block_size)"), (lambda *a: [], "not []")]:
+                     (rounds_down, "ceil(n / block_size)"), (lambda *a: [], "gave []")]:
         assert not checks.check_fcfs_admission(fn)
         assert hint in capsys.readouterr().out
     assert not checks.check_fcfs_admission(lambda *a: 1 / 0)

@@ -26,7 +26,7 @@ def test_bandwidth_use(capsys):
     assert checks.check_bandwidth_use(bandwidth_use)
     assert "Correct" in capsys.readouterr().out
     hints = {lambda b, r, w: 100 * b * r / w: "percentage", lambda b, r, w: w / (b * r): "upside down",
-             lambda b, r, w: b / w: "left out the tokens/s", lambda b, r, w: b * r: "should be",
+             lambda b, r, w: b / w: "left out the tokens/s", lambda b, r, w: b * r: "which is not it",
              lambda b, r, w: f"{b * r / w:.0%}": "should return a number",
              lambda b, r, w: b / 0: "raised ZeroDivisionError"}
     for wrong, hint in hints.items():
@@ -50,9 +50,9 @@ def test_compile_break_even(capsys):
     capsys.readouterr()
     hints = {lambda s, e, c: s / (c - e): "subtracted tokens per second",
              lambda s, e, c: s / (1 / e - 1 / c): "divided by zero",  # the equal rates case
-             lambda s, e, c: s / (1 / e - 1 / c) if c != e else math.inf: "never pays for itself",  # slower
+             lambda s, e, c: s / (1 / e - 1 / c) if c != e else math.inf: "pays the compile time back",  # slower
              lambda s, e, c: s / (1 / c - 1 / e): "sign is flipped", lambda s, e, c: (1 / e - 1 / c) / s: "upside down",
-             lambda s, e, c: s * e: "should be", lambda s, e, c: None: "should return a number",
+             lambda s, e, c: s * e: "which is not it", lambda s, e, c: None: "should return a number",
              lambda s, e, c: s / e[0]: "raised TypeError"}
     for wrong, hint in hints.items():
         assert not checks.check_compile_break_even(wrong)

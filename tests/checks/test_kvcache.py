@@ -54,7 +54,7 @@ def test_growing_cache(tiny, capsys):
     assert not checks.check_growing_cache(ForgetsToAdvance, tiny)
     assert "advance adds n_tokens to length" in capsys.readouterr().out
     assert not checks.check_growing_cache(ReturnsOnlyNew, tiny)
-    assert "must return all 4 keys" in capsys.readouterr().out
+    assert "every key cached so far" in capsys.readouterr().out
     assert not checks.check_growing_cache(OneListForAllLayers, tiny)
     assert "one list entry per layer" in capsys.readouterr().out
     assert not checks.check_growing_cache(lambda n_layers: 1 / 0, tiny)
@@ -96,4 +96,4 @@ def test_max_context(capsys):
     assert "tokens per sequence" in capsys.readouterr().out
     assert checks.check_max_context(0, "llama-3.1-70b", memory_gb=80)
     assert not checks.check_max_context(1000, "llama-3.1-70b", memory_gb=80)
-    assert "do not fit" in capsys.readouterr().out
+    assert "start with the weights" in capsys.readouterr().out

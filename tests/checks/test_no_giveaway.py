@@ -1,0 +1,496 @@
+"""Checkers give a hint toward the idea on a miss, never the expected value (DESIGN.md section 4).
+
+Every public `check_*` in labkit.checks is found by name, so a new checker is covered, and fails here
+until CASES holds a wrong-answer case for it. For each: the right answer passes; each plausible wrong
+answer (a number: right + 1, or just outside the checker's tolerance, and right x 2; a function: a subtly
+wrong implementation) fails, and nothing the checker prints or returns contains the expected value,
+written any way a message might (the int, with thousands separators, floats at 1-3 decimals, %g, a
+percentage, a list or its parts), nor the signed gap to a wrong number ("off by +1").
+
+A function answer is recorded while the checker calls it: the expected value is the right
+implementation's output on the last input the checker tried, the one it went wrong on. A hint may show
+that input, so the input's own text is taken out of the message before the search.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from labkit import checks
+from labkit.checks import fast as fast_checks
+from labkit.core.forward import NoCache, greedy_decode
+from labkit.decoding.diversity import distinct_n
+from labkit.decoding.mbr import mbr_select
+from labkit.decoding.sampling import top_k_filter, top_p_filter
+from labkit.decoding.scoring import continuation_logprob
+from labkit.engines.compare import greedy_agreement
+from labkit.fast.q4_linear import q4_1_linear_reference, unpack_q4_1
+from labkit.models.catalog import fits_here, load_catalog
+from labkit.models.sizing import GB, model_shape
+from labkit.serving.http.client import parse_sse
+from labkit.speculative.drafters import PromptLookupDrafter
+
+CHECKERS = sorted(name for name in dir(checks) if name.startswith("check_") and callable(getattr(checks, name)))
+
+Fixture = Callable[[str], Any]  # request.getfixturevalue
+LLAMA_8B = "meta-llama/Llama-3.1-8B-Instruct"
+
+
+@dataclass
+class Case:
+    """One exercise set-up: its right answer, plausible wrong ones, and the checker's other arguments
+    (a tuple, or fixture -> tuple).
+
+    expected(calls): what must never be shown on a miss; by default the right number, or for a function
+    the right implementation's output on the last recorded call. also(calls): values that give it away as
+    well (a count or a part the answer is built from)."""
+
+    right: Any
+    wrongs: Sequence[Any]
+    args: tuple | Callable[[Fixture], tuple] = ()
+    expected: Callable[[list[tuple]], Any] | None = None
+    also: Callable[[list[tuple]], Sequence[Any]] = lambda calls: ()
+
+
+class Recorder:
+    """A student's function that notes the inputs of every call (copied: the checker may reuse them)."""
+
+    def __init__(self, fn: Callable):
+        self.fn, self.calls = fn, []
+
+    def __call__(self, *args):
+        self.calls.append(tuple(a.clone() if isinstance(a, torch.Tensor) else
+                                list(a) if isinstance(a, list) else a for a in args))
+        return self.fn(*args)
+
+
+# --- the ways a message might write a value ---------------------------------------------------------
+
+def number_forms(x: float) -> set[str]:
+    if math.isnan(x):
+        return {"nan"}
+    if math.isinf(x):
+        return {"inf"}
+    forms = {f"{x:g}", f"{x:.3g}", f"{x:.4g}", repr(x), f"{x:.1f}"}
+    if float(x).is_integer():
+        forms |= {str(int(x)), f"{int(x):,}"}
+    else:  # rounded forms that still say the value (within 5 %), and percentages
+        forms |= {text for d in (1, 2, 3) for text in [f"{x:.{d}f}"] if math.isclose(float(text), x, rel_tol=0.05)}
+        forms |= {f"{x:.0%}", f"{x:.1%}", f"{x:.2%}"}
+    if abs(x) >= 100:
+        forms |= {f"{x:,.0f}", f"{x:,.1f}", f"{x:.0f}"}
+    if 0 < abs(x) < 0.01 or abs(x) >= 1e5:
+        forms |= {f"{x:.2e}", f"{x:.3e}"}
+    return forms
+
+
+def plain(value: Any) -> Any:
+    """Tensors and arrays as nested lists, numpy scalars as Python numbers."""
+    if isinstance(value, (torch.Tensor, np.ndarray)):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, (list, tuple)):
+        return type(value)(plain(v) for v in value)
+    return value
+
+
+def rounded(value: Any, digits: int) -> Any:
+    if isinstance(value, float):
+        return round(value, digits)
+    if isinstance(value, (list, tuple)):
+        return type(value)(rounded(v, digits) for v in value)
+    return value
+
+
+def flat(value: Any) -> list:
+    return [x for v in value for x in flat(v)] if isinstance(value, (list, tuple)) else [value]
+
+
+def forms_of(value: Any) -> set[str]:
+    """Every way a message might write `value`."""
+    value = plain(value)
+    if isinstance(value, bool) or value is None:
+        return set()
+    if isinstance(value, (int, float)):
+        return number_forms(value)
+    if isinstance(value, str):
+        return {value} if value.strip() else set()
+    if isinstance(value, dict):
+        return {repr(value), json.dumps(value)}
+    forms = {repr(value), repr(list(value))} | {repr(rounded(value, d)) for d in (1, 2, 3, 4)}
+    if len(flat(value)) <= 8:  # a short answer: each part on its own too (a zero part says nothing alone)
+        forms |= set().union(*(forms_of(v) for v in value if not (isinstance(v, (int, float)) and v == 0)))
+    return forms
+
+
+def input_texts(value: Any) -> set[str]:
+    """How a message writes an input it may show: lists, tuples, tensors and strings, with their parts."""
+    value = plain(value)
+    if isinstance(value, str):
+        return {value, repr(value)} if len(value) > 2 else set()
+    if not isinstance(value, (list, tuple)):
+        return set()
+    return {repr(value), repr(list(value)), repr(tuple(value))}.union(*(input_texts(v) for v in value))
+
+
+NUMBER = re.compile(r"[-+]?(?:[\d,]*\.)?\d+(?:e[-+]?\d+)?%?|nan|inf")
+
+
+def shown(form: str, text: str) -> bool:
+    """Whether `form` stands in `text`; a number only as a whole number ('6' is not in '16' or '6.4')."""
+    if NUMBER.fullmatch(form):
+        return re.search(rf"(?<![\w.])(?<!\d,){re.escape(form)}(?!\w|[.,]\d)", text) is not None
+    return form in text
+
+
+def giveaways(text: str, expected: Any, also: Sequence[Any], answer: Any, inputs: Sequence[Any]) -> list[str]:
+    """The forms of the expected value (or of what gives it away) that `text` shows. The inputs may be shown:
+    their text is taken out first, and a number that is itself an input is not searched for."""
+    for shown_input in sorted(set().union(*(input_texts(i) for i in inputs)), key=len, reverse=True):
+        text = text.replace(shown_input, " ")
+    scalar_inputs = set().union(*(number_forms(i) for i in plain(list(inputs))
+                                  if isinstance(i, (int, float)) and not isinstance(i, bool)))
+    forms = forms_of(expected).union(*(forms_of(a) for a in also))
+    if isinstance(expected, str):  # a string answer: no 12 characters of it that the student did not write
+        forms |= {expected[i:i + 12] for i in range(len(expected) - 11)
+                  if expected[i:i + 12] not in (answer if isinstance(answer, str) else "")}
+    if isinstance(expected, (int, float)) and isinstance(answer, (int, float)) and math.isfinite(expected):
+        gap = answer - expected  # "off by +1"
+        forms |= {f"{gap:+g}", f"{gap:+,}", f"{gap:+,.1f}"}
+    return sorted(form for form in forms - scalar_inputs if shown(form, text))
+
+
+# --- right answers (the worked solutions) and plausible wrong ones ----------------------------------------
+
+def numeric(right: float, rel_tol: float = 0.0, args: tuple = ()) -> Case:
+    """A number: right + 1 (or, with a tolerance, just outside it) and right x 2 are wrong."""
+    step = max(1, 3 * rel_tol * abs(right)) if rel_tol else 1
+    return Case(right, [right + step, right * 2], args)
+
+
+def next_token_probs(model, input_ids):
+    return torch.softmax(model(input_ids).logits[0, -1], dim=-1)
+
+
+def flattened_probs(model, input_ids):  # softmax at temperature 2: sums to 1, the wrong values
+    return torch.softmax(model(input_ids).logits[0, -1] / 2, dim=-1)
+
+
+def greedy(model, prompt_ids, n_tokens, rank=0):
+    ids = list(prompt_ids)
+    for _ in range(n_tokens):
+        ids.append(int(model(torch.tensor([ids])).logits[0, -1].topk(rank + 1).indices[rank]))
+    return ids[len(prompt_ids):]
+
+
+def chat_cases(fixture: Fixture) -> list[Case]:
+    chat = [{"role": "user", "content": "Name a prime number."}, {"role": "assistant", "content": "7"}]
+    tokenizer = fixture("tokenizer")
+    right = tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
+    no_system = right[:12] + right[right.index("<|im_start|>user") + 12:]
+    no_assistant_turn = right[:-len("<|im_start|>assistant\n")]
+    return [Case(right, [no_system, right.replace("\n", " ", 3), no_assistant_turn], (tokenizer, chat))]
+
+
+def top_k(logits, k):
+    return logits.masked_fill(logits < logits.topk(k).values[..., -1:], -math.inf)
+
+
+def top_k_without_ties(logits, k):
+    return torch.full_like(logits, -math.inf).scatter(-1, logits.topk(k).indices, logits.topk(k).values)
+
+
+def top_p(logits, p, include_crossing=True):
+    probs, order = torch.softmax(logits, -1).sort(-1, descending=True)
+    before = probs.cumsum(-1) - (probs if include_crossing else 0)
+    return logits.masked_fill(torch.zeros_like(logits, dtype=torch.bool).scatter(-1, order, before >= p), -math.inf)
+
+
+def kept_count(calls):  # how many tokens the right top-k keeps in the first row
+    return [int(torch.isfinite(top_k_filter(*calls[-1])[0]).sum())]
+
+
+def kept_mass(calls):  # the mean probability mass the right nucleus keeps per row
+    logits, p = calls[-1]
+    return [float(torch.softmax(logits, -1)[torch.isfinite(top_p_filter(logits, p))].sum() / len(logits))]
+
+
+def beam_step(scores, logprobs, k, add_scores=True):
+    totals = ((scores[:, None] if add_scores else 0) + logprobs).reshape(-1)
+    best, index = totals.topk(k)
+    return index // logprobs.shape[1], index % logprobs.shape[1], best
+
+
+def growing_cache_class(shared_layers=False, return_new=False):
+    class GrowingCache:
+        def __init__(self, n_layers):
+            self.keys, self.values, self.length = [None] * n_layers, [None] * n_layers, 0
+
+        def append(self, layer, k, v):
+            layer, new = 0 if shared_layers else layer, (k, v)
+            if self.keys[layer] is not None:
+                k, v = torch.cat([self.keys[layer], k], dim=2), torch.cat([self.values[layer], v], dim=2)
+            self.keys[layer], self.values[layer] = k, v
+            return new if return_new else (k, v)
+
+        def advance(self, n_tokens):
+            self.length += n_tokens
+    return GrowingCache
+
+
+def growing_cache_cases(fixture: Fixture) -> list[Case]:
+    tiny = fixture("tiny")
+    ids = greedy_decode(tiny, torch.tensor([[1, 504, 3575, 282, 4649, 314]]), 8, NoCache())[0]
+    return [Case(growing_cache_class(), [growing_cache_class(shared_layers=True)], (tiny,),
+                 expected=lambda calls: ids),
+            Case(growing_cache_class(), [growing_cache_class(return_new=True)], (tiny,),
+                 expected=lambda calls: "(1, 2, 4, 4)", also=lambda calls: ["4 keys", "[B, H, 4, D]"])]
+
+
+def absmax_int8(w, rounding=torch.round):
+    scale = w.abs().amax(dim=1, keepdim=True) / 127
+    return rounding(w / scale).clamp(-127, 127).to(torch.int8), scale
+
+
+def decode_block(raw, with_d=True):
+    d, m = raw[:2].view(np.float16)[0], raw[2:4].view(np.float16)[0]
+    q = np.concatenate([raw[4:] & 0x0F, raw[4:] >> 4]).astype(np.float32)
+    return (np.float32(d) if with_d else 1) * q + np.float32(m)
+
+
+Q4_BLOCK = np.arange(20, dtype=np.uint8) * 13 % 251
+Q4_BLOCK[:4] = np.array([0.01, -0.05], dtype=np.float16).view(np.uint8)
+
+
+def residual(p, q, flip=False):
+    left = ((q - p) if flip else (p - q)).clamp(min=0)
+    return left / left.sum()
+
+
+def lookup(context, gamma, most_recent=True):
+    for n in range(min(3, len(context) - 1), 0, -1):
+        starts = range(len(context) - n - 1, -1, -1) if most_recent else range(len(context) - n)
+        for start in starts:
+            if context[start:start + n] == context[-n:]:
+                return context[start + n:start + n + gamma]
+    return []
+
+
+def wasted_slots(prompt_lengths, output_lengths):
+    return sum(max(prompt_lengths) - p for p in prompt_lengths) + sum(max(output_lengths) - o for o in output_lengths)
+
+
+def padding_left_out(calls):  # the part an answer without the prompts' padding misses
+    prompts = calls[-1][0]
+    return [sum(max(prompts) - p for p in prompts)]
+
+
+def admit(prompt_lengths, free_blocks, block_size, free_seats, skip_ahead=False):
+    admitted = 0
+    for length in prompt_lengths:
+        need = -(-length // block_size)
+        if admitted == free_seats or need > free_blocks:
+            if skip_ahead:
+                continue
+            break
+        free_blocks -= need
+        admitted += 1
+    return admitted
+
+
+def client_metrics(sent_s, arrivals_s, one_token_tpot=math.nan):
+    n = len(arrivals_s)
+    return arrivals_s[0] - sent_s, (arrivals_s[-1] - arrivals_s[0]) / (n - 1) if n > 1 else one_token_tpot
+
+
+def parse_events_needing_space(raw):  # misses the events written 'data:{...}'
+    return parse_sse("\n".join(line for line in raw.splitlines() if not line.startswith("data:{")))
+
+
+def matches(a, b, n=None):  # every position that matches, not only the shared start
+    return sum(x == y for x, y in zip(a[:n], b[:n]))
+
+
+def mbr_cases(fixture: Fixture) -> list[Case]:
+    best = mbr_select(CANDIDATES, "chrf")[0]
+    return [Case(best, [i for i in range(len(CANDIDATES)) if i != best], (CANDIDATES,))]
+
+
+def compile_break_even(seconds, eager, compiled):
+    saved = 1 / eager - 1 / compiled
+    return seconds / saved if saved > 0 else math.inf
+
+
+def accepted_guesses(guesses, chosen):
+    accepted = 0
+    while accepted < len(guesses) and guesses[accepted] == chosen[accepted]:
+        accepted += 1
+    return accepted, chosen[:accepted + 1]
+
+
+def every_match_accepted(guesses, chosen):
+    return matches(guesses, chosen), chosen[:matches(guesses, chosen) + 1]
+
+
+def own_token_counted(guesses, chosen):
+    tokens = accepted_guesses(guesses, chosen)[1]
+    return len(tokens), tokens
+
+
+def own_token_left_out(guesses, chosen):
+    accepted = accepted_guesses(guesses, chosen)[0]
+    return accepted, chosen[:accepted]
+
+
+INNER_LOOP = "dot += (c[j] & 15) * q[j] + (c[j] >> 4) * q[j + 16];"
+NIBBLES_SWAPPED = "dot += (c[j] >> 4) * q[j] + (c[j] & 15) * q[j + 16];"
+CODES_PLUS_ONE = "dot += ((c[j] & 15) + 1) * q[j] + ((c[j] >> 4) + 1) * q[j + 16];"
+MATVEC_CALLS: list[tuple] = []  # (weight, x) of each call of the stand-in for a compiled inner loop
+
+
+def inner_loop_cases(fixture: Fixture) -> list[Case]:
+    """check_q4_inner_loop without a minute of compiling: each C++ loop above maps to what it computes."""
+    def computing(codes_of):
+        def matvec(weight, x):
+            MATVEC_CALLS.append((weight, x))
+            codes = codes_of(unpack_q4_1(weight.codes))
+            return q4_1_linear_reference(x[None], fast_checks.with_codes(weight, codes))[0]
+        return matvec
+
+    loops = {INNER_LOOP: computing(lambda c: c), CODES_PLUS_ONE: computing(lambda c: c + 1),
+             NIBBLES_SWAPPED: computing(lambda c: c.reshape(len(c), -1, 2, 16).flip(2).reshape(c.shape))}
+    fixture("monkeypatch").setattr(fast_checks, "build_matvec", loops.__getitem__)
+    MATVEC_CALLS.clear()
+    return [Case(INNER_LOOP, [NIBBLES_SWAPPED, CODES_PLUS_ONE],
+                 expected=lambda calls: q4_1_linear_reference(MATVEC_CALLS[-1][1][None], MATVEC_CALLS[-1][0])[0])]
+
+
+def memory_needed_gb() -> float:
+    llama = next(m for m in load_catalog() if m.name == LLAMA_8B)
+    return fits_here(llama, memory_bytes=1e15, quant="q4", context_tokens=8192).total_bytes / 1e9
+
+
+PROMPT, CONTINUATION = [1, 504, 3575], [282, 4649]
+TEXT = "Tokenizers split text into pieces."
+CANDIDATES = ["Paris is the capital.", "The capital is Paris.", "It is Lyon."]
+
+# checker name -> its cases, or fixture -> its cases where they need a model, a tokenizer or a patch
+CASES: dict[str, Sequence[Case] | Callable[[Fixture], Sequence[Case]]] = {
+    # foundation, notebooks 00-02
+    "check_parameter_count": lambda f: [numeric(checks.count_parameters(f("tiny_hf")), args=(f("tiny_hf"),))],
+    "check_model_megabytes": lambda f: [numeric(checks.count_parameters(f("tiny_hf")) * 4 / 1e6, 0.01,
+                                                (f("tiny_hf"),))],
+    "check_token_count": lambda f: [numeric(len(f("tokenizer")(TEXT, add_special_tokens=False)["input_ids"]),
+                                            args=(f("tokenizer"), TEXT))],
+    "check_chat_string": chat_cases,
+    "check_next_token_probs": lambda f: [Case(next_token_probs, [flattened_probs], (f("tiny_hf"), f("tokenizer")))],
+    "check_greedy_loop": lambda f: [Case(greedy, [lambda m, ids, n: greedy(m, ids, n, rank=1)],
+                                         (f("tiny_hf"), f("tokenizer")))],
+    # decoding, notebooks 03-05
+    "check_top_k_filter": [Case(top_k, [top_k_without_ties], also=kept_count)],
+    "check_top_p_filter": [Case(top_p, [lambda logits, p: top_p(logits, p, include_crossing=False)], also=kept_mass)],
+    "check_sequence_logprob": lambda f: [numeric(continuation_logprob(f("tiny_hf"), PROMPT, CONTINUATION), 1e-3,
+                                                 (f("tiny_hf"), PROMPT, CONTINUATION))],
+    "check_beam_step": [Case(beam_step, [lambda s, lp, k: beam_step(s, lp, k, add_scores=False)])],
+    "check_distinct_n": [Case(distinct_n, [lambda texts, n: sum(distinct_n([t], n) for t in texts) / len(texts),
+                                           lambda texts, n: len(set(texts)) / len(texts)])],
+    "check_mirostat_update": [Case(lambda mu, s, tau, eta: mu - eta * (s - tau),
+                                   [lambda mu, s, tau, eta: mu + eta * (s - tau),  # the wrong way
+                                    lambda mu, s, tau, eta: mu - (s - tau)])],  # without eta
+    "check_mbr_pick": mbr_cases,
+    # KV cache, notebooks 06-07
+    "check_kv_cache_bytes": [numeric(model_shape("smollm2-135m").kv_cache_bytes(4096, 8, "fp16"),
+                                     args=("smollm2-135m", 4096, 8, "fp16"))],
+    "check_growing_cache": growing_cache_cases,
+    "check_arithmetic_intensity": [numeric(2 * 6 / 4, 0.02, (6, 4))],
+    "check_ttft_tpot": [Case(lambda t: (t[0], (t[-1] - t[0]) / (len(t) - 1)),
+                             [lambda t: (t[0], (t[-1] - t[0]) / len(t)), lambda t: (t[1], 0.1)])],
+    "check_max_context": [numeric(model_shape("llama-3.1-8b").max_tokens(80 * GB, 8, "fp16"), 0.01,
+                                  ("llama-3.1-8b", 80, 8, "fp16")),
+                          Case(0, [1, 1000], ("llama-3.1-70b", 80, 1, "fp16"))],  # the weights alone do not fit
+    # quantization, notebook 08
+    "check_absmax_quantize": [Case(absmax_int8, [lambda w: absmax_int8(w, torch.ceil)])],
+    "check_quantized_megabytes": [numeric(106_168_320 * 4.5 / 8 / 1e6, 0.005, (106_168_320, 4, 32))],
+    "check_q4_1_decoder": [Case(decode_block, [lambda raw: decode_block(raw, with_d=False)], (Q4_BLOCK,))],
+    # speculative decoding, notebook 09
+    "check_expected_tokens": [Case(lambda a, g: sum(a ** i for i in range(g + 1)),
+                                   [lambda a, g: sum(a ** i for i in range(g)) + a ** g / 2])],
+    "check_residual": [Case(residual, [lambda p, q: residual(p, q, flip=True),
+                                       lambda p, q: (p - q).abs() / (p - q).abs().sum()])],
+    "check_prompt_lookup": [Case(lambda c, g: PromptLookupDrafter(3).propose(c, g)[0],
+                                 [lambda c, g: lookup(c, g, most_recent=False), lambda c, g: c[-g:]])],
+    # batching, notebook 10
+    "check_kv_blocks": [numeric(3 + 1 + 1 + 5, args=([37, 5, 16, 71], 16))],
+    "check_wasted_slots": [Case(wasted_slots, [lambda p, o: sum(max(o) - x for x in o)], also=padding_left_out),
+                           Case(wasted_slots, [lambda p, o: wasted_slots(p, o) + 1])],
+    "check_fcfs_admission": [Case(admit, [lambda *a: admit(*a, skip_ahead=True),
+                                          lambda p, blocks, size, seats: admit(p, blocks, size, len(p))])],
+    # serving, notebook 11
+    "check_client_metrics": [Case(client_metrics, [lambda s, a: (a[-1] - s, 0.1),
+                                                   lambda s, a: client_metrics(s, a, one_token_tpot=0.0),
+                                                   lambda s, a: (a[0] - s, 1.5 * (a[-1] - s) / len(a))])],
+    "check_sse_parser": [Case(parse_sse, [parse_events_needing_space])],
+    "check_littles_law": [numeric(16 / 2.5, 1e-3, (16, 2.5))],
+    # running locally, notebook 12
+    "check_greedy_agreement": [Case(greedy_agreement, [matches, lambda a, b, n: min(len(a), len(b), n)])],
+    "check_decode_bound": [numeric(50e9 / (8e9 * 4.5 / 8), 0.02, (8.0, 4.5, 50))],
+    "check_memory_needed": lambda f: [numeric(memory_needed_gb(), 0.03, (LLAMA_8B, "q4", 8192))],
+    # how fast, notebook 13
+    "check_bandwidth_use": [Case(lambda b, r, w: b * r / w, [lambda b, r, w: 100 * b * r / w,
+                                                             lambda b, r, w: b * r / w / 2])],
+    "check_compile_break_even": [Case(compile_break_even, [lambda s, e, c: s * e,
+                                                           lambda s, e, c: s / (1 / e - 1 / c) if c != e else math.inf,
+                                                           lambda s, e, c: s / (1 / e - 1 / c)])],
+    "check_accepted_guesses": [Case(accepted_guesses, [every_match_accepted, own_token_counted, own_token_left_out])],
+    "check_q4_inner_loop": inner_loop_cases,
+}
+
+
+def run(capsys, checker: Callable, answer: Any, args: tuple) -> tuple[Any, str]:
+    """What the checker returns and everything it prints."""
+    capsys.readouterr()
+    result = checker(answer, *args)
+    captured = capsys.readouterr()
+    return result, captured.out + captured.err
+
+
+def test_every_checker_has_a_wrong_answer_case():
+    assert len(CHECKERS) >= 30, CHECKERS  # the discovery found the checkers
+    assert sorted(CASES) == CHECKERS, (f"without a case: {sorted(set(CHECKERS) - set(CASES))}; "
+                                       f"no such checker: {sorted(set(CASES) - set(CHECKERS))}")
+
+
+@pytest.mark.parametrize("name", CHECKERS)
+def test_a_miss_gets_a_hint_never_the_expected_value(name, request, capsys):
+    assert name in CASES, f"{name} has no wrong-answer case in tests/checks/test_no_giveaway.py: add one."
+    checker, fixture = getattr(checks, name), request.getfixturevalue
+    cases = CASES[name](fixture) if callable(CASES[name]) else CASES[name]
+    for case in cases:
+        args = case.args(fixture) if callable(case.args) else case.args
+        passed, out = run(capsys, checker, case.right, args)
+        assert passed is True, f"{name} refused the right answer: {out}"
+        for wrong in case.wrongs:
+            answer = Recorder(wrong) if callable(wrong) and not isinstance(wrong, type) else wrong
+            result, out = run(capsys, checker, answer, args)
+            assert result is False, f"{name} did not report a miss for a wrong answer: {out}"
+            calls = getattr(answer, "calls", [])
+            if case.expected is not None:
+                expected = case.expected(calls)
+            elif isinstance(answer, Recorder):
+                assert calls, f"{name} never called the answer: {out}"
+                expected = case.right(*calls[-1])
+            else:
+                expected = case.right
+            inputs = calls[-1] if calls else args
+            shown_forms = giveaways(out + repr(result), expected, case.also(calls), wrong, inputs)
+            assert not shown_forms, f"{name} shows the expected value ({shown_forms}) on a miss: {out}"
