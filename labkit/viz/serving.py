@@ -1,7 +1,6 @@
-"""Batching pictures for notebook 10: the batch sweep, static batching's wasted slots, the continuous-batching
+"""Batching pictures for notebook 10: static batching's wasted slots, the continuous-batching
 engine step by step (timeline, block tables, a step slider) and the strategies compared.
 
-    >>> plot_batch_sweep([1, 2, 4], [0.055, 0.060, 0.070])
     >>> trace = run_traced(engine, [("The sea is", {"max_new_tokens": 8})], arrivals=[0])
     >>> draw_timeline(trace); print(format_trace(trace)); engine_stepper(trace)
 """
@@ -21,32 +20,6 @@ from matplotlib.patches import Patch, Rectangle
 from labkit.serving.engine import Engine
 
 STATE_COLORS = {"waiting": "#d9d9d9", "prefill": "#9b6fd1", "decode": "#4caf50", "paused": "#c8e6c9"}
-
-
-def plot_batch_sweep(batches: Sequence[int], step_s: Sequence[float], axes=None):
-    """Left: ms per decode step by batch size; right: tokens/s (batch / step time) against perfect scaling.
-
-    Returns the two matplotlib Axes.
-    """
-    if len(batches) != len(step_s) or not batches:
-        raise ValueError("Give one step time per batch size (and at least one).")
-    if axes is None:
-        _, axes = plt.subplots(1, 2, figsize=(10, 3.2), layout="constrained")
-    left, right = axes
-    left.plot(batches, [s * 1e3 for s in step_s], "o-", color="tab:green")
-    left.set(xlabel="batch size (sequences)", ylabel="ms per decode step", xscale="log", ylim=(0, None),
-             title="time of one decode step")
-    rates = [b / s for b, s in zip(batches, step_s)]
-    right.plot(batches, rates, "o-", color="tab:green", label="measured")
-    right.plot(batches, [rates[0] * b / batches[0] for b in batches], ":", color="gray", label="if the step cost stayed flat")
-    right.set(xlabel="batch size (sequences)", ylabel="tokens / s", xscale="log", yscale="log",
-              title="decode throughput")
-    right.legend(frameon=False, fontsize=8)
-    for ax in axes:
-        ax.set_xticks(list(batches), [str(b) for b in batches])
-        ax.minorticks_off()
-        ax.spines[["top", "right"]].set_visible(False)
-    return axes
 
 
 def draw_slot_grid(output_lengths: Sequence[int], labels: Sequence[str] | None = None, ax=None):
@@ -189,28 +162,38 @@ def draw_timeline(trace: Trace, upto: int | None = None, ax=None):
 
 
 def draw_engine_blocks(trace: Trace, step: int, ax=None):
-    """The pool after `step`: each block coloured by the request holding it (shared blocks outlined).
-    Returns the Axes."""
+    """The block tables after `step`, as the engine holds them: one row per running request, its i-th box
+    the pool block that holds its tokens 16i..16i+15 (block size 16), labelled with that block's number and
+    coloured by the request; a block several requests share (a cached prefix) gets a thick edge. Only the
+    blocks in use are drawn; the title says how many of the pool's are. Returns the Axes."""
     s = trace.snapshots[step]
-    owners: dict[int, list[int]] = {}
-    for request_id, table in s.block_tables.items():
+    holders: dict[int, int] = {}
+    for table in s.block_tables.values():
         for block in table:
-            owners.setdefault(block, []).append(request_id)
+            holders[block] = holders.get(block, 0) + 1
+    rows = sorted(s.block_tables)
+    width = max((len(table) for table in s.block_tables.values()), default=1)
     if ax is None:
-        _, ax = plt.subplots(figsize=(min(12, 1.5 + 0.35 * trace.n_blocks), 1.6), layout="constrained")
+        _, ax = plt.subplots(figsize=(min(11, max(7.5, 2.5 + 0.7 * width)), 1.1 + 0.35 * max(len(rows), 1)),
+                             layout="constrained")
     palette = plt.get_cmap("tab10")
-    for block in range(trace.n_blocks):
-        holders = owners.get(block, [])
-        color = palette(holders[0] % 10) if holders else "#f4f4f4"
-        ax.add_patch(Rectangle((block, 0), 0.9, 0.9, facecolor=color, alpha=0.75 if holders else 1,
-                               edgecolor="black", lw=2.0 if len(holders) > 1 else 0.6))
-        label = "" if not holders else (f"#{holders[0]}" if len(holders) == 1 else f"x{len(holders)}")
-        ax.text(block + 0.45, 0.45, label, ha="center", va="center", fontsize=7)
-    ax.set_xlim(-0.2, trace.n_blocks + 0.1)
-    ax.set_ylim(-0.1, 1.0)
-    ax.set_axis_off()
+    for y, request_id in enumerate(rows):
+        for i, block in enumerate(s.block_tables[request_id]):
+            shared = holders[block] > 1
+            ax.add_patch(Rectangle((i, y), 0.92, 0.8, facecolor=palette(request_id % 10), alpha=0.75,
+                                   edgecolor="black", lw=2.2 if shared else 0.6))
+            ax.text(i + 0.46, y + 0.4, str(block), ha="center", va="center", fontsize=8)
+    ax.set_xlim(-0.1, width + 0.1)
+    ax.set_ylim(len(rows) if rows else 1, -0.2)
+    ax.set_yticks([y + 0.4 for y in range(len(rows))], [f"#{r}" for r in rows])
+    ax.set_xticks([i + 0.46 for i in range(width)], [f"{i * trace.block_size}-{(i + 1) * trace.block_size - 1}" for i in range(width)])
+    ax.tick_params(length=0, labelsize=8)
+    ax.set_xlabel("the request's tokens; in each box, the number of the pool block that holds them", fontsize=8)
+    for side in ax.spines.values():
+        side.set_visible(False)
+    shared = sum(count > 1 for count in holders.values())
     ax.set_title(f"after step {step} ({s.kind}): {s.blocks_used} of {trace.n_blocks} blocks of {trace.block_size} "
-                 f"tokens in use; a thick edge = shared (x = holders)", fontsize=9)
+                 f"tokens in use, {shared} shared (thick edge)", fontsize=9)
     return ax
 
 
@@ -225,8 +208,8 @@ class EngineStepper(widgets.VBox):
         self.slider = widgets.IntSlider(value=step, min=0, max=len(trace.snapshots) - 1, description="step",
                                         continuous_update=False)
         self.text, self.chart = widgets.HTML(), widgets.Image(format="png")
-        self._figure = Figure(figsize=(10, 4.2), layout="constrained")
-        self._axes = self._figure.subplots(2, 1, height_ratios=[3, 1])
+        self._figure = Figure(figsize=(10, 4.6), layout="constrained")
+        self._axes = self._figure.subplots(2, 1, height_ratios=[3, 1.4])
         super().__init__([self.slider, self.text, self.chart])
         self.slider.observe(self.redraw, names="value")
         self.redraw()
@@ -286,7 +269,7 @@ def plot_comparison(results: Mapping[str, Sequence], axes=None):
 
 
 __all__ = ["Snapshot", "Trace", "draw_engine_blocks", "draw_slot_grid", "draw_timeline", "engine_stepper",
-           "format_trace", "plot_batch_sweep", "plot_comparison", "run_traced", "timeline_states"]
+           "format_trace", "plot_comparison", "plot_step_times", "run_traced", "timeline_states"]
 
 
 STEP_COLORS = {"prefill": STATE_COLORS["prefill"], "decode": STATE_COLORS["decode"], "mixed": "#f0a030"}
