@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from labkit.core.arguments import check_llama
 from labkit.core.llama import Llama, LlamaConfig, apply_rotary, causal_mask, rotary_cos_sin
 
 
@@ -40,8 +41,7 @@ def trace_forward(model: Llama, input_ids: torch.Tensor) -> ForwardTrace:
 
     Example: `trace_forward(model, ids).shapes["layers.0.mlp.gate_proj"]` is (1, T, intermediate_size).
     """
-    if not isinstance(model, Llama):
-        raise TypeError(f"trace_forward needs labkit's Llama (load_model(..., impl='labkit')), got {type(model).__name__}.")
+    check_llama(model, "trace_forward")
     if input_ids.dim() != 2:
         raise ValueError(f"input_ids must be [batch, tokens], got shape {tuple(input_ids.shape)}.")
     trace = ForwardTrace(config=model.config, input_ids=input_ids)

@@ -42,7 +42,7 @@ from torch import nn
 from torch._inductor.utils import run_and_get_code
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from labkit.core.arguments import check_int
+from labkit.core.arguments import check_int, check_llama
 from labkit.core.forward import crop_cache, forward, prefill
 from labkit.core.llama import Llama, LlamaConfig
 from labkit.fast.optimize import check_steps, optimize
@@ -307,8 +307,7 @@ def measure_step(model: Llama, steps: Sequence[str] = (), rows: int = 1, context
     """
     steps = check_steps(steps)
     check_step_shape(how, rows, context, tokens)
-    if not isinstance(model, Llama):
-        raise ValueError(f"measure_step takes labkit's Llama, got {type(model).__name__}.")
+    check_llama(model, "measure_step")
     context = max(context, 1)
     attended = context if how == "loop" else slots_for(context + 2, model.config.max_position_embeddings) - 1
     if how == "compiled":

@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from labkit.core.arguments import check_llama
 from labkit.core.kv_cache import Cache
 from labkit.core.llama import MLP, Attention, Llama, LlamaConfig, apply_rotary, attend_and_project
 
@@ -101,8 +102,7 @@ def fuse_projections(model: Llama) -> Llama:
         >>> fuse_projections(labkit.tiny_model(impl="labkit")).layers[0].mlp.gate_up_proj.out_features
         256
     """
-    if not isinstance(model, Llama):
-        raise ValueError(f"fuse_projections works on labkit's Llama, got {type(model).__name__}.")
+    check_llama(model, "fuse_projections")
     if is_fused(model):
         raise ValueError("This model's projections are fused already.")
     replacements = [(FusedAttention(block.self_attn), FusedMLP(block.mlp)) for block in model.layers]

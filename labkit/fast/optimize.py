@@ -23,6 +23,7 @@ from functools import partial
 
 from torch import nn
 
+from labkit.core.arguments import check_llama
 from labkit.core.llama import Llama
 from labkit.fast.fuse import fuse_projections
 from labkit.fast.precision import quantize_weights, to_bfloat16
@@ -73,9 +74,7 @@ def optimize(model: nn.Module, steps: Sequence[str] = ("fuse", "int8")) -> Llama
 
         >>> model = optimize(labkit.tiny_model(impl="labkit"), steps=("fuse", "int4", "bf16"))
     """
-    if not isinstance(model, Llama):
-        raise ValueError(f"labkit.fast optimizes labkit's Llama, got {type(model).__name__}. Load it with "
-                         "labkit.load_model(name, impl='labkit'), or convert with labkit.Llama.from_hf(model).")
+    check_llama(model, "labkit.fast.optimize")
     for step in check_steps(steps):
         model = STEPS[step][1](model)
     return model

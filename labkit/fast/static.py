@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 from torch._inductor.runtime.cache_dir_utils import cache_dir as inductor_cache_dir
 
-from labkit.core.arguments import check_int
+from labkit.core.arguments import check_int, check_llama
 from labkit.core.llama import Llama, rotary_cos_sin
 from labkit.core.text import check_token_ids
 from labkit.speculative.drafters import PromptLookupDrafter
@@ -121,9 +121,7 @@ class StaticDecoder:
     """
 
     def __init__(self, model: Llama, max_length: int, compile: bool = False):
-        if not isinstance(model, Llama):
-            raise ValueError(f"StaticDecoder runs labkit's Llama, got {type(model).__name__}; load it with "
-                             "labkit.load_model(name, impl='labkit').")
+        check_llama(model, "StaticDecoder")
         context = model.config.max_position_embeddings
         if isinstance(max_length, bool) or not isinstance(max_length, int) or not 1 < max_length <= context:
             raise ValueError(f"max_length must be a whole number of tokens from 2 to the model's context of "

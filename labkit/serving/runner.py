@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import torch
 
+from labkit.core.arguments import check_llama
 from labkit.core.llama import Llama
 from labkit.core.paged import BlockPool
 from labkit.serving.batch_cache import BatchKV, PackedKV
@@ -20,13 +21,8 @@ from labkit.serving.request import EngineRequest
 
 
 def require_llama(model: torch.nn.Module) -> None:
-    """Raise a TypeError unless model is labkit's Llama (the only model with a paged, mixed-position path)."""
-    if not isinstance(model, Llama):
-        raise TypeError(
-            f"The serving engine runs labkit's from-scratch Llama over a paged KV cache; this is a "
-            f"{type(model).__name__}. Load it with labkit.load_model(name, impl='labkit'), or wrap a "
-            "transformers Llama with labkit.Llama.from_hf(model)."
-        )
+    """Raise NotLabkitLlama unless model is labkit's Llama (the only model with a paged, mixed-position path)."""
+    check_llama(model, "The serving engine (a paged KV cache, rows at different positions)")
 
 
 class BatchRunner:

@@ -22,7 +22,7 @@ def test_engine_options_are_checked_and_named(tiny, tokenizer, options, named):
 def test_engine_refuses_a_missing_tokenizer_and_a_model_that_is_not_labkits(tiny, tokenizer):
     with pytest.raises(TypeError, match="tokenizer must be the model's tokenizer"):
         Engine(tiny, None)
-    with pytest.raises(TypeError, match="labkit's from-scratch Llama"):
+    with pytest.raises(TypeError, match="labkit's Llama"):
         Engine(torch.nn.Linear(2, 2), tokenizer)
 
 
