@@ -102,11 +102,11 @@ class ServerOptions:
             >>> ServerOptions(chunked_prefill=True).scheduling()
             'continuous batching, chunked prefill (256 tokens a step)'
         """
-        from labkit.serving.engine import DEFAULT_CHUNKED_BUDGET  # here, not at the top: it loads torch
+        from labkit.serving.engine import default_budget  # here, not at the top: it loads torch
 
         budget = self.max_num_batched_tokens
-        if self.chunked_prefill:
-            return f"continuous batching, chunked prefill ({budget or max(DEFAULT_CHUNKED_BUDGET, self.max_num_seqs)} tokens a step)"
+        if self.chunked_prefill:  # the engine's own default (the context is not used with chunks)
+            return f"continuous batching, chunked prefill ({default_budget(budget, True, 0, self.max_num_seqs)} tokens a step)"
         return f"continuous batching (prefill first{f', {budget} tokens a step' if budget else ''})"
 
 
