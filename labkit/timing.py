@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import torch
 
+from labkit.core.arguments import check_int
+
 
 def synchronize() -> None:
     """Wait for the GPU's queued work, where CUDA is in use; nothing on a CPU."""
@@ -34,8 +36,7 @@ def clock() -> float:
 
 def check_repeats(repeats: object) -> None:
     """A ValueError unless repeats is a whole number of timed calls, at least 1."""
-    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-        raise ValueError(f"repeats must be a whole number of timed calls, at least 1, got {repeats!r}.")
+    check_int("repeats", repeats, minimum=1)
 
 
 def repeat_seconds(run: Callable[[], object], repeats: int = 5) -> list[float]:

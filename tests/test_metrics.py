@@ -145,5 +145,6 @@ def test_timing_helpers_warm_up_once_then_time_each_repeat_and_refuse_none():
 
     calls = []
     assert len(repeat_seconds(lambda: calls.append(1), repeats=3)) == 3 and len(calls) == 4  # one warm-up
-    with pytest.raises(ValueError, match="repeats must be a whole number"):
-        best_seconds(lambda: None, repeats=0)
+    for repeats in (0, 2.0, True):
+        with pytest.raises(ValueError, match="repeats must be a whole number of 1 or more, got "):
+            best_seconds(lambda: None, repeats=repeats)

@@ -24,15 +24,21 @@ def allowed_range(minimum: int | None, maximum: int | None) -> str:
     return "a whole number" if maximum is None else f"a whole number of at most {maximum}"
 
 
-def check_int(name: str, value: object, minimum: int | None = None, maximum: int | None = None) -> int:
+def check_int(name: str, value: object, minimum: int | None = None, maximum: int | None = None, *,
+              note: str = "") -> int:
     """value, if it is an int (not a bool) within [minimum, maximum]; else a ValueError naming `name`.
+    note, if given, follows the range in brackets: what a bound is, or what else is allowed.
 
         >>> check_int("n_threads", 2, minimum=1)
         2
+        >>> check_int("n_layers", 0, minimum=1, maximum=30, note="the model's layers")
+        Traceback (most recent call last):
+        ValueError: n_layers must be a whole number from 1 to 30 (the model's layers), got 0.
     """
     if (isinstance(value, bool) or not isinstance(value, int) or (minimum is not None and value < minimum)
             or (maximum is not None and value > maximum)):
-        raise ValueError(f"{name} must be {allowed_range(minimum, maximum)}, got {value!r}.")
+        bracket = f" ({note})" if note else ""
+        raise ValueError(f"{name} must be {allowed_range(minimum, maximum)}{bracket}, got {value!r}.")
     return value
 
 

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 import torch
 from transformers import Cache, DynamicCache
 
+from labkit.core.arguments import check_int
 from labkit.core.kv_cache import KVCache, check_crop_length, check_reorder_indices
 from labkit.core.llama import Llama
 
@@ -233,8 +234,7 @@ def greedy_decode(model: torch.nn.Module, input_ids: torch.Tensor, n_tokens: int
 
         >>> ids, logits = greedy_decode(model, prompt, 16, model.new_cache(1, prompt.shape[1] + 16))
     """
-    if not isinstance(n_tokens, int) or isinstance(n_tokens, bool) or n_tokens < 1:
-        raise ValueError(f"n_tokens must be an integer >= 1, got {n_tokens!r}.")
+    check_int("n_tokens", n_tokens, minimum=1)
     if cache is None:
         raise ValueError("Pass a cache: model.new_cache(...), a paged cache, or NoCache() to recompute the prefix.")
     if cache.length != 0:

@@ -20,6 +20,8 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
+from labkit.core.arguments import check_int
+
 
 class Appendable(Protocol):
     """What labkit's Llama needs from a cache when the caller passes the positions (`Llama.forward`'s
@@ -57,13 +59,8 @@ class KVCache:
 
     def __init__(self, n_layers: int, batch_size: int, n_kv_heads: int, max_length: int,
                  head_dim: int, dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu"):
-        if not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be a whole number of sequences, at least 1, got {batch_size!r}.")
-        if not isinstance(max_length, int) or max_length < 1:
-            raise ValueError(
-                f"max_length must be at least 1 token, got {max_length!r}. Size the cache for the prompt "
-                "plus the new tokens."
-            )
+        check_int("batch_size", batch_size, minimum=1)
+        check_int("max_length", max_length, minimum=1, note="room for the prompt plus the new tokens")
         shape = (n_layers, batch_size, n_kv_heads, max_length, head_dim)
         self.keys = torch.zeros(shape, dtype=dtype, device=device)
         self.values = torch.zeros(shape, dtype=dtype, device=device)
@@ -133,8 +130,7 @@ class KVCache:
 
 def check_crop_length(length: int, stored: int) -> None:
     """Raise a ValueError unless 0 <= length <= stored."""
-    if not isinstance(length, int) or isinstance(length, bool) or not 0 <= length <= stored:
-        raise ValueError(f"length must be a whole number from 0 to the {stored} tokens stored, got {length!r}.")
+    check_int("length", length, minimum=0, maximum=stored, note="the tokens stored")
 
 
 def check_reorder_indices(indices: torch.Tensor, batch_size: int) -> None:

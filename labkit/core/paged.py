@@ -32,6 +32,7 @@ from collections.abc import Mapping
 
 import torch
 
+from labkit.core.arguments import check_int
 from labkit.core.kv_cache import check_crop_length, check_reorder_indices
 
 
@@ -51,8 +52,7 @@ class BlockAllocator:
     """
 
     def __init__(self, n_blocks: int):
-        if not isinstance(n_blocks, int) or n_blocks < 1:
-            raise ValueError(f"n_blocks must be a whole number of blocks, at least 1, got {n_blocks!r}.")
+        check_int("n_blocks", n_blocks, minimum=1)
         self.n_blocks = n_blocks
         self.free_blocks: dict[int, None] = dict.fromkeys(range(n_blocks))  # oldest freed first: block 0 first
         self.ref_counts: list[int] = [0] * n_blocks
@@ -125,8 +125,7 @@ class BlockPool:
 
     def __init__(self, n_layers: int, n_kv_heads: int, head_dim: int, n_blocks: int, block_size: int = 16,
                  dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu"):
-        if not isinstance(block_size, int) or block_size < 1:
-            raise ValueError(f"block_size must be at least 1 token, got {block_size!r}.")
+        check_int("block_size", block_size, minimum=1, note="tokens per block")
         self.allocator = BlockAllocator(n_blocks)
         self.block_size = block_size
         # Heads before blocks: the blocks of one head, gathered in table order, are already [S, D] rows.
@@ -183,11 +182,9 @@ class PagedKVCache:
     """
 
     def __init__(self, pool: BlockPool, batch_size: int = 1, max_length: int | None = None):
-        if not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be a whole number of sequences, at least 1, got {batch_size!r}.")
-        if max_length is not None and (not isinstance(max_length, int) or max_length < 1):
-            raise ValueError(f"max_length must be at least 1 token (or None for the pool's capacity), "
-                             f"got {max_length!r}.")
+        check_int("batch_size", batch_size, minimum=1)
+        if max_length is not None:
+            check_int("max_length", max_length, minimum=1, note="or None for the pool's capacity")
         self.pool = pool
         self.max_length = pool.capacity if max_length is None else max_length
         self.block_tables: list[list[int]] = [[] for _ in range(batch_size)]

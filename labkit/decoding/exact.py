@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from labkit.core.arguments import check_int
 from labkit.core.forward import all_logits
 from labkit.core.text import encode_prompt, eos_token_ids
 from labkit.decoding.generate import generate
@@ -63,10 +64,8 @@ def exact_map(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase,
 
         >>> exact_map(model, tokenizer, labkit.chat_prompt(tokenizer, "Say hi"), horizon=4).best
     """
-    if not isinstance(horizon, int) or isinstance(horizon, bool) or horizon < 1:
-        raise ValueError(f"horizon must be an integer >= 1, got {horizon!r}.")
-    if not isinstance(max_expansions, int) or isinstance(max_expansions, bool) or max_expansions < 1:
-        raise ValueError(f"max_expansions must be an integer >= 1, got {max_expansions!r}.")
+    check_int("horizon", horizon, minimum=1)
+    check_int("max_expansions", max_expansions, minimum=1)
     prompt_ids = encode_prompt(tokenizer, prompt)
     eos = eos_token_ids(model, tokenizer)
     greedy_hypothesis = greedy_search(model, tokenizer, prompt_ids, max_new_tokens=horizon)

@@ -22,6 +22,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerBase
 
+from labkit.core.arguments import check_int
 from labkit.core.forward import crop_cache, decode_step, forward, model_device, prefill
 from labkit.core.text import chat_prompt
 from labkit.decoding.config import DecodingConfig, apply_transforms
@@ -46,8 +47,7 @@ def sample_batch(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, pro
         >>> len(rows)
         4
     """
-    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise ValueError(f"n must be an integer >= 1, got {n!r}.")
+    check_int("n", n, minimum=1)
     if config.stop or config.num_beams > 1:
         raise ValueError("sample_batch() samples plain continuations: drop stop= and num_beams (use generate).")
     request = check_request(model, tokenizer, list(prompt_ids), config, {}, "sample_batch")

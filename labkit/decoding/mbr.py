@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from labkit.core.arguments import check_int
 from labkit.decoding.config import DecodingConfig
 from labkit.decoding.generate import generate_text
 from labkit.decoding.request import Prompt, check_request
@@ -122,8 +123,7 @@ def mbr_decode(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, promp
 
         >>> mbr_decode(model, tokenizer, labkit.chat_prompt(tokenizer, "Name a fruit."), n_samples=8)
     """
-    if not isinstance(n_samples, int) or isinstance(n_samples, bool) or n_samples < 2:
-        raise ValueError(f"n_samples must be an integer >= 2, got {n_samples!r}.")
+    check_int("n_samples", n_samples, minimum=2)
     if not (callable(similarity) or similarity in SIMILARITIES):
         raise ValueError(f"Unknown similarity {similarity!r}; choose one of: {', '.join(SIMILARITIES)}, "
                          "or pass a function (hypothesis, reference) -> float.")

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 import torch
 
+from labkit.core.arguments import check_int
 from labkit.core.forward import forward, model_device
 
 
@@ -33,8 +34,7 @@ def perplexity(model: torch.nn.Module, input_ids: torch.Tensor, window: int = 51
     """exp(mean negative log-likelihood) of input_ids [1, T], scored in non-overlapping windows."""
     if input_ids.dim() != 2 or input_ids.shape[0] != 1:
         raise ValueError(f"perplexity() takes one sequence [1, T], got {tuple(input_ids.shape)}.")
-    if not isinstance(window, int) or isinstance(window, bool) or window < 2:
-        raise ValueError(f"window must be at least 2 tokens, got {window}.")
+    check_int("window", window, minimum=2)
     total, count = 0.0, 0
     for start in range(0, input_ids.shape[1] - 1, window):
         chunk = input_ids[:, start:start + window]

@@ -21,6 +21,7 @@ from contextlib import contextmanager
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from labkit.core.arguments import check_int
 from labkit.fast.static import StaticDecoder
 
 MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::_weight_int8pack_mm", "aten::_weight_int4pack_mm_for_cpu")
@@ -60,8 +61,8 @@ def step_breakdown(decoder: StaticDecoder, steps: int = 8, warmup: int = 3) -> d
     The decoder runs a short prompt first; the profiled steps continue it. Times are self CPU time
     (an op's own time, not its children's), summed over every op the profiler records.
     """
-    if steps < 1 or warmup < 0:
-        raise ValueError(f"steps must be at least 1 and warmup at least 0, got steps={steps!r}, warmup={warmup!r}.")
+    check_int("steps", steps, minimum=1)
+    check_int("warmup", warmup, minimum=0)
     if 4 + warmup + steps > decoder.max_length:
         raise ValueError(f"The decoder holds {decoder.max_length} tokens; the profile needs {4 + warmup + steps}.")
     token = torch.tensor([[decoder.prefill([1, 2, 3, 4])]], device=decoder.model.device)

@@ -123,9 +123,7 @@ class StaticDecoder:
     def __init__(self, model: Llama, max_length: int, compile: bool = False):
         check_llama(model, "StaticDecoder")
         context = model.config.max_position_embeddings
-        if isinstance(max_length, bool) or not isinstance(max_length, int) or not 1 < max_length <= context:
-            raise ValueError(f"max_length must be a whole number of tokens from 2 to the model's context of "
-                             f"{context}, got {max_length!r}.")
+        check_int("max_length", max_length, minimum=2, maximum=context, note="the model's context")
         self.model, self.max_length, self.compiled = model, max_length, compile
         self.cache = StaticKVCache(model, max_length)
         c = model.config
@@ -208,8 +206,7 @@ class StaticDecoder:
 
             >>> ids, calls = decoder.generate_with_lookup(prompt_ids, max_new_tokens=64)
         """
-        if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
-            raise ValueError(f"gamma must be a whole number of guesses, at least 1, got {gamma!r}.")
+        check_int("gamma", gamma, minimum=1, note="guesses per verify call")
         self.check_request(prompt_ids, max_new_tokens)
         drafter, context, calls = PromptLookupDrafter(), list(prompt_ids), 0
         last_slot = self.max_length - 1

@@ -20,6 +20,8 @@ from contextlib import contextmanager
 
 import torch
 
+from labkit.core.arguments import check_int
+
 
 def thread_candidates(cores: int | None = None) -> tuple[int, ...]:
     """1, 2, 4, ... up to the number of logical cores, and that number itself.
@@ -35,8 +37,7 @@ def thread_candidates(cores: int | None = None) -> tuple[int, ...]:
 @contextmanager
 def using_threads(count: int) -> Iterator[None]:
     """Run the block with torch.set_num_threads(count), then restore the count before it."""
-    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-        raise ValueError(f"count must be a whole number of threads, at least 1, got {count!r}.")
+    check_int("count", count, minimum=1)
     before = torch.get_num_threads()
     torch.set_num_threads(count)
     try:
@@ -57,8 +58,9 @@ def fastest_thread_count(run: Callable[[], object], candidates: Sequence[int] | 
         (1, {1: 0.61, 2: 2.9})
     """
     candidates = tuple(candidates or thread_candidates())
-    if repeats < 1 or not candidates:
-        raise ValueError(f"Need at least one candidate and one repeat, got {candidates!r}, repeats={repeats!r}.")
+    check_int("repeats", repeats, minimum=1)
+    if not candidates:
+        raise ValueError(f"candidates must hold at least one thread count, got {candidates!r}.")
     times: dict[int, list[float]] = {count: [] for count in candidates}
     for round_ in range(repeats + 1):
         for count in candidates:

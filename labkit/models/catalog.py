@@ -21,6 +21,7 @@ import re
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+from labkit.core.arguments import check_int
 from labkit.models.sizing import ModelShape, kv_cache_bytes, weight_bytes
 
 CATALOG_PATH = Path(__file__).resolve().parents[2] / "data" / "models" / "catalog.csv"
@@ -238,8 +239,7 @@ def fits_here(model: CatalogModel, memory_bytes: float, quant: str = "q4", conte
     for name, value in [("memory_bytes", memory_bytes), ("os_reserve_bytes", os_reserve_bytes),
                         ("runtime_overhead_bytes", runtime_overhead_bytes)]:
         _non_negative(name, value)
-    if isinstance(context_tokens, bool) or not isinstance(context_tokens, int) or context_tokens < 1:
-        raise ValueError(f"context_tokens must be a whole number of tokens >= 1, got {context_tokens!r}.")
+    check_int("context_tokens", context_tokens, minimum=1)
     if bandwidth_bytes_per_s is not None and (isinstance(bandwidth_bytes_per_s, bool) or not isinstance(
             bandwidth_bytes_per_s, (int, float)) or not bandwidth_bytes_per_s > 0):
         raise ValueError(f"bandwidth_bytes_per_s must be > 0 bytes/s (or None), got {bandwidth_bytes_per_s!r}.")

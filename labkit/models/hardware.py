@@ -25,6 +25,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from labkit.core.arguments import check_int
+
 # kind -> (fraction of each device's memory, fixed bytes per device, the rule in words, why):
 # reserve = fraction x memory + fixed
 RESERVES: dict[str, tuple[float, float, str, str]] = {
@@ -59,8 +61,7 @@ class Hardware:
 
     def __post_init__(self):
         reserve_bytes(1.0, self.kind)  # checks the kind
-        if isinstance(self.devices, bool) or not isinstance(self.devices, int) or self.devices < 1:
-            raise ValueError(f"devices must be a whole number >= 1, got {self.devices!r}.")
+        check_int("devices", self.devices, minimum=1)
         for field in ("memory_bytes", "bandwidth_bytes_per_s"):
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:

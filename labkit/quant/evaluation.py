@@ -25,6 +25,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerBase
 
+from labkit.core.arguments import check_int
 from labkit.timing import median_tokens_per_second
 from labkit.quant.bnb import BitsAndBytesUnavailable, load_bitsandbytes_model
 from labkit.core.text import chat_prompt, encode_prompt
@@ -62,8 +63,7 @@ def eval_ids(tokenizer: PreTrainedTokenizerBase, max_tokens: int | None = None) 
     """The evaluation text as input ids [1, T], cut to its first max_tokens tokens if given."""
     ids = tokenizer(eval_text())["input_ids"]
     if max_tokens is not None:
-        if max_tokens < 2:
-            raise ValueError(f"max_tokens must be at least 2, got {max_tokens}.")
+        check_int("max_tokens", max_tokens, minimum=2, note="or None for the whole text")
         ids = ids[:max_tokens]
     return torch.tensor([ids])
 

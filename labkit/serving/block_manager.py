@@ -30,6 +30,7 @@ import math
 from collections import Counter
 from collections.abc import Sequence as Ids
 
+from labkit.core.arguments import check_int
 from labkit.core.paged import BlockAllocator
 from labkit.serving.request import EngineRequest
 
@@ -50,8 +51,7 @@ class BlockManager:
     """Block tables of the sequences that hold blocks, a prefix cache of full blocks, and its hit rate."""
 
     def __init__(self, allocator: BlockAllocator, block_size: int):
-        if not isinstance(block_size, int) or block_size < 1:
-            raise ValueError(f"block_size must be at least 1 token, got {block_size!r}.")
+        check_int("block_size", block_size, minimum=1, note="tokens per block")
         self.allocator = allocator
         self.block_size = block_size
         self.holders: dict[int, EngineRequest] = {}  # request_id -> sequence holding blocks

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from labkit.core.arguments import check_int
 from labkit.core.text import chat_prompt
 from labkit.decoding.config import DecodingConfig
 from labkit.decoding.generate import generate
@@ -75,8 +76,7 @@ def make_workload(tokenizer: PreTrainedTokenizerBase, n_requests: int = 16, stag
         [0.0, 0.141..., 0.302...]
     """
     low, high = max_new_tokens
-    if not isinstance(n_requests, int) or n_requests < 1:
-        raise ValueError(f"n_requests must be an integer >= 1, got {n_requests!r}.")
+    check_int("n_requests", n_requests, minimum=1)
     if not 1 <= low <= high or mean_gap_s <= 0:
         raise ValueError(f"Need 1 <= low <= high in max_new_tokens={max_new_tokens!r} and mean_gap_s > 0 "
                          f"(got {mean_gap_s!r}).")

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
+from labkit.core.arguments import check_int
 from labkit.core.forward import CachedSequence, as_llama, context_length, vocab_size
 from labkit.core.llama import Llama
 from labkit.decoding.sampling import sample
@@ -38,9 +39,8 @@ class PromptLookupDrafter:
     """
 
     def __init__(self, max_ngram_size: int = 3, min_ngram_size: int = 1):
-        for name, value in (("max_ngram_size", max_ngram_size), ("min_ngram_size", min_ngram_size)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}.")
+        check_int("max_ngram_size", max_ngram_size, minimum=1)
+        check_int("min_ngram_size", min_ngram_size, minimum=1)
         if min_ngram_size > max_ngram_size:
             raise ValueError(f"min_ngram_size ({min_ngram_size}) must be <= max_ngram_size ({max_ngram_size}).")
         self.max_ngram_size, self.min_ngram_size = max_ngram_size, min_ngram_size
@@ -149,8 +149,7 @@ def early_exit_model(model: nn.Module, n_layers: int) -> Llama:
     """
     model = as_llama(model)
     total = model.config.n_layers
-    if not isinstance(n_layers, int) or isinstance(n_layers, bool) or not 1 <= n_layers <= total:
-        raise ValueError(f"n_layers must be an integer from 1 to {total} (the model's layers), got {n_layers!r}.")
+    check_int("n_layers", n_layers, minimum=1, maximum=total, note="the model's layers")
     with torch.device("meta"):
         draft = Llama(dataclasses.replace(model.config, n_layers=n_layers))
     draft.embed_tokens, draft.norm, draft.lm_head = model.embed_tokens, model.norm, model.lm_head

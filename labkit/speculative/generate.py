@@ -19,6 +19,7 @@ import torch
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
+from labkit.core.arguments import check_int
 from labkit.core.forward import CachedSequence, context_length
 from labkit.decoding.config import DecodingConfig
 from labkit.decoding.request import Prompt, check_generator, check_request
@@ -173,5 +174,4 @@ def _check_arguments(target, drafter, gamma: int) -> None:
         raise TypeError(f"drafter must have propose(context_ids, gamma) and prepare(target, tokenizer, policy), got "
                         f"{type(drafter).__name__}. Use one from labkit.speculative.drafters, e.g. "
                         "PromptLookupDrafter().")
-    if not isinstance(gamma, int) or isinstance(gamma, bool) or gamma < 1:
-        raise ValueError(f"gamma (draft tokens per target call) must be an integer >= 1, got {gamma!r}.")
+    check_int("gamma", gamma, minimum=1, note="draft tokens per target call")

@@ -17,6 +17,7 @@ import torch
 from matplotlib.figure import Figure
 from transformers import PreTrainedTokenizerBase
 
+from labkit.core.arguments import check_int
 from labkit.core.forward import all_logits
 from labkit.decoding.config import DecodingConfig, apply_transforms
 from labkit.decoding.generate import generate_text
@@ -42,8 +43,7 @@ class GenerationStepper(widgets.VBox):
                  prompt: str = ""):
         if not steps:
             raise ValueError("No steps to show: pass the list of Steps from labkit.generate(...).")
-        if not isinstance(top_k, int) or top_k < 1:
-            raise ValueError(f"top_k must be a positive integer, got {top_k!r}.")
+        check_int("top_k", top_k, minimum=1)
         self.steps, self.tokenizer, self.top_k, self.prompt = list(steps), tokenizer, top_k, prompt
         self.slider = widgets.IntSlider(value=1, min=1, max=len(self.steps), description="step",
                                         continuous_update=True)

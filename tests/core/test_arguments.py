@@ -71,6 +71,9 @@ def test_the_checks_say_what_is_allowed():
         check_int("n", True, minimum=1)
     with pytest.raises(ValueError, match=r"n must be a whole number of at most 8, got 9"):
         check_int("n", 9, maximum=8)
+    with pytest.raises(ValueError, match=r"^n_layers must be a whole number from 1 to 30 \(the model's layers\), "
+                                         r"got 31\.$"):
+        check_int("n_layers", 31, minimum=1, maximum=30, note="the model's layers")
     with pytest.raises(ValueError, match=r"t must be a number of seconds above 0, got -1"):
         check_seconds("t", -1)
     with pytest.raises(ValueError, match=r"d must be one of 'a', 'b', got 'c'"):

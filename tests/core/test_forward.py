@@ -186,7 +186,7 @@ def prefilled(kind, tiny, tiny_hf, batch_size=3):
 @pytest.mark.parametrize("length", [-1, 7, 2.0], ids=["negative", "past-the-end", "float"])
 def test_bad_crop_length_is_a_value_error_naming_length(tiny, tiny_hf, kind, length):
     cache = prefilled(kind, tiny, tiny_hf)
-    with pytest.raises(ValueError, match="length"):
+    with pytest.raises(ValueError, match="length must be a whole number from 0 to"):
         crop_cache(cache, length)
 
 

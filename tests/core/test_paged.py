@@ -107,9 +107,10 @@ def test_sequence_longer_than_its_cache_is_a_clear_error(tiny):
 
 
 @pytest.mark.parametrize("arguments, message", [
-    ({"batch_size": 0}, "batch_size must be a whole number of sequences, at least 1"),
-    ({"batch_size": -1}, "batch_size must be a whole number of sequences, at least 1"),
-    ({"max_length": 0}, "max_length must be at least 1 token"),
+    ({"batch_size": 0}, "batch_size must be a whole number of 1 or more, got 0"),
+    ({"batch_size": -1}, "batch_size must be a whole number of 1 or more, got -1"),
+    ({"batch_size": True}, "batch_size must be a whole number of 1 or more, got True"),
+    ({"max_length": 0}, r"max_length must be a whole number of 1 or more \(or None for the pool's capacity\), got 0"),
 ])
 def test_bad_cache_arguments(tiny, arguments, message):
     with pytest.raises(ValueError, match=message):
@@ -117,9 +118,9 @@ def test_bad_cache_arguments(tiny, arguments, message):
 
 
 def test_bad_pool_arguments(tiny):
-    with pytest.raises(ValueError, match="n_blocks must be a whole number of blocks, at least 1"):
+    with pytest.raises(ValueError, match="n_blocks must be a whole number of 1 or more, got 0"):
         BlockPool.for_model(tiny, n_blocks=0)
-    with pytest.raises(ValueError, match="block_size must be at least 1 token"):
+    with pytest.raises(ValueError, match=r"block_size must be a whole number of 1 or more \(tokens per block\), got 0"):
         BlockPool.for_model(tiny, n_blocks=2, block_size=0)
 
 

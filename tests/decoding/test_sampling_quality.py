@@ -40,7 +40,7 @@ def test_a_shared_prefill_is_cropped_back_and_reused(tokenizer, one_thread):
 
 def test_sample_batch_checks_its_arguments(tokenizer):
     model = labkit.tiny_model("labkit")
-    with pytest.raises(ValueError, match="n must be"):
+    with pytest.raises(ValueError, match="n must be a whole number of 1 or more, got 0"):
         sample_batch(model, tokenizer, [1, 2], DecodingConfig(temperature=1.0), n=0)
     with pytest.raises(ValueError, match="stop"):
         sample_batch(model, tokenizer, [1, 2], DecodingConfig(temperature=1.0, stop=["."]), n=2)

@@ -174,8 +174,10 @@ def test_exact_map_beats_or_matches_beam_search_and_greedy(tokenizer):
 def test_exact_map_gives_up_clearly():
     with pytest.raises(RuntimeError, match="max_expansions=1"):
         exact_map(toy_model(0), DigitTokenizer(), [1, 3, 5], horizon=3, max_expansions=1)
-    with pytest.raises(ValueError, match="horizon must be an integer >= 1"):
+    with pytest.raises(ValueError, match="horizon must be a whole number of 1 or more, got 0"):
         exact_map(toy_model(0), DigitTokenizer(), [1], horizon=0)
+    with pytest.raises(ValueError, match="max_expansions must be a whole number of 1 or more, got True"):
+        exact_map(toy_model(0), DigitTokenizer(), [1], horizon=1, max_expansions=True)
 
 
 # --- notebook 03's extras -------------------------------------------------------------------------

@@ -75,6 +75,10 @@ def test_thread_candidates_and_the_probe_restore_the_thread_count():
     with using_threads(1):
         assert torch.get_num_threads() == 1
     assert torch.get_num_threads() == before
-    with pytest.raises(ValueError, match="at least 1"):
-        with using_threads(0):
-            pass
+    for count in (0, 1.0, True):
+        with pytest.raises(ValueError, match="count must be a whole number of 1 or more, got "):
+            with using_threads(count):
+                pass
+    with pytest.raises(ValueError, match="repeats must be a whole number of 1 or more, got 0"):
+        fastest_thread_count(lambda: None, candidates=(1,), repeats=0)
+    assert torch.get_num_threads() == before

@@ -33,6 +33,14 @@ def test_breakdown_says_when_the_decoder_is_too_short():
         step_breakdown(StaticDecoder(labkit.tiny_model(impl="labkit"), max_length=8), steps=8)
 
 
+def test_breakdown_names_a_bad_count():
+    decoder = StaticDecoder(labkit.tiny_model(impl="labkit"), max_length=32)
+    with pytest.raises(ValueError, match="steps must be a whole number of 1 or more, got 0"):
+        step_breakdown(decoder, steps=0)
+    with pytest.raises(ValueError, match="warmup must be a whole number of 0 or more, got 1.5"):
+        step_breakdown(decoder, warmup=1.5)
+
+
 def test_figures_draw_one_bar_per_path():
     rows = [Row("float32", 2, 13.0, 538e6), Row("int4", 2, 27.0, 95e6)]
     fig = plot_staircase(rows, bandwidth=20e9, llama_cpp=Row("llama.cpp", 2, 60.0, 98e6))

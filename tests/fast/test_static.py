@@ -122,15 +122,18 @@ def test_each_compiled_decoder_runs_its_own_model():
 def test_bad_requests_say_what_is_allowed(tiny):
     with pytest.raises(ValueError, match="labkit's Llama"):
         StaticDecoder(torch.nn.Linear(2, 2), max_length=8)
-    with pytest.raises(ValueError, match="context of 512"):
-        StaticDecoder(tiny, max_length=100_000)
+    context_rule = r"max_length must be a whole number from 2 to 512 \(the model's context\), got "
+    for max_length in (100_000, 1, 16.0, True):
+        with pytest.raises(ValueError, match=context_rule):
+            StaticDecoder(tiny, max_length=max_length)
     decoder = StaticDecoder(tiny, max_length=16)
     with pytest.raises(ValueError, match="max_length >= 20"):
         decoder.generate(list(range(10)), max_new_tokens=10)
     with pytest.raises(ValueError, match="at least one"):
         decoder.generate([], max_new_tokens=4)
-    with pytest.raises(ValueError, match="gamma"):
-        decoder.generate_with_lookup([1, 2], max_new_tokens=4, gamma=0)
+    for gamma in (0, 2.0, True):
+        with pytest.raises(ValueError, match=r"gamma must be a whole number of 1 or more \(guesses per verify call\)"):
+            decoder.generate_with_lookup([1, 2], max_new_tokens=4, gamma=gamma)
 
 
 # --- bad input: refused before any model work ---------------------------------------------------------

@@ -160,8 +160,9 @@ def test_bad_arguments_say_what_is_allowed(catalog):
     smol = by_name(catalog, SMOLLM2)
     with pytest.raises(ValueError, match="quant must be one of fp32, fp16, int8, q4"):
         fits_here(smol, 8e9, "q3")
-    with pytest.raises(ValueError, match="context_tokens must be a whole number"):
-        fits_here(smol, 8e9, "q4", 0)
+    for context_tokens in (0, 2048.0, True):
+        with pytest.raises(ValueError, match="context_tokens must be a whole number of 1 or more, got "):
+            fits_here(smol, 8e9, "q4", context_tokens)
     with pytest.raises(ValueError, match="memory_bytes must be a number of bytes >= 0"):
         fits_here(smol, -1, "q4")
 

@@ -31,8 +31,9 @@ def test_reserves_by_kind_of_memory():
     assert Hardware("tiny", 2e9, "RAM").usable_bytes == 0  # the reserve takes it all
     with pytest.raises(ValueError, match="kind must be one of RAM, unified, VRAM, budget, got 'HBM'"):
         Hardware("x", 80e9, "HBM")
-    with pytest.raises(ValueError, match="devices must be a whole number >= 1, got 0"):
-        Hardware("x", 80e9, "VRAM", devices=0)
+    for devices in (0, 1.5, "2", True):
+        with pytest.raises(ValueError, match=r"devices must be a whole number of 1 or more, got "):
+            Hardware("x", 80e9, "VRAM", devices=devices)
 
 
 def test_hardware_table_shows_ram_and_vram_apart():

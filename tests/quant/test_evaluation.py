@@ -19,6 +19,9 @@ def test_eval_data_is_a_few_thousand_tokens_of_prose_and_code(tokenizer):
     assert 3000 <= evaluation.eval_ids(tokenizer).shape[1] <= 6000
     assert "```python" in text and "def " in text and "SELECT" in text
     assert evaluation.eval_ids(tokenizer, max_tokens=100).shape == (1, 100)
+    for max_tokens in (1, 100.0, True):
+        with pytest.raises(ValueError, match=r"max_tokens must be a whole number of 2 or more \(or None "):
+            evaluation.eval_ids(tokenizer, max_tokens=max_tokens)
     assert "Provenance" in (ROOT / "data" / "eval" / "README.md").read_text()
     prompts = evaluation.eval_prompts(tokenizer)
     assert len(prompts) == 8 and all(isinstance(i, int) for p in prompts for i in p)

@@ -40,6 +40,12 @@ def test_chain_hash_names_a_block_by_everything_before_it():
     assert len(chain_hashes([1, 2, 3, 4], 2)) == 1  # the last token is always computed, never cached
 
 
+def test_a_block_size_is_a_whole_number_of_tokens():
+    for block_size in (0, 4.0, True):
+        with pytest.raises(ValueError, match=r"block_size must be a whole number of 1 or more \(tokens per block\)"):
+            BlockManager(BlockAllocator(10), block_size=block_size)
+
+
 def test_prefix_blocks_are_shared_counted_and_released():
     manager = BlockManager(BlockAllocator(10), block_size=4)
     first, second = make_seq(0, range(10)), make_seq(1, list(range(8)) + [50, 51, 52])

@@ -29,6 +29,9 @@ def test_workload_varies_and_a_seed_reproduces_it(tokenizer):
     assert len(make_workload(tokenizer, 40)) == 40  # more requests than questions: they repeat
     with pytest.raises(ValueError, match="max_new_tokens"):
         make_workload(tokenizer, 4, max_new_tokens=(8, 4))
+    for n_requests in (0, 4.0, True):
+        with pytest.raises(ValueError, match="n_requests must be a whole number of 1 or more, got "):
+            make_workload(tokenizer, n_requests)
 
 
 def check_consistent(result: RunResult, workload) -> None:

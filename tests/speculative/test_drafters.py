@@ -58,8 +58,8 @@ def test_early_exit_from_a_transformers_model_and_bad_depths():
     hf_model = labkit.tiny_model("transformers")
     draft = early_exit_model(hf_model, 2)
     assert draft.embed_tokens.weight.data_ptr() == hf_model.model.embed_tokens.weight.data_ptr()
-    for bad in (0, 3, 1.5):
-        with pytest.raises(ValueError, match="n_layers"):
+    for bad in (0, 3, 1.5, True):
+        with pytest.raises(ValueError, match=r"n_layers must be a whole number from 1 to 2 \(the model's layers\)"):
             early_exit_model(hf_model, bad)
 
 

@@ -124,9 +124,9 @@ async def load_test(http: httpx.AsyncClient, model: str, concurrency: int, reque
         ...     result = await load_test(http, "smollm2-135m", concurrency=8)
         >>> result.tokens_per_s, result.quantile("ttft_s", 50)
     """
-    if not isinstance(concurrency, int) or concurrency < 1 or requests_per_client < 1 or max_tokens < 1:
-        raise ValueError(f"Need concurrency >= 1, requests_per_client >= 1 and max_tokens >= 1, got "
-                         f"{concurrency!r}, {requests_per_client!r}, {max_tokens!r}.")
+    for name, value in (("concurrency", concurrency), ("requests_per_client", requests_per_client),
+                        ("max_tokens", max_tokens)):
+        check_int(name, value, minimum=1)
     if protocol not in ("openai", "ollama"):
         raise ValueError(f"protocol must be 'openai' or 'ollama', got {protocol!r}.")
     send = stream_openai if protocol == "openai" else stream_ollama

@@ -103,8 +103,10 @@ def test_load_test_sends_every_request_and_the_metrics_count_them(service, one_t
     assert finished(after) - finished(before) == 6
     ttft_sum, ttft_count = engine_summaries(after)["labkit_time_to_first_token_seconds"]
     assert ttft_count >= 6 and ttft_sum > 0
-    with pytest.raises(ValueError, match="concurrency >= 1"):
+    with pytest.raises(ValueError, match="concurrency must be a whole number of 1 or more, got 0"):
         asyncio.run(load_test(None, NAME, concurrency=0))
+    with pytest.raises(ValueError, match="requests_per_client must be a whole number of 1 or more, got 1.5"):
+        asyncio.run(load_test(None, NAME, concurrency=1, requests_per_client=1.5))
 
 
 def test_questions_mix_prompt_lengths_and_the_table_compares_levels():
