@@ -41,6 +41,9 @@ $(INSTALLED): pyproject.toml
 	$(PY) -m pip install --quiet $(TORCH_SPEC)
 	$(PY) -m pip install --quiet -e ".[test]"
 	$(PY) -m pip install --quiet --no-deps $$($(PY) -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["tool"]["labkit"]["install-without-deps"])')
+	# JupyterLab's news question would cover the deck's controls, and it asks a server on the internet; the
+	# setting goes into .venv/etc/jupyter, so it stays with the project.
+	$(VENV)/bin/jupyter labextension disable --level=sys_prefix @jupyterlab/apputils-extension:announcements
 	touch $(INSTALLED)
 
 # Convert the embedded models to safetensors once (about a minute); skipped when cached.

@@ -97,16 +97,16 @@ class Lab:
         return self.log.read_text(errors="replace")[-characters:]
 
 
-def start_lab(folder: Path) -> Lab:
-    """Start `jupyter lab` on a free port with a random token, notebook dir = the repository root; its
-    settings, workspaces, checkpoints and log live in `folder`."""
+def start_lab(folder: Path, root: Path = ROOT) -> Lab:
+    """Start `jupyter lab` on a free port with a random token, notebook dir = `root` (the repository root
+    unless told otherwise); its settings, workspaces, checkpoints and log live in `folder`."""
     settings = folder / "settings"
     write_lab_settings(settings)
     env = dict(os.environ, HF_HUB_OFFLINE="1", JUPYTERLAB_SETTINGS_DIR=str(settings),
                JUPYTERLAB_WORKSPACES_DIR=str(folder / "workspaces"))
     port, token = free_port(), secrets.token_hex(16)
     command = [sys.executable, "-m", "jupyter", "lab", "--no-browser", f"--port={port}", "--ServerApp.ip=127.0.0.1",
-               f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={ROOT}",
+               f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
                f"--FileCheckpoints.checkpoint_dir={folder / 'checkpoints'}",  # none written into the repository
                "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate", "--LabApp.news_url=None"]
     if os.geteuid() == 0:  # JupyterLab refuses to run as root unless told it is on purpose
