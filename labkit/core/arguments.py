@@ -9,11 +9,6 @@ start. Each error names the argument, what it got and what is allowed.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from labkit.core.llama import Llama
-
 
 def allowed_range(minimum: int | None, maximum: int | None) -> str:
     """'a whole number from 0 to 65535', '... of 1 or more', or '... of at most 8'."""
@@ -73,24 +68,3 @@ def check_choice(name: str, value: object, allowed: tuple[str, ...]) -> str:
     if not isinstance(value, str) or value not in allowed:
         raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}, got {value!r}.")
     return value
-
-
-class NotLabkitLlama(TypeError, ValueError):
-    """A model that is not labkit's Llama, given where only labkit's Llama works. It is a TypeError (a wrong
-    kind of argument) and, as these entry points raised before, a ValueError."""
-
-
-def check_llama(model: object, user: str) -> Llama:
-    """model, if it is labkit's Llama; else NotLabkitLlama saying that `user` needs it and how to load it.
-
-        >>> check_llama(torch.nn.Linear(2, 2), "StaticDecoder")
-        Traceback (most recent call last):
-        NotLabkitLlama: StaticDecoder runs labkit's Llama (the from-scratch model), got Linear. ...
-    """
-    from labkit.core.llama import Llama  # here, not at the top: it loads torch
-
-    if not isinstance(model, Llama):
-        raise NotLabkitLlama(f"{user} runs labkit's Llama (the from-scratch model), got {type(model).__name__}. "
-                             "Load it with labkit.load_model(name, impl='labkit'), or convert a transformers Llama "
-                             "with labkit.Llama.from_hf(model).")
-    return model

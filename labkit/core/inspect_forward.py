@@ -18,8 +18,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from labkit.core.arguments import check_llama
-from labkit.core.llama import Llama, LlamaConfig, apply_rotary, causal_mask, rotary_cos_sin
+from labkit.core.llama import Llama, LlamaConfig, apply_rotary, causal_mask, check_llama, rotary_cos_sin
 
 
 @dataclass

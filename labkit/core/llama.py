@@ -319,3 +319,22 @@ class Llama(nn.Module):
         if missing:
             raise ValueError(f"These weights were not found in the transformers model: {missing[:5]}")
         return model.eval()
+
+
+class NotLabkitLlama(TypeError, ValueError):
+    """A model that is not labkit's Llama, given where only labkit's Llama works. It is a TypeError (a wrong
+    kind of argument) and, as these entry points raised before, a ValueError."""
+
+
+def check_llama(model: object, user: str) -> Llama:
+    """model, if it is labkit's Llama; else NotLabkitLlama saying that `user` needs it and how to load it.
+
+        >>> check_llama(torch.nn.Linear(2, 2), "StaticDecoder")
+        Traceback (most recent call last):
+        NotLabkitLlama: StaticDecoder runs labkit's Llama (the from-scratch model), got Linear. ...
+    """
+    if not isinstance(model, Llama):
+        raise NotLabkitLlama(f"{user} runs labkit's Llama (the from-scratch model), got {type(model).__name__}. "
+                             "Load it with labkit.load_model(name, impl='labkit'), or convert a transformers Llama "
+                             "with labkit.Llama.from_hf(model).")
+    return model

@@ -42,9 +42,9 @@ from torch import nn
 from torch._inductor.utils import run_and_get_code
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from labkit.core.arguments import check_int, check_llama
+from labkit.core.arguments import check_int
 from labkit.core.forward import crop_cache, forward, prefill
-from labkit.core.llama import Llama, LlamaConfig
+from labkit.core.llama import Llama, LlamaConfig, check_llama
 from labkit.fast.optimize import check_steps, optimize
 from labkit.fast.roofline import read_bandwidth, weight_bytes_per_token
 from labkit.fast.static import StaticDecoder, slots_for

@@ -23,8 +23,7 @@ from functools import partial
 
 from torch import nn
 
-from labkit.core.arguments import check_llama
-from labkit.core.llama import Llama
+from labkit.core.llama import Llama, check_llama
 from labkit.fast.fuse import fuse_projections
 from labkit.fast.precision import quantize_weights, to_bfloat16
 

@@ -29,8 +29,8 @@ from pathlib import Path
 import torch
 from torch._inductor.runtime.cache_dir_utils import cache_dir as inductor_cache_dir
 
-from labkit.core.arguments import check_int, check_llama
-from labkit.core.llama import Llama, rotary_cos_sin
+from labkit.core.arguments import check_int
+from labkit.core.llama import Llama, check_llama, rotary_cos_sin
 from labkit.core.text import check_token_ids
 from labkit.speculative.drafters import PromptLookupDrafter
 from labkit.speculative.rule import accept_greedy

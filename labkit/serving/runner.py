@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from labkit.core.arguments import check_llama
-from labkit.core.llama import Llama
+from labkit.core.llama import Llama, check_llama
 from labkit.core.paged import BlockPool
 from labkit.serving.batch_cache import BatchKV, PackedKV
 from labkit.serving.request import EngineRequest
