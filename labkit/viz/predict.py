@@ -46,7 +46,8 @@ class Verdict:
         if isinstance(self.measured, (int, float)) and not isinstance(self.measured, bool):
             guess = float(self.guess)
             if guess == 0 or self.measured == 0:
-                return "exactly right" if guess == self.measured else "one of them is zero, so no ratio"
+                off = abs(self.measured - guess)
+                return "exactly right" if off == 0 else f"off by {_format(off, self.unit)}"
             ratio = self.measured / guess
             if abs(ratio - 1) < 0.005:
                 return "right on"

@@ -37,3 +37,9 @@ def test_the_saved_output_reads_as_text_without_a_kernel():
 def test_a_malformed_prediction_is_refused(question, default, choices):
     with pytest.raises(ValueError, match="question|choices|default"):
         Prediction(question, default, choices=choices)
+
+
+def test_a_guess_of_zero_is_compared_by_difference():
+    guess = Prediction("For how many of the 4 questions?", default=0)
+    assert repr(guess.verdict(2)) == "you predicted 0 · measured 2: off by 2"
+    assert repr(guess.verdict(0)).endswith(": exactly right")
