@@ -7,6 +7,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 
 def verdict(passed: bool, message: str) -> bool:
     """Print a pass or a hint, and return whether it passed."""
@@ -18,3 +20,15 @@ def not_attempted(what: str) -> bool:
     """Say the exercise still holds its placeholder; counts as not passed."""
     print(f"⏳ Not attempted yet: replace None with {what}.")
     return False
+
+
+def run_student(function: Callable, *args) -> tuple[object, str | None]:
+    """(result, None) or (None, what went wrong): a student's function may fail in any way; report it, never raise.
+
+        >>> run_student(int, "x")
+        (None, "calling it raised ValueError: invalid literal for int() with base 10: 'x'")
+    """
+    try:
+        return function(*args), None
+    except Exception as error:
+        return None, f"calling it raised {type(error).__name__}: {error}"

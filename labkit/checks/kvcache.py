@@ -14,7 +14,8 @@ from labkit.metrics import RequestMetrics
 
 __all__ = [
     "check_kv_cache_bytes", "check_growing_cache", "check_arithmetic_intensity", "check_ttft_tpot",
-    "check_max_context",
+    "check_max_context", "check_context_token_cost",
+    "check_bfloat16_speedup",
 ]
 
 
@@ -63,7 +64,8 @@ def check_growing_cache(cache_class: Callable | None, model: torch.nn.Module, n_
     """Exercise: a KV cache that grows with torch.cat. cache_class(n_layers) -> an object with `length`,
     `append(layer, k, v)` returning all keys and values so far, and `advance(n_tokens)`."""
     if cache_class is None:
-        return not_attempted("your class GrowingCache")
+        return not_attempted("your cache class")
+    name = getattr(cache_class, "__name__", "your class")
     try:
         probe = cache_class(2)
         k = torch.randn(1, 2, 3, 4)
@@ -71,7 +73,8 @@ def check_growing_cache(cache_class: Callable | None, model: torch.nn.Module, n_
         probe.advance(3)
         second = probe.append(0, k[:, :, :1], k[:, :, :1])
     except Exception as error:  # noqa: BLE001  a student's bug is a hint, never a crash
-        return verdict(False, f"GrowingCache(2) then append/advance raised {type(error).__name__}: {error}")
+        return verdict(False, f"{name}(2) then append/advance raised {type(error).__name__}: {error} (append is "
+                               "given k and v of shape [batch, KV heads, tokens, head dim])")
     if not (isinstance(first, tuple) and len(first) == 2 and isinstance(second, tuple) and len(second) == 2):
         return verdict(False, "append(layer, k, v) must return a pair (all keys, all values).")
     length = getattr(probe, "length", None)
@@ -170,3 +173,77 @@ def check_max_context(answer: int | None, shape: ModelShape | str, memory_gb: fl
     if _close(value, expected * batch, 0.01):
         return verdict(False, f"that is the total over the batch; give tokens per sequence (divide by {batch}).")
     return verdict(False, f"{value:,.0f} is not it. (memory - weights) / KV bytes per token per sequence / batch.")
+
+
+def check_bfloat16_speedup(answer: float | None, float32_seconds: float, bfloat16_seconds: float) -> bool:
+    """Exercise (notebook 07): how many times faster is the measured bfloat16 decode step than the float32
+    one? The right answer is the ratio of the two measured step times, within 3 %."""
+    if answer is None:
+        return not_attempted("a speed-up, e.g. 1.5 (the float32 step's time / the bfloat16 step's)")
+    value = _number(answer)
+    if value is None:
+        return verdict(False, f"give a number, not {type(answer).__name__}.")
+    expected = float32_seconds / bfloat16_seconds
+    if _close(value, expected, 0.03):
+        if expected >= 1.7:
+            reading = "close to the 2x that half the bytes buys a step limited by reading its weights."
+        elif expected >= 1:
+            reading = ("far from the 2x that half the bytes would buy a memory-bound step: the kernels' own work "
+                       "per weight and the per-op overhead set this step's pace, not the bytes.")
+        else:
+            reading = ("slower with half the bytes: this CPU's bfloat16 kernels cost more per weight than its "
+                       "float32 ones (without bfloat16 instructions they convert every weight first).")
+        return verdict(True, f"{expected:.2f}x, {reading}")
+    hints = [
+        (1 / expected, "that is the bfloat16 step's time as a share of the float32 step's: a speed-up divides the "
+                       "old (float32) time by the new one."),
+        (100 * expected, "give a ratio of times, not a percentage."),
+        (1 - 1 / expected, "that is the share of the time saved; give the ratio of the two times."),
+    ]
+    for wrong, hint in hints:
+        if _close(value, wrong, 0.03):
+            return verdict(False, hint)
+    if _close(value, 2.0, 0.01):
+        return verdict(False, "2x is what halving the bytes would buy a step limited by reading its weights: that "
+                               "is the hypothesis. Read the two measured step times and divide them.")
+    return verdict(False, f"{value:g} is not it. Divide the float32 step's measured time by the bfloat16 step's "
+                           "(the `measured` of each report, not the `predicted`).")
+
+
+def _slope(xs: list[float], ys: list[float]) -> float:
+    """The least-squares slope of ys against xs."""
+    mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
+    return sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys)) / sum((x - mean_x) ** 2 for x in xs)
+
+
+def check_context_token_cost(answer: float | None, positions: list[int], seconds_without: list[float],
+                             seconds_with: list[float]) -> bool:
+    """Exercise (06): how many milliseconds one more token of context adds to a step without the cache,
+    from step times measured at `positions` (the slope of a line through them), within 10 %."""
+    if answer is None:
+        return not_attempted("a number of milliseconds per token of context")
+    value = _number(answer)
+    if value is None:
+        return verdict(False, f"give a number of milliseconds, not {type(answer).__name__}.")
+    ms_without, ms_with = [s * 1e3 for s in seconds_without], [s * 1e3 for s in seconds_with]
+    slope = _slope(list(positions), ms_without)
+    endpoints = (ms_without[-1] - ms_without[0]) / (positions[-1] - positions[0])
+    if _close(value, slope, 0.10) or _close(value, endpoints, 0.02):
+        cached = sum(ms_with) / len(ms_with)
+        return verdict(True, f"each token of context adds about {slope:.2f} ms to a step without the cache, while a "
+                             f"cached step, one token alone, takes {cached:.0f} ms: {cached / slope:.0f}x more. In one "
+                             "pass over many tokens the weights are read once for all of them (notebook 07).")
+    hints = [
+        (slope / 1e3, "that looks like seconds: give milliseconds per token."),
+        (1 / slope, "that is tokens per millisecond: give milliseconds per token."),
+        (ms_without[-1] / (positions[-1] + 1), "that is a whole step's time shared among its tokens, fixed cost "
+                                               "included. One more token adds only the change in time over the "
+                                               "change in position."),
+        (_slope(list(positions), ms_with), "that is the slope with the cache; the question is about the steps "
+                                           "without it."),
+    ]
+    for wrong, hint in hints:
+        if _close(value, wrong, 0.10):
+            return verdict(False, hint)
+    return verdict(False, "not yet. Fit a straight line to the step times without the cache, in ms, against the "
+                           "position (np.polyfit(positions, ms, 1)); its slope is the cost of one more token.")

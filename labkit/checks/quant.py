@@ -11,7 +11,7 @@ from labkit.checks.common import not_attempted, verdict
 from labkit.quant.gguf_blocks import decode_q4_1
 from labkit.quant.schemes import absmax_dequantize, absmax_quantize, bits_per_weight
 
-__all__ = ["check_absmax_quantize", "check_quantized_megabytes", "check_q4_1_decoder"]
+__all__ = ["check_absmax_quantize", "check_quantized_megabytes", "check_q4_1_decoder", "check_ceiling_share"]
 
 _EXAMPLE = torch.tensor([[0.02, -0.51, 0.13, 0.0, 0.26, -0.07, 0.33, 0.9],
                          [-0.004, 0.012, 0.008, -0.02, 0.0, 0.016, -0.001, 0.003]])
@@ -97,3 +97,38 @@ def check_q4_1_decoder(fn: Callable | None, raw_block: np.ndarray | torch.Tensor
         return verdict(False, "add the block's minimum m (bytes 2-3, float16) to every value: value = d * q + m.")
     return verdict(False, "the values differ. Bytes 0-1 are d and bytes 2-3 are m (both float16, e.g. "
                            "np.frombuffer(bytes, np.float16)); bytes 4-19 hold the 4-bit codes q; value = d * q + m.")
+
+
+def check_ceiling_share(answer: float | None, tokens_per_s: float, model_bytes: float, bandwidth: float) -> bool:
+    """Exercise (notebook 08): what fraction of its bandwidth ceiling (bandwidth / bytes read per token) does a
+    measured decoding speed reach? The right answer comes from the measurement itself, within 5 %."""
+    if answer is None:
+        return not_attempted("a fraction of 1: measured tokens/s divided by the ceiling's tokens/s")
+    try:
+        value = float(answer)
+    except (TypeError, ValueError):
+        return verdict(False, f"give a number, not {type(answer).__name__}.")
+    expected = tokens_per_s * model_bytes / bandwidth
+
+    def near(x: float) -> bool:
+        return abs(value - x) <= 0.05 * abs(x)
+
+    if near(expected):
+        reading = ("at least half of it: reading the bytes is most of a step." if expected >= 0.5 else
+                   "far below it: reading the bytes is a small part of a step here; the kernels' work per weight "
+                   "and the per-op overhead are the rest (section 7's cost model splits them).")
+        return verdict(True, f"{expected:.0%} of the ceiling, {reading}")
+    hints = [
+        (100 * expected, "give a fraction of 1, not a percentage."),
+        (1 / expected, "that is the ceiling divided by the measured speed: divide the measured speed by the ceiling."),
+        (bandwidth / model_bytes, "that is the ceiling itself, in tokens/s; now divide the measured speed by it."),
+        (expected * 1e6, "mind the units: the bytes in bytes (not MB) and the bandwidth in bytes/s."),
+        (expected / 1e6, "mind the units: the bytes in bytes (not MB) and the bandwidth in bytes/s."),
+        (expected * 1e3, "mind the units: the bytes in bytes and the bandwidth in bytes/s (1 GB/s = 1e9 bytes/s)."),
+        (expected / 1e3, "mind the units: the bytes in bytes and the bandwidth in bytes/s (1 GB/s = 1e9 bytes/s)."),
+    ]
+    for wrong, hint in hints:
+        if near(wrong):
+            return verdict(False, hint)
+    return verdict(False, f"{value:g} is not it. The ceiling is bandwidth / bytes read per token, in tokens/s; "
+                           "the share is the measured tokens/s over that.")

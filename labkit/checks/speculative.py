@@ -11,7 +11,8 @@ from labkit.checks.common import not_attempted, verdict
 from labkit.speculative.drafters import PromptLookupDrafter
 from labkit.speculative.rule import expected_tokens_per_step, residual_distribution
 
-__all__ = ["check_expected_tokens", "check_residual", "check_prompt_lookup"]
+__all__ = ["check_expected_tokens", "check_residual", "check_prompt_lookup", "check_accept_rule",
+           "check_predicted_speedup"]
 
 
 def _call(fn: Callable, *args):
@@ -96,3 +97,102 @@ def check_prompt_lookup(fn: Callable | None, max_ngram_size: int = 3) -> bool:
                     "itself); return at most gamma tokens")
             return verdict(False, f"lookup({context}, {gamma}) gave {got!r}: {hint}.")
     return verdict(True, "your lookup proposes what labkit.speculative.drafters.PromptLookupDrafter proposes.")
+
+
+_RULE_CASES = [(torch.tensor([0.55, 0.15, 0.12, 0.10, 0.08]), torch.tensor([0.30, 0.35, 0.05, 0.25, 0.05])),
+               (torch.tensor([0.70, 0.30, 0.00]), torch.tensor([0.20, 0.30, 0.50]))]  # a draft the target never picks
+_RULE_DRAWS = 20_000
+
+
+def _rounded(probs: torch.Tensor) -> list[float]:
+    return [round(v, 2) for v in probs.tolist()]
+
+
+def _rule_hint(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, accepted: torch.Tensor,
+               tokens: torch.Tensor) -> str | None:
+    """What is wrong with one (p, q) case's accept/resample output, or None when it follows the theory."""
+    if not torch.equal(tokens[accepted], drafts[accepted]):
+        return "a kept draft must come out as itself: where accepted is True, the token is the draft token."
+    for x in range(len(p)):
+        drafted = drafts == x
+        n = int(drafted.sum())
+        if n < 200:
+            continue
+        rate, want = float(accepted[drafted].float().mean()), min(1.0, float(p[x] / q[x]))
+        if abs(rate - want) <= 4 * math.sqrt(want * (1 - want) / n) + 0.01:
+            continue
+        seen = f"token {x} (draft q = {float(q[x]):.2f}, target p = {float(p[x]):.2f})"
+        if p[x] >= q[x]:
+            return (f"{seen} is drafted no more often than the target would choose it, yet your rule rejected "
+                    f"{1 - rate:.0%} of its drafts. What should the rule do with a draft the target likes at least "
+                    "as much as the drafter does?")
+        return (f"{seen} is drafted more often than the target would choose it, and your rule kept {rate:.0%} of "
+                f"its drafts: too {'many' if rate > want else 'few'}. Over all its drafts, the kept ones should add "
+                "up to exactly the target's own probability of that token, no more.")
+    counts = torch.bincount(tokens, minlength=len(p)).float() / len(tokens)
+    x = int((counts - p).abs().argmax())
+    if abs(float(counts[x] - p[x])) > 0.015:
+        return (f"drafts are kept at the right rates, but token {x} comes out {float(counts[x]):.1%} of the time where "
+                f"the target gives it p = {float(p[x]):.2f}: the tokens that replace rejected drafts are off. Which "
+                "tokens is the kept-draft mass short of, and by how much?")
+    return None
+
+
+def check_accept_rule(fn: Callable | None) -> bool:
+    """Exercise (find the bug): fn(p [B, V], q [B, V], draft_tokens [B] ~ q, generator) -> (accepted [B] bool,
+    tokens [B]), the accept/resample rule of labkit.speculative.rule.accept_or_resample. Run on 20,000 drafts
+    of a few (p, q) pairs: each draft must be kept at the rate min(1, p/q), and the output must follow p."""
+    if fn is None:
+        return not_attempted("your function accept(p, q, draft_tokens, generator)")
+    for p, q in _RULE_CASES:
+        generator = torch.Generator().manual_seed(0)
+        drafts = torch.multinomial(q.repeat(_RULE_DRAWS, 1), 1, replacement=True, generator=generator).squeeze(-1)
+        try:
+            result = fn(p.repeat(_RULE_DRAWS, 1), q.repeat(_RULE_DRAWS, 1), drafts.clone(), generator)
+        except Exception as error:  # noqa: BLE001  a student's bug is a hint, never a crash
+            return verdict(False, f"with p = {_rounded(p)}, q = {_rounded(q)} it raised {type(error).__name__}: "
+                                   f"{error}")
+        if not (isinstance(result, tuple) and len(result) == 2
+                and all(isinstance(t, torch.Tensor) and t.shape == drafts.shape for t in result)):
+            return verdict(False, f"return a pair (accepted, tokens) of tensors of shape {tuple(drafts.shape)}, "
+                                   "one entry per draft.")
+        hint = _rule_hint(p, q, drafts, result[0].bool(), result[1].long())
+        if hint:
+            return verdict(False, f"with p = {_rounded(p)}, q = {_rounded(q)}: {hint}")
+    return verdict(True, "each draft is kept at the rate min(1, p/q), and the output follows p, as "
+                         "labkit.speculative.rule.accept_or_resample does.")
+
+
+def check_predicted_speedup(answer: float | None, alpha: float, gamma: int, c: float, v: float) -> bool:
+    """Exercise (notebook 09): the cost model's speed-up E(alpha, gamma) / (gamma c + v), from a measured alpha,
+    draft cost c (in target steps) and verification cost v = v(gamma + 1); within 2 %."""
+    if answer is None:
+        return not_attempted("the predicted speed-up, a number such as 1.3")
+    try:
+        value = float(answer)
+    except (TypeError, ValueError):
+        return verdict(False, f"give a number, not {type(answer).__name__}.")
+    tokens = expected_tokens_per_step(alpha, gamma)
+    expected = tokens / (gamma * c + v)
+
+    def near(x: float) -> bool:
+        return abs(value - x) <= 0.02 * abs(x)
+
+    if near(expected):
+        reading = ("faster than plain decoding: speculation pays here." if expected > 1 else
+                   "below 1: slower than plain decoding, speculation does not pay here.")
+        return verdict(True, f"{expected:.2f}x, {reading}")
+    hints = [
+        (tokens / (gamma * c + 1), "the verification pass over gamma + 1 tokens costs v(gamma + 1) target steps "
+                                   "(section 1), not 1."),
+        (tokens, "that is tokens per call, not speed: divide by what a round costs, in target steps."),
+        ((tokens - 1) / (gamma * c + v), "every round also yields the target's own token: E counts it (alpha^0 = 1)."),
+        (tokens / (c + v), "each of the gamma drafts costs c: the drafting costs gamma x c."),
+        ((1 + alpha * gamma) / (gamma * c + v), "draft i counts only if every draft before it was accepted too: "
+                                                "probability alpha^i, not alpha."),
+    ]
+    for wrong, hint in hints:
+        if near(wrong):
+            return verdict(False, hint)
+    return verdict(False, f"{value:g} is not it. Speed-up = E(alpha, gamma) / (gamma c + v(gamma + 1)), with "
+                           "E = 1 + alpha + ... + alpha^gamma.")

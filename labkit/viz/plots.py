@@ -21,11 +21,14 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from transformers import PreTrainedTokenizerBase
 
+from labkit.core.arguments import check_int
 from labkit.decoding.request import Step
 from labkit.core.text import INCOMPLETE_CHARACTER
 
 CHOSEN_COLOR = "tab:orange"  # the token that was picked
 OTHER_COLOR = "tab:blue"  # the candidates that were not
+REST_COLOR = "tab:gray"  # the bar that holds the mass of every token not drawn on its own
+REST_ID = -1  # the token id of that bar (no real token has it)
 
 
 @dataclass(frozen=True)
@@ -108,8 +111,7 @@ def top_candidates(probs_or_logits: torch.Tensor, tokenizer: PreTrainedTokenizer
         >>> top_candidates(step.logits, tokenizer, top_k=3)[0].label
         "' Paris'"
     """
-    if not isinstance(top_k, int) or top_k < 1:
-        raise ValueError(f"top_k must be a positive integer, got {top_k!r}.")
+    check_int("top_k", top_k, minimum=1)
     probs = as_probs(probs_or_logits)
     values, ids = probs.topk(min(top_k, probs.shape[0]))
     return [TokenCandidate(int(i), token_label(tokenizer, int(i)), float(p)) for p, i in zip(values, ids)]
@@ -122,26 +124,40 @@ def plot_next_token_distribution(
     chosen: int | None = None,
     ax: Axes | None = None,
     title: str | None = None,
+    tokens: Sequence[int] | None = None,
 ) -> Axes:
     """Horizontal bars of the top_k next-token candidates [V], most likely on top.
 
     chosen: a token id to highlight (in orange). If it is not among the top_k, it gets its own bar
     at the bottom, so a sampled long-shot is still visible.
+    tokens: bars for these token ids, in this order, instead of the top_k, and a grey bar "every other
+    token" for the rest of the mass: two distributions drawn with the same `tokens` compare bar by bar.
 
         >>> probs = torch.softmax(logits[0, -1], dim=-1)              # logits [1, T, V]
         >>> ax = plot_next_token_distribution(probs, tokenizer, chosen=int(probs.argmax()))
+        >>> ax = plot_next_token_distribution(frequencies, tokenizer, tokens=probs.topk(6).indices.tolist())
     """
     probs = as_probs(probs_or_logits)
     chosen = None if chosen is None else int(chosen)
     if chosen is not None and not 0 <= chosen < probs.shape[0]:
         raise ValueError(f"chosen must be a token id in [0, {probs.shape[0]}), got {chosen}.")
-    candidates = top_candidates(probs, tokenizer, top_k)
+    if tokens is not None:
+        tokens = [int(t) for t in tokens]
+        if not tokens or len(set(tokens)) != len(tokens) or not all(0 <= t < probs.shape[0] for t in tokens):
+            raise ValueError(f"tokens must be distinct token ids in [0, {probs.shape[0]}), at least one; "
+                             f"got {tokens}.")
+    candidates = (top_candidates(probs, tokenizer, top_k) if tokens is None else
+                  [TokenCandidate(t, token_label(tokenizer, t), float(probs[t])) for t in tokens])
     if chosen is not None and all(c.token_id != chosen for c in candidates):
         candidates.append(TokenCandidate(chosen, token_label(tokenizer, chosen), float(probs[chosen])))
+    if tokens is not None:  # the rest of the mass, so both panels of a comparison sum to 1
+        rest = max(0.0, 1.0 - sum(c.prob for c in candidates))
+        candidates.append(TokenCandidate(REST_ID, "every other token", rest))
     if ax is None:
         _, ax = plt.subplots(figsize=(6, 0.3 * len(candidates) + 1.0), layout="constrained")
     rows = range(len(candidates))[::-1]  # the first candidate drawn at the top
-    colors = [CHOSEN_COLOR if c.token_id == chosen else OTHER_COLOR for c in candidates]
+    colors = [CHOSEN_COLOR if c.token_id == chosen else REST_COLOR if c.token_id == REST_ID else OTHER_COLOR
+              for c in candidates]
     bars = ax.barh(list(rows), [c.prob for c in candidates], color=colors)
     ax.set_yticks(list(rows), [drawable(c.label) for c in candidates])
     ax.bar_label(bars, labels=[percent(c.prob) for c in candidates], padding=3, fontsize=8)
@@ -226,84 +242,46 @@ RENORMALIZED_COLOR = "tab:orange"  # the kept tokens' probability after renormal
 
 
 def plot_kept_vs_cut(logits: torch.Tensor, transformed: torch.Tensor, tokenizer: PreTrainedTokenizerBase,
-                     top_k: int = 15, ax: Axes | None = None, title: str | None = None) -> Axes:
+                     top_k: int = 15, ax: Axes | None = None, title: str | None = None, *, log: bool = False,
+                     columns: bool = False) -> Axes:
     """The top_k tokens of the original distribution [V]: kept ones in blue, cut ones in grey, and
     (in orange) the probability each kept token has after the cut, renormalised.
 
+    log: a logarithmic probability axis, so the tail's bars stay visible beside the head's.
+    columns: one column per token, the most likely on the left (room for 40 tokens), instead of rows.
+
         >>> after = labkit.sampling.top_p_filter(logits[None], 0.9)[0]
         >>> plot_kept_vs_cut(logits, after, tokenizer)
+        >>> plot_kept_vs_cut(logits, after, tokenizer, top_k=40, log=True, columns=True)
     """
     before, after = as_probs(logits), torch.softmax(transformed.detach().float().cpu().reshape(-1), dim=-1)
     kept = torch.isfinite(transformed.detach().reshape(-1).cpu())
     values, ids = before.topk(min(top_k, before.shape[0]))
     if ax is None:
-        _, ax = plt.subplots(figsize=(7, 0.28 * len(ids) + 1.2), layout="constrained")
-    rows = list(range(len(ids)))[::-1]
+        size = (max(6.0, 0.2 * len(ids) + 1.5), 3.4) if columns else (7, 0.28 * len(ids) + 1.2)
+        _, ax = plt.subplots(figsize=size, layout="constrained")
+    places = list(range(len(ids))) if columns else list(range(len(ids)))[::-1]
     colors = [KEPT_COLOR if kept[i] else CUT_COLOR for i in ids]
-    ax.barh(rows, values.tolist(), height=0.8, color=colors, label="before (blue: kept, grey: cut)")
-    ax.barh(rows, [float(after[i]) if kept[i] else 0.0 for i in ids], height=0.3, color=RENORMALIZED_COLOR,
-            label="after, renormalised")
-    ax.set_yticks(rows, [drawable(token_label(tokenizer, int(i))) for i in ids], fontsize=8)
-    ax.set_xlim(0, min(1.0, max(float(values.max()), float(after[kept].max())) * 1.15 + 0.02))
-    ax.set_xlabel("probability")
+    survivors = [(place, float(after[i])) for place, i in zip(places, ids) if kept[i]]
+    labels = [drawable(token_label(tokenizer, int(i))) for i in ids]
+    bars = ax.bar if columns else ax.barh
+    bars(places, values.tolist(), 0.8, color=colors, label="before (blue: kept, grey: cut)")
+    bars([place for place, _ in survivors], [p for _, p in survivors], 0.3, color=RENORMALIZED_COLOR,
+         label="after, renormalised")
+    top = max(float(values.max()), float(after[kept].max()))
+    limits = (float(values.min()) / 2, min(1.0, top * 2)) if log else (0, min(1.0, top * 1.15 + 0.02))
+    if columns:
+        ax.set_xticks(places, labels, rotation=90, fontsize=7)
+        ax.set_xlim(-0.6, len(ids) - 0.4)
+        ax.set(yscale="log" if log else "linear", ylim=limits, ylabel="probability")
+    else:
+        ax.set_yticks(places, labels, fontsize=8)
+        ax.set(xscale="log" if log else "linear", xlim=limits, xlabel="probability")
     n_kept = int(kept.sum())
     ax.set_title(drawable(title or "") + f"{' · ' if title else ''}{n_kept:,} of {kept.numel():,} tokens kept",
                  fontsize=10)
-    ax.legend(loc="lower right", fontsize=8, frameon=False)
+    ax.legend(loc="upper right" if columns else "lower right", fontsize=8, frameon=False)
     ax.spines[["top", "right"]].set_visible(False)
-    return ax
-
-
-def plot_beam_tree(result, tokenizer: PreTrainedTokenizerBase, ax: Axes | None = None,
-                   show_pruned: bool = True) -> Axes:
-    """Beam search as a tree (`labkit.search.beam_search`'s result): one column per step, every
-    candidate looked at, with its summed log-probability. Blue: kept as a beam; green: finished
-    (EOS or length); grey: pruned. The best hypothesis's path is drawn thick.
-
-        >>> plot_beam_tree(beam_search(model, tokenizer, prompt_ids, num_beams=3, max_new_tokens=6), tokenizer)
-    """
-    steps = result.steps
-    if not steps:
-        raise ValueError("No steps to draw: the search generated nothing.")
-    if ax is None:
-        rows = max(len(step) for step in steps)
-        _, ax = plt.subplots(figsize=(2.1 * len(steps) + 1.5, 0.55 * rows + 1.2), layout="constrained")
-    colors = {"running": KEPT_COLOR, "finished": "tab:green", "pruned": "gray"}
-    best = list(result.hypotheses[0].token_ids) if result.hypotheses else []
-    # Position of each running beam (by slot) in the previous column; the root sits at the middle.
-    n_rows = max(len(step) for step in steps)
-    parent_y = {slot: (n_rows - 1) / 2 for slot in range(len(steps[0]))}
-    path_y: dict[tuple[int, int], float] = {}
-    prefix_of = {slot: () for slot in parent_y}
-    ax.scatter([0], [(n_rows - 1) / 2], color="black", s=30, zorder=3)
-    ax.text(0, (n_rows - 1) / 2 + 0.35, "prompt", ha="center", fontsize=8)
-    for t, step in enumerate(steps, start=1):
-        next_parent_y, next_prefix = {}, {}
-        for rank, c in enumerate(step):
-            if c.status == "pruned" and not show_pruned:
-                continue
-            y = n_rows - 1 - rank
-            prefix = prefix_of.get(c.parent, ()) + (c.token_id,)
-            on_best = list(prefix) == best[:len(prefix)] and c.status != "pruned"
-            ax.plot([t - 1, t], [parent_y.get(c.parent, (n_rows - 1) / 2), y], color=colors[c.status],
-                    lw=3 if on_best else 0.8, alpha=0.35 if c.status == "pruned" else 0.9, zorder=1)
-            ax.scatter([t], [y], color=colors[c.status], s=18, zorder=2)
-            label = drawable(token_label(tokenizer, c.token_id))
-            if len(label) > 12:
-                label = label[:11] + "…"
-            ax.text(t + 0.05, y + 0.12, f"{label} {c.logprob:.1f}", fontsize=7,
-                    color="black" if c.status != "pruned" else "gray", fontweight="bold" if on_best else "normal")
-            if c.slot is not None:
-                next_parent_y[c.slot], next_prefix[c.slot] = y, prefix
-            path_y[(t, rank)] = y
-        parent_y, prefix_of = next_parent_y, next_prefix
-    ax.set_xticks(range(len(steps) + 1), ["prompt"] + [f"step {t}" for t in range(1, len(steps) + 1)], fontsize=8)
-    ax.set_yticks([])
-    ax.set_xlim(-0.3, len(steps) + 0.9)
-    ax.spines[["top", "right", "left"]].set_visible(False)
-    handles = [plt.Line2D([], [], color=c, marker="o", lw=1, label=s) for s, c in colors.items()]
-    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
-    ax.set_title("beam search: every candidate, with its summed log-probability", fontsize=10)
     return ax
 
 

@@ -1,4 +1,4 @@
-"""Figures for search (notebook 03): the beam tree annotated where beam search leaves greedy's path.
+"""Figures for search (notebook 03): the beam tree (`plot_beam_tree`), annotated where beam search leaves greedy's path.
 
     >>> split = first_divergence(model, prompt_ids, greedy.token_ids, result.best.token_ids)
     >>> plot_beam_vs_greedy(result, tokenizer, greedy.token_ids, split)
@@ -21,8 +21,61 @@ GREEDY_COLOR = "tab:red"  # greedy's path
 BEAM_COLOR = "tab:orange"  # the token beam search keeps where the paths part
 
 
+def plot_beam_tree(result, tokenizer: PreTrainedTokenizerBase, ax: Axes | None = None,
+                   show_pruned: bool = True) -> Axes:
+    """Beam search as a tree (`labkit.search.beam_search`'s result): one column per step, every
+    candidate looked at, with its summed log-probability. Blue: kept as a beam; green: finished
+    (EOS or length); grey: pruned. The best hypothesis's path is drawn thick.
+
+        >>> plot_beam_tree(beam_search(model, tokenizer, prompt_ids, num_beams=3, max_new_tokens=6), tokenizer)
+    """
+    steps = result.steps
+    if not steps:
+        raise ValueError("No steps to draw: the search generated nothing.")
+    if ax is None:
+        rows = max(len(step) for step in steps)
+        _, ax = plt.subplots(figsize=(2.1 * len(steps) + 1.5, 0.55 * rows + 1.2), layout="constrained")
+    colors = {"running": plots.KEPT_COLOR, "finished": "tab:green", "pruned": "gray"}
+    best = list(result.hypotheses[0].token_ids) if result.hypotheses else []
+    # Position of each running beam (by slot) in the previous column; the root sits at the middle.
+    n_rows = max(len(step) for step in steps)
+    parent_y = {slot: (n_rows - 1) / 2 for slot in range(len(steps[0]))}
+    path_y: dict[tuple[int, int], float] = {}
+    prefix_of = {slot: () for slot in parent_y}
+    ax.scatter([0], [(n_rows - 1) / 2], color="black", s=30, zorder=3)
+    ax.text(0, (n_rows - 1) / 2 + 0.35, "prompt", ha="center", fontsize=8)
+    for t, step in enumerate(steps, start=1):
+        next_parent_y, next_prefix = {}, {}
+        for rank, c in enumerate(step):
+            if c.status == "pruned" and not show_pruned:
+                continue
+            y = n_rows - 1 - rank
+            prefix = prefix_of.get(c.parent, ()) + (c.token_id,)
+            on_best = list(prefix) == best[:len(prefix)] and c.status != "pruned"
+            ax.plot([t - 1, t], [parent_y.get(c.parent, (n_rows - 1) / 2), y], color=colors[c.status],
+                    lw=3 if on_best else 0.8, alpha=0.35 if c.status == "pruned" else 0.9, zorder=1)
+            ax.scatter([t], [y], color=colors[c.status], s=18, zorder=2)
+            label = plots.drawable(plots.token_label(tokenizer, c.token_id))
+            if len(label) > 12:
+                label = label[:11] + "…"
+            ax.text(t + 0.05, y + 0.12, f"{label} {c.logprob:.1f}", fontsize=7,
+                    color="black" if c.status != "pruned" else "gray", fontweight="bold" if on_best else "normal")
+            if c.slot is not None:
+                next_parent_y[c.slot], next_prefix[c.slot] = y, prefix
+            path_y[(t, rank)] = y
+        parent_y, prefix_of = next_parent_y, next_prefix
+    ax.set_xticks(range(len(steps) + 1), ["prompt"] + [f"step {t}" for t in range(1, len(steps) + 1)], fontsize=8)
+    ax.set_yticks([])
+    ax.set_xlim(-0.3, len(steps) + 0.9)
+    ax.spines[["top", "right", "left"]].set_visible(False)
+    handles = [plt.Line2D([], [], color=c, marker="o", lw=1, label=s) for s, c in colors.items()]
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
+    ax.set_title("beam search: every candidate, with its summed log-probability", fontsize=10)
+    return ax
+
+
 def tree_positions(result: BeamSearchResult) -> dict[tuple[int, ...], tuple[int, float]]:
-    """Where `plots.plot_beam_tree` draws each candidate: prefix (token ids) -> (step, y).
+    """Where `plot_beam_tree` draws each candidate: prefix (token ids) -> (step, y).
 
         >>> tree_positions(result)[(first_token,)]     # (1, y) of a step-1 candidate
     """
@@ -52,14 +105,14 @@ def split_summary(split: Divergence, tokenizer: PreTrainedTokenizerBase, length:
 
 def plot_beam_vs_greedy(result: BeamSearchResult, tokenizer: PreTrainedTokenizerBase, greedy_ids: Sequence[int],
                         split: Divergence, ax: Axes | None = None) -> Axes:
-    """`plots.plot_beam_tree`, plus greedy's path (red, dashed, as far as the tree holds it), rings on the
+    """`plot_beam_tree`, plus greedy's path (red, dashed, as far as the tree holds it), rings on the
     two tokens where beam search's winner leaves it, and both sequences' log p written underneath.
 
         >>> plot_beam_vs_greedy(result, tokenizer, greedy.token_ids, split)
     """
     if ax is None:
         _, ax = plt.subplots(figsize=(11, 4.4), layout="constrained")
-    plots.plot_beam_tree(result, tokenizer, ax=ax)
+    plot_beam_tree(result, tokenizer, ax=ax)
     where = tree_positions(result)
     n_rows = max(len(step) for step in result.steps)
     path = [(0, (n_rows - 1) / 2)] + [where[tuple(greedy_ids[:t])] for t in range(1, len(greedy_ids) + 1)

@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+import labkit
 from labkit import checks
 
 
@@ -63,6 +64,14 @@ def test_greedy_loop(smollm2, capsys):
     model, tokenizer = smollm2  # a random tiny_hf model repeats one token, which hides a missing append
 
     def right(model, prompt_ids, n_tokens):
+        logits, cache = labkit.prefill(model, torch.tensor([prompt_ids]))
+        new_ids = []
+        for _ in range(n_tokens):
+            new_ids.append(int(logits[0].argmax()))
+            logits = labkit.decode_step(model, torch.tensor([new_ids[-1]]), cache)
+        return new_ids
+
+    def without_cache(model, prompt_ids, n_tokens):
         ids = list(prompt_ids)
         for _ in range(n_tokens):
             ids.append(int(model(torch.tensor([ids])).logits[0, -1].argmax()))
@@ -74,3 +83,31 @@ def test_greedy_loop(smollm2, capsys):
     assert checks.check_greedy_loop(right, model, tokenizer)
     assert not checks.check_greedy_loop(forgets_to_append, model, tokenizer)
     assert "Append each chosen token" in capsys.readouterr().out
+    assert not checks.check_greedy_loop(without_cache, model, tokenizer)
+    assert "KV cache" in capsys.readouterr().out
+
+
+def test_weight_traffic(tiny_hf, capsys):
+    gigabytes = checks.count_parameters(tiny_hf) * 4 / 1e9  # float32
+    assert checks.check_weight_traffic(gigabytes * 20, tiny_hf, 20.0)
+    assert not checks.check_weight_traffic(gigabytes * 20 * 1000, tiny_hf, 20.0)
+    assert "MB per second" in capsys.readouterr().out
+    assert not checks.check_weight_traffic(gigabytes, tiny_hf, 20.0)
+    assert "once per token" in capsys.readouterr().out
+
+
+def test_context_ratio(tokenizer, capsys):
+    text = "Tokenizers split text into pieces."
+    assert checks.check_context_ratio(4.0, text, (tokenizer, 32768), (tokenizer, 8192))
+    assert not checks.check_context_ratio(0.25, text, (tokenizer, 32768), (tokenizer, 8192))
+    assert "other way round" in capsys.readouterr().out
+
+
+def test_cache_speedup(capsys):
+    assert not checks.check_cache_speedup(None, None, 1.0)
+    assert "Not attempted" in capsys.readouterr().out
+    assert checks.check_cache_speedup(4.0, 6.0, 1.5)
+    assert not checks.check_cache_speedup(0.25, 6.0, 1.5)
+    assert "other way round" in capsys.readouterr().out
+    assert not checks.check_cache_speedup(4.5, 6.0, 1.5)
+    assert "time saved" in capsys.readouterr().out

@@ -27,10 +27,11 @@ import torch
 
 from labkit import checks
 from labkit.checks import fast as fast_checks
-from labkit.core.forward import NoCache, greedy_decode
+from labkit.core.forward import NoCache, decode_step, greedy_decode, prefill
 from labkit.decoding.diversity import distinct_n
-from labkit.decoding.mbr import mbr_select
-from labkit.decoding.sampling import top_k_filter, top_p_filter
+from labkit.decoding.mirostat import MirostatRun, MirostatStep, mirostat_v2_filter
+from labkit.decoding.request import Step
+from labkit.decoding.sampling import sample, top_k_filter, top_p_filter
 from labkit.decoding.scoring import continuation_logprob
 from labkit.engines.compare import greedy_agreement
 from labkit.fast.q4_linear import q4_1_linear_reference, unpack_q4_1
@@ -38,6 +39,7 @@ from labkit.models.catalog import fits_here, load_catalog
 from labkit.models.sizing import GB, model_shape
 from labkit.serving.http.client import parse_sse
 from labkit.speculative.drafters import PromptLookupDrafter
+from labkit.speculative.rule import accept_or_resample, expected_tokens_per_step
 
 CHECKERS = sorted(name for name in dir(checks) if name.startswith("check_") and callable(getattr(checks, name)))
 
@@ -193,6 +195,15 @@ def greedy(model, prompt_ids, n_tokens, rank=0):
     return ids[len(prompt_ids):]
 
 
+def cached_greedy(model, prompt_ids, n_tokens, rank=0):  # prefill once, then one token per forward pass
+    logits, cache = prefill(model, torch.tensor([prompt_ids]))
+    new_ids = []
+    for _ in range(n_tokens):
+        new_ids.append(int(logits[0].topk(rank + 1).indices[rank]))
+        logits = decode_step(model, torch.tensor([new_ids[-1]]), cache)
+    return new_ids
+
+
 def chat_cases(fixture: Fixture) -> list[Case]:
     chat = [{"role": "user", "content": "Name a prime number."}, {"role": "assistant", "content": "7"}]
     tokenizer = fixture("tokenizer")
@@ -210,9 +221,11 @@ def top_k_without_ties(logits, k):
     return torch.full_like(logits, -math.inf).scatter(-1, logits.topk(k).indices, logits.topk(k).values)
 
 
-def top_p(logits, p, include_crossing=True):
+def top_p(logits, p, include_crossing=True, unsorted_mask=False):
     probs, order = torch.softmax(logits, -1).sort(-1, descending=True)
     before = probs.cumsum(-1) - (probs if include_crossing else 0)
+    if unsorted_mask:  # the mask in sorted order, applied to the logits in vocabulary order
+        return logits.masked_fill(before >= p, -math.inf)
     return logits.masked_fill(torch.zeros_like(logits, dtype=torch.bool).scatter(-1, order, before >= p), -math.inf)
 
 
@@ -272,6 +285,13 @@ Q4_BLOCK = np.arange(20, dtype=np.uint8) * 13 % 251
 Q4_BLOCK[:4] = np.array([0.01, -0.05], dtype=np.float16).view(np.uint8)
 
 
+def accept_rule(p, q, drafts, generator, flip=False, resample_from_p=False):
+    p_x, q_x = p.gather(-1, drafts[:, None]).squeeze(-1), q.gather(-1, drafts[:, None]).squeeze(-1)
+    accepted = torch.rand(p_x.shape, generator=generator) < ((q_x / p_x) if flip else (p_x / q_x)).clamp(max=1)
+    left = p if resample_from_p else (p - q).clamp(min=0)
+    return accepted, torch.where(accepted, drafts, torch.multinomial(left, 1, generator=generator).squeeze(-1))
+
+
 def residual(p, q, flip=False):
     left = ((q - p) if flip else (p - q)).clamp(min=0)
     return left / left.sum()
@@ -321,9 +341,18 @@ def matches(a, b, n=None):  # every position that matches, not only the shared s
     return sum(x == y for x, y in zip(a[:n], b[:n]))
 
 
-def mbr_cases(fixture: Fixture) -> list[Case]:
-    best = mbr_select(CANDIDATES, "chrf")[0]
-    return [Case(best, [i for i in range(len(CANDIDATES)) if i != best], (CANDIDATES,))]
+def mirostat_step(logits, tau, eta, mu, generator, bits=True, surprise_after_cut=True, sign=1, cut=True):
+    probs = (mirostat_v2_filter(logits, mu) if cut else logits).softmax(-1)
+    token = int(sample(probs, generator)[0])
+    p = (probs if surprise_after_cut else logits.softmax(-1))[0, token]
+    return token, mu - sign * eta * (float(-torch.log2(p) if bits else -torch.log(p)) - tau)
+
+
+def mbr_choice(candidates, similarity, with_itself=False, sign=1, mean=sum, swapped=False):
+    def agreement(i):
+        return sign * mean(similarity(*((candidates[j], candidates[i]) if swapped else (candidates[i], candidates[j])))
+                           for j in range(len(candidates)) if with_itself or j != i)
+    return candidates[max(range(len(candidates)), key=lambda i: (agreement(i), -i))]
 
 
 def compile_break_even(seconds, eager, compiled):
@@ -382,7 +411,11 @@ def memory_needed_gb() -> float:
 
 PROMPT, CONTINUATION = [1, 504, 3575], [282, 4649]
 TEXT = "Tokenizers split text into pieces."
-CANDIDATES = ["Paris is the capital.", "The capital is Paris.", "It is Lyon."]
+TAIL_LOGITS = torch.tensor([0.4, 0.3, 0.15, 0.1, 0.03, 0.02]).log()  # top_p=0.9 cuts the last two
+TAIL_STEPS = [Step(token, "", float(TAIL_LOGITS[token]), None, TAIL_LOGITS) for token in (0, 4, 1, 2)]
+MIROSTAT_RUN = MirostatRun([7] * 14, [MirostatStep(7, s, 10.0, 50) for s in [6.0] * 10 + [2.5, 3.0, 2.0, 3.3]], 5.0)
+POSITIONS = [16, 64, 128, 192, 256]  # step times in seconds without and with a KV cache, 1.7 ms per token of context
+STEP_TIMES = (POSITIONS, [0.08 + 0.0017 * p for p in POSITIONS], [0.05 + 0.00001 * p for p in POSITIONS])
 
 # checker name -> its cases, or fixture -> its cases where they need a model, a tokenizer or a patch
 CASES: dict[str, Sequence[Case] | Callable[[Fixture], Sequence[Case]]] = {
@@ -394,20 +427,35 @@ CASES: dict[str, Sequence[Case] | Callable[[Fixture], Sequence[Case]]] = {
                                             args=(f("tokenizer"), TEXT))],
     "check_chat_string": chat_cases,
     "check_next_token_probs": lambda f: [Case(next_token_probs, [flattened_probs], (f("tiny_hf"), f("tokenizer")))],
-    "check_greedy_loop": lambda f: [Case(greedy, [lambda m, ids, n: greedy(m, ids, n, rank=1)],
+    "check_greedy_loop": lambda f: [Case(cached_greedy, [lambda m, ids, n: cached_greedy(m, ids, n, rank=1),
+                                                         greedy],  # right tokens, the whole sequence every step
                                          (f("tiny_hf"), f("tokenizer")))],
+    "check_weight_traffic": lambda f: [numeric(checks.count_parameters(f("tiny_hf")) * 4 * 20.0 / 1e9, 0.03,
+                                               (f("tiny_hf"), 20.0))],
+    "check_context_ratio": lambda f: [numeric(4.0, 0.02, (TEXT, (f("tokenizer"), 32768), (f("tokenizer"), 8192)))],
+    "check_cache_speedup": [numeric(6.4 / 1.6, 0.03, (6.4, 1.6))],
     # decoding, notebooks 03-05
     "check_top_k_filter": [Case(top_k, [top_k_without_ties], also=kept_count)],
-    "check_top_p_filter": [Case(top_p, [lambda logits, p: top_p(logits, p, include_crossing=False)], also=kept_mass)],
+    "check_top_p_filter": [Case(top_p, [lambda logits, p: top_p(logits, p, include_crossing=False),
+                                        lambda logits, p: top_p(logits, p, unsorted_mask=True)], also=kept_mass)],
     "check_sequence_logprob": lambda f: [numeric(continuation_logprob(f("tiny_hf"), PROMPT, CONTINUATION), 1e-3,
                                                  (f("tiny_hf"), PROMPT, CONTINUATION))],
     "check_beam_step": [Case(beam_step, [lambda s, lp, k: beam_step(s, lp, k, add_scores=False)])],
+    "check_blocking_cost": [numeric(math.exp(-25.73 + 29.73), 0.02, (-25.73, -29.73))],
     "check_distinct_n": [Case(distinct_n, [lambda texts, n: sum(distinct_n([t], n) for t in texts) / len(texts),
                                            lambda texts, n: len(set(texts)) / len(texts)])],
-    "check_mirostat_update": [Case(lambda mu, s, tau, eta: mu - eta * (s - tau),
-                                   [lambda mu, s, tau, eta: mu + eta * (s - tau),  # the wrong way
-                                    lambda mu, s, tau, eta: mu - (s - tau)])],  # without eta
-    "check_mbr_pick": mbr_cases,
+    "check_tail_share": [Case(0.25, [1.25, 0.5, 0.75, 25.0, 0.05], (TAIL_STEPS, 0.9))],  # 1 of 4 steps in the tail
+    "check_mirostat_step": [Case(mirostat_step, [lambda *a: mirostat_step(*a, bits=False),
+                                                 lambda *a: mirostat_step(*a, surprise_after_cut=False),
+                                                 lambda *a: mirostat_step(*a, sign=-1),
+                                                 lambda *a: mirostat_step(*a, cut=False)])],
+    "check_mbr_select": [Case(mbr_choice, [lambda c, s: mbr_choice(c, s, with_itself=True),
+                                           lambda c, s: mbr_choice(c, s, sign=-1),
+                                           lambda c, s: mbr_choice(c, s, mean=max),
+                                           lambda c, s: mbr_choice(c, s, swapped=True),
+                                           lambda c, s: c.index(mbr_choice(c, s))])],
+    "check_mean_surprise": [numeric(2.7, args=(MIROSTAT_RUN, 10)),
+                            Case(2.7, [70.8 / 14, 5.0, 2.7 * math.log(2)], (MIROSTAT_RUN, 10))],
     # KV cache, notebooks 06-07
     "check_kv_cache_bytes": [numeric(model_shape("smollm2-135m").kv_cache_bytes(4096, 8, "fp16"),
                                      args=("smollm2-135m", 4096, 8, "fp16"))],
@@ -418,10 +466,14 @@ CASES: dict[str, Sequence[Case] | Callable[[Fixture], Sequence[Case]]] = {
     "check_max_context": [numeric(model_shape("llama-3.1-8b").max_tokens(80 * GB, 8, "fp16"), 0.01,
                                   ("llama-3.1-8b", 80, 8, "fp16")),
                           Case(0, [1, 1000], ("llama-3.1-70b", 80, 1, "fp16"))],  # the weights alone do not fit
+    "check_context_token_cost": [numeric(1.7, 0.1, STEP_TIMES),  # and the steps' mean time per token of context:
+                                 Case(1.7, [STEP_TIMES[1][-1] * 1e3 / 257], STEP_TIMES)],
+    "check_bfloat16_speedup": [numeric(0.0612 / 0.0493, 0.03, (0.0612, 0.0493))],
     # quantization, notebook 08
     "check_absmax_quantize": [Case(absmax_int8, [lambda w: absmax_int8(w, torch.ceil)])],
     "check_quantized_megabytes": [numeric(106_168_320 * 4.5 / 8 / 1e6, 0.005, (106_168_320, 4, 32))],
     "check_q4_1_decoder": [Case(decode_block, [lambda raw: decode_block(raw, with_d=False)], (Q4_BLOCK,))],
+    "check_ceiling_share": [numeric(21.0 * 173.1e6 / 38.8e9, 0.05, (21.0, 173.1e6, 38.8e9))],
     # speculative decoding, notebook 09
     "check_expected_tokens": [Case(lambda a, g: sum(a ** i for i in range(g + 1)),
                                    [lambda a, g: sum(a ** i for i in range(g)) + a ** g / 2])],
@@ -429,6 +481,10 @@ CASES: dict[str, Sequence[Case] | Callable[[Fixture], Sequence[Case]]] = {
                                        lambda p, q: (p - q).abs() / (p - q).abs().sum()])],
     "check_prompt_lookup": [Case(lambda c, g: PromptLookupDrafter(3).propose(c, g)[0],
                                  [lambda c, g: lookup(c, g, most_recent=False), lambda c, g: c[-g:]])],
+    "check_accept_rule": [Case(accept_or_resample, [lambda *a: accept_rule(*a, flip=True),
+                                                    lambda *a: accept_rule(*a, resample_from_p=True)])],
+    "check_predicted_speedup": [numeric(expected_tokens_per_step(0.76, 4) / (4 * 0.05 + 1.74), 0.02,
+                                        (0.76, 4, 0.05, 1.74))],
     # batching, notebook 10
     "check_kv_blocks": [numeric(3 + 1 + 1 + 5, args=([37, 5, 16, 71], 16))],
     "check_wasted_slots": [Case(wasted_slots, [lambda p, o: sum(max(o) - x for x in o)], also=padding_left_out),

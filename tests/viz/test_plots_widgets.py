@@ -52,8 +52,9 @@ def test_top_candidates_are_sorted_and_labelled(tokenizer):
     assert [c.token_id for c in top[:2]] == [paris, 30]
     assert top[0].label == "' Paris'"
     assert top[0].prob > top[1].prob > top[2].prob
-    with pytest.raises(ValueError, match="top_k"):
-        plots.top_candidates(logits, tokenizer, top_k=0)
+    for top_k in (0, 2.0, True):
+        with pytest.raises(ValueError, match="top_k must be a whole number of 1 or more, got "):
+            plots.top_candidates(logits, tokenizer, top_k=top_k)
 
 
 def test_byte_pieces_and_unprintable_characters_get_readable_labels(tokenizer):
@@ -86,6 +87,24 @@ def test_a_chosen_long_shot_gets_its_own_bar(tokenizer):
     assert bar_colors(ax)[-1] == matplotlib.colors.to_rgba(plots.CHOSEN_COLOR)
 
 
+def test_two_distributions_drawn_on_the_same_tokens_compare_bar_by_bar(tokenizer):
+    model_probs = torch.softmax(peaked_logits(len(tokenizer), {100: 9.0, 200: 8.0, 300: 7.0}), -1)
+    frequencies = torch.zeros(len(tokenizer))
+    frequencies[[200, 300, 4321]] = torch.tensor([0.5, 0.3, 0.2])  # 100 never drawn, 4321 only here
+    tokens = model_probs.topk(3).indices.tolist()
+    axes = [plots.plot_next_token_distribution(p, tokenizer, tokens=tokens, ax=plt.subplots()[1])
+            for p in (model_probs, frequencies)]
+    for ax, probs in zip(axes, (model_probs, frequencies)):
+        labels = [t.get_text() for t in ax.get_yticklabels()]
+        assert labels == [plots.token_label(tokenizer, t) for t in tokens] + ["every other token"]
+        widths = [bar.get_width() for bar in sorted(ax.patches, key=lambda bar: -bar.get_y())]
+        assert widths[:3] == pytest.approx([float(probs[t]) for t in tokens])
+        assert sum(widths) == pytest.approx(1.0)  # the last bar holds the rest of the mass
+        assert bar_colors(ax)[-1] == matplotlib.colors.to_rgba(plots.REST_COLOR)
+    with pytest.raises(ValueError, match="distinct token ids"):
+        plots.plot_next_token_distribution(model_probs, tokenizer, tokens=[100, 100])
+
+
 def test_a_chosen_id_outside_the_vocabulary_is_refused(tokenizer):
     with pytest.raises(ValueError, match="token id"):
         plots.plot_next_token_distribution(torch.randn(len(tokenizer)), tokenizer, chosen=len(tokenizer))
@@ -95,6 +114,22 @@ def test_distribution_plot_draws_into_a_given_axes(tokenizer):
     fig, ax = plt.subplots()
     returned = plots.plot_next_token_distribution(torch.randn(len(tokenizer)), tokenizer, top_k=4, ax=ax)
     assert returned is ax and len(ax.patches) == 4
+
+
+def test_kept_vs_cut_in_columns_on_a_log_axis_shows_a_cut_head_token(tokenizer):
+    """Typical sampling may cut the most likely token: in columns, most likely first, it is the first bar, grey."""
+    logits = peaked_logits(len(tokenizer), {5: 3.0, 7: 2.9, 9: 2.0, 11: 1.0})
+    transformed = logits.clone()
+    transformed[5] = float("-inf")  # the most likely token, cut
+    ax = plots.plot_kept_vs_cut(logits, transformed, tokenizer, top_k=40, log=True, columns=True)
+    before = ax.patches[:40]  # then the renormalised survivors
+    assert ax.get_yscale() == "log" and len(ax.get_xticklabels()) == 40
+    assert [bar.get_x() + bar.get_width() / 2 for bar in before] == list(range(40))  # most likely on the left
+    assert before[0].get_facecolor() == matplotlib.colors.to_rgba(plots.CUT_COLOR)
+    assert before[1].get_facecolor() == matplotlib.colors.to_rgba(plots.KEPT_COLOR)
+    assert len(ax.patches) == 40 + 39  # no renormalised bar for the cut token
+    assert ax.get_ylim()[0] < min(bar.get_height() for bar in before)  # the smallest bar is still drawn
+    plt.close(ax.figure)
 
 
 def test_generation_steps_grid_has_one_panel_per_step(tokenizer, steps):
