@@ -142,7 +142,9 @@ $(SLIDE_VENDOR)/.complete: Makefile
 # template (slides/voila/templates/offline-reveal) takes reveal.js, jQuery and Font Awesome from
 # slides/vendor/; the long keep-alive stops the heartbeat that Voila's reveal template would call
 # before defining it. Cells tagged `solution` are removed before Voila runs the notebook
-# (nbconvert's TagRemovePreprocessor, which Voila's exporter applies). Then open, e.g.,
+# (nbconvert's TagRemovePreprocessor, which Voila's exporter applies). Voila's page leaves out
+# JupyterLab's deck mode (jupyterlab-slideshow) and its fonts: they need JupyterLab modules the page does
+# not have, and would log errors. Then open, e.g.,
 #   http://localhost:8866/voila/render/notebooks/04_sampling.ipynb
 PRESENT_OPTIONS ?=
 SLIDE_FILES := /voila/files/$(SLIDE_VENDOR)
@@ -156,6 +158,9 @@ present: cache $(SLIDE_VENDOR)/.complete
 			'fontawesome_url': '$(SLIDE_FILES)/fortawesome-fontawesome-free-5.15.4/css/'}" \
 		--VoilaExporter.jquery_url=$(SLIDE_FILES)/jquery-2.2.4/dist/jquery.min.js \
 		--TagRemovePreprocessor.remove_cell_tags=solution \
+		--VoilaConfiguration.extension_denylist="['jupyterlab-slideshow', '@deathbeds/jupyterlab-fonts', \
+			'@deathbeds/jupyterlab-font-dejavu-sans-mono', '@deathbeds/jupyterlab-font-atkinson-hyperlegible', \
+			'@deathbeds/jupyterlab-font-anonymous-pro', '@deathbeds/jupyterlab-font-fira-code']" \
 		$(PRESENT_OPTIONS) .
 
 bench: cache
