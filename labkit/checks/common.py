@@ -22,8 +22,9 @@ def not_attempted(what: str) -> bool:
     return False
 
 
-def run_student(function: Callable, *args) -> tuple[object, str | None]:
+def run_student(function: Callable, *args, name_args: bool = False) -> tuple[object, str | None]:
     """(result, None) or (None, what went wrong): a student's function may fail in any way; report it, never raise.
+    name_args: say which arguments it was called with (worth it when they are a few numbers, not tensors).
 
         >>> run_student(int, "x")
         (None, "calling it raised ValueError: invalid literal for int() with base 10: 'x'")
@@ -31,4 +32,5 @@ def run_student(function: Callable, *args) -> tuple[object, str | None]:
     try:
         return function(*args), None
     except Exception as error:
-        return None, f"calling it raised {type(error).__name__}: {error}"
+        called = f"calling it with {args}" if name_args else "calling it"
+        return None, f"{called} raised {type(error).__name__}: {error}"

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import torch
 
-from labkit.checks.common import not_attempted, verdict
+from labkit.checks.common import not_attempted, run_student, verdict
 from labkit.speculative.drafters import PromptLookupDrafter
 from labkit.speculative.rule import expected_tokens_per_step, residual_distribution
 
@@ -15,20 +15,12 @@ __all__ = ["check_expected_tokens", "check_residual", "check_prompt_lookup", "ch
            "check_predicted_speedup"]
 
 
-def _call(fn: Callable, *args):
-    """(result, None) or (None, a hint naming the exception): a student's bug is a hint, never a crash."""
-    try:
-        return fn(*args), None
-    except Exception as error:  # noqa: BLE001
-        return None, f"calling it with {args} raised {type(error).__name__}: {error}"
-
-
 def check_expected_tokens(fn: Callable | None) -> bool:
     """Exercise: fn(alpha, gamma) -> expected tokens per target call, for 0 <= alpha < 1."""
     if fn is None:
         return not_attempted("your function expected_tokens(alpha, gamma)")
     for alpha, gamma in [(0.0, 4), (0.5, 1), (0.8, 4), (0.9, 10), (0.3, 2)]:
-        got, error = _call(fn, alpha, gamma)
+        got, error = run_student(fn, alpha, gamma, name_args=True)
         if error:
             return verdict(False, error)
         expected = expected_tokens_per_step(alpha, gamma)
@@ -53,7 +45,7 @@ def check_residual(fn: Callable | None) -> bool:
              (torch.tensor([0.1, 0.6, 0.3]), torch.tensor([0.0, 1.0, 0.0])),  # a deterministic draft: q one-hot
              (torch.tensor([0.25, 0.25, 0.25, 0.25]), torch.tensor([0.7, 0.1, 0.1, 0.1]))]
     for p, q in cases:
-        got, error = _call(fn, p.clone(), q.clone())
+        got, error = run_student(fn, p.clone(), q.clone(), name_args=True)
         if error:
             return verdict(False, error)
         if not isinstance(got, torch.Tensor) or got.shape != p.shape:
@@ -85,7 +77,7 @@ def check_prompt_lookup(fn: Callable | None, max_ngram_size: int = 3) -> bool:
     cases = [([5, 7, 8, 9, 10, 11, 6, 7, 8], 3), ([1, 2, 3, 9, 0, 2, 3, 5, 1, 2, 3], 2), ([4, 1, 4, 2, 4], 1),
              ([1, 2, 3, 4, 5], 4), ([5, 7, 8, 9, 6, 7, 8], 10)]
     for context, gamma in cases:
-        got, error = _call(fn, list(context), gamma)
+        got, error = run_student(fn, list(context), gamma, name_args=True)
         if error:
             return verdict(False, error)
         expected = reference.propose(context, gamma)[0]
