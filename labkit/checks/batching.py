@@ -3,6 +3,7 @@
     >>> checks.check_kv_blocks(answer, lengths=[37, 5, 16], block_size=16)
     >>> checks.check_wasted_slots(wasted_slots)
     >>> checks.check_fcfs_admission(admit)
+    >>> checks.check_batch_gain(answer, step_s[32], step_64_s, rows=32, more_rows=64)
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from collections.abc import Callable, Sequence
 
 from labkit.checks.common import not_attempted, verdict
 
-__all__ = ["check_fcfs_admission", "check_kv_blocks", "check_wasted_slots"]
+__all__ = ["check_batch_gain", "check_fcfs_admission", "check_kv_blocks", "check_wasted_slots"]
 
 
 def kv_blocks(lengths: Sequence[int], block_size: int) -> int:
@@ -131,3 +132,45 @@ def check_fcfs_admission(fn: Callable | None) -> bool:
                                "does not fit: skipping ahead to a smaller one would let it overtake (and could "
                                "starve a long prompt).")
     return verdict(True, "first come, first served: in order, while seats and blocks last, never skipping ahead.")
+
+
+def batch_gain_reading(gain: float, growth: float, rows: int, more_rows: int) -> str:
+    """What a measured tokens/s gain from `rows` to `more_rows` rows says about a decode step."""
+    factor = more_rows / rows
+    if gain >= 0.9 * factor:
+        return (f"the extra rows rode along almost free: {factor:g}x the rows, a step only {growth:.2f}x as long. "
+                "What the rows share (the weight read, the per-op overhead) still dominates the step.")
+    if gain >= 1.2:
+        return (f"{factor:g}x the rows made the step {growth:.2f}x as long: part of each row's work is still "
+                "shared, but the work that grows with the rows (the matmuls' arithmetic, attention, norms) now "
+                "costs about as much as what they share. Batching still pays, less with every doubling.")
+    return (f"{factor:g}x the rows made the step {growth:.2f}x as long, nearly in proportion: each row now pays "
+            "for its own work, so more rows buy little throughput and slow every user's tokens.")
+
+
+def check_batch_gain(answer: float | None, step_s: float, more_rows_step_s: float, rows: int = 32,
+                     more_rows: int = 64) -> bool:
+    """Exercise (10): how many times the tokens/s of a decode step at `rows` rows does a step at `more_rows`
+    give? The measured ratio (more_rows / more_rows_step_s) / (rows / step_s), within 3 %."""
+    if answer is None:
+        return not_attempted(f"a ratio, e.g. 1.5 (tokens/s at batch {more_rows} / tokens/s at batch {rows})")
+    value = _number(answer)
+    if value is None:
+        return verdict(False, f"give a number, not {type(answer).__name__}.")
+    growth = more_rows_step_s / step_s
+    expected = (more_rows / rows) / growth
+    if math.isclose(value, expected, rel_tol=0.03):
+        return verdict(True, f"{expected:.2f}x: " + batch_gain_reading(expected, growth, rows, more_rows))
+    hints = [
+        (growth, "that is how much longer the step got. Tokens/s also counts the tokens a step makes: "
+                 "one per row."),
+        (1 / expected, f"upside down: divide batch {more_rows}'s tokens/s by batch {rows}'s."),
+        (100 * expected, "give a ratio, not a percentage."),
+        (more_rows / rows, f"{more_rows / rows:g}x is what the rows alone would buy if the step took no longer: that "
+                           "is the hypothesis. Divide the two measured rates."),
+    ]
+    for wrong, hint in hints:
+        if math.isclose(value, wrong, rel_tol=0.03):
+            return verdict(False, hint)
+    return verdict(False, f"{value:g} is not it. Tokens/s at a batch is its rows over its step's seconds; "
+                          "divide the larger batch's rate by the smaller one's.")

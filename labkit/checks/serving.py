@@ -3,6 +3,7 @@
     >>> checks.check_client_metrics(client_metrics)
     >>> checks.check_sse_parser(parse_events)
     >>> checks.check_littles_law(answer, in_flight=16, latency_s=2.5)
+    >>> checks.check_streaming_gain(answer, whole_answer_s, streamed.ttft_s, streamed.e2e_s)
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Callable
 from labkit.checks.common import not_attempted, verdict
 from labkit.serving.http.client import client_tpot, parse_sse
 
-__all__ = ["check_client_metrics", "check_littles_law", "check_sse_parser"]
+__all__ = ["check_client_metrics", "check_littles_law", "check_sse_parser", "check_streaming_gain"]
 
 # (sent at, token arrival times): perf_counter seconds, as a client notes them
 METRIC_CASES = [(100.0, [100.25, 100.35, 100.45, 100.55]), (7.5, [8.0, 8.1]), (0.0, [0.3, 0.5, 0.6, 0.9, 1.3]),
@@ -116,3 +117,31 @@ def check_littles_law(answer: float | None, in_flight: float, latency_s: float) 
     if math.isclose(value, 1 / latency_s, rel_tol=1e-3):
         return verdict(False, "that is one client's rate; all the requests in flight complete in parallel.")
     return verdict(False, f"{value:g} is not it. Little's law: requests in flight = requests/s x seconds each.")
+
+
+def check_streaming_gain(answer: float | None, whole_answer_s: float, ttft_s: float, streamed_e2e_s: float) -> bool:
+    """Exercise (11): how many times sooner does a user who streams see the first token than one who waits for
+    the whole answer sees anything? whole_answer_s / ttft_s, both measured, within 3 %."""
+    if answer is None:
+        return not_attempted("a ratio, e.g. 3.0 (the whole answer's time / the streamed answer's TTFT)")
+    try:
+        value = float(answer)
+    except (TypeError, ValueError):
+        return verdict(False, f"give a number, not {type(answer).__name__}.")
+    expected = whole_answer_s / ttft_s
+    if math.isclose(value, expected, rel_tol=0.03):
+        return verdict(True, f"{expected:.1f}x sooner. The last token came after {streamed_e2e_s:.2f} s streamed and "
+                             f"{whole_answer_s:.2f} s whole: streaming does not make the server faster; the user "
+                             "starts reading after the first token (TTFT) instead of after the last (E2E).")
+    hints = [
+        (1 / expected, "upside down: divide the whole answer's time by the streamed TTFT."),
+        (100 * expected, "give a ratio, not a percentage."),
+        (1 - 1 / expected, "that is the share of the wait saved; give the ratio of the two times."),
+        (streamed_e2e_s / ttft_s, "that compares the streamed answer with itself. Use the time the user who did "
+                                  "not stream waited (the whole answer) over the streamed TTFT."),
+    ]
+    for wrong, hint in hints:
+        if math.isclose(value, wrong, rel_tol=0.03):
+            return verdict(False, hint)
+    return verdict(False, f"{value:g} is not it. The user who waits for the whole answer sees nothing until it "
+                          "arrives; the one who streams sees the first token at TTFT: divide the first by the second.")

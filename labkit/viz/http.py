@@ -60,7 +60,7 @@ def plot_request_timeline(result: LoadResult, ax=None):
         raise ValueError("No request of this level received any text.")
     start = min(r.sent_s for r in timed)
     if ax is None:
-        _, ax = plt.subplots(figsize=(10, min(6.0, 1.2 + 0.12 * len(timed))), layout="constrained")
+        _, ax = plt.subplots(figsize=(10, min(4.5, 1.2 + 0.08 * len(timed))), layout="constrained")
     for row, r in enumerate(timed):
         sent = r.sent_s - start
         ax.barh(row, r.ttft_s, left=sent, color=FIRST_TOKEN, height=0.8)

@@ -2,6 +2,8 @@
 
 import math
 
+import pytest
+
 from labkit import checks
 
 
@@ -79,4 +81,19 @@ def test_fcfs_admission(capsys):
     assert not checks.check_fcfs_admission(lambda *a: 1 / 0)
     assert "raised ZeroDivisionError" in capsys.readouterr().out
     assert not checks.check_fcfs_admission(None)
+    assert "Not attempted yet" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("step_64_s, reading", [(0.055, "almost free"), (0.08, "less with every doubling"),
+                                                (0.095, "nearly in proportion")])
+def test_batch_gain_is_the_ratio_of_measured_rates_and_says_what_it_means(capsys, step_64_s, reading):
+    step_32_s = 0.05
+    gain = (64 / step_64_s) / (32 / step_32_s)
+    assert checks.check_batch_gain(gain, step_32_s, step_64_s, rows=32, more_rows=64)
+    assert reading in capsys.readouterr().out
+    for wrong, hint in [(step_64_s / step_32_s, "how much longer the step got"), (1 / gain, "upside down"),
+                        (100 * gain, "not a percentage"), ("twice", "give a number")]:
+        assert not checks.check_batch_gain(wrong, step_32_s, step_64_s, rows=32, more_rows=64)
+        assert hint in capsys.readouterr().out
+    assert not checks.check_batch_gain(None, step_32_s, step_64_s)
     assert "Not attempted yet" in capsys.readouterr().out

@@ -491,12 +491,14 @@ CASES: dict[str, Sequence[Case] | Callable[[Fixture], Sequence[Case]]] = {
                            Case(wasted_slots, [lambda p, o: wasted_slots(p, o) + 1])],
     "check_fcfs_admission": [Case(admit, [lambda *a: admit(*a, skip_ahead=True),
                                           lambda p, blocks, size, seats: admit(p, blocks, size, len(p))])],
+    "check_batch_gain": [numeric(2 * 0.05 / 0.08, 0.03, (0.05, 0.08, 32, 64))],
     # serving, notebook 11
     "check_client_metrics": [Case(client_metrics, [lambda s, a: (a[-1] - s, 0.1),
                                                    lambda s, a: client_metrics(s, a, one_token_tpot=0.0),
                                                    lambda s, a: (a[0] - s, 1.5 * (a[-1] - s) / len(a))])],
     "check_sse_parser": [Case(parse_sse, [parse_events_needing_space])],
     "check_littles_law": [numeric(16 / 2.5, 1e-3, (16, 2.5))],
+    "check_streaming_gain": [numeric(1.8 / 0.12, 0.03, (1.8, 0.12, 1.85))],
     # running locally, notebook 12
     "check_greedy_agreement": [Case(greedy_agreement, [matches, lambda a, b, n: min(len(a), len(b), n)])],
     "check_decode_bound": [numeric(50e9 / (8e9 * 4.5 / 8), 0.02, (8.0, 4.5, 50))],
