@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
-from labkit.checks.common import not_attempted, verdict
+from labkit.checks.common import matching_hint, not_attempted, verdict
 
 __all__ = ["check_batch_gain", "check_fcfs_admission", "check_kv_blocks", "check_wasted_slots"]
 
@@ -144,8 +144,8 @@ def batch_gain_reading(gain: float, growth: float, rows: int, more_rows: int) ->
         return (f"{factor:g}x the rows made the step {growth:.2f}x as long: part of each row's work is still "
                 "shared, but the work that grows with the rows (the matmuls' arithmetic, attention, norms) now "
                 "costs about as much as what they share. Batching still pays, less with every doubling.")
-    return (f"{factor:g}x the rows made the step {growth:.2f}x as long, nearly in proportion: each row now pays "
-            "for its own work, so more rows buy little throughput and slow every user's tokens.")
+    return (f"{factor:g}x the rows made the step {growth:.2f}x as long, about in proportion or more: each row now "
+            "pays for its own work, so more rows buy little or no throughput and slow every user's tokens.")
 
 
 def check_batch_gain(answer: float | None, step_s: float, more_rows_step_s: float, rows: int = 32,
@@ -169,8 +169,6 @@ def check_batch_gain(answer: float | None, step_s: float, more_rows_step_s: floa
         (more_rows / rows, f"{more_rows / rows:g}x is what the rows alone would buy if the step took no longer: that "
                            "is the hypothesis. Divide the two measured rates."),
     ]
-    for wrong, hint in hints:
-        if math.isclose(value, wrong, rel_tol=0.03):
-            return verdict(False, hint)
-    return verdict(False, f"{value:g} is not it. Tokens/s at a batch is its rows over its step's seconds; "
-                          "divide the larger batch's rate by the smaller one's.")
+    return verdict(False, matching_hint(value, hints, rel_tol=0.03) or
+                   f"{value:g} is not it. Tokens/s at a batch is its rows over its step's seconds; "
+                   "divide the larger batch's rate by the smaller one's.")

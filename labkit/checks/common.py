@@ -7,7 +7,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Sequence
 
 
 def verdict(passed: bool, message: str) -> bool:
@@ -34,3 +35,25 @@ def run_student(function: Callable, *args, name_args: bool = False) -> tuple[obj
     except Exception as error:
         called = f"calling it with {args}" if name_args else "calling it"
         return None, f"{called} raised {type(error).__name__}: {error}"
+
+
+def as_number(answer) -> float | None:
+    """The answer as a float, None when it is not a number.
+
+        >>> as_number("2.5"), as_number("twice")
+        (2.5, None)
+    """
+    try:
+        return float(answer)
+    except (TypeError, ValueError):
+        return None
+
+
+def matching_hint(value: float, hints: Sequence[tuple[float, str]], rel_tol: float) -> str | None:
+    """The hint for the first plausible wrong answer (a number, its hint) that `value` equals within `rel_tol`,
+    None when it matches none.
+
+        >>> matching_hint(0.5, [(2.0, "not that"), (0.5, "upside down")], rel_tol=0.03)
+        'upside down'
+    """
+    return next((hint for wrong, hint in hints if math.isclose(value, wrong, rel_tol=rel_tol)), None)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from labkit.checks.common import not_attempted, verdict
+from labkit.checks.common import as_number, matching_hint, not_attempted, verdict
 from labkit.serving.http.client import client_tpot, parse_sse
 
 __all__ = ["check_client_metrics", "check_littles_law", "check_sse_parser", "check_streaming_gain"]
@@ -124,9 +124,8 @@ def check_streaming_gain(answer: float | None, whole_answer_s: float, ttft_s: fl
     the whole answer sees anything? whole_answer_s / ttft_s, both measured, within 3 %."""
     if answer is None:
         return not_attempted("a ratio, e.g. 3.0 (the whole answer's time / the streamed answer's TTFT)")
-    try:
-        value = float(answer)
-    except (TypeError, ValueError):
+    value = as_number(answer)
+    if value is None:
         return verdict(False, f"give a number, not {type(answer).__name__}.")
     expected = whole_answer_s / ttft_s
     if math.isclose(value, expected, rel_tol=0.03):
@@ -140,8 +139,6 @@ def check_streaming_gain(answer: float | None, whole_answer_s: float, ttft_s: fl
         (streamed_e2e_s / ttft_s, "that compares the streamed answer with itself. Use the time the user who did "
                                   "not stream waited (the whole answer) over the streamed TTFT."),
     ]
-    for wrong, hint in hints:
-        if math.isclose(value, wrong, rel_tol=0.03):
-            return verdict(False, hint)
-    return verdict(False, f"{value:g} is not it. The user who waits for the whole answer sees nothing until it "
-                          "arrives; the one who streams sees the first token at TTFT: divide the first by the second.")
+    return verdict(False, matching_hint(value, hints, rel_tol=0.03) or
+                   f"{value:g} is not it. The user who waits for the whole answer sees nothing until it "
+                   "arrives; the one who streams sees the first token at TTFT: divide the first by the second.")

@@ -1,8 +1,9 @@
 """Worked solutions, marked as nbgrader and otter-grader mark them, with no answer saved under them.
 
 Each exercise ends with a "Worked solution" heading and the code cell(s) under it. All of them carry
-the cell tag `solution`: nbconvert's TagRemovePreprocessor drops them from the decks (static and live)
-and labkit.course.student from the student copies. The code sits between `# BEGIN SOLUTION` and
+the cell tag `solution`: nbconvert's TagRemovePreprocessor drops them from the static and Voila decks
+and labkit.course.student from the student copies. Their slide type is `skip`, so JupyterLab's deck
+mode (jupyterlab-slideshow, which hides cells by slide type and never by tag) leaves them out too. The code sits between `# BEGIN SOLUTION` and
 `# END SOLUTION`, the markers both graders look for. A solution still runs under nbval, so a wrong one
 fails `make test`, but it is tagged `nbval-ignore-output` and saved without outputs: a saved output
 would print the answer under the collapsed code (`make notebooks` saves them, then runs this).
@@ -20,6 +21,7 @@ from pathlib import Path
 
 SOLUTION_TAG = "solution"
 IGNORE_OUTPUT_TAG = "nbval-ignore-output"  # nbval runs the cell but compares no output
+SKIP = "skip"  # the slide type that every deck leaves out, deck mode included
 BEGIN, END = "# BEGIN SOLUTION", "# END SOLUTION"
 HEADING = "worked solution"
 
@@ -72,8 +74,10 @@ def wrap_in_markers(source: str) -> list[str]:
 
 
 def mark_solution(cell: dict) -> None:
-    """Tag a worked-solution cell; a code cell also gets the markers and loses its outputs."""
+    """Tag a worked-solution cell and skip it in decks; a code cell also gets the markers and loses its
+    outputs."""
     add_tags(cell, SOLUTION_TAG)
+    cell["metadata"].setdefault("slideshow", {})["slide_type"] = SKIP
     if cell["cell_type"] == "code":
         add_tags(cell, IGNORE_OUTPUT_TAG)
         cell["source"] = wrap_in_markers(text(cell))

@@ -2,10 +2,11 @@
 cells' `slideshow` metadata, with the kernel and the widgets live and every cell editable.
 
 The test writes a tiny notebook (a title slide with speaker notes, a slide with an `ipywidgets.interact`
-slider in the cell under its heading, a skipped cell) into a folder of its own and serves it from a
-JupyterLab of its own, so no course notebook is run or touched. It runs the slider's cell, starts the deck
-from the title slide with the command palette's "Start Deck", pages forward with the arrow key, drags the
-slider and checks that the kernel reprints the output, then leaves the deck with Escape; no request may
+slider in the cell under its heading, a skipped cell, and a worked solution marked as labkit.course.solutions
+marks the course's) into a folder of its own and serves it from a JupyterLab of its own, so no course
+notebook is run or touched. It runs the slider's cell, starts the deck from the title slide with the
+command palette's "Start Deck", pages forward with the arrow key (past the last slide, the worked solution
+never shows), drags the slider and checks that the kernel reprints the output, then leaves the deck with Escape; no request may
 leave the local JupyterLab and the console may show no error.
 """
 
@@ -16,6 +17,8 @@ import re
 from collections.abc import Iterator
 
 import pytest
+
+from labkit.course.solutions import mark_solution
 
 from .conftest import Lab, start_lab, stop_lab
 from .test_jupyterlab import (CELL_TIMEOUT_MS, OPEN_TIMEOUT_MS, assert_no_console_errors, drag_slider,
@@ -42,8 +45,10 @@ CELLS = [
     ("markdown", "slide", "## Move the slider"),
     ("code", "", SLIDER_SOURCE),
     ("code", "skip", 'print("not in the deck")'),
+    ("markdown", "subslide", "### Worked solution"),
+    ("code", "", 'print("the answer")'),
 ]
-TITLE, NOTES, HEADING, SLIDER, SKIPPED = range(len(CELLS))
+TITLE, NOTES, HEADING, SLIDER, SKIPPED, SOLUTION_HEADING, SOLUTION = range(len(CELLS))
 PRESENTING = "body[data-jp-deck-mode='presenting']"
 ON_SCREEN = re.compile(r"\bjp-deck-mod-onscreen\b")
 
@@ -53,6 +58,8 @@ def deck_notebook() -> dict:
     cells = [{"cell_type": kind, "id": f"cell-{index}", "metadata": {"slideshow": {"slide_type": slide_type}},
               "source": source, **({"execution_count": None, "outputs": []} if kind == "code" else {})}
              for index, (kind, slide_type, source) in enumerate(CELLS)]
+    for cell in cells[SOLUTION_HEADING:]:
+        mark_solution(cell)  # as labkit.course.solutions marks the course's: a tag and slide type skip
     kernel = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
     return {"cells": cells, "nbformat": 4, "nbformat_minor": 5, "metadata": {"kernelspec": kernel}}
 
@@ -98,13 +105,18 @@ def test_deck_mode_presents_the_notebook_and_its_slider_reruns(page, lab, consol
     expect(panel).to_have_class(re.compile(r"\bjp-Deck\b"))
     expect(cells.nth(TITLE)).to_have_class(ON_SCREEN)
     expect(cells.nth(TITLE)).to_be_visible()
-    for hidden in (NOTES, HEADING, SLIDER, SKIPPED):
+    for hidden in (NOTES, HEADING, SLIDER, SKIPPED, SOLUTION_HEADING, SOLUTION):
         expect(cells.nth(hidden)).not_to_have_class(ON_SCREEN)
 
     page.keyboard.press("ArrowRight")  # the next slide: its heading and the slider's cell under it
     for shown in (HEADING, SLIDER):
         expect(cells.nth(shown)).to_have_class(ON_SCREEN)
-    for hidden in (TITLE, NOTES, SKIPPED):
+    for hidden in (TITLE, NOTES, SKIPPED, SOLUTION_HEADING, SOLUTION):
+        expect(cells.nth(hidden)).not_to_have_class(ON_SCREEN)
+    page.keyboard.press("ArrowRight")  # past the last slide: the worked solution is not one
+    page.keyboard.press("ArrowDown")
+    expect(cells.nth(SLIDER)).to_have_class(ON_SCREEN)
+    for hidden in (SOLUTION_HEADING, SOLUTION):
         expect(cells.nth(hidden)).not_to_have_class(ON_SCREEN)
     expect(output).to_be_visible()
 

@@ -85,7 +85,7 @@ def test_fcfs_admission(capsys):
 
 
 @pytest.mark.parametrize("step_64_s, reading", [(0.055, "almost free"), (0.08, "less with every doubling"),
-                                                (0.095, "nearly in proportion")])
+                                                (0.095, "about in proportion"), (0.11, "little or no throughput")])
 def test_batch_gain_is_the_ratio_of_measured_rates_and_says_what_it_means(capsys, step_64_s, reading):
     step_32_s = 0.05
     gain = (64 / step_64_s) / (32 / step_32_s)

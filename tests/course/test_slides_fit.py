@@ -26,30 +26,12 @@ def png(width: int, height: int) -> str:
     return base64.b64encode(header).decode()
 
 
-# Cells still too tall on their own, by notebook and cell id, with their height in lines today: a figure
-# drawn too tall, long code or a long list. No split can fix them; each needs its code or text changed.
-# None may grow, no other cell may join them, and one that fits now must leave the list.
-TOO_TALL_ALONE: dict[str, dict[str, int]] = json.loads((Path(__file__).parent / "too_tall_alone.json").read_text())
-
-
-def overflowing_slides(path: Path) -> list[tuple[list[str], int]]:
-    """(the ids of its visible cells, height in whole lines) of each slide taller than LIMIT."""
-    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
-    return [([cells[i].get("id", str(i)) for i in slide.cells], round(slide.height))
-            for slide in slide_heights({"cells": cells}) if round(slide.height) > LIMIT]
-
-
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_every_slide_fits_a_projector_but_the_cells_listed_too_tall_alone(path):
-    known = TOO_TALL_ALONE.get(path.stem, {})
-    unexpected = [f"{path.name} {ids} {height} lines" for ids, height in overflowing_slides(path)
-                  if len(ids) > 1 or ids[0] not in known or height > known[ids[0]]]
-    assert not unexpected, (f"slides taller than {LIMIT} lines: split them (a later cell's slide type "
-                            "`subslide`), skip imports and helpers, or shrink a cell too tall alone:\n"
-                            + "\n".join(too_tall(path)))
-    still_tall = {ids[0] for ids, _ in overflowing_slides(path)}
-    fitting = sorted(set(known) - still_tall)
-    assert not fitting, f"these cells of {path.name} fit now: remove them from too_tall_alone.json: {fitting}"
+def test_every_slide_fits_a_projector(path):
+    overflowing = too_tall(path)
+    assert not overflowing, (f"slides taller than {LIMIT} lines: split them (a later cell's slide type `subslide`), "
+                             "mark imports and helpers `skip`, or shorten a cell too tall alone (a smaller figure, "
+                             "a shorter output):\n" + "\n".join(overflowing))
 
 
 def test_slides_group_as_reveal_groups_them():

@@ -48,6 +48,9 @@ def test_worked_solutions_are_marked_and_saved_without_outputs(path):
     assert solutions, f"{path.name} has no worked solution"
     for heading, code_cells in solutions:
         assert tagged_solution(heading), f"{path.name}: heading {heading['id']} is not tagged {SOLUTION_TAG!r}"
+        skipped = [cell["id"] for cell in [heading, *code_cells]
+                   if cell["metadata"].get("slideshow", {}).get("slide_type") != "skip"]
+        assert not skipped, f"{path.name}: solution cells {skipped} would show in deck mode: give them slide type skip"
         assert code_cells, f"{path.name}: heading {heading['id']} has no code under it"
         for cell in code_cells:
             lines = "".join(cell["source"]).splitlines()
