@@ -11,7 +11,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
-from labkit.checks.common import matching_hint, not_attempted, verdict
+from labkit.checks.common import as_number, check_ratio, not_attempted, verdict
+from labkit.serving.static_batch import planned_waste
 
 __all__ = ["check_batch_gain", "check_fcfs_admission", "check_kv_blocks", "check_wasted_slots"]
 
@@ -19,16 +20,6 @@ __all__ = ["check_batch_gain", "check_fcfs_admission", "check_kv_blocks", "check
 def kv_blocks(lengths: Sequence[int], block_size: int) -> int:
     """KV blocks that sequences of these lengths hold in a paged pool (no sharing): sum of ceil(n / block_size)."""
     return sum(math.ceil(n / block_size) for n in lengths)
-
-
-def static_batch_slots(prompt_lengths: Sequence[int], output_lengths: Sequence[int]) -> tuple[int, int, int]:
-    """(useful, padding, idle) token slots of ONE static batch: prompts right-padded to the longest, and every
-    row decoding until the longest output is done (finished rows idle)."""
-    longest_prompt, longest_output = max(prompt_lengths), max(output_lengths)
-    useful = sum(prompt_lengths) + sum(output_lengths)
-    padding = sum(longest_prompt - p for p in prompt_lengths)
-    idle = sum(longest_output - o for o in output_lengths)
-    return useful, padding, idle
 
 
 def fcfs_admitted(prompt_lengths: Sequence[int], free_blocks: int, block_size: int, free_seats: int) -> int:
@@ -44,18 +35,11 @@ def fcfs_admitted(prompt_lengths: Sequence[int], free_blocks: int, block_size: i
     return admitted
 
 
-def _number(answer) -> float | None:
-    try:
-        return float(answer)
-    except (TypeError, ValueError):
-        return None
-
-
 def check_kv_blocks(answer: int | None, lengths: Sequence[int], block_size: int) -> bool:
     """Exercise: how many KV blocks of `block_size` tokens do sequences of these lengths hold (no sharing)?"""
     if answer is None:
         return not_attempted("a number of blocks")
-    value = _number(answer)
+    value = as_number(answer)
     if value is None:
         return verdict(False, f"give a number of blocks, not {type(answer).__name__}.")
     expected = kv_blocks(lengths, block_size)
@@ -82,22 +66,23 @@ def check_wasted_slots(fn: Callable | None) -> bool:
         return not_attempted("your function wasted_slots(prompt_lengths, output_lengths)")
     cases = [([5, 9, 3], [10, 4, 7]), ([12, 12], [3, 8]), ([4, 7, 7, 2], [6, 6, 6, 6]), ([8], [5])]
     for prompts, outputs in cases:
-        _, padding, idle = static_batch_slots(prompts, outputs)
+        waste = planned_waste(prompts, outputs)
+        padding, idle = waste.padding, waste.idle
         try:
             got = fn(list(prompts), list(outputs))
         except Exception as error:  # noqa: BLE001  a student's bug is a hint, never a crash
             return verdict(False, f"wasted_slots({prompts}, {outputs}) raised {type(error).__name__}: {error}")
-        if _number(got) == padding + idle:
+        if as_number(got) == padding + idle:
             continue
         where = f"for prompts {prompts} and outputs {outputs}"
-        if _number(got) == idle:
+        if as_number(got) == idle:
             return verdict(False, f"{where} you counted the idle decode slots but not the prompts' padding: "
                                    "prefill pads every prompt to the longest.")
-        if _number(got) == padding:
+        if as_number(got) == padding:
             return verdict(False, f"{where} you counted the padding but not the idle decode slots: a finished row "
                                    "runs until the longest output is done.")
         longest = max(p + o for p, o in zip(prompts, outputs))
-        if _number(got) == sum(longest - p - o for p, o in zip(prompts, outputs)):
+        if as_number(got) == sum(longest - p - o for p, o in zip(prompts, outputs)):
             return verdict(False, f"{where}: prefill and decode are padded separately. Prompts are padded to the "
                                    "longest prompt; outputs run to the longest output.")
         return verdict(False, f"{where} you have {got!r}. Add two counts: the padding of each prompt up to the "
@@ -120,13 +105,13 @@ def check_fcfs_admission(fn: Callable | None) -> bool:
         except Exception as error:  # noqa: BLE001
             return verdict(False, f"admit({prompts}, {free_blocks}, {block_size}, {seats}) raised "
                                    f"{type(error).__name__}: {error}")
-        if _number(got) == expected:
+        if as_number(got) == expected:
             continue
         where = f"admit({prompts}, free_blocks={free_blocks}, block_size={block_size}, free_seats={seats})"
-        if _number(got) == fcfs_admitted(prompts, free_blocks, block_size, len(prompts)):
+        if as_number(got) == fcfs_admitted(prompts, free_blocks, block_size, len(prompts)):
             return verdict(False, f"{where} gave {got!r}: at most free_seats requests may join.")
         floor = fcfs_admitted([(p // block_size) * block_size for p in prompts], free_blocks, block_size, seats)
-        if _number(got) == floor and floor != expected:
+        if as_number(got) == floor and floor != expected:
             return verdict(False, f"{where} gave {got!r}: a prompt of n tokens needs ceil(n / block_size) blocks.")
         return verdict(False, f"{where} gave {got!r}, which is not it. Go in order and stop at the FIRST request that "
                                "does not fit: skipping ahead to a smaller one would let it overtake (and could "
@@ -152,15 +137,8 @@ def check_batch_gain(answer: float | None, step_s: float, more_rows_step_s: floa
                      more_rows: int = 64) -> bool:
     """Exercise (10): how many times the tokens/s of a decode step at `rows` rows does a step at `more_rows`
     give? The measured ratio (more_rows / more_rows_step_s) / (rows / step_s), within 3 %."""
-    if answer is None:
-        return not_attempted(f"a ratio, e.g. 1.5 (tokens/s at batch {more_rows} / tokens/s at batch {rows})")
-    value = _number(answer)
-    if value is None:
-        return verdict(False, f"give a number, not {type(answer).__name__}.")
     growth = more_rows_step_s / step_s
     expected = (more_rows / rows) / growth
-    if math.isclose(value, expected, rel_tol=0.03):
-        return verdict(True, f"{expected:.2f}x: " + batch_gain_reading(expected, growth, rows, more_rows))
     hints = [
         (growth, "that is how much longer the step got. Tokens/s also counts the tokens a step makes: "
                  "one per row."),
@@ -169,6 +147,7 @@ def check_batch_gain(answer: float | None, step_s: float, more_rows_step_s: floa
         (more_rows / rows, f"{more_rows / rows:g}x is what the rows alone would buy if the step took no longer: that "
                            "is the hypothesis. Divide the two measured rates."),
     ]
-    return verdict(False, matching_hint(value, hints, rel_tol=0.03) or
-                   f"{value:g} is not it. Tokens/s at a batch is its rows over its step's seconds; "
-                   "divide the larger batch's rate by the smaller one's.")
+    return check_ratio(answer, expected, f"a ratio, e.g. 1.5 (tokens/s at batch {more_rows} / tokens/s at batch {rows})",
+                       f"{expected:.2f}x: " + batch_gain_reading(expected, growth, rows, more_rows), hints,
+                       "Tokens/s at a batch is its rows over its step's seconds; divide the larger batch's rate by the "
+                       "smaller one's.")

@@ -57,3 +57,23 @@ def matching_hint(value: float, hints: Sequence[tuple[float, str]], rel_tol: flo
         'upside down'
     """
     return next((hint for wrong, hint in hints if math.isclose(value, wrong, rel_tol=rel_tol)), None)
+
+
+def check_ratio(answer, expected: float, example: str, on_pass: str, hints: Sequence[tuple[float, str]],
+                on_miss: str, rel_tol: float = 0.03) -> bool:
+    """The verdict on a ratio of two measurements: a pass within `rel_tol` of `expected` (saying `on_pass`),
+    else the hint of the first plausible wrong answer the value matches, else "<value> is not it." and
+    `on_miss`. `example` says what to put in place of None.
+
+        >>> check_ratio(0.5, 2.0, "a ratio", "2x.", [(0.5, "upside down.")], "divide the two.")
+        ❌ Not yet: upside down.
+        False
+    """
+    if answer is None:
+        return not_attempted(example)
+    value = as_number(answer)
+    if value is None:
+        return verdict(False, f"give a number, not {type(answer).__name__}.")
+    if math.isclose(value, expected, rel_tol=rel_tol):
+        return verdict(True, on_pass)
+    return verdict(False, matching_hint(value, hints, rel_tol) or f"{value:g} is not it. {on_miss}")

@@ -3,6 +3,7 @@
     >>> checks.check_greedy_agreement(greedy_agreement)
     >>> checks.check_decode_bound(answer, params_b=8.0, bits_per_weight=4.5, bandwidth_gb_s=50)
     >>> checks.check_memory_needed(answer_gb, "meta-llama/Llama-3.1-8B-Instruct", quant="q4", context_tokens=8192)
+    >>> checks.check_thread_speedup(answer, one_thread_tokens_per_s=130.0, two_threads_tokens_per_s=45.0)
 """
 
 from __future__ import annotations
@@ -10,11 +11,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from labkit.checks.common import not_attempted, verdict
+from labkit.checks.common import check_ratio, not_attempted, verdict
 from labkit.engines.compare import greedy_agreement
 from labkit.models.catalog import fits_here, load_catalog
 
-__all__ = ["check_decode_bound", "check_greedy_agreement", "check_memory_needed"]
+__all__ = ["check_decode_bound", "check_greedy_agreement", "check_memory_needed", "check_thread_speedup"]
 
 AGREEMENT_CASES = [([5, 6, 7, 8], [5, 6, 7, 8], 4), ([5, 6, 7, 8], [5, 9, 7, 8], 4), ([1, 2, 3], [4, 2, 3], 3),
                    (list(range(40)), list(range(40)), 32), ([1, 2, 3, 4], [1, 2], 4), ([], [1], 32)]
@@ -91,3 +92,32 @@ def check_memory_needed(answer_gb: float | None, model: str, quant: str, context
         return verdict(False, "the cache holds KV heads only (grouped-query attention), not every query head.")
     return verdict(False, f"{value:g} GB is not it: weights = parameters x bits / 8; KV cache = 2 x layers x "
                           "KV heads x head_dim x 2 bytes x tokens.")
+
+
+def thread_speedup_reading(speedup: float) -> str:
+    """What a measured two-thread speed-up of llama.cpp in this process says."""
+    if speedup >= 1.5:
+        return "the second core paid for itself: each op's work split over two cores outweighed meeting at its end."
+    if speedup >= 0.9:
+        return ("about what one thread does: the second core saves about as much on each op as the two threads lose "
+                "meeting at its end.")
+    return ("two threads were slower than one. llama.cpp's threads meet at a barrier after every op, hundreds of "
+            "times per token, and in this process a thread that waits sleeps (OMP_WAIT_POLICY=PASSIVE, which labkit "
+            "sets for torch): waking it costs more than the second core saves on ops this small. llama-server, "
+            "which leaves the policy at OpenMP's default, spins a while before it sleeps.")
+
+
+def check_thread_speedup(answer: float | None, one_thread_tokens_per_s: float, two_threads_tokens_per_s: float) -> bool:
+    """Exercise (12): how many times the tokens/s of one thread does llama.cpp make with two, in this process?
+    The ratio of the two measured rates, within 3 %."""
+    expected = two_threads_tokens_per_s / one_thread_tokens_per_s
+    hints = [
+        (1 / expected, "upside down: divide the rate with 2 threads by the rate with 1."),
+        (100 * expected, "give a ratio, not a percentage."),
+        (two_threads_tokens_per_s - one_thread_tokens_per_s, "that is a difference in tokens/s; give the ratio."),
+        (2.0, "2x is what two cores would give if nothing but the work were shared: that is the hypothesis. Divide "
+              "the two measured rates."),
+    ]
+    return check_ratio(answer, expected, "a ratio, e.g. 1.5 (tokens/s with 2 threads / tokens/s with 1)",
+                       f"{expected:.2f}x: " + thread_speedup_reading(expected), hints,
+                       "Divide the tokens/s with 2 threads by the tokens/s with 1.")

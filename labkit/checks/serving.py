@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from labkit.checks.common import as_number, matching_hint, not_attempted, verdict
+from labkit.checks.common import check_ratio, not_attempted, verdict
 from labkit.serving.http.client import client_tpot, parse_sse
 
 __all__ = ["check_client_metrics", "check_littles_law", "check_sse_parser", "check_streaming_gain"]
@@ -122,16 +122,7 @@ def check_littles_law(answer: float | None, in_flight: float, latency_s: float) 
 def check_streaming_gain(answer: float | None, whole_answer_s: float, ttft_s: float, streamed_e2e_s: float) -> bool:
     """Exercise (11): how many times sooner does a user who streams see the first token than one who waits for
     the whole answer sees anything? whole_answer_s / ttft_s, both measured, within 3 %."""
-    if answer is None:
-        return not_attempted("a ratio, e.g. 3.0 (the whole answer's time / the streamed answer's TTFT)")
-    value = as_number(answer)
-    if value is None:
-        return verdict(False, f"give a number, not {type(answer).__name__}.")
     expected = whole_answer_s / ttft_s
-    if math.isclose(value, expected, rel_tol=0.03):
-        return verdict(True, f"{expected:.1f}x sooner. The last token came after {streamed_e2e_s:.2f} s streamed and "
-                             f"{whole_answer_s:.2f} s whole: streaming does not make the server faster; the user "
-                             "starts reading after the first token (TTFT) instead of after the last (E2E).")
     hints = [
         (1 / expected, "upside down: divide the whole answer's time by the streamed TTFT."),
         (100 * expected, "give a ratio, not a percentage."),
@@ -139,6 +130,9 @@ def check_streaming_gain(answer: float | None, whole_answer_s: float, ttft_s: fl
         (streamed_e2e_s / ttft_s, "that compares the streamed answer with itself. Use the time the user who did "
                                   "not stream waited (the whole answer) over the streamed TTFT."),
     ]
-    return verdict(False, matching_hint(value, hints, rel_tol=0.03) or
-                   f"{value:g} is not it. The user who waits for the whole answer sees nothing until it "
-                   "arrives; the one who streams sees the first token at TTFT: divide the first by the second.")
+    return check_ratio(answer, expected, "a ratio, e.g. 3.0 (the whole answer's time / the streamed answer's TTFT)",
+                       f"{expected:.1f}x sooner. The last token came after {streamed_e2e_s:.2f} s streamed and "
+                       f"{whole_answer_s:.2f} s whole: streaming does not make the server faster; the user starts "
+                       "reading after the first token (TTFT) instead of after the last (E2E).", hints,
+                       "The user who waits for the whole answer sees nothing until it arrives; the one who streams "
+                       "sees the first token at TTFT: divide the first by the second.")

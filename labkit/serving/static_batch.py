@@ -4,7 +4,8 @@ The batch is fixed when it starts. Its prompts are prefilled in one forward pass
 longest prompt of the batch; then every row feeds one token per step, **finished or not**, until the
 last row is done. A row that ended early keeps its seat and its slot in every later step, and no new
 request can take it: the waste static batching is defined by. `Waste` counts it, as notebook 10's
-`wasted_slots` does: padding slots of the prefill plus idle slots of finished rows.
+`wasted_slots` does: padding slots of the prefill plus idle slots of finished rows; `planned_waste`
+counts it from the lengths alone, before any batch runs.
 
 It runs on the Engine's own forward path (`BatchKV` over a `BlockPool`, each row in its own blocks),
 right-padded: a row's real tokens sit at its true positions, the padding is masked and its keys are
@@ -120,6 +121,20 @@ class StaticBatch:
     def forward(self, feeds: list[list[int]]) -> torch.Tensor:
         """Feed each row its tokens, right-padded to the longest: the logits after each row's last one, [B, V]."""
         return forward_padded(self.model, self.pool, feeds, self.tables, self.cached)
+
+
+def planned_waste(prompt_lengths: Sequence[int], output_lengths: Sequence[int]) -> Waste:
+    """What ONE static batch of prompts and answers of these lengths feeds and wastes, counted from the
+    lengths alone as `StaticBatch` counts it while running: B x the longest prompt in the prefill, then B
+    rows per decode step until the longest answer is done (its last token is never fed back).
+
+        >>> planned_waste([5, 9, 3], [10, 4, 7])
+        Waste(fed=54, padding=10, idle=9)
+    """
+    rows, longest_prompt, longest_answer = len(prompt_lengths), max(prompt_lengths), max(output_lengths)
+    padding = sum(longest_prompt - n for n in prompt_lengths)
+    idle = sum(longest_answer - n for n in output_lengths)
+    return Waste(rows * (longest_prompt + longest_answer - 1), padding, idle)
 
 
 def slot_waste(n_fed: list[int], live: list[bool]) -> Waste:

@@ -1,5 +1,7 @@
 """Checkers of notebook 12 pass the worked solutions, give a hint for each common mistake, and never raise."""
 
+import pytest
+
 from labkit import checks
 from labkit.models.catalog import load_catalog
 
@@ -48,3 +50,17 @@ def test_memory_needed(capsys):
     every_head = (weights + kv * llama.n_heads / llama.n_kv_heads) / 1e9
     assert not checks.check_memory_needed(every_head, LLAMA_8B, quant="q4", context_tokens=8192)
     assert "KV heads only" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("two_threads, reading", [(240.0, "paid for itself"), (130.0, "about what one thread does"),
+                                                  (45.0, "slower than one")])
+def test_thread_speedup_is_the_ratio_of_measured_rates_and_says_what_it_means(capsys, two_threads, reading):
+    one_thread = 135.0  # tokens/s, as llama.cpp measured in notebook 12's exercise
+    assert checks.check_thread_speedup(two_threads / one_thread, one_thread, two_threads)
+    assert reading in capsys.readouterr().out
+    for wrong, hint in [(one_thread / two_threads, "upside down"), (100 * two_threads / one_thread, "not a percentage"),
+                        (two_threads - one_thread, "difference in tokens/s"), ("twice", "give a number")]:
+        assert not checks.check_thread_speedup(wrong, one_thread, two_threads)
+        assert hint in capsys.readouterr().out
+    assert not checks.check_thread_speedup(None, one_thread, two_threads)
+    assert "Not attempted yet" in capsys.readouterr().out

@@ -503,6 +503,7 @@ CASES: dict[str, Sequence[Case] | Callable[[Fixture], Sequence[Case]]] = {
     "check_greedy_agreement": [Case(greedy_agreement, [matches, lambda a, b, n: min(len(a), len(b), n)])],
     "check_decode_bound": [numeric(50e9 / (8e9 * 4.5 / 8), 0.02, (8.0, 4.5, 50))],
     "check_memory_needed": lambda f: [numeric(memory_needed_gb(), 0.03, (LLAMA_8B, "q4", 8192))],
+    "check_thread_speedup": [numeric(45.0 / 135.0, 0.03, (135.0, 45.0))],
     # how fast, notebook 13
     "check_bandwidth_use": [Case(lambda b, r, w: b * r / w, [lambda b, r, w: 100 * b * r / w,
                                                              lambda b, r, w: b * r / w / 2])],

@@ -8,7 +8,7 @@ import pytest
 
 import labkit
 from labkit.decoding.config import DecodingConfig
-from labkit.serving.static_batch import StaticBatch, Waste, slot_waste
+from labkit.serving.static_batch import StaticBatch, Waste, planned_waste, slot_waste
 from labkit.serving.workload import (RunResult, WorkItem, make_workload, results_table,
                                      run_continuous, run_one_at_a_time, run_static_batches)
 
@@ -94,6 +94,7 @@ def test_a_padded_static_batch_equals_generate_alone_and_counts_its_waste(tiny, 
     assert len(set(o)) == 3 and steps == max(o)  # the batch ran until its longest answer was done
     padding, idle = sum(max(p) - n for n in p), sum(max(o) - n for n in o)  # notebook 10's wasted_slots
     assert batch.waste == Waste(fed=3 * max(p) + 3 * (max(o) - 1), padding=padding, idle=idle)
+    assert planned_waste(p, o) == batch.waste  # counted from the lengths before running, as notebook 10 does
     assert batch.waste.wasted == padding + idle and batch.waste.share == (padding + idle) / batch.waste.fed
     with pytest.raises(RuntimeError, match="done"):
         batch.step()
