@@ -67,22 +67,22 @@ def check_wasted_slots(fn: Callable | None) -> bool:
     cases = [([5, 9, 3], [10, 4, 7]), ([12, 12], [3, 8]), ([4, 7, 7, 2], [6, 6, 6, 6]), ([8], [5])]
     for prompts, outputs in cases:
         waste = planned_waste(prompts, outputs)
-        padding, idle = waste.padding, waste.idle
         try:
             got = fn(list(prompts), list(outputs))
         except Exception as error:  # noqa: BLE001  a student's bug is a hint, never a crash
             return verdict(False, f"wasted_slots({prompts}, {outputs}) raised {type(error).__name__}: {error}")
-        if as_number(got) == padding + idle:
+        value = as_number(got)
+        if value == waste.wasted:
             continue
         where = f"for prompts {prompts} and outputs {outputs}"
-        if as_number(got) == idle:
+        if value == waste.idle:
             return verdict(False, f"{where} you counted the idle decode slots but not the prompts' padding: "
                                    "prefill pads every prompt to the longest.")
-        if as_number(got) == padding:
+        if value == waste.padding:
             return verdict(False, f"{where} you counted the padding but not the idle decode slots: a finished row "
                                    "runs until the longest output is done.")
         longest = max(p + o for p, o in zip(prompts, outputs))
-        if as_number(got) == sum(longest - p - o for p, o in zip(prompts, outputs)):
+        if value == sum(longest - p - o for p, o in zip(prompts, outputs)):
             return verdict(False, f"{where}: prefill and decode are padded separately. Prompts are padded to the "
                                    "longest prompt; outputs run to the longest output.")
         return verdict(False, f"{where} you have {got!r}. Add two counts: the padding of each prompt up to the "
@@ -147,7 +147,8 @@ def check_batch_gain(answer: float | None, step_s: float, more_rows_step_s: floa
         (more_rows / rows, f"{more_rows / rows:g}x is what the rows alone would buy if the step took no longer: that "
                            "is the hypothesis. Divide the two measured rates."),
     ]
-    return check_ratio(answer, expected, f"a ratio, e.g. 1.5 (tokens/s at batch {more_rows} / tokens/s at batch {rows})",
+    example = f"a ratio, e.g. 1.5 (tokens/s at batch {more_rows} / tokens/s at batch {rows})"
+    return check_ratio(answer, expected, example,
                        f"{expected:.2f}x: " + batch_gain_reading(expected, growth, rows, more_rows), hints,
                        "Tokens/s at a batch is its rows over its step's seconds; divide the larger batch's rate by the "
                        "smaller one's.")

@@ -3,10 +3,11 @@
 Each exercise ends with a "Worked solution" heading and the code cell(s) under it. All of them carry
 the cell tag `solution`: nbconvert's TagRemovePreprocessor drops them from the static and Voila decks
 and labkit.course.student from the student copies. Their slide type is `skip`, so JupyterLab's deck
-mode (jupyterlab-slideshow, which hides cells by slide type and never by tag) leaves them out too. The code sits between `# BEGIN SOLUTION` and
-`# END SOLUTION`, the markers both graders look for. A solution still runs under nbval, so a wrong one
-fails `make test`, but it is tagged `nbval-ignore-output` and saved without outputs: a saved output
-would print the answer under the collapsed code (`make notebooks` saves them, then runs this).
+mode (jupyterlab-slideshow, which hides cells by slide type and never by tag) leaves them out too.
+The code sits between `# BEGIN SOLUTION` and `# END SOLUTION`, the markers both graders look for. A
+solution still runs under nbval, so a wrong one fails `make test`, but it is tagged
+`nbval-ignore-output` and saved without outputs: a saved output would print the answer under the
+collapsed code (`make notebooks` saves them, then runs this).
 
     >>> hide_solutions("notebooks/06_kv_cache.ipynb")  # cells changed; 0 when already hidden
     0

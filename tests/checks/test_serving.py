@@ -74,8 +74,9 @@ def test_streaming_gain_is_the_whole_answers_time_over_the_streamed_ttft(capsys)
     whole, ttft, streamed_e2e = 1.8, 0.12, 1.85  # seconds, as measured in notebook 11's exercise
     assert checks.check_streaming_gain(15.0, whole, ttft, streamed_e2e)
     assert "15.0x sooner" in capsys.readouterr().out
-    for wrong, hint in [(ttft / whole, "upside down"), (1500, "not a percentage"), (1 - ttft / whole, "share of the wait"),
-                        (streamed_e2e / ttft * 1.1, "is not it"), ("soon", "give a number")]:
+    for wrong, hint in [(ttft / whole, "upside down"), (1500, "not a percentage"),
+                        (1 - ttft / whole, "share of the wait"), (streamed_e2e / ttft * 1.1, "is not it"),
+                        ("soon", "give a number")]:
         assert not checks.check_streaming_gain(wrong, whole, ttft, streamed_e2e)
         assert hint in capsys.readouterr().out
     assert not checks.check_streaming_gain(None, whole, ttft, streamed_e2e)
