@@ -1,16 +1,20 @@
 """Predict, then measure: the student commits a guess before a cell measures it, then sees both side by side.
 
-A `Prediction` shows its question and a box (a number) or buttons (a choice) holding a recorded default,
-so a notebook run unattended (nbval, `make present`, the static decks) still reads well. In a live
-notebook the student changes the box before running the measurement; `reveal` prints the guess beside
-the measured value and, in a live kernel, redraws that line whenever the guess changes, so a room's
-guesses can be tried one after another against the same measurement.
+A `Prediction` shows its question and an empty box (a number) or buttons with none pressed (a choice).
+The course records no guess: a notebook run unattended (nbval, `make notebooks`, the static decks) says
+"no prediction recorded" beside the measurement, so no saved run pretends to be a student's guess, right
+or wrong. In a live notebook the student fills the box before running the measurement; `reveal` prints
+the guess beside the measured value and, in a live kernel, redraws that line whenever the guess changes,
+so a room's guesses can be tried one after another against the same measurement. A `default` may still
+be given where a notebook wants a neutral starting value.
 
-    >>> guess = Prediction("How many parameters does SmolLM2-135M have, in millions?", default=100.0)
-    >>> guess                      # a number box holding 100.0; type your own guess before measuring
+    >>> guess = Prediction("How many parameters does SmolLM2-135M have, in millions?")
+    >>> guess                      # an empty number box; type your own guess before measuring
+    >>> guess.reveal(134.5)        # "no prediction recorded · measured 134.5" until a guess is typed
+    >>> guess.widget.value = "100"
     >>> guess.reveal(134.5)        # "you predicted 100 · measured 134.5: the measurement is 1.34x your guess"
-    >>> pick = Prediction("Fastest at batch 64?", default="int4", choices=["float32", "bfloat16", "int4"])
-    >>> pick.reveal("bfloat16")    # "you predicted int4 · measured bfloat16: not this time"
+    >>> pick = Prediction("Fastest at batch 64?", choices=["float32", "bfloat16", "int4"])
+    >>> pick.reveal("bfloat16")    # "no prediction recorded · measured bfloat16" until a button is pressed
 """
 
 from __future__ import annotations
@@ -35,8 +39,13 @@ def _format(value: object, unit: str) -> str:
     return f"{value:,.0f}{unit}" if abs(value) >= 1000 else f"{value:.4g}{unit}"
 
 
+NO_GUESS = "no prediction recorded"
+PLACEHOLDER = "your guess"
+
+
 class Verdict:
-    """One line comparing a guess with a measurement: text for a console, bold where Markdown renders."""
+    """One line comparing a guess with a measurement: text for a console, bold where Markdown renders.
+    `guess` None means the student recorded none: the line then gives the measurement alone."""
 
     def __init__(self, guess: object, measured: object, unit: str = ""):
         self.guess, self.measured, self.unit = guess, measured, unit
@@ -55,46 +64,67 @@ class Verdict:
         return "right" if self.guess == self.measured else "not this time"
 
     def __repr__(self) -> str:
+        if self.guess is None:
+            return f"{NO_GUESS} · measured {_format(self.measured, self.unit)} (make a guess above, then run this again)"
         return (f"you predicted {_format(self.guess, self.unit)} · measured {_format(self.measured, self.unit)}:"
                 f" {self.comparison()}")
 
     def _repr_markdown_(self) -> str:
+        if self.guess is None:
+            return (f"{NO_GUESS.capitalize()} · measured **{_format(self.measured, self.unit)}** "
+                    f"(make a guess above, then run this again)")
         return (f"You predicted **{_format(self.guess, self.unit)}** · measured "
                 f"**{_format(self.measured, self.unit)}**: {self.comparison()}")
 
 
-class Prediction:
-    """A guess committed before a measurement: a question, a recorded default, and a box or buttons.
+def _guess_widget(default: float | int | str | None, choices: list[str] | None) -> widgets.Widget:
+    """Buttons for a choice (none pressed without a default), else a text box for a number (empty without
+    one: a number box cannot be empty, and an empty box is what says "no guess yet")."""
+    if choices is not None:
+        return widgets.ToggleButtons(options=choices, value=default)
+    return widgets.Text(value="" if default is None else _format(default, "").replace(",", ""),
+                        placeholder=PLACEHOLDER, layout=widgets.Layout(width="12em"))
 
-    default: a number (a box to type into) or one of `choices` (buttons). unit: appended when printed,
-    e.g. " ms" or " MB". Read the current guess with `.value`; `reveal(measured)` compares it.
+
+class Prediction:
+    """A guess committed before a measurement: a question and a box (a number) or buttons (a choice).
+
+    choices: the options to pick from; without them the guess is a number. default: a guess recorded in
+    advance (one of `choices`, or a number); None, the course's choice, records none. unit: appended when
+    printed, e.g. " ms" or " MB". Read the current guess with `.value` (None until the student gives one);
+    `reveal(measured)` compares it.
     """
 
-    def __init__(self, question: str, default: float | int | str, *, choices: Sequence[str] | None = None,
-                 unit: str = ""):
+    def __init__(self, question: str, default: float | int | str | None = None, *,
+                 choices: Sequence[str] | None = None, unit: str = ""):
         if not isinstance(question, str) or not question.strip():
             raise ValueError("question must be the sentence the student answers, e.g. 'How many tokens?'.")
         if choices is not None:
             choices = list(choices)
-            if len(choices) < 2 or default not in choices:
-                raise ValueError(f"choices must hold at least two options and the default; got choices={choices!r},"
-                                 f" default={default!r}.")
-            self.widget = widgets.ToggleButtons(options=choices, value=default)
-        elif isinstance(default, (int, float)) and not isinstance(default, bool):
-            self.widget = widgets.FloatText(value=float(default), layout=widgets.Layout(width="12em"))
-        else:
-            raise ValueError(f"default must be a number, or one of `choices`; got {default!r}.")
+            if len(choices) < 2 or (default is not None and default not in choices):
+                raise ValueError(f"choices must hold at least two options, and default must be None or one of"
+                                 f" them; got choices={choices!r}, default={default!r}.")
+        elif default is not None and (isinstance(default, bool) or not isinstance(default, (int, float))):
+            raise ValueError(f"default must be None, a number, or one of `choices`; got {default!r}.")
         self.question, self.default, self.unit = question, default, unit
+        self.widget = _guess_widget(default, choices)
 
     @property
-    def value(self) -> float | int | str:
-        """The guess now: the box's value in a live notebook, the recorded default elsewhere."""
+    def value(self) -> float | int | str | None:
+        """The guess now: the box's number or the pressed button in a live notebook; None while there is none
+        (or while the box holds something that is not a number)."""
         value = self.widget.value
-        if isinstance(self.default, int) and not isinstance(self.default, bool) and float(value).is_integer():
-            return int(value)
-        return value
+        if not isinstance(self.widget, widgets.Text):
+            return value
+        try:
+            number = float(value.replace(",", "").strip())
+        except ValueError:
+            return None
+        return int(number) if number.is_integer() and not isinstance(self.default, float) else number
 
     def __repr__(self) -> str:
+        if self.value is None:
+            return f"{self.question}\n{NO_GUESS} (type or pick yours in a live notebook)"
         return f"{self.question}\nrecorded prediction: {_format(self.value, self.unit)} (change it in a live notebook)"
 
     def _ipython_display_(self) -> None:
