@@ -1,6 +1,7 @@
 # The two front-door commands of the LLM Inference Lab (see README.md):
-#   make lab    set everything up, then open JupyterLab on the first notebook
+#   make lab    set everything up, then open JupyterLab on the student copy of the first notebook
 #   make test   set everything up, then run every test, notebooks included
+# Instructors: `make teach` opens the instructor's copies (notebooks/: worked solutions, speaker notes).
 # Set-up is idempotent: a complete .venv and model cache are reused, so a second run starts at once.
 
 SHELL := /bin/bash
@@ -12,6 +13,12 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 INSTALLED := $(VENV)/.labkit-installed
 FIRST_NOTEBOOK := notebooks/00_setup_and_tour.ipynb
+# The student copies (labkit.course.student): no worked solution, instructor note, saved verdict or reveal.
+# Rebuilt when a notebook changes; a copy the student has worked in is kept.
+STUDENT_DIR := student
+NOTEBOOKS := $(wildcard notebooks/[0-9][0-9]_*.ipynb)
+STUDENT_COPIES := $(STUDENT_DIR)/.written.json
+FIRST_STUDENT_NOTEBOOK := $(STUDENT_DIR)/$(notdir $(FIRST_NOTEBOOK))
 LAB_OPTIONS ?=
 # OpenMP threads that spin while they wait make every notebook 5-20x slower when another process shares
 # the cores (measured: a 16-token generation took 6.9 s instead of 1.5 s under load); sleeping waiters
@@ -20,13 +27,18 @@ export OMP_WAIT_POLICY ?= PASSIVE
 # JupyterLab refuses to start as root (common in containers) unless told it is on purpose.
 ROOT_OPTION := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: lab test test-fast setup cache engines notebooks student slides slides-vendor present bench clean-cache
+.PHONY: lab teach test test-fast setup cache engines notebooks student slides slides-vendor present bench clean-cache
 
-lab: cache
+lab: cache $(STUDENT_COPIES)
+	$(VENV)/bin/jupyter lab $(ROOT_OPTION) $(LAB_OPTIONS) $(FIRST_STUDENT_NOTEBOOK)
+
+teach: cache
 	$(VENV)/bin/jupyter lab $(ROOT_OPTION) $(LAB_OPTIONS) $(FIRST_NOTEBOOK)
 
+# LABKIT_QUICK=1: the notebook cells whose timings nbval does not compare run fewer repeats or sizes and say
+# so (labkit.timing.full_or_quick); `make notebooks` saves full runs.
 test: cache
-	HF_HUB_OFFLINE=1 $(PY) -m pytest
+	HF_HUB_OFFLINE=1 LABKIT_QUICK=1 $(PY) -m pytest
 
 # The developer's inner loop (under 3 minutes on 2 cores): tests/ without the tests marked slow (real models)
 # or browser, and no notebooks.
@@ -104,16 +116,17 @@ $(VLLM_INSTALLED):
 # Re-execute every notebook in place (they are committed with outputs; `make test` compares them), then
 # mark the worked solutions and drop their outputs again (labkit.course.solutions): no answer is saved.
 notebooks: cache
-	HF_HUB_OFFLINE=1 $(VENV)/bin/jupyter nbconvert --to notebook --execute --inplace \
+	HF_HUB_OFFLINE=1 LABKIT_QUICK=0 $(VENV)/bin/jupyter nbconvert --to notebook --execute --inplace \
 		--ExecutePreprocessor.record_timing=False --ExecutePreprocessor.timeout=600 notebooks/*.ipynb
 	$(PY) -m labkit.viz.progress notebooks/*.ipynb
 	$(PY) -m labkit.course.solutions notebooks/*.ipynb
 
 # Student copies in student/ (not committed): the committed notebooks without worked solutions,
-# instructor notes or checker verdicts (labkit.course.student); nothing is re-executed.
-student: $(INSTALLED)
-	rm -rf student
-	$(PY) -m labkit.course.student --out student notebooks/*.ipynb
+# instructor notes, checker verdicts or saved reveals (labkit.course.student); nothing is re-executed.
+student: $(STUDENT_COPIES)
+
+$(STUDENT_COPIES): $(NOTEBOOKS) labkit/course/student.py | $(INSTALLED)
+	$(PY) -m labkit.course.student --out $(STUDENT_DIR) $(NOTEBOOKS)
 
 # Static reveal.js decks in slides/ that open offline: reveal.js, MathJax, require.js, jQuery, Font
 # Awesome and the widget renderer are unpacked once from the npm registry into slides/vendor/ (about

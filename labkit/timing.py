@@ -8,18 +8,57 @@ kernel ran, and a timer that does not wait measures the launch, not the work. On
     0.0151
     >>> interleaved_tokens_per_second([fp32_run, int4_run], repeats=3)   # several, in turns
     [12.8, 27.2]
+
+A quick run (`LABKIT_QUICK=1`, which `make test` sets) times fewer repeats or sizes in the notebook cells
+whose outputs the tests do not compare; the saved notebooks ran the full sizes (`make notebooks` sets 0):
+
+    >>> full_or_quick(3, 1, "repeats")                        # under LABKIT_QUICK=1
+    quick run (LABKIT_QUICK=1): repeats 1, not 3; the saved outputs ran 3
+    1
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 
 from labkit.core.arguments import check_int
+
+QUICK_ENV_VAR = "LABKIT_QUICK"  # "1": time fewer repeats or sizes where no test compares the numbers
+QUICK_VALUES = {"1": True, "true": True, "yes": True, "": False, "0": False, "false": False, "no": False}
+T = TypeVar("T")
+
+
+def quick() -> bool:
+    """Whether this is a quick run: LABKIT_QUICK=1 (set by `make test`, so CI); unset or 0 is a full run.
+
+        >>> quick()                                           # in JupyterLab, or under `make notebooks`
+        False
+    """
+    value = os.environ.get(QUICK_ENV_VAR, "").strip().lower()
+    if value not in QUICK_VALUES:
+        raise ValueError(f"{QUICK_ENV_VAR}={os.environ[QUICK_ENV_VAR]!r}: use 1 (quick run) or 0 (full run).")
+    return QUICK_VALUES[value]
+
+
+def full_or_quick(full: T, quick_value: T, what: str) -> T:
+    """`full`, or in a quick run `quick_value`, saying so in one printed line. For timing cells whose
+    outputs the tests do not compare: the notebooks are saved from full runs, and say so.
+
+        >>> full_or_quick([1, 2, 4, 8], [1, 8], "batch sizes")   # under LABKIT_QUICK=1
+        quick run (LABKIT_QUICK=1): batch sizes [1, 8], not [1, 2, 4, 8]; the saved outputs ran [1, 2, 4, 8]
+        [1, 8]
+    """
+    if not quick():
+        return full
+    print(f"quick run ({QUICK_ENV_VAR}=1): {what} {quick_value}, not {full}; the saved outputs ran {full}")
+    return quick_value
 
 
 def synchronize() -> None:
