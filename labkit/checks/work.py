@@ -1,0 +1,91 @@
+"""Checking the work, not only the number: a student's function must not call labkit's own answer, a hint
+grows with each miss (the idea first, the formula later), and an interpretation is a checked choice.
+
+    >>> from labkit.speculative.rule import expected_tokens_per_step
+    >>> run_own(lambda a, g: expected_tokens_per_step(a, g), 0.5, 1, references=[expected_tokens_per_step])[1]
+    "it calls labkit's own expected_tokens_per_step: calling labkit's version does not count, write it yourself."
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from types import CodeType
+
+from labkit.checks.common import run_student
+
+OWN_VERSION = "calling labkit's version does not count, write it yourself."
+_misses: dict[str, int] = {}  # exercise -> misses so far in this kernel (progressive hints)
+
+
+def _code_of(reference: object) -> CodeType | None:
+    """The code object that runs when `reference` (a function, method or class with __call__/propose) runs."""
+    for candidate in (reference, getattr(reference, "__func__", None), getattr(reference, "__init__", None)):
+        code = getattr(candidate, "__code__", None)
+        if isinstance(code, CodeType):
+            return code
+    return None
+
+
+def _label(reference: object) -> str:
+    return getattr(reference, "__qualname__", None) or getattr(reference, "__name__", None) or repr(reference)
+
+
+def run_own(function: Callable, *args, references: Sequence[object] = (), name_args: bool = False
+            ) -> tuple[object, str | None]:
+    """Like run_student, and a miss when the call reaches any of `references` (labkit's own answer), however
+    it was named or wrapped: each Python call is watched while the student's function runs.
+
+        >>> from labkit.speculative.rule import expected_tokens_per_step as mine
+        >>> run_own(mine, 0.5, 1, references=[mine])[1].startswith("it calls labkit's own")
+        True
+    """
+    codes = {code: reference for reference in references if (code := _code_of(reference)) is not None}
+    reached: list[object] = []
+
+    def watch(frame, event, arg):  # noqa: ARG001  sys.setprofile's signature
+        if event == "call" and frame.f_code in codes and not reached:
+            reached.append(codes[frame.f_code])
+
+    previous = sys.getprofile()
+    sys.setprofile(watch if codes else previous)
+    try:
+        result, error = run_student(function, *args, name_args=name_args)
+    finally:
+        sys.setprofile(previous)
+    if reached:
+        return None, f"it calls labkit's own {_label(reached[0])}: {OWN_VERSION}"
+    return result, error
+
+
+def progressive(exercise: str, hints: Sequence[str]) -> str:
+    """The next hint for `exercise`: the first miss gets hints[0] (the idea), later misses the later ones
+    (the last, most explicit, repeats). A pass resets it (see `reset`).
+
+        >>> reset("demo"); progressive("demo", ["think of X.", "X = a / b."]); progressive("demo", ["think of X.", "X = a / b."])
+        'think of X.'
+        'X = a / b.'
+    """
+    count = _misses.get(exercise, 0)
+    _misses[exercise] = count + 1
+    return hints[min(count, len(hints) - 1)]
+
+
+def reset(exercise: str) -> None:
+    """Forget the misses of `exercise` (after a pass, or in a test)."""
+    _misses.pop(exercise, None)
+
+
+def choice_miss(answer: object, choices: dict[str, str], expected: str, hint: str) -> str | None:
+    """None when `answer` is `expected` among `choices` ({name: what it means}); the list of choices when it
+    is none of them; else "<answer> does not fit your measurement: <hint>" (never naming the right one).
+
+        >>> choice_miss("bytes", {"bytes": "reading weights", "overhead": "per-op cost"}, "overhead", "look again.")
+        "'bytes' does not fit your measurement: look again."
+    """
+    if answer == expected:
+        return None
+    if answer not in choices:
+        listed = "; ".join(f"{name!r} ({meaning})" for name, meaning in choices.items())
+        return f"choose one of {listed}, not {answer!r}."
+    return f"{answer!r} does not fit your measurement: {hint}"

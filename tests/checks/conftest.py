@@ -1,0 +1,12 @@
+"""Each test starts with no recorded misses, so progressive hints begin at the first one."""
+
+import pytest
+
+from labkit.checks import work
+
+
+@pytest.fixture(autouse=True)
+def fresh_hints():
+    work._misses.clear()
+    yield
+    work._misses.clear()
