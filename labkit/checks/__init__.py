@@ -9,7 +9,8 @@ from labkit.checks.decoding import *  # noqa: F403  notebook 03
 from labkit.checks.engines import *  # noqa: F403  notebook 12
 from labkit.checks.fast import *  # noqa: F403  notebook 13
 from labkit.checks.foundation import *  # noqa: F403  notebooks 00-02
-from labkit.checks.kvcache import *  # noqa: F403  notebooks 06-07
+from labkit.checks.kvcache import *  # noqa: F403  notebook 06
+from labkit.checks.prefill import *  # noqa: F403  notebook 07
 from labkit.checks.quant import *  # noqa: F403  notebook 08
 from labkit.checks.sampling import *  # noqa: F403  notebooks 04-05
 from labkit.checks.serving import *  # noqa: F403  notebook 11

@@ -3,7 +3,7 @@
     >>> checks.check_kv_blocks(answer, lengths=[37, 5, 16], block_size=16)
     >>> checks.check_wasted_slots(wasted_slots)
     >>> checks.check_fcfs_admission(admit)
-    >>> checks.check_batch_gain(answer, step_s[32], step_64_s, rows=32, more_rows=64)
+    >>> checks.check_batch_gain(answer, limited_by, step_s[5], step_64_s, rows=32, more_rows=64)
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
-from labkit.checks.common import as_number, check_ratio, not_attempted, verdict
+from labkit.checks.common import as_number, matching_hint, not_attempted, verdict
+from labkit.checks.work import choice_miss, progressive, reset, run_own
 from labkit.serving.static_batch import planned_waste
 
 __all__ = ["check_batch_gain", "check_fcfs_admission", "check_kv_blocks", "check_wasted_slots"]
@@ -44,6 +45,7 @@ def check_kv_blocks(answer: int | None, lengths: Sequence[int], block_size: int)
         return verdict(False, f"give a number of blocks, not {type(answer).__name__}.")
     expected = kv_blocks(lengths, block_size)
     if value == expected:
+        reset("kv_blocks")
         return verdict(True, f"{expected} blocks: each sequence rounds up to whole blocks on its own "
                               f"({', '.join(str(math.ceil(n / block_size)) for n in lengths)}).")
     hints = [
@@ -56,21 +58,23 @@ def check_kv_blocks(answer: int | None, lengths: Sequence[int], block_size: int)
     for wrong, hint in hints:
         if math.isclose(value, wrong):
             return verdict(False, hint)
-    return verdict(False, f"{value:g} is not it. Add up ceil(tokens / {block_size}) over the sequences.")
+    return verdict(False, f"{value:g} is not it. " + progressive("kv_blocks", [
+        "A block belongs to one sequence: how many blocks does each sequence need on its own?",
+        f"Add up ceil(tokens / {block_size}) over the sequences."]))
 
 
 def check_wasted_slots(fn: Callable | None) -> bool:
     """Exercise: fn(prompt_lengths, output_lengths) -> the token slots ONE static batch wastes: the prompts'
-    padding to the longest prompt, plus the idle decode slots of rows that finished before the longest."""
+    padding to the longest prompt, plus the idle decode slots of rows that finished before the longest.
+    Calling labkit's own planned_waste does not count."""
     if fn is None:
         return not_attempted("your function wasted_slots(prompt_lengths, output_lengths)")
     cases = [([5, 9, 3], [10, 4, 7]), ([12, 12], [3, 8]), ([4, 7, 7, 2], [6, 6, 6, 6]), ([8], [5])]
     for prompts, outputs in cases:
         waste = planned_waste(prompts, outputs)
-        try:
-            got = fn(list(prompts), list(outputs))
-        except Exception as error:  # noqa: BLE001  a student's bug is a hint, never a crash
-            return verdict(False, f"wasted_slots({prompts}, {outputs}) raised {type(error).__name__}: {error}")
+        got, error = run_own(fn, list(prompts), list(outputs), references=[planned_waste])
+        if error:
+            return verdict(False, f"wasted_slots({prompts}, {outputs}): {error}")
         value = as_number(got)
         if value == waste.wasted:
             continue
@@ -93,18 +97,16 @@ def check_wasted_slots(fn: Callable | None) -> bool:
 
 def check_fcfs_admission(fn: Callable | None) -> bool:
     """Exercise: fn(prompt_lengths, free_blocks, block_size, free_seats) -> how many requests at the head of
-    the queue are admitted, first come first served."""
+    the queue are admitted, first come first served. Calling the checker's own fcfs_admitted does not count."""
     if fn is None:
         return not_attempted("your function admit(prompt_lengths, free_blocks, block_size, free_seats)")
     cases = [([20, 40, 10], 8, 16, 4), ([60, 10, 10], 3, 16, 4), ([16, 16, 16, 16], 10, 16, 2), ([1, 17, 33], 6, 16, 8),
              ([], 5, 16, 4), ([50], 2, 16, 1)]
     for prompts, free_blocks, block_size, seats in cases:
         expected = fcfs_admitted(prompts, free_blocks, block_size, seats)
-        try:
-            got = fn(list(prompts), free_blocks, block_size, seats)
-        except Exception as error:  # noqa: BLE001
-            return verdict(False, f"admit({prompts}, {free_blocks}, {block_size}, {seats}) raised "
-                                   f"{type(error).__name__}: {error}")
+        got, error = run_own(fn, list(prompts), free_blocks, block_size, seats, references=[fcfs_admitted])
+        if error:
+            return verdict(False, f"admit({prompts}, {free_blocks}, {block_size}, {seats}): {error}")
         if as_number(got) == expected:
             continue
         where = f"admit({prompts}, free_blocks={free_blocks}, block_size={block_size}, free_seats={seats})"
@@ -119,36 +121,53 @@ def check_fcfs_admission(fn: Callable | None) -> bool:
     return verdict(True, "first come, first served: in order, while seats and blocks last, never skipping ahead.")
 
 
-def batch_gain_reading(gain: float, growth: float, rows: int, more_rows: int) -> str:
-    """What a measured tokens/s gain from `rows` to `more_rows` rows says about a decode step."""
-    factor = more_rows / rows
-    if gain >= 0.9 * factor:
-        return (f"the extra rows rode along almost free: {factor:g}x the rows, a step only {growth:.2f}x as long. "
-                "What the rows share (the weight read, the per-op overhead) still dominates the step.")
-    if gain >= 1.2:
-        return (f"{factor:g}x the rows made the step {growth:.2f}x as long: part of each row's work is still "
-                "shared, but the work that grows with the rows (the matmuls' arithmetic, attention, norms) now "
-                "costs about as much as what they share. Batching still pays, less with every doubling.")
-    return (f"{factor:g}x the rows made the step {growth:.2f}x as long, about in proportion or more: each row now "
-            "pays for its own work, so more rows buy little or no throughput and slow every user's tokens.")
+# what a decode step of many rows is made of: the choices of exercise 4
+BATCH_LIMITS = {"shared work": "what all rows share (the weight reads, the per-op overhead) is most of a step",
+                "both": "the shared work and each row's own work cost about as much",
+                "per-row work": "each row's own work is most of a step, so more rows buy little"}
 
 
-def check_batch_gain(answer: float | None, step_s: float, more_rows_step_s: float, rows: int = 32,
-                     more_rows: int = 64) -> bool:
+def batch_limit(gain: float, factor: float) -> str:
+    """Which of BATCH_LIMITS a measured tokens/s gain from `factor` times the rows shows.
+
+        >>> batch_limit(1.4, 2.0)
+        'both'
+    """
+    return "shared work" if gain >= 0.9 * factor else "both" if gain >= 1.2 else "per-row work"
+
+
+def check_batch_gain(answer: float | None, limited_by: str | None, step_s: float, more_rows_step_s: float,
+                     rows: int = 32, more_rows: int = 64) -> bool:
     """Exercise (10): how many times the tokens/s of a decode step at `rows` rows does a step at `more_rows`
-    give? The measured ratio (more_rows / more_rows_step_s) / (rows / step_s), within 3 %."""
+    give (the measured ratio (more_rows / more_rows_step_s) / (rows / step_s), within 3 %), and what is a step
+    of that size made of (one of BATCH_LIMITS)?"""
+    if answer is None or limited_by is None:
+        return not_attempted(f"a ratio (tokens/s at batch {more_rows} / tokens/s at batch {rows}) and what a step "
+                             "is made of")
+    value = as_number(answer)
+    if value is None:
+        return verdict(False, f"give a number, not {type(answer).__name__}.")
     growth = more_rows_step_s / step_s
     expected = (more_rows / rows) / growth
     hints = [
-        (growth, "that is how much longer the step got. Tokens/s also counts the tokens a step makes: "
-                 "one per row."),
-        (1 / expected, f"upside down: divide batch {more_rows}'s tokens/s by batch {rows}'s."),
+        (growth, "that is how much longer the step got. Tokens/s also counts the tokens a step makes: one per row."),
+        (1 / expected, f"upside down: batch {more_rows}'s rate goes on top."),
         (100 * expected, "give a ratio, not a percentage."),
         (more_rows / rows, f"{more_rows / rows:g}x is what the rows alone would buy if the step took no longer: that "
-                           "is the hypothesis. Divide the two measured rates."),
+                           "is the hypothesis. Compare the two measured rates."),
     ]
-    example = f"a ratio, e.g. 1.5 (tokens/s at batch {more_rows} / tokens/s at batch {rows})"
-    return check_ratio(answer, expected, example,
-                       f"{expected:.2f}x: " + batch_gain_reading(expected, growth, rows, more_rows), hints,
-                       "Tokens/s at a batch is its rows over its step's seconds; divide the larger batch's rate by the "
-                       "smaller one's.")
+    if abs(value - expected) > 0.03 * expected:
+        return verdict(False, matching_hint(value, hints, rel_tol=0.03) or progressive("batch_gain", [
+            f"{value:g} is not what your two measurements give. A batch's tokens/s counts the tokens its step makes "
+            "and the time the step takes.",
+            f"{value:g} is not it. Tokens/s at a batch is its rows over its step's seconds; divide the larger batch's "
+            "rate by the smaller one's."]))
+    reset("batch_gain")
+    miss = choice_miss(limited_by, BATCH_LIMITS, batch_limit(expected, more_rows / rows),
+                       f"set your ratio beside the {more_rows / rows:g}x that free rows would buy and the 1x of rows "
+                       "that each pay their own way.")
+    if miss:
+        return verdict(False, f"the ratio is right; {miss}")
+    return verdict(True, f"a step at batch {more_rows} took {growth:.2f}x as long as at batch {rows}. Continuous "
+                         "batching (section 3) keeps the batch full, so this is what every step of a busy server "
+                         "gets.")

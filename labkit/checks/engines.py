@@ -3,7 +3,7 @@
     >>> checks.check_greedy_agreement(greedy_agreement)
     >>> checks.check_decode_bound(answer, params_b=8.0, bits_per_weight=4.5, bandwidth_gb_s=50)
     >>> checks.check_memory_needed(answer_gb, "meta-llama/Llama-3.1-8B-Instruct", quant="q4", context_tokens=8192)
-    >>> checks.check_thread_speedup(answer, one_thread_tokens_per_s=130.0, two_threads_tokens_per_s=45.0)
+    >>> checks.check_thread_speedup(answer, limited_by, thread_rates)
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from labkit.checks.common import check_ratio, not_attempted, verdict
+from labkit.checks.common import as_number, matching_hint, not_attempted, verdict
+from labkit.checks.work import choice_miss, progressive, reset, run_own
 from labkit.engines.compare import greedy_agreement
 from labkit.models.catalog import fits_here, load_catalog
 
@@ -22,16 +23,16 @@ AGREEMENT_CASES = [([5, 6, 7, 8], [5, 6, 7, 8], 4), ([5, 6, 7, 8], [5, 9, 7, 8],
 
 
 def check_greedy_agreement(fn: Callable | None) -> bool:
-    """Exercise: fn(reference_ids, other_ids, n) -> how many of the first n tokens match before they part."""
+    """Exercise: fn(reference_ids, other_ids, n) -> how many of the first n tokens match before they part.
+    Calling labkit's own greedy_agreement does not count."""
     if fn is None:
         return not_attempted("your function greedy_agreement(reference, other, n)")
     for reference, other, n in AGREEMENT_CASES:
         expected = greedy_agreement(reference, other, n)
-        try:
-            got = fn(list(reference), list(other), n)
-        except Exception as error:  # noqa: BLE001  a student's bug is a hint, never a crash
-            return verdict(False, f"greedy_agreement({reference[:6]}, {other[:6]}, {n}) raised "
-                                  f"{type(error).__name__}: {error}. Mind answers of different lengths.")
+        got, error = run_own(fn, list(reference), list(other), n, references=[greedy_agreement])
+        if error:
+            return verdict(False, f"greedy_agreement({reference[:6]}, {other[:6]}, {n}): {error}. Mind answers of "
+                                  "different lengths.")
         if got == expected:
             continue
         matches = sum(a == b for a, b in zip(reference[:n], other[:n]))
@@ -55,16 +56,20 @@ def check_decode_bound(answer: float | None, params_b: float, bits_per_weight: f
     bytes_per_token = params_b * 1e9 * bits_per_weight / 8
     expected = bandwidth_gb_s * 1e9 / bytes_per_token
     if math.isclose(value, expected, rel_tol=0.02):
+        reset("decode_bound")
         return verdict(True, f"{expected:.1f} tokens/s: {bandwidth_gb_s:g} GB/s / {bytes_per_token / 1e9:.2f} GB "
                              "read per token. A real engine reaches part of it (notebook 07: about a third).")
     if math.isclose(value, expected / 8, rel_tol=0.02):
         return verdict(False, "a weight of b bits is b / 8 bytes: divide the bits per weight by 8.")
     if math.isclose(value, 1 / expected, rel_tol=0.02):
-        return verdict(False, "upside down: that is seconds per token. Tokens/s = bandwidth / bytes per token.")
+        return verdict(False, "upside down: that is seconds per token.")
     if math.isclose(value, expected * 1.073741824, rel_tol=0.02) or math.isclose(value, expected / 1.073741824,
                                                                                   rel_tol=0.02):
         return verdict(False, "close: keep GB = 1e9 bytes for both the bandwidth and the weights.")
-    return verdict(False, f"{value:g} is not it: bytes per token = parameters x bits / 8; tokens/s = bandwidth / that.")
+    return verdict(False, f"{value:g} is not it. " + progressive("decode_bound", [
+        "Every token reads every weight once: how many bytes is that, and how many times a second can the memory "
+        "deliver them?",
+        "Bytes per token = parameters x bits / 8; tokens/s = bandwidth / that."]))
 
 
 def check_memory_needed(answer_gb: float | None, model: str, quant: str, context_tokens: int) -> bool:
@@ -82,42 +87,61 @@ def check_memory_needed(answer_gb: float | None, model: str, quant: str, context
     except (TypeError, ValueError):
         return verdict(False, f"give a number of GB, not {type(answer_gb).__name__}.")
     if math.isclose(value, expected, rel_tol=0.03):
+        reset("memory_needed")
         return verdict(True, f"{expected:.2f} GB: {fit.weight_bytes / 1e9:.2f} GB of weights + "
                              f"{fit.kv_cache_bytes / 1e9:.2f} GB of KV cache for {fit.context_tokens} tokens.")
     if math.isclose(value, fit.weight_bytes / 1e9, rel_tol=0.03):
-        return verdict(False, "that is the weights alone: add the KV cache, 2 (K and V) x layers x KV heads x "
-                              "head_dim x 2 bytes x tokens.")
+        return verdict(False, "that is the weights alone: the context needs its KV cache too.")
     if math.isclose(value, (fit.weight_bytes + fit.kv_cache_bytes * entry.n_heads / entry.n_kv_heads) / 1e9,
                     rel_tol=0.03):
         return verdict(False, "the cache holds KV heads only (grouped-query attention), not every query head.")
-    return verdict(False, f"{value:g} GB is not it: weights = parameters x bits / 8; KV cache = 2 x layers x "
-                          "KV heads x head_dim x 2 bytes x tokens.")
+    return verdict(False, f"{value:g} GB is not it. " + progressive("memory_needed", [
+        "Two things take memory here: the weights at this quantization, and the KV cache of the whole context.",
+        "Weights = parameters x bits / 8; KV cache = 2 x layers x KV heads x head_dim x 2 bytes x tokens."]))
 
 
-def thread_speedup_reading(speedup: float) -> str:
-    """What a measured two-thread speed-up of llama.cpp in this process says."""
-    if speedup >= 1.5:
-        return "the second core paid for itself: each op's work split over two cores outweighed meeting at its end."
-    if speedup >= 0.9:
-        return ("about what one thread does: the second core saves about as much on each op as the two threads lose "
-                "meeting at its end.")
-    return ("two threads were slower than one. llama.cpp's threads meet at a barrier after every op, hundreds of "
-            "times per token, and in this process a thread that waits sleeps (OMP_WAIT_POLICY=PASSIVE, which labkit "
-            "sets for torch): waking it costs more than the second core saves on ops this small. llama-server, "
-            "which leaves the policy at OpenMP's default, spins a while before it sleeps.")
+# what a token's time is spent on, from a 1- vs 2-thread speed-up: the choices of exercise 4
+THREAD_LIMITS = {"work": "each op's arithmetic, which two cores split between them",
+                 "even": "the second core saves about what the threads lose meeting after each op",
+                 "wake-ups": "threads meeting, and a sleeping one waking, after every op"}
 
 
-def check_thread_speedup(answer: float | None, one_thread_tokens_per_s: float, two_threads_tokens_per_s: float) -> bool:
-    """Exercise (12): how many times the tokens/s of one thread does llama.cpp make with two, in this process?
-    The ratio of the two measured rates, within 3 %."""
-    expected = two_threads_tokens_per_s / one_thread_tokens_per_s
+def thread_limit(speedup: float) -> str:
+    """Which of THREAD_LIMITS a two-thread speed-up shows.
+
+        >>> thread_limit(0.36)
+        'wake-ups'
+    """
+    return "work" if speedup >= 1.5 else "even" if speedup >= 0.9 else "wake-ups"
+
+
+def check_thread_speedup(answer: float | None, limited_by: str | None, thread_rates: dict[int, float]) -> bool:
+    """Exercise (12): how many times the tokens/s of one thread does llama.cpp make with two, in this process
+    (thread_rates[2] / thread_rates[1], the measured rates, within 3 %), and what is a token's time spent on
+    (one of THREAD_LIMITS)?"""
+    if answer is None or limited_by is None:
+        return not_attempted("a ratio (tokens/s with 2 threads / tokens/s with 1) and what a token's time is spent on")
+    value = as_number(answer)
+    if value is None:
+        return verdict(False, f"give a number, not {type(answer).__name__}.")
+    one, two = thread_rates[1], thread_rates[2]
+    expected = two / one
     hints = [
-        (1 / expected, "upside down: divide the rate with 2 threads by the rate with 1."),
+        (1 / expected, "upside down: the rate with 2 threads goes on top."),
         (100 * expected, "give a ratio, not a percentage."),
-        (two_threads_tokens_per_s - one_thread_tokens_per_s, "that is a difference in tokens/s; give the ratio."),
-        (2.0, "2x is what two cores would give if nothing but the work were shared: that is the hypothesis. Divide "
-              "the two measured rates."),
+        (two - one, "that is a difference in tokens/s; give the ratio."),
+        (2.0, "2x is what two cores would give if nothing but the work were shared: that is the hypothesis. "
+              "Compare the two measured rates."),
     ]
-    return check_ratio(answer, expected, "a ratio, e.g. 1.5 (tokens/s with 2 threads / tokens/s with 1)",
-                       f"{expected:.2f}x: " + thread_speedup_reading(expected), hints,
-                       "Divide the tokens/s with 2 threads by the tokens/s with 1.")
+    if abs(value - expected) > 0.03 * expected:
+        return verdict(False, matching_hint(value, hints, rel_tol=0.03) or progressive("thread_speedup", [
+            f"{value:g} is not what your two measurements give: compare the rate with 2 threads to the rate with 1.",
+            f"{value:g} is not it. Divide the tokens/s with 2 threads by the tokens/s with 1."]))
+    reset("thread_speedup")
+    miss = choice_miss(limited_by, THREAD_LIMITS, thread_limit(expected),
+                       "set your ratio beside the 2x of a perfect split and the 1x of a second core that changes "
+                       "nothing.")
+    if miss:
+        return verdict(False, f"the ratio is right; {miss}")
+    return verdict(True, "labkit sets OMP_WAIT_POLICY=PASSIVE for torch, so in this process a waiting thread sleeps; "
+                         "llama-server leaves OpenMP's default, where a waiting thread spins a while first.")

@@ -14,6 +14,7 @@ from collections.abc import Callable
 import torch
 
 from labkit.checks.common import not_attempted, verdict
+from labkit.checks.work import progressive, reset, run_own
 from labkit.fast.dot_exercise import CompilerMissing, build_matvec
 from labkit.fast.kernel import BUILD_ERRORS, short_reason
 from labkit.fast.q4_linear import Q41Weight, pack_q4_1, q4_1_linear_reference, quantize_q4_1, unpack_q4_1
@@ -36,19 +37,11 @@ INNER_LOOP_SHAPES = [(7, 32), (13, 96), (64, 576)]
 NIBBLE_MISTAKES = {
     "the nibbles are swapped: the LOW nibble of c[j] is input j, the HIGH nibble is input j + 16":
         lambda codes: codes.reshape(len(codes), -1, 2, 16).flip(2).reshape(codes.shape),
-    "only the low nibbles count: add the high nibble (c[j] >> 4) times q[j + 16] too":
+    "only the low nibbles count: each byte's high nibble is a code too, for input j + 16":
         lambda codes: codes * (torch.arange(codes.shape[1]) % 32 < 16),
-    "only the high nibbles count: add the low nibble (c[j] & 15) times q[j] too":
+    "only the high nibbles count: each byte's low nibble is a code too, for input j":
         lambda codes: codes * (torch.arange(codes.shape[1]) % 32 >= 16),
 }
-
-
-def _call(fn: Callable, *args):
-    """(result, None) or (None, the exception): a student's bug is a hint, never a crash."""
-    try:
-        return fn(*args), None
-    except Exception as error:  # noqa: BLE001
-        return None, error
 
 
 def _number(value) -> float | None:
@@ -63,14 +56,14 @@ def _number(value) -> float | None:
 
 def check_bandwidth_use(fn: Callable | None) -> bool:
     """Exercise: fn(bytes_per_token, tokens_per_second, bandwidth_bytes_per_second) -> the fraction of the
-    bandwidth a decode path uses (0.39, not 39 %)."""
+    bandwidth a decode path uses (0.39, not 39 %). Calling labkit's own bandwidth_utilisation does not count."""
     if fn is None:
         return not_attempted("your function bandwidth_use(bytes_per_token, tokens_per_second, bandwidth)")
     for per_token, rate, bandwidth in BANDWIDTH_CASES:
         call = f"bandwidth_use({per_token:g}, {rate:g}, {bandwidth:g})"
-        got, error = _call(fn, per_token, rate, bandwidth)
+        got, error = run_own(fn, per_token, rate, bandwidth, references=[bandwidth_utilisation])
         if error is not None:
-            return verdict(False, f"{call} raised {type(error).__name__}: {error}.")
+            return verdict(False, f"{call}: {error}")
         expected = bandwidth_utilisation(per_token, rate, bandwidth)
         value = _number(got)
         if value is None:
@@ -86,15 +79,18 @@ def check_bandwidth_use(fn: Callable | None) -> bool:
         if math.isclose(value, per_token / bandwidth, rel_tol=1e-6):
             return verdict(False, "you left out the tokens/s: the bytes read each second are bytes per token x "
                                   "tokens per second.")
-        return verdict(False, f"{call} gave {value:.4g}, which is not it: the share is bytes per token x tokens/s "
-                              "(the bytes read each second) / bandwidth.")
+        return verdict(False, f"{call} gave {value:.4g}, which is not it. " + progressive("bandwidth_use", [
+            "How many bytes does the path read each second, and what share of what the memory can give is that?",
+            "The share is bytes per token x tokens/s (the bytes read each second) / bandwidth."]))
+    reset("bandwidth_use")
     return verdict(True, "bytes per token x tokens/s is the bandwidth a path uses; divided by what the memory "
                          "can give, it says how close to the roofline it runs. The rest is overhead.")
 
 
 def check_compile_break_even(fn: Callable | None) -> bool:
     """Exercise: fn(compile_seconds, eager_tokens_per_second, compiled_tokens_per_second) -> the number of
-    tokens after which compiling pays for itself, math.inf when the compiled path is no faster."""
+    tokens after which compiling pays for itself, math.inf when the compiled path is no faster. Calling labkit's
+    own break_even_tokens does not count."""
     if fn is None:
         return not_attempted("your function compile_break_even(compile_seconds, eager_tps, compiled_tps)")
     never = ("here the compiled path is no faster than eager: it saves nothing per token, so no number of tokens "
@@ -102,11 +98,11 @@ def check_compile_break_even(fn: Callable | None) -> bool:
     for seconds, eager, compiled in BREAK_EVEN_CASES:
         call = f"compile_break_even({seconds:g}, {eager:g}, {compiled:g})"
         expected = break_even_tokens(seconds, eager, compiled)
-        got, error = _call(fn, seconds, eager, compiled)
+        got, error = run_own(fn, seconds, eager, compiled, references=[break_even_tokens])
         if error is not None:
-            if math.isinf(expected) and isinstance(error, ZeroDivisionError):
+            if math.isinf(expected) and "ZeroDivisionError" in error:
                 return verdict(False, f"{call} divided by zero: {never}")
-            return verdict(False, f"{call} raised {type(error).__name__}: {error}.")
+            return verdict(False, f"{call}: {error}")
         value = _number(got)
         if value is None:
             return verdict(False, f"{call} should return a number of tokens (or math.inf), got "
@@ -125,8 +121,11 @@ def check_compile_break_even(fn: Callable | None) -> bool:
                                   "(the eager step takes longer).")
         if math.isclose(value, 1 / expected, rel_tol=1e-6):
             return verdict(False, "upside down: divide the compile time by the seconds saved per token.")
-        return verdict(False, f"{call} gave {value:.4g}, which is not it: compile seconds / the seconds saved per "
-                              "token, (1 / eager - 1 / compiled).")
+        return verdict(False, f"{call} gave {value:.4g}, which is not it. " + progressive("compile_break_even", [
+            "Compiling costs time once and saves a little time on every token: after how many tokens do the "
+            "savings add up to the cost?",
+            "Compile seconds / the seconds saved per token, (1 / eager - 1 / compiled)."]))
+    reset("compile_break_even")
     return verdict(True, "compile seconds / seconds saved per token, and never (math.inf) when compiling saves "
                          "nothing: a long-running server pays it back, a one-off script may not.")
 
@@ -134,15 +133,16 @@ def check_compile_break_even(fn: Callable | None) -> bool:
 def check_accepted_guesses(fn: Callable | None) -> bool:
     """Exercise: fn(guesses, chosen) -> (accepted, new_tokens) for greedy verification of g prompt-lookup
     guesses, where chosen holds the g + 1 tokens the model picked greedily at each guess's position and after
-    the last one: accepted = the longest prefix with guesses[i] == chosen[i]; new_tokens = chosen[:accepted + 1]."""
+    the last one: accepted = the longest prefix with guesses[i] == chosen[i]; new_tokens = chosen[:accepted + 1].
+    Calling labkit's own accept_greedy does not count."""
     if fn is None:
         return not_attempted("your function accepted_guesses(guesses, chosen)")
     for guesses, chosen in GUESS_CASES:
         call = f"accepted_guesses({guesses}, {chosen})"
-        got, error = _call(fn, list(guesses), list(chosen))
+        got, error = run_own(fn, list(guesses), list(chosen), references=[accept_greedy])
         if error is not None:
             empty = " With no guesses the model still gives its own next token." if not guesses else ""
-            return verdict(False, f"{call} raised {type(error).__name__}: {error}.{empty}")
+            return verdict(False, f"{call}: {error}{empty}")
         try:
             accepted, tokens = got
             tokens = [int(t) for t in tokens]
@@ -222,6 +222,10 @@ def judge_matvec(matvec: Callable[[Q41Weight, torch.Tensor], torch.Tensor]) -> b
                 return verdict(False, f"on a {n} x {k} weight, {hint}.")
         error = float((y - expected).norm() / expected.norm())
         return verdict(False, f"on a {n} x {k} weight the result is off by {error:.1%} of its size (relative "
-                              "norm). Each byte c[j] holds two codes 0..15: c[j] & 15 for input j, c[j] >> 4 for "
-                              "input j + 16; add both products to dot.")
+                              "norm). " + progressive("q4_inner_loop", [
+                                  "Each byte c[j] holds two 4-bit codes, for two different inputs of the group: "
+                                  "which bits hold which, and which input does each multiply?",
+                                  "The low 4 bits of c[j] are the code of input j, the high 4 bits the code of "
+                                  "input j + 16; add both products to dot."]))
+    reset("q4_inner_loop")
     return verdict(True, "your inner loop computes labkit's Q4_1 x Q8_1 product on 1, 3 and 18 groups per row.")

@@ -7,8 +7,10 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from labkit.checks.common import not_attempted, verdict
+from labkit.checks.common import matching_hint, not_attempted, verdict
+from labkit.checks.work import choice_miss, progressive, reset, run_own
 from labkit.quant.gguf_blocks import decode_q4_1
+from labkit.quant.evaluation import model_nbytes
 from labkit.quant.schemes import absmax_dequantize, absmax_quantize, bits_per_weight
 
 __all__ = ["check_absmax_quantize", "check_quantized_megabytes", "check_q4_1_decoder", "check_ceiling_share"]
@@ -18,35 +20,42 @@ _EXAMPLE = torch.tensor([[0.02, -0.51, 0.13, 0.0, 0.26, -0.07, 0.33, 0.9],
 
 
 def check_absmax_quantize(fn: Callable | None) -> bool:
-    """Exercise: fn(w [rows, cols]) -> (codes int8 [rows, cols], scale [rows, 1]), int8 absmax per row."""
+    """Exercise: fn(w [rows, cols]) -> (codes int8 [rows, cols], scale [rows, 1]), int8 absmax per row.
+    Calling labkit's own absmax_quantize does not count."""
     if fn is None:
         return not_attempted("your function my_absmax_int8(w)")
     codes_expected, scale_expected = absmax_quantize(_EXAMPLE, bits=8, granularity="channel")
+    got, error = run_own(fn, _EXAMPLE.clone(), references=[absmax_quantize])
+    if error:
+        return verdict(False, f"your function: {error}")
     try:
-        codes, scale = fn(_EXAMPLE.clone())
-    except Exception as error:  # noqa: BLE001  a checker reports, it never raises
-        return verdict(False, f"your function raised {type(error).__name__}: {error}")
+        codes, scale = got
+    except (TypeError, ValueError):
+        return verdict(False, f"return a pair (codes, scale), got {type(got).__name__}.")
     codes, scale = torch.as_tensor(codes), torch.as_tensor(scale, dtype=torch.float32)
     if codes.shape != _EXAMPLE.shape:
         return verdict(False, f"codes must have the weight's shape {tuple(_EXAMPLE.shape)}, not {tuple(codes.shape)}.")
     if scale.numel() == 1:
-        return verdict(False, "one scale for the whole tensor: take the max of |w| per row "
-                               "(w.abs().amax(dim=1, keepdim=True)), so the small second row gets its own scale.")
+        return verdict(False, "one scale for the whole tensor: the second row's weights are tiny, and with the "
+                               "first row's scale they all round to a few codes. Give each row its own scale.")
     if torch.allclose(scale.reshape(-1), (_EXAMPLE.abs().amax(1) / 128), rtol=1e-4):
         return verdict(False, "divide max|w| by 127, not 128: int8 codes run from -127 to 127 so that zero sits "
                                "in the middle and the range is symmetric.")
     if not torch.allclose(scale.reshape(-1), scale_expected.reshape(-1), rtol=1e-4):
         return verdict(False, "the scale of each row is max|w| of that row divided by 127.")
     if codes.is_floating_point() and not torch.equal(codes, codes.round()):
-        return verdict(False, "the codes are not whole numbers yet: round w / scale (torch.round) and store as int8.")
+        return verdict(False, "the codes are not whole numbers yet: a code is an integer, stored as int8.")
     if not torch.equal(codes.to(torch.int64), codes_expected.to(torch.int64)):
         if torch.equal(torch.trunc(_EXAMPLE / scale_expected).to(torch.int64), codes.to(torch.int64)):
-            return verdict(False, "that truncates toward zero; round to the nearest code (torch.round) instead, "
-                                   "so the error is never more than half a step.")
-        return verdict(False, "some codes differ: codes = round(w / scale), clamped to [-127, 127].")
+            return verdict(False, "that truncates toward zero; round to the nearest code instead, so the error is "
+                                   "never more than half a step.")
+        return verdict(False, progressive("absmax_codes", [
+            "some codes differ: each code is the weight measured in steps of its row's scale, to the nearest step.",
+            "some codes differ: codes = round(w / scale), clamped to [-127, 127]."]))
     if codes.dtype != torch.int8:
         return verdict(False, f"the values are right; store the codes as torch.int8 (1 byte each), not {codes.dtype}.")
     error = float((absmax_dequantize(codes, scale.reshape(-1, 1)) - _EXAMPLE).abs().max())
+    reset("absmax_codes")
     return verdict(True, f"codes and scales match labkit.quant.schemes.absmax_quantize; the worst round-trip error is "
                           f"{error:.2e}, within half a step.")
 
@@ -58,6 +67,7 @@ def check_quantized_megabytes(answer: float | None, n_weights: int, bits: int = 
     expected = n_weights * bits_per_weight(bits, group_size) / 8 / 1e6
     codes_only = n_weights * bits / 8 / 1e6
     if abs(answer - expected) <= 0.005 * expected:
+        reset("quantized_megabytes")
         return verdict(True, f"{expected:,.1f} MB: {bits_per_weight(bits, group_size)} bits per weight, "
                               f"{32 / bits_per_weight(bits, group_size):.1f}x smaller than float32.")
     if abs(answer - codes_only) <= 0.005 * codes_only:
@@ -67,20 +77,27 @@ def check_quantized_megabytes(answer: float | None, n_weights: int, bits: int = 
         return verdict(False, "that looks like bytes, not megabytes: divide by 1e6.")
     if abs(answer * 8 - expected) <= 0.005 * expected:
         return verdict(False, "that looks like megabits: divide the number of bits by 8 to get bytes.")
-    return verdict(False, f"{answer:,.1f} MB is not it. Bits per weight = {bits} + 16 / {group_size}; "
-                           "multiply by the number of weights and divide by 8 (bytes) and by 1e6 (MB).")
+    return verdict(False, progressive("quantized_megabytes", [
+        f"{answer:,.1f} MB is not it. Count what each weight costs on average, its code and its share of its "
+        "group's scale, then the bytes of all of them.",
+        f"{answer:,.1f} MB is not it. Bits per weight = {bits} + 16 / {group_size}; multiply by the number of "
+        "weights and divide by 8 (bytes) and by 1e6 (MB)."]))
 
 
 def check_q4_1_decoder(fn: Callable | None, raw_block: np.ndarray | torch.Tensor) -> bool:
-    """Exercise: fn(raw_block, a numpy uint8 array of 20 bytes) -> the block's 32 values (d * q + m)."""
+    """Exercise: fn(raw_block, a numpy uint8 array of 20 bytes) -> the block's 32 values (d * q + m).
+    Calling labkit's own decode_q4_1 does not count."""
     if fn is None:
         return not_attempted("your function my_decode_q4_1(raw_block)")
     block = torch.as_tensor(np.asarray(raw_block, dtype=np.uint8))
     expected = decode_q4_1(block)
+    result, error = run_own(fn, block.numpy().copy(), references=[decode_q4_1])
+    if error:
+        return verdict(False, f"your function: {error}")
     try:
-        got = torch.as_tensor(np.asarray(fn(block.numpy().copy()), dtype=np.float32)).reshape(-1)
-    except Exception as error:  # noqa: BLE001
-        return verdict(False, f"your function raised {type(error).__name__}: {error}")
+        got = torch.as_tensor(np.asarray(result, dtype=np.float32)).reshape(-1)
+    except (TypeError, ValueError) as wrong:
+        return verdict(False, f"return the 32 values as an array or a tensor: {wrong}")
     if got.numel() != 32:
         return verdict(False, f"a Q4_1 block holds 32 values (16 bytes, two 4-bit codes each); you returned {got.numel()}.")
     if torch.allclose(got, expected, atol=1e-6, rtol=0):
@@ -95,40 +112,48 @@ def check_q4_1_decoder(fn: Callable | None, raw_block: np.ndarray | torch.Tensor
     m = float(np.frombuffer(block[2:4].numpy().tobytes(), dtype=np.float16)[0])
     if torch.allclose(got + m, expected, atol=1e-6, rtol=0):
         return verdict(False, "add the block's minimum m (bytes 2-3, float16) to every value: value = d * q + m.")
-    return verdict(False, "the values differ. Bytes 0-1 are d and bytes 2-3 are m (both float16, e.g. "
-                           "np.frombuffer(bytes, np.float16)); bytes 4-19 hold the 4-bit codes q; value = d * q + m.")
+    return verdict(False, progressive("q4_1_decoder", [
+        "the values differ. A block is a header (a scale and a minimum, both float16) and then 16 bytes of "
+        "4-bit codes: read the header first, then two codes from each byte.",
+        "the values differ. Bytes 0-1 are d and bytes 2-3 are m (both float16); bytes 4-19 hold the 4-bit codes "
+        "q; value = d * q + m."]))
 
 
-def check_ceiling_share(answer: float | None, tokens_per_s: float, model_bytes: float, bandwidth: float) -> bool:
-    """Exercise (notebook 08): what fraction of its bandwidth ceiling (bandwidth / bytes read per token) does a
-    measured decoding speed reach? The right answer comes from the measurement itself, within 5 %."""
-    if answer is None:
-        return not_attempted("a fraction of 1: measured tokens/s divided by the ceiling's tokens/s")
+# what limits a quantized step: the choices of exercise 4
+CEILING_LIMITS = {"reading weights": "the bytes the step reads", "other work": "the kernels' work per weight "
+                  "and the per-op overhead, beyond the reads"}
+
+
+def check_ceiling_share(answer: float | None, limited_by: str | None, tokens_per_s: float, model: torch.nn.Module,
+                        bandwidth: float) -> bool:
+    """Exercise (08): what fraction of its bandwidth ceiling (bandwidth / the model's bytes, read once a token)
+    does a measured decoding speed reach, and what limits the step (one of CEILING_LIMITS)? The bytes are
+    read off the student's model itself; the share within 5 %."""
+    if answer is None or limited_by is None:
+        return not_attempted("a fraction of 1 (measured tokens/s / the ceiling's tokens/s) and what limits the step")
     try:
         value = float(answer)
     except (TypeError, ValueError):
         return verdict(False, f"give a number, not {type(answer).__name__}.")
+    model_bytes = model_nbytes(model)
     expected = tokens_per_s * model_bytes / bandwidth
-
-    def near(x: float) -> bool:
-        return abs(value - x) <= 0.05 * abs(x)
-
-    if near(expected):
-        reading = ("at least half of it: reading the bytes is most of a step." if expected >= 0.5 else
-                   "far below it: reading the bytes is a small part of a step here; the kernels' work per weight "
-                   "and the per-op overhead are the rest (section 7's cost model splits them).")
-        return verdict(True, f"{expected:.0%} of the ceiling, {reading}")
     hints = [
         (100 * expected, "give a fraction of 1, not a percentage."),
-        (1 / expected, "that is the ceiling divided by the measured speed: divide the measured speed by the ceiling."),
-        (bandwidth / model_bytes, "that is the ceiling itself, in tokens/s; now divide the measured speed by it."),
-        (expected * 1e6, "mind the units: the bytes in bytes (not MB) and the bandwidth in bytes/s."),
-        (expected / 1e6, "mind the units: the bytes in bytes (not MB) and the bandwidth in bytes/s."),
-        (expected * 1e3, "mind the units: the bytes in bytes and the bandwidth in bytes/s (1 GB/s = 1e9 bytes/s)."),
-        (expected / 1e3, "mind the units: the bytes in bytes and the bandwidth in bytes/s (1 GB/s = 1e9 bytes/s)."),
+        (1 / expected, "that is the ceiling divided by the measured speed: the share goes the other way."),
+        (bandwidth / model_bytes, "that is the ceiling itself, in tokens/s; how much of it did the step reach?"),
+        *[(expected * f, "mind the units: bytes in bytes and the bandwidth in bytes/s (1 GB/s = 1e9 bytes/s).")
+          for f in (1e6, 1e-6, 1e3, 1e-3)],
     ]
-    for wrong, hint in hints:
-        if near(wrong):
-            return verdict(False, hint)
-    return verdict(False, f"{value:g} is not it. The ceiling is bandwidth / bytes read per token, in tokens/s; "
-                           "the share is the measured tokens/s over that.")
+    if not abs(value - expected) <= 0.05 * expected:
+        return verdict(False, matching_hint(value, hints, rel_tol=0.05) or progressive("ceiling_share", [
+            f"{value:g} is not what your measurement gives. The ceiling is the speed if reading the bytes were all a "
+            "step did; compare the measured speed with it.",
+            f"{value:g} is not it. The ceiling is bandwidth / bytes read per token, in tokens/s; the share is the "
+            "measured tokens/s over that."]))
+    reset("ceiling_share")
+    miss = choice_miss(limited_by, CEILING_LIMITS, "reading weights" if expected >= 0.5 else "other work",
+                       "if the reads set the pace, how close to the ceiling would the step run?")
+    if miss:
+        return verdict(False, f"the share is right; {miss}")
+    return verdict(True, f"{model_bytes / 1e6:.1f} MB read per token. Section 7's cost model splits a step into "
+                         "its terms and names each one's share.")

@@ -3,7 +3,7 @@
     >>> checks.check_client_metrics(client_metrics)
     >>> checks.check_sse_parser(parse_events)
     >>> checks.check_littles_law(answer, in_flight=16, latency_s=2.5)
-    >>> checks.check_streaming_gain(answer, whole_answer_s, streamed.ttft_s, streamed.e2e_s)
+    >>> checks.check_streaming_gain(answer, sooner, whole_answer_s, streamed)
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from labkit.checks.common import check_ratio, not_attempted, verdict
+from labkit.checks.common import as_number, matching_hint, not_attempted, verdict
+from labkit.checks.work import choice_miss, progressive, reset, run_own
 from labkit.serving.http.client import client_tpot, parse_sse
 
 __all__ = ["check_client_metrics", "check_littles_law", "check_sse_parser", "check_streaming_gain"]
@@ -54,19 +55,23 @@ def metrics_hint(sent: float, arrivals: list[float], ttft, tpot) -> str | None:
         if n == 1:
             return (f"{where}: your TPOT is {tpot!r}, but one token leaves no gap to average, so TPOT is undefined "
                     "here: return what the exercise asks for that case.")
-        return f"{where}: your TPOT is {tpot!r}: the mean gap between tokens after the first, (last - first) / (n - 1)."
+        return f"{where}: your TPOT is {tpot!r}: TPOT is the mean gap between the tokens after the first."
     return None
 
 
 def check_client_metrics(fn: Callable | None) -> bool:
-    """Exercise: fn(sent_s, arrivals_s) -> (ttft_s, tpot_s) of one streamed answer, from the client's clock."""
+    """Exercise: fn(sent_s, arrivals_s) -> (ttft_s, tpot_s) of one streamed answer, from the client's clock.
+    Calling labkit's own client_tpot does not count."""
     if fn is None:
         return not_attempted("your function client_metrics(sent_s, arrivals_s)")
     for sent, arrivals in METRIC_CASES:
+        got, error = run_own(fn, sent, list(arrivals), references=[client_tpot])
+        if error:
+            return verdict(False, f"client_metrics({sent}, {arrivals}): {error}")
         try:
-            ttft, tpot = fn(sent, list(arrivals))
-        except Exception as error:  # noqa: BLE001  a student's bug is a hint, never a crash
-            return verdict(False, f"client_metrics({sent}, {arrivals}) raised {type(error).__name__}: {error}")
+            ttft, tpot = got
+        except (TypeError, ValueError):
+            return verdict(False, f"client_metrics({sent}, {arrivals}) should return a pair (ttft, tpot), got {got!r}.")
         hint = metrics_hint(sent, arrivals, ttft, tpot)
         if hint:
             return verdict(False, hint)
@@ -74,17 +79,17 @@ def check_client_metrics(fn: Callable | None) -> bool:
 
 
 def check_sse_parser(fn: Callable | None) -> bool:
-    """Exercise: fn(raw) -> the JSON payloads (dicts) of an SSE body, in order, up to `data: [DONE]`."""
+    """Exercise: fn(raw) -> the JSON payloads (dicts) of an SSE body, in order, up to `data: [DONE]`. Calling
+    labkit's own parse_sse does not count."""
     if fn is None:
         return not_attempted("your function parse_events(raw)")
     for raw, what in SSE_CASES:
         expected = parse_sse(raw)
-        try:
-            got = fn(raw)
-        except Exception as error:  # noqa: BLE001
+        got, error = run_own(fn, raw, references=[parse_sse])
+        if error:
             hint = (" Only 'data:' lines carry JSON, and 'data: [DONE]' is not JSON: skip the other lines and stop "
-                    "at [DONE]." if "JSON" in type(error).__name__ else "")
-            return verdict(False, f"with {what}, parse_events raised {type(error).__name__}: {error}.{hint}")
+                    "at [DONE]." if "JSON" in error else "")
+            return verdict(False, f"with {what}, parse_events: {error}.{hint}")
         if got == expected:
             continue
         if isinstance(got, list) and got and all(isinstance(g, str) for g in got):
@@ -108,31 +113,55 @@ def check_littles_law(answer: float | None, in_flight: float, latency_s: float) 
         return verdict(False, f"give a number of requests per second, not {type(answer).__name__}.")
     expected = in_flight / latency_s
     if math.isclose(value, expected, rel_tol=1e-3):
-        return verdict(True, f"{expected:g} requests/s: in flight = throughput x latency, so throughput = "
-                              f"{in_flight:g} / {latency_s:g} s.")
+        reset("littles_law")
+        return verdict(True, f"in flight = throughput x latency (Little's law), so throughput = {in_flight:g} / "
+                              f"{latency_s:g} s.")
     if math.isclose(value, in_flight * latency_s, rel_tol=1e-3):
-        return verdict(False, "that is in flight x latency: throughput = in flight / latency (L = lambda W).")
+        return verdict(False, "check the units: requests x seconds is not requests per second.")
     if math.isclose(value, latency_s / in_flight, rel_tol=1e-3):
-        return verdict(False, "upside down: that is seconds per request. Throughput = in flight / latency.")
+        return verdict(False, "upside down: that is seconds per request.")
     if math.isclose(value, 1 / latency_s, rel_tol=1e-3):
         return verdict(False, "that is one client's rate; all the requests in flight complete in parallel.")
-    return verdict(False, f"{value:g} is not it. Little's law: requests in flight = requests/s x seconds each.")
+    return verdict(False, f"{value:g} is not it. " + progressive("littles_law", [
+        "In a steady state, how many requests are in progress depends on how fast they arrive and how long each "
+        "stays: follow the units.",
+        "Little's law: requests in flight = requests/s x seconds each."]))
 
 
-def check_streaming_gain(answer: float | None, whole_answer_s: float, ttft_s: float, streamed_e2e_s: float) -> bool:
+# what streaming changes for a user: the choices of exercise 4
+STREAMING_CHANGES = {"first token": "the user starts reading sooner; the answer ends no sooner",
+                     "last token": "the whole answer arrives sooner; reading starts no sooner",
+                     "both": "reading starts sooner and the answer ends sooner"}
+
+
+def check_streaming_gain(answer: float | None, sooner: str | None, whole_answer_s: float, streamed) -> bool:
     """Exercise (11): how many times sooner does a user who streams see the first token than one who waits for
-    the whole answer sees anything? whole_answer_s / ttft_s, both measured, within 3 %."""
+    the whole answer sees anything (whole_answer_s / streamed.ttft_s, within 3 %), and what comes sooner (one
+    of STREAMING_CHANGES)? `streamed` is the measured stream (its ttft_s and e2e_s)."""
+    if answer is None or sooner is None:
+        return not_attempted("a ratio (the whole answer's time / the streamed answer's TTFT) and what comes sooner")
+    value = as_number(answer)
+    if value is None:
+        return verdict(False, f"give a number, not {type(answer).__name__}.")
+    ttft_s, e2e_s = streamed.ttft_s, streamed.e2e_s
     expected = whole_answer_s / ttft_s
     hints = [
-        (1 / expected, "upside down: divide the whole answer's time by the streamed TTFT."),
+        (1 / expected, "upside down: the longer wait goes on top."),
         (100 * expected, "give a ratio, not a percentage."),
         (1 - 1 / expected, "that is the share of the wait saved; give the ratio of the two times."),
-        (streamed_e2e_s / ttft_s, "that compares the streamed answer with itself. Use the time the user who did "
-                                  "not stream waited (the whole answer) over the streamed TTFT."),
+        (e2e_s / ttft_s, "that compares the streamed answer with itself: use the wait of the user who did not "
+                         "stream."),
     ]
-    return check_ratio(answer, expected, "a ratio, e.g. 3.0 (the whole answer's time / the streamed answer's TTFT)",
-                       f"{expected:.1f}x sooner. The last token came after {streamed_e2e_s:.2f} s streamed and "
-                       f"{whole_answer_s:.2f} s whole: streaming does not make the server faster; the user starts "
-                       "reading after the first token (TTFT) instead of after the last (E2E).", hints,
-                       "The user who waits for the whole answer sees nothing until it arrives; the one who streams "
-                       "sees the first token at TTFT: divide the first by the second.")
+    if abs(value - expected) > 0.03 * expected:
+        return verdict(False, matching_hint(value, hints, rel_tol=0.03) or progressive("streaming_gain", [
+            f"{value:g} is not what your two measurements give. Each user waits from the send until they see "
+            "something: compare those two waits.",
+            f"{value:g} is not it. The user who waits for the whole answer sees nothing until it arrives; the one "
+            "who streams sees the first token at TTFT: divide the first by the second."]))
+    reset("streaming_gain")
+    miss = choice_miss(sooner, STREAMING_CHANGES, "both" if e2e_s < 0.8 * whole_answer_s else "first token",
+                       "compare when each answer's last token arrived, as well as its first.")
+    if miss:
+        return verdict(False, f"the ratio is right; {miss}")
+    return verdict(True, f"streamed, TTFT was {ttft_s * 1e3:.0f} ms. Under load (section 5) it also "
+                         "waits for a free seat in the batch, so TTFT grows with the queue.")

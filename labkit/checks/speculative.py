@@ -7,20 +7,22 @@ from collections.abc import Callable
 
 import torch
 
-from labkit.checks.common import not_attempted, run_student, verdict
+from labkit.checks.common import matching_hint, not_attempted, verdict
+from labkit.checks.work import progressive, reset, run_own
 from labkit.speculative.drafters import PromptLookupDrafter
-from labkit.speculative.rule import expected_tokens_per_step, residual_distribution
+from labkit.speculative.rule import accept_or_resample, expected_tokens_per_step, residual_distribution
 
 __all__ = ["check_expected_tokens", "check_residual", "check_prompt_lookup", "check_accept_rule",
            "check_predicted_speedup"]
 
 
 def check_expected_tokens(fn: Callable | None) -> bool:
-    """Exercise: fn(alpha, gamma) -> expected tokens per target call, for 0 <= alpha < 1."""
+    """Exercise: fn(alpha, gamma) -> expected tokens per target call, for 0 <= alpha < 1. Calling labkit's own
+    expected_tokens_per_step does not count."""
     if fn is None:
         return not_attempted("your function expected_tokens(alpha, gamma)")
     for alpha, gamma in [(0.0, 4), (0.5, 1), (0.8, 4), (0.9, 10), (0.3, 2)]:
-        got, error = run_student(fn, alpha, gamma, name_args=True)
+        got, error = run_own(fn, alpha, gamma, name_args=True, references=[expected_tokens_per_step])
         if error:
             return verdict(False, error)
         expected = expected_tokens_per_step(alpha, gamma)
@@ -31,21 +33,24 @@ def check_expected_tokens(fn: Callable | None) -> bool:
             if isinstance(got, (int, float)) and math.isclose(float(got), alpha * gamma + 1, rel_tol=1e-6):
                 return verdict(False, "acceptance stops at the first rejection: draft i counts only if all before "
                                        "it were accepted too, with probability alpha^i, not alpha.")
-            return verdict(False, f"expected_tokens({alpha}, {gamma}) gave {got!r}, which is not it. Draft i is "
-                                   "accepted with probability alpha^i (all before it accepted too), and the target "
-                                   "adds its own token: sum alpha^i for i = 0..gamma.")
+            return verdict(False, f"expected_tokens({alpha}, {gamma}) gave {got!r}, which is not it. " + progressive(
+                "expected_tokens", ["When is draft i kept, and what does every target call add whatever happens?",
+                                    "Draft i is kept with probability alpha^i (all before it kept too), and the "
+                                    "target adds its own token: sum alpha^i for i = 0..gamma."]))
+    reset("expected_tokens")
     return verdict(True, "E = 1 + alpha + ... + alpha^gamma = (1 - alpha^(gamma+1)) / (1 - alpha).")
 
 
 def check_residual(fn: Callable | None) -> bool:
-    """Exercise: fn(p, q) -> the distribution [V] a rejected draft is resampled from, for p, q [V]."""
+    """Exercise: fn(p, q) -> the distribution [V] a rejected draft is resampled from, for p, q [V]. Calling
+    labkit's own residual_distribution does not count."""
     if fn is None:
         return not_attempted("your function residual(p, q)")
     cases = [(torch.tensor([0.5, 0.3, 0.2]), torch.tensor([0.2, 0.2, 0.6])),
              (torch.tensor([0.1, 0.6, 0.3]), torch.tensor([0.0, 1.0, 0.0])),  # a deterministic draft: q one-hot
              (torch.tensor([0.25, 0.25, 0.25, 0.25]), torch.tensor([0.7, 0.1, 0.1, 0.1]))]
     for p, q in cases:
-        got, error = run_student(fn, p.clone(), q.clone(), name_args=True)
+        got, error = run_own(fn, p.clone(), q.clone(), name_args=True, references=[residual_distribution])
         if error:
             return verdict(False, error)
         if not isinstance(got, torch.Tensor) or got.shape != p.shape:
@@ -63,8 +68,10 @@ def check_residual(fn: Callable | None) -> bool:
             return verdict(False, "the other way round: keep where the target p exceeds the draft q, max(0, p - q), "
                                    "the mass the draft under-proposes.")
         return verdict(False, f"for p={p.tolist()}, q={q.tolist()} your distribution is "
-                               f"{[round(v, 3) for v in got.float().tolist()]}: take max(0, p - q) elementwise, then "
-                               "divide by its sum.")
+                               f"{[round(v, 3) for v in got.float().tolist()]}. " + progressive("residual", [
+                                   "Which tokens does the draft propose less often than the target wants, and by "
+                                   "how much? The resample makes up exactly that shortfall.",
+                                   "Take max(0, p - q) elementwise, then divide by its sum."]))
     return verdict(True, "norm(max(0, p - q)); with a one-hot draft it is p with the drafted token removed.")
 
 
@@ -74,10 +81,11 @@ def check_prompt_lookup(fn: Callable | None, max_ngram_size: int = 3) -> bool:
     if fn is None:
         return not_attempted("your function lookup(context_ids, gamma)")
     reference = PromptLookupDrafter(max_ngram_size)
+    own = [PromptLookupDrafter.propose, PromptLookupDrafter.__init__]
     cases = [([5, 7, 8, 9, 10, 11, 6, 7, 8], 3), ([1, 2, 3, 9, 0, 2, 3, 5, 1, 2, 3], 2), ([4, 1, 4, 2, 4], 1),
              ([1, 2, 3, 4, 5], 4), ([5, 7, 8, 9, 6, 7, 8], 10)]
     for context, gamma in cases:
-        got, error = run_student(fn, list(context), gamma, name_args=True)
+        got, error = run_own(fn, list(context), gamma, name_args=True, references=own)
         if error:
             return verdict(False, error)
         expected = reference.propose(context, gamma)[0]
@@ -133,17 +141,17 @@ def _rule_hint(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, accepted:
 def check_accept_rule(fn: Callable | None) -> bool:
     """Exercise (find the bug): fn(p [B, V], q [B, V], draft_tokens [B] ~ q, generator) -> (accepted [B] bool,
     tokens [B]), the accept/resample rule of labkit.speculative.rule.accept_or_resample. Run on 20,000 drafts
-    of a few (p, q) pairs: each draft must be kept at the rate min(1, p/q), and the output must follow p."""
+    of a few (p, q) pairs: each draft must be kept at the rate min(1, p/q), and the output must follow p.
+    Calling labkit's own accept_or_resample does not count."""
     if fn is None:
         return not_attempted("your function accept(p, q, draft_tokens, generator)")
     for p, q in _RULE_CASES:
         generator = torch.Generator().manual_seed(0)
         drafts = torch.multinomial(q.repeat(_RULE_DRAWS, 1), 1, replacement=True, generator=generator).squeeze(-1)
-        try:
-            result = fn(p.repeat(_RULE_DRAWS, 1), q.repeat(_RULE_DRAWS, 1), drafts.clone(), generator)
-        except Exception as error:  # noqa: BLE001  a student's bug is a hint, never a crash
-            return verdict(False, f"with p = {_rounded(p)}, q = {_rounded(q)} it raised {type(error).__name__}: "
-                                   f"{error}")
+        result, error = run_own(fn, p.repeat(_RULE_DRAWS, 1), q.repeat(_RULE_DRAWS, 1), drafts.clone(), generator,
+                                references=[accept_or_resample])
+        if error:
+            return verdict(False, f"with p = {_rounded(p)}, q = {_rounded(q)}: {error}")
         if not (isinstance(result, tuple) and len(result) == 2
                 and all(isinstance(t, torch.Tensor) and t.shape == drafts.shape for t in result)):
             return verdict(False, f"return a pair (accepted, tokens) of tensors of shape {tuple(drafts.shape)}, "
@@ -155,36 +163,38 @@ def check_accept_rule(fn: Callable | None) -> bool:
                          "labkit.speculative.rule.accept_or_resample does.")
 
 
-def check_predicted_speedup(answer: float | None, alpha: float, gamma: int, c: float, v: float) -> bool:
-    """Exercise (notebook 09): the cost model's speed-up E(alpha, gamma) / (gamma c + v), from a measured alpha,
-    draft cost c (in target steps) and verification cost v = v(gamma + 1); within 2 %."""
-    if answer is None:
-        return not_attempted("the predicted speed-up, a number such as 1.3")
+def check_predicted_speedup(answer: float | None, worth_it: bool | None, stats, gamma: int, c: float,
+                            v: float) -> bool:
+    """Exercise (09): the cost model's speed-up E(alpha, gamma) / (gamma c + v), with alpha read off the run's
+    own statistics (stats.acceptance_rate, a SpeculativeStats), within 2 %; and worth_it, whether speculating
+    pays for this task (True or False), as that prediction says."""
+    if answer is None or worth_it is None:
+        return not_attempted("the predicted speed-up (a number such as 1.3) and worth_it (True or False)")
     try:
         value = float(answer)
     except (TypeError, ValueError):
         return verdict(False, f"give a number, not {type(answer).__name__}.")
+    alpha = stats.acceptance_rate
     tokens = expected_tokens_per_step(alpha, gamma)
     expected = tokens / (gamma * c + v)
-
-    def near(x: float) -> bool:
-        return abs(value - x) <= 0.02 * abs(x)
-
-    if near(expected):
-        reading = ("faster than plain decoding: speculation pays here." if expected > 1 else
-                   "below 1: slower than plain decoding, speculation does not pay here.")
-        return verdict(True, f"{expected:.2f}x, {reading}")
     hints = [
-        (tokens / (gamma * c + 1), "the verification pass over gamma + 1 tokens costs v(gamma + 1) target steps "
-                                   "(section 1), not 1."),
-        (tokens, "that is tokens per call, not speed: divide by what a round costs, in target steps."),
+        (tokens / (gamma * c + 1), "verifying gamma + 1 tokens costs v(gamma + 1) target steps (section 1), not 1."),
+        (tokens, "that is tokens per call, not speed: a round also costs something, in target steps."),
         ((tokens - 1) / (gamma * c + v), "every round also yields the target's own token: E counts it (alpha^0 = 1)."),
-        (tokens / (c + v), "each of the gamma drafts costs c: the drafting costs gamma x c."),
-        ((1 + alpha * gamma) / (gamma * c + v), "draft i counts only if every draft before it was accepted too: "
-                                                "probability alpha^i, not alpha."),
+        (tokens / (c + v), "each of the gamma drafts costs c."),
+        ((1 + alpha * gamma) / (gamma * c + v), "draft i counts only if every draft before it was accepted too."),
     ]
-    for wrong, hint in hints:
-        if near(wrong):
-            return verdict(False, hint)
-    return verdict(False, f"{value:g} is not it. Speed-up = E(alpha, gamma) / (gamma c + v(gamma + 1)), with "
-                           "E = 1 + alpha + ... + alpha^gamma.")
+    if abs(value - expected) > 0.02 * abs(expected):
+        return verdict(False, matching_hint(value, hints, rel_tol=0.02) or progressive("predicted_speedup", [
+            f"{value:g} is not what your run's alpha and costs give. Speed-up = the tokens a round yields over what "
+            "a round costs, both counted in target steps.",
+            f"{value:g} is not it. Speed-up = E(alpha, gamma) / (gamma c + v(gamma + 1)), with "
+            "E = 1 + alpha + ... + alpha^gamma."]))
+    reset("predicted_speedup")
+    if not isinstance(worth_it, bool):
+        return verdict(False, f"the speed-up is right; answer worth_it with True or False, not {worth_it!r}.")
+    if worth_it != (expected > 1):
+        return verdict(False, "the speed-up is right, but worth_it does not follow from it: what does a speed-up "
+                              "of that size mean against plain decoding?")
+    return verdict(True, f"alpha = {alpha:.3f} over {stats.proposed} drafts. The prediction leaves out the prefill "
+                         "of the prompt, which both paths pay once.")

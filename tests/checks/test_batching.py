@@ -5,6 +5,7 @@ import math
 import pytest
 
 from labkit import checks
+from labkit.checks.batching import BATCH_LIMITS
 
 
 def test_kv_blocks(capsys):
@@ -84,16 +85,25 @@ def test_fcfs_admission(capsys):
     assert "Not attempted yet" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("step_64_s, reading", [(0.055, "almost free"), (0.08, "less with every doubling"),
-                                                (0.095, "about in proportion"), (0.11, "little or no throughput")])
-def test_batch_gain_is_the_ratio_of_measured_rates_and_says_what_it_means(capsys, step_64_s, reading):
+@pytest.mark.parametrize("step_64_s, limited_by", [(0.055, "shared work"), (0.08, "both"), (0.095, "per-row work"),
+                                                   (0.11, "per-row work")])
+def test_batch_gain_is_the_ratio_of_measured_rates_and_a_checked_reading(capsys, step_64_s, limited_by):
     step_32_s = 0.05
     gain = (64 / step_64_s) / (32 / step_32_s)
-    assert checks.check_batch_gain(gain, step_32_s, step_64_s, rows=32, more_rows=64)
-    assert reading in capsys.readouterr().out
+    assert checks.check_batch_gain(gain, limited_by, step_32_s, step_64_s, rows=32, more_rows=64)
+    out = capsys.readouterr().out
+    assert not any(name in out or meaning in out for name, meaning in BATCH_LIMITS.items()), out
+    for other in set(BATCH_LIMITS) - {limited_by}:
+        assert not checks.check_batch_gain(gain, other, step_32_s, step_64_s, rows=32, more_rows=64)
+        assert "does not fit your measurement" in capsys.readouterr().out
+    assert not checks.check_batch_gain(gain, "memory", step_32_s, step_64_s)
+    assert "choose one of" in capsys.readouterr().out
     for wrong, hint in [(step_64_s / step_32_s, "how much longer the step got"), (1 / gain, "upside down"),
-                        (100 * gain, "not a percentage"), ("twice", "give a number")]:
-        assert not checks.check_batch_gain(wrong, step_32_s, step_64_s, rows=32, more_rows=64)
+                        (100 * gain, "not a percentage"), ("twice", "give a number"),
+                        (gain * 1.5, "not what your two measurements give")]:
+        assert not checks.check_batch_gain(wrong, limited_by, step_32_s, step_64_s, rows=32, more_rows=64)
         assert hint in capsys.readouterr().out
-    assert not checks.check_batch_gain(None, step_32_s, step_64_s)
+    assert not checks.check_batch_gain(None, limited_by, step_32_s, step_64_s)
+    assert "Not attempted yet" in capsys.readouterr().out
+    assert not checks.check_batch_gain(gain, None, step_32_s, step_64_s)
     assert "Not attempted yet" in capsys.readouterr().out

@@ -3,6 +3,7 @@
 import pytest
 
 from labkit import checks
+from labkit.checks.engines import THREAD_LIMITS
 from labkit.models.catalog import load_catalog
 
 LLAMA_8B = "meta-llama/Llama-3.1-8B-Instruct"
@@ -52,15 +53,19 @@ def test_memory_needed(capsys):
     assert "KV heads only" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("two_threads, reading", [(240.0, "paid for itself"), (130.0, "about what one thread does"),
-                                                  (45.0, "slower than one")])
-def test_thread_speedup_is_the_ratio_of_measured_rates_and_says_what_it_means(capsys, two_threads, reading):
-    one_thread = 135.0  # tokens/s, as llama.cpp measured in notebook 12's exercise
-    assert checks.check_thread_speedup(two_threads / one_thread, one_thread, two_threads)
-    assert reading in capsys.readouterr().out
-    for wrong, hint in [(one_thread / two_threads, "upside down"), (100 * two_threads / one_thread, "not a percentage"),
-                        (two_threads - one_thread, "difference in tokens/s"), ("twice", "give a number")]:
-        assert not checks.check_thread_speedup(wrong, one_thread, two_threads)
+@pytest.mark.parametrize("two_threads, limited_by", [(240.0, "work"), (130.0, "even"), (45.0, "wake-ups")])
+def test_thread_speedup_is_the_ratio_of_measured_rates_and_a_checked_reading(capsys, two_threads, limited_by):
+    rates = {1: 135.0, 2: two_threads}  # tokens/s, as llama.cpp measured in notebook 12's exercise
+    assert checks.check_thread_speedup(two_threads / 135.0, limited_by, rates)
+    out = capsys.readouterr().out
+    assert not any(meaning in out for meaning in THREAD_LIMITS.values()), out
+    for other in set(THREAD_LIMITS) - {limited_by}:
+        assert not checks.check_thread_speedup(two_threads / 135.0, other, rates)
+        assert "does not fit your measurement" in capsys.readouterr().out
+    for wrong, hint in [(135.0 / two_threads, "upside down"), (100 * two_threads / 135.0, "not a percentage"),
+                        (two_threads - 135.0, "difference in tokens/s"), ("twice", "give a number"),
+                        (two_threads / 135.0 * 1.3, "not what your two measurements give")]:
+        assert not checks.check_thread_speedup(wrong, limited_by, rates)
         assert hint in capsys.readouterr().out
-    assert not checks.check_thread_speedup(None, one_thread, two_threads)
+    assert not checks.check_thread_speedup(None, limited_by, rates)
     assert "Not attempted yet" in capsys.readouterr().out

@@ -266,7 +266,8 @@ def test_exercise_checkers_accept_right_answers_and_hint_at_wrong_ones(capsys):
     assert check_residual(lambda p, q: (p - q).clamp(min=0) / (p - q).clamp(min=0).sum())
     assert not check_residual(lambda p, q: (p - q).clamp(min=0)) and "divide" in capsys.readouterr().out
     assert not check_residual(lambda p, q: 1 / 0) and "ZeroDivisionError" in capsys.readouterr().out
-    assert check_prompt_lookup(lambda ids, gamma: PromptLookupDrafter(3).propose(ids, gamma)[0])
+    assert not check_prompt_lookup(lambda ids, gamma: PromptLookupDrafter(3).propose(ids, gamma)[0])
+    assert "calling labkit's version does not count" in capsys.readouterr().out
     assert not check_prompt_lookup(lambda ids, gamma: ids[-gamma:])
 
 
