@@ -76,6 +76,11 @@ def reset(exercise: str) -> None:
     _misses.pop(exercise, None)
 
 
+def reset_all() -> None:
+    """Forget every exercise's misses (a fresh kernel, or a test that must start at the first hint)."""
+    _misses.clear()
+
+
 def choice_miss(answer: object, choices: dict[str, str], expected: str, hint: str) -> str | None:
     """None when `answer` is `expected` among `choices` ({name: what it means}); the list of choices when it
     is none of them; else "<answer> does not fit your measurement: <hint>" (never naming the right one).

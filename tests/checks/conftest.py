@@ -7,6 +7,6 @@ from labkit.checks import work
 
 @pytest.fixture(autouse=True)
 def fresh_hints():
-    work._misses.clear()
+    work.reset_all()
     yield
-    work._misses.clear()
+    work.reset_all()
