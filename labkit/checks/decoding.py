@@ -1,5 +1,8 @@
 """Exercise checkers for deterministic decoding, notebook 03 (see labkit/checks/foundation.py for the style).
 
+beam_step must be the student's own (a call that reaches labkit's beam_step does not count), and the blocked
+hypothesis of Exercise 3 is searched again by the checker, so only the real one passes.
+
     >>> checks.check_beam_step(my_beam_step)
     ✅ Correct: ...
 """
@@ -11,10 +14,13 @@ from collections.abc import Callable
 
 import torch
 
-from labkit.checks.common import not_attempted, run_student, verdict
+from labkit.checks.common import not_attempted, verdict
+from labkit.checks.work import progressive, reset, run_own
+from labkit.decoding import search
 from labkit.decoding.scoring import continuation_logprob
 
 __all__ = ["check_sequence_logprob", "check_beam_step", "check_blocking_cost"]
+_SEARCHED: dict[tuple, object] = {}  # (model, prompt, options) -> the best hypothesis the checker found
 
 
 def check_sequence_logprob(answer: float | None, model: torch.nn.Module, prompt_ids: list[int],
@@ -24,11 +30,14 @@ def check_sequence_logprob(answer: float | None, model: torch.nn.Module, prompt_
         return not_attempted("the summed log-probability (a negative float)")
     expected = continuation_logprob(model, prompt_ids, continuation_ids)
     if abs(float(answer) - expected) < 1e-3 * max(1.0, abs(expected)):
+        reset("sequence_logprob")
         return verdict(True, f"log p = {expected:.3f}, so p = {torch.tensor(expected).exp():.2e}.")
     if float(answer) > 0:
         return verdict(False, "a log-probability is never positive: use log_softmax, not the raw logits.")
-    return verdict(False, f"{float(answer):.3f} is not it. Hint: the logits at position t score token t+1, so "
-                           "the first continuation token is scored by the prompt's last position.")
+    return verdict(False, f"{float(answer):.3f} is not it. " + progressive("sequence_logprob", [
+        "Score only the continuation's tokens, each given everything before it, and add their log-probabilities.",
+        "The logits at position t score token t+1, so the first continuation token is scored by the prompt's "
+        "last position."]))
 
 
 def check_beam_step(function: Callable | None) -> bool:
@@ -39,7 +48,7 @@ def check_beam_step(function: Callable | None) -> bool:
     generator = torch.Generator().manual_seed(1)
     scores = torch.tensor([-1.0, -1.5, -4.0])
     logprobs = torch.log_softmax(torch.randn(3, 20, generator=generator) * 2, dim=-1)
-    got, error = run_student(function, scores.clone(), logprobs.clone(), 3)
+    got, error = run_own(function, scores.clone(), logprobs.clone(), 3, references=[search.beam_step])
     if error:
         return verdict(False, error)
     totals = (scores[:, None] + logprobs).reshape(-1)
@@ -50,36 +59,56 @@ def check_beam_step(function: Callable | None) -> bool:
     except (TypeError, ValueError):
         return verdict(False, "return three tensors: (parents, tokens, new_scores).")
     if not (torch.equal(parents.long(), expected[0]) and torch.equal(tokens.long(), expected[1])):
-        return verdict(False, "not the right extensions. Hint: add each beam's score to its row of logprobs, "
-                               "flatten to [k * V], take topk, then parent = index // V and token = index % V.")
+        return verdict(False, "not the right extensions. " + progressive("beam_step", [
+            "Every (beam, token) pair is a candidate, scored by its beam's score plus the token's log-probability: "
+            "keep the k best of all of them together, not the best of each beam.",
+            "Add each beam's score to its row of logprobs, flatten to [k * V], take topk, then parent = index // V "
+            "and token = index % V."]))
     if not torch.allclose(new_scores.float(), expected[2], atol=1e-5):
         return verdict(False, "the right extensions, but the scores should be the summed log-probabilities.")
+    reset("beam_step")
     return verdict(True, "one step of beam search: score every (beam, token), keep the k best.")
 
 
-def _logprob(hypothesis) -> float | None:
-    """A hypothesis's summed log-probability (its .logprob), or a float as given; None stays None."""
-    return None if hypothesis is None else float(getattr(hypothesis, "logprob", hypothesis))
+def _same_search(hypothesis, model: torch.nn.Module, tokenizer, prompt, **options) -> str | None:
+    """None when `hypothesis` is the best of beam_search(model, tokenizer, prompt, **options), run again here;
+    else what is wrong with it."""
+    if not hasattr(hypothesis, "token_ids") or not hasattr(hypothesis, "logprob"):
+        return f"give the search's best hypothesis (result.best), not a {type(hypothesis).__name__}."
+    key = (id(model), repr(prompt), tuple(sorted(options.items())))
+    if key not in _SEARCHED:  # a search takes seconds: run each once per session
+        _SEARCHED[key] = search.beam_search(model, tokenizer, prompt, **options).best
+    best = _SEARCHED[key]
+    if tuple(hypothesis.token_ids) != tuple(best.token_ids) or abs(hypothesis.logprob - best.logprob) > 1e-3:
+        return ("the checker ran the search again and found another best hypothesis: run beam_search on the same "
+                "prompt with num_beams=4, max_new_tokens=30 and no_repeat_ngram_size=3, and take its .best.")
+    return None
 
 
-def check_blocking_cost(answer: float | None, looping, blocked) -> bool:
+def check_blocking_cost(answer: float | None, looping, blocked, model: torch.nn.Module, tokenizer,
+                        prompt) -> bool:
     """Exercise (03): how many times more probable is the looping beam than the one with repeats blocked?
-    looping / blocked: their best hypotheses (or their summed log-probabilities)."""
-    looping, blocked = _logprob(looping), _logprob(blocked)
+    looping / blocked: the best hypotheses of the 4-beam, 30-token search of `prompt` without and with
+    no_repeat_ngram_size=3; the checker runs the blocked search again and accepts only its best."""
     if blocked is None:
         return not_attempted("`blocked` with the best hypothesis of the search with no_repeat_ngram_size=3")
     if answer is None:
         return not_attempted("how many times more probable the looping text is")
-    gap = looping - blocked  # nats
+    wrong = _same_search(blocked, model, tokenizer, prompt, num_beams=4, max_new_tokens=30, no_repeat_ngram_size=3)
+    if wrong:
+        return verdict(False, wrong)
+    gap = looping.logprob - blocked.logprob  # nats
     expected = math.exp(gap)
     if abs(answer - expected) <= 0.02 * expected:
-        return verdict(True, f"the loop is {expected:.3g} times as probable as the text without it "
-                             f"({gap:.2f} nats): the model itself prefers the repeats. More probable is not better.")
+        reset("blocking_cost")
+        return verdict(True, f"{expected:.3g} times as probable ({gap:.2f} nats).")
     if abs(answer - gap) <= 0.02 * abs(gap) + 1e-3:
         return verdict(False, "that is the gap in log-probability (nats). A probability is e to the power of its "
                                "log: exponentiate the gap.")
     if abs(answer - 1 / expected) <= 0.02 / expected:
         return verdict(False, "that is the ratio the other way round: the looping text's probability over the "
                                "blocked one's.")
-    return verdict(False, "not yet. p = exp(log p), so the ratio of two probabilities is exp of the difference of "
-                           "their summed log-probabilities (.logprob).")
+    return verdict(False, "not yet. " + progressive("blocking_cost", [
+        "Each hypothesis carries its summed log-probability: how does a log turn back into a probability?",
+        "p = exp(log p), so the ratio of two probabilities is exp of the difference of their summed "
+        "log-probabilities (.logprob)."]))

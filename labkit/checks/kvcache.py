@@ -1,15 +1,30 @@
-"""Exercise checkers for the KV cache lab, notebook 06 (see labkit/checks/foundation.py for the style)."""
+"""Exercise checkers for the KV cache lab, notebook 06 (see labkit/checks/foundation.py for the style).
+
+A cache built on labkit's own KVCache does not count, the step times of Exercise 3 are timed again by the
+checker, and why a token of context is cheap is a checked choice.
+
+    >>> checks.check_context_token_cost(ms, positions, step_without, step_with, model, prose, why="shared_pass")
+"""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import torch
 
 from labkit.checks.common import not_attempted, verdict
+from labkit.checks.work import OWN_VERSION, choice_miss, progressive, reset
 from labkit.core.forward import NoCache, greedy_decode
+from labkit.core.kv_cache import KVCache
+from labkit.core.paged import PagedKVCache
 from labkit.models.sizing import ModelShape, bytes_per_element, format_bytes, model_shape
+
+LABKIT_CACHES = (KVCache, PagedKVCache, NoCache)  # labkit's own caches: a student's cache is not one of them
+TIMING_FACTOR = 3.0  # a student's step time may differ from the checker's own re-run by this factor
+WHY_CHEAP = {"shared_pass": "in one pass the weights are read and every op dispatched once for all its tokens; "
+                            "one more token adds only its own arithmetic",
+             "attention_free": "attention skips the tokens of the context",
+             "cached_inside": "the model keeps the context's keys and values inside the pass, so they cost nothing"}
 
 __all__ = ["check_kv_cache_bytes", "check_growing_cache", "check_context_token_cost"]  # 07's: checks/prefill.py
 
@@ -29,13 +44,14 @@ def check_kv_cache_bytes(answer: float | None, shape: ModelShape | str, tokens: 
                          dtype: str = "fp16") -> bool:
     """Exercise: how many bytes does the KV cache of `shape` take for tokens x batch in dtype?"""
     if answer is None:
-        return not_attempted("a number of bytes (2 x layers x KV heads x head dim x tokens x batch x bytes)")
+        return not_attempted("a number of bytes")
     shape = model_shape(shape) if isinstance(shape, str) else shape
     value = _number(answer)
     if value is None:
         return verdict(False, f"give a number of bytes, not {type(answer).__name__}.")
     expected = shape.kv_cache_bytes(tokens, batch, dtype)
     if _close(value, expected, 1e-9):  # an exact count (a float answer may carry rounding)
+        reset("kv_cache_bytes")
         return verdict(True, f"{expected:,.0f} bytes ({format_bytes(expected)}).")
     hints = [
         (expected / 2, "that is the keys alone (or the values alone): the cache holds both, a factor 2."),
@@ -43,7 +59,8 @@ def check_kv_cache_bytes(answer: float | None, shape: ModelShape | str, tokens: 
          f"use the {shape.n_kv_heads} key/value heads, not the {shape.n_heads} query heads: with grouped-query "
          "attention only the KV heads are cached."),
         (expected / batch, f"that is one sequence; the batch holds {batch}, each with its own cache."),
-        (expected * 8, "that looks like bits: count bytes (fp16 is 2 bytes per number)."),
+        (expected * 8, f"that looks like bits: count bytes ({dtype} is {bytes_per_element(dtype):g} bytes per "
+                       "number)."),
         (expected / 1e6, "that looks like megabytes: give the answer in bytes."),
         (expected / 1e9, "that looks like gigabytes: give the answer in bytes."),
         (expected / shape.n_layers, f"every one of the {shape.n_layers} layers keeps its own keys and values."),
@@ -51,8 +68,11 @@ def check_kv_cache_bytes(answer: float | None, shape: ModelShape | str, tokens: 
     for wrong, hint in hints:
         if _close(value, wrong):
             return verdict(False, hint)
-    return verdict(False, f"{value:,.0f} is not it. 2 x layers x KV heads x head dim x tokens x batch x "
-                           f"bytes per number ({bytes_per_element(dtype):g} for {dtype}).")
+    return verdict(False, f"{value:,.0f} is not it. " + progressive("kv_cache_bytes", [
+        "The cache holds one key and one value vector per layer, KV head, token and sequence: count them, then "
+        "their bytes.",
+        f"2 x layers x KV heads x head dim x tokens x batch x bytes per number ({bytes_per_element(dtype):g} for "
+        f"{dtype})."]))
 
 
 def check_growing_cache(cache_class: Callable | None, model: torch.nn.Module, n_tokens: int = 8) -> bool:
@@ -61,8 +81,12 @@ def check_growing_cache(cache_class: Callable | None, model: torch.nn.Module, n_
     if cache_class is None:
         return not_attempted("your cache class")
     name = getattr(cache_class, "__name__", "your class")
+    if isinstance(cache_class, type) and issubclass(cache_class, LABKIT_CACHES):
+        return verdict(False, f"{name} is labkit's own cache (or built on it): {OWN_VERSION}")
     try:
         probe = cache_class(2)
+        if isinstance(probe, LABKIT_CACHES):
+            return verdict(False, f"{name}(2) makes labkit's own {type(probe).__name__}: {OWN_VERSION}")
         k = torch.randn(1, 2, 3, 4)
         first = probe.append(0, k, k)
         probe.advance(3)
@@ -98,34 +122,65 @@ def _slope(xs: list[float], ys: list[float]) -> float:
     return sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys)) / sum((x - mean_x) ** 2 for x in xs)
 
 
+def step_seconds_without_cache(model: torch.nn.Module, prompt_ids: torch.Tensor, position: int) -> float:
+    """The checker's own timing of one decode step without the cache at `position` (fastest of 2).
+
+        >>> step_seconds_without_cache(model, prose, 256)
+        0.21
+    """
+    from labkit.benchmarks.kvcache import decode_step_seconds  # only when checked
+
+    return decode_step_seconds(model, prompt_ids[:, :position], use_cache=False, repeats=2)
+
+
 def check_context_token_cost(answer: float | None, positions: list[int], seconds_without: list[float],
-                             seconds_with: list[float]) -> bool:
-    """Exercise (06): how many milliseconds one more token of context adds to a step without the cache,
-    from step times measured at `positions` (the slope of a line through them), within 10 %."""
+                             seconds_with: list[float], model: torch.nn.Module, prompt_ids: torch.Tensor,
+                             why: str | None = None) -> bool:
+    """Exercise (06): how many milliseconds one more token of context adds to a step without the cache, from
+    step times measured at `positions` (the slope of a line through them), within 10 %; then why a token is so
+    much cheaper inside a long pass than alone (why: one of WHY_CHEAP). The checker times a step at the last
+    position again on `model` and `prompt_ids`; the student's time there must be within a factor 3 of it."""
     if answer is None:
         return not_attempted("a number of milliseconds per token of context")
     value = _number(answer)
     if value is None:
         return verdict(False, f"give a number of milliseconds, not {type(answer).__name__}.")
+    mine = step_seconds_without_cache(model, prompt_ids, positions[-1])
+    if not mine / TIMING_FACTOR <= seconds_without[-1] <= mine * TIMING_FACTOR:
+        return verdict(False, "the checker timed a step without the cache again at your last position, and your "
+                               "time there is more than 3 times off: use the step times section 3 measured on "
+                               "this machine.")
     ms_without, ms_with = [s * 1e3 for s in seconds_without], [s * 1e3 for s in seconds_with]
     slope = _slope(list(positions), ms_without)
     endpoints = (ms_without[-1] - ms_without[0]) / (positions[-1] - positions[0])
-    if _close(value, slope, 0.10) or _close(value, endpoints, 0.02):
-        cached = sum(ms_with) / len(ms_with)
-        return verdict(True, f"each token of context adds about {slope:.2f} ms to a step without the cache, while a "
-                             f"cached step, one token alone, takes {cached:.0f} ms: {cached / slope:.0f}x more. In one "
-                             "pass over many tokens the weights are read once for all of them (notebook 07).")
+    if not (_close(value, slope, 0.10) or _close(value, endpoints, 0.02)):
+        return verdict(False, _context_cost_hint(value, slope, list(positions), ms_without, ms_with))
+    if why is None:
+        return not_attempted(f"why, one of {sorted(WHY_CHEAP)} (your milliseconds are right)")
+    miss = choice_miss(why, WHY_CHEAP, "shared_pass", "what does a pass pay once, whatever the number of tokens "
+                       "in it, and what does each token add?")
+    if miss:
+        return verdict(False, miss)
+    reset("context_token_cost")
+    return verdict(True, f"about {slope:.2f} ms per token of context; the checker's own step at position "
+                         f"{positions[-1]} took {mine * 1e3:.0f} ms here.")
+
+
+def _context_cost_hint(value: float, slope: float, positions: list[int], ms_without: list[float],
+                       ms_with: list[float]) -> str:
+    """The hint for a wrong cost per token of context: a recognised slip, else the idea, then the recipe."""
     hints = [
         (slope / 1e3, "that looks like seconds: give milliseconds per token."),
         (1 / slope, "that is tokens per millisecond: give milliseconds per token."),
         (ms_without[-1] / (positions[-1] + 1), "that is a whole step's time shared among its tokens, fixed cost "
                                                "included. One more token adds only the change in time over the "
                                                "change in position."),
-        (_slope(list(positions), ms_with), "that is the slope with the cache; the question is about the steps "
-                                           "without it."),
+        (_slope(positions, ms_with), "that is the slope with the cache; the question is about the steps without it."),
     ]
     for wrong, hint in hints:
         if _close(value, wrong, 0.10):
-            return verdict(False, hint)
-    return verdict(False, "not yet. Fit a straight line to the step times without the cache, in ms, against the "
-                           "position (np.polyfit(positions, ms, 1)); its slope is the cost of one more token.")
+            return hint
+    return "not yet. " + progressive("context_token_cost", [
+        "How much does the step time change per token of position?",
+        "Fit a straight line to the step times without the cache, in ms, against the position "
+        "(np.polyfit(positions, ms, 1)); its slope is the cost of one more token."])

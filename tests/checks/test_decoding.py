@@ -1,18 +1,74 @@
-"""The decoding lab's measurement checker (notebook 03): a pass from the measured values, a hint otherwise."""
+"""The decoding lab's checkers (notebook 03): beam_step must be the student's own, and Exercise 3's blocked
+hypothesis must be the one the search really finds."""
 
 import math
 
+import pytest
+import torch
+
 from labkit import checks
-from labkit.decoding.search import Hypothesis
+from labkit.decoding import search
+from labkit.decoding.search import Hypothesis, beam_search
+
+PROMPT = [1, 504, 3575]
 
 
-def test_blocking_cost_takes_hypotheses_or_log_probabilities(capsys):
-    looping, blocked = Hypothesis((1, 2), -25.7, -0.86), Hypothesis((3, 4), -29.7, -0.99)
-    assert not checks.check_blocking_cost(None, looping, None)
+def beam_step(scores, logprobs, k):
+    totals = (scores[:, None] + logprobs).reshape(-1)
+    best, index = totals.topk(k)
+    return index // logprobs.shape[1], index % logprobs.shape[1], best
+
+
+def test_beam_step_of_labkit_does_not_count(capsys):
+    assert checks.check_beam_step(beam_step)
+    capsys.readouterr()
+    for borrowed in (search.beam_step, lambda s, lp, k: search.beam_step(s, lp, k)):
+        assert not checks.check_beam_step(borrowed)
+        assert "does not count" in capsys.readouterr().out
+
+
+def test_beam_step_hints_grow(capsys):
+    def per_beam(scores, logprobs, k):  # the best token of each beam, not the k best pairs
+        best, tokens = (scores[:, None] + logprobs).max(-1)
+        return torch.arange(k), tokens, best
+
+    assert not checks.check_beam_step(per_beam)
+    first = capsys.readouterr().out
+    assert not checks.check_beam_step(per_beam)
+    second = capsys.readouterr().out
+    assert "index // V" not in first and "index // V" in second
+
+
+@pytest.fixture(scope="module")
+def searches(tiny_hf, tokenizer):
+    """The best hypotheses of the 4-beam, 30-token search of PROMPT, without and with repeats blocked."""
+    return tuple(beam_search(tiny_hf, tokenizer, PROMPT, num_beams=4, max_new_tokens=30, **extra).best
+                 for extra in ({}, {"no_repeat_ngram_size": 3}))
+
+
+def test_blocking_cost_accepts_only_the_real_blocked_search(tiny_hf, tokenizer, searches, capsys):
+    looping, blocked = searches
+    ratio = math.exp(looping.logprob - blocked.logprob)
+    args = (tiny_hf, tokenizer, PROMPT)
+    assert not checks.check_blocking_cost(None, looping, None, *args)
     assert "Not attempted" in capsys.readouterr().out
-    assert checks.check_blocking_cost(math.exp(4.0), looping, blocked)
-    assert checks.check_blocking_cost(math.exp(4.0), -25.7, -29.7)
-    assert not checks.check_blocking_cost(4.0, looping, blocked)
+    assert checks.check_blocking_cost(ratio, looping, blocked, *args)
+    assert "nats" in capsys.readouterr().out
+    made_up = Hypothesis(blocked.token_ids, blocked.logprob - 3.0, blocked.score)  # an invented log-probability
+    for wrong in (made_up, looping, blocked.logprob):
+        gap = looping.logprob - getattr(wrong, "logprob", wrong)
+        assert not checks.check_blocking_cost(math.exp(gap), looping, wrong, *args)
+        out = capsys.readouterr().out
+        assert "search again" in out or "result.best" in out
+
+
+def test_blocking_cost_hints(tiny_hf, tokenizer, searches, capsys):
+    looping, blocked = searches
+    gap = looping.logprob - blocked.logprob
+    args = (looping, blocked, tiny_hf, tokenizer, PROMPT)
+    assert not checks.check_blocking_cost(gap, *args)
     assert "exponentiate" in capsys.readouterr().out
-    assert not checks.check_blocking_cost(math.exp(-4.0), looping, blocked)
+    assert not checks.check_blocking_cost(math.exp(-gap), *args)
     assert "other way round" in capsys.readouterr().out
+    assert not checks.check_blocking_cost(math.exp(gap) + 5, *args)
+    assert "exp" not in capsys.readouterr().out  # the first miss names the idea, not the formula

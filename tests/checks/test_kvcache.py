@@ -97,3 +97,53 @@ def test_max_context(capsys):
     assert checks.check_max_context(0, "llama-3.1-70b", memory_gb=80)
     assert not checks.check_max_context(1000, "llama-3.1-70b", memory_gb=80)
     assert "start with the weights" in capsys.readouterr().out
+
+
+def test_kv_cache_bytes_first_miss_names_the_idea(capsys):
+    assert not checks.check_kv_cache_bytes(12345, "smollm2-135m", tokens=1000, batch=4)
+    first = capsys.readouterr().out
+    assert not checks.check_kv_cache_bytes(12345, "smollm2-135m", tokens=1000, batch=4)
+    assert "2 x layers" not in first and "2 x layers" in capsys.readouterr().out
+
+
+def test_labkit_cache_does_not_count(tiny, capsys):
+    from labkit.core.kv_cache import KVCache
+
+    class Borrowed(KVCache):  # labkit's cache under the student's name
+        pass
+
+    for borrowed in (KVCache, Borrowed, lambda n_layers: tiny.new_cache(1, 64)):
+        assert not checks.check_growing_cache(borrowed, tiny)
+        assert "does not count" in capsys.readouterr().out
+
+
+POSITIONS = [16, 64, 128, 192, 256]
+WITHOUT = [0.08 + 0.0017 * p for p in POSITIONS]  # 1.7 ms per token of context
+WITH = [0.05] * 5
+
+
+def test_context_token_cost_checks_the_times_and_the_reading(tiny, capsys, monkeypatch):
+    from labkit.checks import kvcache
+
+    monkeypatch.setattr(kvcache, "step_seconds_without_cache", lambda *a: 0.5)  # the checker's own step at 256
+    args = (POSITIONS, WITHOUT, WITH, tiny, None)
+    assert not checks.check_context_token_cost(1.7, *args)
+    assert "why" in capsys.readouterr().out
+    assert not checks.check_context_token_cost(1.7, *args, why="attention_free")
+    assert "does not fit" in capsys.readouterr().out
+    assert checks.check_context_token_cost(1.7, *args, why="shared_pass")
+    passed = capsys.readouterr().out
+    for interpretation in ("weights are read once", "shares", "own arithmetic", "dispatched"):
+        assert interpretation not in passed
+    invented = [10 * t for t in WITHOUT]  # ten times slower than the checker's own step
+    assert not checks.check_context_token_cost(17.0, POSITIONS, invented, WITH, tiny, None, why="shared_pass")
+    assert "3 times off" in capsys.readouterr().out
+
+
+def test_context_token_cost_times_a_step_for_real(tiny, capsys):
+    """A made-up step of 100 s fails against the checker's real timing of the tiny model (milliseconds)."""
+    prompt = torch.tensor([[1, 504, 3575, 282] * 8])
+    invented = [100.0 + p for p in POSITIONS[:2]]
+    assert not checks.check_context_token_cost(1000.0, [16, 32], invented, [0.05, 0.05], tiny, prompt,
+                                               why="shared_pass")
+    assert "3 times off" in capsys.readouterr().out
