@@ -11,11 +11,14 @@ exercise left as `None` reads as "not attempted yet". A first miss names the ide
 
 from __future__ import annotations
 
+import time
+
 import torch
 from transformers import PreTrainedTokenizerBase
 
 from labkit.checks.common import not_attempted, verdict
 from labkit.checks.work import choice_miss, progressive, reset
+from labkit.core.forward import decode_step, prefill
 from labkit.core.text import chat_prompt
 
 __all__ = [
@@ -23,6 +26,7 @@ __all__ = [
     "check_chat_string", "check_weight_traffic", "check_context_ratio",
 ]
 
+TIMING_FACTOR = 3.0  # a student's speed may differ from the checker's own re-run by this factor (a loaded machine)
 MEMORY_BOUND_SHARE = 0.75  # a loop that reads its weights at 75 % of a plain read's speed or more is memory-bound
 MATTERS_MORE = {"tokenizer": "the tokens the text costs each model", "context": "the context lengths"}
 LIMITED_BY = {"memory": "reading the weights from memory sets the loop's pace",
@@ -126,13 +130,34 @@ def memory_read_bandwidth() -> float:
     return read_bandwidth(repeats=3)
 
 
+def decode_tokens_per_second(model: torch.nn.Module, n_tokens: int = 16) -> float:
+    """The checker's own greedy decoding speed on `model`: a 32-token prefill, then n_tokens - 1 decode steps.
+
+        >>> decode_tokens_per_second(model)
+        12.4
+    """
+    ids = torch.arange(1, 33)[None]  # any 32 token ids will do for timing
+    with torch.no_grad():
+        prefill(model, ids[:, :4], max_length=4)  # warm-up
+        start = time.perf_counter()
+        logits, cache = prefill(model, ids, max_length=ids.shape[1] + n_tokens)
+        for _ in range(n_tokens - 1):
+            logits = decode_step(model, logits.argmax(-1), cache)
+        return n_tokens / (time.perf_counter() - start)
+
+
 def check_weight_traffic(answer: float | None, model: torch.nn.Module, tokens_per_second: float,
                          limited_by: str | None = None) -> bool:
     """Exercise (00): at `tokens_per_second`, how many GB (10^9 bytes) of weights does decoding read per second,
     and is that what limits the loop? limited_by: "memory" or "other", checked against a read of this machine's
-    memory: "memory" when the loop reads its weights at MEMORY_BOUND_SHARE of that speed or more."""
+    memory: "memory" when the loop reads its weights at MEMORY_BOUND_SHARE of that speed or more. The checker
+    times decoding on `model` again: a tokens_per_second more than TIMING_FACTOR away from its own is refused."""
     if answer is None:
         return not_attempted("the GB of weights read per second")
+    mine = decode_tokens_per_second(model)
+    if not mine / TIMING_FACTOR <= tokens_per_second <= mine * TIMING_FACTOR:
+        return verdict(False, "the checker timed decoding on your model again, and your tokens_per_second is more "
+                               "than 3 times off: use the speed the cell measured on this machine.")
     weights = _unique_bytes(model)
     expected = weights * tokens_per_second / 1e9
     if abs(answer - expected) > 0.03 * expected:

@@ -1,5 +1,7 @@
 """Exercise checkers pass right answers, give a hint for wrong ones, and never raise."""
 
+import pytest
+
 from labkit import checks
 from labkit.checks import foundation
 
@@ -41,8 +43,14 @@ def test_chat_string(tokenizer, capsys):
     assert "differ from character 12" in capsys.readouterr().out
 
 
-def test_weight_traffic(tiny_hf, capsys, monkeypatch):
-    monkeypatch.setattr(foundation, "memory_read_bandwidth", lambda: 20e9)  # this machine reads 20 GB/s
+@pytest.fixture
+def measured(monkeypatch):
+    """The checker's own measurements, fixed: decoding runs at 20 tokens/s, memory reads 20 GB/s."""
+    monkeypatch.setattr(foundation, "decode_tokens_per_second", lambda model: 20.0)
+    monkeypatch.setattr(foundation, "memory_read_bandwidth", lambda: 20e9)
+
+
+def test_weight_traffic(tiny_hf, capsys, measured):
     gigabytes = checks.count_parameters(tiny_hf) * 4 / 1e9  # float32
     assert not checks.check_weight_traffic(gigabytes * 20 * 1000, tiny_hf, 20.0)
     assert "MB per second" in capsys.readouterr().out
@@ -52,7 +60,7 @@ def test_weight_traffic(tiny_hf, capsys, monkeypatch):
     assert "limited_by" in capsys.readouterr().out
 
 
-def test_weight_traffic_interpretation_is_checked_against_this_machine(tiny_hf, capsys, monkeypatch):
+def test_weight_traffic_interpretation_is_checked_against_this_machine(tiny_hf, capsys, measured, monkeypatch):
     traffic = checks.count_parameters(tiny_hf) * 4 * 20.0 / 1e9
     monkeypatch.setattr(foundation, "memory_read_bandwidth", lambda: traffic * 1e9 * 10)  # 10 % of the memory
     assert not checks.check_weight_traffic(traffic, tiny_hf, 20.0, limited_by="memory")
@@ -88,3 +96,17 @@ def test_context_ratio(tokenizer, capsys):
     assert "context length" not in capsys.readouterr().out  # the pass leaves the reading to the student
     assert not checks.check_context_ratio(0.25, text, (tokenizer, 32768), (tokenizer, 8192))
     assert "other way round" in capsys.readouterr().out
+
+
+def test_weight_traffic_refuses_an_invented_speed(tiny_hf, capsys, measured):
+    invented = 200.0  # ten times what the checker measured
+    traffic = checks.count_parameters(tiny_hf) * 4 * invented / 1e9
+    assert not checks.check_weight_traffic(traffic, tiny_hf, invented, "other")
+    assert "3 times off" in capsys.readouterr().out
+
+
+def test_weight_traffic_times_decoding_for_real(tiny_hf, capsys):
+    """A made-up 0.001 tokens/s fails against the checker's real timing of the tiny model (thousands a second)."""
+    traffic = checks.count_parameters(tiny_hf) * 4 * 0.001 / 1e9
+    assert not checks.check_weight_traffic(traffic, tiny_hf, 0.001, "other")
+    assert "3 times off" in capsys.readouterr().out
