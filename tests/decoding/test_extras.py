@@ -125,17 +125,45 @@ def test_sampling_explorer_redraws_and_resamples(tokenizer):
     assert "run the notebook" in repr(explorer)
 
 
-def test_decoding_checkers_pass_solutions_and_hint_on_mistakes(capsys):
-    from labkit.decoding.diversity import distinct_n as reference_distinct
-    from labkit.decoding.sampling import top_k_filter
+def own_top_k(logits: torch.Tensor, k: int) -> torch.Tensor:
+    """A student's top-k filter, written out: keep the k largest logits of each row, mask the rest."""
+    kth = logits.topk(min(k, logits.shape[-1]), dim=-1).values[..., -1:]
+    return logits.masked_fill(logits < kth, float("-inf"))
 
-    assert checks.check_top_k_filter(top_k_filter) and not checks.check_top_k_filter(lambda x, k: x)
-    assert checks.check_top_p_filter(top_p_filter) and not checks.check_top_p_filter(lambda x, p: x)
-    assert checks.check_distinct_n(reference_distinct) and not checks.check_distinct_n(lambda t, n: 1.0)
+
+def own_top_p(logits: torch.Tensor, p: float) -> torch.Tensor:
+    """A student's nucleus filter: the smallest set of most likely tokens whose mass reaches p."""
+    ordered, order = logits.sort(dim=-1, descending=True)
+    before = ordered.softmax(-1).cumsum(-1) - ordered.softmax(-1)  # the mass of the tokens ranked above
+    masked = ordered.masked_fill(before >= p, float("-inf"))
+    return torch.full_like(logits, float("-inf")).scatter(-1, order, masked)
+
+
+def own_distinct(texts: list[str], n: int) -> float:
+    """A student's distinct-n: unique word n-grams over all of them, pooled over the texts (0 if none)."""
+    grams = []
+    for text in texts:
+        words = text.split()
+        grams += [tuple(words[i:i + n]) for i in range(len(words) - n + 1)]
+    return len(set(grams)) / len(grams) if grams else 0.0
+
+
+def test_decoding_checkers_pass_solutions_and_hint_on_mistakes(capsys):
+    assert checks.check_top_k_filter(own_top_k) and not checks.check_top_k_filter(lambda x, k: x)
+    assert checks.check_top_p_filter(own_top_p) and not checks.check_top_p_filter(lambda x, p: x)
+    assert checks.check_distinct_n(own_distinct) and not checks.check_distinct_n(lambda t, n: 1.0)
     assert not checks.check_beam_step(lambda s, l, k: 1 / 0)
     assert not checks.check_top_k_filter(None)
     out = capsys.readouterr().out
-    assert "Not attempted" in out and "ZeroDivisionError" in out and "Hint" in out
+    assert "Not attempted" in out and "ZeroDivisionError" in out and out.count("❌ Not yet") >= 4
+
+
+def test_decoding_checkers_refuse_labkits_own_version(capsys):
+    from labkit.decoding.sampling import top_k_filter
+
+    assert not checks.check_top_k_filter(top_k_filter)
+    assert not checks.check_top_p_filter(top_p_filter) and not checks.check_distinct_n(distinct_n)
+    assert capsys.readouterr().out.count("does not count") == 3
 
 
 def test_greedy_repetition_measures_the_greedy_continuation(tokenizer):

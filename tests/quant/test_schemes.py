@@ -202,7 +202,7 @@ def test_check_absmax_quantize(capsys):
         return (w / scale).to(torch.int8), scale
 
     assert checks.check_absmax_quantize(right)
-    for wrong, hint in [(per_tensor, "per row"), (by_128, "not 128"), (truncates, "truncates toward zero"),
+    for wrong, hint in [(per_tensor, "each row its own scale"), (by_128, "not 128"), (truncates, "truncates toward zero"),
                         (None, "Not attempted")]:
         assert not checks.check_absmax_quantize(wrong)
         assert hint in capsys.readouterr().out
