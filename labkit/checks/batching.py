@@ -12,7 +12,7 @@ import math
 from collections.abc import Callable, Sequence
 
 from labkit.checks.common import as_number, matching_hint, not_attempted, verdict
-from labkit.checks.work import choice_miss, progressive, reset, run_own
+from labkit.checks.work import choice_verdict, progressive, reset, run_own
 from labkit.serving.static_batch import planned_waste
 
 __all__ = ["check_batch_gain", "check_fcfs_admission", "check_kv_blocks", "check_wasted_slots"]
@@ -162,12 +162,9 @@ def check_batch_gain(answer: float | None, limited_by: str | None, step_s: float
             "and the time the step takes.",
             f"{value:g} is not it. Tokens/s at a batch is its rows over its step's seconds; divide the larger batch's "
             "rate by the smaller one's."]))
-    reset("batch_gain")
-    miss = choice_miss(limited_by, BATCH_LIMITS, batch_limit(expected, more_rows / rows),
-                       f"set your ratio beside the {more_rows / rows:g}x that free rows would buy and the 1x of rows "
-                       "that each pay their own way.")
-    if miss:
-        return verdict(False, f"the ratio is right; {miss}")
-    return verdict(True, f"a step at batch {more_rows} took {growth:.2f}x as long as at batch {rows}. Continuous "
-                         "batching (section 3) keeps the batch full, so this is what every step of a busy server "
-                         "gets.")
+    return choice_verdict(
+        limited_by, BATCH_LIMITS, batch_limit(expected, more_rows / rows), f"set your ratio beside the "
+        f"{more_rows / rows:g}x that free rows would buy and the 1x of rows that each pay their own way.",
+        name="limited_by", exercise="batch_gain", right_so_far="the ratio is right",
+        passed=f"a step at batch {more_rows} took {growth:.2f}x as long as at batch {rows}. Continuous batching "
+        "(section 3) keeps the batch full, so this is what every step of a busy server gets.")

@@ -17,7 +17,7 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from labkit.checks.common import not_attempted, verdict
-from labkit.checks.work import choice_miss, progressive, reset
+from labkit.checks.work import choice_verdict, progressive, reset
 from labkit.core.forward import decode_step, prefill
 from labkit.core.text import chat_prompt
 
@@ -173,13 +173,11 @@ def check_weight_traffic(answer: float | None, model: torch.nn.Module, tokens_pe
         return not_attempted(f"limited_by, one of {sorted(LIMITED_BY)} (your GB/s is right)")
     bandwidth = memory_read_bandwidth() / 1e9
     truth = "memory" if expected >= MEMORY_BOUND_SHARE * bandwidth else "other"
-    miss = choice_miss(limited_by, LIMITED_BY, truth, "compare the GB/s your loop reads with what a laptop's "
-                       "memory moves per second.")
-    if miss:
-        return verdict(False, miss)
-    reset("weight_traffic")
-    return verdict(True, f"about {expected:.1f} GB/s. A plain read of a large tensor just ran at "
-                         f"{bandwidth:.0f} GB/s on this machine: the loop used {expected / bandwidth:.0%} of it.")
+    return choice_verdict(
+        limited_by, LIMITED_BY, truth, "compare the GB/s your loop reads with what a laptop's memory moves per "
+        "second.", name="limited_by", exercise="weight_traffic", right_so_far="your GB/s is right",
+        passed=f"about {expected:.1f} GB/s. A plain read of a large tensor just ran at {bandwidth:.0f} GB/s on "
+        f"this machine: the loop used {expected / bandwidth:.0%} of it.")
 
 
 def check_context_ratio(answer: float | None, text: str, first: tuple[PreTrainedTokenizerBase, int],
@@ -198,15 +196,10 @@ def check_context_ratio(answer: float | None, text: str, first: tuple[PreTrained
         return abs(answer - value) <= 0.02 * abs(value)
 
     if close(expected):
-        if matters_more is None:
-            return not_attempted(f"matters_more, one of {sorted(MATTERS_MORE)} (your ratio is right)")
         truth = "tokenizer" if small_tokens / big_tokens > big_context / small_context else "context"
-        miss = choice_miss(matters_more, MATTERS_MORE, truth, "your ratio is the product of two factors: compare "
-                           "them.")
-        if miss:
-            return verdict(False, miss)
-        reset("context_ratio")
-        return verdict(True, f"{expected:.1f} times as much of this text.")
+        return choice_verdict(matters_more, MATTERS_MORE, truth, "your ratio is the product of two factors: "
+                              "compare them.", name="matters_more", exercise="context_ratio",
+                              right_so_far="your ratio is right", passed=f"{expected:.1f} times as much of this text.")
     if close(1 / expected):
         return verdict(False, "that is the ratio the other way round: divide the first model's capacity by the "
                                "second's.")

@@ -16,7 +16,7 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from labkit.checks.common import not_attempted, verdict
-from labkit.checks.work import choice_miss, progressive, reset, run_own
+from labkit.checks.work import choice_verdict, progressive, reset, run_own
 from labkit.core.forward import NoCache, decode_step, greedy_decode, prefill
 from labkit.core.text import encode_prompt
 from labkit.decoding import generate as generate_module
@@ -166,12 +166,8 @@ def check_cache_speedup(answer: float | None, seconds_without_cache: float | Non
         return verdict(False, progressive("cache_speedup", [
             "not yet. A speed-up compares the two times you measured, not their difference.",
             "not yet. A speed-up is a ratio of two times: the slow loop's time over the fast one's."]))
-    if gap is None:
-        return not_attempted(f"gap, one of {sorted(GAP_CHOICES)} (your speed-up is right)")
-    miss = choice_miss(gap, GAP_CHOICES, "grow", "what does a step without the cache feed the model, and how "
-                       "does that change with the prompt's length? And a cached step?")
-    if miss:
-        return verdict(False, miss)
-    reset("cache_speedup")
-    return verdict(True, f"{expected:.1f}x faster; the checker's own re-run of both loops gave "
-                         f"{mine_without / mine_with:.1f}x on this machine.")
+    return choice_verdict(
+        gap, GAP_CHOICES, "grow", "what does a step without the cache feed the model, and how does that change "
+        "with the prompt's length? And a cached step?", name="gap", exercise="cache_speedup",
+        right_so_far="your speed-up is right", passed=f"{expected:.1f}x faster; the checker's own re-run of both "
+        f"loops gave {mine_without / mine_with:.1f}x on this machine.")

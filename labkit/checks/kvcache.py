@@ -13,7 +13,7 @@ from collections.abc import Callable
 import torch
 
 from labkit.checks.common import not_attempted, verdict
-from labkit.checks.work import OWN_VERSION, choice_miss, progressive, reset
+from labkit.checks.work import OWN_VERSION, choice_verdict, progressive, reset
 from labkit.core.forward import NoCache, greedy_decode
 from labkit.core.kv_cache import KVCache
 from labkit.core.paged import PagedKVCache
@@ -155,15 +155,11 @@ def check_context_token_cost(answer: float | None, positions: list[int], seconds
     endpoints = (ms_without[-1] - ms_without[0]) / (positions[-1] - positions[0])
     if not (_close(value, slope, 0.10) or _close(value, endpoints, 0.02)):
         return verdict(False, _context_cost_hint(value, slope, list(positions), ms_without, ms_with))
-    if why is None:
-        return not_attempted(f"why, one of {sorted(WHY_CHEAP)} (your milliseconds are right)")
-    miss = choice_miss(why, WHY_CHEAP, "shared_pass", "what does a pass pay once, whatever the number of tokens "
-                       "in it, and what does each token add?")
-    if miss:
-        return verdict(False, miss)
-    reset("context_token_cost")
-    return verdict(True, f"about {slope:.2f} ms per token of context; the checker's own step at position "
-                         f"{positions[-1]} took {mine * 1e3:.0f} ms here.")
+    return choice_verdict(
+        why, WHY_CHEAP, "shared_pass", "what does a pass pay once, whatever the number of tokens in it, and what "
+        "does each token add?", name="why", exercise="context_token_cost",
+        right_so_far="your milliseconds are right", passed=f"about {slope:.2f} ms per token of context; the "
+        f"checker's own step at position {positions[-1]} took {mine * 1e3:.0f} ms here.")
 
 
 def _context_cost_hint(value: float, slope: float, positions: list[int], ms_without: list[float],

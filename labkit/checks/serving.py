@@ -12,7 +12,7 @@ import math
 from collections.abc import Callable
 
 from labkit.checks.common import as_number, matching_hint, not_attempted, verdict
-from labkit.checks.work import choice_miss, progressive, reset, run_own
+from labkit.checks.work import choice_verdict, progressive, reset, run_own
 from labkit.serving.http.client import client_tpot, parse_sse
 
 __all__ = ["check_client_metrics", "check_littles_law", "check_sse_parser", "check_streaming_gain"]
@@ -158,10 +158,8 @@ def check_streaming_gain(answer: float | None, sooner: str | None, whole_answer_
             "something: compare those two waits.",
             f"{value:g} is not it. The user who waits for the whole answer sees nothing until it arrives; the one "
             "who streams sees the first token at TTFT: divide the first by the second."]))
-    reset("streaming_gain")
-    miss = choice_miss(sooner, STREAMING_CHANGES, "both" if e2e_s < 0.8 * whole_answer_s else "first token",
-                       "compare when each answer's last token arrived, as well as its first.")
-    if miss:
-        return verdict(False, f"the ratio is right; {miss}")
-    return verdict(True, f"streamed, TTFT was {ttft_s * 1e3:.0f} ms. Under load (section 5) it also "
-                         "waits for a free seat in the batch, so TTFT grows with the queue.")
+    return choice_verdict(
+        sooner, STREAMING_CHANGES, "both" if e2e_s < 0.8 * whole_answer_s else "first token", "compare when each "
+        "answer's last token arrived, as well as its first.", name="sooner", exercise="streaming_gain",
+        right_so_far="the ratio is right", passed=f"streamed, TTFT was {ttft_s * 1e3:.0f} ms. Under load (section "
+        "5) it also waits for a free seat in the batch, so TTFT grows with the queue.")

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable, Sequence
 from types import CodeType
 
-from labkit.checks.common import run_student
+from labkit.checks.common import not_attempted, run_student, verdict
 
 OWN_VERSION = "calling labkit's version does not count, write it yourself."
 _misses: dict[str, int] = {}  # exercise -> misses so far in this kernel (progressive hints)
@@ -94,3 +94,24 @@ def choice_miss(answer: object, choices: dict[str, str], expected: str, hint: st
         listed = "; ".join(f"{name!r} ({meaning})" for name, meaning in choices.items())
         return f"choose one of {listed}, not {answer!r}."
     return f"{answer!r} does not fit your measurement: {hint}"
+
+
+def choice_verdict(answer: object, choices: dict[str, str], expected: str, hint: str, *, name: str,
+                   exercise: str, right_so_far: str, passed: str) -> bool:
+    """The verdict on an interpretation asked after a number the student got right: not attempted while
+    `answer` is None; choice_miss's message on a miss (never naming the right one); else a pass saying
+    `passed`, and `exercise`'s hints start over.
+
+        >>> choice_verdict("memory", {"memory": "reading weights", "other": "anything else"}, "other",
+        ...                "compare with the read bandwidth.", name="limited_by", exercise="weight_traffic",
+        ...                right_so_far="your GB/s is right", passed="12 GB/s.")
+        ❌ Not yet: your GB/s is right; 'memory' does not fit your measurement: compare with the read bandwidth.
+        False
+    """
+    if answer is None:
+        return not_attempted(f"{name}, one of {sorted(choices)} ({right_so_far})")
+    miss = choice_miss(answer, choices, expected, hint)
+    if miss:
+        return verdict(False, f"{right_so_far}; {miss}")
+    reset(exercise)
+    return verdict(True, passed)
