@@ -101,10 +101,13 @@ $(LLAMACPP_SOURCE)/.unpacked: | $(LLAMACPP_TOOLS)/.installed
 	rm $(LLAMACPP_DIR)/llama_cpp_python-$(LLAMACPP_VERSION).tar.gz
 	touch $@
 
+# The build runs with MAKEFLAGS cleared: under `make -jN` (CI's set-up), ninja 1.13 finds make's jobserver
+# there, but make hands a plain recipe no jobserver file descriptors, and ninja stops ("Could not initialize
+# jobserver: Invalid file descriptors"). Without it ninja runs its own jobs, one per core and two more.
 $(LLAMA_SERVER): $(LLAMACPP_SOURCE)/.unpacked | $(LLAMACPP_TOOLS)/.installed
 	$(LLAMACPP_TOOLS)/bin/cmake -S $(LLAMACPP_SOURCE)/vendor/llama.cpp -B $(LLAMACPP_BUILD) $(LLAMACPP_CMAKE_OPTIONS) \
 		-DCMAKE_MAKE_PROGRAM=$(abspath $(LLAMACPP_TOOLS))/bin/ninja > /dev/null
-	$(LLAMACPP_TOOLS)/bin/cmake --build $(LLAMACPP_BUILD) --target llama-server > $(LLAMACPP_DIR)/build.log
+	MAKEFLAGS= $(LLAMACPP_TOOLS)/bin/cmake --build $(LLAMACPP_BUILD) --target llama-server > $(LLAMACPP_DIR)/build.log
 	touch $@
 
 # The Python package alone (LLAMA_BUILD=OFF compiles nothing), then the libraries it loads from llama_cpp/lib.
