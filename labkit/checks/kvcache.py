@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import torch
 
-from labkit.checks.common import not_attempted, verdict
+from labkit.checks.common import as_number, not_attempted, verdict
 from labkit.checks.work import OWN_VERSION, choice_verdict, progressive, reset
 from labkit.core.forward import NoCache, greedy_decode
 from labkit.core.kv_cache import KVCache
@@ -33,20 +33,13 @@ def _close(answer: float, expected: float, rel: float = 0.005) -> bool:
     return abs(answer - expected) <= rel * abs(expected)
 
 
-def _number(answer) -> float | None:
-    try:
-        return float(answer)
-    except (TypeError, ValueError):
-        return None
-
-
 def check_kv_cache_bytes(answer: float | None, shape: ModelShape | str, tokens: int, batch: int,
                          dtype: str = "fp16") -> bool:
     """Exercise: how many bytes does the KV cache of `shape` take for tokens x batch in dtype?"""
     if answer is None:
         return not_attempted("a number of bytes")
     shape = model_shape(shape) if isinstance(shape, str) else shape
-    value = _number(answer)
+    value = as_number(answer)
     if value is None:
         return verdict(False, f"give a number of bytes, not {type(answer).__name__}.")
     expected = shape.kv_cache_bytes(tokens, batch, dtype)
@@ -142,7 +135,7 @@ def check_context_token_cost(answer: float | None, positions: list[int], seconds
     position again on `model` and `prompt_ids`; the student's time there must be within a factor 3 of it."""
     if answer is None:
         return not_attempted("a number of milliseconds per token of context")
-    value = _number(answer)
+    value = as_number(answer)
     if value is None:
         return verdict(False, f"give a number of milliseconds, not {type(answer).__name__}.")
     mine = step_seconds_without_cache(model, prompt_ids, positions[-1])
