@@ -7,7 +7,8 @@ is measured in one run on the same data (data/eval/, written for this project):
     perplexity        exp(mean NLL) on data/eval/eval_text.txt, in 512-token windows
     greedy agreement  how much of the float32 model's greedy continuation of each prompt in
                       data/eval/prompts.json the variant reproduces before its first different token
-    tokens/s          batch-1 greedy decoding with labkit's loop (median of `repeats` runs)
+    tokens/s          batch-1 greedy decoding with labkit's loop, the variants timed in turns
+                      (median of `repeats` rounds), so that a change of the machine's load hits them all
 
     >>> results = evaluate(["fp32", "int8", "nf4"], max_tokens=1024)
     >>> print(results_table(results))
@@ -18,7 +19,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -26,7 +27,7 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerBase
 
 from labkit.core.arguments import check_int
-from labkit.timing import median_tokens_per_second
+from labkit.timing import check_repeats, interleaved_tokens_per_second
 from labkit.quant.bnb import BitsAndBytesUnavailable, load_bitsandbytes_model
 from labkit.core.text import chat_prompt, encode_prompt
 from labkit.decoding.generate import generate_ids
@@ -106,12 +107,20 @@ def greedy_agreement(runs: Sequence[Sequence[int]], reference_runs: Sequence[Seq
     return sum(shares) / len(shares)
 
 
-def decode_tokens_per_second(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase,
-                             new_tokens: int = 64, repeats: int = 3) -> float:
-    """Median tokens/s of batch-1 greedy decoding of DECODE_PROMPT (after one untimed warm-up)."""
+def decode_tokens_per_second(models: dict[str, torch.nn.Module], tokenizer: PreTrainedTokenizerBase,
+                             new_tokens: int = 64, repeats: int = 3) -> dict[str, float]:
+    """Median tokens/s of each model's batch-1 greedy decoding of DECODE_PROMPT, the models taking turns:
+    one untimed warm-up round, then `repeats` rounds that each decode once with every model. Timed one
+    after another, a model would carry whatever load the machine had while its turn lasted.
+
+        >>> decode_tokens_per_second({"fp32": model, "int8": int8_model}, tokenizer, new_tokens=16)
+        {'fp32': 22.9, 'int8': 29.1}
+    """
     prompt_ids = encode_prompt(tokenizer, DECODE_PROMPT)
-    return median_tokens_per_second(
-        lambda: len(generate_ids(model, tokenizer, prompt_ids, max_new_tokens=new_tokens)), repeats)
+    runs = [lambda m=model: len(generate_ids(m, tokenizer, prompt_ids, max_new_tokens=new_tokens))
+            for model in models.values()]
+    rates = interleaved_tokens_per_second(runs, repeats, progress=lambda rounds: tqdm(rounds, desc="speed rounds"))
+    return dict(zip(models, rates))
 
 
 def _labkit_variant(scheme: str | None, dtype: str = "float32", **options) -> Callable[[], torch.nn.Module]:
@@ -163,15 +172,17 @@ def evaluate(names: Sequence[str] = tuple(VARIANTS), max_tokens: int | None = No
 
     max_tokens: score only the first max_tokens tokens of the evaluation text (None: all of it).
     agreement_tokens / agreement_prompts: greedy tokens per prompt, and how many of the 8 prompts.
-    measure_speed=False skips the timing (NaN tokens/s).
+    measure_speed: time decoding, every variant in turns once all are built (so all are held in memory
+    together: about 1.6 GB for notebook 08's seven); False skips it (NaN tokens/s).
     """
     unknown = [name for name in names if name not in VARIANTS]
     if unknown:
         raise ValueError(f"Unknown variants {unknown}. Choose from: {', '.join(VARIANTS)}.")
+    check_repeats(repeats)
     names = ["fp32"] + [name for name in names if name != "fp32"]
     _, tokenizer = load_model(MODEL)
     input_ids, prompts = eval_ids(tokenizer, max_tokens), eval_prompts(tokenizer)[:agreement_prompts]
-    results, reference = [], None
+    results, reference, models = [], None, {}
     for name in tqdm(names, desc="variants"):
         description, build = VARIANTS[name]
         try:
@@ -181,11 +192,13 @@ def evaluate(names: Sequence[str] = tuple(VARIANTS), max_tokens: int | None = No
             continue
         runs = greedy_runs(model, tokenizer, prompts, agreement_tokens)
         reference = reference or runs
-        speed = decode_tokens_per_second(model, tokenizer, decode_tokens, repeats) if measure_speed else math.nan
         results.append(Result(name, description, model_nbytes(model), perplexity(model, input_ids, window),
-                              greedy_agreement(runs, reference), speed))
+                              greedy_agreement(runs, reference), math.nan))
+        if measure_speed:
+            models[name] = model
         del model
-    return results
+    speeds = decode_tokens_per_second(models, tokenizer, decode_tokens, repeats) if models else {}
+    return [replace(r, tokens_per_second=speeds[r.name]) if r.name in speeds else r for r in results]
 
 
 def results_table(results: Sequence[Result]) -> str:

@@ -57,3 +57,20 @@ def test_results_table_formats_rows_and_missing_variants():
             evaluation.Result("bnb nf4", "", math.nan, math.nan, math.nan, math.nan, note="No kernel. Use x.")]
     table = evaluation.results_table(rows)
     assert "0.41x" in table and "+0.5%" in table and "2.00x" in table and "unavailable: No kernel" in table
+
+
+def test_decode_speeds_time_the_variants_in_turns(monkeypatch):
+    """One untimed round, then `repeats` rounds that each decode once with every variant: a change of the
+    machine's load mid-way hits every variant alike."""
+    calls = []
+    monkeypatch.setattr(evaluation, "encode_prompt", lambda tokenizer, text: [1, 2, 3])
+    monkeypatch.setattr(evaluation, "generate_ids",
+                        lambda model, tokenizer, ids, max_new_tokens: calls.append(model) or [0] * max_new_tokens)
+    speeds = evaluation.decode_tokens_per_second({"fp32": "a", "int8": "b", "nf4": "c"}, None, new_tokens=4, repeats=3)
+    assert calls == ["a", "b", "c"] * 4
+    assert list(speeds) == ["fp32", "int8", "nf4"] and all(rate > 0 for rate in speeds.values())
+
+
+def test_evaluate_refuses_zero_repeats_before_building_a_model():
+    with pytest.raises(ValueError, match="repeats"):
+        evaluation.evaluate(["int8"], repeats=0)
