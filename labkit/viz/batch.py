@@ -13,6 +13,7 @@ import matplotlib.pyplot as plt
 from matplotlib.lines import Line2D
 
 from labkit.fast.cost import Machine, StepCosts
+from labkit.viz.axes import plain_log_ticks
 
 
 def plot_batch_sweep(batches: Sequence[int], step_s: Sequence[float], axes=None):
@@ -34,9 +35,9 @@ def plot_batch_sweep(batches: Sequence[int], step_s: Sequence[float], axes=None)
     right.set(xlabel="batch size (sequences)", ylabel="tokens / s", xscale="log", yscale="log",
               title="decode throughput")
     right.legend(frameon=False, fontsize=8)
+    plain_log_ticks(right.yaxis)  # 20, 50, 100, 200 rather than a lone 10²
     for ax in axes:
-        ax.set_xticks(list(batches), [str(b) for b in batches])
-        ax.minorticks_off()
+        plain_log_ticks(ax.xaxis, batches)
         ax.spines[["top", "right"]].set_visible(False)
     return axes
 
@@ -64,8 +65,7 @@ def plot_weights_by_batch(costs: Mapping[str, Mapping[int, StepCosts]], machine:
     every = sorted({b for by_batch in costs.values() for b in by_batch})
     ax.set(xscale="log", xlabel="batch size (sequences)", ylabel="ms per decode step", ylim=(0, None),
            title="which weights are fastest depends on the batch")
-    ax.set_xticks(every, [str(b) for b in every])
-    ax.minorticks_off()
+    plain_log_ticks(ax.xaxis, every)
     ax.spines[["top", "right"]].set_visible(False)
     ax.legend(handles=[Line2D([], [], color="black", marker="o", label="measured"),
                        Line2D([], [], color="gray", ls="--", label="predicted (cost model)")],

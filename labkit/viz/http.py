@@ -15,6 +15,7 @@ import matplotlib.pyplot as plt
 from matplotlib.patches import Patch
 
 from labkit.serving.http.load import LoadResult
+from labkit.viz.axes import plain_log_ticks
 
 FIRST_TOKEN, DECODING = "#d9a441", "#4caf50"
 
@@ -32,6 +33,7 @@ def plot_load_sweep(results: Sequence[LoadResult], seats: int | None = None, axe
     left.plot(levels, rates, "o-", color="tab:green", label="measured")
     left.plot(levels, [rates[0] * c / levels[0] for c in levels], ":", color="gray", label="if it scaled perfectly")
     left.set(ylabel="output tokens / s", title="throughput", yscale="log")
+    plain_log_ticks(left.yaxis)  # 20, 50, 100, 200 rather than a lone 10²
     left.legend(frameon=False, fontsize=8)
     for ax, metric, title in ((middle, "ttft_s", "time to first token"), (right, "tpot_s", "time per output token")):
         for q, style in ((50, "o-"), (95, "s--")):
@@ -41,8 +43,7 @@ def plot_load_sweep(results: Sequence[LoadResult], seats: int | None = None, axe
         ax.legend(frameon=False, fontsize=8)
     for ax in axes:
         ax.set_xscale("log")
-        ax.set_xticks(levels, [str(c) for c in levels])
-        ax.minorticks_off()
+        plain_log_ticks(ax.xaxis, levels)
         ax.set_xlabel("concurrent clients")
         if seats is not None:
             ax.axvline(seats, color="gray", ls="--", lw=1)

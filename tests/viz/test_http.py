@@ -28,6 +28,9 @@ def test_sweep_plot_has_a_point_per_level_and_the_seats_line():
     p50 = middle.get_lines()[0]
     assert list(p50.get_ydata()) == pytest.approx([100, 200, 400, 800])
     assert any(list(line.get_xdata()) == [4, 4] for line in right.get_lines())  # the seats line
+    assert [t.get_text() for t in middle.get_xticklabels()] == ["1", "2", "4", "8"]
+    labels = [t.get_text() for t in left.get_yticklabels()]  # the log axis: plain numbers, at least two
+    assert len(labels) >= 2 and all(label.replace(",", "").replace(".", "").isdigit() for label in labels)
     with pytest.raises(ValueError, match="at least one"):
         http_plots.plot_load_sweep([])
 
