@@ -6,7 +6,9 @@ by `python -m labkit.bench fast` and checked by tests/fast/.
     threads.py    the torch thread count, measured (it is a setting of the process, not of the model)
     optimize.py   `optimize(model, steps)`: the one entry point, with its step names (STEPS)
     roofline.py   bytes read per token and the read bandwidth: how close a path runs to the memory limit
-    cost.py       the cost model of a step: overhead + matmul kernels + KV cache, each term measured here
+    machine.py    what this machine can do: read bandwidth, a matmul peak per data type, a thread wake-up
+    ops.py        what a step dispatches: aten ops (eager) and kernel calls (compiled), counted
+    cost.py       the cost model of a step: overhead + thread wake-ups + matmul kernels + KV cache
     processes.py  a measurement in a process of its own per OpenMP wait policy (peers at their best)
     static.py     StaticDecoder: a fixed-shape KV cache and decode step, torch.compile'd once; prompt lookup on it
     profile.py    where one decode step's time goes: matmul kernels, attention, everything else

@@ -1,13 +1,18 @@
 """Where a forward pass's time goes: one cost model, its terms measured on this machine (notebook 07).
 
-A decode step of labkit's Llama is predicted as the sum of three measured terms:
+A decode step of labkit's Llama is predicted as the sum of four measured terms:
 
-    overhead        ops per step x time per op   (Python, dispatch, allocation, thread hand-off)
-    matmul kernels  every linear layer once, on the same rows, timed alone, back to back
-    KV cache        bytes of keys and values read / read bandwidth
+    overhead         ops per step x time per op   (Python, dispatch, allocation)
+    thread wake-ups  linear layers x waking the other threads (labkit.fast.machine: a fixed cost per
+                     parallel call, tens of microseconds under OMP_WAIT_POLICY=PASSIVE)
+    matmul kernels   every linear layer once, on the same rows, timed alone, back to back, less the
+                     wake-ups those calls include
+    KV cache         bytes of keys and values read / read bandwidth
 
 and two floors that no kernel beats, printed beside the matmul term: weight bytes / read bandwidth
-(memory) and FLOPs / float32 matmul peak (compute). The time per op comes from a *probe*: the same
+(memory) and FLOPs / the matmul peak of the data type the step computes in (compute: float32,
+bfloat16 for torch's weight-only int8/int4 kernels, int8 for labkit's Q4_1 x Q8_1 and Q8_0 x Q8_1).
+The time per op comes from a *probe*: the same
 model code with the same labkit.fast steps, shrunk to widths of 64 and a 256-token vocabulary, so
 that its bytes and FLOPs are negligible and its step time is all fixed costs. Less its own linear
 layers timed alone (their fixed cost per call is in the matmul term already) and divided by its op
@@ -21,90 +26,43 @@ per call included. Its matmul term is then what the real widths add: every linea
 on the real model minus the same on the probe (both timed the same way, so their fixed costs cancel).
 Compiling the probe costs a compile of its own (seconds from inductor's cache, about a minute without).
 
-The regime follows the largest term: **overhead-bound** when the overhead is, **memory-bound** when
-the matmul kernels are and they read at least half the read bandwidth, **compute-bound** when they
-are and the FLOPs need at least half the kernels' time at the measured peak, otherwise
-**kernel-bound** (the kernels are slower than both floors: their own per-weight work).
+The regime follows the largest term: **overhead-bound** when the overhead is, **wake-bound** when the
+thread wake-ups are, **memory-bound** when the matmul kernels are and they read at least half the read
+bandwidth (the memory floor is at least half their time), **compute-bound** when they are and the
+FLOPs need at least half their time at the data type's peak, otherwise **kernel-bound** (the kernels
+are slower than both floors: their own per-weight work). Both shares are printed beside the label.
 
-    >>> machine = measure_machine()                                  # bandwidth, peak: once
+    >>> machine = measure_machine()                                  # bandwidth, peaks, wake-up: once
     >>> step = measure_step(model, ("fuse", "int4"), context=64)      # the terms of one step
     >>> print(step.report(machine))
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 
 import torch
 from torch import nn
 from torch._inductor.utils import run_and_get_code
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from labkit.core.arguments import check_int
 from labkit.core.forward import crop_cache, forward, prefill
 from labkit.core.llama import Llama, LlamaConfig, check_llama
 from labkit.fast.optimize import check_steps, optimize
-from labkit.fast.roofline import read_bandwidth, weight_bytes_per_token
+from labkit.fast.ops import count_ops, kernel_calls
+from labkit.fast.machine import Machine, measure_machine  # noqa: F401  (measure_machine: read from here too)
+from labkit.fast.roofline import weight_bytes_per_token
 from labkit.fast.static import StaticDecoder, slots_for
-from labkit.timing import best_seconds, median_seconds
+from labkit.timing import median_seconds
 from labkit.fast.q4_linear import KernelLinear
 from labkit.quant.linear import QuantLinear
 
 HOWS = ("loop", "static", "compiled")  # labkit's loop, StaticDecoder's eager step, its compiled step
 
-PEAK_SIZE = 1024  # the float32 matmul that measures the compute peak: [1024, 1024] @ [1024, 1024]
 PROBE_WIDTHS = {"hidden_size": 64, "intermediate_size": 128, "head_dim": 16, "vocab_size": 256}
-MEMORY_SHARE = 0.5  # kernels at or above this share of the read bandwidth count as memory-bound
-TERMS = ("overhead", "matmul kernels", "KV cache")
-
-
-@dataclass(frozen=True)
-class Machine:
-    """What this machine can do, measured once and reused for every prediction of the course."""
-
-    read_bandwidth: float  # bytes/s: one read of a 256 MB float32 tensor (labkit.fast.roofline.read_bandwidth)
-    matmul_peak: float  # FLOP/s: a float32 [1024, 1024] x [1024, 1024] matmul, best of 5
-    threads: int  # torch threads both ran with
-
-    def describe(self) -> str:
-        return (f"read bandwidth {self.read_bandwidth / 1e9:.1f} GB/s (sum of 256 MB, best of 5), float32 matmul "
-                f"peak {self.matmul_peak / 1e9:.0f} GFLOP/s ({PEAK_SIZE}^3, best of 5), {self.threads} threads")
-
-
-def measure_machine() -> Machine:
-    """Read bandwidth and float32 matmul peak at torch's current thread count (about 2 s).
-
-        >>> measure_machine().describe()
-        'read bandwidth 19.2 GB/s (sum of 256 MB, best of 5), float32 matmul peak 120 GFLOP/s ...'
-    """
-    a, b = torch.randn(PEAK_SIZE, PEAK_SIZE), torch.randn(PEAK_SIZE, PEAK_SIZE)
-    peak = 2 * PEAK_SIZE ** 3 / best_seconds(lambda: a @ b)
-    return Machine(read_bandwidth(), peak, torch.get_num_threads())
-
-
-class OpCounter(TorchDispatchMode):
-    """Counts the aten ops dispatched inside its `with` block (views and in-place writes included)."""
-
-    def __init__(self):
-        super().__init__()
-        self.count = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.count += 1
-        return func(*args, **(kwargs or {}))
-
-
-def count_ops(run: Callable[[], object]) -> int:
-    """The number of aten ops one call of run() dispatches.
-
-        >>> count_ops(lambda: torch.ones(3) + 1)
-        2
-    """
-    with torch.no_grad(), OpCounter() as counter:
-        run()
-    return counter.count
+SHARE = 0.5  # a floor at or above this share of the kernels' time names their regime (memory or compute)
+TERMS = ("overhead", "thread wake-ups", "matmul kernels", "KV cache")
 
 
 @dataclass(frozen=True)
@@ -113,51 +71,64 @@ class StepCosts:
 
     ops: int  # aten ops one step dispatches
     op_seconds: float  # seconds per op, from the probe
-    matmul_seconds: float  # every linear layer once on the same rows, timed alone
+    matmul_seconds: float  # every linear layer once on the same rows, timed alone (wake-ups included)
     weight_bytes: int  # bytes of weights the step reads
     kv_bytes: int  # bytes of keys and values the step reads
     flops: float  # multiply-adds x 2 in the linear layers
     measured_seconds: float  # the whole step, timed (median)
+    dtype: str = "float32"  # the data type its matmuls compute in: whose peak is the compute floor
+    parallel_calls: int = 0  # linear layer calls per step, each waking the other threads once
 
     def as_dict(self) -> dict:
         """The fields as a JSON-ready dict; StepCosts(**d) rebuilds it (a child process sends it this way)."""
         return asdict(self)
 
     def terms(self, machine: Machine) -> dict[str, float]:
-        """{term: seconds} of the prediction, in TERMS order."""
-        return {"overhead": self.ops * self.op_seconds, "matmul kernels": self.matmul_seconds,
-                "KV cache": self.kv_bytes / machine.read_bandwidth}
+        """{term: seconds} of the prediction, in TERMS order. The wake-ups are carved out of the timed
+        matmuls (which include them), never more than those: the sum stays the same."""
+        wake_ups = min(self.parallel_calls * machine.wake_seconds, self.matmul_seconds)
+        return {"overhead": self.ops * self.op_seconds, "thread wake-ups": wake_ups,
+                "matmul kernels": self.matmul_seconds - wake_ups, "KV cache": self.kv_bytes / machine.read_bandwidth}
 
     def predicted_seconds(self, machine: Machine) -> float:
         return sum(self.terms(machine).values())
 
     def floors(self, machine: Machine) -> dict[str, float]:
-        """What the matmul kernels cannot beat: reading the weights, and computing their FLOPs."""
-        return {"memory": self.weight_bytes / machine.read_bandwidth, "compute": self.flops / machine.matmul_peak}
+        """What the matmul kernels cannot beat: reading the weights, and computing their FLOPs at the peak
+        of their data type."""
+        return {"memory": self.weight_bytes / machine.read_bandwidth, "compute": self.flops / machine.peak(self.dtype)}
+
+    def shares(self, machine: Machine) -> dict[str, float]:
+        """Each floor as a share of the matmul kernels' term: {"memory": of the bandwidth the kernels
+        use, "compute": of the peak}. 1.0 would be a kernel at the floor."""
+        kernels = max(self.terms(machine)["matmul kernels"], 1e-12)
+        return {name: floor / kernels for name, floor in self.floors(machine).items()}
 
     def regime(self, machine: Machine) -> str:
-        """overhead-bound, memory-bound, compute-bound or kernel-bound (see the module docstring)."""
+        """overhead-, wake-, memory-, compute- or kernel-bound (see the module docstring)."""
         terms = self.terms(machine)
         largest = max(terms, key=terms.get)
         if largest != "matmul kernels":
-            return "overhead-bound" if largest == "overhead" else "memory-bound"  # the KV cache is a read
-        floors = self.floors(machine)
-        if floors["memory"] >= MEMORY_SHARE * self.matmul_seconds:
+            return {"overhead": "overhead-bound", "thread wake-ups": "wake-bound", "KV cache": "memory-bound"}[largest]
+        shares = self.shares(machine)
+        if shares["memory"] >= SHARE:
             return "memory-bound"
-        return "compute-bound" if floors["compute"] >= MEMORY_SHARE * self.matmul_seconds else "kernel-bound"
+        return "compute-bound" if shares["compute"] >= SHARE else "kernel-bound"
 
     def report(self, machine: Machine) -> str:
-        """A few lines: each term, the floors, prediction against measurement, the regime."""
-        terms, floors = self.terms(machine), self.floors(machine)
+        """A few lines: each term, the floors and shares, prediction against measurement, the regime."""
+        terms, floors, shares = self.terms(machine), self.floors(machine), self.shares(machine)
         predicted = self.predicted_seconds(machine)
-        kernels_use = self.weight_bytes / self.matmul_seconds / machine.read_bandwidth
         return "\n".join([
-            f"overhead        {terms['overhead'] * 1e3:7.2f} ms  ({self.ops} ops x {self.op_seconds * 1e6:.1f} us)",
-            f"matmul kernels  {terms['matmul kernels'] * 1e3:7.2f} ms  ({self.weight_bytes / 1e6:.0f} MB at "
-            f"{kernels_use:.0%} of the read bandwidth; floors: memory {floors['memory'] * 1e3:.2f} ms, "
-            f"compute {floors['compute'] * 1e3:.2f} ms)",
-            f"KV cache        {terms['KV cache'] * 1e3:7.2f} ms  ({self.kv_bytes / 1e6:.1f} MB)",
-            f"predicted       {predicted * 1e3:7.2f} ms, measured {self.measured_seconds * 1e3:.2f} ms "
+            f"overhead         {terms['overhead'] * 1e3:7.2f} ms  ({self.ops} ops x {self.op_seconds * 1e6:.1f} us)",
+            f"thread wake-ups  {terms['thread wake-ups'] * 1e3:7.2f} ms  ({self.parallel_calls} calls x "
+            f"{machine.wake_seconds * 1e6:.1f} us)",
+            f"matmul kernels   {terms['matmul kernels'] * 1e3:7.2f} ms  ({self.weight_bytes / 1e6:.0f} MB at "
+            f"{shares['memory']:.0%} of the read bandwidth, {self.flops / 1e9:.2f} GFLOP at {shares['compute']:.0%} "
+            f"of the {self.dtype} peak; floors: memory {floors['memory'] * 1e3:.2f} ms, compute "
+            f"{floors['compute'] * 1e3:.2f} ms)",
+            f"KV cache         {terms['KV cache'] * 1e3:7.2f} ms  ({self.kv_bytes / 1e6:.1f} MB)",
+            f"predicted        {predicted * 1e3:7.2f} ms, measured {self.measured_seconds * 1e3:.2f} ms "
             f"({predicted / self.measured_seconds - 1:+.0%}): {self.regime(machine)}",
         ])
 
@@ -165,6 +136,22 @@ class StepCosts:
 def linear_layers(model: nn.Module) -> list[nn.Module]:
     """Every linear layer of the model (float, QuantLinear or on labkit's kernel), the output head included, in order."""
     return [m for m in model.modules() if isinstance(m, (nn.Linear, QuantLinear, KernelLinear))]
+
+
+def compute_dtype(model: nn.Module) -> str:
+    """The data type the model's matmuls multiply in: "int8" on labkit's kernels (Q4_1 or Q8_0 weights x
+    Q8_1 activations), "bfloat16" on torch's weight-only int8/int4 kernels (bfloat16 activations), else
+    the float weights' own type.
+
+        >>> compute_dtype(optimize(model, ("fuse", "int4")))
+        'bfloat16'
+    """
+    layers = linear_layers(model)
+    if any(isinstance(layer, KernelLinear) for layer in layers):
+        return "int8"
+    if any(isinstance(layer, QuantLinear) for layer in layers):
+        return "bfloat16"
+    return str(model.embed_tokens.weight.dtype).removeprefix("torch.")
 
 
 def matmul_seconds(model: nn.Module, rows: int, repeats: int = 5) -> float:
@@ -209,21 +196,6 @@ def static_step_run(model: Llama, context: int) -> Callable[[], None]:
         with torch.no_grad():
             decoder.decode(token, position)
     return run
-
-
-KERNEL_CALL = re.compile(r"^\s+(?:\w+ = )?(?:cpp_fused_\w+|extern_kernels\.\w+|torch\.ops\.\w+\.\w+(?:\.\w+)?)\(", re.M)
-
-
-def kernel_calls(generated_code: str) -> int:
-    """The kernel calls in inductor's generated wrapper for CPU: its fused C++ loops (cpp_fused_...) and the
-    ops it calls outside them (extern_kernels..., torch.ops...), counted in `def call` only.
-
-        >>> kernel_calls("def call(args):\n    cpp_fused_add_0(buf0)\n    buf1 = torch.ops.aten.mm.default(a, b)\n")
-        2
-    """
-    body = generated_code[generated_code.find("def call("):]
-    end = re.search(r"\n\S", body)  # the next top-level statement ends the function
-    return len(KERNEL_CALL.findall(body[:end.start()] if end else body))
 
 
 def compiled_step_run(model: Llama, context: int) -> tuple[Callable[[], None], int]:
@@ -320,23 +292,28 @@ def measure_step(model: Llama, steps: Sequence[str] = (), rows: int = 1, context
     return StepCosts(
         ops=ops, op_seconds=op_seconds, matmul_seconds=matmuls, weight_bytes=weight_bytes_per_token(model),
         kv_bytes=kv_bytes_read(model, rows, attended, tokens), flops=linear_flops(model, rows * tokens),
-        measured_seconds=median_seconds(run, repeats))
+        measured_seconds=median_seconds(run, repeats), dtype=compute_dtype(model),
+        parallel_calls=len(linear_layers(model)))
 
 
 def cost_table(named: dict[str, StepCosts], machine: Machine) -> str:
-    """One line per step: its terms (ms), the prediction against the step timed alone, and its regime.
+    """One line per step: its terms (ms), the prediction against the step timed alone, the two floors as
+    shares of the kernels' time (memory: of the bandwidth, compute: of the data type's peak), the regime.
 
         >>> print(cost_table({"float32": fp32_costs, "int4": int4_costs}, machine))
     """
     width = max(len(name) for name in named) + 2
-    lines = [f"{'step':<{width}}{'ops':>6}{'us/op':>7}{'overhead':>9}{'matmuls':>9}{'KV':>6}{'predicted':>10}"
-             f"{'measured':>9}{'error':>7}  regime"]
+    lines = [f"{'step':<{width}}{'ops':>6}{'us/op':>7}{'overhead':>9}{'wake':>6}{'matmuls':>8}{'KV':>6}"
+             f"{'predicted':>10}{'measured':>9}{'error':>6}{'bw':>5}{'peak':>5}  regime"]
     for name, costs in named.items():
-        terms = costs.terms(machine)
+        terms, shares = costs.terms(machine), costs.shares(machine)
         predicted = costs.predicted_seconds(machine)
         lines.append(f"{name:<{width}}{costs.ops:>6}{costs.op_seconds * 1e6:>7.1f}{terms['overhead'] * 1e3:>9.1f}"
-                     f"{terms['matmul kernels'] * 1e3:>9.1f}{terms['KV cache'] * 1e3:>6.2f}{predicted * 1e3:>10.1f}"
-                     f"{costs.measured_seconds * 1e3:>9.1f}{predicted / costs.measured_seconds - 1:>+7.0%}  "
-                     f"{costs.regime(machine)}")
-    return "\n".join(lines) + "\n(ms per decode step; overhead = ops x us/op; error = predicted / measured - 1)"
-
+                     f"{terms['thread wake-ups'] * 1e3:>6.1f}{terms['matmul kernels'] * 1e3:>8.1f}"
+                     f"{terms['KV cache'] * 1e3:>6.2f}{predicted * 1e3:>10.1f}{costs.measured_seconds * 1e3:>9.1f}"
+                     f"{predicted / costs.measured_seconds - 1:>+6.0%}{shares['memory']:>5.0%}"
+                     f"{shares['compute']:>5.0%}  {costs.regime(machine)}")
+    return "\n".join(lines) + ("\n(ms per decode step; overhead = ops x us/op; wake = linear layers x "
+                               f"{machine.wake_seconds * 1e6:.1f} us; matmuls: the kernels less their wake-ups; "
+                               "error = predicted / measured - 1; bw, peak: the memory and compute floors as "
+                               "shares of the matmuls)")

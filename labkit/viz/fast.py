@@ -16,7 +16,8 @@ from matplotlib.figure import Figure
 from labkit.fast.roofline import bandwidth_utilisation
 
 STEP_COLOUR, PEER_COLOUR = "tab:blue", "tab:orange"
-TERM_COLOURS = {"overhead": "tab:red", "matmul kernels": "tab:blue", "KV cache": "tab:green"}
+TERM_COLOURS = {"overhead": "tab:red", "thread wake-ups": "tab:orange", "matmul kernels": "tab:blue",
+                "KV cache": "tab:green"}
 
 
 def plot_staircase(rows: Sequence, bandwidth: float, llama_cpp=None) -> Figure:
@@ -74,7 +75,8 @@ def plot_breakdown(breakdowns: Mapping[str, Mapping[str, float]]) -> Figure:
 
 def plot_cost_waterfall(costs: Mapping[str, object], machine) -> Figure:
     """One bar per step, top to bottom: its predicted ms split into the cost model's terms (overhead,
-    matmul kernels, KV cache), a black mark at the ms it measured, and its regime at the right.
+    thread wake-ups, matmul kernels, KV cache), a black mark at the ms it measured, and its regime at
+    the right.
 
     costs: {step name: labkit.fast.cost.StepCosts}; machine: the labkit.fast.cost.Machine they are read on.
     """

@@ -7,7 +7,7 @@ from labkit.fast.cost import Machine, StepCosts
 from labkit.fast.threads import thread_candidates
 
 
-MACHINE = Machine(read_bandwidth=20e9, matmul_peak=100e9, threads=1)
+MACHINE = Machine(read_bandwidth=20e9, peaks={"float32": 100e9}, threads=1)
 
 
 def fake_rows(with_llama_cpp: bool = True) -> list:

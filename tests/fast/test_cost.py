@@ -5,13 +5,15 @@ import torch
 
 import labkit
 from labkit.fast import optimize
-from labkit.fast.cost import (Machine, StepCosts, count_ops, kv_bytes_read, linear_flops, linear_layers,
-                              measure_machine, measure_step, probe_model)
+from labkit.fast.cost import (Machine, StepCosts, compute_dtype, cost_table, count_ops, kv_bytes_read, linear_flops,
+                              linear_layers, measure_machine, measure_step, probe_model)
+from labkit.fast.machine import matmul_peak, thread_wake_seconds
+from labkit.fast.threads import using_threads
 
-MACHINE = Machine(read_bandwidth=20e9, matmul_peak=100e9, threads=2)
+MACHINE = Machine(read_bandwidth=20e9, peaks={"float32": 100e9}, threads=2)
 # Recorded profiles: SmolLM2-135M, one StaticDecoder step after 72 tokens, measured idle on a 2-core AMD
 # EPYC (AVX-512) on 2026-11-24, where measure_machine() gave 34.9 GB/s and 204 GFLOP/s.
-RECORDED_MACHINE = Machine(read_bandwidth=34.9e9, matmul_peak=204e9, threads=2)
+RECORDED_MACHINE = Machine(read_bandwidth=34.9e9, peaks={"float32": 204e9}, threads=2)
 INT4_STEP = StepCosts(ops=1762, op_seconds=3.92e-6, matmul_seconds=0.00772, weight_bytes=94_907_904,
                       kv_bytes=5_898_240, flops=268_959_744, measured_seconds=0.01425)  # fuse + int4
 Q4_1_STEP = StepCosts(ops=1522, op_seconds=4.87e-6, matmul_seconds=0.00719, weight_bytes=94_907_904,
@@ -20,7 +22,8 @@ Q4_1_STEP = StepCosts(ops=1522, op_seconds=4.87e-6, matmul_seconds=0.00719, weig
 
 def test_recorded_profiles_add_their_terms_and_name_the_largest():
     terms = INT4_STEP.terms(RECORDED_MACHINE)
-    assert terms == pytest.approx({"overhead": 1762 * 3.92e-6, "matmul kernels": 0.00772, "KV cache": 5_898_240 / 34.9e9})
+    assert terms == pytest.approx({"overhead": 1762 * 3.92e-6, "thread wake-ups": 0.0, "matmul kernels": 0.00772,
+                                   "KV cache": 5_898_240 / 34.9e9})  # recorded before wake-ups were counted
     assert INT4_STEP.predicted_seconds(RECORDED_MACHINE) == pytest.approx(sum(terms.values()))
     floors = INT4_STEP.floors(RECORDED_MACHINE)
     assert floors == pytest.approx({"memory": 94_907_904 / 34.9e9, "compute": 268_959_744 / 204e9})
@@ -99,8 +102,58 @@ def test_steps_apply_to_the_probe_too_and_bad_arguments_are_refused():
 
 def test_the_machine_is_measured_in_plausible_units():
     machine = measure_machine()
-    assert 1e8 < machine.read_bandwidth < 1e13 and 1e8 < machine.matmul_peak < 1e15  # bytes/s, FLOP/s
-    assert machine.threads == torch.get_num_threads() and "GB/s" in machine.describe()
+    assert 1e8 < machine.read_bandwidth < 1e13  # bytes/s
+    assert set(machine.peaks) == {"float32", "bfloat16", "int8"}
+    assert all(1e8 < flops < 1e15 for flops in machine.peaks.values()) and machine.matmul_peak == machine.peaks["float32"]
+    assert 0 <= machine.wake_seconds < 0.01 and machine.wait_policy in ("PASSIVE", "ACTIVE")
+    assert machine.threads == torch.get_num_threads() and "GB/s" in machine.describe() and "bfloat16" in machine.describe()
+
+
+def test_one_thread_wakes_nobody():
+    with using_threads(1):
+        assert thread_wake_seconds() == 0.0
+
+
+def test_a_peak_not_measured_is_refused_by_name():
+    with pytest.raises(ValueError, match="No matmul peak measured for 'int8'"):
+        MACHINE.peak("int8")
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        matmul_peak("float16")
+
+
+WAKING = Machine(read_bandwidth=20e9, peaks={"float32": 100e9, "bfloat16": 400e9, "int8": 800e9}, threads=2,
+                 wake_seconds=40e-6)
+
+
+def test_wake_ups_are_carved_out_of_the_matmuls_and_the_sum_is_kept():
+    step = StepCosts(ops=1000, op_seconds=2e-6, matmul_seconds=0.012, weight_bytes=95_000_000, kv_bytes=0,
+                     flops=2.7e8, measured_seconds=0.015, dtype="int8", parallel_calls=211)
+    terms = step.terms(WAKING)
+    assert terms["thread wake-ups"] == pytest.approx(211 * 40e-6)  # 8.44 ms
+    assert terms["matmul kernels"] == pytest.approx(0.012 - 211 * 40e-6)
+    assert step.predicted_seconds(WAKING) == pytest.approx(0.002 + 0.012)
+    assert step.regime(WAKING) == "wake-bound"  # 8.44 ms of wake-ups lead 3.56 ms of kernels and 2 ms of ops
+    assert "211 calls x 40.0 us" in step.report(WAKING) and "wake-bound" in cost_table({"q4_1": step}, WAKING)
+    few = StepCosts(**{**step.as_dict(), "parallel_calls": 1000})  # more wake-ups than the matmuls took: capped
+    assert few.terms(WAKING)["matmul kernels"] == 0.0 and few.predicted_seconds(WAKING) == pytest.approx(0.014)
+
+
+def test_the_compute_floor_uses_the_peak_of_the_steps_own_data_type():
+    bf16 = StepCosts(ops=2700, op_seconds=3e-6, matmul_seconds=0.040, weight_bytes=270_000_000, kv_bytes=0,
+                     flops=2.69e8 * 64, measured_seconds=0.05, dtype="bfloat16")
+    # 17.2 GFLOP: 172 ms at the float32 peak (more than the kernels took), 43 ms at the bfloat16 one
+    assert bf16.shares(WAKING)["compute"] == pytest.approx(2.69e8 * 64 / 400e9 / 0.040)
+    assert bf16.regime(WAKING) == "compute-bound"
+    assert StepCosts(**{**bf16.as_dict(), "matmul_seconds": 0.1}).regime(WAKING) == "kernel-bound"  # 43 % of 100 ms
+
+
+def test_the_data_type_follows_the_layers():
+    model = labkit.tiny_model(impl="labkit")
+    assert compute_dtype(model) == "float32"
+    assert compute_dtype(optimize(labkit.tiny_model(impl="labkit"), ("int4",))) == "bfloat16"
+    assert compute_dtype(optimize(labkit.tiny_model(impl="labkit"), ("q4_1",))) == "int8"
+    costs = measure_step(model, context=4, repeats=1)
+    assert costs.dtype == "float32" and costs.parallel_calls == 7 * model.config.n_layers + 1
 
 
 def test_the_static_step_is_measured_with_its_whole_cache_and_only_for_one_token():
@@ -149,6 +202,7 @@ def test_the_cost_table_prints_each_steps_terms_prediction_and_error():
 
     table = cost_table({"int4, static": INT4_STEP}, RECORDED_MACHINE)
     header, line, legend = table.splitlines()
-    assert line.split() == ["int4,", "static", "1762", "3.9", "6.9", "7.7", "0.17", "14.8", "14.2", "+4%",
-                            "kernel-bound"]
-    assert "predicted" in header and "ops x us/op" in legend
+    # the memory floor 2.72 ms is 35 % of 7.72 ms of kernels, the compute floor 1.32 ms 17 %
+    assert line.split() == ["int4,", "static", "1762", "3.9", "6.9", "0.0", "7.7", "0.17", "14.8", "14.2", "+4%",
+                            "35%", "17%", "kernel-bound"]
+    assert "predicted" in header and "wake" in header and "ops x us/op" in legend

@@ -5,7 +5,7 @@ import pytest
 from labkit.fast.cost import Machine, StepCosts
 from labkit.viz.fast import TERM_COLOURS, plot_cost_waterfall
 
-MACHINE = Machine(read_bandwidth=20e9, matmul_peak=100e9, threads=2)
+MACHINE = Machine(read_bandwidth=20e9, peaks={"float32": 100e9}, threads=2)
 COSTS = {
     "float32": StepCosts(ops=2488, op_seconds=4e-6, matmul_seconds=0.046, weight_bytes=538_000_000,
                          kv_bytes=2_000_000, flops=2.7e8, measured_seconds=0.057),
