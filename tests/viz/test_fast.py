@@ -21,7 +21,7 @@ def test_each_step_is_a_bar_of_its_terms_with_its_measured_time_and_regime():
     assert len(bars) == len(TERM_COLOURS) * len(COSTS)
     overhead_int4, overhead_fp32 = bars[0], bars[1]  # the figure lists steps top to bottom
     assert overhead_fp32.get_width() == pytest.approx(2488 * 4e-3) and overhead_int4.get_width() == pytest.approx(3.003)
-    kv_fp32 = bars[5]
+    kv_fp32 = bars[7]  # the fourth term, KV cache, after overhead, wake-ups and matmuls
     assert kv_fp32.get_x() + kv_fp32.get_width() == pytest.approx(1e3 * COSTS["float32"].predicted_seconds(MACHINE))
     [marks] = ax.collections
     assert sorted(x for x, _ in marks.get_offsets()) == pytest.approx([7.5, 57.0])  # the measured ms
