@@ -28,8 +28,10 @@ CATALOG_PATH = Path(__file__).resolve().parents[2] / "data" / "models" / "catalo
 
 # Bytes per weight of each quantization, as a labkit.models.sizing dtype name:
 # q4 is GGUF Q4_0, 4.5 bits per weight (32 4-bit weights share one fp16 scale: 18 bytes per 32 weights);
-# llama.cpp's K-quants such as Q4_K_M average a little more. int8 counts 1 byte and leaves its scales out.
-QUANTS: dict[str, str] = {"fp32": "fp32", "fp16": "fp16", "int8": "int8", "q4": "q4_0"}
+# llama.cpp's K-quants such as Q4_K_M average a little more. q4_1 is GGUF Q4_1, 5 bits per weight (32 4-bit
+# weights share an fp16 scale and an fp16 minimum: 20 bytes per 32 weights), SmolLM2's file but its embedding.
+# int8 counts 1 byte and leaves its scales out.
+QUANTS: dict[str, str] = {"fp32": "fp32", "fp16": "fp16", "int8": "int8", "q4": "q4_0", "q4_1": "q4_1"}
 KV_DTYPE = "fp16"  # llama.cpp, vLLM and transformers keep the KV cache in 16-bit floats by default
 DEFAULT_CONTEXT = 4096  # tokens: a long chat; every model in the catalog was trained for at least this
 SCORE_FIELDS = ("lmarena_elo", "open_llm_leaderboard_avg")
@@ -210,8 +212,8 @@ class Fit:
 
 def _quant_dtype(quant: str) -> str:
     if quant not in QUANTS:
-        raise ValueError(f"quant must be one of {', '.join(QUANTS)} (q4 = GGUF Q4_0, 4.5 bits per weight), "
-                         f"got {quant!r}.")
+        raise ValueError(f"quant must be one of {', '.join(QUANTS)} (q4 = GGUF Q4_0, 4.5 bits per weight; "
+                         f"q4_1 = GGUF Q4_1, 5 bits per weight), got {quant!r}.")
     return QUANTS[quant]
 
 
@@ -225,8 +227,9 @@ def fits_here(model: CatalogModel, memory_bytes: float, quant: str = "q4", conte
               bandwidth_bytes_per_s: float | None = None) -> Fit:
     """Memory one model needs here, whether it fits, and its decode speed limit (batch 1).
 
-    Weights: all parameters x bytes per weight of `quant` ("fp32", "fp16", "int8", or "q4": 4.5 bits per
-    weight, the GGUF Q4_0 average including its fp16 scales). KV cache: fp16, for `context_tokens` (capped
+    Weights: all parameters x bytes per weight of `quant` ("fp32", "fp16", "int8", "q4": 4.5 bits per
+    weight, the GGUF Q4_0 average including its fp16 scales, or "q4_1": 5 bits per weight, GGUF Q4_1 with
+    its fp16 scales and minimums). KV cache: fp16, for `context_tokens` (capped
     at the model's context). Each decoded token reads the active weights (a mixture-of-experts reads only
     its active parameters) and the whole KV cache, so tokens/s <= bandwidth / those bytes.
     os_reserve_bytes and runtime_overhead_bytes: what the OS and the engine keep (measure yours; 0 by default).

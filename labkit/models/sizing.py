@@ -39,7 +39,8 @@ DTYPE_BYTES: dict[str, float] = {
     "fp32": 4, "float32": 4, "tf32": 4,
     "fp16": 2, "float16": 2, "half": 2, "bf16": 2, "bfloat16": 2,
     "fp8": 1, "int8": 1, "q8_0": 1.0625,  # GGUF Q8_0: 32 int8 + one fp16 scale per block
-    "int4": 0.5, "nf4": 0.5, "q4_0": 0.5625,  # Q4_0: 32 4-bit values + one fp16 scale per block
+    "int4": 0.5, "nf4": 0.5, "q4_0": 0.5625,  # Q4_0: 32 4-bit values + one fp16 scale per block (4.5 bits)
+    "q4_1": 0.625,  # Q4_1: 32 4-bit values + an fp16 scale and an fp16 minimum per block: 5 bits
 }
 
 

@@ -124,7 +124,7 @@ def test_smollm2_prediction_agrees_with_sizing(catalog):
     smol = by_name(catalog, SMOLLM2)
     n_params, tokens = smol.params_b * 1e9, 2048
     kv = 2 * 30 * 3 * 64 * tokens * 2  # keys and values x layers x KV heads x head dim x tokens x fp16 bytes
-    for quant, bytes_per_weight in [("fp32", 4), ("fp16", 2), ("int8", 1), ("q4", 4.5 / 8)]:
+    for quant, bytes_per_weight in [("fp32", 4), ("fp16", 2), ("int8", 1), ("q4", 4.5 / 8), ("q4_1", 5 / 8)]:
         fit = fits_here(smol, 8e9, quant, tokens)
         assert fit.weight_bytes == pytest.approx(bytes_per_weight * n_params)
         assert fit.kv_cache_bytes == kv == sizing.PRESETS["smollm2-135m"].kv_cache_bytes(tokens, 1, "fp16")
@@ -132,6 +132,15 @@ def test_smollm2_prediction_agrees_with_sizing(catalog):
         assert fit.fits and fit.max_tokens_per_s is None
     fast = fits_here(smol, 8e9, "fp16", tokens, bandwidth_bytes_per_s=25e9)
     assert fast.max_tokens_per_s == pytest.approx(25e9 / (2 * n_params + kv))
+
+
+def test_the_bound_of_a_q4_1_file_counts_its_minimums(catalog):
+    # SmolLM2's GGUF is Q4_1: per 32 weights an fp16 scale and an fp16 minimum, 5 bits a weight, not Q4_0's 4.5
+    smol = by_name(catalog, SMOLLM2)
+    q4_0, q4_1 = (fits_here(smol, 8e9, quant, 64, bandwidth_bytes_per_s=50e9) for quant in ("q4", "q4_1"))
+    assert q4_1.weight_bytes == pytest.approx(q4_0.weight_bytes * 5 / 4.5)
+    assert q4_1.max_tokens_per_s == pytest.approx(50e9 / (smol.params_b * 1e9 * 5 / 8 + q4_1.kv_cache_bytes))
+    assert q4_1.max_tokens_per_s < q4_0.max_tokens_per_s
 
 
 def test_a_mixture_of_experts_reads_only_its_active_weights(catalog):

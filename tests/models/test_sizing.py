@@ -20,6 +20,18 @@ def test_weights_of_a_7b_model():
     assert memory.weight_bytes(7e9, "bf16") == memory.weight_bytes(7e9, torch.bfloat16)
 
 
+def test_gguf_block_formats_count_their_scales_and_minimums():
+    from labkit.quant.gguf_blocks import BLOCK_BYTES
+    from labkit.quant.schemes import bits_per_weight
+
+    # a block of 32 weights: Q4_0 keeps one fp16 scale (4.5 bits each), Q4_1 a scale and a minimum (5 bits each)
+    for name, symmetric in (("q4_0", True), ("q4_1", False)):
+        assert memory.bytes_per_element(name) * 32 == BLOCK_BYTES[name.upper()]
+        assert memory.bytes_per_element(name) * 8 == bits_per_weight(4, group_size=32, symmetric=symmetric)
+    assert memory.bytes_per_element("q4_1") * 8 == 5.0
+    assert memory.bytes_per_element("q8_0") * 32 == BLOCK_BYTES["Q8_0"]
+
+
 def test_kv_formula():
     # 2 x layers x KV heads x head dim x tokens x batch x bytes
     assert memory.kv_cache_bytes(32, 8, 128, tokens=1000, batch=4, dtype="fp16") == 2 * 32 * 8 * 128 * 1000 * 4 * 2
