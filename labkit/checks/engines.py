@@ -143,5 +143,5 @@ def check_thread_speedup(answer: float | None, limited_by: str | None, thread_ra
                        "nothing.")
     if miss:
         return verdict(False, f"the ratio is right; {miss}")
-    return verdict(True, "labkit sets OMP_WAIT_POLICY=PASSIVE for torch, so in this process a waiting thread sleeps; "
-                         "llama-server leaves OpenMP's default, where a waiting thread spins a while first.")
+    return verdict(True, "labkit sets OMP_WAIT_POLICY=PASSIVE for torch, so in this process a waiting thread sleeps "
+                         "and is woken after each op; under ACTIVE (section 4's other tries) it spins, ready at once.")

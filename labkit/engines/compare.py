@@ -57,6 +57,7 @@ class EngineRow:
     greedy_tokens: list[list[int]] = field(default_factory=list)  # per prompt, the first greedy tokens
     top_tokens: list[int] | None = None  # the 5 most likely first answer tokens (chat prompt), if exposed
     notes: str = ""
+    policy: str = ""  # OMP_WAIT_POLICY of the process(es) that ran it ("" when not recorded)
 
 
 def agreement_cells(row: EngineRow, reference: EngineRow) -> tuple[str, str]:
@@ -73,15 +74,19 @@ def number(value: float | None, spec: str) -> str:
 
 
 def side_by_side(rows: Sequence[EngineRow], reference: str = "transformers") -> str:
-    """The table notebook 12 prints: one line per engine, agreement measured against `reference`."""
+    """The table notebook 12 prints: one line per engine, agreement measured against `reference`, and the
+    OpenMP wait policy each row ran under when any row recorded one."""
     base = next(row for row in rows if row.engine == reference)
-    header = (f"{'engine':<22}{'start s':>8}{'TTFT ms':>9}{'tok/s b=1':>10}{'tok/s 8 req':>12}{'RSS MB':>8}"
-              f"  {'greedy agreement (per prompt)':<30}{'top-5':>6}")
+    policies = any(row.policy for row in rows)
+    policy_header = f"{'policy':<9}" if policies else ""
+    header = (f"{'engine':<22}{policy_header}{'start s':>8}{'TTFT ms':>9}{'tok/s b=1':>10}{'tok/s 8 req':>12}"
+              f"{'RSS MB':>8}  {'greedy agreement (per prompt)':<30}{'top-5':>6}")
     lines = [header, "-" * len(header)]
     for row in rows:
         greedy, top = agreement_cells(row, base)
         rss = None if row.rss_bytes is None else row.rss_bytes / 1e6
-        lines.append(f"{row.engine:<22}{number(row.startup_s, '.1f'):>8}{number(row.ttft_s * 1e3, '.0f'):>9}"
+        policy = f"{row.policy or '-':<9}" if policies else ""
+        lines.append(f"{row.engine:<22}{policy}{number(row.startup_s, '.1f'):>8}{number(row.ttft_s * 1e3, '.0f'):>9}"
                      f"{number(row.tokens_per_s, '.1f'):>10}{number(row.concurrent_tokens_per_s, '.1f'):>12}"
                      f"{number(rss, '.0f'):>8}  {greedy:<30}{top:>6}")
     return "\n".join(lines)

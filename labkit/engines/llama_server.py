@@ -6,8 +6,9 @@ and the in-process `Llama` of notebook 12 are the same llama.cpp.
 
 Each of `slots` requests decodes at once in one batch (`-np`, continuous batching on by default); each
 slot holds `n_ctx` tokens (`-c` is the whole KV cache, split between the slots). Its OpenMP threads keep
-their default wait policy (they spin briefly, then sleep), its best on these machines (labkit.engines.
-llamacpp.server_environment), and it runs one thread per core unless told otherwise.
+their default wait policy (they spin briefly, then sleep: labkit.engines.llamacpp.server_environment)
+unless `wait_policy` names one (notebook 12 times it under each), and it runs one thread per core unless
+told otherwise.
 
     >>> with start_llama_server(slots=8) as server:              # ready in about a second
     ...     openai.OpenAI(base_url=server.url + "/v1", api_key="none").models.list()
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from labkit.core.arguments import check_int, check_seconds
 from labkit.engines.install import require_llama_server
 from labkit.engines.llamacpp import DEFAULT_CONTEXT, MIN_CONTEXT, gguf_path, server_environment
+from labkit.fast.processes import check_policy
 from labkit.serving.http.launcher import ServerHandle, check_address, launch, require_free_port
 
 DEFAULT_SLOTS = 4
@@ -34,20 +36,29 @@ class LlamaServerSettings:
 
         >>> LlamaServerSettings("smollm2-135m", slots=8, n_ctx=2048, threads=2).describe()
         'Q4_1 GGUF, 8 slots x 2048 tokens, continuous batching, 2 threads, OpenMP default wait'
+        >>> LlamaServerSettings("smollm2-135m", slots=8, threads=2, wait_policy="ACTIVE").describe().split(", ")[-1]
+        'OMP_WAIT_POLICY=ACTIVE'
     """
 
     model: str
     slots: int = DEFAULT_SLOTS
     n_ctx: int = DEFAULT_CONTEXT  # tokens per slot
     threads: int | None = None  # None: one per core
+    wait_policy: str | None = None  # OMP_WAIT_POLICY of its OpenMP threads; None: OpenMP's default
 
     @property
     def thread_count(self) -> int:
         return self.threads or os.cpu_count() or 1
 
     def describe(self) -> str:
+        wait = "OpenMP default wait" if self.wait_policy is None else f"OMP_WAIT_POLICY={self.wait_policy}"
         return (f"{gguf_weights(self.model)} GGUF, {self.slots} slots x {self.n_ctx} tokens, continuous batching, "
-                f"{self.thread_count} threads, OpenMP default wait")
+                f"{self.thread_count} threads, {wait}")
+
+    def environment(self) -> dict[str, str]:
+        """The server's environment: this one's, with OMP_WAIT_POLICY set to wait_policy or left out."""
+        env = server_environment()
+        return env if self.wait_policy is None else {**env, "OMP_WAIT_POLICY": self.wait_policy}
 
     def command(self, host: str, port: int) -> list[str]:
         """The llama-server command line, the model served under its labkit name."""
@@ -66,29 +77,33 @@ def gguf_weights(model: str) -> str:
 
 def start_llama_server(model: str = "smollm2-135m", slots: int = DEFAULT_SLOTS, n_ctx: int = DEFAULT_CONTEXT,
                        n_threads: int | None = None, host: str = "127.0.0.1", port: int = 0,
-                       timeout: float = READY_TIMEOUT_S) -> ServerHandle:
-    """Start `llama-server -np slots` on `model`'s GGUF file; return once /health answers 200. Every argument
-    is checked first: a bad one raises a ValueError naming it, and no process starts.
+                       timeout: float = READY_TIMEOUT_S, wait_policy: str | None = None) -> ServerHandle:
+    """Start `llama-server -np slots` on `model`'s GGUF file; return once /health answers 200. wait_policy:
+    "PASSIVE" or "ACTIVE" for its OpenMP threads (None: OpenMP's default). Every argument is checked first:
+    a bad one raises a ValueError naming it, and no process starts.
 
-        >>> with start_llama_server(slots=4, n_threads=2) as server:
+        >>> with start_llama_server(slots=4, n_threads=2, wait_policy="ACTIVE") as server:
         ...     openai.OpenAI(base_url=server.url + "/v1", api_key="none").models.list()
     """
-    settings = check_llama_server_options(model, slots, n_ctx, n_threads)
+    settings = check_llama_server_options(model, slots, n_ctx, n_threads, wait_policy)
     check_address(host, port)
     check_seconds("timeout", timeout)
     require_llama_server()
     port = require_free_port(host, port)
     return launch(settings.command(host, port), "llama-server-", f"http://{host}:{port}", timeout,
-                  health_path="/health", env=server_environment(), own_session=True)
+                  health_path="/health", env=settings.environment(), own_session=True)
 
 
-def check_llama_server_options(model: object, slots: object, n_ctx: object,
-                               n_threads: object) -> LlamaServerSettings:
+def check_llama_server_options(model: object, slots: object, n_ctx: object, n_threads: object,
+                               wait_policy: object = None) -> LlamaServerSettings:
     """The settings, or a clear error unless model is an embedded model with a GGUF file, slots at least 1,
-    n_ctx at least 16 tokens and n_threads None (one per core) or at least 1."""
+    n_ctx at least 16 tokens, n_threads None (one per core) or at least 1 and wait_policy None or one of
+    labkit.fast.processes.WAIT_POLICIES."""
     gguf_path(model)
     check_int("slots", slots, minimum=1)
     check_int("n_ctx", n_ctx, minimum=MIN_CONTEXT)
     if n_threads is not None:
         check_int("n_threads", n_threads, minimum=1)
-    return LlamaServerSettings(model, slots, n_ctx, n_threads)
+    if wait_policy is not None:
+        check_policy(wait_policy)
+    return LlamaServerSettings(model, slots, n_ctx, n_threads, wait_policy)

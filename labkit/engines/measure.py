@@ -8,17 +8,27 @@ Timed requests start with a system message of their own ("Request 3."): llama.cp
 server all reuse the KV cache of a prompt prefix they have seen (prefix caching, notebook 10), so a
 repeated prompt would skip its prefill and time only part of the work.
 
-    >>> row = measure(TransformersRunner(model, tokenizer), startup_s=2.1)
+    >>> row = measure(TransformersRunner(model, tokenizer), startup_s=2.1, policy="PASSIVE")
     >>> print(side_by_side([row, ...]))
+
+timed_load (an engine's load seconds and the memory it adds) and decode_rate (section 8.2's decode-only
+rate) time the same way in the notebook's process and in a process of its own (labkit.benchmarks.engines_child).
 """
 
 from __future__ import annotations
 
 import statistics
+import time
 from collections.abc import Callable, Sequence
+from typing import TypeVar
 
+from labkit.core.text import chat_prompt
+from labkit.decoding.generate import generate, generate_ids
 from labkit.engines.compare import GREEDY_TOKENS, TOP_K, EngineRow
+from labkit.metrics import current_memory_bytes
 from labkit.serving.http.load import question
+
+T = TypeVar("T")
 
 # Prompts whose greedy answers are not decided by a near-tie at the first token (notebook 12 checks the
 # margins), so that agreement measures the engines rather than luck.
@@ -61,9 +71,40 @@ def greedy_tokens(runner, chats: Sequence[list[dict]], n: int = GREEDY_TOKENS) -
     return [tokenize(runner.answer(chat, n).text, add_special_tokens=False)["input_ids"][:n] for chat in chats]
 
 
+def one_token(loaded: tuple) -> None:
+    """Answer one request of one token with a (model, tokenizer) pair: timed_load's warm-up for labkit and
+    transformers, so that the weights they read lazily are in memory."""
+    model, tokenizer = loaded
+    generate_ids(model, tokenizer, chat_prompt(tokenizer, "Hi"), max_new_tokens=1)
+
+
+def timed_load(load: Callable[[], T], warm_up: Callable[[T], object]) -> tuple[T, float, int | None]:
+    """(what load() returned, its seconds, the resident memory it added once warm_up(it) has answered one
+    request: engines read their weights lazily). An engine loaded in a process of its own is timed the same way.
+
+        >>> llm, seconds, rss = timed_load(lambda: load_llamacpp(n_threads=2), lambda llm: llm("Hi", max_tokens=1))
+    """
+    before, start = current_memory_bytes(), time.perf_counter()
+    loaded = load()
+    seconds = time.perf_counter() - start
+    warm_up(loaded)
+    after = current_memory_bytes()
+    return loaded, seconds, None if before is None or after is None else after - before
+
+
+def decode_rate(model, tokenizer, prompt: str, new_tokens: int = 64) -> float:
+    """Tokens/s of decoding alone: greedy, timed from the first new token (the prefill is over) to the last."""
+    produced, first_at = 0, time.perf_counter()
+    for produced, _ in enumerate(generate(model, tokenizer, prompt, max_new_tokens=new_tokens + 1, temperature=0)):
+        if produced == 0:
+            first_at = time.perf_counter()
+    return produced / (time.perf_counter() - first_at)
+
+
 def measure(runner, startup_s: float, rss_bytes: int | None = None, repeats: int = 3,
-            chats: Sequence[list[dict]] = AGREEMENT_CHATS, notes: str = "") -> EngineRow:
-    """One EngineRow for `runner` (see the module doc); rss_bytes defaults to the runner's own, if it has one."""
+            chats: Sequence[list[dict]] = AGREEMENT_CHATS, notes: str = "", policy: str = "") -> EngineRow:
+    """One EngineRow for `runner` (see the module doc); rss_bytes defaults to the runner's own, if it has one.
+    policy: the OpenMP wait policy the engine's process runs under, as the table states it."""
     runner.answer(TOP_CHAT, 4)  # warm-up: first calls allocate and load lazily
     ttft = median_of(lambda i: runner.ttft(fresh(TOP_CHAT, i)), repeats)
     rate = median_of(lambda i: answer_rate(runner, number=repeats + i), repeats)
@@ -71,4 +112,4 @@ def measure(runner, startup_s: float, rss_bytes: int | None = None, repeats: int
     if rss_bytes is None and hasattr(runner, "rss_bytes"):
         rss_bytes = runner.rss_bytes()
     return EngineRow(runner.name, startup_s, ttft, rate, concurrent, rss_bytes, greedy_tokens(runner, chats),
-                     runner.top_tokens(TOP_CHAT, TOP_K), notes)
+                     runner.top_tokens(TOP_CHAT, TOP_K), notes, policy)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from labkit.core.arguments import check_choice, check_int, check_seconds
 from labkit.engines.install import engine_cache_env, require_vllm
+from labkit.fast.processes import check_policy
 from labkit.models.registry import build_cache, known_model
 from labkit.serving.http.launcher import ServerHandle, check_address, launch, require_free_port, tail
 
@@ -38,10 +39,11 @@ def vllm_server_command(python: Path, folder: Path, model: str, host: str, port:
 
 def start_vllm_server(model: str = "smollm2-135m", port: int = 0, max_model_len: int = DEFAULT_CONTEXT,
                       kv_cache_gib: int = DEFAULT_KV_CACHE_GIB, dtype: str = "float32", host: str = "127.0.0.1",
-                      timeout: float = READY_TIMEOUT_S) -> ServerHandle:
+                      timeout: float = READY_TIMEOUT_S, wait_policy: str | None = None) -> ServerHandle:
     """Start vLLM's OpenAI server on labkit's safetensors cache of `model`; return once /v1/models answers.
 
-    Offline (HF_HUB_OFFLINE=1); vLLM's and inductor's caches stay in .engines/cache. When the server
+    Offline (HF_HUB_OFFLINE=1); vLLM's and inductor's caches stay in .engines/cache. wait_policy:
+    OMP_WAIT_POLICY for its processes, "PASSIVE" or "ACTIVE" (None: this process's own). When the server
     dies while starting, the error carries the end of its log (and says so when memory ran out). Every
     argument is checked first: a bad one raises a ValueError naming it, and no process starts.
     """
@@ -51,10 +53,11 @@ def start_vllm_server(model: str = "smollm2-135m", port: int = 0, max_model_len:
     check_choice("dtype", dtype, DTYPES)
     check_address(host, port)
     check_seconds("timeout", timeout)
+    policy = {} if wait_policy is None else {"OMP_WAIT_POLICY": check_policy(wait_policy)}
     python = require_vllm()
     port = require_free_port(host, port)
     command = vllm_server_command(python, build_cache(model), model, host, port, max_model_len, dtype)
-    env = {**os.environ, **engine_cache_env(), "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib)}
+    env = {**os.environ, **engine_cache_env(), "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib), **policy}
     return launch(command, "vllm-server-", f"http://{host}:{port}", timeout, health_path="/v1/models", env=env,
                   own_session=True, explain=explain_failure)
 

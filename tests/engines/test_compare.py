@@ -69,3 +69,55 @@ def test_a_missing_llama_server_says_to_run_make_engines(tmp_path, monkeypatch):
     monkeypatch.setenv("LABKIT_ENGINES", str(tmp_path))  # an engines folder with nothing built
     with pytest.raises(EngineNotInstalled, match="llama-server is missing.*make engines"):
         start_llama_server()
+
+
+def test_side_by_side_names_each_rows_wait_policy_when_rows_recorded_one():
+    reference = row("transformers", [[1, 2]], ["a"])
+    reference.policy = "ACTIVE"
+    server = row("labkit server", [[1, 2]], None)
+    server.policy = "PASSIVE"
+    header, _, first, second = side_by_side([reference, server]).splitlines()
+    assert header.split()[:2] == ["engine", "policy"]
+    assert first.split()[1] == "ACTIVE" and second.split()[2] == "PASSIVE"
+    assert "policy" not in side_by_side([row("transformers", [[1]], None)])  # none recorded: no column
+
+
+def test_a_llama_server_states_and_sets_its_wait_policy(monkeypatch):
+    from labkit.engines import LlamaServerSettings
+
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+    default = LlamaServerSettings("smollm2-135m", slots=8, threads=2)
+    assert default.describe().endswith("OpenMP default wait") and "OMP_WAIT_POLICY" not in default.environment()
+    active = LlamaServerSettings("smollm2-135m", slots=8, threads=2, wait_policy="ACTIVE")
+    assert active.describe().endswith("OMP_WAIT_POLICY=ACTIVE") and active.environment()["OMP_WAIT_POLICY"] == "ACTIVE"
+
+
+def test_an_unknown_wait_policy_is_refused_before_a_server_starts(tmp_path, monkeypatch):
+    monkeypatch.setenv("LABKIT_ENGINES", str(tmp_path))  # nothing installed: a check that passed would say so
+    with pytest.raises(ValueError, match="OpenMP wait policy 'spin'.*PASSIVE, ACTIVE"):
+        start_llama_server(wait_policy="spin")
+    with pytest.raises(ValueError, match="OpenMP wait policy 'spin'.*PASSIVE, ACTIVE"):
+        start_vllm_server(wait_policy="spin")
+
+
+def test_a_timed_load_counts_the_load_not_the_warm_up_and_the_memory_both_add():
+    import time
+
+    from labkit.engines.measure import timed_load
+
+    held = []
+    loaded, seconds, rss = timed_load(lambda: time.sleep(0.05) or "model",
+                                      lambda model: held.append(b"\1" * 64 * 2**20) or time.sleep(0.2))
+    assert loaded == "model" and 0.05 <= seconds < 0.2
+    assert rss is None or rss >= 60 * 2**20  # the warm-up's 64 MiB are resident (None where /proc is absent)
+
+
+def test_decode_rate_times_the_new_tokens_after_the_first(tiny, tokenizer, monkeypatch):
+    from types import SimpleNamespace
+
+    from labkit.engines import measure as measure_module
+
+    clock = iter(range(100))
+    monkeypatch.setattr(measure_module, "time", SimpleNamespace(perf_counter=lambda: float(next(clock))))
+    # one clock read before the loop, one at the first new token, one after the last: 8 more tokens in 1 tick
+    assert measure_module.decode_rate(tiny, tokenizer, "Hello", new_tokens=8) == 8.0
