@@ -11,7 +11,6 @@ drafters in `labkit.speculative.drafters`. This module runs the loop and counts 
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -25,7 +24,8 @@ from labkit.decoding.config import DecodingConfig
 from labkit.decoding.request import Prompt, check_generator, check_request
 from labkit.speculative.drafters import PromptLookupDrafter
 from labkit.speculative.policy import SamplingPolicy
-from labkit.speculative.rule import verify, verify_greedy
+from labkit.speculative.rule import expected_tokens_per_step, verify, verify_greedy
+from labkit.timing import clock
 
 
 @runtime_checkable
@@ -36,7 +36,9 @@ class Drafter(Protocol):
         """Called once before generating: raise a clear error if the drafter cannot serve this target."""
 
     def propose(self, context_ids: list[int], gamma: int) -> tuple[list[int], torch.Tensor | None]:
-        """Up to gamma draft tokens after context_ids, and their distributions q [n, V] (None: one-hot)."""
+        """Up to gamma draft tokens after context_ids, and their distributions q [n, V] (None: one-hot).
+        gamma = 0 proposes nothing: speculative_generate calls it so during the prefill, where a model
+        drafter reads the prompt into its cache."""
 
 
 
@@ -61,6 +63,8 @@ class SpeculativeStats:
     new_tokens: int = 0  # tokens produced
     wall_s: float = 0.0  # seconds, prefill included
     steps: list[DraftStep] = field(default_factory=list)
+    gamma: int = 0  # draft tokens asked for per call (the most per call when adaptive)
+    prefill_s: float = 0.0  # seconds of the prompt's pass before the first round (the drafter's included)
 
     def record(self, step: DraftStep) -> None:
         """Count one draft-then-verify round (one target call)."""
@@ -94,6 +98,22 @@ class SpeculativeStats:
     def tokens_per_call(self) -> float:
         """New tokens per target forward pass (plain decoding: 1)."""
         return self.new_tokens / self.target_calls if self.target_calls else 0.0
+
+    @property
+    def formula_tokens_per_call(self) -> float:
+        """Leviathan et al.'s E(alpha, gamma) at this run's alpha and gamma: the tokens per call if every round
+        proposed gamma drafts, each kept independently with probability alpha (compare tokens_per_call).
+
+            >>> stats.acceptance_rate, stats.gamma, stats.formula_tokens_per_call
+            (0.8, 4, 3.3616)
+        """
+        return expected_tokens_per_step(self.acceptance_rate, self.gamma)
+
+    @property
+    def decode_s(self) -> float:
+        """Seconds of the rounds alone: wall_s without the prefill. They make all new_tokens (the first
+        round also feeds the prompt's last token, as plain decoding's first step feeds the first new one)."""
+        return self.wall_s - self.prefill_s
 
 
 @dataclass(frozen=True)
@@ -130,11 +150,13 @@ def speculative_generate(target: torch.nn.Module, tokenizer: PreTrainedTokenizer
     policy = SamplingPolicy(config.transforms(len(prompt_ids), request.eos_ids), config.temperature,
                             generator if generator is not None else config.generator())
     drafter.prepare(target, tokenizer, policy)  # checks vocabulary, device, dtype before any work
-    start = time.perf_counter()
+    start = clock()
     sequence = CachedSequence(target, min(len(prompt_ids) + config.max_new_tokens + gamma + 1, context_length(target)))
-    if len(prompt_ids) > 1:
-        sequence.run(prompt_ids[:-1])  # the last prompt token goes in with the first drafts
-    out, stats, draft_length = [], SpeculativeStats(), gamma
+    if len(prompt_ids) > 1:  # the prefill; the last prompt token goes in with the first drafts
+        sequence.run(prompt_ids[:-1])
+        drafter.propose(prompt_ids[:-1], 0)  # a model drafter reads the prompt now too; no draft
+    stats = SpeculativeStats(gamma=gamma, prefill_s=clock() - start)
+    out, draft_length = [], gamma
     while len(out) < config.max_new_tokens and not (out and out[-1] in request.eos_ids):
         step = _draft_and_verify(sequence, drafter, policy, prompt_ids + out, config.max_new_tokens - len(out),
                                  draft_length)
@@ -145,7 +167,7 @@ def speculative_generate(target: torch.nn.Module, tokenizer: PreTrainedTokenizer
             out.append(new)
             if new in request.eos_ids:
                 break
-    stats.new_tokens, stats.wall_s = len(out), time.perf_counter() - start
+    stats.new_tokens, stats.wall_s = len(out), clock() - start
     text = tokenizer.decode([t for t in out if t not in request.eos_ids])
     return SpeculativeResult(out, text, stats)
 

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
+from labkit.core.arguments import check_int
 from labkit.decoding.sampling import sample
 
 
@@ -53,6 +54,20 @@ def accept_or_resample(p: torch.Tensor, q: torch.Tensor, draft_tokens: torch.Ten
         rejected = ~accepted
         tokens[rejected] = sample(residual_distribution(p[rejected], q[rejected]), generator)
     return accepted, tokens
+
+
+def rule_frequencies(p: torch.Tensor, q: torch.Tensor, draws: int,
+                     generator: torch.Generator) -> tuple[float, torch.Tensor]:
+    """Run the accept/resample rule on `draws` drafts x ~ q, for p, q [V]: (the share of drafts kept, the
+    frequency of each output token [V]). Section 3 of notebook 09 compares the frequencies with p.
+
+        >>> kept, frequencies = rule_frequencies(p, q, 20_000, torch.Generator().manual_seed(0))
+        >>> kept, torch.minimum(p, q).sum()          # both about 0.65
+    """
+    check_int("draws", draws, minimum=1)
+    drafts = torch.multinomial(q.expand(draws, -1), 1, replacement=True, generator=generator).squeeze(-1)
+    accepted, tokens = accept_or_resample(p.expand(draws, -1), q.expand(draws, -1), drafts, generator)
+    return accepted.float().mean().item(), torch.bincount(tokens, minlength=p.shape[-1]).float() / draws
 
 
 def verify(target_probs: torch.Tensor, draft_tokens: Sequence[int], draft_probs: torch.Tensor | None,

@@ -85,6 +85,14 @@ def test_the_same_test_catches_a_wrong_residual(monkeypatch, wrong_residual):
     assert chi_square_p_value(counts, P) < FALSE_ALARM
 
 
+def test_rule_frequencies_runs_the_same_rule_on_drafts_from_q():
+    kept, frequencies = rule.rule_frequencies(P, Q, 20000, torch.Generator().manual_seed(0))
+    accepted, counts = _one_step_samples(P, Q)  # the same draws, the same generator stream
+    assert kept == accepted.float().mean().item() and torch.equal(frequencies, counts.float() / 20000)
+    with pytest.raises(ValueError, match="draws"):
+        rule.rule_frequencies(P, Q, 0, torch.Generator())
+
+
 def test_verify_greedy_and_bonus():
     logits = torch.log(torch.tensor([[0.1, 0.9, 0.0], [0.8, 0.1, 0.1], [0.2, 0.2, 0.6]]) + 1e-9)
     assert rule.verify_greedy(logits, [1, 0]) == (2, 2)  # both kept, bonus = argmax of the last row
