@@ -100,16 +100,18 @@ def test_an_unknown_wait_policy_is_refused_before_a_server_starts(tmp_path, monk
         start_vllm_server(wait_policy="spin")
 
 
-def test_a_timed_load_counts_the_load_not_the_warm_up_and_the_memory_both_add():
-    import time
+def test_a_timed_load_counts_the_load_not_the_warm_up_and_the_memory_both_add(monkeypatch):
+    from types import SimpleNamespace
 
-    from labkit.engines.measure import timed_load
+    from labkit.engines import measure as measure_module
 
-    held = []
-    loaded, seconds, rss = timed_load(lambda: time.sleep(0.05) or "model",
-                                      lambda model: held.append(b"\1" * 64 * 2**20) or time.sleep(0.2))
-    assert loaded == "model" and 0.05 <= seconds < 0.2
-    assert rss is None or rss >= 60 * 2**20  # the warm-up's 64 MiB are resident (None where /proc is absent)
+    clock, memory, calls = iter([10.0, 12.5, 99.0]), iter([100, 700]), []  # a fake clock and memory: no timing
+    monkeypatch.setattr(measure_module, "time", SimpleNamespace(perf_counter=lambda: next(clock)))
+    monkeypatch.setattr(measure_module, "current_memory_bytes", lambda: next(memory))
+    loaded, seconds, rss = measure_module.timed_load(lambda: calls.append("load") or "model",
+                                                     lambda model: calls.append(f"warm {model}"))
+    assert loaded == "model" and calls == ["load", "warm model"]
+    assert seconds == 2.5 and rss == 600  # the clock is read around the load only; memory after the warm-up
 
 
 def test_decode_rate_times_the_new_tokens_after_the_first(tiny, tokenizer, monkeypatch):
