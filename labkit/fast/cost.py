@@ -238,7 +238,8 @@ def per_op_seconds(config: LlamaConfig, steps: Sequence[str], rows: int, context
                    repeats: int = 5, how: str = "loop") -> float:
     """Seconds per op of the probe's step outside its matmul kernels: (its median step time - its linear
     layers timed alone) / its op count. A kernel's fixed cost per call (a launch, a second thread woken)
-    is in the matmul term already, timed on the real widths; left in here, it would be counted twice."""
+    is in the matmul and wake-up terms already, timed on the real widths; left in here, it would be counted
+    twice."""
     probe = probe_model(config, steps)
     run = step_run(probe, rows, context, tokens, how)
     outside_matmuls = median_seconds(run, repeats) - matmul_seconds(probe, rows * tokens, repeats)

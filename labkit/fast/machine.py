@@ -14,11 +14,14 @@ OMP_WAIT_POLICY=PASSIVE (which labkit sets, so that a shared machine is not spun
 sleep between kernels and every call wakes them, tens of microseconds each; a spinning (ACTIVE) runtime
 answers in about one.
 
+OpenMP reads its wait policy once, when torch loads: `wait_policy` is the variable as this process
+set it, and the measured wake-up says whether it took effect (about 1 us when the threads spin).
+
     >>> machine = measure_machine()
     >>> machine.describe()
-    'read bandwidth 19.2 GB/s; matmul peak float32 120, bfloat16 250, int8 560 GFLOP/s; ...'
+    'read bandwidth 32.0 GB/s (...); matmul peak float32 204, bfloat16 436, int8 783 GFLOP/s (...); ...'
     >>> machine.peak("bfloat16") / 1e9
-    250.3
+    435.6
 """
 
 from __future__ import annotations
@@ -73,7 +76,7 @@ def matmul_peak(dtype: str, repeats: int = 5) -> float:
     """FLOP/s of the fastest of `repeats` [1024, 1024] @ [1024, 1024] products in `dtype`.
 
         >>> matmul_peak("bfloat16") / 1e9
-        250.3
+        435.6
     """
     if dtype not in PEAK_DTYPES:
         raise ValueError(f"dtype must be one of {PEAK_DTYPES}, got {dtype!r}.")
@@ -110,7 +113,7 @@ def thread_wake_seconds(threads: int | None = None) -> float:
     and its share of the work (the same add on one thread, less dispatch, / threads). 0 on one thread.
 
         >>> thread_wake_seconds() * 1e6      # PASSIVE: the other thread sleeps between calls
-        34.1
+        45.5
     """
     threads = threads or torch.get_num_threads()
     if threads == 1:
@@ -125,7 +128,7 @@ def measure_machine() -> Machine:
     count, in this process (about 3 s).
 
         >>> print(measure_machine().describe())
-        read bandwidth 19.2 GB/s (sum of 256 MB, best of 5); matmul peak float32 120, bfloat16 250, ...
+        read bandwidth 32.0 GB/s (sum of 256 MB, best of 5); matmul peak float32 204, bfloat16 436, ...
     """
     peaks = {dtype: matmul_peak(dtype) for dtype in PEAK_DTYPES}
     return Machine(read_bandwidth(), peaks, torch.get_num_threads(), thread_wake_seconds(), current_policy())
