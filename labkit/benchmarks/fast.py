@@ -310,13 +310,25 @@ def eager_counterpart(label: str) -> str:
     return next((row for row, row_steps, how in ROWS if how == "static" and row_steps == steps), STATIC_EAGER)
 
 
-def compile_report(rows: list[Row], compile_seconds: dict[str, float]) -> str:
-    """The compile time of each compiled row, and after how many tokens it pays for itself."""
-    rates = {r.label: r.tokens_per_second for r in rows}
-    lines = []
+def payback_tokens(rows: list[Row], compile_seconds: dict[str, float]) -> dict[str, float]:
+    """{compiled row: the tokens after which its compile time pays for itself against its eager counterpart}
+    (math.inf when it is no faster, or when its eager row was not measured).
+
+        >>> payback_tokens(rows, compile_seconds)["+ torch.compile, static shapes"]
+    """
+    rates, paybacks = {r.label: r.tokens_per_second for r in rows}, {}
     for label, seconds in compile_seconds.items():
         eager = eager_counterpart(label)
-        tokens = break_even_tokens(seconds, rates[eager], rates[label]) if eager in rates else math.inf
+        paybacks[label] = break_even_tokens(seconds, rates[eager], rates[label]) if eager in rates else math.inf
+    return paybacks
+
+
+def compile_report(rows: list[Row], compile_seconds: dict[str, float]) -> str:
+    """The compile time of each compiled row, and after how many tokens it pays for itself."""
+    paybacks = payback_tokens(rows, compile_seconds)
+    lines = []
+    for label, seconds in compile_seconds.items():
+        eager, tokens = eager_counterpart(label), paybacks[label]
         pays = f"pays for itself after {tokens:,.0f} tokens" if tokens < math.inf else "never pays for itself here"
         lines.append(f"compile: {label.lstrip('+ ')}: {seconds:.1f} s on its first call (inductor's cache: "
                      f"{inductor_cache()}); against '{eager}' it {pays}")

@@ -108,6 +108,15 @@ def test_compile_report_says_when_compiling_pays_for_itself():
     assert f"against '{fast.Q4_1_STATIC}' it never pays for itself" in kernel  # weighed against its own eager row
 
 
+def test_payback_tokens_weighs_each_compiled_row_against_its_eager_row():
+    """The number notebook 13's section 6 reveals, without the notebook naming break_even_tokens."""
+    paybacks = fast.payback_tokens(fake_rows(), {"+ torch.compile, static shapes": 100.0, fast.Q4_1_COMPILED: 50.0})
+    assert paybacks["+ torch.compile, static shapes"] == pytest.approx(100 / (1 / 51 - 1 / 54))  # 91,800 tokens
+    assert paybacks[fast.Q4_1_COMPILED] == float("inf")  # eager 52, compiled 50 tok/s: never
+    no_eager = [r for r in fake_rows() if r.label != fast.STATIC_EAGER]
+    assert fast.payback_tokens(no_eager, {"+ torch.compile, static shapes": 100.0}) == {
+        "+ torch.compile, static shapes": float("inf")}
+
 def test_runs_are_timed_in_turns_after_one_untimed_round():
     from labkit.timing import interleaved_tokens_per_second
 
