@@ -25,6 +25,9 @@ over the probe's kernel calls: everything a call costs at negligible widths, the
 per call included. Its matmul term is then what the real widths add: every linear layer timed alone
 on the real model minus the same on the probe (both timed the same way, so their fixed costs cancel).
 Compiling the probe costs a compile of its own (seconds from inductor's cache, about a minute without).
+A compiled step shows no wake-up term: its matmul term is a difference of two timings (real widths less
+the probe's) and the probe's own kernel calls may wake the threads too, so its wake-ups sit somewhere in
+the time per call and the matmul term, and carving calls x wake-up out of the matmuls would overstate them.
 
 The regime follows the largest term: **overhead-bound** when the overhead is, **wake-bound** when the
 thread wake-ups are, **memory-bound** when the matmul kernels are and they read at least half the read
@@ -77,7 +80,7 @@ class StepCosts:
     flops: float  # multiply-adds x 2 in the linear layers
     measured_seconds: float  # the whole step, timed (median)
     dtype: str = "float32"  # the data type its matmuls compute in: whose peak is the compute floor
-    parallel_calls: int = 0  # linear layer calls per step, each waking the other threads once
+    parallel_calls: int = 0  # linear layer calls whose wake-ups the matmul term holds (0: not told apart)
 
     def as_dict(self) -> dict:
         """The fields as a JSON-ready dict; StepCosts(**d) rebuilds it (a child process sends it this way)."""
@@ -294,7 +297,7 @@ def measure_step(model: Llama, steps: Sequence[str] = (), rows: int = 1, context
         ops=ops, op_seconds=op_seconds, matmul_seconds=matmuls, weight_bytes=weight_bytes_per_token(model),
         kv_bytes=kv_bytes_read(model, rows, attended, tokens), flops=linear_flops(model, rows * tokens),
         measured_seconds=median_seconds(run, repeats), dtype=compute_dtype(model),
-        parallel_calls=len(linear_layers(model)))
+        parallel_calls=0 if how == "compiled" else len(linear_layers(model)))
 
 
 def cost_table(named: dict[str, StepCosts], machine: Machine) -> str:

@@ -206,3 +206,9 @@ def test_the_cost_table_prints_each_steps_terms_prediction_and_error():
     assert line.split() == ["int4,", "static", "1762", "3.9", "6.9", "0.0", "7.7", "0.17", "14.8", "14.2", "+4%",
                             "35%", "17%", "kernel-bound"]
     assert "predicted" in header and "wake" in header and "ops x us/op" in legend
+
+
+def test_a_compiled_step_carves_no_wake_ups_out_of_its_real_minus_probe_matmuls():
+    model = labkit.tiny_model(impl="labkit")
+    costs = measure_step(model, context=4, repeats=1, how="compiled")
+    assert costs.parallel_calls == 0 and costs.terms(WAKING)["thread wake-ups"] == 0.0
