@@ -37,8 +37,13 @@ teach: cache
 
 # LABKIT_QUICK=1: the notebook cells whose timings nbval does not compare run fewer repeats or sizes and say
 # so (labkit.timing.full_or_quick); `make notebooks` saves full runs.
+# TEST_WORKERS processes share the tests (pytest-xdist): on 2 cores one alone keeps about one core busy (it
+# waits on servers, browsers, subprocesses and its own single-threaded steps). A file runs whole on one
+# worker (--dist loadfile: a notebook's cells in order, a module's server started once), the longest files
+# first (tests/conftest.py, LONGEST_FIRST), in that order (--no-loadscope-reorder).
+TEST_WORKERS ?= 2
 test: cache
-	HF_HUB_OFFLINE=1 LABKIT_QUICK=1 $(PY) -m pytest
+	HF_HUB_OFFLINE=1 LABKIT_QUICK=1 $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # The developer's inner loop (under 3 minutes on 2 cores): tests/ without the tests marked slow (real models)
 # or browser, and no notebooks.

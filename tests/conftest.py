@@ -1,5 +1,7 @@
 """Fixtures shared by the whole suite, and the guard that keeps every real-model test marked `slow`.
 
+The order: the longest files first (LONGEST_FIRST), so that `make test`'s two workers finish together.
+
 Fixtures: the real embedded models, loaded once per session (`smollm2`, `smollm2_labkit`, `gemma3`);
 SmolLM2's tokenizer alone (`tokenizer`, no weights read); the tiny random model in labkit's and
 transformers' implementation (`tiny`, `tiny_hf`, one set of weights); `one_thread`; and
@@ -125,10 +127,39 @@ def bench_quick_run():
     return run_quick_bench
 
 
+# --- the order: the longest files first ---------------------------------------------------------------
+
+# `make test` shares the files between two workers (pytest-xdist, --dist loadfile), each file whole on one
+# worker, handed out in collection order. A long notebook handed out last would leave the other worker
+# idle while it runs, so these files (the longest under `make test` on 2 cores, longest first) come first;
+# every other file keeps its place after them. Only the speed of the run depends on this list.
+LONGEST_FIRST = [
+    "notebooks/13_how_fast_can_we_decode.ipynb",
+    "notebooks/12_run_locally_and_choose_a_model.ipynb",
+    "notebooks/10_batching.ipynb",
+    "tests/engines/test_real.py",
+    "notebooks/09_speculative_decoding.ipynb",
+    "notebooks/11_serving.ipynb",
+    "notebooks/08_quantization.ipynb",
+    "tests/browser/test_live_slides.py",
+    "notebooks/04_sampling.ipynb",
+    "tests/browser/test_jupyterlab.py",
+]
+
+
+def file_rank(item: pytest.Item) -> int:
+    """Where item's file comes in the run: its place in LONGEST_FIRST, or after all of them."""
+    path = Path(item.path).resolve()
+    path = path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else ""
+    return LONGEST_FIRST.index(path) if path in LONGEST_FIRST else len(LONGEST_FIRST)
+
+
 # --- the guard: real models only in tests marked slow ----------------------------------------------
 
 def pytest_collection_modifyitems(config, items):
-    """Find the tests that use a real-model fixture without the `slow` marker."""
+    """Put the longest files first (a stable sort: each file's tests keep their order); then find the
+    tests that use a real-model fixture without the `slow` marker."""
+    items.sort(key=file_rank)
     for item in items:
         real = sorted(REAL_MODEL_FIXTURES.intersection(getattr(item, "fixturenames", ())))
         if real and item.get_closest_marker("slow") is None:

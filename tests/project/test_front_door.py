@@ -50,3 +50,13 @@ def test_ci_runs_the_readme_test_command():
     assert "make test" in (ROOT / ".ci" / "run").read_text()
     readme = (ROOT / "README.md").read_text()
     assert "make test" in readme and "make lab" in readme
+
+
+def test_the_longest_files_listed_for_make_test_exist_and_make_test_shares_files_whole():
+    """tests/conftest.py hands these files out first; a renamed notebook would silently lose its place."""
+    listed = re.search(r"^LONGEST_FIRST = \[\n(.*?)^\]", (ROOT / "tests" / "conftest.py").read_text(), re.M | re.S)
+    paths = re.findall(r'"([^"]+)"', listed.group(1))
+    missing = [path for path in paths if not (ROOT / path).is_file()]
+    assert len(paths) >= 5 and not missing, f"LONGEST_FIRST names files that do not exist: {missing}"
+    recipe = re.search(r"^test: .*\n((?:\t.*\n)+)", (ROOT / "Makefile").read_text(), re.M).group(1)
+    assert "--dist loadfile" in recipe and "--no-loadscope-reorder" in recipe, recipe
