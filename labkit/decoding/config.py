@@ -14,10 +14,11 @@ distribution as `model.generate(...)`:
     4. no_repeat_ngram_size                                |  always, greedy or sampling or beams
     5. banned_tokens              (bad_words_ids)          |
     6. min_new_tokens                                     /
-    7. json_schema                (labkit.decoding.structured: only the tokens the schema allows next)
-    8. temperature                                       \\
-    9. top_k, 10. top_p, 11. min_p, 12. typical_p,         |  only when sampling (temperature > 0)
-    13. epsilon_cutoff, 14. eta_cutoff                    /
+    7. thinking_budget / _min     (labkit.decoding.thinking: end or extend the thinking section)
+    8. json_schema                (labkit.decoding.structured: only the tokens the schema allows next)
+    9. temperature                                       \\
+    10. top_k, 11. top_p, 12. min_p, 13. typical_p,        |  only when sampling (temperature > 0)
+    14. epsilon_cutoff, 15. eta_cutoff                    /
 
 Then `greedy` (temperature 0) or `sample` (softmax, then a draw with the seeded generator) chooses.
 """
@@ -33,6 +34,7 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from labkit.decoding import sampling, structured
+from labkit.decoding.thinking import ThinkingBudget, ThinkingFormat, check_thinking_options
 
 SAMPLING_ONLY = ("top_k", "top_p", "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff")
 BEAM_ONLY = ("length_penalty", "early_stopping", "num_return_sequences")
@@ -111,6 +113,9 @@ class DecodingConfig:
     num_return_sequences: int = 1  # beam search: how many of the best beams to return
     stop: tuple[str, ...] = ()  # strings that end the generation (not emitted)
     json_schema: dict | None = None  # the answer is JSON fitting this schema (True: any JSON object)
+    thinking_budget: int | None = None  # think at most this many tokens, then the end marker is forced (None: off)
+    thinking_min: int = 0  # s1's budget forcing: below this many thinking tokens "Wait" replaces the end marker
+    thinking_format: ThinkingFormat = ThinkingFormat()  # the markers of the thinking section, and s1's "Wait"
     seed: int | None = None  # the random seed for sampling (None: a fresh one each time)
 
     def __post_init__(self) -> None:
@@ -192,6 +197,7 @@ class DecodingConfig:
             raise ValueError(f"{options} only acts in beam search; set num_beams > 1.")
         if self.json_schema is not None and self.min_new_tokens > 0:
             raise ValueError("json_schema ends the answer when the JSON is complete; drop min_new_tokens.")
+        check_thinking_options(self.thinking_format, self.thinking_budget, self.thinking_min, self.json_schema)
 
     def check_vocabulary(self, vocab_size: int) -> None:
         """Raise a ValueError if logit_bias or banned_tokens name a token id outside [0, vocab_size)."""
@@ -210,10 +216,14 @@ class DecodingConfig:
         return torch.Generator().manual_seed(self.seed if self.seed is not None else torch.seed())
 
     def with_tokenizer(self, tokenizer: PreTrainedTokenizerBase) -> DecodingConfig:
-        """This config, ready for `tokenizer`: json_schema's mask needs its vocabulary (check_request calls this)."""
-        ready = self if self.json_schema is None else self.replace()
+        """This config, ready for `tokenizer` (check_request calls this): json_schema's mask needs its
+        vocabulary, a thinking budget its markers' token ids."""
+        thinks = self.thinking_budget is not None or self.thinking_min > 0
+        ready = self if self.json_schema is None and not thinks else self.replace()
         if self.json_schema is not None:
             object.__setattr__(ready, "vocabulary", structured.grammar_vocabulary(tokenizer))
+        if thinks:
+            object.__setattr__(ready, "thinking_tokens", self.thinking_format.token_ids(tokenizer))
         return ready
 
     def replace(self, **changes) -> DecodingConfig:
@@ -245,6 +255,9 @@ class DecodingConfig:
         if self.min_new_tokens > 0 and eos:
             out.append(bind(sampling.min_new_tokens_filter, "count", min_new_tokens=self.min_new_tokens,
                             eos_token_ids=eos))
+        if self.thinking_budget is not None or self.thinking_min > 0:
+            out.append(ThinkingBudget(vars(self).get("thinking_tokens"), self.thinking_budget, self.thinking_min,
+                                      prompt_length, eos))
         if self.json_schema is not None:  # after the always-on transforms: sampling sees only allowed tokens
             out.append(structured.JsonSchemaMask(self.json_schema, vars(self).get("vocabulary"), prompt_length, eos))
         if not self.do_sample:
@@ -268,7 +281,7 @@ class DecodingConfig:
     def hf_kwargs(self) -> dict:
         """The same options as keyword arguments for transformers' `model.generate` (for comparisons).
 
-        presence/frequency penalties and stop strings have no equivalent there and are left out.
+        presence/frequency penalties, stop strings and thinking budgets have no equivalent there: left out.
         """
         kwargs: dict = {"max_new_tokens": self.max_new_tokens, "do_sample": self.do_sample,
                         "num_beams": self.num_beams, "repetition_penalty": self.repetition_penalty}
@@ -309,29 +322,6 @@ def _presets() -> dict[str, DecodingConfig]:
 
 OPTION_NAMES = tuple(f.name for f in fields(DecodingConfig))
 DEFAULT_CONFIG = DecodingConfig()
-
-
-def resolve_config(config: DecodingConfig | None, options: dict, caller: str,
-                   defaults: dict | None = None) -> DecodingConfig:
-    """The one DecodingConfig of a call: `config=...`, or options by name (over `defaults`), never both.
-
-    Every decoding entry point calls this first, so every option is checked here and nowhere else.
-
-        >>> resolve_config(None, {"temperature": 0.7}, "generate").temperature
-        0.7
-    """
-    unknown = sorted(set(options) - set(OPTION_NAMES))
-    if unknown:
-        raise TypeError(f"{caller}() got unknown option(s) {', '.join(unknown)}; decoding options are: "
-                        f"{', '.join(OPTION_NAMES)}.")
-    if config is None:
-        return DecodingConfig(**{**(defaults or {}), **options})
-    if not isinstance(config, DecodingConfig):
-        raise TypeError(f"config must be a labkit DecodingConfig, got {type(config).__name__}.")
-    if options:
-        raise ValueError(f"{caller}() got config= and also {', '.join(sorted(options))}: give the options either as "
-                         "config=DecodingConfig(...) or by name, not both (config.replace(...) changes one).")
-    return config
 
 
 def preset(name: str) -> DecodingConfig:

@@ -18,7 +18,7 @@ from transformers import PreTrainedTokenizerBase
 
 from labkit.core.forward import check_context, context_length, vocab_size
 from labkit.core.text import StopMatcher, TextStream, encode_prompt, eos_token_ids
-from labkit.decoding.config import DecodingConfig, resolve_config
+from labkit.decoding.config import OPTION_NAMES, DecodingConfig
 
 Prompt = str | Sequence[int] | torch.Tensor  # text, token ids, or a [T] / [1, T] tensor of them
 
@@ -41,6 +41,29 @@ class Request:
     prompt_ids: list[int]
     config: DecodingConfig
     eos_ids: frozenset[int]
+
+
+def resolve_config(config: DecodingConfig | None, options: dict, caller: str,
+                   defaults: dict | None = None) -> DecodingConfig:
+    """The one DecodingConfig of a call: `config=...`, or options by name (over `defaults`), never both.
+
+    Every decoding entry point calls this first, so every option is checked here and nowhere else.
+
+        >>> resolve_config(None, {"temperature": 0.7}, "generate").temperature
+        0.7
+    """
+    unknown = sorted(set(options) - set(OPTION_NAMES))
+    if unknown:
+        raise TypeError(f"{caller}() got unknown option(s) {', '.join(unknown)}; decoding options are: "
+                        f"{', '.join(OPTION_NAMES)}.")
+    if config is None:
+        return DecodingConfig(**{**(defaults or {}), **options})
+    if not isinstance(config, DecodingConfig):
+        raise TypeError(f"config must be a labkit DecodingConfig, got {type(config).__name__}.")
+    if options:
+        raise ValueError(f"{caller}() got config= and also {', '.join(sorted(options))}: give the options either as "
+                         "config=DecodingConfig(...) or by name, not both (config.replace(...) changes one).")
+    return config
 
 
 def check_request(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, prompt: Prompt,
