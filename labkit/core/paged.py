@@ -164,10 +164,18 @@ class BlockPool:
         """Bytes of the blocks in use; a block shared by several sequences counts once."""
         return self.allocator.n_used * self.bytes_per_block()
 
-    def copy_block(self, source: int, target: int) -> None:
-        """Copy one block's keys and values, in every layer (copy on write)."""
-        self.keys[:, :, target] = self.keys[:, :, source]
-        self.values[:, :, target] = self.values[:, :, source]
+    def copy_blocks(self, pairs: list[tuple[int, int]]) -> None:
+        """Each (source, target): target's keys and values become source's, in every layer (copy on write,
+        vLLM's blocks_to_copy). All sources are read before any target is written.
+
+            >>> pool.copy_blocks([(3, 7), (3, 8)])     # two private copies of shared block 3
+        """
+        if len({target for _, target in pairs}) < len(pairs):
+            raise ValueError(f"Each target block may be written once per copy, got the pairs {pairs}.")
+        if pairs:
+            source, target = (torch.tensor(side, device=self.keys.device) for side in zip(*pairs))
+            self.keys[:, :, target] = self.keys[:, :, source]  # the right side is gathered first: a copy
+            self.values[:, :, target] = self.values[:, :, source]
 
     def __repr__(self) -> str:
         return (f"BlockPool({self.n_blocks} blocks x {self.block_size} tokens, {self.allocator.n_used} used, "
@@ -250,15 +258,13 @@ class PagedKVCache:
         wanted = len(copies) + new_blocks
         if wanted > allocator.n_free:
             raise NoFreeBlocksError(
-                f"The paged KV cache's pool has {allocator.n_free} free blocks of {size} tokens; "
-                f"{end - start} new token(s) of {self.batch_size} sequence(s) need {wanted}. Create the pool with "
-                f"more blocks (n_blocks > {allocator.n_blocks}), run fewer sequences at once, or free finished "
-                "ones (cache.free())."
+                f"The paged KV cache's pool has {allocator.n_free} free blocks of {size} tokens; {end - start} new "
+                f"token(s) of {self.batch_size} sequence(s) need {wanted}. Create the pool with more blocks (n_blocks "
+                f"> {allocator.n_blocks}), run fewer sequences at once, or free finished ones (cache.free())."
             )
-        for row, i in copies:
-            shared = self.block_tables[row][i]
-            private = allocator.allocate()
-            self.pool.copy_block(shared, private)
+        pairs = [(self.block_tables[row][i], allocator.allocate()) for row, i in copies]  # (shared, private)
+        self.pool.copy_blocks(pairs)
+        for (row, i), (shared, private) in zip(copies, pairs):
             allocator.release(shared)
             self.block_tables[row][i] = private
         for table in self.block_tables:
@@ -273,10 +279,8 @@ class PagedKVCache:
         self.length += n_tokens
 
     def fork(self) -> PagedKVCache:
-        """A second cache with the same tokens, sharing every block (reference counts + 1), no copy.
-
-        The two then diverge: whichever writes into a shared block first gets its own copy of it.
-        """
+        """A second cache with the same tokens, sharing every block (reference counts + 1), no copy. The two
+        then diverge: whichever writes into a shared block first gets its own copy of it."""
         other = PagedKVCache(self.pool, self.batch_size, self.max_length)
         other.block_tables = [[self.pool.allocator.share(block) for block in table] for table in self.block_tables]
         other.length = self.length

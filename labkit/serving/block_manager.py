@@ -12,12 +12,21 @@ tokens are looked up, so at least one token is always computed (its logits choos
 free. A later request with the same prefix takes it back (`reuse`); a request that needs a fresh block
 takes the least recently freed one, and if that one had a name, the name is evicted (LRU).
 
+**Forks and copy on write** (vLLM's parallel sampling): `fork` gives a sample of the same prompt the
+parent's whole block table (reference counts + 1, nothing copied). Positions only grow, so a full shared
+block is never written again; only the last, partly filled prompt block is. Before a decode feeds a
+token into a block that another table also holds, `append_slot` gives the sequence a fresh block,
+records the pair (shared, fresh) in `copies`, and releases its reference on the shared one; the engine
+copies every pair (`BlockPool.copy_blocks`) before the forward pass writes. The last holder writes in place.
+
 Invariants (`check()`):
 1. the allocator's own: every block is either free or used, never both;
 2. a block's reference count equals the number of block tables that hold it;
 3. every named block holds exactly block_size tokens and names map one to one (a named block may be free);
 4. a sequence's table covers its cached tokens and at most the tokens it holds:
-   num_cached_tokens <= len(table) * block_size and len(table) <= ceil(len(seq) / block_size).
+   num_cached_tokens <= len(table) * block_size and len(table) <= ceil(len(seq) / block_size);
+5. a block held by several tables sits at the same index in each, and its holders agree on the tokens
+   in it, as far as each has them cached (a write into a shared block, without its copy, breaks this).
 
     >>> manager = BlockManager(BlockAllocator(8), block_size=4)
     >>> manager.allocate(seq)                  # seq.block_table == [0, 1] for 6 tokens
@@ -27,7 +36,7 @@ Invariants (`check()`):
 from __future__ import annotations
 
 import math
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Sequence as Ids
 
 from labkit.core.arguments import check_int
@@ -61,6 +70,7 @@ class BlockManager:
         self.lookups = 0  # full prompt blocks looked up in the prefix cache
         self.hits = 0  # ... and found there (in use by another sequence, or free and still named)
         self.evictions = 0  # names dropped because their free block was handed out fresh
+        self.copies: list[tuple[int, int]] = []  # (shared, private) pairs to copy before the next forward pass
 
     @property
     def hit_rate(self) -> float:
@@ -98,6 +108,11 @@ class BlockManager:
     def can_allocate(self, token_ids: Ids[int]) -> bool:
         return self.blocks_needed(token_ids) <= self.allocator.n_free
 
+    def can_admit(self, seq: EngineRequest) -> bool:
+        """Whether seq's blocks are free, and one more for each sample still to fork from it (the copy or
+        the fresh block its first decode will need)."""
+        return self.blocks_needed(seq.token_ids) + len(seq.unforked) <= self.allocator.n_free
+
     def allocate(self, seq: EngineRequest) -> None:
         """Give seq blocks for all its tokens: its cached prefix blocks shared or reused, the rest fresh."""
         if seq.request_id in self.holders or seq.block_table:
@@ -128,6 +143,16 @@ class BlockManager:
             del self.hash_to_block[chain_hash]
             self.evictions += 1
         return block
+
+    def fork(self, parent: EngineRequest, child: EngineRequest) -> None:
+        """child (a sample of parent's prompt, no blocks yet) shares every block of parent, reference counts
+        + 1, and its cached tokens and names; no copy now (copy on write later, see `append_slot`)."""
+        if child.request_id in self.holders or child.block_table or parent.request_id not in self.holders:
+            raise ValueError(f"Fork a sequence that holds blocks into one that holds none; got {parent} -> {child}.")
+        child.block_table = [self.allocator.share(block) for block in parent.block_table]
+        child.num_cached_tokens = parent.num_cached_tokens
+        self.holders[child.request_id] = child
+        self.published[child.request_id] = self.published[parent.request_id]
 
     def publish(self, seq: EngineRequest, computed_tokens: int) -> None:
         """Name seq's full blocks among its first `computed_tokens` tokens (computed by the end of this step).
@@ -160,16 +185,33 @@ class BlockManager:
         """Whether the next token fed (at position len(seq) - 1) starts a new block."""
         return len(seq.block_table) * self.block_size < len(seq)
 
+    def needs_copy(self, seq: EngineRequest) -> bool:
+        """Whether the next token fed lands in a block another table also holds (copy on write first)."""
+        index = (len(seq) - 1) // self.block_size
+        return index < len(seq.block_table) and self.allocator.is_shared(seq.block_table[index])
+
     def can_append(self, seq: EngineRequest) -> bool:
-        return not self.needs_block(seq) or self.allocator.n_free >= 1
+        return not (self.needs_block(seq) or self.needs_copy(seq)) or self.allocator.n_free >= 1
 
     def append_slot(self, seq: EngineRequest) -> None:
-        """Before a decode step: a fresh block when the token to feed crosses a block boundary."""
+        """Before a decode step: a fresh block when the token to feed crosses a block boundary; a private
+        copy (recorded in `copies`) when it lands in a shared block."""
         if self.needs_block(seq):
             seq.block_table.append(self._fresh())
+        elif self.needs_copy(seq):
+            index = (len(seq) - 1) // self.block_size
+            shared, private = seq.block_table[index], self._fresh()
+            self.copies.append((shared, private))
+            self.allocator.release(shared)
+            seq.block_table[index] = private
+
+    def take_copies(self) -> list[tuple[int, int]]:
+        """The (shared, private) pairs recorded since the last call, for the next forward pass to copy first."""
+        copies, self.copies = self.copies, []
+        return copies
 
     def check(self) -> None:
-        """Raise AssertionError unless invariants 1-4 of the module doc hold."""
+        """Raise AssertionError unless invariants 1-5 of the module doc hold."""
         self.allocator.check()
         counts = Counter(block for seq in self.holders.values() for block in seq.block_table)
         for block in range(self.allocator.n_blocks):
@@ -183,3 +225,20 @@ class BlockManager:
         for seq in self.holders.values():
             assert seq.num_cached_tokens <= len(seq.block_table) * self.block_size, f"{seq}: cached past its table"
             assert len(seq.block_table) <= math.ceil(len(seq) / self.block_size), f"{seq}: more blocks than tokens"
+        self.check_shared_blocks()
+
+    def check_shared_blocks(self) -> None:
+        """Invariant 5: a shared block is at one index of every table holding it, with the same tokens."""
+        held = defaultdict(list)  # block -> (sequence, index in its table) of each table holding it
+        for seq in self.holders.values():
+            for index, block in enumerate(seq.block_table):
+                held[block].append((seq, index))
+        for block, places in held.items():
+            if len(places) == 1:
+                continue
+            indices = {index for _, index in places}
+            assert len(indices) == 1, f"block {block} sits at indices {sorted(indices)} of different tables"
+            start = indices.pop() * self.block_size
+            end = min([start + self.block_size] + [seq.num_cached_tokens for seq, _ in places])
+            contents = {tuple(seq.token_ids[start:end]) for seq, _ in places}
+            assert len(contents) == 1, f"block {block} holds different tokens for its holders: {contents}"

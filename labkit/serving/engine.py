@@ -7,9 +7,15 @@ chooses the next token of each row whose prompt is complete with that request's 
 `labkit.generate` would: the same transforms, the same `choose`, its own seeded generator, the same
 text and stop handling. Blocks of finished requests stay in the prefix cache until their memory is needed.
 
+`add_request(..., n=4)` asks for 4 samples of one prompt, prefilled once: when the prompt is done, the
+other samples fork from it, sharing its blocks (copy on write), and each chooses its first token from the
+same logits with its own generator (seed + i). `logprobs=k` records each token's log-probability under
+the model's raw distribution, with the k most likely alternatives (`EngineRequest` in request.py).
+
     >>> engine = Engine(model, tokenizer, max_num_seqs=8)     # chunked_prefill=True: vLLM V1's scheduling
     >>> a = engine.add_request("The sea is", max_new_tokens=16)
-    >>> b = engine.add_request("Once upon a time", temperature=0.8, seed=1)
+    >>> b = engine.add_request("Once upon a time", temperature=0.8, seed=1, n=3, logprobs=2)
+    >>> engine.samples(b)                                     # [1, 2, 3]: three answers, one prefill
     >>> while engine.has_unfinished():
     ...     for request_id, token_id, text, finish_reason in engine.step():
     ...         print(request_id, repr(text))
@@ -35,7 +41,7 @@ from labkit.decoding.request import Prompt, check_request
 from labkit.serving.block_manager import BlockManager
 from labkit.serving.runner import BatchRunner, require_llama
 from labkit.serving.scheduler import ScheduledBatch, Scheduler, SchedulerConfig
-from labkit.serving.request import EngineRequest, EngineRequestMetrics, Status
+from labkit.serving.request import MAX_LOGPROBS, EngineRequest, EngineRequestMetrics, Status, TokenLogprob
 
 DEFAULT_TOKENS_PER_SEQ = 1024  # the default pool holds this many tokens per sequence (or the context, if less)
 DEFAULT_CHUNKED_BUDGET = 256  # tokens per step with chunked prefill, unless max_num_batched_tokens says otherwise
@@ -70,9 +76,9 @@ class EngineBusy(RuntimeError):
 class EngineLoad:
     """The engine's state between steps: what a server shows on /health and uses to turn requests away."""
 
-    running: int  # requests with a seat (decoding, or their prompt being prefilled)
+    running: int  # sequences with a seat (decoding, or their prompt being prefilled)
     waiting: int  # requests queued for a seat or for memory
-    free_seats: int  # max_num_seqs - running
+    free_seats: int  # max_num_seqs - running - samples still to fork from the running ones
     blocks_used: int  # KV blocks held by running requests
     blocks_cached: int  # free blocks still holding a named prefix (reused by a later request, or evicted)
     blocks_total: int  # the pool
@@ -122,56 +128,93 @@ class Engine:
     def load(self) -> EngineLoad:
         """Seats, queue and KV blocks right now (`EngineLoad`)."""
         running, waiting, manager = len(self.scheduler.running), len(self.scheduler.waiting), self.block_manager
-        return EngineLoad(running, waiting, self.config.max_num_seqs - running, self.pool.allocator.n_used,
-                          manager.n_cached_free, self.pool.allocator.n_blocks, manager.hit_rate)
+        free_seats = self.config.max_num_seqs - self.scheduler.seats_used
+        return EngineLoad(running, waiting, free_seats, self.pool.allocator.n_used, manager.n_cached_free,
+                          self.pool.allocator.n_blocks, manager.hit_rate)
 
     def add_request(self, prompt: Prompt, config: DecodingConfig | None = None, arrival_s: float | None = None,
-                    **options) -> int:
-        """Queue a prompt with its own decoding options; return its request id.
+                    n: int = 1, logprobs: int | None = None, **options) -> int:
+        """Queue a prompt with its own decoding options; return its request id (sample 0's when n > 1).
 
+        n: samples of the prompt, prefilled once; sample i draws with seed + i and has its own request id
+        (`samples`). logprobs: None (not recorded), or 0 to 20: each token's log-probability under the
+        model's raw distribution and that many alternatives (`logprobs`).
         arrival_s: when the request really arrived, on the engine's clock (a server stamps it on receipt,
         so that TTFT counts the wait for the step in flight); now by default.
         Raises ValueError/TypeError for bad options, and for a request that could never run: longer than
-        the model's context, than the whole pool, or than the per-step token budget (without chunks);
-        EngineBusy when max_waiting requests already wait beyond the free seats.
+        the model's context, than the whole pool, or than the per-step token budget (without chunks), or
+        more samples than seats; EngineBusy when max_waiting requests already wait beyond the free seats.
         """
+        check_int("n", n, minimum=1, note="samples of the prompt")
+        if n > self.config.max_num_seqs:
+            raise ValueError(f"n={n} samples share one prefill, so they need {n} seats at once; this engine has "
+                             f"max_num_seqs={self.config.max_num_seqs}. Ask for fewer, or create it with more seats.")
+        if logprobs is not None:
+            check_int("logprobs", logprobs, minimum=0, maximum=MAX_LOGPROBS, note="alternatives per token, or None")
         request = check_request(self.model, self.tokenizer, prompt, config, options, "add_request")
         if request.config.num_beams > 1:
-            raise ValueError("The engine samples one sequence per request; for beam search use "
+            raise ValueError("The engine samples (n independent samples per request); for beam search use "
                              "labkit.generate(model, tokenizer, prompt, num_beams=...).")
-        running, waiting = len(self.scheduler.running), len(self.scheduler.waiting)
-        if self.max_waiting is not None and waiting - (self.config.max_num_seqs - running) >= self.max_waiting:
-            raise EngineBusy(f"The server is busy: {running} requests running and {waiting} waiting "
-                             f"(at most {self.max_waiting} may wait). Try again shortly.")
-        seq = EngineRequest(next(self.request_ids), request.prompt_ids, request.config, request.eos_ids, self.tokenizer,
-                            self.clock() if arrival_s is None else arrival_s)
+        waiting, free = len(self.scheduler.waiting), self.config.max_num_seqs - self.scheduler.seats_used
+        if self.max_waiting is not None and waiting - free >= self.max_waiting:
+            raise EngineBusy(f"The server is busy: {len(self.scheduler.running)} requests running and {waiting} "
+                             f"waiting (at most {self.max_waiting} may wait). Try again shortly.")
+        seq = EngineRequest(next(self.request_ids), request.prompt_ids, request.config, request.eos_ids,
+                            self.tokenizer, self.clock() if arrival_s is None else arrival_s, logprobs=logprobs)
+        samples = [seq, *seq.add_samples([next(self.request_ids) for _ in range(n - 1)])]
         if request.config.max_new_tokens == 0:  # nothing to generate: done on arrival, as in generate()
-            seq.status, seq.finish_reason, seq.finish_s = Status.FINISHED, "length", seq.arrival_s
+            for sample in samples:
+                sample.status, sample.finish_reason, sample.finish_s = Status.FINISHED, "length", seq.arrival_s
+            seq.unforked = []
         else:
             self.scheduler.add(seq)
-        self.requests[seq.request_id] = seq
+        self.requests.update((sample.request_id, sample) for sample in samples)
         return seq.request_id
 
-    def abort(self, request_id: int) -> None:
-        """Stop a request now and free its blocks; a finished (or already aborted) one is left as it is."""
+    def _request(self, request_id: int) -> EngineRequest:
         if request_id not in self.requests:
-            raise KeyError(f"No request with id {request_id!r}: ids come from add_request, and a released "
-                           "request is forgotten.")
-        seq = self.requests[request_id]
-        if seq.is_done:
-            return
-        self.scheduler.finish(seq, Status.ABORTED)
-        seq.finish_reason, seq.finish_s = "abort", self.clock()
+            raise KeyError(f"No request with id {request_id!r}: ids come from add_request (and samples), and a "
+                           "released request is forgotten.")
+        return self.requests[request_id]
+
+    def samples(self, request_id: int) -> list[int]:
+        """The ids of a request's samples in index order: add_request's id (sample 0) first, then the n - 1
+        others; [request_id] for a request of one. A later sample's id gives its whole group too."""
+        head = self.requests[self._request(request_id).group_id]
+        return [head.request_id] + [sample.request_id for sample in head.siblings]
+
+    def logprobs(self, request_id: int) -> list[TokenLogprob]:
+        """Each generated token's `TokenLogprob` so far (log_softmax of the raw logits, float32)."""
+        seq = self._request(request_id)
+        if seq.n_logprobs is None:
+            raise ValueError(f"Request {request_id} was added without logprobs: pass logprobs=0 (the chosen "
+                             f"token's alone) to {MAX_LOGPROBS} (with that many alternatives) to add_request.")
+        return list(seq.logprobs)
+
+    def abort(self, request_id: int) -> None:
+        """Stop a request now and free its blocks; a finished (or already aborted) one is left as it is.
+        Sample 0's id (the one add_request returned) stops every sample; a later sample's id, that one alone."""
+        seq, now = self._request(request_id), self.clock()
+        for sample in reversed([seq, *seq.siblings]):  # later samples first: those still to fork leave sample 0
+            if not sample.is_done:
+                self.scheduler.finish(sample, Status.ABORTED)
+                sample.finish_reason, sample.finish_s = "abort", now
 
     def release(self, request_id: int) -> EngineRequest:
         """Forget a finished or aborted request and return it: a long-running server calls this once the
-        client has its answer, so that memory does not grow with every request ever served."""
+        client has its answer, so that memory does not grow with every request ever served. Sample 0's id
+        forgets every sample (all must be done); a later sample's id, that sample alone."""
         seq = self.requests.get(request_id)
-        if seq is None or not seq.is_done:
-            state = "no such request" if seq is None else f"it is still {seq.status.name.lower()}"
+        group = [] if seq is None else [s for s in (seq, *seq.siblings) if s.request_id in self.requests]
+        busy = next((sample for sample in group if not sample.is_done), None)
+        if seq is None or busy is not None:
+            who = "it is" if busy is seq else f"its sample {busy.request_id} is" if busy else ""
+            state = "no such request" if seq is None else f"{who} still {busy.status.name.lower()}"
             raise KeyError(f"Only a finished or aborted request can be released ({request_id!r}: {state}); "
                            "abort it first.")
-        return self.requests.pop(request_id)
+        for sample in group:
+            del self.requests[sample.request_id]
+        return seq
 
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished()
@@ -185,7 +228,7 @@ class Engine:
         self.last_batch = batch
         for seq in batch.seqs:  # leaving the queue: the step that first feeds a request starts now
             seq.scheduled_s = start if seq.scheduled_s is None else seq.scheduled_s
-        logits = self.runner.run(batch.seqs, batch.n_new)  # [B, V]
+        logits = self.runner.run(batch.seqs, batch.n_new, batch.copies)  # [B, V]
         outputs = self._postprocess(batch, logits)
         self.step_metrics.append(StepMetrics(batch.kind, len(batch.seqs), batch.n_tokens,
                                              self.pool.allocator.n_used, len(batch.preempted), self.clock() - start))
@@ -193,13 +236,17 @@ class Engine:
 
     def _postprocess(self, batch: ScheduledBatch, logits: torch.Tensor) -> list[Output]:
         """Row by row: a complete prompt's row chooses its token with the request's own transforms and
-        generator (a chunk that leaves some prompt uncached chooses nothing); EOS/stop/length end it."""
+        generator (a chunk that leaves some prompt uncached chooses nothing); EOS/stop/length end it.
+        Sample 0 of n forks first: every sample chooses from its row."""
         outputs, now = [], self.clock()
         for row, (seq, n_fed) in enumerate(zip(batch.seqs, batch.n_new)):
             seq.num_cached_tokens += n_fed
             if seq.num_cached_tokens < len(seq):  # a prompt chunk: the rest comes in later steps
                 continue
-            outputs.append(self._choose(seq, logits[row:row + 1], now))
+            forked = self.scheduler.fork(seq)  # none, unless seq is sample 0 of n and its prompt just ended
+            for sample in (seq, *forked):  # forked before any sample finishes and lets go of the blocks
+                sample.scheduled_s = seq.scheduled_s
+                outputs.append(self._choose(sample, logits[row:row + 1], now))
         return outputs
 
     def _choose(self, seq: EngineRequest, logits: torch.Tensor, now: float) -> Output:

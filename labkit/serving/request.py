@@ -8,6 +8,16 @@ block table, the runner feeds it to the model, and the engine appends the tokens
        ^                                                           |
        +---------(preempted: blocks freed, recomputed later)-------+        any state --abort--> aborted
 
+**n samples of one prompt** (parallel sampling, as vLLM's `n`): sample 0 is the request the scheduler
+queues; samples 1..n-1 (`add_samples`) wait beside it, without blocks, in its `unforked` list. When its
+prompt is prefilled, the scheduler forks them: each shares its block table (no copy) and chooses its
+first token from the same logits. Sample i's generator is seeded with seed + i (vLLM V1's child seeds),
+so sample 0 is the request alone with the same seed. From then on each sample is a request of its own.
+
+**Log-probabilities** (`logprobs=k`): each chosen token's log-probability and the k most likely tokens',
+from log_softmax of the model's raw logits in float32: the model's own distribution, before penalties,
+temperature, top-k or top-p (vLLM's default "raw_logprobs", and `Step.logprob` of `labkit.generate`).
+
     >>> seq = EngineRequest(0, [1, 2, 3], DecodingConfig(max_new_tokens=4), frozenset({2}), tokenizer, arrival_s=0.0)
     >>> seq.token_ids, seq.status
     ([1, 2, 3], <Status.WAITING: 'waiting'>)
@@ -16,6 +26,7 @@ block table, the runner feeds it to the model, and the engine appends the tokens
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 
@@ -48,16 +59,54 @@ class EngineRequestMetrics:
     finish_reason: str | None  # "eos", "length", "stop", "abort"
 
 
+MAX_LOGPROBS = 20  # the most alternatives a token's log-probabilities list (OpenAI's top_logprobs limit)
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """A chosen token's log-probability and the most likely tokens', under the model's raw distribution."""
+
+    token_id: int  # the chosen token
+    logprob: float  # log_softmax(raw logits)[token_id], float32: before penalties, temperature, top-k/top-p
+    top: tuple[tuple[int, float], ...]  # the k most likely tokens as (token id, logprob), most likely first
+
+
+def token_logprob(logits: torch.Tensor, token_id: int, k: int) -> TokenLogprob:
+    """logits [V] (the model's raw scores) -> the chosen token's log-probability and the top k, in float32.
+
+        >>> token_logprob(torch.tensor([2.0, 0.0, 1.0]), 2, k=1)
+        TokenLogprob(token_id=2, logprob=-1.41..., top=((0, -0.41...),))
+    """
+    logprobs = torch.log_softmax(logits.float(), dim=-1)  # [V]
+    values, ids = logprobs.topk(k)  # sorted, most likely first
+    return TokenLogprob(token_id, float(logprobs[token_id]), tuple(zip(ids.tolist(), values.tolist())))
+
+
+def sample_generator(config: DecodingConfig, sample_index: int) -> torch.Generator:
+    """Sample i's generator: seeded with seed + i (vLLM V1's child seeds), or unseeded without a seed."""
+    return config.generator() if config.seed is None else torch.Generator().manual_seed(config.seed + sample_index)
+
+
 class EngineRequest:
-    """A request: prompt ids, generated ids, its own options, generator, transforms and text stream."""
+    """A request: prompt ids, generated ids, its own options, generator, transforms and text stream.
+
+    sample_index / group_id: sample i of the n that share one prompt (0 and its own id for a request
+    of one); logprobs: None, or how many alternatives each token's `TokenLogprob` lists (0 to 20).
+    """
 
     def __init__(self, request_id: int, prompt_ids: list[int], config: DecodingConfig, eos_ids: frozenset[int],
-                 tokenizer: PreTrainedTokenizerBase, arrival_s: float):
+                 tokenizer: PreTrainedTokenizerBase, arrival_s: float, sample_index: int = 0,
+                 group_id: int | None = None, logprobs: int | None = None):
         self.request_id = request_id
         self.prompt_ids = list(prompt_ids)
         self.config = config
         self.eos_ids = eos_ids
-        self.generator: torch.Generator = config.generator()  # seeded from config.seed: one draw per token
+        self.tokenizer = tokenizer
+        self.sample_index = sample_index  # which of its group's samples: its generator is seeded with seed + i
+        self.group_id = request_id if group_id is None else group_id  # the request id of its group's sample 0
+        self.siblings: list[EngineRequest] = []  # on sample 0: samples 1..n-1, in index order
+        self.unforked: list[EngineRequest] = []  # on sample 0 until its prompt is prefilled: siblings to fork
+        self.generator: torch.Generator = sample_generator(config, sample_index)  # one draw per token
         self.transforms = config.transforms(len(prompt_ids), eos_ids)
         self.text = TextStream(tokenizer, prompt_ids)
         self.stopper = StopMatcher(config.stop)
@@ -71,6 +120,8 @@ class EngineRequest:
         self.first_token_s: float | None = None
         self.finish_s: float | None = None
         self.logits: list[torch.Tensor] = []  # [V] per token, only when the engine records them
+        self.n_logprobs = logprobs  # None: no log-probabilities; k: each token's and the k most likely tokens'
+        self.logprobs: list[TokenLogprob] = []  # one per generated token when n_logprobs is not None
 
     @property
     def token_ids(self) -> list[int]:
@@ -85,6 +136,26 @@ class EngineRequest:
         return self.status in (Status.FINISHED, Status.ABORTED)
 
     @property
+    def seats(self) -> int:
+        """Seats this request takes in the running set: itself, and the samples still to fork from it."""
+        return 1 + len(self.unforked)
+
+    def add_samples(self, request_ids: Sequence[int]) -> list[EngineRequest]:
+        """Samples 1, 2, ... of this request (sample 0), one per id: the same prompt and options, each its
+        own generator and text. They wait without blocks in `unforked` until `Scheduler.fork`.
+
+            >>> [s.sample_index for s in seq.add_samples([7, 8])]
+            [1, 2]
+        """
+        if self.sample_index != 0 or self.siblings or self.output_ids:
+            raise ValueError(f"Only a new request (sample 0, no sample yet) can take samples; {self} cannot.")
+        self.siblings = [EngineRequest(request_id, self.prompt_ids, self.config, self.eos_ids, self.tokenizer,
+                                       self.arrival_s, index, self.request_id, self.n_logprobs)
+                         for index, request_id in enumerate(request_ids, start=1)]
+        self.unforked = list(self.siblings)
+        return self.siblings
+
+    @property
     def max_length(self) -> int:
         """The most tokens this request can ever hold: prompt + max_new_tokens."""
         return len(self.prompt_ids) + self.config.max_new_tokens
@@ -97,9 +168,11 @@ class EngineRequest:
 
     def choose_next(self, logits: torch.Tensor) -> tuple[int, str, str | None]:
         """Choose this request's next token from its logits [1, V] as `labkit.generate` would (its own
-        transforms, `choose`, its seeded generator) and append it; (token id, the text it adds, the finish
-        reason: "eos", "length", "stop", or None while it goes on)."""
+        transforms, `choose`, its seeded generator) and append it, with its `TokenLogprob` when asked; (token
+        id, the text it adds, the finish reason: "eos", "length", "stop", or None while it goes on)."""
         token_id = int(choose(logits, self.config.temperature, self.generator, self.transforms, self.token_ids)[0])
+        if self.n_logprobs is not None:  # only when asked: a log_softmax over the vocabulary per token
+            self.logprobs.append(token_logprob(logits[0], token_id, self.n_logprobs))
         self.output_ids.append(token_id)
         last = len(self.output_ids) == self.config.max_new_tokens
         piece, finish = text_and_finish(token_id, last, self.eos_ids, self.text, self.stopper)

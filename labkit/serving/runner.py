@@ -32,14 +32,16 @@ class BatchRunner:
         self.model, self.pool = model, pool
 
     def run(self, seqs: tuple[EngineRequest, ...] | list[EngineRequest],
-            n_new: tuple[int, ...] | list[int] | None = None) -> torch.Tensor:
+            n_new: tuple[int, ...] | list[int] | None = None, copies: tuple[tuple[int, int], ...] = ()) -> torch.Tensor:
         """Feed each sequence its next `n_new[i]` uncached tokens (all of them by default); return the logits
-        after each row's last one, [B, V] float32 (CPU).
+        after each row's last one, [B, V] float32 (CPU). copies: (shared, private) block pairs copied first,
+        in every layer (copy on write: a sample's first write after its fork).
 
         Rows that all feed one token (decode) run as a batch [B, 1]; when some feed more (prompts, chunks)
         and there are several rows, they run packed end to end [1, N], so no row is padded to the longest.
         Each sequence's block table must already cover its new tokens (the scheduler sees to it).
         """
+        self.pool.copy_blocks(list(copies))
         rows = [seq.new_token_ids(None if n_new is None else n_new[i]) for i, seq in enumerate(seqs)]
         tables, starts = [seq.block_table for seq in seqs], [seq.num_cached_tokens for seq in seqs]
         self.model.check_position(max(start + len(row) for start, row in zip(starts, rows)) - 1)

@@ -18,12 +18,21 @@ NEWEST running sequence is preempted: its blocks are freed and it goes back to t
 waiting queue, to be recomputed later from its prompt and the tokens it has generated (its output so
 far is kept; sampling continues with its own generator; blocks it had computed stay in the prefix cache).
 
+**n samples of one prompt**: sample 0 is queued alone but takes a seat for every sample still to fork
+from it (`EngineRequest.seats`), and is admitted only when its group's seats are free and, beyond its
+prompt's blocks, one block per later sample (each one's first copy or fresh block). Its prompt is
+prefilled once; then `fork` seats the other samples, sharing its blocks (copy on write: the block
+manager's `copies` travel with the batch, `ScheduledBatch.copies`). A sample preempted later is
+recomputed like any request; sample 0 preempted before its fork forks when its prompt is done again.
+
 Never a deadlock: `add` refuses a request that could not run even alone (beyond the model's context,
 the whole pool, or, without chunks, the per-step token budget), and a sequence alone in the pool can
 always grow.
 
 Invariants (`check()`): waiting sequences are WAITING and hold no blocks; running ones are RUNNING and
-hold blocks; none is in both; at most max_num_seqs run; the block manager's own invariants hold.
+hold blocks; none is in both; the running sequences' seats (samples still to fork included) are at most
+max_num_seqs; a sample still to fork is WAITING, holds no blocks and is in neither queue, and its sample
+0 has no output yet; the block manager's own invariants hold.
 
     >>> scheduler = Scheduler(SchedulerConfig(max_num_seqs=4), BlockManager(BlockAllocator(32), 16))
     >>> scheduler.add(seq); batch = scheduler.schedule()     # batch.kind == "prefill", batch.seqs == (seq,)
@@ -78,6 +87,7 @@ class ScheduledBatch:
     n_new: tuple[int, ...]  # tokens each row feeds this step
     n_decode: int = 0  # the first n_decode rows decode; the others prefill
     preempted: tuple[EngineRequest, ...] = ()  # sequences sent back to the waiting queue by this schedule
+    copies: tuple[tuple[int, int], ...] = ()  # (shared, private) blocks to copy before the pass (copy on write)
 
     @property
     def n_tokens(self) -> int:
@@ -114,10 +124,15 @@ class Scheduler:
         if seq.max_length > c.max_model_len:
             raise ValueError(f"The prompt has {len(seq.prompt_ids)} tokens and {seq.config.max_new_tokens} new ones "
                              f"were asked for; the model's context holds {c.max_model_len}.")
-        blocks = math.ceil(seq.max_length / manager.block_size)
+        if seq.seats > c.max_num_seqs:
+            raise ValueError(f"This request's {seq.seats} samples share one prefill, so they need {seq.seats} seats at "
+                             f"once; max_num_seqs is {c.max_num_seqs}.")
+        blocks = max(math.ceil(seq.max_length / manager.block_size),
+                     math.ceil(len(seq) / manager.block_size) + len(seq.unforked))  # a group's admission
         if blocks > manager.allocator.n_blocks:
+            samples = f", {seq.seats} samples" if seq.unforked else ""
             raise ValueError(f"This request needs up to {blocks} blocks of {manager.block_size} tokens (prompt "
-                             f"{len(seq.prompt_ids)} + {seq.config.max_new_tokens} new); the whole pool has "
+                             f"{len(seq.prompt_ids)} + {seq.config.max_new_tokens} new{samples}); the whole pool has "
                              f"{manager.allocator.n_blocks}. Create the engine with more blocks, or ask for less.")
         if not c.chunked_prefill and seq.max_length - 1 > c.max_num_batched_tokens:
             raise ValueError(f"This request may need {seq.max_length - 1} tokens in one forward pass (a recomputed "
@@ -128,6 +143,15 @@ class Scheduler:
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)
 
+    @property
+    def seats_used(self) -> int:
+        """Seats of the running sequences: one each, and one per sample still to fork from them."""
+        return sum(seq.seats for seq in self.running)
+
+    def _seats_for_next(self) -> bool:
+        """Whether the oldest waiting request (its whole group) has seats."""
+        return self.seats_used + self.waiting[0].seats <= self.config.max_num_seqs
+
     def schedule(self) -> ScheduledBatch:
         """The next step's batch (see the module doc for the two policies)."""
         return self._schedule_chunked() if self.config.chunked_prefill else self._schedule_prefill_first()
@@ -135,9 +159,9 @@ class Scheduler:
     def _schedule_prefill_first(self) -> ScheduledBatch:
         """Whole prompts of newly admitted sequences if any fit, else one decode token per running sequence."""
         admitted, tokens, manager = [], 0, self.block_manager
-        while self.waiting and len(self.running) < self.config.max_num_seqs:
+        while self.waiting and self._seats_for_next():
             seq = self.waiting[0]
-            if tokens + len(seq) > self.config.max_num_batched_tokens or not manager.can_allocate(seq.token_ids):
+            if tokens + len(seq) > self.config.max_num_batched_tokens or not manager.can_admit(seq):
                 break
             self._admit()
             self.block_manager.publish(seq, len(seq))  # named now: a prompt admitted after it may share it
@@ -158,8 +182,8 @@ class Scheduler:
             chunks.append(self._chunk(seq, budget))
             prefills.append(seq)
             budget -= chunks[-1]
-        while (not preempted and budget > 0 and self.waiting and len(self.running) < self.config.max_num_seqs
-               and self.block_manager.can_allocate(self.waiting[0].token_ids)):
+        while (not preempted and budget > 0 and self.waiting and self._seats_for_next()
+               and self.block_manager.can_admit(self.waiting[0])):
             prefills.append(self._admit())
             chunks.append(self._chunk(prefills[-1], budget))
             self.block_manager.publish(prefills[-1], prefills[-1].num_cached_tokens + chunks[-1])
@@ -188,7 +212,8 @@ class Scheduler:
         seqs, n_new = decodes + prefills, [1] * len(decodes) + chunks
         for seq, n in zip(seqs, n_new):
             self.block_manager.publish(seq, seq.num_cached_tokens + n)
-        return ScheduledBatch(tuple(seqs), tuple(n_new), len(decodes), preempted)
+        return ScheduledBatch(tuple(seqs), tuple(n_new), len(decodes), preempted,
+                              tuple(self.block_manager.take_copies()))
 
     def _reserve_decode_slots(self) -> tuple[EngineRequest, ...]:
         """A slot for each decoding sequence's next token; when the pool is full, preempt the newest."""
@@ -213,12 +238,29 @@ class Scheduler:
         self.waiting.appendleft(seq)
         self.n_preemptions += 1
 
+    def fork(self, parent: EngineRequest) -> list[EngineRequest]:
+        """parent's prompt is now cached (its logits are in hand): seat the samples still to fork from it,
+        each sharing its blocks and cached tokens, newest last. Returns them (none for a request of one)."""
+        children, parent.unforked = parent.unforked, []
+        for child in children:
+            self.block_manager.fork(parent, child)
+            child.status = Status.RUNNING
+            self.running.append(child)
+        return children
+
     def finish(self, seq: EngineRequest, status: Status = Status.FINISHED) -> None:
-        """Take seq out of the queue or the running set, free its blocks, mark it finished or aborted."""
+        """Take seq out of the queue or the running set, free its blocks, mark it finished or aborted. A sample
+        still to fork leaves its sample 0's list; sample 0 finished before its fork takes those along."""
         if seq in self.running:
             self.running.remove(seq)
         elif seq in self.waiting:
             self.waiting.remove(seq)
+        for head in (*self.waiting, *self.running):
+            if seq in head.unforked:
+                head.unforked.remove(seq)
+        for child in seq.unforked:
+            child.status = status
+        seq.unforked = []
         self.block_manager.free(seq)
         seq.status = status
 
@@ -227,6 +269,11 @@ class Scheduler:
         assert all(s.status is Status.WAITING and not s.block_table for s in self.waiting), "a bad waiting sequence"
         assert all(s.status is Status.RUNNING and s.block_table for s in self.running), "a bad running sequence"
         assert not {id(s) for s in self.waiting} & {id(s) for s in self.running}, "a sequence waits and runs"
-        assert len(self.running) <= self.config.max_num_seqs, f"{len(self.running)} sequences running"
+        assert self.seats_used <= self.config.max_num_seqs, f"{self.seats_used} seats taken"
+        for head in (*self.waiting, *self.running):
+            assert not (head.unforked and head.output_ids), f"{head} has output but did not fork"
+            for child in head.unforked:
+                assert child.status is Status.WAITING and not child.block_table, f"a bad unforked sample {child}"
+                assert child not in self.waiting and child not in self.running, f"{child} is queued before its fork"
         assert set(self.block_manager.holders) == {s.request_id for s in self.running}, "blocks held by a non-runner"
         self.block_manager.check()
