@@ -26,15 +26,13 @@ set it, and the measured wake-up says whether it took effect (about 1 us when th
 
 from __future__ import annotations
 
-import statistics
-import time
 from dataclasses import dataclass
 
 import torch
 
 from labkit.fast.processes import current_policy
 from labkit.fast.roofline import read_bandwidth
-from labkit.timing import best_seconds
+from labkit.timing import best_seconds, median_seconds
 
 PEAK_SIZE = 1024  # each peak's matmul: [1024, 1024] @ [1024, 1024]
 PEAK_DTYPES = ("float32", "bfloat16", "int8")  # the data types the course's steps compute in
@@ -92,17 +90,15 @@ def matmul_peak(dtype: str, repeats: int = 5) -> float:
 def median_call_seconds(elements: int, threads: int, rounds: int = 7) -> float:
     """Median over `rounds` of the mean seconds of one torch.add of `elements` floats at `threads` threads."""
     a, b, out = torch.randn(elements), torch.randn(elements), torch.empty(elements)
+
+    def calls() -> None:
+        for _ in range(WAKE_CALLS):
+            torch.add(a, b, out=out)
+
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
-    try:
-        torch.add(a, b, out=out)  # warm-up: wakes the pool once
-        means = []
-        for _ in range(rounds):
-            start = time.perf_counter()
-            for _ in range(WAKE_CALLS):
-                torch.add(a, b, out=out)
-            means.append((time.perf_counter() - start) / WAKE_CALLS)
-        return statistics.median(means)
+    try:  # median_seconds' warm-up call wakes the pool once
+        return median_seconds(calls, repeats=rounds) / WAKE_CALLS
     finally:
         torch.set_num_threads(before)
 
