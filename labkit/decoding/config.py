@@ -15,7 +15,7 @@ distribution as `model.generate(...)`:
     5. banned_tokens              (bad_words_ids)          |
     6. min_new_tokens                                     /
     7. thinking_budget / _min     (labkit.decoding.thinking: end or extend the thinking section)
-    8. json_schema                (labkit.decoding.structured: only the tokens the schema allows next)
+    8. json_schema / grammar      (labkit.decoding.structured: only the tokens the schema or grammar allows next)
     9. temperature                                       \\
     10. top_k, 11. top_p, 12. min_p, 13. typical_p,        |  only when sampling (temperature > 0)
     14. epsilon_cutoff, 15. eta_cutoff                    /
@@ -113,6 +113,7 @@ class DecodingConfig:
     num_return_sequences: int = 1  # beam search: how many of the best beams to return
     stop: tuple[str, ...] = ()  # strings that end the generation (not emitted)
     json_schema: dict | None = None  # the answer is JSON fitting this schema (True: any JSON object)
+    grammar: str | None = None  # the answer follows this Lark grammar (llguidance's; tools.tool_call_grammar)
     thinking_budget: int | None = None  # think at most this many tokens, then the end marker is forced (None: off)
     thinking_min: int = 0  # s1's budget forcing: below this many thinking tokens "Wait" replaces the end marker
     thinking_format: ThinkingFormat = ThinkingFormat()  # the markers of the thinking section, and s1's "Wait"
@@ -129,6 +130,7 @@ class DecodingConfig:
         object.__setattr__(self, "banned_tokens", tuple(self.banned_tokens))
         object.__setattr__(self, "logit_bias", dict(self.logit_bias))
         object.__setattr__(self, "json_schema", structured.check_json_schema(self.json_schema))
+        structured.check_grammar(self.grammar, self.json_schema)
         self._validate()
 
     def _validate(self) -> None:
@@ -216,11 +218,12 @@ class DecodingConfig:
         return torch.Generator().manual_seed(self.seed if self.seed is not None else torch.seed())
 
     def with_tokenizer(self, tokenizer: PreTrainedTokenizerBase) -> DecodingConfig:
-        """This config, ready for `tokenizer` (check_request calls this): json_schema's mask needs its
+        """This config, ready for `tokenizer` (check_request calls this): json_schema's or grammar's mask needs its
         vocabulary, a thinking budget its markers' token ids."""
         thinks = self.thinking_budget is not None or self.thinking_min > 0
-        ready = self if self.json_schema is None and not thinks else self.replace()
-        if self.json_schema is not None:
+        constrained = self.json_schema is not None or self.grammar is not None
+        ready = self if not constrained and not thinks else self.replace()
+        if constrained:
             object.__setattr__(ready, "vocabulary", structured.grammar_vocabulary(tokenizer))
         if thinks:
             object.__setattr__(ready, "thinking_tokens", self.thinking_format.token_ids(tokenizer))
@@ -258,8 +261,10 @@ class DecodingConfig:
         if self.thinking_budget is not None or self.thinking_min > 0:
             out.append(ThinkingBudget(vars(self).get("thinking_tokens"), self.thinking_budget, self.thinking_min,
                                       prompt_length, eos))
-        if self.json_schema is not None:  # after the always-on transforms: sampling sees only allowed tokens
-            out.append(structured.JsonSchemaMask(self.json_schema, vars(self).get("vocabulary"), prompt_length, eos))
+        mask = structured.constraint_mask(self.json_schema, self.grammar, vars(self).get("vocabulary"), prompt_length,
+                                          eos)
+        if mask is not None:  # after the always-on transforms: sampling sees only allowed tokens
+            out.append(mask)
         if not self.do_sample:
             return out
         if self.temperature != 1.0:
