@@ -199,7 +199,8 @@ class DecodingConfig:
             raise ValueError(f"{options} only acts in beam search; set num_beams > 1.")
         if self.json_schema is not None and self.min_new_tokens > 0:
             raise ValueError("json_schema ends the answer when the JSON is complete; drop min_new_tokens.")
-        check_thinking_options(self.thinking_format, self.thinking_budget, self.thinking_min, self.json_schema)
+        check_thinking_options(self.thinking_format, self.thinking_budget, self.thinking_min, self.json_schema,
+                               self.grammar)
 
     def check_vocabulary(self, vocab_size: int) -> None:
         """Raise a ValueError if logit_bias or banned_tokens name a token id outside [0, vocab_size)."""

@@ -94,7 +94,8 @@ class ThinkingFormat:
         return ThinkingTokens(spellings(self.start), spellings(self.end), wait)
 
 
-def check_thinking_options(thinking_format: object, budget: object, minimum: object, json_schema: object) -> None:
+def check_thinking_options(thinking_format: object, budget: object, minimum: object, json_schema: object,
+                           grammar: object = None) -> None:
     """DecodingConfig's checks of thinking_budget, thinking_min and thinking_format: a ValueError naming one."""
     if not isinstance(thinking_format, ThinkingFormat):
         raise ValueError(f"thinking_format must be a labkit ThinkingFormat(start=..., end=...), "
@@ -108,9 +109,10 @@ def check_thinking_options(thinking_format: object, budget: object, minimum: obj
     if budget is None and minimum == 0 and thinking_format != ThinkingFormat():
         raise ValueError("thinking_format sets the markers of a thinking section, but acts only with "
                          "thinking_budget or thinking_min; set one of them.")
-    if json_schema is not None and (budget is not None or minimum > 0):
-        raise ValueError("json_schema allows only JSON from the first token, leaving no room for a thinking "
-                         "section; drop thinking_budget / thinking_min, or json_schema.")
+    for name, constraint in (("json_schema", json_schema), ("grammar", grammar)):
+        if constraint is not None and (budget is not None or minimum > 0):
+            raise ValueError(f"{name} constrains the answer from the first token, leaving no room for a thinking "
+                             f"section; drop thinking_budget / thinking_min, or {name}.")
 
 
 # --- reading the ids: where are the thinking sections? -----------------------------------------

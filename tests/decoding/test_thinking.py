@@ -204,7 +204,8 @@ def test_split_thinking_reads_the_text():
     ({"thinking_budget": 4, "thinking_min": 8}, "thinking_min must be at most thinking_budget"),
     ({"thinking_format": "<think>", "thinking_budget": 4}, "thinking_format must be a labkit ThinkingFormat"),
     ({"thinking_format": ThinkingFormat("<t>", "</t>")}, "acts only with thinking_budget or thinking_min"),
-    ({"thinking_budget": 4, "json_schema": True}, "json_schema"),
+    ({"thinking_budget": 4, "json_schema": True}, "json_schema constrains the answer from the first token"),
+    ({"thinking_min": 2, "grammar": 'start: "yes" | "no"'}, "grammar constrains the answer from the first token"),
 ])
 def test_bad_options_are_refused_naming_them(options, message):
     with pytest.raises(ValueError, match=message):
