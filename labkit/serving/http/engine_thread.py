@@ -5,11 +5,17 @@ reads each request's tokens from an `asyncio.Queue` of its own, which the engine
 `loop.call_soon_threadsafe`. The thread steps while any request is unfinished and sleeps on the inbox
 otherwise. An add is answered (request id, or the error) before the next step.
 
+A request of `n` samples is one group in the engine (one prefill, `Engine.samples`): every sample's events
+go to the request's one queue, each marked with its `index` (0..n-1), and each sample ends with a last
+event of its own. Aborting the request (its id is sample 0's) stops every sample; the group is released
+once all its samples are done. With `logprobs=k`, each token's event carries its `TokenLogprob`.
+
     thread = EngineThread(Engine(model, tokenizer, max_num_seqs=8, max_waiting=64))
     thread.start()
     request_id, events = await thread.submit(prompt_ids, DecodingConfig(max_new_tokens=16), time.perf_counter())
     while (event := await events.get()).finish_reason is None:
         print(event.text, end="")
+    request_id, events = await thread.submit(prompt_ids, config, n=3, logprobs=2)   # 3 last events, index 0-2
 """
 
 from __future__ import annotations
@@ -25,20 +31,23 @@ from dataclasses import dataclass
 from labkit.decoding.config import DecodingConfig
 from labkit.serving.engine import Engine, EngineBusy, EngineLoad
 from labkit.serving.http.server_metrics import ServerMetrics
-from labkit.serving.request import EngineRequestMetrics
+from labkit.serving.request import EngineRequestMetrics, TokenLogprob
 
 log = logging.getLogger("labkit.serving.http")
 
 
 @dataclass(frozen=True)
 class TokenEvent:
-    """One token of a request as it leaves the engine (or the error that ended it)."""
+    """One token of a request's sample as it leaves the engine (or the sample's last event: its end, or the
+    error that ended it)."""
 
     text: str  # the text this token adds ('' while a character is incomplete)
-    token_id: int | None  # None only for an error event
+    token_id: int | None  # None on a last event
     finish_reason: str | None = None  # "eos", "length", "stop", "abort" or "error" on the last event
-    metrics: EngineRequestMetrics | None = None  # on the last event: queue, TTFT, TPOT, counts
+    metrics: EngineRequestMetrics | None = None  # on the last event: queue, TTFT, TPOT, counts of this sample
     error: str | None = None  # what went wrong inside the server (finish_reason "error")
+    index: int = 0  # which of the request's n samples (0..n-1): OpenAI's choice index
+    logprob: TokenLogprob | None = None  # the token's log-probability and alternatives, when asked for
 
 
 @dataclass
@@ -49,6 +58,17 @@ class EngineHandoff:
     events: asyncio.Queue
     answer: Future  # the request id, or the exception add_request raised
     arrival_s: float  # when the server received it (time.perf_counter), before any wait for the engine
+    n: int = 1  # samples of the prompt
+    logprobs: int | None = None  # alternatives per token's log-probability; None: not recorded
+
+
+@dataclass(frozen=True)
+class SampleStream:
+    """Where one sample's events go: its request's handoff, its index, and its group (sample 0's id)."""
+
+    handoff: EngineHandoff
+    index: int
+    group_id: int
 
 
 class EngineThread:
@@ -60,7 +80,8 @@ class EngineThread:
         self.engine = engine
         self.metrics = metrics or ServerMetrics()
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()
-        self.streams: dict[int, EngineHandoff] = {}  # unfinished requests, by id (engine thread only)
+        self.streams: dict[int, SampleStream] = {}  # unfinished samples, by id (engine thread only)
+        self.groups: dict[int, set[int]] = {}  # unfinished samples of each request, by its id (sample 0's)
         self.load: EngineLoad = engine.load()  # as last published: what /health and /api/ps show
         self.thread = threading.Thread(target=self._run, name="labkit-engine", daemon=True)
 
@@ -72,22 +93,24 @@ class EngineThread:
         self.inbox.put(None)
         self.thread.join(timeout)
 
-    async def submit(self, prompt_ids: list[int], config: DecodingConfig,
-                     arrival_s: float | None = None) -> tuple[int, asyncio.Queue]:
+    async def submit(self, prompt_ids: list[int], config: DecodingConfig, arrival_s: float | None = None,
+                     n: int = 1, logprobs: int | None = None) -> tuple[int, asyncio.Queue]:
         """Queue a request that arrived at arrival_s (time.perf_counter; now by default); its id and the
-        queue its `TokenEvent`s arrive on.
+        queue its `TokenEvent`s arrive on: those of its n samples, each ending with a last event.
+        logprobs: None, or the alternatives each token's `TokenLogprob` lists (0 to 20).
 
         Raises EngineBusy when the engine's queue is full, ValueError/TypeError when it refuses the request.
         """
         loop = asyncio.get_running_loop()
         arrival_s = time.perf_counter() if arrival_s is None else arrival_s
-        handoff = EngineHandoff(list(prompt_ids), config, loop, asyncio.Queue(), Future(), arrival_s)
+        handoff = EngineHandoff(list(prompt_ids), config, loop, asyncio.Queue(), Future(), arrival_s, n, logprobs)
         self.inbox.put(handoff)
         request_id = await asyncio.wrap_future(handoff.answer)
         return request_id, handoff.events
 
     def abort(self, request_id: int) -> None:
-        """Stop a request and free its KV blocks (at the engine thread's next turn); safe if it finished."""
+        """Stop a request, every sample, and free its KV blocks (at the engine thread's next turn); safe if it
+        finished."""
         self.inbox.put(request_id)
 
     def _run(self) -> None:
@@ -110,13 +133,15 @@ class EngineThread:
                 return False
             if isinstance(command, EngineHandoff):
                 self._add(command)
-            elif command in self.streams:
-                self.engine.abort(command)
-                self._finish(command)
+            elif command in self.groups:
+                self.engine.abort(command)  # sample 0's id: every sample
+                for sample_id in sorted(self.groups[command]):
+                    self._finish(sample_id)
 
     def _add(self, handoff: EngineHandoff) -> None:
         try:
-            request_id = self.engine.add_request(handoff.prompt_ids, handoff.config, handoff.arrival_s)
+            request_id = self.engine.add_request(handoff.prompt_ids, handoff.config, handoff.arrival_s,
+                                                 n=handoff.n, logprobs=handoff.logprobs)
         except EngineBusy as error:
             self.metrics.rejected.inc()
             handoff.answer.set_exception(error)
@@ -124,10 +149,14 @@ class EngineThread:
         except Exception as error:  # ValueError/TypeError: the client's mistake; anything else: the server's
             handoff.answer.set_exception(error)
             return
-        self.streams[request_id] = handoff
+        samples = self.engine.samples(request_id)
+        self.groups[request_id] = set(samples)
+        self.streams.update((sample_id, SampleStream(handoff, index, request_id))
+                            for index, sample_id in enumerate(samples))
         handoff.answer.set_result(request_id)
-        if self.engine.requests[request_id].is_done:  # max_new_tokens=0: finished on arrival
-            self._finish(request_id)
+        for sample_id in samples:
+            if self.engine.requests[sample_id].is_done:  # max_new_tokens=0: finished on arrival
+                self._finish(sample_id)
 
     def _step(self) -> None:
         try:
@@ -136,34 +165,46 @@ class EngineThread:
             log.exception("engine step failed")
             self._fail_all(f"The engine failed: {type(error).__name__}: {error}")
             return
-        for request_id, token_id, piece, finish in outputs:
+        for sample_id, token_id, piece, finish in outputs:
             self.metrics.generated.inc()
-            if request_id in self.streams:
-                self._send(request_id, TokenEvent(piece, token_id))
+            stream = self.streams.get(sample_id)
+            if stream is None:
+                continue
+            recorded = self.engine.requests[sample_id].logprobs  # filled only when logprobs were asked for
+            self._send(stream, TokenEvent(piece, token_id, index=stream.index,
+                                          logprob=recorded[-1] if recorded else None))
             if finish is not None:
-                self._finish(request_id)
+                self._finish(sample_id)
 
-    def _finish(self, request_id: int) -> None:
-        """Send a request's last event (its reason and metrics) and forget its stream."""
-        request_metrics = self.engine.metrics(request_id)
-        self._send(request_id, TokenEvent("", None, request_metrics.finish_reason, request_metrics))
-        del self.streams[request_id]
-        self.engine.release(request_id)
-        self.metrics.observe_finished(request_metrics)  # last: once counted, a request is wholly gone
+    def _finish(self, sample_id: int) -> None:
+        """Forget a sample's stream, release its request once every sample is done, count it, and send its last
+        event (its reason and metrics): once counted, a request is wholly gone, and a client that has its
+        answer finds it counted on /metrics."""
+        stream, sample_metrics = self.streams.pop(sample_id), self.engine.metrics(sample_id)
+        group = self.groups[stream.group_id]
+        group.discard(sample_id)
+        if not group:
+            del self.groups[stream.group_id]
+            self.engine.release(stream.group_id)
+        self.metrics.observe_finished(sample_metrics)
+        self._send(stream, TokenEvent("", None, sample_metrics.finish_reason, sample_metrics, index=stream.index))
 
     def _fail_all(self, message: str) -> None:
-        for request_id in list(self.streams):
-            self.engine.abort(request_id)
-            self._send(request_id, TokenEvent("", None, "error", self.engine.metrics(request_id), message))
-            del self.streams[request_id]
-            self.engine.release(request_id)
+        for group_id, samples in list(self.groups.items()):
+            self.engine.abort(group_id)
+            for sample_id in sorted(samples):
+                stream = self.streams.pop(sample_id)
+                self._send(stream, TokenEvent("", None, "error", self.engine.metrics(sample_id), message,
+                                              index=stream.index))
+            del self.groups[group_id]
+            self.engine.release(group_id)
 
-    def _send(self, request_id: int, event: TokenEvent) -> None:
-        handoff = self.streams[request_id]
+    def _send(self, stream: SampleStream, event: TokenEvent) -> None:
+        handoff = stream.handoff
         try:
             handoff.loop.call_soon_threadsafe(handoff.events.put_nowait, event)
         except RuntimeError:  # the event loop is closed: nobody is listening any more
-            log.debug("request %s: event loop closed", request_id)
+            log.debug("request %s: event loop closed", stream.group_id)
 
     def _publish_load(self) -> None:
         self.load = self.engine.load()

@@ -17,7 +17,7 @@ import json
 from itertools import takewhile
 from typing import Annotated, Any, TypeVar, get_args
 
-from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError, WrapValidator,
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, WrapValidator,
                       model_validator)
 from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails, PydanticCustomError
@@ -134,8 +134,33 @@ def refused(reason: str) -> Any:
     return Annotated[Any, AfterValidator(check)]
 
 
+def within(low: int, high: int, what: str) -> AfterValidator:
+    """The check of an integer field that must lie in [low, high]; `what` says what it counts.
+
+        >>> TopLogprobs = Annotated[int, within(0, 20, "alternatives per token")]
+    """
+    def check(value: int) -> int:
+        if not low <= value <= high:
+            raise own_error("must be an integer from {low} to {high} ({what}), got {value}.", low=low, high=high,
+                            what=what, value=value)
+        return value
+    return AfterValidator(check)
+
+
+def needs_logprobs(least: int) -> AfterValidator:
+    """The check of `top_logprobs` (declared after `logprobs`): from `least` on, it needs "logprobs": true.
+
+        >>> TopLogprobs = Annotated[int, needs_logprobs(0)]   # OpenAI: any value needs logprobs
+    """
+    def check(top: int, info: ValidationInfo) -> int:
+        if top >= least and info.data.get("logprobs") is not True:
+            raise own_error('needs "logprobs": true (it sets how many alternatives each token\'s log-probability '
+                            "lists), got {top} without it.", top=top)
+        return top
+    return AfterValidator(check)
+
+
 Strings = Annotated[str | list[str], either("a string or an array of strings")]
-NoLogprobs = refused("log-probabilities are not returned by labkit's server.")
 NoTools = refused("tool calling is not implemented in labkit.")
 NoSuffix = refused("fill-in-the-middle is not implemented in labkit.")
 

@@ -1,12 +1,18 @@
 """What both protocols share: the model's names, prompts as token ids, options as a DecodingConfig,
 and a request's tokens as an async stream that aborts the request when its client goes away.
 
+A request may ask for n samples of its prompt (OpenAI's `n`; at most the engine's seats, since they run
+together) and for each token's log-probability: its events then interleave the samples' tokens, each
+marked with its sample's index, and `collect` gathers them into one `Sample` per index.
+
     >>> service = ModelService("smollm2-135m", model, tokenizer, EngineThread(engine))
     >>> service.check_model("smollm2-135m:latest")            # a 404 ClientError for any other name
     >>> ids = service.chat_ids([{"role": "user", "content": "Hi"}], "messages")
     >>> submitted = await service.submit(ids, DecodingConfig(max_new_tokens=8), arrival_s=time.perf_counter())
     >>> async for event in service.events(submitted, request):
     ...     print(event.text, end="")
+    >>> submitted = await service.submit(ids, DecodingConfig(max_new_tokens=8, seed=1), n=3, logprobs=2)
+    >>> [sample.text for sample in await collect(service.events(submitted, request), submitted.n)]
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from labkit.serving.engine import DEFAULT_TOKENS_PER_SEQ, EngineBusy
 from labkit.serving.http.engine_thread import EngineThread, TokenEvent
 from labkit.serving.http.errors import ClientError
 from labkit.serving.http.fields import ModelRequest, parse, read_json_object
+from labkit.serving.http.logprobs import TokenSpeller
 
 DISCONNECT_POLL_S = 0.5  # a non-streaming request checks this often whether its client is still there
 MAX_BODY_BYTES = 1_000_000  # larger request bodies get 413
@@ -41,11 +48,24 @@ class ClientGone(Exception):
 
 @dataclass(frozen=True)
 class AcceptedRequest:
-    """A request the engine accepted: its id, the queue of its TokenEvents, its prompt's length."""
+    """A request the engine accepted: its id, the queue of its TokenEvents, its prompt's length, its samples."""
 
     request_id: int
     events: asyncio.Queue
     prompt_tokens: int
+    n: int = 1
+
+
+@dataclass
+class Sample:
+    """One sample of a request, read whole: its token events (text piece, logprob) and its last event."""
+
+    tokens: list[TokenEvent]
+    last: TokenEvent | None  # finish reason, metrics, or error; None until it arrives
+
+    @property
+    def text(self) -> str:
+        return "".join(event.text for event in self.tokens)
 
 
 class ModelService:
@@ -58,6 +78,7 @@ class ModelService:
         self.tokenizer = tokenizer
         self.engine_thread = engine_thread
         self.context = context_length(model)
+        self.speller = TokenSpeller(tokenizer)  # token ids as log-probabilities show them
         self.max_body_bytes = max_body_bytes
         self.started = time.time()
 
@@ -107,18 +128,30 @@ class ModelService:
                                    f"ones were asked for; the model's context holds {self.context}: ask for at most "
                                    f"{room}.", limit_field)
 
-    async def submit(self, prompt_ids: list[int], config: DecodingConfig, arrival_s: float | None = None) -> AcceptedRequest:
-        """Queue a request in the engine: 503 when the queue is full, 400 when the engine refuses it.
+    @property
+    def max_samples(self) -> int:
+        """The most samples one request may ask for: its n samples run together, one seat each."""
+        return self.engine_thread.engine.config.max_num_seqs
+
+    async def submit(self, prompt_ids: list[int], config: DecodingConfig, arrival_s: float | None = None,
+                     n: int = 1, logprobs: int | None = None) -> AcceptedRequest:
+        """Queue a request in the engine: 503 when the queue is full, 400 when the engine refuses it (naming
+        'n' for more samples than seats).
 
         arrival_s: when the handler received it (time.perf_counter), so that the engine's TTFT counts the
-        wait for the step in flight; now by default."""
+        wait for the step in flight; now by default. n: samples of the prompt. logprobs: None, or the
+        alternatives each token's log-probability lists (0 to 20)."""
+        if n > self.max_samples:
+            raise ClientError(400, f"'n' must be at most {self.max_samples}, got {n}: the samples of a request are "
+                                   f"decoded together, and this server decodes at most {self.max_samples} sequences "
+                                   "at once (max_num_seqs).", "n")
         try:
-            request_id, events = await self.engine_thread.submit(prompt_ids, config, arrival_s)
+            request_id, events = await self.engine_thread.submit(prompt_ids, config, arrival_s, n, logprobs)
         except EngineBusy as error:
             raise ClientError(503, str(error), headers={"retry-after": "1"}) from None
         except (TypeError, ValueError) as error:
             raise ClientError(400, str(error)) from None
-        submitted = AcceptedRequest(request_id, events, len(prompt_ids))
+        submitted = AcceptedRequest(request_id, events, len(prompt_ids), n)
         # Whoever drops the request without reading it to the end (a client gone before its first token
         # was read, a handler that failed) aborts it; for a finished request the abort is ignored.
         weakref.finalize(submitted, self.engine_thread.abort, request_id)
@@ -126,14 +159,15 @@ class ModelService:
 
     async def events(self, submitted: AcceptedRequest, request: Request,
                      poll_disconnect: bool = False) -> AsyncIterator[TokenEvent]:
-        """Each TokenEvent of a submitted request, the last one with its finish_reason.
+        """Each TokenEvent of a submitted request, until each of its samples has sent its last event (the
+        one with a finish_reason).
 
         If the consumer stops early (a streaming client disconnected and its response was cancelled)
         or, with poll_disconnect, the client is found gone, the request is aborted and its KV blocks freed.
         """
-        finished, next_check = False, time.monotonic() + DISCONNECT_POLL_S
+        unfinished, next_check = submitted.n, time.monotonic() + DISCONNECT_POLL_S
         try:
-            while not finished:
+            while unfinished:
                 if poll_disconnect and time.monotonic() >= next_check:
                     if await request.is_disconnected():
                         raise ClientGone()
@@ -141,10 +175,10 @@ class ModelService:
                 event = await self._next_event(submitted.events, poll_disconnect)
                 if event is None:
                     continue
-                finished = event.finish_reason is not None
+                unfinished -= event.finish_reason is not None
                 yield event
         finally:
-            if not finished:
+            if unfinished:
                 self.engine_thread.abort(submitted.request_id)
 
     async def _next_event(self, events: asyncio.Queue, poll_disconnect: bool) -> TokenEvent | None:
@@ -206,10 +240,19 @@ def finish_reason(engine_reason: str | None) -> str:
     return "length" if engine_reason == "length" else "stop"
 
 
-async def collect(events: AsyncIterator[TokenEvent]) -> tuple[str, TokenEvent]:
-    """The whole text of a request and its last event (finish reason, metrics, or error)."""
-    pieces = []
+async def collect(events: AsyncIterator[TokenEvent], n: int = 1) -> list[Sample]:
+    """The n samples of a request, read whole, in index order."""
+    samples = [Sample([], None) for _ in range(n)]
     async for event in events:
-        pieces.append(event.text)
-        last = event
-    return "".join(pieces), last
+        sample = samples[event.index]
+        if event.finish_reason is None:
+            sample.tokens.append(event)
+        else:
+            sample.last = event
+    return samples
+
+
+def failure(samples: list[Sample]) -> ClientError | None:
+    """The 500 to answer when a sample ended with the server's error; None when every sample ended well."""
+    message = next((sample.last.error for sample in samples if sample.last.error), None)
+    return None if message is None else ClientError(500, message)

@@ -2,8 +2,11 @@
 
 A streamed answer is one JSON object per line, each flushed as it is made; the last has `done: true`,
 `done_reason` ("stop" or "length") and the stats. `format` ("json" or a JSON schema) constrains the answer
-to JSON (labkit.decoding.structured). Bodies are parsed by `ollama_protocol`'s models. Errors are
-`{"error": "..."}` with their status, or, once a stream has begun, a last line `{"error": "..."}`.
+to JSON (labkit.decoding.structured). With `logprobs: true` (and `top_logprobs: k`), each chunk carries the
+`logprobs` of its tokens, [{"token", "logprob", "bytes", "top_logprobs": [...]}], the model's raw
+log-probabilities (`logprobs.py`); the installed `ollama` client (0.6.3) parses them. Ollama has no `n`.
+Bodies are parsed by `ollama_protocol`'s models. Errors are `{"error": "..."}` with their status, or, once
+a stream has begun, a last line `{"error": "..."}`.
 
     >>> ollama.Client(host=server.url).generate(model="smollm2-135m", prompt="Hi", options={"num_predict": 8})
     GenerateResponse(model='smollm2-135m', response='Hello! How can I help you today?', done=True, ...)
@@ -14,7 +17,8 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from importlib.metadata import PackageNotFoundError, version
 
@@ -22,10 +26,11 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
-from labkit.serving.http.errors import ClientError
+from labkit.serving.http.engine_thread import TokenEvent
+from labkit.serving.http.logprobs import TokenSpeller, ollama_logprobs
 from labkit.serving.http.model_info import model_details, ollama_model_info
-from labkit.serving.http.model_service import (ModelService, AcceptedRequest, collect, finish_reason, read_request,
-                                               service_of)
+from labkit.serving.http.model_service import (ModelService, AcceptedRequest, collect, failure, finish_reason,
+                                               read_request, service_of)
 from labkit.serving.http.ollama_protocol import ChatRequest, GenerateRequest, GenerationRequest, ShowRequest
 from labkit.serving.request import EngineRequestMetrics
 
@@ -93,38 +98,60 @@ def stats(metrics: EngineRequestMetrics | None) -> dict:
             "eval_count": metrics.output_tokens, "eval_duration": nanoseconds(metrics.e2e_s - metrics.ttft_s)}
 
 
+@dataclass(frozen=True)
+class ChunkWriter:
+    """ONE place that builds an answer's chunks: /api/chat's carry a message, /api/generate's a response."""
+
+    model: str  # the name the client used
+    chat: bool
+    speller: TokenSpeller | None  # None: the request did not ask for log-probabilities
+
+    def chunk(self, tokens: Sequence[TokenEvent], last: TokenEvent | None = None) -> dict:
+        """The chunk of these tokens (their text, and their logprobs when asked for); with `last`, the final
+        chunk: done, its reason and the stats."""
+        text = "".join(event.text for event in tokens)
+        content = {"message": {"role": "assistant", "content": text}} if self.chat else {"response": text}
+        line = {"model": self.model, "created_at": now(), **content, "done": last is not None}
+        if self.speller is not None and tokens:
+            line["logprobs"] = ollama_logprobs(self.speller, [event.logprob for event in tokens])
+        if last is not None:
+            line.update(done_reason=finish_reason(last.finish_reason), **stats(last.metrics))
+        return line
+
+
 async def answer(request: Request, body: GenerationRequest, prompt_ids: list[int],
                  arrival_s: float) -> JSONResponse | StreamingResponse:
     """Run the request and answer in NDJSON (stream, Ollama's default) or as one JSON object."""
     service = service_of(request)
     config = body.decoding_config(service.default_max_tokens(prompt_ids))
     service.check_context(prompt_ids, config.max_new_tokens, body.PROMPT_FIELD, body.limit_field)
-    submitted = await service.submit(prompt_ids, config, arrival_s=arrival_s)
-    piece_key = "message" if isinstance(body, ChatRequest) else "response"
-
-    def chunk(text: str, **extra) -> dict:
-        content = {"message": {"role": "assistant", "content": text}} if piece_key == "message" else {"response": text}
-        return {"model": body.model, "created_at": now(), **content, **extra}
-
+    submitted = await service.submit(prompt_ids, config, arrival_s=arrival_s, logprobs=body.engine_logprobs)
+    writer = ChunkWriter(body.model, isinstance(body, ChatRequest),
+                         None if body.engine_logprobs is None else service.speller)
     if not body.stream:
-        text, last = await collect(service.events(submitted, request, poll_disconnect=True))
-        if last.error:
-            raise ClientError(500, last.error)
-        return JSONResponse(chunk(text, done=True, done_reason=finish_reason(last.finish_reason), **stats(last.metrics)))
-    return StreamingResponse(ndjson(service, submitted, request, chunk), media_type="application/x-ndjson")
+        [sample] = await collect(service.events(submitted, request, poll_disconnect=True))
+        if error := failure([sample]):
+            raise error
+        return JSONResponse(writer.chunk(sample.tokens, sample.last))
+    return StreamingResponse(ndjson(service, submitted, request, writer), media_type="application/x-ndjson")
 
 
-async def ndjson(service: ModelService, submitted: AcceptedRequest, request: Request, chunk) -> AsyncIterator[bytes]:
-    """One JSON object per line: a chunk per text piece, then the final one (or an error line)."""
+async def ndjson(service: ModelService, submitted: AcceptedRequest, request: Request,
+                 writer: ChunkWriter) -> AsyncIterator[bytes]:
+    """One JSON object per line: a chunk per text piece (a token without text of its own yet waits for the
+    next), then the final one (or an error line)."""
+    waiting = []
     async for event in service.events(submitted, request):
         if event.error:
             line = {"error": event.error}
         elif event.finish_reason is not None:
-            line = chunk("", done=True, done_reason=finish_reason(event.finish_reason), **stats(event.metrics))
-        elif event.text:
-            line = chunk(event.text, done=False)
+            line = writer.chunk(waiting, last=event)
         else:
-            continue
+            waiting.append(event)
+            if not event.text:
+                continue
+            line = writer.chunk(waiting)
+        waiting = []
         yield (json.dumps(line) + "\n").encode()
 
 

@@ -3,7 +3,8 @@ generate have ONE conversion to a DecodingConfig.
 
 Fields are checked for their JSON type here; decoding values (ranges, stop strings, schemas) are checked
 by DecodingConfig, the one validator of decoding options, and a refusal names the client's field
-(`options.top_p`). Ollama's defaults apply to options a client leaves out.
+(`options.top_p`). Ollama's defaults apply to options a client leaves out. `logprobs` and `top_logprobs`
+(0-20) ask for each token's log-probability (`engine_logprobs`); Ollama has no `n`.
 
     >>> body = parse(GenerateRequest, {"model": "smollm2-135m", "prompt": "Hi", "options": {"num_predict": 8}})
     >>> body.decoding_config(default_max_tokens=200)
@@ -17,9 +18,10 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import AfterValidator, ConfigDict, Field
 
 from labkit.decoding.config import DecodingConfig
-from labkit.serving.http.fields import (ModelRequest, NoLogprobs, NoSuffix, NoTools, RequestModel, Strings, either,
-                                        own_error, refused)
+from labkit.serving.http.fields import (ModelRequest, NoSuffix, NoTools, RequestModel, Strings, either, needs_logprobs,
+                                        own_error, refused, within)
 from labkit.serving.http.model_service import decoding_config
+from labkit.serving.request import MAX_LOGPROBS
 
 # Ollama option -> DecodingConfig field (num_predict is read apart: -1 and -2 mean "no limit").
 OPTIONS = {"temperature": "temperature", "top_k": "top_k", "top_p": "top_p", "min_p": "min_p",
@@ -79,14 +81,20 @@ class GenerationRequest(ModelRequest):
     format: Annotated[Literal["", "json"] | dict, either('"json" or a JSON schema object')] = ""
     options: Options = Field(default_factory=Options, description=OPTIONS_TAKEN)
     keep_alive: Annotated[str | float, either("a duration (string or number)")] | None = None
-    logprobs: NoLogprobs = None
-    top_logprobs: NoLogprobs = None
+    logprobs: bool = False  # each token's log-probability in the answer, with top_logprobs alternatives
+    top_logprobs: Annotated[int, within(0, MAX_LOGPROBS, "alternatives per token"), needs_logprobs(1)] | None = None
     think: NoThinking = None
     images: NoImages = None
     suffix: NoSuffix = None
     template: NoTemplate = None
     context: NoContext = None
     limit_field: ClassVar[str] = "options.num_predict"
+
+    @property
+    def engine_logprobs(self) -> int | None:
+        """Alternatives each token's log-probability lists (0: the chosen token's alone); None: not asked for.
+        Ollama ignores top_logprobs without logprobs; labkit refuses a top_logprobs above 0 without it."""
+        return (self.top_logprobs or 0) if self.logprobs else None
 
     def decoding_config(self, default_max_tokens: int) -> DecodingConfig:
         """The request as a DecodingConfig: one stop string is a list, num_predict < 0 is default_max_tokens,

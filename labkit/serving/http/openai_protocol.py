@@ -3,6 +3,17 @@ each parses its route's JSON and has ONE conversion to a DecodingConfig.
 
 Fields are checked for their JSON type here; decoding values (ranges, stop strings, schemas) are checked
 by DecodingConfig, the one validator of decoding options, and a refusal names the client's field.
+What the engine is asked for besides the config: `n` samples (at least 1; the server refuses more than its
+seats) and `engine_logprobs`, the alternatives each token's log-probability lists (None: none recorded),
+from chat's `logprobs` + `top_logprobs` (0-20; top_logprobs needs logprobs true, as OpenAI says) or
+completions' integer `logprobs` (0-5, OpenAI's limit).
+
+vLLM's `thinking_token_budget` is DecodingConfig's thinking_budget (labkit.decoding.thinking): once a
+thinking section has this many tokens, its end marker "</think>" is forced. It budgets a section the
+prompt opens (a completions prompt from `labkit.decoding.thinking.thinking_prompt`, which ends in
+"<think>\n") or the model opens by writing "<think>"; SmolLM2's chat template opens none, so on the chat
+route it acts only when the model writes the marker. The thinking stays in the answer's text (no
+reasoning parser splits it off).
 
     >>> body = parse(ChatCompletionRequest, {"model": "smollm2-135m", "messages": [...], "top_k": -1, "stop": "."})
     >>> body.decoding_config(default_max_tokens=200)
@@ -16,24 +27,27 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import AfterValidator, BeforeValidator, Field, ValidationInfo, field_validator
 
 from labkit.decoding.config import DecodingConfig
-from labkit.serving.http.fields import (ModelRequest, NoLogprobs, NoSuffix, NoTools, RequestModel, Strings, either,
-                                        own_error, refused)
+from labkit.serving.http.fields import (ModelRequest, NoSuffix, NoTools, RequestModel, Strings, either, needs_logprobs,
+                                        own_error, refused, within)
 from labkit.serving.http.model_service import decoding_config
+from labkit.serving.request import MAX_LOGPROBS
 
 # Request field -> DecodingConfig field: OpenAI's, then vLLM's extras.
 SAMPLING = {"temperature": "temperature", "top_p": "top_p", "seed": "seed", "presence_penalty": "presence_penalty",
             "frequency_penalty": "frequency_penalty", "stop": "stop", "top_k": "top_k", "min_p": "min_p",
-            "repetition_penalty": "repetition_penalty", "min_tokens": "min_new_tokens"}
+            "repetition_penalty": "repetition_penalty", "min_tokens": "min_new_tokens",
+            "thinking_token_budget": "thinking_budget"}
 DEFAULT_TEMPERATURE = 1.0  # OpenAI's and vLLM's default
+MAX_COMPLETION_LOGPROBS = 5  # OpenAI's limit on the completions API's integer `logprobs`
 NoEcho = refused("the prompt is not echoed.")
-NoBeamSearch = refused("the engine samples one sequence per request.")
+NoBeamSearch = refused("the engine samples (n samples per request); it has no beam search.")
 NoIgnoreEos = refused("the engine always stops at EOS.")
 
 
-def one_sequence(n: int) -> int:
-    """`n` as the engine serves it: one sequence per request (n=2 is refused, naming the field)."""
-    if n != 1:
-        raise own_error("must be 1: the engine samples one sequence per request, got {n}.", n=n)
+def at_least_one(n: int) -> int:
+    """`n`, the choices to return: 1 or more (the server refuses more than its seats when it submits)."""
+    if n < 1:
+        raise own_error("must be an integer of 1 or more (the choices to return), got {n}.", n=n)
     return n
 
 
@@ -92,16 +106,20 @@ class OpenAIRequest(ModelRequest):
     min_p: float | None = None
     repetition_penalty: float | None = None
     min_tokens: int | None = None
-    n: Annotated[int, AfterValidator(one_sequence)] = 1
+    n: Annotated[int, AfterValidator(at_least_one)] = 1
     logit_bias: Annotated[dict[str, float], AfterValidator(token_id_keys)] = Field(default_factory=dict)
     response_format: ResponseFormat = Field(default_factory=ResponseFormat)
-    logprobs: NoLogprobs = None
-    top_logprobs: NoLogprobs = None
+    thinking_token_budget: int | None = None  # vLLM: thinking tokens before "</think>" is forced (module doc)
     tools: NoTools = None
     suffix: NoSuffix = None
     echo: NoEcho = None
     use_beam_search: NoBeamSearch = None
     ignore_eos: NoIgnoreEos = None
+
+    @property
+    def engine_logprobs(self) -> int | None:
+        """Alternatives each token's log-probability lists (0: the chosen token's alone); None: not asked for."""
+        raise NotImplementedError
 
     @property
     def limit_field(self) -> str:
@@ -151,6 +169,12 @@ class ChatCompletionRequest(OpenAIRequest):
 
     PROMPT_FIELD: ClassVar[str] = "messages"
     messages: list[ChatMessage] = Field(description='an array of {"role", "content"} objects')
+    logprobs: bool = False
+    top_logprobs: Annotated[int, within(0, MAX_LOGPROBS, "alternatives per token"), needs_logprobs(0)] | None = None
+
+    @property
+    def engine_logprobs(self) -> int | None:
+        return (self.top_logprobs or 0) if self.logprobs else None
 
 
 class CompletionRequest(OpenAIRequest):
@@ -161,3 +185,8 @@ class CompletionRequest(OpenAIRequest):
     prompt: Annotated[str | Annotated[list[int], Field(min_length=1)], BeforeValidator(one_prompt),
                       either("a string, an array of one string, or a non-empty array of token ids: one prompt "
                              "per request")] = Field(description="a string or a non-empty array of token ids")
+    logprobs: Annotated[int, within(0, MAX_COMPLETION_LOGPROBS, "alternatives per token")] | None = None
+
+    @property
+    def engine_logprobs(self) -> int | None:
+        return self.logprobs

@@ -157,7 +157,7 @@ def test_concurrent_clients_each_get_their_own_greedy_answer(server, reference):
     (lambda c: c.generate(model=MODEL, prompt="Hi", format={"type": "colour"}), 400, "'format'"),
     (lambda c: c.chat(model=MODEL, messages=[{"role": "user", "content": "Hi"}], format={"enum": []}), 400,
      "'format'"),
-    (lambda c: c.generate(model=MODEL, prompt="Hi", logprobs=True), 400, "'logprobs'"),
+    (lambda c: c.generate(model=MODEL, prompt="Hi", logprobs=True, top_logprobs=21), 400, "'top_logprobs'"),
     (lambda c: c.chat(model=MODEL, messages=[{"role": "user", "content": "Hi"}], top_logprobs=3), 400,
      "'top_logprobs'"),
     (lambda c: c.chat(model=MODEL, messages=[{"role": "wizard", "content": "Hi"}]), 400, "messages"),

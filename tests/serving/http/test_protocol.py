@@ -209,9 +209,9 @@ def test_arrival_is_stamped_when_the_handler_starts_so_ttft_counts_parsing(servi
     stamps = []
     submit = service.submit
 
-    async def recording(prompt_ids, config, arrival_s=None):
+    async def recording(prompt_ids, config, arrival_s=None, **samples):
         stamps.append((arrival_s, time.perf_counter()))
-        return await submit(prompt_ids, config, arrival_s=arrival_s)
+        return await submit(prompt_ids, config, arrival_s=arrival_s, **samples)
 
     monkeypatch.setattr(service, "submit", recording)
     before = time.perf_counter()

@@ -71,7 +71,7 @@ def test_ollama_conversion_applies_ollamas_defaults():
     (ChatCompletionRequest, {"messages": [{"role": 1, "content": "Hi"}]}, "messages",
      "'messages.0.role' must be a string, got an integer."),
     (ChatCompletionRequest, {"messages": HI, "stop": 5}, "stop", "'stop' must be a string or an array of strings"),
-    (ChatCompletionRequest, {"messages": HI, "n": 2}, "n", "'n' must be 1"),
+    (ChatCompletionRequest, {"messages": HI, "n": 0}, "n", "'n' must be an integer of 1 or more"),
     (ChatCompletionRequest, {"messages": HI, "logit_bias": {"the": 5}}, "logit_bias", "keys must be token ids"),
     (ChatCompletionRequest, {"messages": HI, "ignore_eos": True}, "ignore_eos", "'ignore_eos' is not supported"),
     (ChatCompletionRequest, {"messages": HI, "response_format": {"type": "xml"}}, "response_format.type",
