@@ -16,22 +16,21 @@ from labkit.models import registry
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["smollm2-135m", "gemma3-270m"])
-def test_cached_load_is_fast_and_offline(name):
-    """A fresh process with HF_HUB_OFFLINE=1 loads the cached model in under 3 s (best of 3 loads,
-    so a busy machine's pauses do not count)."""
+def test_cached_load_reads_the_cache_not_the_gguf_and_stays_offline(name):
+    """A fresh process with HF_HUB_OFFLINE=1 and the GGUF reader blocked (`gguf` cannot be imported) loads the
+    model: it comes from the safetensors cache, which is what makes a load take a second instead of 15-35 s
+    (a time is not asserted: on a busy machine any bound would be a guess)."""
     code = (
-        "import time, labkit\n"
-        "seconds = []\n"
-        "for _ in range(3):\n"
-        "    start = time.perf_counter()\n"
-        f"    model, tokenizer = labkit.load_model({name!r})\n"
-        "    seconds.append(time.perf_counter() - start)\n"
-        "print(min(seconds), type(model).__name__, len(tokenizer))"
+        "import sys\n"
+        "sys.modules['gguf'] = None  # any GGUF read would now fail\n"
+        "import labkit\n"
+        f"model, tokenizer = labkit.load_model({name!r})\n"
+        "print(type(model).__name__, len(tokenizer))"
     )
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    seconds, class_name, vocab = out.stdout.split()
-    assert float(seconds) < 3.0
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    class_name, vocab = out.stdout.split()
     assert class_name == {"smollm2-135m": "LlamaForCausalLM", "gemma3-270m": "Gemma3ForCausalLM"}[name]
     assert int(vocab) == {"smollm2-135m": 49152, "gemma3-270m": 262144}[name]
 
