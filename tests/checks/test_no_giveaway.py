@@ -33,6 +33,7 @@ from labkit.checks import generation as generation_checks
 from labkit.checks import kvcache as kvcache_checks
 from labkit.core.forward import NoCache, decode_step, greedy_decode, prefill
 from labkit.core.kv_cache import KVCache
+from labkit.decoding.accuracy import Accuracy
 from labkit.decoding.diversity import distinct_n
 from labkit.decoding.mbr import mbr_select
 from labkit.decoding.mirostat import MirostatRun, MirostatStep, mirostat_v2_filter
@@ -457,6 +458,34 @@ MIROSTAT_RUN = MirostatRun([7] * 14, [MirostatStep(7, s, 12.0, 50) for s in [6.0
 POSITIONS = [16, 64, 128, 192, 256]  # step times in seconds without and with a KV cache, 1.7 ms per token of context
 STEP_TIMES = (POSITIONS, [0.08 + 0.0017 * p for p in POSITIONS], [0.05 + 0.00001 * p for p in POSITIONS])
 
+def vote(texts, strip_zeros=True, first_wins=True):  # the student's own: labkit's majority_answer does not count
+    answers = []
+    for text in texts:
+        found = re.findall(r"(?<![\w.])[-+]?\d[\d,]*(?:\.\d+)?", text)
+        answer = found[-1].replace(",", "").lstrip("+") if found else None
+        if answer and strip_zeros and "." in answer:
+            answer = answer.rstrip("0").rstrip(".")
+        answers += [answer] if answer is not None else []
+    order = answers if first_wins else answers[::-1]
+    return max(order, key=order.count) if order else None
+
+
+def cow_append(pool, name, token, copy=True, release=True):  # copy on write, the student's own
+    table = pool.tables[name]
+    if not table or len(pool.blocks[table[-1]]) == pool.block_size:
+        table.append(pool.take())
+    elif copy and pool.refs[table[-1]] > 1:
+        shared, private = table[-1], pool.take()
+        pool.blocks[private] = list(pool.blocks[shared])
+        if release:
+            pool.release(shared)
+        table[-1] = private
+    pool.blocks[table[-1]].append(token)
+
+
+FRONTIER = (Accuracy(5, 60), Accuracy(4, 60), Accuracy(27, 60))  # greedy, the vote, pass@n: outvoted
+
+
 # checker name -> its cases, or fixture -> its cases where they need a model, a tokenizer or a patch
 CASES: dict[str, Sequence[Case] | Callable[[Fixture], Sequence[Case]]] = {
     # foundation, notebooks 00-02
@@ -569,6 +598,12 @@ CASES: dict[str, Sequence[Case] | Callable[[Fixture], Sequence[Case]]] = {
                                                            lambda s, e, c: s / (1 / e - 1 / c)])],
     "check_accepted_guesses": [Case(accepted_guesses, [every_match_accepted, own_token_counted, own_token_left_out])],
     "check_q4_inner_loop": inner_loop_cases,
+    # spending compute, notebook 14
+    "check_majority_vote": [Case(vote, [lambda t: max(t, key=t.count), lambda t: vote(t, strip_zeros=False),
+                                        lambda t: vote(t, first_wins=False)])],
+    "check_copy_on_write": [Case(cow_append, [lambda *a: cow_append(*a, copy=False),
+                                              lambda *a: cow_append(*a, release=False)])],
+    "check_frontier_reading": [numeric(100 * (4 - 5) / 60, 0.01, (False, "outvoted", *FRONTIER))],
 }
 
 

@@ -1,0 +1,60 @@
+"""The accuracy-vs-compute frontier of notebook 14: accuracy against the tokens generated per item, one
+line per method, a point per n (or per budget), 95 % intervals as error bars.
+
+Colours are Okabe and Ito's palette (2008), which stays distinct under the common colour-vision
+deficiencies, and every method also has its own marker, so the figure reads in grey too.
+
+    >>> points = frontier(sampled_run) + frontier(greedy_run) + frontier(calculator_run)
+    >>> plot_frontier(points, title="sums, SmolLM2-135M")
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import matplotlib.pyplot as plt
+
+from labkit.serving.method_run import FrontierPoint
+from labkit.viz.axes import plain_log_ticks
+
+OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#D55E00", "#56B4E9", "#000000", "#F0E442")
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+
+
+def by_method(points: Sequence[FrontierPoint]) -> dict[str, list[FrontierPoint]]:
+    """The points grouped by method, in the order the methods first appear, each group by tokens."""
+    groups: dict[str, list[FrontierPoint]] = {}
+    for point in points:
+        groups.setdefault(point.method, []).append(point)
+    return {method: sorted(group, key=lambda p: p.tokens_per_item) for method, group in groups.items()}
+
+
+def point_label(point: FrontierPoint) -> str:
+    """What a point is annotated with: its note if it has one, else its n when above 1 ('' for n = 1)."""
+    return point.note or (f"n={point.n}" if point.n > 1 else "")
+
+
+def plot_frontier(points: Sequence[FrontierPoint], title: str = "", ax=None):
+    """Accuracy (%) against generated tokens per item (log axis): a line per method through its points, each
+    with its 95 % Wilson interval as an error bar and its n (or note) beside it. Returns the Axes."""
+    if not points:
+        raise ValueError("Give at least one FrontierPoint (labkit.serving.method_run.frontier).")
+    if ax is None:
+        _, ax = plt.subplots(figsize=(9, 4.2), layout="constrained")
+    for index, (method, group) in enumerate(by_method(points).items()):
+        x = [p.tokens_per_item for p in group]
+        y = [100 * p.accuracy.rate for p in group]
+        below = [100 * (p.accuracy.rate - p.accuracy.interval[0]) for p in group]
+        above = [100 * (p.accuracy.interval[1] - p.accuracy.rate) for p in group]
+        color, marker = OKABE_ITO[index % len(OKABE_ITO)], MARKERS[index % len(MARKERS)]
+        ax.errorbar(x, y, yerr=[below, above], color=color, marker=marker, capsize=3, lw=1.5, ms=6, label=method)
+        for point, px, py in zip(group, x, y):
+            ax.annotate(point_label(point), (px, py), xytext=(4, 4), textcoords="offset points", fontsize=7,
+                        color=color)
+    ax.set_xscale("log")
+    plain_log_ticks(ax.xaxis)
+    ax.set(xlabel="generated tokens per item (log scale)", ylabel="accuracy (%)", ylim=(0, 100), title=title)
+    ax.grid(alpha=0.3)
+    ax.legend(frameon=False, fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    ax.spines[["top", "right"]].set_visible(False)
+    return ax
