@@ -2,9 +2,9 @@
 
 The engine runs in its own thread (`engine_thread`); the ASGI app (`app`) only translates protocols
 (`ollama_api`, `openai_api`, whose choices `openai_choices` builds, log-probabilities in each shape from
-`logprobs`), parses what clients send with pydantic models (`ollama_protocol`, `openai_protocol`, on
-`fields`), reports mistakes in each protocol's shape (`errors`) and exports Prometheus metrics
-(`server_metrics`). `server` starts it from Python or from the command line, through
+`logprobs`, tool calls read and shaped by `tool_calls`), parses what clients send with pydantic models
+(`ollama_protocol`, `openai_protocol`, on `fields`), reports mistakes in each protocol's shape (`errors`)
+and exports Prometheus metrics (`server_metrics`). `server` starts it from Python or from the command line, through
 `launcher`, which starts, waits for and stops every server process of the course (llama-server and vLLM
 too); `client` and `load` time it from the client's side.
 

@@ -125,7 +125,7 @@ def refused(reason: str) -> Any:
     """The type of a field this server refuses when it asks for something (a truthy value, so that clients
     that always send the empty default, e.g. `"tools": []`, still work).
 
-        >>> NoTools = refused("tool calling is not implemented in labkit.")
+        >>> NoSuffix = refused("fill-in-the-middle is not implemented in labkit.")
     """
     def check(value: Any) -> Any:
         if value:
@@ -161,7 +161,6 @@ def needs_logprobs(least: int) -> AfterValidator:
 
 
 Strings = Annotated[str | list[str], either("a string or an array of strings")]
-NoTools = refused("tool calling is not implemented in labkit.")
 NoSuffix = refused("fill-in-the-middle is not implemented in labkit.")
 
 Parsed = TypeVar("Parsed", bound=BaseModel)

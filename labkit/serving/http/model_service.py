@@ -31,6 +31,8 @@ from transformers import PreTrainedTokenizerBase
 from labkit.core.forward import context_length
 from labkit.core.text import chat_prompt, encode_prompt
 from labkit.decoding.config import DEFAULT_CONFIG, SAMPLING_ONLY, DecodingConfig
+from labkit.decoding.tool_prompt import tool_chat_prompt
+from labkit.decoding.tools import ToolSpec
 from labkit.serving.engine import DEFAULT_TOKENS_PER_SEQ, EngineBusy
 from labkit.serving.http.engine_thread import EngineThread, TokenEvent
 from labkit.serving.http.errors import ClientError
@@ -93,10 +95,14 @@ class ModelService:
             raise ClientError(404, f"model '{requested}' not found: this server serves '{self.name}' "
                                    f"(also '{self.name}:latest').", "model")
 
-    def chat_ids(self, messages: list[dict], param: str) -> list[int]:
-        """Token ids of a chat through the model's chat template (400 naming `param` if it is malformed)."""
+    def chat_ids(self, messages: list[dict], param: str, tools: ToolSpec | None = None) -> list[int]:
+        """Token ids of a chat through the model's chat template (400 naming `param` if it is malformed).
+        With `tools` (a chat route's), the tools offered, the assistant's calls and the tool results are
+        rendered too (labkit.decoding.tool_prompt)."""
         try:
-            return chat_prompt(self.tokenizer, messages)
+            if tools is None:
+                return chat_prompt(self.tokenizer, messages)
+            return tool_chat_prompt(self.tokenizer, messages, tools)
         except (TypeError, ValueError) as error:
             raise ClientError(400, f"'{param}': {error}", param) from None
 

@@ -5,6 +5,10 @@ A streamed answer is one JSON object per line, each flushed as it is made; the l
 to JSON (labkit.decoding.structured). With `logprobs: true` (and `top_logprobs: k`), each chunk carries the
 `logprobs` of its tokens, [{"token", "logprob", "bytes", "top_logprobs": [...]}], the model's raw
 log-probabilities (`logprobs.py`); the installed `ollama` client (0.6.3) parses them. Ollama has no `n`.
+/api/chat's `tools` act as OpenAI's with tool_choice "auto" (`tool_calls`): an answer that reads as calls
+has them as message.tool_calls, [{"id", "function": {"index", "name", "arguments": {...}}}], arguments as
+an object, content "" and done_reason "stop", as Ollama answers; streamed, such an answer is held back and
+its calls come in the last chunk. /api/show lists the "tools" capability for a model with a chat template.
 Bodies are parsed by `ollama_protocol`'s models. Errors are `{"error": "..."}` with their status, or, once
 a stream has begun, a last line `{"error": "..."}`.
 
@@ -26,12 +30,14 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
+from labkit.decoding.tools import ToolSpec
 from labkit.serving.http.engine_thread import TokenEvent
 from labkit.serving.http.logprobs import TokenSpeller, ollama_logprobs
 from labkit.serving.http.model_info import model_details, ollama_model_info
 from labkit.serving.http.model_service import (ModelService, AcceptedRequest, collect, failure, finish_reason,
                                                read_request, service_of)
 from labkit.serving.http.ollama_protocol import ChatRequest, GenerateRequest, GenerationRequest, ShowRequest
+from labkit.serving.http.tool_calls import may_be_calls, ollama_call, openai_messages
 from labkit.serving.request import EngineRequestMetrics
 
 router = APIRouter()
@@ -79,7 +85,8 @@ async def show(request: Request) -> JSONResponse:
     template = getattr(service.tokenizer, "chat_template", None) or ""
     return JSONResponse({"modelfile": f"FROM {service.name}\n", "parameters": "", "template": template,
                          "details": details["details"], "model_info": ollama_model_info(service),
-                         "capabilities": ["completion"], "modified_at": details["modified_at"]})
+                         "capabilities": ["completion", "tools"] if template else ["completion"],
+                         "modified_at": details["modified_at"]})
 
 
 def nanoseconds(seconds: float) -> int:
@@ -105,13 +112,22 @@ class ChunkWriter:
     model: str  # the name the client used
     chat: bool
     speller: TokenSpeller | None  # None: the request did not ask for log-probabilities
+    tools: ToolSpec = ToolSpec()  # /api/chat's tools: answers are read back as calls (none: text only)
 
-    def chunk(self, tokens: Sequence[TokenEvent], last: TokenEvent | None = None) -> dict:
+    def holds(self, tokens: Sequence[TokenEvent]) -> bool:
+        """Whether an answer of these tokens (none sent yet) may still become calls: then it waits."""
+        return may_be_calls(self.tools, "".join(event.text for event in tokens))
+
+    def chunk(self, tokens: Sequence[TokenEvent], last: TokenEvent | None = None, whole: bool = False) -> dict:
         """The chunk of these tokens (their text, and their logprobs when asked for); with `last`, the final
-        chunk: done, its reason and the stats."""
+        chunk: done, its reason and the stats. whole: the tokens are the whole answer, read back as calls
+        when they are (message.tool_calls, arguments as objects; content the text outside them, or "")."""
         text = "".join(event.text for event in tokens)
-        content = {"message": {"role": "assistant", "content": text}} if self.chat else {"response": text}
-        line = {"model": self.model, "created_at": now(), **content, "done": last is not None}
+        content, calls = self.tools.parse(text) if whole else (text, [])
+        message = {"role": "assistant", "content": content or "",
+                   **({"tool_calls": [ollama_call(i, call) for i, call in enumerate(calls)]} if calls else {})}
+        line = {"model": self.model, "created_at": now(), **({"message": message} if self.chat else {"response": text}),
+                "done": last is not None}
         if self.speller is not None and tokens:
             line["logprobs"] = ollama_logprobs(self.speller, [event.logprob for event in tokens])
         if last is not None:
@@ -126,31 +142,33 @@ async def answer(request: Request, body: GenerationRequest, prompt_ids: list[int
     config = body.decoding_config(service.default_max_tokens(prompt_ids))
     service.check_context(prompt_ids, config.max_new_tokens, body.PROMPT_FIELD, body.limit_field)
     submitted = await service.submit(prompt_ids, config, arrival_s=arrival_s, logprobs=body.engine_logprobs)
-    writer = ChunkWriter(body.model, isinstance(body, ChatRequest),
-                         None if body.engine_logprobs is None else service.speller)
+    chat = isinstance(body, ChatRequest)
+    writer = ChunkWriter(body.model, chat, None if body.engine_logprobs is None else service.speller,
+                         body.tool_spec if chat else ToolSpec())
     if not body.stream:
         [sample] = await collect(service.events(submitted, request, poll_disconnect=True))
         if error := failure([sample]):
             raise error
-        return JSONResponse(writer.chunk(sample.tokens, sample.last))
+        return JSONResponse(writer.chunk(sample.tokens, sample.last, whole=True))
     return StreamingResponse(ndjson(service, submitted, request, writer), media_type="application/x-ndjson")
 
 
 async def ndjson(service: ModelService, submitted: AcceptedRequest, request: Request,
                  writer: ChunkWriter) -> AsyncIterator[bytes]:
     """One JSON object per line: a chunk per text piece (a token without text of its own yet waits for the
-    next), then the final one (or an error line)."""
-    waiting = []
+    next, and an answer that may still become tool calls waits for its end), then the final one (or an
+    error line)."""
+    waiting, sent = [], False
     async for event in service.events(submitted, request):
         if event.error:
             line = {"error": event.error}
         elif event.finish_reason is not None:
-            line = writer.chunk(waiting, last=event)
+            line = writer.chunk(waiting, last=event, whole=not sent)
         else:
             waiting.append(event)
-            if not event.text:
+            if not event.text or (not sent and writer.holds(waiting)):
                 continue
-            line = writer.chunk(waiting)
+            line, sent = writer.chunk(waiting), True
         waiting = []
         yield (json.dumps(line) + "\n").encode()
 
@@ -170,5 +188,6 @@ async def generate(request: Request):
 async def chat(request: Request):
     arrival_s = time.perf_counter()
     service, body = await read_request(request, ChatRequest)
-    prompt_ids = service.chat_ids([m.model_dump(include={"role", "content"}) for m in body.messages], "messages")
+    messages = openai_messages([message.as_chat() for message in body.messages])
+    prompt_ids = service.chat_ids(messages, "messages", body.tool_spec)
     return await answer(request, body, prompt_ids, arrival_s)

@@ -4,7 +4,9 @@ generate have ONE conversion to a DecodingConfig.
 Fields are checked for their JSON type here; decoding values (ranges, stop strings, schemas) are checked
 by DecodingConfig, the one validator of decoding options, and a refusal names the client's field
 (`options.top_p`). Ollama's defaults apply to options a client leaves out. `logprobs` and `top_logprobs`
-(0-20) ask for each token's log-probability (`engine_logprobs`); Ollama has no `n`.
+(0-20) ask for each token's log-probability (`engine_logprobs`); Ollama has no `n`. /api/chat takes
+`tools` (OpenAI's function objects) and tool turns: assistant `tool_calls` with arguments as objects, and
+`role: "tool"` results named by `tool_name` (`tool_calls` module doc).
 
     >>> body = parse(GenerateRequest, {"model": "smollm2-135m", "prompt": "Hi", "options": {"num_predict": 8}})
     >>> body.decoding_config(default_max_tokens=200)
@@ -13,14 +15,17 @@ by DecodingConfig, the one validator of decoding options, and a refusal names th
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, ConfigDict, Field
 
 from labkit.decoding.config import DecodingConfig
-from labkit.serving.http.fields import (ModelRequest, NoSuffix, NoTools, RequestModel, Strings, either, needs_logprobs,
+from labkit.decoding.tools import ToolSpec
+from labkit.serving.http.fields import (ModelRequest, NoSuffix, RequestModel, Strings, either, needs_logprobs,
                                         own_error, refused, within)
 from labkit.serving.http.model_service import decoding_config
+from labkit.serving.http.tool_calls import request_tools, with_tools
 from labkit.serving.request import MAX_LOGPROBS
 
 # Ollama option -> DecodingConfig field (num_predict is read apart: -1 and -2 mean "no limit").
@@ -125,17 +130,37 @@ class GenerateRequest(GenerationRequest):
 
 
 class Message(RequestModel):
-    role: str = Field(description='"system", "user" or "assistant"')
-    content: str = Field(description="the message's text")
+    """One message; an assistant's may hold its tool_calls, a tool's result names its tool (tool_name)."""
+
+    role: str = Field(description='"system", "user", "assistant" or "tool"')
+    content: str = ""  # the message's text (the client leaves it out beside tool_calls)
     images: NoImages = None
+    tool_calls: list[dict] | None = None  # [{"function": {"name", "arguments": {...}}}], arguments an object
+    tool_name: str | None = None  # a tool message: the tool whose result it is
+    tool_call_id: str | None = None  # a tool message: the id of the call it answers (newer Ollama servers)
+
+    def as_chat(self) -> dict:
+        """The message as labkit.decoding.tool_prompt's (OpenAI's) until tool_calls.openai_messages gives ids."""
+        return self.model_dump(include={"role", "content", "tool_calls", "tool_name", "tool_call_id"},
+                               exclude_none=True)
 
 
 class ChatRequest(GenerationRequest):
-    """POST /api/chat."""
+    """POST /api/chat, with tools (Ollama has no tool_choice: "auto" when tools are given)."""
 
     PROMPT_FIELD: ClassVar[str] = "messages"
     messages: list[Message] = Field(description='an array of {"role", "content"} objects')
-    tools: NoTools = None
+    tools: Any = None  # [{"type": "function", "function": {"name", "description", "parameters"}}, ...]
+
+    @cached_property
+    def tool_spec(self) -> ToolSpec:
+        """The tools, checked (a 400 names the field at fault)."""
+        return request_tools(self.tools)
+
+    def decoding_config(self, default_max_tokens: int) -> DecodingConfig:
+        """GenerationRequest's config, with the tools' grammar when tools are given (`format` beside them is
+        refused)."""
+        return with_tools(super().decoding_config(default_max_tokens), self.tool_spec, {"format": self.format != ""})
 
 
 class ShowRequest(ModelRequest):

@@ -8,12 +8,18 @@ seeded with seed + i, so a seeded request is reproduced exactly. `logprobs` are 
 log-probabilities (before temperature, penalties, top-k/top-p: vLLM's default), in OpenAI's shapes
 (`logprobs.py`). `response_format` {"type": "json_schema", ...} or {"type": "json_object"} constrains the
 answer to JSON (labkit.decoding.structured); vLLM's `thinking_token_budget` caps a thinking section
-(`openai_protocol`). Bodies are parsed by `openai_protocol`'s models; unknown request fields are ignored,
-as vLLM does; errors are `{"error": {"message", "type", "param", "code"}}`.
+(`openai_protocol`). Chat takes OpenAI's `tools`, `tool_choice` ("none", "auto", "required" or a named
+function) and `parallel_tool_calls` (`tool_calls`): as vLLM does for "required" and a named function, a
+grammar guarantees a call that parses and fits its tool's parameters (not a wise one); an answer that
+reads as calls comes back as message.tool_calls with finish_reason "tool_calls", and, streamed, is held
+back and ends with tool_calls deltas (`openai_choices`). /v1/completions refuses tools. Bodies are parsed
+by `openai_protocol`'s models; unknown request fields are ignored, as vLLM does; errors are
+`{"error": {"message", "type", "param", "code"}}`.
 
     >>> client = openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0)
     >>> client.chat.completions.create(model="smollm2-135m", messages=[{"role": "user", "content": "Hi"}])
     >>> client.completions.create(model="smollm2-135m", prompt="The sea is", n=3, seed=1, logprobs=2)
+    >>> client.chat.completions.create(model="smollm2-135m", messages=[...], tools=[WEATHER], tool_choice="required")
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 
+from labkit.decoding.tools import ToolSpec
 from labkit.serving.http.errors import ClientError, error_body
 from labkit.serving.http.model_info import openai_model_card
 from labkit.serving.http.model_service import (ModelService, AcceptedRequest, collect, failure, read_request,
@@ -46,7 +53,7 @@ async def models(request: Request) -> JSONResponse:
 async def chat_completions(request: Request):
     arrival_s = time.perf_counter()  # the engine's TTFT counts parsing and the wait for the engine
     service, body = await read_request(request, ChatCompletionRequest)
-    prompt_ids = service.chat_ids([message.as_chat() for message in body.messages], "messages")
+    prompt_ids = service.chat_ids([message.as_chat() for message in body.messages], "messages", body.tool_spec)
     return await answer(request, body, prompt_ids, arrival_s)
 
 
@@ -64,7 +71,8 @@ async def answer(request: Request, body: OpenAIRequest, prompt_ids: list[int], a
     service.check_context(prompt_ids, config.max_new_tokens, body.PROMPT_FIELD, body.limit_field)
     submitted = await service.submit(prompt_ids, config, arrival_s=arrival_s, n=body.n, logprobs=body.engine_logprobs)
     chat = isinstance(body, ChatCompletionRequest)
-    writer = ChoiceWriter(chat, service.speller, logprobs=body.engine_logprobs is not None)
+    writer = ChoiceWriter(chat, service.speller, logprobs=body.engine_logprobs is not None,
+                          tools=body.tool_spec if chat else ToolSpec())
     ident = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
     base = {"id": ident, "object": "chat.completion" if chat else "text_completion", "created": int(time.time()),
             "model": body.model}
@@ -88,7 +96,7 @@ async def sse(service: ModelService, submitted: AcceptedRequest, request: Reques
               include_usage: bool) -> AsyncIterator[bytes]:
     """The SSE frames of a streamed answer (see the module doc): each chunk one choice of one sample."""
     extra = {"usage": None} if include_usage else {}
-    waiting = [[] for _ in range(submitted.n)]  # each sample's tokens not sent yet (no text of their own so far)
+    waiting = [[] for _ in range(submitted.n)]  # each sample's tokens not sent yet (no text yet, or maybe calls)
     offsets = [0] * submitted.n  # characters of each sample's answer sent so far
     completion_tokens = 0
     for index in range(submitted.n if writer.chat else 0):
@@ -100,12 +108,14 @@ async def sse(service: ModelService, submitted: AcceptedRequest, request: Reques
         index = event.index
         if event.finish_reason is None:
             waiting[index].append(event)
-            if not event.text:
+            if not event.text or (offsets[index] == 0 and writer.holds(waiting[index])):
                 continue
+            choices = [writer.delta(index, waiting[index], offsets[index])]
         else:
             completion_tokens += event.metrics.output_tokens
-        yield frame({**base, "choices": [writer.delta(index, waiting[index], offsets[index], event.finish_reason)],
-                     **extra})
+            choices = writer.last(index, waiting[index], offsets[index], event.finish_reason)
+        for choice in choices:
+            yield frame({**base, "choices": [choice], **extra})
         offsets[index] += sum(len(token.text) for token in waiting[index])
         waiting[index] = []
     else:

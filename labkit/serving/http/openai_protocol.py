@@ -15,6 +15,11 @@ prompt opens (a completions prompt from `labkit.decoding.thinking.thinking_promp
 route it acts only when the model writes the marker. The thinking stays in the answer's text (no
 reasoning parser splits it off).
 
+Chat's `tools`, `tool_choice` and `parallel_tool_calls` are checked together as a ToolSpec (`tool_calls`;
+a 400 names 'tools[0].function.name', 'tool_choice', ...), whose grammar joins the DecodingConfig. Its
+messages may be assistant messages with `tool_calls` (content null) and `role: "tool"` results with the
+`tool_call_id` they answer; labkit.decoding.tool_prompt checks and renders them.
+
     >>> body = parse(ChatCompletionRequest, {"model": "smollm2-135m", "messages": [...], "top_k": -1, "stop": "."})
     >>> body.decoding_config(default_max_tokens=200)
     DecodingConfig(max_new_tokens=200, temperature=1.0, top_k=0, stop=('.',), ...)
@@ -22,14 +27,17 @@ reasoning parser splits it off).
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field, ValidationInfo, field_validator
 
 from labkit.decoding.config import DecodingConfig
-from labkit.serving.http.fields import (ModelRequest, NoSuffix, NoTools, RequestModel, Strings, either, needs_logprobs,
+from labkit.decoding.tools import ToolSpec
+from labkit.serving.http.fields import (ModelRequest, NoSuffix, RequestModel, Strings, either, needs_logprobs,
                                         own_error, refused, within)
 from labkit.serving.http.model_service import decoding_config
+from labkit.serving.http.tool_calls import request_tools, with_tools
 from labkit.serving.request import MAX_LOGPROBS
 
 # Request field -> DecodingConfig field: OpenAI's, then vLLM's extras.
@@ -40,6 +48,7 @@ SAMPLING = {"temperature": "temperature", "top_p": "top_p", "seed": "seed", "pre
 DEFAULT_TEMPERATURE = 1.0  # OpenAI's and vLLM's default
 MAX_COMPLETION_LOGPROBS = 5  # OpenAI's limit on the completions API's integer `logprobs`
 NoEcho = refused("the prompt is not echoed.")
+NoTools = refused("a completion continues a prompt and calls no tools; tools are offered on /v1/chat/completions.")
 NoBeamSearch = refused("the engine samples (n samples per request); it has no beam search.")
 NoIgnoreEos = refused("the engine always stops at EOS.")
 
@@ -110,7 +119,6 @@ class OpenAIRequest(ModelRequest):
     logit_bias: Annotated[dict[str, float], AfterValidator(token_id_keys)] = Field(default_factory=dict)
     response_format: ResponseFormat = Field(default_factory=ResponseFormat)
     thinking_token_budget: int | None = None  # vLLM: thinking tokens before "</think>" is forced (module doc)
-    tools: NoTools = None
     suffix: NoSuffix = None
     echo: NoEcho = None
     use_beam_search: NoBeamSearch = None
@@ -153,28 +161,50 @@ class TextPart(RequestModel):
 
 
 class ChatMessage(RequestModel):
-    role: str = Field(description='"system", "user" or "assistant" ("developer" reads as "system")')
+    """One message: its role and text; an assistant's may hold its tool_calls (content null), a tool's
+    answers the call tool_call_id names. labkit.decoding.tool_prompt checks the turns and renders them."""
+
+    role: str = Field(description='"system", "user", "assistant" or "tool" ("developer" reads as "system")')
     content: Annotated[str | list[TextPart], either('a string or an array of {"type": "text", "text": ...} parts '
-                                                    "(the model reads text only)")] = Field(
-        description='a string or an array of {"type": "text", "text": ...} parts')
+                                                    "(the model reads text only)")] | None = None
+    tool_calls: list[dict] | None = None  # an assistant's calls: [{"id", "type": "function", "function": {...}}]
+    tool_call_id: str | None = None  # a tool message: the id of the call it answers
 
     def as_chat(self) -> dict:
-        """{role, content} for the chat template: text parts joined, 'developer' read as 'system'."""
-        text = self.content if isinstance(self.content, str) else "".join(part.text for part in self.content)
-        return {"role": "system" if self.role == "developer" else self.role, "content": text}
+        """The message for labkit.decoding.tool_prompt: text parts joined, 'developer' read as 'system', the
+        tool fields kept when given."""
+        text = self.content if not isinstance(self.content, list) else "".join(part.text for part in self.content)
+        message = {"role": "system" if self.role == "developer" else self.role, "content": text}
+        tool_fields = {"tool_calls": self.tool_calls, "tool_call_id": self.tool_call_id}
+        return {**message, **{name: value for name, value in tool_fields.items() if value is not None}}
 
 
 class ChatCompletionRequest(OpenAIRequest):
-    """POST /v1/chat/completions."""
+    """POST /v1/chat/completions, with OpenAI's tools (`tool_calls` module doc)."""
 
     PROMPT_FIELD: ClassVar[str] = "messages"
     messages: list[ChatMessage] = Field(description='an array of {"role", "content"} objects')
     logprobs: bool = False
     top_logprobs: Annotated[int, within(0, MAX_LOGPROBS, "alternatives per token"), needs_logprobs(0)] | None = None
+    tools: Any = None  # [{"type": "function", "function": {"name", "description", "parameters"}}, ...]
+    tool_choice: Any = None  # "none", "auto", "required" or {"type": "function", "function": {"name"}}
+    parallel_tool_calls: bool = True  # False: at most one call an answer
 
     @property
     def engine_logprobs(self) -> int | None:
         return (self.top_logprobs or 0) if self.logprobs else None
+
+    @cached_property
+    def tool_spec(self) -> ToolSpec:
+        """The tools, tool_choice and parallel_tool_calls, checked together (a 400 names the field at fault)."""
+        return request_tools(self.tools, self.tool_choice, self.parallel_tool_calls)
+
+    def decoding_config(self, default_max_tokens: int) -> DecodingConfig:
+        """OpenAIRequest's config, with the tools' grammar when tools are offered (response_format or a
+        thinking budget beside them is refused)."""
+        constraints = {"response_format": self.response_format.type != "text",
+                       "thinking_token_budget": self.thinking_token_budget is not None}
+        return with_tools(super().decoding_config(default_max_tokens), self.tool_spec, constraints)
 
 
 class CompletionRequest(OpenAIRequest):
@@ -186,6 +216,7 @@ class CompletionRequest(OpenAIRequest):
                       either("a string, an array of one string, or a non-empty array of token ids: one prompt "
                              "per request")] = Field(description="a string or a non-empty array of token ids")
     logprobs: Annotated[int, within(0, MAX_COMPLETION_LOGPROBS, "alternatives per token")] | None = None
+    tools: NoTools = None
 
     @property
     def engine_logprobs(self) -> int | None:

@@ -77,7 +77,7 @@ def test_ollama_conversion_applies_ollamas_defaults():
     (ChatCompletionRequest, {"messages": HI, "response_format": {"type": "xml"}}, "response_format.type",
      'must be "text", "json_object" or "json_schema", got "xml"'),
     (ChatCompletionRequest, {}, "messages", "'messages' is required: an array of"),
-    (ChatRequest, {"messages": HI, "tools": [{"type": "function"}]}, "tools", "'tools' is not supported"),
+    (CompletionRequest, {"prompt": "Hi", "tools": [{"type": "function"}]}, "tools", "'tools' is not supported"),
     (ChatRequest, {"messages": [{"role": "user", "content": "Hi", "images": ["..."]}]}, "messages",
      "'messages.0.images' is not supported"),
     (GenerateRequest, {"prompt": "Hi", "options": {"mirostat": 2}}, "options.mirostat",
