@@ -18,7 +18,7 @@ from labkit.serving.method_run import FrontierPoint
 from labkit.viz.axes import plain_log_ticks
 
 OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#D55E00", "#56B4E9", "#000000", "#F0E442")
-MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+MARKERS = ("o", "s", "^", "D", "v", "*", "X", "P")
 
 
 def by_method(points: Sequence[FrontierPoint]) -> dict[str, list[FrontierPoint]]:
@@ -35,25 +35,35 @@ def point_label(point: FrontierPoint) -> str:
 
 
 def plot_frontier(points: Sequence[FrontierPoint], title: str = "", ax=None):
-    """Accuracy (%) against generated tokens per item (log axis): a line per method through its points, each
-    with its 95 % Wilson interval as an error bar and its n (or note) beside it. Returns the Axes."""
+    """Accuracy (%) against generated tokens per item (log axis): a line per method through its points (markers
+    alone for a method whose points carry notes, such as thinking budgets), each with its 95 % Wilson interval
+    as an error bar. A point's n is written once per position along the top, a note beside its point.
+    Returns the Axes."""
     if not points:
         raise ValueError("Give at least one FrontierPoint (labkit.serving.method_run.frontier).")
     if ax is None:
         _, ax = plt.subplots(figsize=(9, 4.2), layout="constrained")
+    written: set[tuple[float, str]] = set()
     for index, (method, group) in enumerate(by_method(points).items()):
         x = [p.tokens_per_item for p in group]
         y = [100 * p.accuracy.rate for p in group]
         below = [100 * (p.accuracy.rate - p.accuracy.interval[0]) for p in group]
         above = [100 * (p.accuracy.interval[1] - p.accuracy.rate) for p in group]
         color, marker = OKABE_ITO[index % len(OKABE_ITO)], MARKERS[index % len(MARKERS)]
-        ax.errorbar(x, y, yerr=[below, above], color=color, marker=marker, capsize=3, lw=1.5, ms=6, label=method)
+        style = "none" if any(p.note for p in group) else "-"
+        ax.errorbar(x, y, yerr=[below, above], color=color, marker=marker, ls=style, capsize=3, lw=1.5, ms=7,
+                    label=method)
         for point, px, py in zip(group, x, y):
-            ax.annotate(point_label(point), (px, py), xytext=(4, 4), textcoords="offset points", fontsize=7,
-                        color=color)
+            if point.note:
+                ax.annotate(point.note, (px, py), xytext=(5, -3), textcoords="offset points", fontsize=7, color=color)
+            elif point_label(point) and (round(px, 3), point_label(point)) not in written:
+                written.add((round(px, 3), point_label(point)))
+                ax.annotate(point_label(point), (px, 1), xycoords=("data", "axes fraction"), xytext=(0, -10),
+                            textcoords="offset points", fontsize=7, color="dimgray", ha="center")
     ax.set_xscale("log")
     plain_log_ticks(ax.xaxis)
-    ax.set(xlabel="generated tokens per item (log scale)", ylabel="accuracy (%)", ylim=(0, 100), title=title)
+    ax.set(xlabel="generated tokens per item (log scale)", ylabel="accuracy (%)", ylim=(0, 104), title=title,
+           yticks=range(0, 101, 20))
     ax.grid(alpha=0.3)
     ax.legend(frameon=False, fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
     ax.spines[["top", "right"]].set_visible(False)

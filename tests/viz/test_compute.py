@@ -25,10 +25,13 @@ def test_a_line_per_method_through_its_points_in_token_order():
     lines = [container.lines[0] for container in ax.containers]  # each errorbar's data line (not its caps)
     assert len(lines) == 3 and list(lines[0].get_xdata()) == [3, 12, 24, 48]
     assert list(lines[0].get_ydata()) == pytest.approx([100 * (6 + n // 4) / 60 for n in (1, 4, 8, 16)])
-    assert ax.get_xscale() == "log" and ax.get_title() == "sums" and ax.get_ylim() == (0, 100)
+    assert ax.get_xscale() == "log" and ax.get_title() == "sums" and ax.get_ylim() == (0, 104)
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["self-consistency", "calculator", "thinking"]
     assert [line.get_color() for line in lines] == list(OKABE_ITO[:3])
     assert len({line.get_marker() for line in lines}) == 3
+    assert [line.get_linestyle() for line in lines] == ["-", "-", "None"]  # budgets: markers alone
+    texts = [text.get_text() for text in ax.texts]
+    assert sorted(texts) == ["budget 16", "n=16", "n=4", "n=8"]  # each n once, along the top
 
 
 def test_error_bars_are_the_wilson_intervals_and_points_are_labelled():
