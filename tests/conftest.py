@@ -137,6 +137,7 @@ LONGEST_FIRST = [
     "notebooks/13_how_fast_can_we_decode.ipynb",
     "notebooks/12_run_locally_and_choose_a_model.ipynb",
     "notebooks/10_batching.ipynb",
+    "notebooks/14_spending_compute_at_inference_time.ipynb",
     "tests/engines/test_real.py",
     "notebooks/09_speculative_decoding.ipynb",
     "notebooks/11_serving.ipynb",
