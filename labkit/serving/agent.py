@@ -9,10 +9,10 @@ engine's prefix cache (labkit.serving.block_manager) finds the earlier full bloc
 the new tokens are prefilled: a warm turn's time to the first token (TTFT) is that of a short prompt.
 `cold_ttft` times the same prompt on a fresh engine, where every token is prefilled.
 
-    >>> turns = agent_loop(Engine(model, tokenizer, max_num_seqs=4), tokenizer, calculator_messages("What is 24 + 5?"),
-    ...                    CALCULATOR, run_call, user_turns=[None, "What is 77 + 3?", "What is 73 + 5?"])
+    >>> turns = agent_loop(Engine(model, tokenizer, max_num_seqs=4), tokenizer, calculator_messages("What is 82 + 2?"),
+    ...                    CALCULATOR, run_call, user_turns=[None, "What is 20 + 5?", "What is 24 + 7?"])
     >>> [(turn.call.arguments["expression"], turn.result, turn.cached_tokens) for turn in turns]
-    [('24 + 5', '29', 0), ('77 + 3', '80', 544), ('73 + 5', '78', 592)]
+    [('82 + 2', '84', 0), ('20 + 5', '25', 576), ('24 + 7', '31', 656)]
     >>> cold_ttft(model, tokenizer, turns[-1].prompt_ids, grammar=CALCULATOR.grammar()), turns[-1].ttft_s
 """
 
@@ -88,8 +88,8 @@ def cold_ttft(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, prompt
     """Seconds to the first token of `prompt_ids` on a fresh engine, where every prompt token is prefilled;
     options: the turn's decoding options (its grammar, so that both pay for the same mask).
 
-        >>> cold_ttft(model, tokenizer, turns[-1].prompt_ids, grammar=CALCULATOR.grammar())
-        3.82
+        >>> cold_ttft(model, tokenizer, prompt_ids, grammar=CALCULATOR.grammar())  # 841 tokens, 2 busy cores (notebook 14)
+        1.57
     """
     engine = Engine(model, tokenizer, max_num_seqs=1, n_blocks=math.ceil((len(prompt_ids) + 1) / 16))
     request_id = engine.add_request(prompt_ids, **{"temperature": 0.0, **options, "max_new_tokens": 1})

@@ -14,8 +14,8 @@ generated tokens that many samples cost, one point per method and n.
     >>> method = Method("sampled", lambda item: chat_prompt(tokenizer, task_messages(item)),
     ...                 {"temperature": 0.8, "max_new_tokens": 16, "seed": 0})
     >>> run = run_method(Engine(model, tokenizer, max_num_seqs=64), items, method, n=16)
-    >>> run.accuracy(self_consistency, n=8), run.tokens_per_item(n=8)
-    (Accuracy(correct=7, total=60), 44.6)
+    >>> run.accuracy(self_consistency, n=8), run.tokens_per_item(n=8)     # SmolLM2, 60 sums, temperature 0.8
+    (Accuracy(correct=3, total=60), 25.2)
 """
 
 from __future__ import annotations
@@ -129,8 +129,8 @@ def run_method(engine: Engine, items: Sequence[Item], method: Method, n: int = 1
     seats. progress: called with the number of samples that finished at each step (tqdm's `update`).
 
         >>> run = run_method(Engine(model, tokenizer, max_num_seqs=32), items[:4], method, n=8)
-        >>> run.items[0].samples[0]
-        Sample(text='29', answer='29', n_tokens=2, mean_logprob=-0.71)
+        >>> run.items[0].samples[0]            # its text, the answer read from it, tokens, mean log-probability
+        Sample(text=..., answer=..., n_tokens=..., mean_logprob=...)
     """
     if not isinstance(engine, Engine):
         raise TypeError(f"engine must be a labkit serving Engine, got {type(engine).__name__}.")
@@ -182,7 +182,7 @@ def frontier(run: MethodRun, ns: Sequence[int] = NS, choosers: dict[str, Chooser
     name by default) with `note` beside it.
 
         >>> [(p.method, p.n, round(p.tokens_per_item, 1), p.accuracy.correct) for p in frontier(run)][:2]
-        [('self-consistency', 1, 2.9, 7), ('self-consistency', 4, 11.5, 6)]
+        [('self-consistency', 1, 3.2, 4), ('self-consistency', 4, 12.8, 4)]
     """
     if run.n == 1:
         return [FrontierPoint(method or run.method, 1, run.tokens_per_item(1), run.accuracy(first_answer), note)]
