@@ -88,7 +88,7 @@ def cold_ttft(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, prompt
     """Seconds to the first token of `prompt_ids` on a fresh engine, where every prompt token is prefilled;
     options: the turn's decoding options (its grammar, so that both pay for the same mask).
 
-        >>> cold_ttft(model, tokenizer, prompt_ids, grammar=CALCULATOR.grammar())  # 841 tokens, 2 busy cores (notebook 14)
+        >>> cold_ttft(model, tokenizer, prompt_ids, grammar=CALCULATOR.grammar())  # 841 tokens, 2 busy cores
         1.57
     """
     engine = Engine(model, tokenizer, max_num_seqs=1, n_blocks=math.ceil((len(prompt_ids) + 1) / 16))
