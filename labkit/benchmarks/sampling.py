@@ -13,8 +13,11 @@ Every way runs on a fresh engine with n seats; sample i of (2) draws with seed +
 with seed + i does, so (2), (3) and (4) give the same n answers (checked) and only their cost differs.
 Runs are interleaved over `repeats`; each row is the median tokens/s with the min-max beside it.
 
-Peers are not run yet: vLLM CPU's `n` and llama-server's parallel requests of one prompt would go through
-their servers (`python -m labkit.bench serve` starts them), against labkit's server with `n`.
+Then the same through servers (labkit.benchmarks.sampling_servers): labkit's server (float32 and fuse+int4),
+llama-server and vLLM CPU, each at the settings of `bench serve`, asked for the n samples in one request with
+OpenAI's `n` and as n parallel requests of the prompt; labkit's server is compared like with like (float32
+with vLLM's float32, fuse+int4 with llama-server's Q4_1), against the peer's faster way. --quick runs the
+servers without vLLM (its start alone takes a minute).
 
 Aims (issue "Spending compute at inference time"): n=8 makes at least 3x the tokens/s of one request and
 at least 1.2x eight separate requests with the prefix cache off.
@@ -28,9 +31,9 @@ import sys
 from pathlib import Path
 
 from labkit.bench import comparison, machine_name
+from labkit.benchmarks.sampling_servers import measure_servers, server_records, server_table
 from labkit.models.loading import load_model
-from labkit.serving.engine import Engine
-from labkit.serving.sharing import SharingRun, run_requests, without_prefix_cache
+from labkit.serving.sharing import SharingRun, engine_for_samples, run_requests, without_prefix_cache
 
 EVAL_TEXT = Path(__file__).resolve().parents[2] / "data" / "eval" / "eval_text.txt"
 PROMPT_TOKENS = 300  # the aim's prompt length
@@ -58,8 +61,7 @@ def long_prompt(tokenizer, tokens: int = PROMPT_TOKENS) -> list[int]:
 
 def run_way(way: str, model, tokenizer, prompt: list[int], n: int, options: dict) -> SharingRun:
     """One timed run of one way of asking for the samples, on a fresh engine with n seats."""
-    per_sample = -(-(len(prompt) + options["max_new_tokens"]) // 16) + 1  # blocks of 16 tokens, + a copy
-    engine = Engine(model, tokenizer, max_num_seqs=n, block_size=16, n_blocks=n * per_sample)
+    engine = engine_for_samples(model, tokenizer, len(prompt), options["max_new_tokens"], n)
     if way == ONE:
         return run_requests(engine, "1 request, 1 sample", prompt, [SEED], 1, options)
     if way == SHARED:
@@ -135,5 +137,19 @@ def run(repeats: int = 3, quick: bool = False) -> list[dict]:
     print(f"aims: n={n} at least {AIM_VS_ONE}x one request ({vs_one:.2f}x: {'met' if vs_one >= AIM_VS_ONE else 'missed'})"
           f", at least {AIM_VS_SEPARATE}x {n} separate requests without a prefix cache ({vs_separate:.2f}x: "
           f"{'met' if vs_separate >= AIM_VS_SEPARATE else 'missed'})")
-    print("peers: vLLM CPU's n and llama-server's parallel requests are not run here (see `bench serve`)")
-    return results
+    return results + servers(tokenizer, prompt, n, options["max_new_tokens"], 1 if quick else repeats, quick)
+
+
+def servers(tokenizer, prompt: list[int], n: int, max_tokens: int, repeats: int, quick: bool) -> list[dict]:
+    """The servers' part: each server alone, n samples in one request and as n parallel requests."""
+    print(f"\nthrough servers (/v1/completions, the same prompt as text, {n} samples of at most {max_tokens} tokens "
+          f"at temperature 0.8; median of {repeats} interleaved run(s)), one server at a time:")
+    contenders, rows = measure_servers(tokenizer.decode(prompt), tokenizer, n, max_tokens, repeats, quick)
+    for contender in contenders:
+        print(f"  {contender.name}: {contender.settings}" if contender.available
+              else f"  {contender.name}: skipped: {contender.missing}")
+    print(server_table(rows, n))
+    records = server_records(rows, n)
+    for record in records:
+        print(f"{record['bench']}: {record['ratio']:.2f}x ({record['peer_name']})")
+    return records

@@ -70,9 +70,21 @@ class SharingRun:
         return self.generated_tokens / self.wall_s
 
     def describe(self) -> str:
-        return (f"{self.label:<34}{self.prompt_tokens_computed:>8,} prompt tokens computed  {self.peak_blocks:>4} "
+        return (f"{self.label:<38}{self.prompt_tokens_computed:>8,} prompt tokens computed  {self.peak_blocks:>4} "
                 f"KV blocks at most  {self.generated_tokens:>4} tokens in {self.wall_s:5.2f} s: "
                 f"{self.tokens_per_s:5.1f} tokens/s")
+
+
+def engine_for_samples(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, prompt_tokens: int,
+                       new_tokens: int, n: int) -> Engine:
+    """A fresh engine with n seats and KV blocks (of BLOCK_SIZE tokens) for n whole samples: each sample's
+    prompt and new tokens, plus one block for its copy on first write.
+
+        >>> engine_for_samples(model, tokenizer, prompt_tokens=300, new_tokens=32, n=8).pool.allocator.n_blocks
+        176
+    """
+    per_sample = math.ceil((prompt_tokens + new_tokens) / BLOCK_SIZE) + 1
+    return Engine(model, tokenizer, max_num_seqs=n, block_size=BLOCK_SIZE, n_blocks=n * per_sample)
 
 
 def run_requests(engine: Engine, label: str, prompt: Prompt, seeds: Sequence[int], n: int, options: dict) -> SharingRun:
@@ -101,12 +113,10 @@ def sharing_costs(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, pr
     """
     check_int("n", n, minimum=1, note="samples of the prompt")
     check_int("seed", seed, minimum=0)
-    new_tokens = resolve_config(None, options, "sharing_costs").max_new_tokens
-    per_sample = math.ceil((len(encode_prompt(tokenizer, prompt)) + new_tokens) / BLOCK_SIZE) + 1  # + a copy
-    sized = {"max_num_seqs": n, "block_size": BLOCK_SIZE, "n_blocks": n * per_sample}  # room for every sample
-    shared = run_requests(Engine(model, tokenizer, **sized), f"1 request, n={n} (one prefill)", prompt, [seed], n,
-                          options)
-    alone = without_prefix_cache(Engine(model, tokenizer, **sized))
+    sizes = (len(encode_prompt(tokenizer, prompt)), resolve_config(None, options, "sharing_costs").max_new_tokens, n)
+    shared = run_requests(engine_for_samples(model, tokenizer, *sizes), f"1 request, n={n} (one prefill)", prompt,
+                          [seed], n, options)
+    alone = without_prefix_cache(engine_for_samples(model, tokenizer, *sizes))
     separate = run_requests(alone, f"{n} separate requests, no prefix cache", prompt, range(seed, seed + n), 1,
                             options)
     return shared, separate

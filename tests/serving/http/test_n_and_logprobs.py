@@ -20,7 +20,6 @@ import torch
 import labkit
 from labkit.core.forward import all_logits
 from labkit.decoding.thinking import thinking_prompt
-from labkit.serving.http import start_server
 from labkit.serving.http.logprobs import BYTE_LEVEL
 
 pytestmark = pytest.mark.slow
@@ -33,22 +32,7 @@ SAMPLED = {"temperature": 1.0, "seed": 7, "max_tokens": 5}
 # differences are ~1e-5 (logits reach ~30); a row from the wrong position differs by 0.1-10.
 LOGPROB_ATOL = 2e-3
 CHAR_OF_BYTE = {byte: char for char, byte in BYTE_LEVEL.items()}  # GPT-2's byte-level alphabet
-
-
-@pytest.fixture(scope="module")
-def server():
-    with start_server(MODEL, max_num_seqs=SEATS, max_waiting=16) as handle:
-        yield handle
-
-
-@pytest.fixture(scope="module")
-def client(server):
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=120)
-
-
-@pytest.fixture(scope="module")
-def ollama_client(server):
-    return ollama.Client(host=server.url, timeout=120)
+SERVER_OPTIONS = {"max_num_seqs": SEATS, "max_waiting": 16}  # the module's server (conftest.py)
 
 
 def token_id(tokenizer, raw: list[int]) -> int:

@@ -22,7 +22,6 @@ import pytest
 
 from labkit.decoding.tool_prompt import tool_chat_prompt
 from labkit.decoding.tools import ToolSpec, call_text
-from labkit.serving.http import start_server
 from labkit.serving.http.engine_thread import TokenEvent
 from labkit.serving.http.openai_choices import ChoiceWriter
 from labkit.serving.http.tool_calls import openai_messages
@@ -58,22 +57,7 @@ def shot(question: str, name: str, arguments: dict) -> list[dict]:
 
 FEW_SHOT = [*shot("What is the weather in Oslo?", "get_weather", {"city": "Oslo", "unit": "celsius"}),
             *shot("What is 2 plus 3?", "add", {"a": 2, "b": 3}), *QUESTION]
-
-
-@pytest.fixture(scope="module")
-def server():
-    with start_server(MODEL, max_num_seqs=4) as handle:
-        yield handle
-
-
-@pytest.fixture(scope="module")
-def client(server):
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=120)
-
-
-@pytest.fixture(scope="module")
-def ollama_client(server):
-    return ollama.Client(host=server.url, timeout=120)
+SERVER_OPTIONS = {"max_num_seqs": 4}  # the module's server (conftest.py)
 
 
 def assert_fits(name: str, arguments: dict, tools: list[dict] = TOOLS) -> None:
