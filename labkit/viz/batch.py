@@ -14,8 +14,10 @@ from matplotlib.lines import Line2D
 
 from labkit.fast.cost import Machine, StepCosts
 from labkit.viz.axes import plain_log_ticks
+from labkit.viz.alt import with_alt_text
 
 
+@with_alt_text("Two line charts: milliseconds per decode step, and tokens per second, against the batch size")
 def plot_batch_sweep(batches: Sequence[int], step_s: Sequence[float], axes=None):
     """Left: ms per decode step by batch size; right: tokens/s (batch / step time) against perfect scaling.
 
@@ -42,6 +44,8 @@ def plot_batch_sweep(batches: Sequence[int], step_s: Sequence[float], axes=None)
     return axes
 
 
+@with_alt_text("Line chart of milliseconds per decode step against the batch size, one line per kind of weights, "
+               "measured and predicted")
 def plot_weights_by_batch(costs: Mapping[str, Mapping[int, StepCosts]], machine: Machine, ax=None):
     """ms per decode step against the batch, one line per kind of weights: measured (solid, dots) and the
     cost model's prediction (dashed). costs: {weights: {batch: StepCosts}} (labkit.fast.cost.measure_step).

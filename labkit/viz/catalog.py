@@ -14,6 +14,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from labkit.models.catalog import CatalogModel
+from labkit.viz.alt import with_alt_text
 
 SLIDE_FIGSIZE = (10, 5.6)  # inches: 16:9, the shape of a slide
 MID_MONTH = 15  # catalog dates are months; a point sits in the middle of its month
@@ -40,6 +41,7 @@ def labelled(catalog: Sequence[CatalogModel]) -> list[CatalogModel]:
     return list(largest.values())
 
 
+@with_alt_text("Scatter plot of open models: release date against total parameters on a log scale, coloured by family")
 def plot_model_zoo(catalog: Sequence[CatalogModel], ax: Axes | None = None) -> Figure:
     """Release date (x) against total parameters (y, log scale: 0.1B to 700B), one point per model,
     coloured by family; mixture-of-experts models are diamonds. Returns the Figure, sized for a slide.

@@ -16,6 +16,7 @@ import matplotlib.pyplot as plt
 
 from labkit.serving.method_run import FrontierPoint
 from labkit.viz.axes import plain_log_ticks
+from labkit.viz.alt import with_alt_text
 
 OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#D55E00", "#56B4E9", "#000000", "#F0E442")
 MARKERS = ("o", "s", "^", "D", "v", "*", "X", "P")
@@ -34,6 +35,8 @@ def point_label(point: FrontierPoint) -> str:
     return point.note or (f"n={point.n}" if point.n > 1 else "")
 
 
+@with_alt_text("Line chart of accuracy in percent against generated tokens per item, one line per method, with 95 % "
+               "intervals")
 def plot_frontier(points: Sequence[FrontierPoint], title: str = "", ax=None):
     """Accuracy (%) against generated tokens per item (log axis): a line per method through its points (markers
     alone for a method whose points carry notes, such as thinking budgets), each with its 95 % Wilson interval

@@ -8,6 +8,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 from matplotlib.patches import FancyBboxPatch
+from labkit.viz.alt import with_alt_text
 
 LOOP_STAGES = [  # (left edge, label, colour)
     (0.1, "tokens so far\n\"The capital of\nFrance is\"", "#dbe9f6"),
@@ -17,6 +18,8 @@ LOOP_STAGES = [  # (left edge, label, colour)
 ]
 
 
+@with_alt_text("Diagram of the generation loop: tokens go into the model, its scores into a decoding rule, and the "
+               "chosen token back into the input")
 def plot_inference_loop(ax: Axes | None = None) -> Axes:
     """Tokens -> model -> scores -> decoding rule, and the arrow back that makes it generation."""
     if ax is None:

@@ -14,12 +14,16 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
 from labkit.fast.roofline import bandwidth_utilisation
+from labkit.viz.alt import with_alt_text
+from labkit.viz.palette import BLUE, BLUISH_GREEN, ORANGE, REDDISH_PURPLE
 
 STEP_COLOUR, PEER_COLOUR = "tab:blue", "tab:orange"
-TERM_COLOURS = {"overhead": "tab:red", "thread wake-ups": "tab:orange", "matmul kernels": "tab:blue",
-                "KV cache": "tab:green"}
+# Okabe-Ito (labkit.viz.palette): tab10's red and green, side by side in one bar, merge for red-green colour blindness.
+TERM_COLOURS = {"overhead": REDDISH_PURPLE, "thread wake-ups": ORANGE, "matmul kernels": BLUE, "KV cache": BLUISH_GREEN}
 
 
+@with_alt_text("Two bar charts: tokens per second of each decoding path, and the share of memory bandwidth each one "
+               "uses")
 def plot_staircase(rows: Sequence, bandwidth: float, llama_cpp=None) -> Figure:
     """Left: tokens/s of each path (GPT-fast's staircase, top to bottom), llama.cpp as a line. Right:
     the share of measured memory bandwidth each path uses (bytes per token x tokens/s / bandwidth).
@@ -52,6 +56,7 @@ def plot_staircase(rows: Sequence, bandwidth: float, llama_cpp=None) -> Figure:
     return fig
 
 
+@with_alt_text("Stacked bar chart: the fractions of a decode step's CPU time by kind, one bar per path")
 def plot_breakdown(breakdowns: Mapping[str, Mapping[str, float]]) -> Figure:
     """One stacked bar per path: the fractions of a decode step's CPU time by kind (labkit.fast.profile)."""
     fig, ax = plt.subplots(figsize=(9, 0.6 * len(breakdowns) + 1.4))
@@ -73,6 +78,8 @@ def plot_breakdown(breakdowns: Mapping[str, Mapping[str, float]]) -> Figure:
     return fig
 
 
+@with_alt_text("Stacked bar chart: each step's predicted milliseconds split into overhead, thread wake-ups, matmul "
+               "kernels and KV cache, with the measured time marked")
 def plot_cost_waterfall(costs: Mapping[str, object], machine) -> Figure:
     """One bar per step, top to bottom: its predicted ms split into the cost model's terms (overhead,
     thread wake-ups, matmul kernels, KV cache), a black mark at the ms it measured, and its regime at

@@ -16,10 +16,13 @@ from matplotlib.patches import Patch
 
 from labkit.serving.http.load import LoadResult
 from labkit.viz.axes import plain_log_ticks
+from labkit.viz.alt import with_alt_text
 
 FIRST_TOKEN, DECODING = "#d9a441", "#4caf50"
 
 
+@with_alt_text("Three line charts against concurrency: output tokens per second, time to first token and time per "
+               "output token (p50 and p95)")
 def plot_load_sweep(results: Sequence[LoadResult], seats: int | None = None, axes=None):
     """Left: output tokens/s by concurrency (and perfect scaling from the first level); middle: TTFT p50 and
     p95; right: TPOT p50 and p95. `seats`: the server's max_num_seqs, drawn as a dashed line. Returns the Axes."""
@@ -53,6 +56,7 @@ def plot_load_sweep(results: Sequence[LoadResult], seats: int | None = None, axe
     return axes
 
 
+@with_alt_text("Timeline of requests: each one's wait for its first token, then its decoding, as horizontal bars")
 def plot_request_timeline(result: LoadResult, ax=None):
     """Each request of one level as a bar from when it was sent: waiting for its first token (queue +
     prefill), then decoding until its last token. Returns the Axes."""

@@ -15,8 +15,10 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from labkit.viz.plots import CHOSEN_COLOR, OTHER_COLOR, drawable
+from labkit.viz.alt import with_alt_text
 
 
+@with_alt_text("Heatmaps of attention weights, layers across and heads down, on one scale from 0 to 1")
 def plot_attention_heatmaps(panels: dict[str, torch.Tensor], figsize: tuple[float, float] = (10, 4.2)) -> Figure:
     """One heatmap per entry of panels (title -> attention weights [n_layers, n_heads]), stacked,
     layers across and heads down, on one colour scale from 0 to 1."""
@@ -34,6 +36,7 @@ def plot_attention_heatmaps(panels: dict[str, torch.Tensor], figsize: tuple[floa
     return fig
 
 
+@with_alt_text("Bar chart of one attention head's weights over the tokens it can see")
 def plot_head_attention(weights: torch.Tensor, tokens: Sequence[str], title: str = "",
                         highlight: int | None = None, ax: Axes | None = None) -> Axes:
     """Bars of one head's attention weights [T] over the tokens it can see; bar `highlight` in orange."""

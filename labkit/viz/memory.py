@@ -14,8 +14,10 @@ import torch
 from matplotlib.figure import Figure
 
 from labkit.models.sizing import GB, ModelShape, format_bytes, model_shape
+from labkit.viz.alt import with_alt_text
 
 
+@with_alt_text("Line chart of memory for weights plus KV cache as the context grows, against the memory available")
 def plot_memory_by_context(model: str | ModelShape, memory_bytes: float, batch: int = 1,
                            weights_dtype: str = "fp16", kv_dtype: str | None = None,
                            context: int | None = None, max_tokens: int | None = None, ax=None,

@@ -12,6 +12,7 @@ import matplotlib.pyplot as plt
 from matplotlib.patches import Rectangle
 
 from labkit.core.paged import PagedKVCache
+from labkit.viz.alt import with_alt_text
 
 
 def format_block_tables(caches: Mapping[str, PagedKVCache]) -> str:
@@ -37,6 +38,7 @@ def format_block_tables(caches: Mapping[str, PagedKVCache]) -> str:
     return "\n".join(lines)
 
 
+@with_alt_text("Diagram of paged KV cache block tables: each sequence's blocks pointing into the shared pool")
 def draw_block_tables(caches: Mapping[str, PagedKVCache], ax=None):
     """Each sequence's block table (top rows) pointing into the pool's blocks (bottom row).
 

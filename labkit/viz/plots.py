@@ -24,6 +24,7 @@ from transformers import PreTrainedTokenizerBase
 from labkit.core.arguments import check_int
 from labkit.decoding.request import Step
 from labkit.core.text import INCOMPLETE_CHARACTER
+from labkit.viz.alt import with_alt_text
 
 CHOSEN_COLOR = "tab:orange"  # the token that was picked
 OTHER_COLOR = "tab:blue"  # the candidates that were not
@@ -117,6 +118,7 @@ def top_candidates(probs_or_logits: torch.Tensor, tokenizer: PreTrainedTokenizer
     return [TokenCandidate(int(i), token_label(tokenizer, int(i)), float(p)) for p, i in zip(values, ids)]
 
 
+@with_alt_text("Bar chart of the most likely next tokens and their probabilities, most likely first")
 def plot_next_token_distribution(
     probs_or_logits: torch.Tensor,
     tokenizer: PreTrainedTokenizerBase,
@@ -173,6 +175,7 @@ def plot_next_token_distribution(
     return ax
 
 
+@with_alt_text("Grid of bar charts: the most likely candidates at each of the first generation steps")
 def plot_generation_steps(
     steps: Sequence[Step],
     tokenizer: PreTrainedTokenizerBase,
@@ -202,6 +205,7 @@ def plot_generation_steps(
     return fig
 
 
+@with_alt_text("Bar chart of each generated token's probability when chosen, beside the runner-up's")
 def plot_step_confidence(steps: Sequence[Step], tokenizer: PreTrainedTokenizerBase,
                          ax: Axes | None = None) -> Axes:
     """One bar per generated token: the probability it had when chosen, and the runner-up's.
@@ -241,6 +245,8 @@ CUT_COLOR = "lightgray"  # a token it masks
 RENORMALIZED_COLOR = "tab:orange"  # the kept tokens' probability after renormalising
 
 
+@with_alt_text("Bar chart of the top tokens: which a sampling rule keeps and which it cuts, and the kept ones' "
+               "probabilities after renormalising")
 def plot_kept_vs_cut(logits: torch.Tensor, transformed: torch.Tensor, tokenizer: PreTrainedTokenizerBase,
                      top_k: int = 15, ax: Axes | None = None, title: str | None = None, *, log: bool = False,
                      columns: bool = False) -> Axes:
@@ -285,6 +291,7 @@ def plot_kept_vs_cut(logits: torch.Tensor, transformed: torch.Tensor, tokenizer:
     return ax
 
 
+@with_alt_text("Line chart of the surprise in bits of each generated token, one line per run")
 def plot_surprise(runs: dict, tau: float | None = None, ax: Axes | None = None) -> Axes:
     """Surprise (-log2 p, bits) of each generated token, one line per run, e.g. {"mirostat": [..]}.
 

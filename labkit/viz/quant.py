@@ -22,6 +22,7 @@ from matplotlib.figure import Figure
 from labkit.quant.nf4 import NF4_CODEBOOK, nf4_dequantize, nf4_quantize
 from labkit.quant.schemes import (absmax_dequantize, absmax_quantize, bits_per_weight, dequantize_groupwise,
                                   quantization_error, quantize_groupwise)
+from labkit.viz.alt import with_alt_text
 
 
 def _axes(ax: Axes | None, size: tuple[float, float]) -> Axes:
@@ -39,6 +40,7 @@ def round_trips(weight: torch.Tensor, group_size: int = 64) -> dict[str, torch.T
     }
 
 
+@with_alt_text("Histograms of the round-trip quantization error of each scheme, on a log count scale")
 def plot_error_histograms(weight: torch.Tensor, restored: Mapping[str, torch.Tensor],
                           ax: Axes | None = None, bins: int = 120) -> Axes:
     """Histogram (log counts) of the round-trip error w~ - w of each scheme, on one shared axis."""
@@ -54,6 +56,7 @@ def plot_error_histograms(weight: torch.Tensor, restored: Mapping[str, torch.Ten
     return ax
 
 
+@with_alt_text("Histogram of a weight matrix's values on a log count scale, with its outliers marked")
 def plot_weight_distribution(weight: torch.Tensor, ax: Axes | None = None, bins: int = 200,
                              outlier_sigmas: float = 6.0) -> Axes:
     """Histogram (log counts) of a weight's values, with the outliers beyond `outlier_sigmas` std marked."""
@@ -72,6 +75,7 @@ def plot_weight_distribution(weight: torch.Tensor, ax: Axes | None = None, bins:
     return ax
 
 
+@with_alt_text("NF4's 16 levels beside int4's, over a normal density")
 def plot_levels(ax: Axes | None = None) -> Axes:
     """NF4's 16 levels against int4's (absmax, -7..7 scaled to [-1, 1]), over a normal density."""
     ax = _axes(ax, (8, 2.8))
@@ -99,6 +103,7 @@ def group_size_errors(weight: torch.Tensor, group_sizes: Sequence[int], bits: in
     return out
 
 
+@with_alt_text("Line chart of quantization error against the group size, one line per scheme")
 def plot_group_size_errors(group_sizes: Sequence[int], errors: Mapping[str, Sequence[float]],
                            ax: Axes | None = None) -> Axes:
     ax = _axes(ax, (7, 3.2))
@@ -135,6 +140,7 @@ def spread_labels(ys: Sequence[float], min_gap: float) -> list[float]:
     return heights
 
 
+@with_alt_text("Scatter plot of model size in megabytes against perplexity, one labelled point per model")
 def plot_size_vs_perplexity(results: Sequence, ax: Axes | None = None) -> Axes:
     """Model megabytes against perplexity, one labelled point per labkit.evaluation.Result.
 

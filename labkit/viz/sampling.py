@@ -13,6 +13,7 @@ from matplotlib.axes import Axes
 
 from labkit.decoding.judge import SettingResult
 from labkit.viz.plots import drawable
+from labkit.viz.alt import with_alt_text
 
 MARKERS = "osD^vP*X"  # one marker per setting, so the legend tells them apart without colour too
 NUDGE = 0.02  # distinct-2 units: points closer than this along x are drawn this far apart
@@ -37,6 +38,8 @@ def nudged(xs: Sequence[float], step: float = NUDGE) -> list[float]:
     return out
 
 
+@with_alt_text("Scatter plot of sampling settings: diversity (distinct-2) against the judge's bits per byte, with "
+               "intervals")
 def plot_diversity_quality(results: Sequence[SettingResult], ax: Axes | None = None,
                            xlabel: str = "diversity (distinct-2 over all samples)",
                            ylabel: str = "judge's bits per byte (lower: more likely)") -> Axes:

@@ -16,11 +16,15 @@ from transformers import PreTrainedTokenizerBase
 from labkit.decoding.exact import Divergence
 from labkit.decoding.search import BeamSearchResult
 from labkit.viz import plots
+from labkit.viz.alt import with_alt_text
+from labkit.viz.palette import BLUISH_GREEN, VERMILLION
 
-GREEDY_COLOR = "tab:red"  # greedy's path
+GREEDY_COLOR = VERMILLION  # greedy's path (dashed), told from finished beams (green) by more than hue
 BEAM_COLOR = "tab:orange"  # the token beam search keeps where the paths part
 
 
+@with_alt_text("Tree of beam search: one column per step, each candidate with its summed log-probability, kept, "
+               "finished or pruned")
 def plot_beam_tree(result, tokenizer: PreTrainedTokenizerBase, ax: Axes | None = None,
                    show_pruned: bool = True) -> Axes:
     """Beam search as a tree (`labkit.search.beam_search`'s result): one column per step, every
@@ -35,7 +39,7 @@ def plot_beam_tree(result, tokenizer: PreTrainedTokenizerBase, ax: Axes | None =
     if ax is None:
         rows = max(len(step) for step in steps)
         _, ax = plt.subplots(figsize=(2.1 * len(steps) + 1.5, 0.55 * rows + 1.2), layout="constrained")
-    colors = {"running": plots.KEPT_COLOR, "finished": "tab:green", "pruned": "gray"}
+    colors = {"running": plots.KEPT_COLOR, "finished": BLUISH_GREEN, "pruned": "gray"}
     best = list(result.hypotheses[0].token_ids) if result.hypotheses else []
     # Position of each running beam (by slot) in the previous column; the root sits at the middle.
     n_rows = max(len(step) for step in steps)
@@ -103,6 +107,7 @@ def split_summary(split: Divergence, tokenizer: PreTrainedTokenizerBase, length:
             f"  ({winner} is more probable)")
 
 
+@with_alt_text("Tree of beam search with greedy decoding's path drawn over it, and both sequences' log-probabilities")
 def plot_beam_vs_greedy(result: BeamSearchResult, tokenizer: PreTrainedTokenizerBase, greedy_ids: Sequence[int],
                         split: Divergence, ax: Axes | None = None) -> Axes:
     """`plot_beam_tree`, plus greedy's path (red, dashed, as far as the tree holds it), rings on the

@@ -18,10 +18,12 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
 from labkit.serving.engine import Engine
+from labkit.viz.alt import with_alt_text
 
 STATE_COLORS = {"waiting": "#d9d9d9", "prefill": "#9b6fd1", "decode": "#4caf50", "paused": "#c8e6c9"}
 
 
+@with_alt_text("Grid of static batching's decode steps: requests by steps, useful tokens against idle slots")
 def draw_slot_grid(output_lengths: Sequence[int], labels: Sequence[str] | None = None, ax=None):
     """Static batching's decode steps: rows = requests, columns = steps; green = a useful token, grey = an idle
     slot (the request has finished but its row still runs until the longest one ends). Returns the Axes."""
@@ -133,6 +135,8 @@ def timeline_states(trace: Trace) -> dict[int, list[str | None]]:
     return states
 
 
+@with_alt_text("Timeline grid of requests by engine steps: waiting, prefill, decode or paused, with preemptions "
+               "crossed")
 def draw_timeline(trace: Trace, upto: int | None = None, ax=None):
     """Rows = requests, columns = engine steps: waiting, prefill, decode, or paused while others prefill;
     a red cross where a request was preempted. `upto` draws a cursor at that step. Returns the Axes."""
@@ -147,7 +151,7 @@ def draw_timeline(trace: Trace, upto: int | None = None, ax=None):
     for s in trace.snapshots:
         for request_id in s.preempted:
             row = list(states).index(request_id)
-            ax.plot(s.step + 0.5, row, "x", color="crimson", markersize=9, mew=2)
+            ax.plot(s.step + 0.5, row, "x", color="black", markersize=9, mew=2)
     if upto is not None:
         ax.axvline(upto + 1, color="black", lw=1.2)
     ax.set_xlim(0, n_steps)
@@ -155,12 +159,14 @@ def draw_timeline(trace: Trace, upto: int | None = None, ax=None):
     ax.set_yticks(range(len(states)), [f"#{i}" for i in states])
     ax.set(xlabel="engine step", ylabel="request")
     handles = [Patch(color=color, label=name) for name, color in STATE_COLORS.items()]
-    handles.append(plt.Line2D([], [], marker="x", color="crimson", ls="", mew=2, label="preempted"))
+    handles.append(plt.Line2D([], [], marker="x", color="black", ls="", mew=2, label="preempted"))
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False, fontsize=8)
     ax.spines[["top", "right"]].set_visible(False)
     return ax
 
 
+@with_alt_text("Diagram of the engine's block tables after one step: each running request's KV cache blocks, shared "
+               "blocks outlined")
 def draw_engine_blocks(trace: Trace, step: int, ax=None):
     """The block tables after `step`, as the engine holds them: one row per running request, its i-th box
     the pool block that holds its tokens 16i..16i+15 (block size 16), labelled with that block's number and
@@ -237,6 +243,8 @@ def engine_stepper(trace: Trace, step: int = 0) -> EngineStepper:
     return EngineStepper(trace, step)
 
 
+@with_alt_text("Three bar charts comparing scenarios: throughput, time to first token and time per output token "
+               "(p50, whiskers to p95)")
 def plot_comparison(results: Mapping[str, Sequence], axes=None):
     """results: scenario name -> RunResults (name, tokens_per_s, ttft_p50/p95, tpot_p50/p95). Three panels:
     throughput, TTFT and TPOT (bars p50, whiskers up to p95), one group per scenario. Returns the Axes."""
@@ -275,6 +283,7 @@ __all__ = ["Snapshot", "Trace", "draw_engine_blocks", "draw_slot_grid", "draw_ti
 STEP_COLORS = {"prefill": STATE_COLORS["prefill"], "decode": STATE_COLORS["decode"], "mixed": "#f0a030"}
 
 
+@with_alt_text("Bar charts of each engine step's time, coloured by its kind, with the long prompt's arrival marked")
 def plot_step_times(runs: Sequence, axes=None):
     """One panel per `InterferenceRun` (labkit.serving.interference): a bar per engine step, its height the
     step's time, its colour its kind; a line where the long prompt arrived. Returns the Axes."""

@@ -13,8 +13,11 @@ import torch
 
 from labkit.speculative.generate import DraftStep
 from labkit.speculative.rule import expected_tokens_per_step, residual_distribution
+from labkit.viz.alt import with_alt_text
+from labkit.viz.palette import BLUE, BLUISH_GREEN, VERMILLION
 
-ACCEPTED, REJECTED, RESAMPLED, BONUS = "#2e7d32", "#9e9e9e", "#e65100", "#1565c0"
+# Okabe-Ito (labkit.viz.palette): kept drafts and the target's replacements must not differ by red vs green alone.
+ACCEPTED, REJECTED, RESAMPLED, BONUS = BLUISH_GREEN, "#9e9e9e", VERMILLION, BLUE
 
 
 def _piece(tokenizer, token_id: int) -> str:
@@ -22,6 +25,8 @@ def _piece(tokenizer, token_id: int) -> str:
     return text if text.strip() else repr(text)
 
 
+@with_alt_text("Diagram of speculative decoding rounds: accepted drafts, rejected drafts and the target model's own "
+               "tokens")
 def draw_steps(steps: Sequence[DraftStep], tokenizer, max_steps: int = 12, ax=None):
     """One row per round: accepted drafts (green), rejected drafts (grey, struck out), and the target's own
     token (orange when it replaces a rejected draft, blue when it is the bonus after all were kept)."""
@@ -53,6 +58,7 @@ def draw_steps(steps: Sequence[DraftStep], tokenizer, max_steps: int = 12, ax=No
     return ax
 
 
+@with_alt_text("Bar chart of the target's and the draft's probabilities, the mass kept as drafted and the residual")
 def plot_acceptance_rule(p: torch.Tensor, q: torch.Tensor, labels: Sequence[str], ax=None):
     """Bars of p (target), q (draft), min(p, q) (kept mass) and norm(max(0, p - q)) (the residual)."""
     if ax is None:
@@ -71,6 +77,8 @@ def plot_acceptance_rule(p: torch.Tensor, q: torch.Tensor, labels: Sequence[str]
     return ax
 
 
+@with_alt_text("Line chart of expected tokens per target call against the number of drafted tokens, one line per "
+               "acceptance rate, with measurements")
 def plot_expected_tokens(measured: Sequence[tuple[int, float, float]] = (), alphas: Sequence[float] = (0.5, 0.7, 0.9),
                          max_gamma: int = 10, ax=None):
     """E = (1 - alpha^(gamma+1)) / (1 - alpha) against gamma; measured: (gamma, alpha, tokens per call)."""
@@ -89,6 +97,7 @@ def plot_expected_tokens(measured: Sequence[tuple[int, float, float]] = (), alph
     return ax
 
 
+@with_alt_text("Bar chart of the measured decode speed-up over plain greedy decoding, one group per task")
 def plot_speedups(rows, ax=None):
     """Bars of the measured decode speed-up over plain greedy (median rate / median plain rate, the prompt's
     prefill timed apart), one group per task, with the range of the per-round ratios as error bars; a white

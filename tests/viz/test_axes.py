@@ -9,6 +9,8 @@ import pytest  # noqa: E402
 
 from labkit.viz.axes import plain_log_ticks, plain_number, round_log_ticks  # noqa: E402
 
+DRAWS_OWN_FIGURES = True  # the tests draw bare axes to label them (tests/viz/conftest.py)
+
 
 def test_round_log_ticks_take_1_2_5_per_decade_and_more_where_the_range_is_narrow():
     assert round_log_ticks(12, 260) == [20, 50, 100, 200]

@@ -1,0 +1,20 @@
+"""The course's colour-blind-safe colours: Okabe and Ito's eight, which stay apart for the commonest
+colour-vision deficiencies (red-green: deuteranopia, protanopia) and in grey print.
+
+matplotlib's default tab10 puts red beside green; a figure that tells two things apart by that pair alone
+(kept vs finished, overhead vs KV cache, a red cross on a green cell) loses the difference for about one man
+in twelve. Figures that need named colours take them from here; a difference that matters is also drawn
+by shape or line style where it can be (dashed, crossed, a marker).
+
+    >>> ax.plot(xs, ys, color=VERMILLION, ls="--")
+"""
+
+ORANGE = "#E69F00"
+SKY_BLUE = "#56B4E9"
+BLUISH_GREEN = "#009E73"
+YELLOW = "#F0E442"
+BLUE = "#0072B2"
+VERMILLION = "#D55E00"
+REDDISH_PURPLE = "#CC79A7"
+BLACK = "#000000"
+OKABE_ITO = (ORANGE, SKY_BLUE, BLUISH_GREEN, YELLOW, BLUE, VERMILLION, REDDISH_PURPLE, BLACK)
