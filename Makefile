@@ -27,7 +27,7 @@ export OMP_WAIT_POLICY ?= PASSIVE
 # JupyterLab refuses to start as root (common in containers) unless told it is on purpose.
 ROOT_OPTION := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: lab teach test test-fast setup cache engines notebooks student slides slides-vendor present bench clean-cache
+.PHONY: lab teach test test-fast setup cache engines notebooks student site axe-vendor slides slides-vendor present bench clean-cache
 
 lab: cache $(STUDENT_COPIES)
 	$(VENV)/bin/jupyter lab $(ROOT_OPTION) $(LAB_OPTIONS) $(FIRST_STUDENT_NOTEBOOK)
@@ -143,6 +143,30 @@ student: $(STUDENT_COPIES)
 
 $(STUDENT_COPIES): $(NOTEBOOKS) labkit/course/student.py | $(INSTALLED)
 	$(PY) -m labkit.course.student --out $(STUDENT_DIR) $(NOTEBOOKS)
+
+# The course as a website in site/ (not committed; labkit.course.site): the student copies' saved outputs as
+# pages with offline search, built with Sphinx and MyST-NB (about 10 s; nothing executed, nothing fetched).
+# Open site/index.html, or serve it: python -m http.server -d site
+SITE_DIR := site
+SITE_SOURCES := README.md $(wildcard labkit/course/*.py)
+
+site: $(SITE_DIR)/index.html
+
+$(SITE_DIR)/index.html: $(NOTEBOOKS) $(SITE_SOURCES) | $(INSTALLED)
+	$(PY) -m labkit.course.site --out $(SITE_DIR) $(NOTEBOOKS)
+
+# axe-core, the accessibility checker the site's browser test injects into every page (tests/browser/test_site.py),
+# unpacked from the npm registry like the decks' libraries.
+AXE_VERSION := 4.14.1
+AXE_VENDOR := build/vendor/axe-core-$(AXE_VERSION)
+
+axe-vendor: $(AXE_VENDOR)/axe.min.js
+
+$(AXE_VENDOR)/axe.min.js:
+	rm -rf $(AXE_VENDOR) && mkdir -p $(AXE_VENDOR)
+	cd $(AXE_VENDOR) && npm pack --silent axe-core@$(AXE_VERSION) > /dev/null
+	tar -xzf $(AXE_VENDOR)/axe-core-$(AXE_VERSION).tgz -C $(AXE_VENDOR) --strip-components=1
+	rm $(AXE_VENDOR)/axe-core-$(AXE_VERSION).tgz && touch $@
 
 # Static reveal.js decks in slides/ that open offline: reveal.js, MathJax, require.js, jQuery, Font
 # Awesome and the widget renderer are unpacked once from the npm registry into slides/vendor/ (about

@@ -1,0 +1,205 @@
+"""The course as a website: the student copies of the notebooks as static pages, searchable offline.
+
+`make site` writes site/ (not committed): a home page with the course map, one page per notebook, a
+glossary, and full-text search; open site/index.html from the file system, or serve the folder with
+`python -m http.server -d site`. Nothing is executed and nothing is fetched: each page is the notebook's
+saved outputs, as the student's copy has them (labkit.course.student: no worked solution, instructor
+note, checker verdict or saved reveal), prepared here for a page that has no kernel:
+- a widget's live view is dropped and its static fallback (the text it saves beside the view) stays;
+- every figure's <img> has an `alt`: the one labkit.viz gave it (labkit.viz.alt, saved in the output's
+  metadata), else "Figure: " and the cell's first comment or the section it sits in. MyST-NB names each
+  image file by the sha256 of its bytes and takes no alt from an output's metadata, so the build writes
+  them in afterwards, image by image (`write_alt_texts`);
+- under each notebook's title, a "Run it yourself" box with the course's two commands.
+
+Why Sphinx with MyST-NB (both from PyPI, pinned in pyproject.toml's `site` extra) and the Furo theme: it
+builds from the saved outputs with no network (measured on a 2-core machine: 15 notebooks in about 40 s),
+and its search is a JavaScript index loaded as a script, so it works from file://. Jupyter Book 2 (mystmd,
+npm) fetches its HTML theme from the internet at build time ("Querying template metadata from
+api.mystmd.org"); Quarto's PyPI package downloads the Quarto binary when it installs. Both are out.
+
+    >>> build_site(sorted(Path("notebooks").glob("[0-9][0-9]_*.ipynb")), "site")
+    PosixPath('site/index.html')
+    $ python -m labkit.course.site --out site notebooks/[0-9][0-9]_*.ipynb
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import hashlib
+import html
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from labkit.course.glossary import GLOSSARY
+from labkit.course.solutions import text
+from labkit.course.student import student_copy
+
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+IMAGE_TYPES = ("image/png", "image/jpeg", "image/svg+xml")
+SOURCE_DIR = Path("build/site-source")  # the pages' sources, written anew by every build
+RUN_IT_YOURSELF = """```{admonition} Run it yourself
+:class: tip
+
+This page shows the notebook as it was last run. To run it, and move its sliders, in a clone of the course:
+
+    make lab    # set everything up, then open JupyterLab on your copy of the first notebook
+    make test   # set everything up, then run every test, notebooks included
+```
+"""
+CONF = '''# Written by labkit.course.site: the course's site, built from saved outputs, offline.
+project = "LLM Inference Lab"
+html_title = "LLM Inference Lab"
+extensions = ["myst_nb"]
+myst_enable_extensions = ["deflist"]  # the glossary's terms
+nb_execution_mode = "off"  # the saved outputs, never re-executed
+nb_ipywidgets_js = {}  # no widget manager from a CDN: widgets show their static fallbacks
+html_theme = "furo"
+html_theme_options = {"top_of_page_buttons": []}
+html_copy_source = False
+html_show_sourcelink = False
+html_last_updated_fmt = None
+exclude_patterns = ["_build"]
+suppress_warnings = ["myst.header", "mystnb.unknown_mime_type", "misc.highlighting_failure"]
+'''
+
+
+def notebook_title(notebook: dict) -> str:
+    """The text of the notebook's first level-1 heading, e.g. '04 · Sampling: temperature, ...'."""
+    for cell in notebook["cells"]:
+        if cell["cell_type"] == "markdown" and (found := re.search(r"^# (.+)$", text(cell), re.MULTILINE)):
+            return found.group(1).strip()
+    raise ValueError("notebook has no level-1 heading ('# ...') to title its page with.")
+
+
+def fallback_alt(cell: dict, section: str) -> str:
+    """'Figure: ' and the code cell's first comment, else the section the cell sits in."""
+    comment = next((line.lstrip("# ").strip() for line in text(cell).splitlines() if line.startswith("#")), "")
+    return f"Figure: {comment or section}"
+
+
+def image_name(data: str | list[str]) -> str:
+    """The file name MyST-NB gives a saved PNG or JPEG (the sha256 of its bytes), without the extension."""
+    return hashlib.sha256(base64.b64decode("".join(data))).hexdigest()
+
+
+def page_outputs(cell: dict, section: str, alts: dict[str, str]) -> None:
+    """Drop widget views (the text fallback beside each stays) and give every image an alt text, in place;
+    alts gets {image file name: alt text}."""
+    kept = []
+    for output in cell.get("outputs", []):
+        data = output.get("data", {})
+        data.pop(WIDGET_VIEW, None)
+        if "data" in output and not data:
+            continue
+        for mime in IMAGE_TYPES:
+            if mime in data:
+                metadata = output.setdefault("metadata", {}).setdefault(mime, {})
+                metadata.setdefault("alt", fallback_alt(cell, section))
+                if mime != "image/svg+xml":
+                    alts[image_name(data[mime])] = metadata["alt"]
+        kept.append(output)
+    cell["outputs"] = kept
+
+
+def site_notebook(notebook: dict, alts: dict[str, str]) -> dict:
+    """The page's notebook: the student copy, without live widgets, every image with an alt text (also
+    written to `alts`), and the "Run it yourself" box after the title cell."""
+    page = student_copy(notebook)
+    page["metadata"].pop("widgets", None)
+    section = notebook_title(page)
+    for cell in page["cells"]:
+        if cell["cell_type"] == "markdown" and (heading := re.search(r"^#+ (.+)$", text(cell), re.MULTILINE)):
+            section = heading.group(1).strip()
+        if cell["cell_type"] == "code":
+            page_outputs(cell, section, alts)
+    page["cells"].insert(1, {"cell_type": "markdown", "id": "run-it-yourself", "metadata": {},
+                             "source": RUN_IT_YOURSELF})
+    return page
+
+
+def course_map(pages: dict[str, str], readme: str) -> str:
+    """The home page's table: each notebook's page and what you learn there (the README's curriculum)."""
+    learn = dict(re.findall(r"^\| \d\d \| `(\w+)` \| ([^|]+) \|", readme, re.MULTILINE))
+    rows = [f"| [{title}]({stem}.ipynb) | {learn.get(stem, '').strip()} |" for stem, title in pages.items()]
+    return "| notebook | you learn to |\n|---|---|\n" + "\n".join(rows)
+
+
+def home_page(pages: dict[str, str], readme: str) -> str:
+    """index.md: what the course is, how to run it, the course map, and the table of contents."""
+    intro = readme.split("\n## ", 1)[0].split("\n", 1)[1].strip()
+    toctree = "\n".join([*pages, "glossary"])
+    return (f"# LLM Inference Lab\n\n{intro}\n\n{RUN_IT_YOURSELF}\n## Course map\n\n{course_map(pages, readme)}\n\n"
+            f"Terms used across the course: the [glossary](glossary.md).\n\n"
+            f"```{{toctree}}\n:hidden:\n:maxdepth: 1\n\n{toctree}\n```\n")
+
+
+def glossary_page(pages: dict[str, str]) -> str:
+    """glossary.md: every term of labkit.course.glossary with its meaning and a link to where it is taught."""
+    entries = [f"**{name}**\n: {entry.meaning} Taught in [{pages.get(entry.notebook, entry.notebook)}]"
+               f"({entry.notebook}.ipynb).\n" for name, entry in sorted(GLOSSARY.items(), key=lambda i: i[0].lower())]
+    return "# Glossary\n\n" + "\n".join(entries)
+
+
+def write_sources(paths: list[Path], source_dir: Path, readme: str) -> dict[str, str]:
+    """Write the pages' sources (conf.py, index.md, glossary.md, one .ipynb per notebook) to source_dir;
+    returns {image file name: alt text}."""
+    shutil.rmtree(source_dir, ignore_errors=True)
+    source_dir.mkdir(parents=True)
+    pages, alts = {}, {}
+    for path in paths:
+        page = site_notebook(json.loads(path.read_text(encoding="utf-8")), alts)
+        pages[path.stem] = notebook_title(page)
+        (source_dir / path.name).write_text(json.dumps(page, ensure_ascii=False), encoding="utf-8")
+    (source_dir / "conf.py").write_text(CONF, encoding="utf-8")
+    (source_dir / "index.md").write_text(home_page(pages, readme), encoding="utf-8")
+    (source_dir / "glossary.md").write_text(glossary_page(pages), encoding="utf-8")
+    return alts
+
+
+def write_alt_texts(out_dir: Path, alts: dict[str, str]) -> int:
+    """Put each image's alt text into the built pages' <img> tags (MyST-NB writes the file's path there);
+    returns how many tags were given one."""
+    given = 0
+
+    def replace(found: re.Match) -> str:
+        nonlocal given
+        alt = alts.get(found.group(2))
+        given += alt is not None
+        return f'alt="{html.escape(alt)}"' if alt is not None else found.group(0)
+
+    for page in out_dir.glob("*.html"):
+        content = re.sub(r'alt="(_images/)?([0-9a-f]{64})\.\w+"', replace, page.read_text(encoding="utf-8"))
+        page.write_text(content, encoding="utf-8")
+    return given
+
+
+def build_site(paths: list[str | Path], out_dir: str | Path, source_dir: str | Path = SOURCE_DIR,
+               readme: str | Path = "README.md") -> Path:
+    """Build the site of the notebooks in `paths` into out_dir (replaced); returns its home page."""
+    paths, out_dir = [Path(path) for path in paths], Path(out_dir)
+    if not paths:
+        raise ValueError("paths must name at least one notebook, e.g. notebooks/[0-9][0-9]_*.ipynb.")
+    missing = [str(path) for path in paths if path.suffix != ".ipynb" or not path.is_file()]
+    if missing:
+        raise ValueError(f"paths must be notebook files (.ipynb); not found or not notebooks: {missing}.")
+    alts = write_sources(paths, Path(source_dir), Path(readme).read_text(encoding="utf-8"))
+    shutil.rmtree(out_dir, ignore_errors=True)
+    doctrees = Path(source_dir) / "_doctrees"
+    subprocess.run([sys.executable, "-m", "sphinx", "-b", "html", "-q", "-E", "-d", str(doctrees), str(source_dir),
+                    str(out_dir)], check=True)
+    write_alt_texts(out_dir, alts)
+    return out_dir / "index.html"
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description="Build the course's static site from the saved notebooks.")
+    parser.add_argument("notebooks", nargs="+", help="the course's notebooks, e.g. notebooks/[0-9][0-9]_*.ipynb")
+    parser.add_argument("--out", default="site", help="the folder to write the site to (default: site)")
+    arguments = parser.parse_args()
+    print(f"wrote {build_site(arguments.notebooks, arguments.out)}")
