@@ -1,0 +1,103 @@
+"""The course's site (labkit.course.site) shows the student's view: no worked solution, instructor note,
+saved checker verdict or saved reveal reaches a page; every notebook is a page with a Run-it-yourself
+box, every figure has an alt text, widgets show their fallbacks, and nothing is loaded from the internet."""
+
+import html
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from labkit.course.glossary import GLOSSARY
+from labkit.course.site import build_site, notebook_title
+from labkit.course.solutions import SOLUTION_TAG, tags, text
+from labkit.course.student import (INSTRUCTOR_NOTE, is_checker_cell, is_instructor_note, is_reveal_cell,
+                                   student_copy)
+
+ROOT = Path(__file__).resolve().parents[2]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+MIN_CHARS = 25  # a line shorter than this (`x = 1`, a bare number) could appear on a page by chance
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("site")
+    build_site(NOTEBOOKS, folder / "site", source_dir=folder / "source", readme=ROOT / "README.md")
+    return folder / "site"
+
+
+def page_text(path: Path) -> str:
+    """A built page's visible text: tags dropped, entities decoded, white space collapsed."""
+    content = re.sub(r"<(script|style)\b.*?</\1>", " ", path.read_text(encoding="utf-8"), flags=re.DOTALL)
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", content)).split())
+
+
+def output_text(cell: dict) -> str:
+    parts = []
+    for output in cell.get("outputs", []):
+        parts.append("".join(output.get("text", "")))
+        for mime in ("text/plain", "text/markdown", "text/html"):
+            parts.append("".join(output.get("data", {}).get(mime, "")))
+    return "\n".join(parts)
+
+
+def hidden_lines(notebooks: list[dict]) -> set[str]:
+    """Lines the student copies hide (solutions, instructor notes, verdicts and reveals saved in the
+    instructor's copies) and do not also show elsewhere (one notebook may print a table another one's
+    checker prints), each long enough not to appear by chance."""
+    shown = " ".join(text(cell) + "\n" + output_text(cell)
+                     for notebook in notebooks for cell in student_copy(notebook)["cells"])
+    shown = " ".join(shown.split())
+    hidden = []
+    for cell in (cell for notebook in notebooks for cell in notebook["cells"]):
+        if SOLUTION_TAG in tags(cell) or is_instructor_note(cell):
+            hidden += text(cell).splitlines()
+        if is_checker_cell(cell) or is_reveal_cell(cell):
+            hidden += output_text(cell).splitlines()
+    lines = {" ".join(line.split()) for line in hidden}
+    return {line for line in lines if len(line) >= MIN_CHARS and line not in shown}
+
+
+def test_no_solution_note_verdict_or_reveal_reaches_a_page(site):
+    pages = {path.name: page_text(path) for path in site.glob("*.html")}
+    notebooks = [json.loads(path.read_text(encoding="utf-8")) for path in NOTEBOOKS]
+    looked_for = hidden_lines(notebooks)
+    assert len(looked_for) > 50  # the instructor's copies do hide something: the test looks for it
+    leaks = [(name, line) for line in looked_for for name, content in pages.items() if line in content]
+    assert leaks == []
+    assert not any(INSTRUCTOR_NOTE in content or "BEGIN SOLUTION" in content for content in pages.values())
+
+
+def test_every_notebook_is_a_page_with_its_title_and_the_two_commands(site):
+    for path in NOTEBOOKS:
+        content = page_text(site / f"{path.stem}.html")
+        assert notebook_title(json.loads(path.read_text(encoding="utf-8"))) in content
+        assert "Run it yourself" in content and "make lab" in content and "make test" in content
+    home = (site / "index.html").read_text(encoding="utf-8")
+    assert all(f'href="{path.stem}.html"' in home for path in NOTEBOOKS)  # the course map
+
+
+def test_every_figure_has_an_alt_text_and_widgets_show_their_fallbacks(site):
+    images = [tag for page in site.glob("*.html") for tag in re.findall(r"<img\b[^>]*>", page.read_text())]
+    assert len(images) >= 40
+    alts = [re.search(r'alt="([^"]*)"', tag) for tag in images]
+    assert all(alt and alt.group(1).strip() and "_images/" not in alt.group(1) for alt in alts)
+    quantization = page_text(site / "08_quantization.html")
+    assert "QuantSlider(bits, group size; run the notebook to move the sliders)" in quantization
+    assert not any("widget-view+json" in page.read_text() for page in site.glob("*.html"))
+
+
+def test_nothing_is_loaded_from_the_internet(site):
+    for page in site.glob("*.html"):
+        loaded = re.findall(r'<(?:script|img|link)\b[^>]*(?:src|href)="(https?:[^"]*)"', page.read_text())
+        assert loaded == [], page.name
+
+
+def test_each_glossary_term_links_to_the_notebook_that_uses_it(site):
+    glossary = (site / "glossary.html").read_text(encoding="utf-8")
+    for name, entry in GLOSSARY.items():
+        notebook = json.loads((ROOT / "notebooks" / f"{entry.notebook}.ipynb").read_text(encoding="utf-8"))
+        assert name.lower() in " ".join(text(cell) for cell in notebook["cells"]).lower(), name
+        assert re.search(rf"{re.escape(html.escape(name, quote=False))}.*?href=\"{entry.notebook}.html\"",
+                         glossary, re.DOTALL), name
