@@ -9,7 +9,7 @@ note, checker verdict or saved reveal), prepared here for a page that has no ker
 - every figure's <img> has an `alt`: the one labkit.viz gave it (labkit.viz.alt, saved in the output's
   metadata), else "Figure: " and the cell's first comment or the section it sits in. MyST-NB names each
   image file by the sha256 of its bytes and takes no alt from an output's metadata, so the build writes
-  them in afterwards, image by image (`write_alt_texts`);
+  them in afterwards, image by image (`finish_pages`);
 - under each notebook's title, a "Run it yourself" box with the course's two commands.
 
 Why Sphinx with MyST-NB (both from PyPI, pinned in pyproject.toml's `site` extra) and the Furo theme: it
@@ -162,20 +162,27 @@ def write_sources(paths: list[Path], source_dir: Path, readme: str) -> dict[str,
     return alts
 
 
-def write_alt_texts(out_dir: Path, alts: dict[str, str]) -> int:
-    """Put each image's alt text into the built pages' <img> tags (MyST-NB writes the file's path there);
-    returns how many tags were given one."""
-    given = 0
-
+def alt_texts_in(page: str, alts: dict[str, str]) -> tuple[str, int]:
+    """The page with each image's alt text in its <img> tag (MyST-NB writes the file's path there), and how
+    many tags got one."""
     def replace(found: re.Match) -> str:
-        nonlocal given
         alt = alts.get(found.group(2))
-        given += alt is not None
         return f'alt="{html.escape(alt)}"' if alt is not None else found.group(0)
 
-    for page in out_dir.glob("*.html"):
-        content = re.sub(r'alt="(_images/)?([0-9a-f]{64})\.\w+"', replace, page.read_text(encoding="utf-8"))
-        page.write_text(content, encoding="utf-8")
+    return re.subn(r'alt="(_images/)?([0-9a-f]{64})\.\w+"', replace, page)
+
+
+def finish_pages(out_dir: Path, alts: dict[str, str]) -> int:
+    """What Sphinx leaves to do on the built pages: every image's alt text (`alt_texts_in`), and every code
+    block, output and table focusable, so that a keyboard can scroll the wide ones (axe-core's
+    scrollable-region-focusable); returns how many images were given an alt text."""
+    given = 0
+    for path in out_dir.glob("*.html"):
+        page, count = alt_texts_in(path.read_text(encoding="utf-8"), alts)
+        page = page.replace("<pre>", '<pre tabindex="0">').replace('<div class="table-wrapper',
+                                                                   '<div tabindex="0" class="table-wrapper')
+        path.write_text(page, encoding="utf-8")
+        given += count
     return given
 
 
@@ -193,7 +200,7 @@ def build_site(paths: list[str | Path], out_dir: str | Path, source_dir: str | P
     doctrees = Path(source_dir) / "_doctrees"
     subprocess.run([sys.executable, "-m", "sphinx", "-b", "html", "-q", "-E", "-d", str(doctrees), str(source_dir),
                     str(out_dir)], check=True)
-    write_alt_texts(out_dir, alts)
+    finish_pages(out_dir, alts)
     return out_dir / "index.html"
 
 

@@ -1,0 +1,88 @@
+"""The course's site in Chromium, opened from the file system with every request off the machine refused:
+the home page and three notebook pages show, the offline search finds ten course terms and a result opens,
+and axe-core (unpacked from npm by `make axe-vendor`) finds no critical or serious violation on any page."""
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from labkit.course.glossary import GLOSSARY
+from labkit.course.site import build_site
+
+pytestmark = pytest.mark.browser
+
+ROOT = Path(__file__).resolve().parents[2]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+AXE = sorted((ROOT / "build" / "vendor").glob("axe-core-*/axe.min.js"))
+LOCAL_SCHEMES = ("file:", "data:", "blob:", "about:")
+PAGES = ["02_the_generation_loop", "04_sampling", "10_batching"]
+SEARCHED = ["tokenizer", "beam search", "temperature", "KV cache", "prefill", "quantization", "NF4",
+            "speculative decoding", "continuous batching", "goodput"]
+BLOCKING = {"critical", "serious"}  # axe-core's two highest impacts
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("site")
+    return build_site(NOTEBOOKS, folder / "site", source_dir=folder / "source", readme=ROOT / "README.md").parent
+
+
+@pytest.fixture
+def tab(browser_context):
+    """A fresh tab that refuses every request leaving the machine and records every request it makes."""
+    page = browser_context.new_page()
+    page.requests = []
+    page.on("request", lambda request: page.requests.append(request.url))
+    page.route(re.compile(r"^(?!file:|data:|blob:|about:)"), lambda route: route.abort())
+    yield page
+    page.close()
+    assert [url for url in page.requests if not url.startswith(LOCAL_SCHEMES)] == []
+
+
+def test_the_home_page_and_three_notebook_pages_show(tab, site):
+    tab.goto((site / "index.html").as_uri())
+    assert tab.locator("h1").first.inner_text().startswith("LLM Inference Lab")
+    assert tab.locator("article table a").count() == len(NOTEBOOKS)  # the course map
+    for stem in PAGES:
+        tab.locator(f"article table a[href='{stem}.html']").click()
+        assert tab.url.endswith(f"{stem}.html")
+        assert tab.locator("article h1").first.inner_text().startswith(stem[:2])
+        assert tab.get_by_text("Run it yourself").first.is_visible()
+        image = tab.locator("article img").first
+        assert image.evaluate("img => img.complete && img.naturalWidth > 0")
+        assert image.get_attribute("alt").strip()
+        tab.goto((site / "index.html").as_uri())
+
+
+@pytest.mark.parametrize("term", SEARCHED)
+def test_the_offline_search_finds_a_course_term_where_it_is_taught(tab, site, term):
+    tab.goto((site / "search.html").as_uri() + f"?q={term.replace(' ', '+')}")
+    results = tab.locator("#search-results ul.search li a")
+    results.first.wait_for(timeout=20_000)
+    hrefs = [href.split("?")[0].split("#")[0] for href in results.evaluate_all("links => links.map(a => a.href)")]
+    assert (site / f"{GLOSSARY[term].notebook}.html").as_uri() in hrefs
+    results.first.click()
+    tab.wait_for_load_state()
+    assert tab.url.split("?")[0].split("#")[0] in hrefs
+    assert term.lower().split()[0] in tab.locator("article").inner_text().lower()
+
+
+def test_axe_finds_no_critical_or_serious_violation_on_any_page(tab, site, record_property):
+    if not AXE:
+        message = "axe-core is not unpacked: run `make axe-vendor` (it fetches the pinned axe-core from npm)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"the site's accessibility test must run in CI, but {message}", pytrace=False)
+        pytest.skip(message)
+    found = {}
+    for page in sorted(site.glob("*.html")):
+        tab.goto(page.as_uri())
+        tab.add_script_tag(path=str(AXE[-1]))
+        violations = tab.evaluate("async () => (await axe.run(document)).violations"
+                                  ".map(v => ({id: v.id, impact: v.impact, nodes: v.nodes.length}))")
+        found[page.name] = violations
+        print(page.name, [(v["id"], v["impact"], v["nodes"]) for v in violations] or "no violation")
+    record_property("axe", found)
+    blocking = {name: [v for v in violations if v["impact"] in BLOCKING] for name, violations in found.items()}
+    assert {name: violations for name, violations in blocking.items() if violations} == {}
