@@ -188,7 +188,10 @@ def png_with_alt(render_png: Callable[[Figure], object]) -> Callable[[Figure], o
     def render(fig: Figure):
         png = render_png(fig)
         text = alt_text(fig)
-        return (png, {"alt": text}) if png is not None and text else png
+        if png is None or not text:
+            return png
+        data, metadata = png if isinstance(png, tuple) else (png, {})  # retina PNGs come with their size
+        return data, {**metadata, "alt": text}
     render.labkit_alt = True
     return render
 

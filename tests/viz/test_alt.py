@@ -77,6 +77,12 @@ def test_the_displayed_png_carries_the_text_as_metadata_and_nbconvert_writes_it_
     assert 'alt="NF4 against int4.' in html
 
 
+def test_a_retina_png_keeps_its_size_beside_the_text():
+    render = png_with_alt(lambda fig: ("iVBORw0KGgo=", {"width": 320, "height": 240}))
+    data, metadata = render(set_alt_text(plot_levels(), "NF4 against int4"))
+    assert data == "iVBORw0KGgo=" and metadata["width"] == 320 and metadata["alt"].startswith("NF4 against int4.")
+
+
 def test_colours_told_apart_only_by_red_and_green_are_gone():
     assert set(TERM_COLOURS.values()) <= set(OKABE_ITO)
     assert {search.GREEDY_COLOR, speculative.ACCEPTED, speculative.RESAMPLED} <= set(OKABE_ITO)
