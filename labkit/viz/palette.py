@@ -18,3 +18,10 @@ VERMILLION = "#D55E00"
 REDDISH_PURPLE = "#CC79A7"
 BLACK = "#000000"
 OKABE_ITO = (ORANGE, SKY_BLUE, BLUISH_GREEN, YELLOW, BLUE, VERMILLION, REDDISH_PURPLE, BLACK)
+# For lines and points on a white background told apart by colour alone: yellow (too pale) left out.
+ON_WHITE = (BLUE, ORANGE, BLUISH_GREEN, VERMILLION, REDDISH_PURPLE, SKY_BLUE, BLACK)
+
+
+def series_colour(index: int) -> str:
+    """The colour of the index-th series of a figure (0, 1, ...), repeating after seven."""
+    return ON_WHITE[index % len(ON_WHITE)]

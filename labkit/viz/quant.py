@@ -23,6 +23,7 @@ from labkit.quant.nf4 import NF4_CODEBOOK, nf4_dequantize, nf4_quantize
 from labkit.quant.schemes import (absmax_dequantize, absmax_quantize, bits_per_weight, dequantize_groupwise,
                                   quantization_error, quantize_groupwise)
 from labkit.viz.alt import with_alt_text
+from labkit.viz.palette import series_colour
 
 
 def _axes(ax: Axes | None, size: tuple[float, float]) -> Axes:
@@ -47,9 +48,10 @@ def plot_error_histograms(weight: torch.Tensor, restored: Mapping[str, torch.Ten
     ax = _axes(ax, (8, 3.6))
     largest = max(float((r - weight).abs().max()) for r in restored.values())
     edges = torch.linspace(-largest, largest, bins + 1)
-    for name, values in restored.items():
+    for index, (name, values) in enumerate(restored.items()):
         error = (values - weight).flatten()
-        ax.stairs(torch.histogram(error, edges).hist.numpy(), edges.numpy(), label=name, linewidth=1.4)
+        ax.stairs(torch.histogram(error, edges).hist.numpy(), edges.numpy(), label=name, linewidth=1.4,
+                  color=series_colour(index))  # Okabe-Ito: overlaid outlines told apart by colour alone
     ax.set(yscale="log", xlabel="round-trip error (restored - original)", ylabel="weights",
            title="quantization error on one weight matrix")
     ax.legend(frameon=False, fontsize=8)

@@ -14,6 +14,7 @@ from matplotlib.axes import Axes
 from labkit.decoding.judge import SettingResult
 from labkit.viz.plots import drawable
 from labkit.viz.alt import with_alt_text
+from labkit.viz.palette import series_colour
 
 MARKERS = "osD^vP*X"  # one marker per setting, so the legend tells them apart without colour too
 NUDGE = 0.02  # distinct-2 units: points closer than this along x are drawn this far apart
@@ -55,7 +56,7 @@ def plot_diversity_quality(results: Sequence[SettingResult], ax: Axes | None = N
     if ax is None:
         _, ax = plt.subplots(figsize=(10, 4), layout="constrained")
     for index, (r, x) in enumerate(zip(results, nudged([r.distinct_2 for r in results]))):
-        color = plt.get_cmap("tab10")(index % 10)
+        color = series_colour(index)  # Okabe-Ito: the settings differ by colour alone
         ax.vlines(x, r.q1, r.q3, color=color, lw=1, alpha=0.6)
         ax.vlines(x, r.low, r.high, color=color, lw=4, alpha=0.9)
         ax.scatter([x], [r.mean], color=color, marker=MARKERS[index % len(MARKERS)], s=60, zorder=3,

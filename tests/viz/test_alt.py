@@ -10,6 +10,7 @@ import nbformat
 import pytest
 import torch
 from IPython.core.formatters import DisplayFormatter
+from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
 from nbconvert import HTMLExporter
 
@@ -17,9 +18,9 @@ import labkit.viz
 from labkit.viz import search, speculative
 from labkit.viz.alt import alt_text, png_with_alt, set_alt_text
 from labkit.viz.fast import TERM_COLOURS
-from labkit.viz.palette import OKABE_ITO
+from labkit.viz.palette import OKABE_ITO, ON_WHITE
 from labkit.viz.plots import plot_surprise
-from labkit.viz.quant import plot_levels
+from labkit.viz.quant import plot_error_histograms, plot_levels, round_trips
 from labkit.viz.speculative import plot_acceptance_rule
 
 
@@ -84,5 +85,8 @@ def test_a_retina_png_keeps_its_size_beside_the_text():
 
 
 def test_colours_told_apart_only_by_red_and_green_are_gone():
+    weight = torch.randn(64, 64, generator=torch.Generator().manual_seed(0))
+    ax = plot_error_histograms(weight, round_trips(weight))
+    assert [to_hex(patch.get_edgecolor()) for patch in ax.patches] == [c.lower() for c in ON_WHITE[:5]]
     assert set(TERM_COLOURS.values()) <= set(OKABE_ITO)
     assert {search.GREEDY_COLOR, speculative.ACCEPTED, speculative.RESAMPLED} <= set(OKABE_ITO)
