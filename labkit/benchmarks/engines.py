@@ -29,7 +29,7 @@ import torch
 from labkit.bench import comparison, machine_name
 from labkit.benchmarks.engines_child import DECODE_PROMPT, IN_PROCESS_ENGINES
 from labkit.core.arguments import check_int
-from labkit.benchmarks.serve_servers import FASTEST_LABKIT, LABKIT_FLOAT32, VLLM, contenders
+from labkit.benchmarks.serve_servers import FASTEST_LABKIT, LABKIT_FLOAT32, VLLM, VLLM_ALL_CORES, contenders
 from labkit.engines.compare import EngineRow, number
 from labkit.engines.install import MAKE_ENGINES, llama_server_installed, llamacpp_installed, vllm_installed
 from labkit.engines.llamacpp import load_llamacpp
@@ -74,7 +74,8 @@ def server_rates(repeats: int, tokens: int, concurrent_tokens: int) -> tuple[dic
     """(batch-1 tokens/s of vLLM, 8-request tokens/s of each server), one server running at a time."""
     tokenizer = load_tokenizer(MODEL)
     chats = [question(i) for i in range(CONCURRENT_REQUESTS)]
-    servers = [server for server in contenders(CONCURRENT_REQUESTS) if server.name != FASTEST_LABKIT]
+    left_out = (FASTEST_LABKIT, VLLM_ALL_CORES)  # notebook 12's table: float32 labkit, vLLM at its default
+    servers = [server for server in contenders(CONCURRENT_REQUESTS) if server.name not in left_out]
     batch1, concurrent = {}, {}
     for server in (server for server in servers if server.available):
         began = time.perf_counter()

@@ -13,11 +13,11 @@ Every way runs on a fresh engine with n seats; sample i of (2) draws with seed +
 with seed + i does, so (2), (3) and (4) give the same n answers (checked) and only their cost differs.
 Runs are interleaved over `repeats`; each row is the median tokens/s with the min-max beside it.
 
-Then the same through servers (labkit.benchmarks.sampling_servers): labkit's server (float32 and fuse+int4),
+Then the same through servers (labkit.benchmarks.sampling_servers): labkit's server (float32 and fuse+q4_1),
 llama-server and vLLM CPU, each at the settings of `bench serve`, asked for the n samples in one request with
 OpenAI's `n` and as n parallel requests of the prompt; labkit's server is compared like with like (float32
-with vLLM's float32, fuse+int4 with llama-server's Q4_1), against the peer's faster way. --quick runs the
-servers without vLLM (its start alone takes a minute).
+with vLLM's float32 at either thread setting, fuse+q4_1 with llama-server's Q4_1), against the peer's
+fastest way. --quick runs the servers without vLLM (its start alone takes a minute).
 
 Aims (issue "Spending compute at inference time"): n=8 makes at least 3x the tokens/s of one request and
 at least 1.2x eight separate requests with the prefix cache off.

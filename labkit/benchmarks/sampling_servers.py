@@ -1,7 +1,7 @@
 """n samples of one prompt through servers: one request with OpenAI's `n` against n parallel requests of it.
 
 The part of `python -m labkit.bench sampling` that runs the peers. Each server of `bench serve`
-(labkit.benchmarks.serve_servers: labkit float32 and fuse+int4, llama-server, vLLM CPU, each at its best
+(labkit.benchmarks.serve_servers: labkit float32 and its fastest, llama-server, vLLM CPU, each at its best
 settings, `n` seats or slots) runs alone and gets the same long prompt on `/v1/completions`, sampled at
 temperature 0.8, in two ways, interleaved over the repeats:
 - one request with `n` (seed s): the server may prefill once and share the prompt's KV cache between the
@@ -30,8 +30,8 @@ from dataclasses import dataclass
 import httpx
 
 from labkit.bench import comparison
-from labkit.benchmarks.serve_servers import (FASTEST_LABKIT, LABKIT_FLOAT32, LLAMA_SERVER, VLLM, Contender,
-                                             contenders)
+from labkit.benchmarks.serve_servers import (FASTEST_LABKIT, LABKIT_FLOAT32, LLAMA_SERVER, VLLMS, Contender,
+                                             contenders, record_tag)
 
 SEED = 0
 ONE_REQUEST, PARALLEL = "one request, n", "n parallel requests"
@@ -137,31 +137,27 @@ def find(rows: list[ServerSampling], server: str, way: str) -> ServerSampling | 
 
 
 # labkit's server against the peer that reads the same weights' precision: float32 against vLLM CPU's float32,
-# fuse+int4 against llama-server's Q4_1.
-LIKE_WITH_LIKE = {FASTEST_LABKIT: LLAMA_SERVER, LABKIT_FLOAT32: VLLM}
+# the fastest (Q4_1 on labkit's kernel) against llama-server's Q4_1.
+LIKE_WITH_LIKE = {FASTEST_LABKIT: (LLAMA_SERVER,), LABKIT_FLOAT32: VLLMS}  # vLLM: at either thread setting
 
 
 def server_records(rows: list[ServerSampling], n: int) -> list[dict]:
-    """labkit's server with n in one request against its own n parallel requests, and against each peer's
-    faster way (one request with n or n parallel requests), like with like."""
+    """labkit's server with n in one request against its own n parallel requests, and against the peer's
+    fastest way (one request with n or n parallel requests, at any of its settings), like with like."""
     records = []
-    for mine, peer in LIKE_WITH_LIKE.items():
+    for mine, peers in LIKE_WITH_LIKE.items():
         shared = find(rows, mine, ONE_REQUEST)
         if shared is None:
             continue
         parallel = find(rows, mine, PARALLEL)
         if parallel is not None:
-            records.append(comparison(f"sampling_server_{tag(mine)}_n{n}_vs_parallel_requests", "tokens_per_second",
-                                      shared.tokens_per_s, parallel.tokens_per_s, f"{mine}, {n} parallel requests"))
-        ways = [row for row in (find(rows, peer, ONE_REQUEST), find(rows, peer, PARALLEL)) if row is not None]
+            records.append(comparison(f"sampling_server_{record_tag(mine)}_n{n}_vs_parallel_requests",
+                                      "tokens_per_second", shared.tokens_per_s, parallel.tokens_per_s,
+                                      f"{mine}, {n} parallel requests"))
+        ways = [row for peer in peers for way in (ONE_REQUEST, PARALLEL) if (row := find(rows, peer, way))]
         if ways:
             best = max(ways, key=lambda row: row.tokens_per_s)
-            records.append(comparison(f"sampling_server_{tag(mine)}_n{n}_vs_{tag(peer)}", "tokens_per_second",
-                                      shared.tokens_per_s, best.tokens_per_s,
-                                      f"{peer}, {best.way_name(n)}"))
+            records.append(comparison(f"sampling_server_{record_tag(mine)}_n{n}_vs_{record_tag(peers[0])}",
+                                      "tokens_per_second", shared.tokens_per_s, best.tokens_per_s,
+                                      f"{best.server}, {best.way_name(n)}"))
     return records
-
-
-def tag(server: str) -> str:
-    """A server's name as a record's name carries it: "labkit server, fuse+int4" -> "labkit_fuse_int4"."""
-    return server.replace(" server", "").replace(", ", "_").replace("+", "_").replace(" ", "_").replace("-", "_")

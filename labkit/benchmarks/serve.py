@@ -6,16 +6,18 @@ chat requests, timed by the client: notebook 10's questions, each tagged with it
 prompt repeats, behind the model's default system prompt that every request shares (each server caches
 that prefix); greedy, at most 32 new tokens.
 
-- closed loop: 1, 8 and 16 clients sending 16 requests in all, each the next when its last is answered;
+- closed loop: 1, 2, 8 and 16 clients sending 16 requests in all, each the next when its last is answered;
 - open loop: 16 requests arriving at Poisson times of 1, 2 and 4 per second, whatever the server's pace.
 
 Throughput counts every output token over the wall time; TTFT and TPOT are per request, as percentiles;
 goodput is the requests per second that met the latency target (TTFT and TPOT). Each level is the run with
 the median tokens/s of `repeats`, the sweep repeated whole.
 
-Aims: labkit's fastest server at least 1.0x vLLM CPU and 1.0x
-llama-server in tokens/s at 8 and 16 clients, and in goodput at the highest rate where the best peer still
-meets the target for 90 % of its requests; labkit float32 at 16 clients at least 4x one at a time.
+Records, like with like: labkit's fastest server (Q4_1 weights) against llama-server (Q4_1) and labkit
+float32 against vLLM CPU (float32, the better of its two thread settings at each level), in tokens/s at
+every closed-loop level and in goodput at every rate; labkit's fastest against vLLM as well (the peers'
+weights differ there: the record's peer name says float32). Aims: labkit's fastest at least 1.0x each peer
+at every level; labkit float32 at 16 clients at least 4x one at a time.
 """
 
 from __future__ import annotations
@@ -26,11 +28,11 @@ import sys
 import httpx
 
 from labkit.bench import comparison, machine_name
-from labkit.benchmarks.serve_servers import Contender, contenders
+from labkit.benchmarks.serve_servers import LLAMA_SERVER, VLLMS, Contender, contenders, record_tag
 from labkit.serving.http.load import LoadResult, Target, load_test, open_loop
 
 N_REQUESTS, MAX_TOKENS = 16, 32
-CLIENTS = (1, 8, 16)
+CLIENTS = (1, 2, 8, 16)
 RATES = (1.0, 2.0, 4.0)
 TARGET = Target(ttft_s=1.0, tpot_s=0.15)  # an answer starts within a second, then outpaces reading
 MET_SHARE = 0.9  # a server meets the target at a rate when 90 % of its requests do
@@ -103,27 +105,35 @@ def highest_rate_met(levels: list[LoadResult], target: Target) -> float | None:
     return max(met) if met else None
 
 
-def record_tag(server: str) -> str:
-    """A server's name as a record's name carries it: "vLLM CPU" -> "vLLM_CPU"."""
-    return server.split(",")[0].replace(" ", "_").replace(".", "")
+def best_peer(results: dict[str, list[LoadResult]], peers: tuple[str, ...], level: LoadResult,
+              score) -> tuple[str, LoadResult] | None:
+    """Among `peers` (one engine at several settings), the one whose run at `level`'s level scores highest."""
+    found = [(peer, by_level(results[peer], level.concurrency, None if level.concurrency else level.arrival_rate))
+             for peer in peers if peer in results]
+    found = [(peer, run) for peer, run in found if run is not None]
+    return max(found, key=lambda pair: score(pair[1]), default=None)
 
 
-def aim_records(results: dict[str, list[LoadResult]], fastest: str, peers: list[str], clients, target) -> list[dict]:
-    """labkit's fastest server against each peer: tokens/s at each closed level above 1, and goodput at the
-    highest rate where the best peer meets the target."""
-    records, mine = [], results[fastest]
-    for peer in peers:
-        tag = record_tag(peer)
-        for c in (c for c in clients if c > 1):
-            records.append(comparison(f"serve_fastest_vs_{tag}_clients{c}", "tokens_per_second",
-                                      by_level(mine, c).tokens_per_s, by_level(results[peer], c).tokens_per_s,
-                                      f"{peer}, {c} streamed clients, same requests"))
-    best = max(peers, key=lambda p: highest_rate_met(results[p], target) or 0.0, default=None)
-    rate = highest_rate_met(results[best], target) if best else None
-    if rate is not None:
-        records.append(comparison(f"serve_fastest_goodput_vs_{record_tag(best)}", "requests_per_second",
-                                  by_level(mine, rate=rate).goodput(target), by_level(results[best], rate=rate).goodput(target),
-                                  f"{best}, goodput at {rate:g} req/s ({target.describe()})"))
+def aim_records(results: dict[str, list[LoadResult]], pairs: list[tuple[str, tuple[str, ...]]],
+                target: Target) -> list[dict]:
+    """For each (labkit server, peers): at every closed-loop level its tokens/s against the best of the peers
+    there (one engine at its settings: the better one is kept), and at every rate its goodput against theirs
+    (left out where no peer request met the target: no ratio to a zero)."""
+    records = []
+    for mine, peers in pairs:
+        for level in results.get(mine, []):
+            rate = level.concurrency == 0
+            score = (lambda r: r.goodput(target)) if rate else (lambda r: r.tokens_per_s)
+            best = best_peer(results, peers, level, score)
+            if best is None or (rate and score(best[1]) == 0):
+                continue
+            peer, theirs = best
+            where = f"rate{level.arrival_rate:g}" if rate else f"clients{level.concurrency}"
+            records.append(comparison(
+                f"serve_{record_tag(mine)}_{'goodput_' if rate else ''}vs_{record_tag(peer)}_{where}",
+                "requests_per_second" if rate else "tokens_per_second", score(level), score(theirs),
+                f"{peer}, " + (f"goodput at {level.arrival_rate:g} req/s ({target.describe()})" if rate
+                               else f"{level.concurrency} streamed clients, same requests")))
     return records
 
 
@@ -150,6 +160,5 @@ def run(repeats: int = 3, quick: bool = False) -> list[dict]:
     errors = sum(len(r.requests) - len(r.ok) for levels in results.values() for r in levels)
     print(f"\n{float32}: {clients[-1]} clients vs one at a time: {records[0]['ratio']:.2f}x tokens/s (aim >= 4x)\n"
           f"every request answered whole: {'yes' if not errors else f'NO ({errors} failed)'}")
-    peers = [s.name for s in servers[2:] if s.available]
-    records += aim_records(results, fastest, peers, clients, TARGET)
+    records += aim_records(results, [(fastest, (LLAMA_SERVER,)), (fastest, VLLMS), (float32, VLLMS)], TARGET)
     return records

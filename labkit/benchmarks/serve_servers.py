@@ -1,16 +1,18 @@
 """The servers `python -m labkit.bench serve` compares, each with the settings it runs at its best.
 
     labkit server, float32      labkit's Llama, float32 weights, eager, its engine's continuous batching
-    labkit server, fuse+int4    the same with fused projections and 4-bit weights (labkit.fast.optimize)
-    llama-server                llama.cpp's own server on the shipped Q4_1 GGUF, one slot per client
+    labkit server, fuse+q4_1    the same with fused projections and Q4_1 weights on labkit's own kernel
+                                (labkit.fast.optimize: Q4_1 x Q8_1 for every row of a batch, head Q8_0)
+    llama-server                llama.cpp's own server on the shipped Q4_1 GGUF, one slot per seat
     vLLM CPU                    vLLM 0.32's CPU build, float32, eager, 1 GiB of KV cache, its default threads
+    vLLM CPU, all cores         the same with an OpenMP thread on every core and none kept for its API server
 
-Only labkit's fastest row and llama-server both read 4-bit weights (labkit's int4 and llama.cpp's Q4_1,
-each its own format); vLLM's CPU build serves float32 or bfloat16 only, so it is compared in float32,
-like labkit's first row.
+Only labkit's fastest row and llama-server both read 4-bit weights (both Q4_1 with 8-bit activations,
+llama.cpp's grid, each its own code); vLLM's CPU build serves float32 or bfloat16 only, so it is compared
+in float32, like labkit's first row, at the better of its two thread settings.
 
     >>> [server.name for server in contenders(seats=16)]
-    ['labkit server, float32', 'labkit server, fuse+int4', 'llama-server', 'vLLM CPU']
+    ['labkit server, float32', 'labkit server, fuse+q4_1', 'llama-server', 'vLLM CPU', 'vLLM CPU, all cores']
 """
 
 from __future__ import annotations
@@ -22,18 +24,31 @@ import torch
 
 from labkit.engines.install import MAKE_ENGINES, llama_server_installed, vllm_installed
 from labkit.engines.llama_server import LlamaServerSettings, start_llama_server
-from labkit.engines.vllm import DEFAULT_KV_CACHE_GIB, start_vllm_server
+from labkit.engines.vllm import DEFAULT_KV_CACHE_GIB, all_cores_env, start_vllm_server
 from labkit.serving.http.launcher import ServerHandle
 from labkit.serving.http.server import ServerOptions, start_server
 
 MODEL = "smollm2-135m"
-LABKIT_FLOAT32, FASTEST_LABKIT, LLAMA_SERVER, VLLM = ("labkit server, float32", "labkit server, fuse+int4",
-                                                      "llama-server", "vLLM CPU")
-FASTEST = ("fuse", "int4")
+LABKIT_FLOAT32, FASTEST_LABKIT, LLAMA_SERVER = "labkit server, float32", "labkit server, fuse+q4_1", "llama-server"
+VLLM, VLLM_ALL_CORES = "vLLM CPU", "vLLM CPU, all cores"
+VLLMS = (VLLM, VLLM_ALL_CORES)  # one peer at two thread settings: the aims take the better one
+FASTEST = ("fuse", "q4_1")
+# The engine's step on labkit's kernel against torch's int4 (eager, one engine step per batch size, 40 decode
+# steps each, median, 2 cores, PASSIVE, under light load): 22.6 / 26.1 / 37.1 / 62.4 ms at 1 / 2 / 8 / 16
+# rows against 24.3 / 28.6 / 48.9 / 78.9 ms.
 # labkit's server runs its torch threads PASSIVE, its best: measured idle on 2 cores, fuse+int4, 16 seats,
 # 8 and 16 streamed clients, PASSIVE 122 and 137 tokens/s, ACTIVE 79 and 88 (spinning threads keep the
 # HTTP thread that streams the tokens off the cores), PASSIVE with 1 torch thread 94 and 99.
 LABKIT_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
+
+
+def record_tag(server: str) -> str:
+    """A server's name as a JSON record's name carries it.
+
+        >>> record_tag("labkit server, fuse+q4_1"), record_tag("vLLM CPU, all cores")
+        ('labkit_fuse_q4_1', 'vLLM_CPU_all_cores')
+    """
+    return server.replace(" server", "").replace(", ", "_").replace("+", "_").replace(" ", "_").replace("-", "_")
 
 
 @dataclass(frozen=True)
@@ -62,27 +77,30 @@ def labkit_contender(name: str, options: ServerOptions, weights: str) -> Contend
                                           max_num_batched_tokens=options.max_num_batched_tokens, env=LABKIT_ENV))
 
 
-def vllm_settings(wait_policy: str | None = None) -> str:
-    """What `start_vllm_server(wait_policy=wait_policy)` runs with, as a table states it."""
+def vllm_settings(wait_policy: str | None = None, all_cores: bool = False) -> str:
+    """What `start_vllm_server(wait_policy=wait_policy, all_cores=all_cores)` runs with, as a table states it."""
+    threads = (" ".join(f"{k}={v}" for k, v in all_cores_env().items()) + " (an OpenMP thread on every core)"
+               if all_cores else "1 OpenMP thread with 1 core reserved for its API server (its default binding)")
     return (f"vllm-cpu 0.32.0, float32, --enforce-eager, {DEFAULT_KV_CACHE_GIB} GiB KV cache, its server defaults "
-            "(max_num_seqs 128, 2048 tokens a step, chunked prefill, prefix cache), 1 OpenMP thread with 1 core "
-            "reserved for its API server (its default binding, the faster one here)"
+            f"(max_num_seqs 128, 2048 tokens a step, chunked prefill, prefix cache), {threads}"
             + ("" if wait_policy is None else f", OMP_WAIT_POLICY={wait_policy}"))
 
 
 def contenders(seats: int, quick: bool = False) -> list[Contender]:
-    """The four servers, with `seats` requests decoding at once in labkit and llama-server (vLLM: its
-    default of 256). quick leaves vLLM out (its start alone takes a minute)."""
+    """The servers, with `seats` requests decoding at once in labkit and llama-server (vLLM: its default of
+    128). quick leaves vLLM out (its start alone takes a minute)."""
     llama = LlamaServerSettings(MODEL, slots=seats)
     servers = [
         labkit_contender(LABKIT_FLOAT32, ServerOptions(MODEL, max_num_seqs=seats), "float32 weights"),
         labkit_contender(FASTEST_LABKIT, ServerOptions(MODEL, max_num_seqs=seats, optimize=FASTEST),
-                         "fused projections, int4 weights (group 32)"),
+                         "fused projections, Q4_1 weights x Q8_1 activations on labkit's kernel, head Q8_0"),
         Contender(LLAMA_SERVER, f"llama.cpp as llama-cpp-python 0.3.36 vendors it, {llama.describe()}",
                   lambda: start_llama_server(MODEL, slots=seats), llama_server_installed(),
                   f"not built. {MAKE_ENGINES}"),
     ]
     if not quick:
-        servers.append(Contender(VLLM, vllm_settings(), start_vllm_server, vllm_installed(),
-                                 f"not installed. {MAKE_ENGINES}"))
+        missing = f"not installed. {MAKE_ENGINES}"
+        servers += [Contender(VLLM, vllm_settings(), start_vllm_server, vllm_installed(), missing),
+                    Contender(VLLM_ALL_CORES, vllm_settings(all_cores=True), lambda: start_vllm_server(all_cores=True),
+                              vllm_installed(), missing)]
     return servers

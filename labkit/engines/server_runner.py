@@ -57,9 +57,10 @@ class ServerRunner:
         except openai.BadRequestError:
             return None
         logprobs = reply.choices[0].logprobs
-        if logprobs is None or not logprobs.top_logprobs:
+        first = None if logprobs is None else first_top_logprobs(logprobs)
+        if not first:
             return None
-        ranked = sorted(logprobs.top_logprobs[0].items(), key=lambda item: -item[1])
+        ranked = sorted(first.items(), key=lambda item: -item[1])
         return [token for token, _ in ranked[:k]]
 
     def concurrent_rate(self, chats: Sequence[Messages], max_tokens: int) -> float:
@@ -74,6 +75,22 @@ class ServerRunner:
         if self.pid is None:
             return None
         return process_tree_rss(self.pid)
+
+
+def first_top_logprobs(logprobs) -> dict[str, float]:
+    """The first token's alternatives {token: logprob} from a completions choice's logprobs: in the completions
+    shape (`top_logprobs`, a dict per token: labkit, vLLM) or in the chat shape that llama-server answers
+    completions with (`content`, a list of {token, logprob, top_logprobs: [{token, logprob}]}).
+
+        >>> first_top_logprobs(Logprobs(top_logprobs=[{" Paris": -0.26, " the": -2.7}]))
+        {' Paris': -0.26, ' the': -2.7}
+    """
+    if logprobs.top_logprobs:
+        return dict(logprobs.top_logprobs[0])
+    content = getattr(logprobs, "content", None) or []  # an extra field the openai client keeps as it came
+    if not content or not content[0].get("top_logprobs"):
+        return {}
+    return {entry["token"]: entry["logprob"] for entry in content[0]["top_logprobs"]}
 
 
 def process_tree_rss(pid: int) -> int:

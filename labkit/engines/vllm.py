@@ -37,13 +37,26 @@ def vllm_server_command(python: Path, folder: Path, model: str, host: str, port:
             "--max-model-len", str(max_model_len), "--enforce-eager", "--disable-log-stats"]
 
 
+def all_cores_env(cores: int | None = None) -> dict[str, str]:
+    """vLLM's CPU settings for one OpenMP thread per core, bound in order, and no core kept for its API server.
+
+        >>> all_cores_env(2)
+        {'VLLM_CPU_OMP_THREADS_BIND': '0-1', 'VLLM_CPU_NUM_OF_RESERVED_CPU': '0'}
+    """
+    cores = cores or os.cpu_count() or 1
+    return {"VLLM_CPU_OMP_THREADS_BIND": f"0-{cores - 1}", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
+
+
 def start_vllm_server(model: str = "smollm2-135m", port: int = 0, max_model_len: int = DEFAULT_CONTEXT,
                       kv_cache_gib: int = DEFAULT_KV_CACHE_GIB, dtype: str = "float32", host: str = "127.0.0.1",
-                      timeout: float = READY_TIMEOUT_S, wait_policy: str | None = None) -> ServerHandle:
+                      timeout: float = READY_TIMEOUT_S, wait_policy: str | None = None,
+                      all_cores: bool = False) -> ServerHandle:
     """Start vLLM's OpenAI server on labkit's safetensors cache of `model`; return once /v1/models answers.
 
     Offline (HF_HUB_OFFLINE=1); vLLM's and inductor's caches stay in .engines/cache. wait_policy:
-    OMP_WAIT_POLICY for its processes, "PASSIVE" or "ACTIVE" (None: this process's own). When the server
+    OMP_WAIT_POLICY for its processes, "PASSIVE" or "ACTIVE" (None: this process's own). all_cores: its
+    OpenMP threads bound to every core and none reserved for its API server (all_cores_env); by default
+    vLLM keeps one core for the API server and runs the model on the rest. When the server
     dies while starting, the error carries the end of its log (and says so when memory ran out). Every
     argument is checked first: a bad one raises a ValueError naming it, and no process starts.
     """
@@ -57,7 +70,8 @@ def start_vllm_server(model: str = "smollm2-135m", port: int = 0, max_model_len:
     python = require_vllm()
     port = require_free_port(host, port)
     command = vllm_server_command(python, build_cache(model), model, host, port, max_model_len, dtype)
-    env = {**os.environ, **engine_cache_env(), "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib), **policy}
+    cores = all_cores_env() if all_cores else {}
+    env = {**os.environ, **engine_cache_env(), "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib), **policy, **cores}
     return launch(command, "vllm-server-", f"http://{host}:{port}", timeout, health_path="/v1/models", env=env,
                   own_session=True, explain=explain_failure)
 

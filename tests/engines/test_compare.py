@@ -123,3 +123,16 @@ def test_decode_rate_times_the_new_tokens_after_the_first(tiny, tokenizer, monke
     monkeypatch.setattr(measure_module, "time", SimpleNamespace(perf_counter=lambda: float(next(clock))))
     # one clock read before the loop, one at the first new token, one after the last: 8 more tokens in 1 tick
     assert measure_module.decode_rate(tiny, tokenizer, "Hello", new_tokens=8) == 8.0
+
+
+def test_the_first_tokens_alternatives_are_read_in_the_completions_shape_and_in_llama_servers_chat_shape():
+    from openai.types.completion_choice import Logprobs
+
+    from labkit.engines.server_runner import first_top_logprobs
+
+    completions = Logprobs(tokens=[" Paris"], top_logprobs=[{" Paris": -0.26, " the": -2.7}])
+    chat_shape = Logprobs.model_validate({"content": [{"token": " Paris", "logprob": -0.25, "top_logprobs": [
+        {"token": " Paris", "logprob": -0.25}, {"token": " the", "logprob": -2.8}]}]})
+    assert first_top_logprobs(completions) == {" Paris": -0.26, " the": -2.7}
+    assert first_top_logprobs(chat_shape) == {" Paris": -0.25, " the": -2.8}
+    assert first_top_logprobs(Logprobs()) == {}

@@ -158,7 +158,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="requests that may wait for a slot; more get 503 at once")
     parser.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on every request")
     parser.add_argument("--optimize", default="", metavar="STEPS",
-                        help="labkit.fast steps for the model, comma-separated, e.g. fuse,int4 (default: none, float32)")
+                        help="labkit.fast steps for the model, comma-separated, e.g. fuse,q4_1 (the fastest; default: "
+                             "none, float32)")
     parser.add_argument("--chunked-prefill", action="store_true",
                         help="feed prompts in chunks beside the running decodes (vLLM V1's scheduling)")
     parser.add_argument("--max-num-batched-tokens", type=int, default=None, metavar="N",

@@ -1,4 +1,5 @@
-"""`labkit serve --optimize fuse,int4`: the serving engine on labkit.fast's 4-bit weights (notebook 13).
+"""`labkit serve --optimize fuse,int4` and `fuse,q4_1`: the serving engine on labkit.fast's 4-bit weights, in
+torch (int4) or on labkit's own Q4_1 x Q8_1 kernel for every row of a batch or packed prompt (q4_1) (notebook 13).
 
 The optimized server answers through the official `openai` client exactly what labkit's generation
 loop gives on the same optimized model, for concurrent requests too; bad steps are refused on the
@@ -35,10 +36,11 @@ def test_optimize_steps_are_read_and_checked_on_the_command_line(capsys):
 
 
 @pytest.mark.slow
-def test_an_optimized_server_answers_what_the_optimized_model_generates():
+@pytest.mark.parametrize("steps", [STEPS, ("fuse", "q4_1")], ids=["int4", "q4_1"])
+def test_an_optimized_server_answers_what_the_optimized_model_generates(steps):
     model, tokenizer = labkit.load_model(MODEL, impl="labkit")
-    labkit.optimize(model, STEPS)
-    with start_server(MODEL, max_num_seqs=4, optimize=STEPS) as server:
+    labkit.optimize(model, steps)
+    with start_server(MODEL, max_num_seqs=4, optimize=steps) as server:
         client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
 
         def ask(question: str) -> str:
@@ -48,7 +50,7 @@ def test_an_optimized_server_answers_what_the_optimized_model_generates():
 
         with concurrent.futures.ThreadPoolExecutor(len(QUESTIONS)) as pool:
             answers = list(pool.map(ask, QUESTIONS))
-        assert "(fuse, int4)" in server.log.read_text()
+        assert f"({', '.join(steps)})" in server.log.read_text()
     compared = 0
     for question, answer in zip(QUESTIONS, answers):
         prompt_ids = labkit.chat_prompt(tokenizer, [{"role": "user", "content": question}])
