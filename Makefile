@@ -27,7 +27,7 @@ export OMP_WAIT_POLICY ?= PASSIVE
 # JupyterLab refuses to start as root (common in containers) unless told it is on purpose.
 ROOT_OPTION := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: lab teach test test-fast setup cache engines notebooks student site axe-vendor slides slides-vendor present bench clean-cache
+.PHONY: lab teach test test-fast setup cache engines notebooks student site site-vendor slides slides-vendor present bench clean-cache
 
 lab: cache $(STUDENT_COPIES)
 	$(VENV)/bin/jupyter lab $(ROOT_OPTION) $(LAB_OPTIONS) $(FIRST_STUDENT_NOTEBOOK)
@@ -149,24 +149,28 @@ $(STUDENT_COPIES): $(NOTEBOOKS) labkit/course/student.py | $(INSTALLED)
 # Open site/index.html, or serve it: python -m http.server -d site
 SITE_DIR := site
 SITE_SOURCES := README.md $(wildcard labkit/course/*.py)
+SITE_VENDOR := build/vendor
 
 site: $(SITE_DIR)/index.html
 
-$(SITE_DIR)/index.html: $(NOTEBOOKS) $(SITE_SOURCES) | $(INSTALLED)
+$(SITE_DIR)/index.html: $(NOTEBOOKS) $(SITE_SOURCES) $(SITE_VENDOR)/.complete | $(INSTALLED)
 	$(PY) -m labkit.course.site --out $(SITE_DIR) $(NOTEBOOKS)
 
-# axe-core, the accessibility checker the site's browser test injects into every page (tests/browser/test_site.py),
-# unpacked from the npm registry like the decks' libraries.
-AXE_VERSION := 4.14.1
-AXE_VENDOR := build/vendor/axe-core-$(AXE_VERSION)
+# What the site takes from the npm registry, unpacked once like the decks' libraries (about 30 MB, needs npm):
+# MathJax, which the pages load from site/_static to typeset the notebooks' formulas, and axe-core, the
+# accessibility checker the site's browser test injects into every page (tests/browser/test_site.py).
+SITE_PACKAGES := mathjax@3.2.2 axe-core@4.14.1
 
-axe-vendor: $(AXE_VENDOR)/axe.min.js
+site-vendor: $(SITE_VENDOR)/.complete
 
-$(AXE_VENDOR)/axe.min.js:
-	rm -rf $(AXE_VENDOR) && mkdir -p $(AXE_VENDOR)
-	cd $(AXE_VENDOR) && npm pack --silent axe-core@$(AXE_VERSION) > /dev/null
-	tar -xzf $(AXE_VENDOR)/axe-core-$(AXE_VERSION).tgz -C $(AXE_VENDOR) --strip-components=1
-	rm $(AXE_VENDOR)/axe-core-$(AXE_VERSION).tgz && touch $@
+$(SITE_VENDOR)/.complete: Makefile
+	rm -rf $(SITE_VENDOR) && mkdir -p $(SITE_VENDOR)/packs
+	cd $(SITE_VENDOR)/packs && npm pack --silent $(SITE_PACKAGES) > /dev/null
+	for pack in $(SITE_VENDOR)/packs/*.tgz; do \
+		name=$$(basename $$pack .tgz); mkdir -p $(SITE_VENDOR)/$$name; \
+		tar -xzf $$pack -C $(SITE_VENDOR)/$$name --strip-components=1; \
+	done
+	rm -rf $(SITE_VENDOR)/packs && touch $@
 
 # Static reveal.js decks in slides/ that open offline: reveal.js, MathJax, require.js, jQuery, Font
 # Awesome and the widget renderer are unpacked once from the npm registry into slides/vendor/ (about

@@ -10,10 +10,11 @@ note, checker verdict or saved reveal), prepared here for a page that has no ker
   metadata), else "Figure: " and the cell's first comment or the section it sits in. MyST-NB names each
   image file by the sha256 of its bytes and takes no alt from an output's metadata, so the build writes
   them in afterwards, image by image (`finish_pages`);
-- under each notebook's title, a "Run it yourself" box with the course's two commands.
+- under each notebook's title, a "Run it yourself" box with the course's two commands;
+- formulas typeset by MathJax, unpacked from npm once (`make site-vendor`) and copied into the site.
 
 Why Sphinx with MyST-NB (both from PyPI, pinned in pyproject.toml's `site` extra) and the Furo theme: it
-builds from the saved outputs with no network (measured on a 2-core machine: 15 notebooks in about 40 s),
+builds from the saved outputs with no network (measured on a 2-core machine: 15 notebooks in about 10 s),
 and its search is a JavaScript index loaded as a script, so it works from file://. Jupyter Book 2 (mystmd,
 npm) fetches its HTML theme from the internet at build time ("Querying template metadata from
 api.mystmd.org"); Quarto's PyPI package downloads the Quarto binary when it installs. Both are out.
@@ -43,6 +44,10 @@ from labkit.course.student import student_copy
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 IMAGE_TYPES = ("image/png", "image/jpeg", "image/svg+xml")
 SOURCE_DIR = Path("build/site-source")  # the pages' sources, written anew by every build
+MATHJAX = Path("build/vendor/mathjax-3.2.2/es5")  # unpacked from npm by `make site-vendor`
+# MathJax's SVG output carries its glyphs in the script: no web font to load (Chromium refuses a font from
+# file://); TeX's extensions (input/) and the menu (ui/, a11y/) load on demand from beside it.
+MATHJAX_PARTS = ("tex-svg.js", "input", "ui", "a11y")
 RUN_IT_YOURSELF = """```{admonition} Run it yourself
 :class: tip
 
@@ -56,7 +61,9 @@ CONF = '''# Written by labkit.course.site: the course's site, built from saved o
 project = "LLM Inference Lab"
 html_title = "LLM Inference Lab"
 extensions = ["myst_nb"]
-myst_enable_extensions = ["deflist"]  # the glossary's terms
+myst_enable_extensions = ["deflist", "dollarmath", "amsmath"]  # the glossary's terms; the notebooks' $formulas$
+html_static_path = ["_static"]
+mathjax_path = "mathjax/tex-svg.js"  # in _static: MathJax from npm (`make site-vendor`), not from a CDN
 nb_execution_mode = "off"  # the saved outputs, never re-executed
 nb_ipywidgets_js = {}  # no widget manager from a CDN: widgets show their static fallbacks
 html_theme = "furo"
@@ -146,6 +153,18 @@ def glossary_page(pages: dict[str, str]) -> str:
     return "# Glossary\n\n" + "\n".join(entries)
 
 
+def copy_mathjax(mathjax: Path, source_dir: Path) -> None:
+    """Copy the parts of MathJax the pages load (MATHJAX_PARTS) into the site's _static/mathjax."""
+    if not (mathjax / MATHJAX_PARTS[0]).is_file():
+        raise ValueError(f"mathjax must be MathJax 3's es5 folder, unpacked from npm by `make site-vendor`; "
+                         f"{str(mathjax)!r} has no {MATHJAX_PARTS[0]}.")
+    target = source_dir / "_static" / "mathjax"
+    target.mkdir(parents=True)
+    for part in MATHJAX_PARTS:
+        copy = shutil.copytree if (mathjax / part).is_dir() else shutil.copy2
+        copy(mathjax / part, target / part)
+
+
 def write_sources(paths: list[Path], source_dir: Path, readme: str) -> dict[str, str]:
     """Write the pages' sources (conf.py, index.md, glossary.md, one .ipynb per notebook) to source_dir;
     returns {image file name: alt text}."""
@@ -187,7 +206,7 @@ def finish_pages(out_dir: Path, alts: dict[str, str]) -> int:
 
 
 def build_site(paths: list[str | Path], out_dir: str | Path, source_dir: str | Path = SOURCE_DIR,
-               readme: str | Path = "README.md") -> Path:
+               readme: str | Path = "README.md", mathjax: str | Path = MATHJAX) -> Path:
     """Build the site of the notebooks in `paths` into out_dir (replaced); returns its home page."""
     paths, out_dir = [Path(path) for path in paths], Path(out_dir)
     if not paths:
@@ -196,6 +215,7 @@ def build_site(paths: list[str | Path], out_dir: str | Path, source_dir: str | P
     if missing:
         raise ValueError(f"paths must be notebook files (.ipynb); not found or not notebooks: {missing}.")
     alts = write_sources(paths, Path(source_dir), Path(readme).read_text(encoding="utf-8"))
+    copy_mathjax(Path(mathjax), Path(source_dir))
     shutil.rmtree(out_dir, ignore_errors=True)
     doctrees = Path(source_dir) / "_doctrees"
     subprocess.run([sys.executable, "-m", "sphinx", "-b", "html", "-q", "-E", "-d", str(doctrees), str(source_dir),
