@@ -216,11 +216,15 @@ def build_site(paths: list[str | Path], out_dir: str | Path, source_dir: str | P
         raise ValueError(f"paths must be notebook files (.ipynb); not found or not notebooks: {missing}.")
     alts = write_sources(paths, Path(source_dir), Path(readme).read_text(encoding="utf-8"))
     copy_mathjax(Path(mathjax), Path(source_dir))
-    shutil.rmtree(out_dir, ignore_errors=True)
-    doctrees = Path(source_dir) / "_doctrees"
+    # Sphinx writes into the source folder, and MyST-NB its copies of the notebooks beside Sphinx's output
+    # folder (jupyter_execute/): both stay in source_dir, and the finished site is moved to out_dir.
+    html_dir, doctrees = Path(source_dir) / "_build" / "html", Path(source_dir) / "_doctrees"
     subprocess.run([sys.executable, "-m", "sphinx", "-b", "html", "-q", "-E", "-d", str(doctrees), str(source_dir),
-                    str(out_dir)], check=True)
-    finish_pages(out_dir, alts)
+                    str(html_dir)], check=True)
+    finish_pages(html_dir, alts)
+    shutil.rmtree(out_dir, ignore_errors=True)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(html_dir, out_dir)
     return out_dir / "index.html"
 
 
