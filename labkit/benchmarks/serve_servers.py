@@ -2,7 +2,8 @@
 
     labkit server, float32      labkit's Llama, float32 weights, eager, its engine's continuous batching
     labkit server, fuse+q4_1    the same with fused projections and Q4_1 weights on labkit's own kernel
-                                (labkit.fast.optimize: Q4_1 x Q8_1 for every row of a batch, head Q8_0)
+                                (labkit.fast.optimize: Q4_1 x Q8_1 for every row of a batch, head Q8_0),
+                                its decode step compiled per batch size (labkit.serving.compiled_step)
     llama-server                llama.cpp's own server on the shipped Q4_1 GGUF, one slot per seat
     vLLM CPU                    vLLM 0.32's CPU build, float32, eager, 1 GiB of KV cache, its default threads
     vLLM CPU, all cores         the same with an OpenMP thread on every core and none kept for its API server
@@ -36,10 +37,13 @@ FASTEST = ("fuse", "q4_1")
 # The engine's step on labkit's kernel against torch's int4 (eager, one engine step per batch size, 40 decode
 # steps each, median, 2 cores, PASSIVE, under light load): 22.6 / 26.1 / 37.1 / 62.4 ms at 1 / 2 / 8 / 16
 # rows against 24.3 / 28.6 / 48.9 / 78.9 ms.
-# labkit's server runs its torch threads PASSIVE, its best: measured idle on 2 cores, fuse+int4, 16 seats,
-# 8 and 16 streamed clients, PASSIVE 122 and 137 tokens/s, ACTIVE 79 and 88 (spinning threads keep the
-# HTTP thread that streams the tokens off the cores), PASSIVE with 1 torch thread 94 and 99.
-LABKIT_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
+# labkit's server's OpenMP threads, chosen by measurement (idle 2-core AMD EPYC, fuse+q4_1 with its decode
+# step compiled, 16 seats, 16 streamed requests of 32 tokens, the better of 2 runs, tokens/s at 1 / 2 / 8
+# clients): PASSIVE 39.3 / 53.2 / 84.7; ACTIVE 70.5 / 86.8 / 101.4 (its spinning threads keep the HTTP
+# thread off the cores); PASSIVE with GOMP_SPINCOUNT=10000, a spin of some microseconds before a worker
+# sleeps, as llama.cpp's threads do, 77.7 / 95.8 / 115.3: the step's hundreds of parallel regions no
+# longer wake a sleeping thread each, and the threads sleep between steps (labkit.serving.http.openmp_team).
+LABKIT_ENV = {"OMP_WAIT_POLICY": "PASSIVE", "GOMP_SPINCOUNT": "10000"}
 
 
 def record_tag(server: str) -> str:
@@ -63,18 +67,23 @@ class Contender:
     model: str = MODEL
 
 
-def labkit_settings(options: ServerOptions, weights: str = "float32 weights", wait_policy: str = "PASSIVE") -> str:
-    """What a labkit server runs with, as a table states it."""
-    return (f"{weights}, eager, {options.max_num_seqs} seats, {options.scheduling()}, prefix cache, "
-            f"{torch.get_num_threads()} torch threads, OMP_WAIT_POLICY={wait_policy}")
+def labkit_settings(options: ServerOptions, weights: str = "float32 weights", wait_policy: str | None = None) -> str:
+    """What a labkit server runs with, as a table states it: started with LABKIT_ENV, or with only
+    OMP_WAIT_POLICY=wait_policy."""
+    step = "decode step compiled per batch size" if options.compile else "eager"
+    env = LABKIT_ENV if wait_policy is None else {"OMP_WAIT_POLICY": wait_policy}
+    variables = " ".join(f"{k}={v}" for k, v in env.items())
+    return (f"{weights}, {step}, {options.max_num_seqs} seats, {options.scheduling()}, prefix cache, "
+            f"{torch.get_num_threads()} torch threads, {variables}")
 
 
 def labkit_contender(name: str, options: ServerOptions, weights: str) -> Contender:
-    """labkit's server with `options`, started PASSIVE (LABKIT_ENV)."""
+    """labkit's server with `options`, started with LABKIT_ENV."""
     return Contender(name, labkit_settings(options, weights),
                      lambda: start_server(options.model, max_num_seqs=options.max_num_seqs, optimize=options.optimize,
                                           chunked_prefill=options.chunked_prefill,
-                                          max_num_batched_tokens=options.max_num_batched_tokens, env=LABKIT_ENV))
+                                          max_num_batched_tokens=options.max_num_batched_tokens,
+                                          compile=options.compile, env=LABKIT_ENV))
 
 
 def vllm_settings(wait_policy: str | None = None, all_cores: bool = False) -> str:
@@ -92,7 +101,7 @@ def contenders(seats: int, quick: bool = False) -> list[Contender]:
     llama = LlamaServerSettings(MODEL, slots=seats)
     servers = [
         labkit_contender(LABKIT_FLOAT32, ServerOptions(MODEL, max_num_seqs=seats), "float32 weights"),
-        labkit_contender(FASTEST_LABKIT, ServerOptions(MODEL, max_num_seqs=seats, optimize=FASTEST),
+        labkit_contender(FASTEST_LABKIT, ServerOptions(MODEL, max_num_seqs=seats, optimize=FASTEST, compile=True),
                          "fused projections, Q4_1 weights x Q8_1 activations on labkit's kernel, head Q8_0"),
         Contender(LLAMA_SERVER, f"llama.cpp as llama-cpp-python 0.3.36 vendors it, {llama.describe()}",
                   lambda: start_llama_server(MODEL, slots=seats), llama_server_installed(),

@@ -94,10 +94,18 @@ def compiled(step):
     compiled graphs per code object, and without those guards a second decoder's model would reuse
     the first one's graph: each decoder compiles its own copy of the method's code instead.
     """
-    function = step.__func__
+    return types.MethodType(compiled_function(step.__func__), step.__self__)
+
+
+def compiled_function(function):
+    """torch.compile of a copy of `function` with a code object of its own (see `compiled`): fixed shapes
+    unless an input is marked dynamic, no guards on nn.Modules, one whole graph.
+
+        >>> step = compiled_function(decode_graph)    # labkit.serving.compiled_step: one per engine
+    """
     own_code = types.FunctionType(function.__code__.replace(), function.__globals__, function.__name__,
                                   function.__defaults__, function.__closure__)
-    return torch.compile(types.MethodType(own_code, step.__self__), fullgraph=True, dynamic=False,
+    return torch.compile(own_code, fullgraph=True, dynamic=False,
                          options={"guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe})
 
 

@@ -39,6 +39,7 @@ from labkit.core.paged import BlockPool
 from labkit.decoding.config import DecodingConfig
 from labkit.decoding.request import Prompt, check_request
 from labkit.serving.block_manager import BlockManager
+from labkit.serving.compiled_step import CompiledDecode
 from labkit.serving.runner import BatchRunner, require_llama
 from labkit.serving.scheduler import ScheduledBatch, Scheduler, SchedulerConfig
 from labkit.serving.request import MAX_LOGPROBS, EngineRequest, EngineRequestMetrics, Status, TokenLogprob
@@ -91,13 +92,15 @@ class Engine:
     chunked_prefill: every step feeds every decode and spends the rest of `max_num_batched_tokens`
     (default 256 then) on prompt chunks of at most `prefill_chunk` tokens. max_waiting: add_request
     raises EngineBusy once this many requests would wait beyond the free seats (None: no limit).
+    compile_decode: decode steps run compiled for batch sizes up to max_num_seqs, each compiled here, at
+    start-up (`compile_seconds`; labkit.serving.compiled_step).
     """
 
     def __init__(self, model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, max_num_seqs: int = 8,
                  n_blocks: int | None = None, block_size: int = 16, max_num_batched_tokens: int | None = None,
                  chunked_prefill: bool = False, prefill_chunk: int | None = None, max_waiting: int | None = None,
                  record_logits: bool = False, clock: Callable[[], float] = time.perf_counter,
-                 step_history: int | None = None):
+                 step_history: int | None = None, compile_decode: bool = False):
         require_llama(model)  # a transformers model is refused before anything is allocated
         if not isinstance(tokenizer, PreTrainedTokenizerBase):
             raise TypeError(f"tokenizer must be the model's tokenizer (as load_model returns it), got "
@@ -114,8 +117,12 @@ class Engine:
         self.config = SchedulerConfig(max_num_seqs, default_budget(max_num_batched_tokens, chunked_prefill,
                                                                    context, max_num_seqs),
                                       context, chunked_prefill, prefill_chunk)
+        if not isinstance(compile_decode, bool):
+            raise TypeError(f"compile_decode must be True or False, got {compile_decode!r}.")
         self.pool = BlockPool.for_model(model, n_blocks, block_size)
-        self.runner = BatchRunner(model, self.pool)
+        compiled = CompiledDecode(model, self.pool, max_num_seqs) if compile_decode else None
+        self.compile_seconds = compiled.warm_up() if compiled else {}  # batch size -> seconds to compile
+        self.runner = BatchRunner(model, self.pool, compiled)
         self.block_manager = BlockManager(self.pool.allocator, block_size)
         self.scheduler = Scheduler(self.config, self.block_manager)
         self.model, self.tokenizer, self.clock, self.max_waiting = model, tokenizer, clock, max_waiting
@@ -124,6 +131,18 @@ class Engine:
         self.request_ids = itertools.count()
         self.step_metrics: deque[StepMetrics] = deque(maxlen=step_history)  # the last `step_history` steps (all by default)
         self.last_batch: ScheduledBatch | None = None  # what the last step ran: its rows, tokens each and kind
+
+    def step_description(self) -> str:
+        """How its decode steps run, as a start-up line or /health says it.
+
+            >>> Engine(model, tokenizer, max_num_seqs=4, compile_decode=True).step_description()
+            'compiled for batch sizes 1, 2, 4 (compiled at start-up in 31.0 s), other steps eager'
+        """
+        if not self.compile_seconds:
+            return "eager"
+        sizes = ", ".join(map(str, self.compile_seconds))
+        seconds = sum(self.compile_seconds.values())
+        return f"compiled for batch sizes {sizes} (compiled at start-up in {seconds:.1f} s), other steps eager"
 
     def load(self) -> EngineLoad:
         """Seats, queue and KV blocks right now (`EngineLoad`)."""

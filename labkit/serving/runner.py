@@ -5,6 +5,9 @@ being prefilled from 0) and feed different numbers of tokens: `BatchKV` (rows ri
 decode steps) or `PackedKV` (rows end to end, for steps that feed prompts) gives each row its
 positions, its blocks and its mask.
 
+A `CompiledDecode` (compiled_step.py), when given, runs the steps where every row feeds one token and
+the batch fits one of its sizes; every other step runs eagerly here.
+
     >>> runner = BatchRunner(model, pool)
     >>> logits = runner.run(batch.seqs)        # [B, V]: after each row's last new token
 """
@@ -16,6 +19,7 @@ import torch
 from labkit.core.llama import Llama, check_llama
 from labkit.core.paged import BlockPool
 from labkit.serving.batch_cache import BatchKV, PackedKV
+from labkit.serving.compiled_step import CompiledDecode
 from labkit.serving.request import EngineRequest
 
 
@@ -25,11 +29,12 @@ def require_llama(model: torch.nn.Module) -> None:
 
 
 class BatchRunner:
-    """labkit's Llama and the BlockPool its sequences' keys and values live in."""
+    """labkit's Llama, the BlockPool its sequences' keys and values live in, and its compiled decode step
+    (None: every step eager)."""
 
-    def __init__(self, model: torch.nn.Module, pool: BlockPool):
+    def __init__(self, model: torch.nn.Module, pool: BlockPool, compiled: CompiledDecode | None = None):
         require_llama(model)
-        self.model, self.pool = model, pool
+        self.model, self.pool, self.compiled = model, pool, compiled
 
     def run(self, seqs: tuple[EngineRequest, ...] | list[EngineRequest],
             n_new: tuple[int, ...] | list[int] | None = None, copies: tuple[tuple[int, int], ...] = ()) -> torch.Tensor:
@@ -45,6 +50,8 @@ class BatchRunner:
         rows = [seq.new_token_ids(None if n_new is None else n_new[i]) for i, seq in enumerate(seqs)]
         tables, starts = [seq.block_table for seq in seqs], [seq.num_cached_tokens for seq in seqs]
         self.model.check_position(max(start + len(row) for start, row in zip(starts, rows)) - 1)
+        if self.compiled is not None and max(map(len, rows)) == 1 and self.compiled.fits(len(rows)):
+            return self.compiled.run(rows, tables, starts)
         if len(rows) > 1 and max(len(row) for row in rows) > 1:
             return forward_packed(self.model, self.pool, rows, tables, starts)
         return forward_padded(self.model, self.pool, rows, tables, starts)

@@ -78,6 +78,7 @@ def build_app(service: ModelService, api_key: str | None = None) -> FastAPI:
         load = service.engine_thread.load
         alive = service.engine_thread.thread.is_alive()
         return JSONResponse({"status": "ok" if alive else "engine stopped", "model": service.name,
+                             "decode_step": service.engine_thread.engine.step_description(),
                              "running": load.running, "waiting": load.waiting,
                              "kv_blocks_used": load.blocks_used, "kv_blocks_total": load.blocks_total,
                              "kv_blocks_cached": load.blocks_cached, "prefix_cache_hit_rate": load.prefix_hit_rate},

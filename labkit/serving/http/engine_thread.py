@@ -28,6 +28,8 @@ import time
 from concurrent.futures import Future
 from dataclasses import dataclass
 
+import torch
+
 from labkit.decoding.config import DecodingConfig
 from labkit.serving.engine import Engine, EngineBusy, EngineLoad
 from labkit.serving.http.server_metrics import ServerMetrics
@@ -74,10 +76,12 @@ class SampleStream:
 class EngineThread:
     """Owns an Engine; `submit` and `abort` are safe to call from the event loop (see the module doc)."""
 
-    def __init__(self, engine: Engine, metrics: ServerMetrics | None = None):
+    def __init__(self, engine: Engine, metrics: ServerMetrics | None = None, threads: int | None = None):
+        """threads: torch threads the engine thread steps with (None: torch's default for a new thread);
+        the server sets it, see labkit.serving.http.openmp_team."""
         if engine.clock is not time.perf_counter:
             raise ValueError("The engine thread stamps arrivals with time.perf_counter: give the engine that clock.")
-        self.engine = engine
+        self.engine, self.threads = engine, threads
         self.metrics = metrics or ServerMetrics()
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()
         self.streams: dict[int, SampleStream] = {}  # unfinished samples, by id (engine thread only)
@@ -114,6 +118,8 @@ class EngineThread:
         self.inbox.put(request_id)
 
     def _run(self) -> None:
+        if self.threads is not None:
+            torch.set_num_threads(self.threads)
         while True:
             if not self._handle_commands(block=not self.engine.has_unfinished()):
                 return

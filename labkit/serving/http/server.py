@@ -29,6 +29,7 @@ DEFAULT_PORT = 8000
 DEFAULT_MAX_NUM_SEQS = 8
 DEFAULT_MAX_WAITING = 64
 START_TIMEOUT_S = 180.0  # loading the model from the cache takes seconds; building the cache, a minute
+COMPILE_TIMEOUT_S = 600.0  # compiling the decode step: 10-40 s per batch size on 2 cores, seconds once cached
 
 
 def is_loopback(host: str) -> bool:
@@ -70,6 +71,7 @@ class ServerOptions:
     optimize: tuple[str, ...] = ()  # labkit.fast steps, e.g. ("fuse", "int4"); () keeps float32
     chunked_prefill: bool = False  # vLLM V1's scheduling: prompts fed in chunks beside the running decodes
     max_num_batched_tokens: int | None = None  # tokens per step (None: the engine's default for the policy)
+    compile: bool = False  # decode steps compiled per batch size at start-up (labkit.serving.compiled_step)
 
     def check(self) -> ServerOptions:
         """These options with every field checked and the steps put in their canonical form."""
@@ -79,8 +81,9 @@ class ServerOptions:
         check_model_source(self.model)
         check_int("max_num_seqs", self.max_num_seqs, minimum=1)
         check_int("max_waiting", self.max_waiting, minimum=0)
-        if not isinstance(self.chunked_prefill, bool):
-            raise TypeError(f"chunked_prefill must be True or False, got {self.chunked_prefill!r}.")
+        for name in ("chunked_prefill", "compile"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}.")
         if self.max_num_batched_tokens is not None:
             check_int("max_num_batched_tokens", self.max_num_batched_tokens, minimum=self.max_num_seqs)
         try:
@@ -93,6 +96,7 @@ class ServerOptions:
         args = ["--model", self.model, "--max-num-seqs", str(self.max_num_seqs), "--max-waiting", str(self.max_waiting)]
         args += ["--optimize", ",".join(self.optimize)] if self.optimize else []
         args += ["--chunked-prefill"] if self.chunked_prefill else []
+        args += ["--compile"] if self.compile else []
         budget = self.max_num_batched_tokens
         return args + (["--max-num-batched-tokens", str(budget)] if budget is not None else [])
 
@@ -111,24 +115,39 @@ class ServerOptions:
 
 
 def create_app(options: ServerOptions = ServerOptions(), api_key: str | None = None):
-    """Load the model (labkit's Llama), apply its labkit.fast steps, start its engine thread, and build the
-    app around it. optimize=("fuse", "int4"): 4-bit weights; the engine decoded 8 requests of 32 tokens at
-    once at 85.0 tokens/s against float32's 58.7 (2-core AMD EPYC, idle, median of 3)."""
-    from labkit.fast.optimize import optimize
-    from labkit.models.loading import load_model
-    from labkit.serving.engine import Engine
+    """Load the model (labkit's Llama), apply its labkit.fast steps, build its engine (compiling its decode
+    step if asked), start its engine thread, and build the app around it. The main thread keeps one torch
+    thread; the model is built on a thread of its own and stepped by the engine thread, both with the
+    process's torch threads (labkit.serving.http.openmp_team says why). optimize=("fuse", "int4"): 4-bit
+    weights; the engine decoded 8 requests of 32 tokens at once at 85.0 tokens/s against float32's 58.7
+    (2-core AMD EPYC, idle, median of 3)."""
+    import torch
+
     from labkit.serving.http.app import build_app
     from labkit.serving.http.engine_thread import EngineThread
     from labkit.serving.http.model_service import ModelService
+    from labkit.serving.http.openmp_team import built_on_a_thread
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # this (the main) thread starts no OpenMP team: the engine thread's is the only one
+    llama, tokenizer, engine = built_on_a_thread(lambda: build_engine(options), threads)
+    engine_thread = EngineThread(engine, threads=threads)
+    engine_thread.start()
+    return build_app(ModelService(options.model, llama, tokenizer, engine_thread), api_key)
+
+
+def build_engine(options: ServerOptions):
+    """(model, tokenizer, engine) as `options` ask: labkit's Llama with its labkit.fast steps, and its Engine."""
+    from labkit.fast.optimize import optimize
+    from labkit.models.loading import load_model
+    from labkit.serving.engine import Engine
 
     llama, tokenizer = load_model(options.model, impl="labkit")
     llama = optimize(llama, options.optimize) if options.optimize else llama
     engine = Engine(llama, tokenizer, max_num_seqs=options.max_num_seqs, max_waiting=options.max_waiting,
                     chunked_prefill=options.chunked_prefill, max_num_batched_tokens=options.max_num_batched_tokens,
-                    step_history=STEP_HISTORY)
-    engine_thread = EngineThread(engine)
-    engine_thread.start()
-    return build_app(ModelService(options.model, llama, tokenizer, engine_thread), api_key)
+                    step_history=STEP_HISTORY, compile_decode=options.compile)
+    return llama, tokenizer, engine
 
 
 def serve(options: ServerOptions, host: str, port: int, api_key: str | None) -> None:
@@ -140,8 +159,9 @@ def serve(options: ServerOptions, host: str, port: int, api_key: str | None) -> 
         print(warning, file=sys.stderr, flush=True)
     app = create_app(options, api_key)
     steps = f" ({', '.join(options.optimize)})" if options.optimize else ""
-    print(f"labkit serving {options.model}{steps}, {options.scheduling()}, at http://{host}:{port} "
-          "(Ollama: /api/*, OpenAI: /v1/*, /health, /metrics)", flush=True)
+    engine = app.state.service.engine_thread.engine
+    print(f"labkit serving {options.model}{steps}, {options.scheduling()}, decode step {engine.step_description()}, "
+          f"at http://{host}:{port} (Ollama: /api/*, OpenAI: /v1/*, /health, /metrics)", flush=True)
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, timeout_graceful_shutdown=5)
 
 
@@ -164,12 +184,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="feed prompts in chunks beside the running decodes (vLLM V1's scheduling)")
     parser.add_argument("--max-num-batched-tokens", type=int, default=None, metavar="N",
                         help="tokens per step (default: 256 with --chunked-prefill, else a whole context)")
+    parser.add_argument("--compile", action="store_true",
+                        help="compile the decode step for batch sizes up to --max-num-seqs at start-up (minutes "
+                             "on 2 cores the first time; cached on disk)")
     args = parser.parse_args(argv)
     if not 0 <= args.port < 65536:
         parser.error("--port must be in [0, 65535].")
     options = ServerOptions(args.model, args.max_num_seqs, args.max_waiting,
                             tuple(step.strip() for step in args.optimize.split(",") if step.strip()),
-                            args.chunked_prefill, args.max_num_batched_tokens)
+                            args.chunked_prefill, args.max_num_batched_tokens, args.compile)
     try:
         args.options = options.check()
     except (ValueError, TypeError, KeyError) as error:
@@ -186,21 +209,25 @@ def main(argv: list[str] | None = None) -> None:
 
 def start_server(model: str = "smollm2-135m", host: str = "127.0.0.1", port: int = 0,
                  max_num_seqs: int = DEFAULT_MAX_NUM_SEQS, api_key: str | None = None,
-                 max_waiting: int = DEFAULT_MAX_WAITING, timeout: float = START_TIMEOUT_S,
+                 max_waiting: int = DEFAULT_MAX_WAITING, timeout: float | None = None,
                  optimize: Sequence[str] = (), env: Mapping[str, str] | None = None, chunked_prefill: bool = False,
-                 max_num_batched_tokens: int | None = None) -> ServerHandle:
+                 max_num_batched_tokens: int | None = None, compile: bool = False) -> ServerHandle:
     """Start `python -m labkit serve` in the background (port 0: a free one) and wait until it answers.
     Every argument is checked first: a bad one raises an error naming it, and no process starts.
     env: variables set for the server process on top of this one's, e.g. {"OMP_WAIT_POLICY": "ACTIVE"}.
-    chunked_prefill, max_num_batched_tokens: the engine's scheduling (ServerOptions).
+    chunked_prefill, max_num_batched_tokens: the engine's scheduling; compile: its decode step compiled
+    (ServerOptions). timeout: seconds to wait until it answers (None: START_TIMEOUT_S, plus COMPILE_TIMEOUT_S
+    with compile).
 
         >>> with start_server(max_num_seqs=4, chunked_prefill=True) as server:
         ...     print(httpx.get(server.url + "/health").json()["status"])
         ok
     """
     options = ServerOptions(model, max_num_seqs, max_waiting, optimize, chunked_prefill,
-                            max_num_batched_tokens).check()
+                            max_num_batched_tokens, compile).check()
     check_address(host, port)
+    if timeout is None:
+        timeout = START_TIMEOUT_S + (COMPILE_TIMEOUT_S if compile else 0.0)
     check_seconds("timeout", timeout)
     if api_key is not None:
         check_text("api_key", api_key, example="'secret' (or None: no key)")

@@ -1,5 +1,6 @@
 """`labkit serve --optimize fuse,int4` and `fuse,q4_1`: the serving engine on labkit.fast's 4-bit weights, in
-torch (int4) or on labkit's own Q4_1 x Q8_1 kernel for every row of a batch or packed prompt (q4_1) (notebook 13).
+torch (int4) or on labkit's own Q4_1 x Q8_1 kernel for every row of a batch or packed prompt (q4_1) (notebook 13),
+and with its decode step compiled (`--compile`).
 
 The optimized server answers through the official `openai` client exactly what labkit's generation
 loop gives on the same optimized model, for concurrent requests too; bad steps are refused on the
@@ -9,6 +10,7 @@ two such steps apart may swap between a batch of requests and a single one."""
 
 import concurrent.futures
 
+import httpx
 import openai
 import pytest
 
@@ -36,11 +38,14 @@ def test_optimize_steps_are_read_and_checked_on_the_command_line(capsys):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("steps", [STEPS, ("fuse", "q4_1")], ids=["int4", "q4_1"])
-def test_an_optimized_server_answers_what_the_optimized_model_generates(steps):
+@pytest.mark.parametrize("steps, compile", [(STEPS, False), (("fuse", "q4_1"), False), (("fuse", "q4_1"), True)],
+                         ids=["int4", "q4_1", "q4_1-compiled"])
+def test_an_optimized_server_answers_what_the_optimized_model_generates(steps, compile):
     model, tokenizer = labkit.load_model(MODEL, impl="labkit")
     labkit.optimize(model, steps)
-    with start_server(MODEL, max_num_seqs=4, optimize=steps) as server:
+    with start_server(MODEL, max_num_seqs=4, optimize=steps, compile=compile) as server:
+        step = httpx.get(server.url + "/health").json()["decode_step"]
+        assert step.startswith("compiled for batch sizes 1, 2, 4 (") if compile else step == "eager"
         client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
 
         def ask(question: str) -> str:
