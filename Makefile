@@ -144,6 +144,18 @@ student: $(STUDENT_COPIES)
 $(STUDENT_COPIES): $(NOTEBOOKS) labkit/course/student.py | $(INSTALLED)
 	$(PY) -m labkit.course.student --out $(STUDENT_DIR) $(NOTEBOOKS)
 
+# unpack-npm FOLDER, PACKAGES: each npm package (name@version) unpacked into FOLDER/<its pack's name>, then
+# FOLDER/.complete. `npm pack` downloads a package's tarball alone: no install scripts, no dependencies.
+define unpack-npm
+	rm -rf $(1) && mkdir -p $(1)/packs
+	cd $(1)/packs && npm pack --silent $(2) > /dev/null
+	for pack in $(1)/packs/*.tgz; do \
+		name=$$(basename $$pack .tgz); mkdir -p $(1)/$$name; \
+		tar -xzf $$pack -C $(1)/$$name --strip-components=1; \
+	done
+	rm -rf $(1)/packs && touch $(1)/.complete
+endef
+
 # The course as a website in site/ (not committed; labkit.course.site): the student copies' saved outputs as
 # pages with offline search, built with Sphinx and MyST-NB (about 10 s; nothing executed, nothing fetched).
 # Open site/index.html, or serve it: python -m http.server -d site
@@ -164,13 +176,7 @@ SITE_PACKAGES := mathjax@3.2.2 axe-core@4.14.1
 site-vendor: $(SITE_VENDOR)/.complete
 
 $(SITE_VENDOR)/.complete: Makefile
-	rm -rf $(SITE_VENDOR) && mkdir -p $(SITE_VENDOR)/packs
-	cd $(SITE_VENDOR)/packs && npm pack --silent $(SITE_PACKAGES) > /dev/null
-	for pack in $(SITE_VENDOR)/packs/*.tgz; do \
-		name=$$(basename $$pack .tgz); mkdir -p $(SITE_VENDOR)/$$name; \
-		tar -xzf $$pack -C $(SITE_VENDOR)/$$name --strip-components=1; \
-	done
-	rm -rf $(SITE_VENDOR)/packs && touch $@
+	$(call unpack-npm,$(SITE_VENDOR),$(SITE_PACKAGES))
 
 # Static reveal.js decks in slides/ that open offline: reveal.js, MathJax, require.js, jQuery, Font
 # Awesome and the widget renderer are unpacked once from the npm registry into slides/vendor/ (about
@@ -186,13 +192,7 @@ slides: $(INSTALLED) $(SLIDE_VENDOR)/.complete
 slides-vendor: $(SLIDE_VENDOR)/.complete
 
 $(SLIDE_VENDOR)/.complete: Makefile
-	rm -rf $(SLIDE_VENDOR) && mkdir -p $(SLIDE_VENDOR)/packs
-	cd $(SLIDE_VENDOR)/packs && npm pack --silent $(SLIDE_PACKAGES) > /dev/null
-	for pack in $(SLIDE_VENDOR)/packs/*.tgz; do \
-		name=$$(basename $$pack .tgz); mkdir -p $(SLIDE_VENDOR)/$$name; \
-		tar -xzf $$pack -C $(SLIDE_VENDOR)/$$name --strip-components=1; \
-	done
-	rm -rf $(SLIDE_VENDOR)/packs && touch $@
+	$(call unpack-npm,$(SLIDE_VENDOR),$(SLIDE_PACKAGES))
 
 # Present a notebook live: reveal.js slides whose widgets run (Voila executes the notebook, then serves
 # it; the first slide shows once every cell has run, about 2 minutes for 04). Offline: the course's
