@@ -21,6 +21,7 @@ tests that start one are marked `slow` by hand. tests/project/test_slow_guard.py
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -40,6 +41,36 @@ REAL_LOADER = pytest.StashKey[classmethod]()  # transformers' own PreTrainedMode
 
 
 # --- the real models, once per session -------------------------------------------------------------
+
+def vendored(path: Path, what: str = "it unpacks MathJax and axe-core from npm") -> Path:
+    """A file or folder `make site-vendor` unpacks; the test is skipped without it, and failed in CI (CI=true)."""
+    if not path.exists():
+        message = f"{path} is missing: run `make site-vendor` ({what})"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"the site's tests must run in CI, but {message}", pytrace=False)
+        pytest.skip(message)
+    return path
+
+
+@pytest.fixture(scope="session")
+def site_vendor():
+    """`vendored` for a test: site_vendor(path) is path, or the test skipped (failed in CI) without it."""
+    return vendored
+
+
+@pytest.fixture(scope="module")
+def course_site(tmp_path_factory) -> Path:
+    """The course's site (labkit.course.site) built from the committed notebooks into a temporary folder; its
+    folder (index.html, one page per notebook). About 10 s."""
+    from labkit.course.site import MATHJAX, build_site
+
+    root = Path(__file__).resolve().parents[1]
+    folder = tmp_path_factory.mktemp("site")
+    notebooks = sorted((root / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    build_site(notebooks, folder / "site", source_dir=folder / "source", readme=root / "README.md",
+               mathjax=vendored(root / MATHJAX))
+    return folder / "site"
+
 
 @pytest.fixture(scope="session")
 def smollm2():

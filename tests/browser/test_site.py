@@ -2,14 +2,13 @@
 the home page and three notebook pages show, the offline search finds ten course terms and a result opens,
 and axe-core (unpacked from npm by `make site-vendor`) finds no critical or serious violation on any page."""
 
-import os
 import re
 from pathlib import Path
 
 import pytest
 
 from labkit.course.glossary import GLOSSARY
-from labkit.course.site import MATHJAX, build_site
+
 
 pytestmark = pytest.mark.browser
 
@@ -23,21 +22,9 @@ SEARCHED = ["tokenizer", "beam search", "temperature", "KV cache", "prefill", "q
 BLOCKING = {"critical", "serious"}  # axe-core's two highest impacts
 
 
-def vendored(path: Path) -> Path:
-    """A file or folder `make site-vendor` unpacks from npm; the test is skipped without it (failed in CI)."""
-    if not path.exists():
-        message = f"{path} is missing: run `make site-vendor` (it unpacks MathJax and axe-core from npm)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"the site's browser tests must run in CI, but {message}", pytrace=False)
-        pytest.skip(message)
-    return path
-
-
 @pytest.fixture(scope="module")
-def site(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("site")
-    return build_site(NOTEBOOKS, folder / "site", source_dir=folder / "source", readme=ROOT / "README.md",
-                      mathjax=vendored(ROOT / MATHJAX)).parent
+def site(course_site) -> Path:
+    return course_site  # tests/conftest.py builds it
 
 
 @pytest.fixture
@@ -82,8 +69,8 @@ def test_the_offline_search_finds_a_course_term_where_it_is_taught(tab, site, te
     assert term.lower().split()[0] in tab.locator("article").inner_text().lower()
 
 
-def test_axe_finds_no_critical_or_serious_violation_on_any_page(tab, site, record_property):
-    axe = vendored(AXE)
+def test_axe_finds_no_critical_or_serious_violation_on_any_page(tab, site, record_property, site_vendor):
+    axe = site_vendor(AXE)
     found = {}
     for page in sorted(site.glob("*.html")):
         tab.goto(page.as_uri())

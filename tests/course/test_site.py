@@ -4,14 +4,13 @@ box, every figure has an alt text, widgets show their fallbacks, and nothing is 
 
 import html
 import json
-import os
 import re
 from pathlib import Path
 
 import pytest
 
 from labkit.course.glossary import GLOSSARY
-from labkit.course.site import MATHJAX, build_site, notebook_title
+from labkit.course.site import notebook_title
 from labkit.course.solutions import SOLUTION_TAG, tags, text
 from labkit.course.student import (INSTRUCTOR_NOTE, is_checker_cell, is_instructor_note, is_reveal_cell,
                                    student_copy)
@@ -21,23 +20,9 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 MIN_CHARS = 25  # a line shorter than this (`x = 1`, a bare number) could appear on a page by chance
 
 
-def vendored_mathjax() -> Path:
-    """MathJax as `make site-vendor` unpacks it; the test is skipped without it (failed in CI)."""
-    mathjax = ROOT / MATHJAX
-    if not mathjax.is_dir():
-        message = f"{MATHJAX} is missing: run `make site-vendor` (it unpacks MathJax and axe-core from npm)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"the site's tests must run in CI, but {message}", pytrace=False)
-        pytest.skip(message)
-    return mathjax
-
-
 @pytest.fixture(scope="module")
-def site(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("site")
-    build_site(NOTEBOOKS, folder / "site", source_dir=folder / "source", readme=ROOT / "README.md",
-               mathjax=vendored_mathjax())
-    return folder / "site"
+def site(course_site) -> Path:
+    return course_site  # tests/conftest.py builds it
 
 
 def page_text(path: Path) -> str:
