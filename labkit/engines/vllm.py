@@ -66,6 +66,8 @@ def start_vllm_server(model: str = "smollm2-135m", port: int = 0, max_model_len:
     check_choice("dtype", dtype, DTYPES)
     check_address(host, port)
     check_seconds("timeout", timeout)
+    if not isinstance(all_cores, bool):
+        raise TypeError(f"all_cores must be True or False, got {all_cores!r}.")
     policy = {} if wait_policy is None else {"OMP_WAIT_POLICY": check_policy(wait_policy)}
     python = require_vllm()
     port = require_free_port(host, port)

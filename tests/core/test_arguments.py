@@ -22,16 +22,19 @@ BAD_MODELS = ["no-such-model", "", None, 3, ["smollm2-135m"]]
 
 LAUNCHERS = {
     "start_server": (start_server, {
-        "model": BAD_MODELS, "host": BAD_HOSTS, "port": BAD_PORTS, "timeout": BAD_TIMEOUTS,
+        "model": BAD_MODELS, "host": BAD_HOSTS, "port": BAD_PORTS,
+        "timeout": [t for t in BAD_TIMEOUTS if t is not None],  # None: the default, longer with compile
         "max_num_seqs": BAD_COUNTS, "max_waiting": [-1, 1.5, "8", True], "api_key": ["", 42],
         "optimize": ["fuse,int4", ("warp",), ("int8", "int4")], "env": ["OMP_WAIT_POLICY=ACTIVE", {"A": 1}],
-        "chunked_prefill": ["yes", 1, None], "max_num_batched_tokens": [0, 4, 256.0, "256", True]}),
+        "chunked_prefill": ["yes", 1, None], "max_num_batched_tokens": [0, 4, 256.0, "256", True],
+        "compile": ["yes", 1, None]}),
     "start_llama_server": (start_llama_server, {
         "model": BAD_MODELS, "host": BAD_HOSTS, "port": BAD_PORTS, "timeout": BAD_TIMEOUTS,
         "n_threads": BAD_COUNTS, "slots": BAD_COUNTS, "n_ctx": [0, 8, 2048.0, "2048"]}),
     "start_vllm_server": (start_vllm_server, {
         "model": BAD_MODELS, "host": BAD_HOSTS, "port": BAD_PORTS, "timeout": BAD_TIMEOUTS,
-        "max_model_len": [0, 8, 512.0], "kv_cache_gib": [0, 1.5, "1"], "dtype": ["fp8", None, "int4"]}),
+        "max_model_len": [0, 8, 512.0], "kv_cache_gib": [0, 1.5, "1"], "dtype": ["fp8", None, "int4"],
+        "all_cores": ["yes", 1, None]}),
     "load_llamacpp": (load_llamacpp, {"model": BAD_MODELS, "n_threads": BAD_COUNTS, "n_ctx": [0, 8, 2048.0],
                                       "flash_attn": ["on", 1, None], "logits_all": ["yes", 0]}),
 }
