@@ -38,7 +38,7 @@ from labkit.engines.runners import LabkitRunner, LlamaCppRunner, TransformersRun
 from labkit.engines.server_runner import ServerRunner
 from labkit.fast.processes import check_policy, run_in_child
 from labkit.models.loading import load_model, load_tokenizer
-from labkit.serving.http.launcher import ServerHandle
+from labkit.launcher import ServerHandle
 from labkit.serving.http.load import question
 from labkit.timing import check_repeats
 

@@ -26,7 +26,7 @@ import torch
 from labkit.engines.install import MAKE_ENGINES, llama_server_installed, vllm_installed
 from labkit.engines.llama_server import LlamaServerSettings, start_llama_server
 from labkit.engines.vllm import DEFAULT_KV_CACHE_GIB, all_cores_env, start_vllm_server
-from labkit.serving.http.launcher import ServerHandle
+from labkit.launcher import ServerHandle
 from labkit.serving.http.server import ServerOptions, start_server
 
 MODEL = "smollm2-135m"

@@ -24,7 +24,7 @@ from labkit.core.arguments import check_int, check_seconds
 from labkit.engines.install import require_llama_server
 from labkit.engines.llamacpp import DEFAULT_CONTEXT, MIN_CONTEXT, gguf_path, server_environment
 from labkit.fast.processes import check_policy
-from labkit.serving.http.launcher import ServerHandle, check_address, launch, require_free_port
+from labkit.launcher import ServerHandle, check_address, launch, require_free_port
 
 DEFAULT_SLOTS = 4
 READY_TIMEOUT_S = 60.0  # measured: /health answers about 1 s after launch

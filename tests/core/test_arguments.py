@@ -5,12 +5,12 @@ import math
 
 import pytest
 
-import labkit.serving.http.launcher as launcher_module
+import labkit.launcher as launcher_module
 from labkit.core.arguments import check_choice, check_int, check_seconds, check_text
 from labkit.engines.llama_server import start_llama_server
 from labkit.engines.llamacpp import load_llamacpp
 from labkit.engines.vllm import start_vllm_server
-from labkit.serving.http.launcher import require_free_port
+from labkit.launcher import require_free_port
 from labkit.serving.http.server import start_server
 
 # What each kind of argument must refuse: wrong types, bools posing as numbers, and values out of range.

@@ -7,7 +7,7 @@ import pytest
 from labkit.engines import EngineNotInstalled, start_llama_server, start_vllm_server
 from labkit.engines.compare import EngineRow, greedy_agreement, side_by_side, topk_agreement
 from labkit.engines.install import require_llamacpp
-from labkit.serving.http.launcher import require_free_port
+from labkit.launcher import require_free_port
 
 
 def test_greedy_agreement_counts_the_shared_start_only():

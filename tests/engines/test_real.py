@@ -33,7 +33,7 @@ from labkit.core.text import chat_prompt
 from labkit.engines import (llama_server_installed, llamacpp_installed, load_llamacpp, start_llama_server,
                             start_vllm_server, vllm_installed)
 from labkit.engines.install import MAKE_ENGINES
-from labkit.serving.http.launcher import live_group_members, require_free_port
+from labkit.launcher import live_group_members, require_free_port
 
 MODEL = "smollm2-135m"
 GREEDY = {"temperature": 0.0, "repeat_penalty": 1.0}  # llama.cpp: greedy, no repetition penalty

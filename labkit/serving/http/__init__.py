@@ -14,7 +14,7 @@ too); `client` and `load` time it from the client's side.
     >>> server.stop()
 """
 
-from labkit.serving.http.launcher import ServerHandle
+from labkit.launcher import ServerHandle
 from labkit.serving.http.server import ServerOptions, start_server
 
 __all__ = ["ServerHandle", "ServerOptions", "start_server"]

@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from labkit.core.arguments import check_int, check_seconds, check_text
-from labkit.serving.http.launcher import ServerHandle, check_address, launch, require_free_port
+from labkit.launcher import ServerHandle, check_address, launch, require_free_port
 
 DEFAULT_PORT = 8000
 DEFAULT_MAX_NUM_SEQS = 8
