@@ -23,7 +23,7 @@ import torch
 from labkit.core.text import chat_prompt, encode_prompt
 from labkit.decoding.generate import generate_text
 from labkit.decoding.scoring import perplexity
-from labkit.quant.evaluation import eval_text
+from labkit.models.eval_data import eval_text
 
 BPB_WINDOW = 2048  # tokens per scored window: within both models' trained context
 ANSWER_TOKENS = 24

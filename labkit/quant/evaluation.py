@@ -16,57 +16,25 @@ is measured in one run on the same data (data/eval/, written for this project):
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerBase
 
-from labkit.core.arguments import check_int
 from labkit.timing import check_repeats, interleaved_tokens_per_second
 from labkit.quant.bnb import BitsAndBytesUnavailable, load_bitsandbytes_model
-from labkit.core.text import chat_prompt, encode_prompt
+from labkit.core.text import encode_prompt
 from labkit.decoding.generate import generate_ids
+from labkit.models.eval_data import eval_ids, eval_prompts, eval_text  # noqa: F401  (also imported from here)
 from labkit.models.loading import load_model
 from labkit.quant.linear import quantize_model
 from labkit.decoding.scoring import perplexity
 
-DATA_DIR = Path(__file__).resolve().parents[2] / "data" / "eval"
 MODEL = "smollm2-135m"
 DECODE_PROMPT = "The history of the Roman Empire begins with"  # plain text: rarely ends early
-
-
-def _data_file(name: str) -> Path:
-    path = DATA_DIR / name
-    if not path.exists():
-        raise FileNotFoundError(f"{path} is missing. The evaluation data lives in the repository's data/eval/ "
-                                "folder: install labkit from a checkout with `pip install -e .` (as `make lab` does).")
-    return path
-
-
-def eval_text() -> str:
-    """The evaluation text (prose and code, about 3,700 SmolLM2 tokens); see data/eval/README.md."""
-    return _data_file("eval_text.txt").read_text(encoding="utf-8")
-
-
-def eval_prompts(tokenizer: PreTrainedTokenizerBase) -> list[list[int]]:
-    """The fixed prompt set as token ids: chat prompts through the chat template, then text prompts."""
-    prompts = json.loads(_data_file("prompts.json").read_text(encoding="utf-8"))
-    return ([chat_prompt(tokenizer, text) for text in prompts["chat"]]
-            + [encode_prompt(tokenizer, text) for text in prompts["text"]])
-
-
-def eval_ids(tokenizer: PreTrainedTokenizerBase, max_tokens: int | None = None) -> torch.Tensor:
-    """The evaluation text as input ids [1, T], cut to its first max_tokens tokens if given."""
-    ids = tokenizer(eval_text())["input_ids"]
-    if max_tokens is not None:
-        check_int("max_tokens", max_tokens, minimum=2, note="or None for the whole text")
-        ids = ids[:max_tokens]
-    return torch.tensor([ids])
 
 
 def model_nbytes(model: torch.nn.Module) -> int:

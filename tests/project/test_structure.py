@@ -2,6 +2,8 @@
 
 These tests read labkit's source with `ast` (nothing is imported), and guard:
 - no import cycle between labkit modules, so each folder can be read on its own;
+- no two labkit folders that import each other, even through different modules (a cycle of folders: the
+  folders stack in layers, each one readable with only the ones below it);
 - no private `_name` imported from another module, so a module's internals stay its own;
 - matplotlib and ipywidgets only under labkit/viz/, so the rest runs headless;
 - files and functions short enough to read in one sitting;
@@ -129,6 +131,28 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+def folder_of(module: str, package: Path = PACKAGE) -> str:
+    """The folder `module` belongs to: labkit.serving.http.server -> labkit.serving.http; a package is its
+    own folder. A module directly under labkit/ (labkit.timing) counts as a folder of its own, since
+    labkit/ holds the entry points (__init__, __main__) beside small shared modules."""
+    if "." not in module or (package / Path(*module.split(".")[1:]) / "__init__.py").is_file():
+        return module
+    parent = module.rsplit(".", 1)[0]
+    return module if parent == package.name else parent
+
+
+def folder_graph(package: Path = PACKAGE) -> dict[str, dict[str, list[str]]]:
+    """folder -> {folder it imports: ["module -> module", ...], the imports that draw that edge}.
+    Function-level imports count: they are late, not absent."""
+    graph: dict[str, dict[str, list[str]]] = {}
+    for source, targets in import_graph(package).items():
+        for target in sorted(targets):
+            here, there = folder_of(source, package), folder_of(target, package)
+            if here != there:
+                graph.setdefault(here, {}).setdefault(there, []).append(f"{source} -> {target}")
+    return graph
+
+
 def private_imports(package: Path = PACKAGE) -> list[str]:
     """`file: from module import _name` for every private name imported from a labkit module."""
     root = package.name
@@ -192,6 +216,33 @@ def readme_section(heading: str = "## Layout") -> str:
 def test_no_import_cycles():
     found = cycles(import_graph())
     assert not found, "import cycles between labkit modules:\n" + "\n".join(" <-> ".join(c) for c in found)
+
+
+def test_no_folder_imports_a_folder_that_imports_it():
+    graph = folder_graph()
+    found = cycles({folder: set(edges) for folder, edges in graph.items()})
+    lines = []
+    for component in found:
+        for here in component:
+            lines += [f"  {why}" for there in component for why in graph.get(here, {}).get(there, [])[:3]]
+    assert not found, ("labkit folders that import each other:\n" + "\n".join(" <-> ".join(c) for c in found)
+                       + "\nthrough:\n" + "\n".join(lines))
+
+
+def test_folder_cycle_through_a_function_level_import_is_found(tmp_path):
+    package = tmp_path / "labkit"
+    files = {"__init__.py": "", "a/__init__.py": "", "b/__init__.py": "", "b/c/__init__.py": "",
+             "a/top.py": "from labkit.b.c.low import g\n",
+             "b/c/low.py": "def g():\n    from labkit.a import top  # late, still an edge\n",
+             "b/mid.py": "from labkit.b.c import low\n"}
+    for name, text in files.items():
+        (package / name).parent.mkdir(parents=True, exist_ok=True)
+        (package / name).write_text(text)
+    graph = folder_graph(package)
+    assert graph["labkit.b.c"] == {"labkit.a": ["labkit.b.c.low -> labkit.a.top"]}
+    assert graph["labkit.b"] == {"labkit.b.c": ["labkit.b.mid -> labkit.b.c.low"]}  # a subfolder is a folder
+    assert cycles({folder: set(edges) for folder, edges in graph.items()}) == [["labkit.a", "labkit.b.c"]]
+    assert folder_of("labkit.timing") == "labkit.timing"  # a module directly under labkit/: its own
 
 
 def test_no_private_names_imported_across_modules():
