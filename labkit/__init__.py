@@ -8,6 +8,11 @@
 The flat names below are what the notebooks use; each lives in one folder that mirrors the course:
 core/ (the model, its caches, the forward seam, text), models/, decoding/, quant/, speculative/,
 viz/ (every figure and widget), checks/ and benchmarks/.
+
+`import labkit` loads what these names need (torch, transformers, the model's own modules) and no more:
+the exercise checkers (`labkit.checks`), which import every folder of the course, the HTTP server among
+them, load on first use, as does any folder reached as an attribute (`labkit.serving`), by PEP 562's
+module `__getattr__`.
 """
 
 import os
@@ -17,8 +22,9 @@ import os
 # is idle. This only takes effect if torch was not imported yet; `make lab` and `make test` set it too.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from labkit import checks  # noqa: E402  (after the environment above, before torch loads)
-from labkit.core.forward import decode_step, prefill
+import importlib.util  # noqa: E402  (the imports below come after the environment above, before torch loads)
+
+from labkit.core.forward import decode_step, prefill  # noqa: E402
 from labkit.core.kv_cache import KVCache
 from labkit.core.llama import Llama, LlamaConfig
 from labkit.core.text import chat_prompt, encode_prompt
@@ -39,3 +45,14 @@ __all__ = [
     "decode_step", "early_exit_drafter", "encode_prompt", "generate", "generate_ids", "generate_text", "greedy",
     "load_model", "load_tokenizer", "optimize", "prefill", "preset", "sample", "speculative_generate", "tiny_model",
 ]
+
+
+def __getattr__(name: str):
+    """`labkit.checks`, `labkit.serving`, ...: a folder not loaded yet is imported on first use (PEP 562)."""
+    if not name.isidentifier() or name.startswith("_") or not importlib.util.find_spec(f"{__name__}.{name}"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return importlib.import_module(f"{__name__}.{name}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
