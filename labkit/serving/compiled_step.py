@@ -93,6 +93,24 @@ def decode_graph(model: Llama, ids: torch.Tensor, positions: torch.Tensor, mask:
     return logits, torch.stack(cache.new_keys), torch.stack(cache.new_values)
 
 
+def read_slots(tables: list[list[int]], seen: torch.Tensor, length: int, block_size: int) -> torch.Tensor:
+    """[B, length]: row b's flat pool slot (block * block_size + offset) of each of its first seen[b]
+    positions, 0 after them and in padding rows (B = len(seen) >= len(tables)); laid out by torch, not per
+    token in Python, since a step reads every past token of every row.
+
+        >>> read_slots([[3, 5]], torch.tensor([5, 0]), 6, 4)
+        tensor([[12, 13, 14, 15, 20,  0],
+                [ 0,  0,  0,  0,  0,  0]])
+    """
+    width = -(-length // block_size)  # blocks that hold `length` positions
+    table = torch.zeros(len(seen), width, dtype=torch.long)
+    for row, blocks in enumerate(tables):
+        table[row, :min(len(blocks), width)] = torch.tensor(blocks[:width], dtype=torch.long)
+    positions = torch.arange(length)
+    slots = table[:, positions // block_size] * block_size + positions % block_size
+    return slots.masked_fill(positions[None, :] >= seen.cpu()[:, None], 0).to(seen.device)
+
+
 class CompiledDecode:
     """labkit's Llama's decode step compiled for the batch sizes up to `max_batch`, over `pool` (module doc)."""
 
@@ -134,9 +152,8 @@ class CompiledDecode:
         device, block_size, real = self.model.device, self.pool.block_size, len(tokens)
         length = max([MIN_CONTEXT, *starts])
         pad = size - real
-        past = [slot_index(table, list(range(start)), block_size) for table, start in zip(tables, starts)]
-        read = torch.tensor([row + [0] * (length - len(row)) for row in past] + [[0] * length] * pad, device=device)
         seen = torch.tensor(starts + [0] * pad, device=device)  # [size]: past tokens each row sees
+        read = read_slots(tables, seen, length, block_size)
         columns = torch.arange(length + 1, device=device)
         hidden = (columns[None, :] >= seen[:, None]) & (columns[None, :] < length)  # the new key, last, is seen
         mask = torch.zeros(size, 1, 1, length + 1, device=device).masked_fill(hidden[:, None, None], float("-inf"))
