@@ -13,6 +13,8 @@ from labkit.serving.compiled_step import CompiledDecode, batch_sizes, padded_siz
 from labkit.serving.engine import Engine
 from labkit.serving.runner import forward_padded
 
+from .conftest import run_staggered
+
 TINY_ATOL = 1e-4  # as tests/serving/test_engine.py: batched vs alone on tiny(), float32
 PROMPTS = ["Hi", "The sea is", "Once upon a time, in a land far away,", "A", "The capital of France is",
            "Question: what is two plus two? Answer:"]
@@ -58,12 +60,7 @@ def test_one_step_equals_the_eager_step_and_writes_the_same_keys(tiny, one_threa
 def test_a_compiled_engine_gives_each_prompt_what_it_gets_alone(tiny, tokenizer, one_thread):
     engine = Engine(tiny, tokenizer, max_num_seqs=4, record_logits=True, compile_decode=True)
     assert sorted(engine.compile_seconds) == [1, 2, 4]  # every size compiled at start-up
-    ids, step = [], 0
-    while len(ids) < len(PROMPTS) or engine.has_unfinished():
-        while len(ids) < len(PROMPTS) and ARRIVALS[len(ids)] <= step:
-            ids.append(engine.add_request(PROMPTS[len(ids)], max_new_tokens=NEW_TOKENS[len(ids)]))
-        engine.step()
-        step += 1
+    ids = run_staggered(engine, [(p, {"max_new_tokens": n}) for p, n in zip(PROMPTS, NEW_TOKENS)], ARRIVALS)
     decodes = sum(m.kind == "decode" for m in engine.step_metrics)
     assert engine.runner.compiled.steps >= decodes > 10  # every decode step ran compiled (and 1-token prompts)
     for request_id, prompt, n in zip(ids, PROMPTS, NEW_TOKENS):

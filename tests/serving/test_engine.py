@@ -8,6 +8,8 @@ import labkit
 from labkit.decoding.generate import generate
 from labkit.serving.engine import Engine, EngineBusy
 
+from .conftest import run_staggered
+
 # Batched vs alone: the same arithmetic on the same numbers, but in other shapes (more rows, keys padded
 # to the longest row and masked), so a matmul kernel may sum in another order. On tiny() (logits of
 # order 1, float32) that moves logits by ~1e-6; 1e-4 leaves room for other CPUs' kernels while still
@@ -38,19 +40,6 @@ def options(index):
 def alone(model, tokenizer, prompt, **opts):
     steps = list(generate(model, tokenizer, prompt, return_logits=True, **opts))
     return [s.token_id for s in steps], torch.stack([s.logits for s in steps])
-
-
-def run_staggered(engine, requests, arrivals):
-    """Add requests[i] after arrivals[i] steps; step until all are done. Returns the request ids."""
-    ids, step = [], 0
-    while len(ids) < len(requests) or engine.has_unfinished():
-        while len(ids) < len(requests) and arrivals[len(ids)] <= step:
-            prompt, opts = requests[len(ids)]
-            ids.append(engine.add_request(prompt, **opts))
-        engine.step()
-        engine.scheduler.check()
-        step += 1
-    return ids
 
 
 def assert_all_free(engine):

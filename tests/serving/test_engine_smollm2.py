@@ -8,6 +8,8 @@ import torch
 import labkit
 from labkit.serving.engine import Engine
 
+from .conftest import run_staggered
+
 # Batched vs alone, the same float32 arithmetic in other shapes (rows padded to the longest, keys
 # padded and masked, a shared prefix computed in another row), so matmuls may sum in another order.
 # Measured on this 2-core CPU: max |batched - alone| = 6.0e-05 over every logit of every step (logits
@@ -69,12 +71,7 @@ def test_batched_chat_equals_each_prompt_alone(smollm2_labkit, tokenizer, chunke
     assert len({len(p) for p in prompts}) == len(prompts)  # all lengths differ
     chunking = {"chunked_prefill": True, "max_num_batched_tokens": 48, "prefill_chunk": 32} if chunked else {}
     engine = Engine(smollm2_labkit, tokenizer, max_num_seqs=8, record_logits=True, **chunking)
-    ids, step = [], 0
-    while len(ids) < len(prompts) or engine.has_unfinished():
-        while len(ids) < len(prompts) and ARRIVAL_STEPS[len(ids)] <= step:
-            ids.append(engine.add_request(prompts[len(ids)], max_new_tokens=NEW_TOKENS[len(ids)]))
-        engine.step()
-        step += 1
+    ids = run_staggered(engine, [(p, {"max_new_tokens": n}) for p, n in zip(prompts, NEW_TOKENS)], ARRIVAL_STEPS)
     assert max(m.batch_size for m in engine.step_metrics) >= 6  # they really shared forward passes
     assert {m.kind for m in engine.step_metrics} == ({"prefill", "decode", "mixed"} if chunked else {"prefill", "decode"})
     found = [compare(engine, i, smollm2_labkit, tokenizer, p, n) for i, p, n in zip(ids, prompts, NEW_TOKENS)]

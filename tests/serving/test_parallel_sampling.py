@@ -15,6 +15,8 @@ from labkit.core.paged import BlockPool
 from labkit.decoding.generate import generate
 from labkit.serving.engine import Engine
 
+from .conftest import run_staggered
+
 # Batched vs alone on tiny() (float32, logits of order 1): the same arithmetic in other shapes moves logits
 # by ~1e-6; a key read from the wrong block moves them by 0.1-1 (as tests/serving/test_engine.py).
 TINY_ATOL = 1e-4
@@ -150,14 +152,7 @@ def test_a_group_among_other_requests_keeps_batch_invariance(tiny, tokenizer, on
                 (OTHERS[2], {"n": 2, "temperature": 1.0, "top_k": 20, "seed": 8, "max_new_tokens": 7}),
                 (OTHERS[3], {"max_new_tokens": 8, "repetition_penalty": 1.5})]
     engine = Engine(tiny, tokenizer, max_num_seqs=8, block_size=4, record_logits=True)
-    ids, arrivals, step = [], [0, 0, 1, 2, 4], 0
-    while len(ids) < len(requests) or engine.has_unfinished():
-        while len(ids) < len(requests) and arrivals[len(ids)] <= step:
-            prompt, options = requests[len(ids)]
-            ids.append(engine.add_request(prompt, **options))
-        engine.step()
-        engine.scheduler.check()
-        step += 1
+    ids = run_staggered(engine, requests, arrivals=[0, 0, 1, 2, 4])
     assert max(m.batch_size for m in engine.step_metrics) >= 6  # the samples shared passes with the others
     for request_id, (prompt, options) in zip(ids, requests):
         options = {k: v for k, v in options.items() if k != "n"}
