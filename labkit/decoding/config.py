@@ -28,12 +28,13 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
-from numbers import Integral, Real
 
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from labkit.core.arguments import InvalidArgument
 from labkit.decoding import sampling, structured
+from labkit.decoding.option_rules import RULES, blamed, check_option, is_int, is_number
 from labkit.decoding.thinking import ThinkingBudget, ThinkingFormat, check_thinking_options
 
 SAMPLING_ONLY = ("top_k", "top_p", "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff")
@@ -75,18 +76,11 @@ def apply_transforms(logits: torch.Tensor, input_ids: torch.Tensor, transforms: 
     return logits
 
 
-def _is_number(value: object) -> bool:
-    return isinstance(value, Real) and not isinstance(value, bool)
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, Integral) and not isinstance(value, bool)
-
-
 @dataclass(frozen=True)
 class DecodingConfig:
     """How to choose tokens. The defaults decode greedily with no penalty; each option's default is
-    its "off" value. Invalid values raise a ValueError naming the option and its allowed range.
+    its "off" value. An invalid value raises an InvalidArgument (a ValueError) that names the option and its
+    allowed range, with the option's name and value as its `parameter` and `value`.
 
         >>> DecodingConfig(temperature=0.7, top_k=50, top_p=0.9, seed=1)
         >>> DecodingConfig(num_beams=4, length_penalty=1.0)           # beam search
@@ -121,93 +115,82 @@ class DecodingConfig:
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str) or not isinstance(self.stop, Iterable):
-            raise ValueError(f"stop must be a list of non-empty strings, got {self.stop!r}.")
+            raise InvalidArgument(f"stop must be a list of non-empty strings, got {self.stop!r}.", "stop", self.stop)
         if not isinstance(self.banned_tokens, Iterable) or isinstance(self.banned_tokens, (str, Mapping)):
-            raise ValueError(f"banned_tokens must be a list of token ids, got {self.banned_tokens!r}.")
+            raise InvalidArgument(f"banned_tokens must be a list of token ids, got {self.banned_tokens!r}.",
+                                  "banned_tokens", self.banned_tokens)
         if not isinstance(self.logit_bias, Mapping):
-            raise ValueError(f"logit_bias must be a mapping of token id -> bias, got {self.logit_bias!r}.")
+            raise InvalidArgument(f"logit_bias must be a mapping of token id -> bias, got {self.logit_bias!r}.",
+                                  "logit_bias", self.logit_bias)
         object.__setattr__(self, "stop", tuple(self.stop))
         object.__setattr__(self, "banned_tokens", tuple(self.banned_tokens))
         object.__setattr__(self, "logit_bias", dict(self.logit_bias))
-        object.__setattr__(self, "json_schema", structured.check_json_schema(self.json_schema))
-        structured.check_grammar(self.grammar, self.json_schema)
+        object.__setattr__(self, "json_schema", blamed("json_schema", self.json_schema, structured.check_json_schema,
+                                                        self.json_schema))
+        blamed("grammar", self.grammar, structured.check_grammar, self.grammar, self.json_schema)
         self._validate()
 
     def _validate(self) -> None:
-        def number(name: str, ok: Callable[[float], bool], allowed: str) -> None:
-            value = getattr(self, name)
-            if not _is_number(value) or value != value:
-                raise ValueError(f"{name} must be a number {allowed}, got {value!r} ({type(value).__name__}).")
-            if not ok(value):
-                raise ValueError(f"{name} must be {allowed}, got {value!r}.")
-
-        def integer(name: str, low: int, allowed: str) -> None:
-            value = getattr(self, name)
-            if not _is_int(value) or value < low:
-                raise ValueError(f"{name} must be an integer {allowed}, got {value!r}.")
-
-        integer("max_new_tokens", 0, ">= 0")
-        number("temperature", lambda v: v >= 0 and v != float("inf"), ">= 0 (0 means greedy)")
-        integer("top_k", 0, ">= 0 (0 turns it off)")
-        number("top_p", lambda v: 0 < v <= 1, "in (0, 1] (1 turns it off)")
-        number("min_p", lambda v: 0 <= v <= 1, "in [0, 1] (0 turns it off)")
-        number("typical_p", lambda v: 0 < v <= 1, "in (0, 1] (1 turns it off)")
-        number("epsilon_cutoff", lambda v: 0 <= v < 1, "in [0, 1) (0 turns it off)")
-        number("eta_cutoff", lambda v: 0 <= v < 1, "in [0, 1) (0 turns it off)")
-        number("repetition_penalty", lambda v: 0 < v < float("inf"),
-               "> 0 (1 is off, > 1 discourages repeats, < 1 encourages them)")
-        number("presence_penalty", lambda v: -2 <= v <= 2, "in [-2, 2] (0 is off, > 0 discourages repeats)")
-        number("frequency_penalty", lambda v: -2 <= v <= 2, "in [-2, 2] (0 is off, > 0 discourages repeats)")
-        integer("no_repeat_ngram_size", 0, ">= 0 (0 turns it off)")
-        integer("min_new_tokens", 0, ">= 0")
-        integer("num_beams", 1, ">= 1 (1 means no beam search)")
-        number("length_penalty", lambda v: abs(v) < float("inf"),
-               "(finite; > 0 favours longer beams, < 0 shorter ones)")
-        integer("num_return_sequences", 1, f"in [1, num_beams={self.num_beams}]")
-        if self.num_return_sequences > self.num_beams:
-            raise ValueError(f"num_return_sequences must be an integer in [1, num_beams={self.num_beams}], "
-                             f"got {self.num_return_sequences}.")
+        """Each option on its own (an InvalidArgument names it and its value), then how they combine."""
+        for name in RULES:
+            check_option(name, getattr(self, name))
+        n = self.num_return_sequences
+        if not is_int(n) or not 1 <= n <= self.num_beams:
+            raise InvalidArgument(f"num_return_sequences must be an integer in [1, num_beams={self.num_beams}], "
+                                  f"got {n!r}.", "num_return_sequences", n)
         if self.early_stopping not in (True, False, "never"):
-            raise ValueError(f"early_stopping must be True, False or 'never', got {self.early_stopping!r}.")
+            raise InvalidArgument(f"early_stopping must be True, False or 'never', got {self.early_stopping!r}.",
+                                  "early_stopping", self.early_stopping)
         for key, value in self.logit_bias.items():
-            if not _is_int(key) or key < 0:
-                raise ValueError(f"logit_bias keys must be token ids (integers >= 0), got {key!r}.")
-            if not _is_number(value) or not -100 <= value <= 100:
-                raise ValueError(f"logit_bias values must be numbers in [-100, 100], got {value!r} for token {key}.")
-        if any(not _is_int(t) or t < 0 for t in self.banned_tokens):
-            raise ValueError(f"banned_tokens must be token ids (integers >= 0), got {self.banned_tokens!r}.")
+            if not is_int(key) or key < 0:
+                raise InvalidArgument(f"logit_bias keys must be token ids (integers >= 0), got {key!r}.",
+                                      "logit_bias", self.logit_bias)
+            if not is_number(value) or not -100 <= value <= 100:
+                raise InvalidArgument(f"logit_bias values must be numbers in [-100, 100], got {value!r} for token "
+                                      f"{key}.", "logit_bias", self.logit_bias)
+        if any(not is_int(t) or t < 0 for t in self.banned_tokens):
+            raise InvalidArgument(f"banned_tokens must be token ids (integers >= 0), got {self.banned_tokens!r}.",
+                                  "banned_tokens", self.banned_tokens)
         if any(not isinstance(s, str) or s == "" for s in self.stop):
-            raise ValueError(f"stop must be a list of non-empty strings, got {list(self.stop)!r}.")
-        if self.seed is not None and not _is_int(self.seed):
-            raise ValueError(f"seed must be an integer or None, got {self.seed!r}.")
+            raise InvalidArgument(f"stop must be a list of non-empty strings, got {list(self.stop)!r}.", "stop",
+                                  self.stop)
+        if self.seed is not None and not is_int(self.seed):
+            raise InvalidArgument(f"seed must be an integer or None, got {self.seed!r}.", "seed", self.seed)
         self._check_combinations()
 
     def _check_combinations(self) -> None:
+        """Options that act only with others: the error names the option that would have no effect."""
         changed = [name for name in SAMPLING_ONLY if getattr(self, name) != _DEFAULTS[name]]
         if self.num_beams > 1 and (self.temperature > 0 or changed):
-            options = ", ".join(f"{n}={getattr(self, n)!r}" for n in (["temperature"] if self.temperature > 0
-                                                                         else []) + changed)
-            raise ValueError(f"num_beams={self.num_beams} is deterministic beam search, which does not sample, so "
-                             f"{options} would have no effect. Use temperature=0 with beams, or num_beams=1 to sample.")
+            unused = (["temperature"] if self.temperature > 0 else []) + changed
+            options = ", ".join(f"{n}={getattr(self, n)!r}" for n in unused)
+            raise InvalidArgument(f"num_beams={self.num_beams} is deterministic beam search, which does not sample, "
+                                  f"so {options} would have no effect. Use temperature=0 with beams, or num_beams=1 to "
+                                  "sample.", unused[0], getattr(self, unused[0]))
         if self.temperature == 0 and changed:
             options = ", ".join(f"{n}={getattr(self, n)!r}" for n in changed)
-            raise ValueError(f"{options} only acts when sampling, but temperature=0 means greedy decoding. "
-                             "Set temperature > 0 (e.g. temperature=1.0) to sample.")
+            raise InvalidArgument(f"{options} only acts when sampling, but temperature=0 means greedy decoding. "
+                                  "Set temperature > 0 (e.g. temperature=1.0) to sample.", changed[0],
+                                  getattr(self, changed[0]))
         beam_options = [n for n in BEAM_ONLY if getattr(self, n) != _DEFAULTS[n]]
         if self.num_beams == 1 and beam_options:
             options = ", ".join(f"{n}={getattr(self, n)!r}" for n in beam_options)
-            raise ValueError(f"{options} only acts in beam search; set num_beams > 1.")
+            raise InvalidArgument(f"{options} only acts in beam search; set num_beams > 1.", beam_options[0],
+                                  getattr(self, beam_options[0]))
         if self.json_schema is not None and self.min_new_tokens > 0:
-            raise ValueError("json_schema ends the answer when the JSON is complete; drop min_new_tokens.")
-        check_thinking_options(self.thinking_format, self.thinking_budget, self.thinking_min, self.json_schema,
-                               self.grammar)
+            raise InvalidArgument("json_schema ends the answer when the JSON is complete; drop min_new_tokens.",
+                                  "min_new_tokens", self.min_new_tokens)
+        thinking = "thinking_budget" if self.thinking_budget is not None else "thinking_min"
+        blamed(thinking, getattr(self, thinking), check_thinking_options, self.thinking_format,
+                self.thinking_budget, self.thinking_min, self.json_schema, self.grammar)
 
     def check_vocabulary(self, vocab_size: int) -> None:
-        """Raise a ValueError if logit_bias or banned_tokens name a token id outside [0, vocab_size)."""
+        """Raise an InvalidArgument if logit_bias or banned_tokens name a token id outside [0, vocab_size)."""
         for name, ids in (("logit_bias", list(self.logit_bias)), ("banned_tokens", list(self.banned_tokens))):
             bad = [i for i in ids if i >= vocab_size]
             if bad:
-                raise ValueError(f"{name} names token ids outside the vocabulary [0, {vocab_size}): {bad[:5]}.")
+                raise InvalidArgument(f"{name} names token ids outside the vocabulary [0, {vocab_size}): {bad[:5]}.",
+                                      name, getattr(self, name))
 
     @property
     def do_sample(self) -> bool:

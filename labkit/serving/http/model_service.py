@@ -30,7 +30,9 @@ from transformers import PreTrainedTokenizerBase
 
 from labkit.core.forward import context_length
 from labkit.core.text import chat_prompt, encode_prompt
+from labkit.core.arguments import InvalidArgument
 from labkit.decoding.config import DEFAULT_CONFIG, SAMPLING_ONLY, DecodingConfig
+from labkit.decoding.option_rules import check_option
 from labkit.decoding.tool_prompt import tool_chat_prompt
 from labkit.decoding.tools import ToolSpec
 from labkit.serving.engine import DEFAULT_TOKENS_PER_SEQ, EngineBusy
@@ -215,30 +217,33 @@ async def read_request(request: Request, kind: type[Requested]) -> tuple[ModelSe
 
 
 def decoding_config(chosen: dict[str, tuple[str, object]]) -> DecodingConfig:
-    """A DecodingConfig from DecodingConfig field -> (the client's name for it, value); a 400 names the client's field.
-
-    Each option is added to those accepted before it (temperature first), so the one DecodingConfig refuses
-    is the one at fault, named by this table and not by reading the message. Greedy decoding (temperature 0)
-    ignores the sampling-only options after checking their values, as Ollama and vLLM do.
+    """A DecodingConfig, built once, from DecodingConfig field -> (the client's name for it, value); a 400 names
+    the client's field (`refused_option`). Greedy decoding (temperature 0) ignores the sampling-only options
+    after checking their values, as Ollama and vLLM do.
 
         >>> decoding_config({"temperature": ("options.temperature", 0.0), "top_k": ("options.top_k", -1)})
         ClientError: 'options.top_k' must be an integer >= 0 (0 turns it off), got -1.
     """
-    greedy = chosen.get("temperature", ("", DEFAULT_CONFIG.temperature))[1] == 0
-    config = DEFAULT_CONFIG
-    for field, (name, value) in sorted(chosen.items(), key=lambda item: item[0] != "temperature"):
-        ignored = greedy and field in SAMPLING_ONLY
-        try:
-            checked = DecodingConfig(temperature=1.0, **{field: value}) if ignored else config.replace(**{field: value})
-        except ValueError as error:
-            raise ClientError(400, f"'{name}'{without_name(str(error), field)}", name) from None
-        config = config if ignored else checked
-    return config
+    options = {field: value for field, (_, value) in chosen.items()}
+    try:
+        if options.get("temperature", DEFAULT_CONFIG.temperature) == 0:
+            for field in SAMPLING_ONLY:
+                if field in options:
+                    check_option(field, options.pop(field))
+        return DecodingConfig(**options)
+    except InvalidArgument as error:
+        raise refused_option(error, {field: name for field, (name, _) in chosen.items()}) from None
 
 
-def without_name(message: str, field: str) -> str:
-    """DecodingConfig's message without its own name for the field (" must be ..."), to follow the client's."""
-    return message[len(field):] if message.startswith(field + " ") else f": {message}"
+def refused_option(error: InvalidArgument, names: dict[str, str]) -> ClientError:
+    """The 400 for an option labkit refused, naming the client's field: `names` maps DecodingConfig's
+    option (the error's `parameter`) to it. The one place where labkit's option names become the client's.
+
+        >>> refused_option(InvalidArgument("top_p must be in (0, 1], got 2.", "top_p", 2), {"top_p": "options.top_p"})
+        ClientError(400, "'options.top_p' must be in (0, 1], got 2.", param="options.top_p")
+    """
+    name = names.get(error.parameter)
+    return ClientError(400, str(error)) if name is None else ClientError(400, error.called(f"'{name}'"), name)
 
 
 def finish_reason(engine_reason: str | None) -> str:

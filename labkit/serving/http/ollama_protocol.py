@@ -25,7 +25,7 @@ from labkit.decoding.tools import ToolSpec
 from labkit.serving.http.fields import (ModelRequest, NoSuffix, RequestModel, Strings, either, needs_logprobs,
                                         own_error, refused, within)
 from labkit.serving.http.model_service import decoding_config
-from labkit.serving.http.tool_calls import request_tools, with_tools
+from labkit.serving.http.tool_calls import request_tools, tool_grammar
 from labkit.serving.request import MAX_LOGPROBS
 
 # Ollama option -> DecodingConfig field (num_predict is read apart: -1 and -2 mean "no limit").
@@ -102,8 +102,12 @@ class GenerationRequest(ModelRequest):
         return (self.top_logprobs or 0) if self.logprobs else None
 
     def decoding_config(self, default_max_tokens: int) -> DecodingConfig:
-        """The request as a DecodingConfig: one stop string is a list, num_predict < 0 is default_max_tokens,
-        format "json" is any JSON object and a schema object is that schema."""
+        """The request as a DecodingConfig, built once (a 400 names the client's field)."""
+        return decoding_config(self.chosen_options(default_max_tokens))
+
+    def chosen_options(self, default_max_tokens: int) -> dict[str, tuple[str, object]]:
+        """DecodingConfig field -> (the client's field, value): one stop string is a list, num_predict < 0 is
+        default_max_tokens, format "json" is any JSON object and a schema object is that schema."""
         chosen = {field: (f"options.{name}", getattr(self.options, name)) for name, field in OPTIONS.items()
                   if getattr(self.options, name) is not None}
         if isinstance(self.options.stop, str):
@@ -112,7 +116,7 @@ class GenerationRequest(ModelRequest):
         chosen["max_new_tokens"] = (self.limit_field, default_max_tokens if limit < 0 else limit)
         if self.format != "":
             chosen["json_schema"] = ("format", True if self.format == "json" else self.format)
-        return decoding_config(chosen)
+        return chosen
 
 
 class GenerateRequest(GenerationRequest):
@@ -157,10 +161,12 @@ class ChatRequest(GenerationRequest):
         """The tools, checked (a 400 names the field at fault)."""
         return request_tools(self.tools)
 
-    def decoding_config(self, default_max_tokens: int) -> DecodingConfig:
-        """GenerationRequest's config, with the tools' grammar when tools are given (`format` beside them is
+    def chosen_options(self, default_max_tokens: int) -> dict[str, tuple[str, object]]:
+        """GenerationRequest's options, with the tools' grammar when tools are given (`format` beside them is
         refused)."""
-        return with_tools(super().decoding_config(default_max_tokens), self.tool_spec, {"format": self.format != ""})
+        grammar = tool_grammar(self.tool_spec, {"format": self.format != ""})
+        chosen = super().chosen_options(default_max_tokens)
+        return chosen if grammar is None else {**chosen, "grammar": ("tools", grammar)}
 
 
 class ShowRequest(ModelRequest):

@@ -37,7 +37,7 @@ from labkit.decoding.tools import ToolSpec
 from labkit.serving.http.fields import (ModelRequest, NoSuffix, RequestModel, Strings, either, needs_logprobs,
                                         own_error, refused, within)
 from labkit.serving.http.model_service import decoding_config
-from labkit.serving.http.tool_calls import request_tools, with_tools
+from labkit.serving.http.tool_calls import request_tools, tool_grammar
 from labkit.serving.request import MAX_LOGPROBS
 
 # Request field -> DecodingConfig field: OpenAI's, then vLLM's extras.
@@ -135,8 +135,13 @@ class OpenAIRequest(ModelRequest):
         return "max_tokens" if self.max_completion_tokens is None else "max_completion_tokens"
 
     def decoding_config(self, default_max_tokens: int) -> DecodingConfig:
-        """The request as a DecodingConfig: top_k -1 is off, one stop string is a list, logit_bias keys are
-        token ids, response_format is json_schema, and default_max_tokens when no limit is given."""
+        """The request as a DecodingConfig, built once (a 400 names the client's field)."""
+        return decoding_config(self.chosen_options(default_max_tokens))
+
+    def chosen_options(self, default_max_tokens: int) -> dict[str, tuple[str, object]]:
+        """DecodingConfig field -> (the client's field, value): top_k -1 is off, one stop string is a list,
+        logit_bias keys are token ids, response_format is json_schema, and default_max_tokens when no limit is
+        given."""
         chosen = {field: (name, getattr(self, name)) for name, field in SAMPLING.items()
                   if getattr(self, name) is not None}
         if self.top_k == -1:
@@ -152,7 +157,7 @@ class OpenAIRequest(ModelRequest):
             chosen["json_schema"] = ("response_format", True)
         elif kind == "json_schema":
             chosen["json_schema"] = ("response_format.json_schema.schema", spec.schema_)
-        return decoding_config(chosen)
+        return chosen
 
 
 class TextPart(RequestModel):
@@ -199,12 +204,14 @@ class ChatCompletionRequest(OpenAIRequest):
         """The tools, tool_choice and parallel_tool_calls, checked together (a 400 names the field at fault)."""
         return request_tools(self.tools, self.tool_choice, self.parallel_tool_calls)
 
-    def decoding_config(self, default_max_tokens: int) -> DecodingConfig:
-        """OpenAIRequest's config, with the tools' grammar when tools are offered (response_format or a
+    def chosen_options(self, default_max_tokens: int) -> dict[str, tuple[str, object]]:
+        """OpenAIRequest's options, with the tools' grammar when tools are offered (response_format or a
         thinking budget beside them is refused)."""
         constraints = {"response_format": self.response_format.type != "text",
                        "thinking_token_budget": self.thinking_token_budget is not None}
-        return with_tools(super().decoding_config(default_max_tokens), self.tool_spec, constraints)
+        grammar = tool_grammar(self.tool_spec, constraints)
+        chosen = super().chosen_options(default_max_tokens)
+        return chosen if grammar is None else {**chosen, "grammar": ("tools", grammar)}
 
 
 class CompletionRequest(OpenAIRequest):

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from labkit.decoding.config import DecodingConfig
 from labkit.decoding.tools import CALL_OPEN, ToolCall, ToolSpec, check_tool_choice, check_tools
 from labkit.serving.http.errors import ClientError
 
@@ -60,25 +59,23 @@ def request_tools(tools: object, tool_choice: object = None, parallel_tool_calls
     return ToolSpec(checked, choice, parallel_tool_calls)
 
 
-def with_tools(config: DecodingConfig, spec: ToolSpec, constraints: dict[str, bool]) -> DecodingConfig:
-    """`config` with the tools' grammar (unchanged when no tool is offered). constraints: the request's
-    other constraints on the answer, field -> given; a given one is refused (one grammar per answer).
+def tool_grammar(spec: ToolSpec, constraints: dict[str, bool]) -> str | None:
+    """The grammar of the tools' calls, for the request's DecodingConfig (None when no tool is offered).
+    constraints: the request's other constraints on the answer, field -> given; a given one is refused (one
+    grammar per answer).
 
-        >>> with_tools(config, spec, {"response_format": True})
+        >>> tool_grammar(spec, {"response_format": True})
         ClientError: 'response_format' cannot be combined with tools: ...
     """
     grammar = spec.grammar()
     if grammar is None:
-        return config
+        return None
     for field, given in constraints.items():
         if given:
             raise ClientError(400, f"'{field}' cannot be combined with tools: with tools offered, the answer "
                                    "already follows their grammar (text, or calls that fit the tools' parameters). "
                                    "Send one of them.", field)
-    try:
-        return config.replace(grammar=grammar)
-    except ValueError as error:
-        raise ClientError(400, f"'tools': {error}", "tools") from None
+    return grammar
 
 
 def may_be_calls(spec: ToolSpec, text: str) -> bool:
