@@ -11,7 +11,12 @@ note, checker verdict or saved reveal), prepared here for a page that has no ker
   image file by the sha256 of its bytes and takes no alt from an output's metadata, so the build writes
   them in afterwards, image by image (`finish_pages`);
 - under each notebook's title, a "Run it yourself" box with the course's two commands;
-- formulas typeset by MathJax, unpacked from npm once (`make site-vendor`) and copied into the site.
+- formulas typeset by MathJax, unpacked from npm once (`make site-vendor`) and copied into the site;
+- the glossary links each term to the section that teaches it (labkit.course.glossary names its heading):
+  MyST gives every heading an anchor, the docutils slug Sphinx also uses as the section's id, so a link
+  `06_kv_cache.ipynb#why-recomputation-is-quadratic` resolves at build time, or the build warns;
+- what axe-core (tests/browser/test_site.py) asks for beyond Furo's markup, written in after the build:
+  named <aside>s, focusable scrolling blocks, no empty header cell, and a title on the search page.
 
 Why Sphinx with MyST-NB (both from PyPI, pinned in pyproject.toml's `site` extra) and the Furo theme: it
 builds from the saved outputs with no network (measured on a 2-core machine: 15 notebooks in about 10 s),
@@ -36,6 +41,8 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+from myst_parser.slugs import docutils_slugify
 
 from labkit.course.glossary import GLOSSARY
 from labkit.course.solutions import text
@@ -62,7 +69,10 @@ project = "LLM Inference Lab"
 html_title = "LLM Inference Lab"
 extensions = ["myst_nb"]
 myst_enable_extensions = ["deflist", "dollarmath", "amsmath"]  # the glossary's terms; the notebooks' $formulas$
+myst_heading_anchors = 6  # links to a section (the glossary's) resolve, or warn, at build time
+myst_heading_slug_func = "docutils"  # the slug is the id Sphinx gives the section: one id per heading
 html_static_path = ["_static"]
+templates_path = ["_templates"]  # the search page, with a title (SEARCH_PAGE)
 mathjax_path = "mathjax/tex-svg.js"  # in _static: MathJax from npm (`make site-vendor`), not from a CDN
 nb_execution_mode = "off"  # the saved outputs, never re-executed
 nb_ipywidgets_js = {}  # no widget manager from a CDN: widgets show their static fallbacks
@@ -74,6 +84,23 @@ html_last_updated_fmt = None
 exclude_patterns = ["_build"]
 suppress_warnings = ["myst.header", "mystnb.unknown_mime_type", "misc.highlighting_failure"]
 '''
+# Furo's search page has no <h1>, so a screen reader's list of headings is empty until a search has run
+# (axe-core's page-has-heading-one); Sphinx's script then adds its results under an <h2>.
+SEARCH_PAGE = """{% extends "!search.html" %}
+{% block content %}<h1>{{ _("Search") }}</h1>{{ super() }}{% endblock %}
+"""
+# What finish_pages changes on every built page, for axe-core's checks (https://dequeuniversity.com/rules/axe/):
+# - wide code, outputs and tables scroll, so a keyboard must be able to focus them (scrollable-region-focusable);
+# - Furo's two <aside>s, the course's contents and the page's own, need names that tell them apart
+#   (landmark-unique);
+# - a table's empty corner cell is no header (empty-table-header): it becomes a plain cell.
+ACCESSIBLE_MARKUP = (
+    (re.compile(r"<pre>"), '<pre tabindex="0">'),
+    (re.compile(r'<div class="table-wrapper'), '<div tabindex="0" class="table-wrapper'),
+    (re.compile(r'<aside class="sidebar-drawer">'), '<aside class="sidebar-drawer" aria-label="Course contents">'),
+    (re.compile(r'<aside class="toc-drawer'), '<aside aria-label="On this page" class="toc-drawer'),
+    (re.compile(r'<th( class="[^"]*")?>\s*(<p>\s*</p>)?\s*</th>'), r"<td\1></td>"),
+)
 
 
 def notebook_title(notebook: dict) -> str:
@@ -146,10 +173,38 @@ def home_page(pages: dict[str, str], readme: str) -> str:
             f"```{{toctree}}\n:hidden:\n:maxdepth: 1\n\n{toctree}\n```\n")
 
 
-def glossary_page(pages: dict[str, str]) -> str:
-    """glossary.md: every term of labkit.course.glossary with its meaning and a link to where it is taught."""
-    entries = [f"**{name}**\n: {entry.meaning} Taught in [{pages.get(entry.notebook, entry.notebook)}]"
-               f"({entry.notebook}.ipynb).\n" for name, entry in sorted(GLOSSARY.items(), key=lambda i: i[0].lower())]
+def notebook_headings(notebook: dict) -> list[str]:
+    """The text of every heading in the notebook's markdown cells, in order, without the #s."""
+    return [heading.strip() for cell in notebook["cells"] if cell["cell_type"] == "markdown"
+            for heading in re.findall(r"^#+ (.+)$", text(cell), re.MULTILINE)]
+
+
+def section_anchor(headings: list[str], section: str) -> str:
+    """The id the page gives the section headed `section` (MyST's docutils slug, Sphinx's id for the section:
+    what is not a letter or digit drops, and the number in front, '5. Context length' -> 'context-length').
+
+    >>> section_anchor(["01 · Tokens", "5. Context length"], "5. Context length")
+    'context-length'
+    """
+    if section not in headings:
+        raise ValueError(f"section must be one of the notebook's headings {headings}; got {section!r}.")
+    anchor = docutils_slugify(section)
+    if [docutils_slugify(heading) for heading in headings].count(anchor) > 1:  # the later ones get other ids (context-length-1)
+        raise ValueError(f"section {section!r} shares its id {anchor!r} with another heading; give it another.")
+    return anchor
+
+
+def glossary_page(pages: dict[str, str], headings: dict[str, list[str]]) -> str:
+    """glossary.md: every term of labkit.course.glossary taught in one of the site's notebooks, with its
+    meaning and a link to the section that teaches it (pages: {notebook: title}, headings: {notebook: its
+    headings})."""
+    entries = []
+    for name, entry in sorted(GLOSSARY.items(), key=lambda item: item[0].lower()):
+        if entry.notebook not in pages:
+            continue  # a site of some of the notebooks: no page to link to
+        anchor = section_anchor(headings[entry.notebook], entry.section)
+        entries.append(f"**{name}**\n: {entry.meaning} Taught in [{pages[entry.notebook]} › {entry.section}]"
+                       f"({entry.notebook}.ipynb#{anchor}).\n")
     return "# Glossary\n\n" + "\n".join(entries)
 
 
@@ -166,18 +221,21 @@ def copy_mathjax(mathjax: Path, source_dir: Path) -> None:
 
 
 def write_sources(paths: list[Path], source_dir: Path, readme: str) -> dict[str, str]:
-    """Write the pages' sources (conf.py, index.md, glossary.md, one .ipynb per notebook) to source_dir;
+    """Write the pages' sources (conf.py, index.md, glossary.md, one .ipynb per notebook, the search page's
+    template) to source_dir;
     returns {image file name: alt text}."""
     shutil.rmtree(source_dir, ignore_errors=True)
     source_dir.mkdir(parents=True)
-    pages, alts = {}, {}
+    pages, headings, alts = {}, {}, {}
     for path in paths:
         page = site_notebook(json.loads(path.read_text(encoding="utf-8")), alts)
-        pages[path.stem] = notebook_title(page)
+        pages[path.stem], headings[path.stem] = notebook_title(page), notebook_headings(page)
         (source_dir / path.name).write_text(json.dumps(page, ensure_ascii=False), encoding="utf-8")
     (source_dir / "conf.py").write_text(CONF, encoding="utf-8")
     (source_dir / "index.md").write_text(home_page(pages, readme), encoding="utf-8")
-    (source_dir / "glossary.md").write_text(glossary_page(pages), encoding="utf-8")
+    (source_dir / "glossary.md").write_text(glossary_page(pages, headings), encoding="utf-8")
+    (source_dir / "_templates").mkdir()
+    (source_dir / "_templates" / "search.html").write_text(SEARCH_PAGE, encoding="utf-8")
     return alts
 
 
@@ -191,16 +249,25 @@ def alt_texts_in(page: str, alts: dict[str, str]) -> tuple[str, int]:
     return re.subn(r'alt="(_images/)?([0-9a-f]{64})\.\w+"', replace, page)
 
 
+def accessible_markup(page: str) -> str:
+    """The built page with ACCESSIBLE_MARKUP's changes: focusable scrolling blocks, named asides, no empty
+    header cell.
+
+    >>> accessible_markup('<tr><th class="head"><p></p></th><th class="head"><p>OpenAI</p></th></tr>')
+    '<tr><td class="head"></td><th class="head"><p>OpenAI</p></th></tr>'
+    """
+    for pattern, replacement in ACCESSIBLE_MARKUP:
+        page = pattern.sub(replacement, page)
+    return page
+
+
 def finish_pages(out_dir: Path, alts: dict[str, str]) -> int:
-    """What Sphinx leaves to do on the built pages: every image's alt text (`alt_texts_in`), and every code
-    block, output and table focusable, so that a keyboard can scroll the wide ones (axe-core's
-    scrollable-region-focusable); returns how many images were given an alt text."""
+    """What Sphinx leaves to do on the built pages: every image's alt text (`alt_texts_in`), and the markup
+    axe-core asks for (`accessible_markup`); returns how many images were given an alt text."""
     given = 0
     for path in out_dir.glob("*.html"):
         page, count = alt_texts_in(path.read_text(encoding="utf-8"), alts)
-        page = page.replace("<pre>", '<pre tabindex="0">').replace('<div class="table-wrapper',
-                                                                   '<div tabindex="0" class="table-wrapper')
-        path.write_text(page, encoding="utf-8")
+        path.write_text(accessible_markup(page), encoding="utf-8")
         given += count
     return given
 

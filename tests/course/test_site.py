@@ -1,6 +1,8 @@
 """The course's site (labkit.course.site) shows the student's view: no worked solution, instructor note,
 saved checker verdict or saved reveal reaches a page; every notebook is a page with a Run-it-yourself
-box, every figure has an alt text, widgets show their fallbacks, and nothing is loaded from the internet."""
+box, every figure has an alt text, widgets show their fallbacks, nothing is loaded from the internet, and
+each glossary term links to the section that teaches it. The markup axe-core asks for is checked here as
+text; tests/browser/test_site.py runs axe-core itself."""
 
 import html
 import json
@@ -10,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from labkit.course.glossary import GLOSSARY
-from labkit.course.site import notebook_title
+from labkit.course.site import accessible_markup, notebook_title, section_anchor
 from labkit.course.solutions import SOLUTION_TAG, tags, text
 from labkit.course.student import (INSTRUCTOR_NOTE, is_checker_cell, is_instructor_note, is_reveal_cell,
                                    student_copy)
@@ -95,10 +97,49 @@ def test_nothing_is_loaded_from_the_internet_and_formulas_are_typeset_by_the_sit
     assert (site / "_static" / "mathjax" / "tex-svg.js").is_file()
 
 
-def test_each_glossary_term_links_to_the_notebook_that_uses_it(site):
+def heading_text(fragment: str) -> str:
+    """A heading's text as the notebook writes it: tags dropped, entities decoded, no typographic quotes."""
+    return html.unescape(re.sub(r"<[^>]+>", "", fragment)).replace("\u2019", "'").replace("\u201c", '"').strip()
+
+
+def test_each_glossary_term_links_to_the_section_that_teaches_it(site):
     glossary = (site / "glossary.html").read_text(encoding="utf-8")
+    entries = dict(re.findall(r"<dt><strong>(.*?)</strong></dt>\s*<dd>(.*?)</dd>", glossary, re.DOTALL))
+    assert sorted(entries) == sorted(html.escape(name, quote=False) for name in GLOSSARY)
     for name, entry in GLOSSARY.items():
         notebook = json.loads((ROOT / "notebooks" / f"{entry.notebook}.ipynb").read_text(encoding="utf-8"))
         assert name.lower() in " ".join(text(cell) for cell in notebook["cells"]).lower(), name
-        assert re.search(rf"{re.escape(html.escape(name, quote=False))}.*?href=\"{entry.notebook}.html\"",
-                         glossary, re.DOTALL), name
+        link = re.search(rf'href="{entry.notebook}\.html#([\w-]+)"', entries[html.escape(name, quote=False)])
+        assert link, name
+        page = (site / f"{entry.notebook}.html").read_text(encoding="utf-8")
+        heading = re.search(rf'<section id="{link.group(1)}">\s*<h[1-6]>(.*?)<a class="headerlink"', page, re.DOTALL)
+        assert heading and heading_text(heading.group(1)) == entry.section, name
+
+
+def test_every_link_of_the_glossary_resolves_to_an_id_on_its_page(site):
+    links = re.findall(r'href="([\w.-]+\.html)#([^"]+)"', (site / "glossary.html").read_text(encoding="utf-8"))
+    assert len(links) >= len(GLOSSARY)
+    missing = [f"{page}#{anchor}" for page, anchor in links
+               if f'id="{anchor}"' not in (site / page).read_text(encoding="utf-8")]
+    assert missing == []
+
+
+def test_a_section_anchor_is_the_sections_id_and_a_wrong_section_is_refused():
+    headings = ["06 · The KV cache", "1. Why recomputation is quadratic", "2. The cache in labkit's model"]
+    assert section_anchor(headings, "2. The cache in labkit's model") == "the-cache-in-labkit-s-model"
+    with pytest.raises(ValueError, match="section must be one of the notebook's headings"):
+        section_anchor(headings, "3. Time per step")
+    with pytest.raises(ValueError, match="shares its id 'recap'"):
+        section_anchor(["Recap", "1. Recap"], "1. Recap")  # both would be id="recap"
+
+
+def test_pages_name_their_asides_and_have_no_empty_header_cell(site):
+    asides = re.findall(r"<aside\b[^>]*>", (site / "06_kv_cache.html").read_text(encoding="utf-8"))
+    assert len(asides) == 2  # Furo's: the course's contents, and this page's
+    for page in site.glob("*.html"):
+        content = page.read_text(encoding="utf-8")
+        assert all("aria-label=" in tag for tag in re.findall(r"<aside\b[^>]*>", content)), page.name
+        assert not re.search(r"<th\b[^>]*>\s*(<p>\s*</p>)?\s*</th>", content), page.name
+    assert "<h1>Search</h1>" in (site / "search.html").read_text(encoding="utf-8")
+    corner = '<tr><th class="head"><p></p></th>\n<th class="head"><p>Ollama</p></th>'
+    assert accessible_markup(corner) == '<tr><td class="head"></td>\n<th class="head"><p>Ollama</p></th>'
