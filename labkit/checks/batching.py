@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
-from labkit.checks.common import as_number, matching_hint, not_attempted, verdict
+from labkit.checks.common import as_number, matching_hint, not_attempted, read_number, verdict
 from labkit.checks.work import choice_verdict, progressive, reset, run_own
 from labkit.serving.static_batch import planned_waste
 
@@ -38,11 +38,9 @@ def fcfs_admitted(prompt_lengths: Sequence[int], free_blocks: int, block_size: i
 
 def check_kv_blocks(answer: int | None, lengths: Sequence[int], block_size: int) -> bool:
     """Exercise: how many KV blocks of `block_size` tokens do sequences of these lengths hold (no sharing)?"""
-    if answer is None:
-        return not_attempted("a number of blocks")
-    value = as_number(answer)
-    if value is None:
-        return verdict(False, f"give a number of blocks, not {type(answer).__name__}.")
+    value, refusal = read_number(answer, "a number of blocks", number="a number of blocks")
+    if refusal is not None:
+        return refusal
     expected = kv_blocks(lengths, block_size)
     if value == expected:
         reset("kv_blocks")
@@ -141,12 +139,10 @@ def check_batch_gain(answer: float | None, limited_by: str | None, step_s: float
     """Exercise (10): how many times the tokens/s of a decode step at `rows` rows does a step at `more_rows`
     give (the measured ratio (more_rows / more_rows_step_s) / (rows / step_s), within 3 %), and what is a step
     of that size made of (one of BATCH_LIMITS)?"""
-    if answer is None or limited_by is None:
-        return not_attempted(f"a ratio (tokens/s at batch {more_rows} / tokens/s at batch {rows}) and what a step "
-                             "is made of")
-    value = as_number(answer)
-    if value is None:
-        return verdict(False, f"give a number, not {type(answer).__name__}.")
+    value, refusal = read_number(answer, f"a ratio (tokens/s at batch {more_rows} / tokens/s at batch {rows}) and "
+                                         "what a step is made of", others=(limited_by,))
+    if refusal is not None:
+        return refusal
     growth = more_rows_step_s / step_s
     expected = (more_rows / rows) / growth
     hints = [

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import torch
 
-from labkit.checks.common import not_attempted, verdict
+from labkit.checks.common import not_attempted, read_number, verdict
 from labkit.checks.work import choice_miss, progressive, reset, run_own
 from labkit.decoding.mbr import chrf, mbr_decode, mbr_select, token_f1
 from labkit.decoding.mirostat import mirostat_update, mirostat_v2_filter, surprise_bits
@@ -173,12 +173,9 @@ def check_mean_surprise(answer: float | None, run, skip: int = 10, reached: bool
     """Exercise (05): the mean surprise (bits) of a Mirostat run's tokens after the first `skip`; then whether
     it reached its target tau (reached: True or False) and, when it did not, why (one of REACH_WHY), both
     checked against the run's own steps."""
-    if answer is None:
-        return not_attempted("a number of bits")
-    try:
-        value = float(answer)
-    except (TypeError, ValueError):
-        return verdict(False, f"give a number of bits, not {type(answer).__name__}.")
+    value, refusal = read_number(answer, "a number of bits", number="a number of bits")
+    if refusal is not None:
+        return refusal
     surprises = list(run.surprises)
     tail = surprises[skip:] or surprises
     expected = sum(tail) / len(tail)

@@ -49,6 +49,26 @@ def as_number(answer) -> float | None:
         return None
 
 
+def read_number(answer, example: str, number: str = "a number",
+                others: Sequence = ()) -> tuple[float | None, bool | None]:
+    """Every numeric exercise's first step: (the answer as a float, None) to go on checking, or (None, the
+    verdict to return at once): "not attempted" while the answer (or any of `others`, the exercise's other
+    answers) is still None, `give {number}` when it is no number. `example` says what to put in place of None.
+
+        >>> read_number("2.5", "a number of bits")
+        (2.5, None)
+        >>> read_number("many", "a number of bits", number="a number of bits")
+        ❌ Not yet: give a number of bits, not str.
+        (None, False)
+    """
+    if answer is None or any(other is None for other in others):
+        return None, not_attempted(example)
+    value = as_number(answer)
+    if value is None:
+        return None, verdict(False, f"give {number}, not {type(answer).__name__}.")
+    return value, None
+
+
 def matching_hint(value: float, hints: Sequence[tuple[float, str]], rel_tol: float) -> str | None:
     """The hint for the first plausible wrong answer (a number, its hint) that `value` equals within `rel_tol`,
     None when it matches none.
@@ -69,11 +89,9 @@ def check_ratio(answer, expected: float, example: str, on_pass: str, hints: Sequ
         ❌ Not yet: upside down.
         False
     """
-    if answer is None:
-        return not_attempted(example)
-    value = as_number(answer)
-    if value is None:
-        return verdict(False, f"give a number, not {type(answer).__name__}.")
+    value, refusal = read_number(answer, example)
+    if refusal is not None:
+        return refusal
     if math.isclose(value, expected, rel_tol=rel_tol):
         return verdict(True, on_pass)
     return verdict(False, matching_hint(value, hints, rel_tol) or f"{value:g} is not it. {on_miss}")

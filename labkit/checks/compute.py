@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from labkit.checks.common import as_number, matching_hint, not_attempted, verdict
+from labkit.checks.common import matching_hint, not_attempted, read_number, verdict
 from labkit.checks.work import choice_verdict, progressive, reset, run_own
 from labkit.decoding.accuracy import Accuracy
 from labkit.decoding.choose import self_consistency
@@ -142,11 +142,10 @@ def check_frontier_reading(gain, told_apart: bool | None, why: str | None, greed
     """Exercise (14, measure and interpret): gain, the vote's accuracy minus greedy's in percentage points
     (within 0.5); told_apart, whether the two 95 % intervals are apart (not overlapping); why, one of WHY,
     read from the vote's, greedy's and pass@n's accuracies (the student's own run)."""
-    if gain is None or told_apart is None:
-        return not_attempted("gain (percentage points), told_apart (True or False) and why")
-    value = as_number(gain)
-    if value is None:
-        return verdict(False, f"give gain as a number of percentage points, not {type(gain).__name__}.")
+    value, refusal = read_number(gain, "gain (percentage points), told_apart (True or False) and why",
+                                 number="gain as a number of percentage points", others=(told_apart,))
+    if refusal is not None:
+        return refusal
     expected = 100 * (voted.rate - greedy.rate)
     hints = [(expected / 100, "give percentage points (a difference of 5 % and 12 % is 7), not a fraction."),
              (-expected, "the vote's accuracy minus greedy's: the other way round.")]

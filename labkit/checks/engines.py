@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from labkit.checks.common import as_number, matching_hint, not_attempted, verdict
+from labkit.checks.common import matching_hint, not_attempted, read_number, verdict
 from labkit.checks.work import choice_miss, progressive, reset, run_own
 from labkit.engines.compare import greedy_agreement
 from labkit.models.catalog import fits_here, load_catalog
@@ -47,12 +47,9 @@ def check_greedy_agreement(fn: Callable | None) -> bool:
 def check_decode_bound(answer: float | None, params_b: float, bits_per_weight: float, bandwidth_gb_s: float) -> bool:
     """Exercise: the batch-1 decode limit in tokens/s of a model of `params_b` billion weights stored at
     `bits_per_weight`, on a machine that reads `bandwidth_gb_s` GB/s (every token reads every weight once)."""
-    if answer is None:
-        return not_attempted("a number of tokens per second")
-    try:
-        value = float(answer)
-    except (TypeError, ValueError):
-        return verdict(False, f"give a number of tokens per second, not {type(answer).__name__}.")
+    value, refusal = read_number(answer, "a number of tokens per second", number="a number of tokens per second")
+    if refusal is not None:
+        return refusal
     bytes_per_token = params_b * 1e9 * bits_per_weight / 8
     expected = bandwidth_gb_s * 1e9 / bytes_per_token
     if math.isclose(value, expected, rel_tol=0.02):
@@ -119,11 +116,10 @@ def check_thread_speedup(answer: float | None, limited_by: str | None, thread_ra
     """Exercise (12): how many times the tokens/s of one thread does llama.cpp make with two, in this process
     (thread_rates[2] / thread_rates[1], the measured rates, within 3 %), and what is a token's time spent on
     (one of THREAD_LIMITS)?"""
-    if answer is None or limited_by is None:
-        return not_attempted("a ratio (tokens/s with 2 threads / tokens/s with 1) and what a token's time is spent on")
-    value = as_number(answer)
-    if value is None:
-        return verdict(False, f"give a number, not {type(answer).__name__}.")
+    value, refusal = read_number(answer, "a ratio (tokens/s with 2 threads / tokens/s with 1) and what a token's time "
+                                         "is spent on", others=(limited_by,))
+    if refusal is not None:
+        return refusal
     one, two = thread_rates[1], thread_rates[2]
     expected = two / one
     hints = [

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import torch
 
-from labkit.checks.common import as_number, not_attempted, verdict
+from labkit.checks.common import not_attempted, read_number, verdict
 from labkit.checks.work import OWN_VERSION, choice_verdict, progressive, reset
 from labkit.core.forward import NoCache, greedy_decode
 from labkit.core.kv_cache import KVCache
@@ -36,12 +36,10 @@ def _close(answer: float, expected: float, rel: float = 0.005) -> bool:
 def check_kv_cache_bytes(answer: float | None, shape: ModelShape | str, tokens: int, batch: int,
                          dtype: str = "fp16") -> bool:
     """Exercise: how many bytes does the KV cache of `shape` take for tokens x batch in dtype?"""
-    if answer is None:
-        return not_attempted("a number of bytes")
+    value, refusal = read_number(answer, "a number of bytes", number="a number of bytes")
+    if refusal is not None:
+        return refusal
     shape = model_shape(shape) if isinstance(shape, str) else shape
-    value = as_number(answer)
-    if value is None:
-        return verdict(False, f"give a number of bytes, not {type(answer).__name__}.")
     expected = shape.kv_cache_bytes(tokens, batch, dtype)
     if _close(value, expected, 1e-9):  # an exact count (a float answer may carry rounding)
         reset("kv_cache_bytes")
@@ -133,11 +131,10 @@ def check_context_token_cost(answer: float | None, positions: list[int], seconds
     step times measured at `positions` (the slope of a line through them), within 10 %; then why a token is so
     much cheaper inside a long pass than alone (why: one of WHY_CHEAP). The checker times a step at the last
     position again on `model` and `prompt_ids`; the student's time there must be within a factor 3 of it."""
-    if answer is None:
-        return not_attempted("a number of milliseconds per token of context")
-    value = as_number(answer)
-    if value is None:
-        return verdict(False, f"give a number of milliseconds, not {type(answer).__name__}.")
+    value, refusal = read_number(answer, "a number of milliseconds per token of context",
+                                 number="a number of milliseconds")
+    if refusal is not None:
+        return refusal
     mine = step_seconds_without_cache(model, prompt_ids, positions[-1])
     if not mine / TIMING_FACTOR <= seconds_without[-1] <= mine * TIMING_FACTOR:
         return verdict(False, "the checker timed a step without the cache again at your last position, and your "

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from labkit.checks.common import as_number, matching_hint, not_attempted, verdict
+from labkit.checks.common import matching_hint, not_attempted, read_number, verdict
 from labkit.checks.work import choice_miss, progressive, reset, run_own
 from labkit.metrics import RequestMetrics
 from labkit.models.sizing import GB, ModelShape, format_bytes, model_shape
@@ -28,11 +28,9 @@ STEP_LIMITS = {"reading weights": "the bytes of the weights, read once a step",
 def check_arithmetic_intensity(answer: float | None, batch: int, bytes_per_weight: float = 4) -> bool:
     """Exercise: FLOPs per byte of weights read, for a linear layer applied to `batch` token vectors
     (activations ignored); within 2 %."""
-    if answer is None:
-        return not_attempted("a number of FLOPs per byte")
-    value = as_number(answer)
-    if value is None:
-        return verdict(False, f"give a number, not {type(answer).__name__}.")
+    value, refusal = read_number(answer, "a number of FLOPs per byte")
+    if refusal is not None:
+        return refusal
     expected = 2 * batch / bytes_per_weight
     if math.isclose(value, expected, rel_tol=0.02):
         reset("arithmetic_intensity")
@@ -83,12 +81,10 @@ def check_ttft_tpot(fn: Callable | None) -> bool:
 def check_max_context(answer: int | None, shape: ModelShape | str, memory_gb: float, batch: int = 1,
                       dtype: str = "fp16") -> bool:
     """Exercise: the longest context per sequence that fits in memory_gb (10^9 bytes) after the weights."""
-    if answer is None:
-        return not_attempted("a number of tokens")
+    value, refusal = read_number(answer, "a number of tokens", number="a number of tokens")
+    if refusal is not None:
+        return refusal
     shape = model_shape(shape) if isinstance(shape, str) else shape
-    value = as_number(answer)
-    if value is None:
-        return verdict(False, f"give a number of tokens, not {type(answer).__name__}.")
     expected = shape.max_tokens(memory_gb * GB, batch, dtype)
     if expected == 0:
         if value <= 0:
@@ -125,11 +121,10 @@ def check_bfloat16_speedup(answer: float | None, limited_by: str | None, float32
     """Exercise (07): how many times faster is the bfloat16 decode step than the float32 one, and what limits
     a step here (one of STEP_LIMITS)? Both read from the two measurements (labkit.fast.cost.StepCosts),
     the speed-up within 3 %."""
-    if answer is None or limited_by is None:
-        return not_attempted("a speed-up (the float32 step's time / the bfloat16 step's) and what limits a step")
-    value = as_number(answer)
-    if value is None:
-        return verdict(False, f"give a number, not {type(answer).__name__}.")
+    value, refusal = read_number(answer, "a speed-up (the float32 step's time / the bfloat16 step's) and what limits "
+                                         "a step", others=(limited_by,))
+    if refusal is not None:
+        return refusal
     expected = float32_step.measured_seconds / bfloat16_step.measured_seconds
     if not math.isclose(value, expected, rel_tol=0.03):
         hints = [

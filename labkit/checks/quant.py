@@ -7,7 +7,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from labkit.checks.common import matching_hint, not_attempted, verdict
+from labkit.checks.common import matching_hint, not_attempted, read_number, verdict
 from labkit.checks.work import choice_miss, progressive, reset, run_own
 from labkit.quant.gguf_blocks import decode_q4_1
 from labkit.quant.evaluation import model_nbytes
@@ -129,12 +129,10 @@ def check_ceiling_share(answer: float | None, limited_by: str | None, tokens_per
     """Exercise (08): what fraction of its bandwidth ceiling (bandwidth / the model's bytes, read once a token)
     does a measured decoding speed reach, and what limits the step (one of CEILING_LIMITS)? The bytes are
     read off the student's model itself; the share within 5 %."""
-    if answer is None or limited_by is None:
-        return not_attempted("a fraction of 1 (measured tokens/s / the ceiling's tokens/s) and what limits the step")
-    try:
-        value = float(answer)
-    except (TypeError, ValueError):
-        return verdict(False, f"give a number, not {type(answer).__name__}.")
+    value, refusal = read_number(answer, "a fraction of 1 (measured tokens/s / the ceiling's tokens/s) and what "
+                                         "limits the step", others=(limited_by,))
+    if refusal is not None:
+        return refusal
     model_bytes = model_nbytes(model)
     expected = tokens_per_s * model_bytes / bandwidth
     hints = [

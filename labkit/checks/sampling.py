@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import torch
 
-from labkit.checks.common import not_attempted, verdict
+from labkit.checks.common import not_attempted, read_number, verdict
 from labkit.checks.work import progressive, reset, run_own
 from labkit.decoding import diversity
 from labkit.decoding.diversity import distinct_n
@@ -102,15 +102,12 @@ def check_distinct_n(function: Callable | None) -> bool:
 def check_tail_share(answer: float | None, steps, p: float = 0.9) -> bool:
     """Exercise (04): the share of sampled tokens that top_p=p would have cut at their step.
     steps: `labkit.generate(..., return_logits=True)`'s steps (each with .logits [V] and .token_id)."""
-    if answer is None:
-        return not_attempted("a share between 0 and 1")
+    value, refusal = read_number(answer, "a share between 0 and 1")
+    if refusal is not None:
+        return refusal
     steps = list(steps)
     if not steps or any(getattr(step, "logits", None) is None for step in steps):
         return verdict(False, "every step needs its logits: generate with return_logits=True.")
-    try:
-        value = float(answer)
-    except (TypeError, ValueError):
-        return verdict(False, f"give a number, not {type(answer).__name__}.")
     cut, cut_mass = 0, 0.0
     for step in steps:
         logits = step.logits.detach().float().reshape(1, -1)

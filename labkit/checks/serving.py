@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from labkit.checks.common import as_number, matching_hint, not_attempted, verdict
+from labkit.checks.common import matching_hint, not_attempted, read_number, verdict
 from labkit.checks.work import choice_verdict, progressive, reset, run_own
 from labkit.serving.http.client import client_tpot, parse_sse
 
@@ -105,12 +105,9 @@ def check_sse_parser(fn: Callable | None) -> bool:
 def check_littles_law(answer: float | None, in_flight: float, latency_s: float) -> bool:
     """Exercise: a server keeps `in_flight` requests in progress, each taking `latency_s` seconds end to end:
     how many requests per second does it complete? (Little's law: L = lambda W.)"""
-    if answer is None:
-        return not_attempted("a number of requests per second")
-    try:
-        value = float(answer)
-    except (TypeError, ValueError):
-        return verdict(False, f"give a number of requests per second, not {type(answer).__name__}.")
+    value, refusal = read_number(answer, "a number of requests per second", number="a number of requests per second")
+    if refusal is not None:
+        return refusal
     expected = in_flight / latency_s
     if math.isclose(value, expected, rel_tol=1e-3):
         reset("littles_law")
@@ -138,11 +135,10 @@ def check_streaming_gain(answer: float | None, sooner: str | None, whole_answer_
     """Exercise (11): how many times sooner does a user who streams see the first token than one who waits for
     the whole answer sees anything (whole_answer_s / streamed.ttft_s, within 3 %), and what comes sooner (one
     of STREAMING_CHANGES)? `streamed` is the measured stream (its ttft_s and e2e_s)."""
-    if answer is None or sooner is None:
-        return not_attempted("a ratio (the whole answer's time / the streamed answer's TTFT) and what comes sooner")
-    value = as_number(answer)
-    if value is None:
-        return verdict(False, f"give a number, not {type(answer).__name__}.")
+    value, refusal = read_number(answer, "a ratio (the whole answer's time / the streamed answer's TTFT) and what "
+                                         "comes sooner", others=(sooner,))
+    if refusal is not None:
+        return refusal
     ttft_s, e2e_s = streamed.ttft_s, streamed.e2e_s
     expected = whole_answer_s / ttft_s
     hints = [

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import torch
 
-from labkit.checks.common import matching_hint, not_attempted, verdict
+from labkit.checks.common import matching_hint, not_attempted, read_number, verdict
 from labkit.checks.work import progressive, reset, run_own
 from labkit.speculative.drafters import PromptLookupDrafter
 from labkit.speculative.rule import accept_or_resample, expected_tokens_per_step, residual_distribution
@@ -168,12 +168,10 @@ def check_predicted_speedup(answer: float | None, worth_it: bool | None, stats, 
     """Exercise (09): the cost model's speed-up E(alpha, gamma) / (gamma c + v), with alpha read off the run's
     own statistics (stats.acceptance_rate, a SpeculativeStats), within 2 %; and worth_it, whether speculating
     pays for this task (True or False), as that prediction says."""
-    if answer is None or worth_it is None:
-        return not_attempted("the predicted speed-up (a number such as 1.3) and worth_it (True or False)")
-    try:
-        value = float(answer)
-    except (TypeError, ValueError):
-        return verdict(False, f"give a number, not {type(answer).__name__}.")
+    value, refusal = read_number(answer, "the predicted speed-up (a number such as 1.3) and worth_it (True or "
+                                         "False)", others=(worth_it,))
+    if refusal is not None:
+        return refusal
     alpha = stats.acceptance_rate
     tokens = expected_tokens_per_step(alpha, gamma)
     expected = tokens / (gamma * c + v)
