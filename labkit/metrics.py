@@ -35,6 +35,7 @@ from labkit.core.forward import model_device
 from labkit.core.text import encode_prompt
 from labkit.decoding.generate import generate
 from labkit.decoding.request import Step
+from labkit.table import Column, format_table
 
 
 @dataclass(frozen=True)
@@ -249,15 +250,14 @@ def metrics_table(requests: Sequence[RequestMetrics], names: Sequence[str] | Non
     names = list(names) if names is not None else [str(i + 1) for i in range(len(requests))]
     if len(names) != len(requests):
         raise ValueError(f"{len(names)} names for {len(requests)} requests.")
-    width = max(len("request"), *(len(n) for n in names))
-    lines = [f"{'request':<{width}}  {'prompt':>6}  {'output':>6}  {'TTFT ms':>8}  {'TPOT ms':>8}  "
-             f"{'tok/s':>6}  {'E2E s':>6}  {'peak GB':>7}"]
-    for name, r in zip(names, requests):
-        peak = "-" if r.peak_memory_bytes is None else f"{r.peak_memory_bytes / 1e9:.2f}"
-        prompt = "-" if r.prompt_tokens is None else str(r.prompt_tokens)
-        lines.append(f"{name:<{width}}  {prompt:>6}  {r.output_tokens:>6}  {r.ttft_s * 1e3:>8.1f}  "
-                     f"{r.tpot_s * 1e3:>8.1f}  {r.tokens_per_s:>6.1f}  {r.e2e_s:>6.2f}  {peak:>7}")
-    return "\n".join(lines)
+    columns = [Column("request", max(len("request"), *(len(n) for n in names)), align="<"), Column("prompt", 6),
+               Column("output", 6), Column("TTFT ms", 8, ".1f"), Column("TPOT ms", 8, ".1f"),
+               Column("tok/s", 6, ".1f"), Column("E2E s", 6, ".2f"), Column("peak GB", 7)]
+    rows = [[name, "-" if r.prompt_tokens is None else str(r.prompt_tokens), r.output_tokens, r.ttft_s * 1e3,
+             r.tpot_s * 1e3, r.tokens_per_s, r.e2e_s,
+             "-" if r.peak_memory_bytes is None else f"{r.peak_memory_bytes / 1e9:.2f}"]
+            for name, r in zip(names, requests)]
+    return format_table(columns, rows, gap="  ")
 
 
 __all__ = ["PeakMemory", "RequestMetrics", "TimedSteps", "current_memory_bytes", "measure", "metrics_table",

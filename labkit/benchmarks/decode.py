@@ -11,6 +11,7 @@ from labkit.decoding.generate import generate_ids
 from labkit.core.llama import Llama
 from labkit.models.loading import load_model
 from labkit.timing import median_tokens_per_second
+from labkit.table import Column, format_table
 
 BENCH_PROMPT = "The history of the Roman Empire begins with"  # plain text: rarely ends early
 
@@ -39,9 +40,8 @@ def run(repeats: int = 3, quick: bool = False) -> list[dict]:
     peer = rates["transformers generate"]
     print(f"decode: SmolLM2-135M fp32, batch 1, greedy, {new_tokens} new tokens, median of {repeats}")
     print(f"machine: {machine_name()}")
-    print(f"{'implementation':<36}{'tokens/s':>10}{'vs transformers':>18}")
-    for name, rate in rates.items():
-        print(f"{name:<36}{rate:>10.1f}{rate / peer:>17.2f}x")
+    columns = [Column("implementation", 36, align="<"), Column("tokens/s", 10, ".1f"), Column("vs transformers", 18)]
+    print(format_table(columns, [[name, rate, f"{rate / peer:.2f}x"] for name, rate in rates.items()]))
     return [
         comparison("decode", "tokens_per_second", rates["labkit loop + labkit Llama"], peer, "transformers generate"),
         comparison("decode_loop_only", "tokens_per_second", rates["labkit loop + transformers model"], peer,

@@ -41,6 +41,7 @@ from labkit.models.loading import load_model, load_tokenizer
 from labkit.launcher import ServerHandle
 from labkit.serving.http.load import question
 from labkit.timing import check_repeats
+from labkit.table import Column, format_table
 
 MODEL = "smollm2-135m"
 CHILD = "labkit.benchmarks.engines_child"  # the module each in-process engine's own process runs
@@ -157,9 +158,9 @@ def tries_table(tries: Sequence[EngineRow]) -> str:
 
 
 def print_table(title: str, rates: dict[str, float], base: str) -> None:
-    print(f"\n{title}\n{'engine':<26}{'tokens/s':>10}{'vs ' + base:>20}")
-    for name, rate in rates.items():
-        print(f"{name:<26}{rate:>10.1f}{rate / rates[base]:>19.2f}x")
+    columns = [Column("engine", 26, align="<"), Column("tokens/s", 10, ".1f"), Column("vs " + base, 20)]
+    print(f"\n{title}\n" + format_table(columns, [[name, rate, f"{rate / rates[base]:.2f}x"]
+                                                  for name, rate in rates.items()]))
 
 
 def missing_lines() -> list[str]:

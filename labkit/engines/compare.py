@@ -20,6 +20,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from labkit.table import Column, format_table
+
 GREEDY_TOKENS = 32  # the first tokens of each greedy answer compared
 TOP_K = 5
 
@@ -78,15 +80,15 @@ def side_by_side(rows: Sequence[EngineRow], reference: str = "transformers") -> 
     OpenMP wait policy each row ran under when any row recorded one."""
     base = next(row for row in rows if row.engine == reference)
     policies = any(row.policy for row in rows)
-    policy_header = f"{'policy':<9}" if policies else ""
-    header = (f"{'engine':<22}{policy_header}{'start s':>8}{'TTFT ms':>9}{'tok/s b=1':>10}{'tok/s 8 req':>12}"
-              f"{'RSS MB':>8}  {'greedy agreement (per prompt)':<30}{'top-5':>6}")
-    lines = [header, "-" * len(header)]
+    columns = [Column("engine", 22, align="<")] + [Column("policy", 9, align="<")] * policies + [
+        Column("start s", 8), Column("TTFT ms", 9), Column("tok/s b=1", 10), Column("tok/s 8 req", 12),
+        Column("RSS MB", 8), Column("  greedy agreement (per prompt)", 32, align="<"), Column("top-5", 6)]
+    cells = []
     for row in rows:
         greedy, top = agreement_cells(row, base)
         rss = None if row.rss_bytes is None else row.rss_bytes / 1e6
-        policy = f"{row.policy or '-':<9}" if policies else ""
-        lines.append(f"{row.engine:<22}{policy}{number(row.startup_s, '.1f'):>8}{number(row.ttft_s * 1e3, '.0f'):>9}"
-                     f"{number(row.tokens_per_s, '.1f'):>10}{number(row.concurrent_tokens_per_s, '.1f'):>12}"
-                     f"{number(rss, '.0f'):>8}  {greedy:<30}{top:>6}")
-    return "\n".join(lines)
+        cells.append([row.engine] + [row.policy or "-"] * policies + [
+            number(row.startup_s, ".1f"), number(row.ttft_s * 1e3, ".0f"), number(row.tokens_per_s, ".1f"),
+            number(row.concurrent_tokens_per_s, ".1f"), number(rss, ".0f"), f"  {greedy}", top])
+    header, *lines = format_table(columns, cells).split("\n")
+    return "\n".join([header, "-" * len(header)] + lines)

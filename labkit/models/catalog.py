@@ -23,6 +23,7 @@ from pathlib import Path
 
 from labkit.core.arguments import check_int
 from labkit.models.sizing import ModelShape, kv_cache_bytes, weight_bytes
+from labkit.table import Column, format_table
 
 CATALOG_PATH = Path(__file__).resolve().parents[2] / "data" / "models" / "catalog.csv"
 
@@ -283,11 +284,8 @@ def what_can_i_run(catalog: list[CatalogModel], memory_bytes: float, bandwidth_b
 
 def fit_table(rows: list[dict], only_fitting: bool = False) -> str:
     """what_can_i_run's rows as aligned text: model, quantization, GB needed, fits, decode bound in tokens/s."""
-    lines = [f"{'model':<44}{'quant':>6}{'GB':>8}{'fits':>6}{'tok/s bound':>13}"]
-    for row in rows:
-        if only_fitting and not row["fits"]:
-            continue
-        bound = "-" if row["max_tokens_per_s"] is None else f"{row['max_tokens_per_s']:.1f}"
-        lines.append(f"{row['model']:<44}{row['quant']:>6}{row['total_bytes'] / 1e9:>8.2f}"
-                     f"{'yes' if row['fits'] else 'no':>6}{bound:>13}")
-    return "\n".join(lines)
+    columns = [Column("model", 44, align="<"), Column("quant", 6), Column("GB", 8, ".2f"), Column("fits", 6),
+               Column("tok/s bound", 13, ".1f")]
+    return format_table(columns, [[row["model"], row["quant"], row["total_bytes"] / 1e9, "yes" if row["fits"] else "no",
+                                   "-" if row["max_tokens_per_s"] is None else row["max_tokens_per_s"]]
+                                  for row in rows if row["fits"] or not only_fitting])

@@ -26,6 +26,7 @@ import math
 from dataclasses import dataclass
 
 from labkit.core.arguments import check_int
+from labkit.table import Column, format_table
 
 # kind -> (fraction of each device's memory, fixed bytes per device, the rule in words, why):
 # reserve = fraction x memory + fixed
@@ -105,16 +106,20 @@ HARDWARE: dict[str, Hardware] = {h.name: h for h in [
 ]}
 
 
+def each(hardware: Hardware) -> str:
+    """"" for one device, "4 x " for four: what a per-device amount is prefixed with."""
+    return "" if hardware.devices == 1 else f"{hardware.devices} x "
+
+
 def hardware_table(hardware: dict[str, Hardware] | None = None) -> str:
     """Memory, reserve, usable memory and bandwidth of each machine, RAM and VRAM apart, as a text table."""
     hardware = HARDWARE if hardware is None else hardware
-    width = max(len("hardware"), *(len(name) for name in hardware))
-    lines = [f"{'hardware':<{width}}  {'kind':<7}  {'memory':>9}  {'reserve':>9}  {'usable':>9}  {'bandwidth':>11}"]
-    for name, h in hardware.items():
-        each = "" if h.devices == 1 else f"{h.devices} x "
-        lines.append(f"{name:<{width}}  {h.kind:<7}  {each + f'{h.memory_bytes / 1e9:.0f} GB':>9}  "
-                     f"{each + f'{h.reserve_bytes / 1e9:.1f} GB':>9}  {h.usable_bytes / 1e9:>6.1f} GB  "
-                     f"{h.bandwidth / 1e9:>6,.0f} GB/s")
+    columns = [Column("hardware", max(len("hardware"), *(len(name) for name in hardware)), align="<"),
+               Column("kind", 7, align="<"), Column("memory", 9), Column("reserve", 9), Column("usable", 9),
+               Column("bandwidth", 11)]
+    rows = [[name, h.kind, f"{each(h)}{h.memory_bytes / 1e9:.0f} GB", f"{each(h)}{h.reserve_bytes / 1e9:.1f} GB",
+             f"{h.usable_bytes / 1e9:.1f} GB", f"{h.bandwidth / 1e9:,.0f} GB/s"] for name, h in hardware.items()]
+    lines = [format_table(columns, rows, gap="  ")]
     kinds = dict.fromkeys(h.kind for h in hardware.values())
     lines += [f"reserve for {kind}: {RESERVES[kind][2]} ({RESERVES[kind][3]})" for kind in kinds]
     return "\n".join(lines)
