@@ -3,7 +3,8 @@
 This is the only place the web framework meets labkit: routes translate protocols, the engine thread
 does the work. Every error leaves in the shape of the protocol its path belongs to (`errors`), and a
 client's mistake is never a 500. Routes parse their bodies themselves, after a size-limited read (413),
-with their protocol's pydantic models, so FastAPI's own body validation never runs.
+with their protocol's pydantic models, so FastAPI's own body validation never runs; GET /openapi.json
+describes those models all the same (`openapi`), and, like /health, needs no API key.
 
     >>> app = build_app(service, api_key=None)
     >>> uvicorn.run(app, host="127.0.0.1", port=8000)
@@ -17,14 +18,18 @@ import logging
 from fastapi import Depends, FastAPI
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from labkit.serving.http import ollama_api, openai_api
 from labkit.serving.http.errors import ClientError, error_response
 from labkit.serving.http.model_service import ClientGone, ModelService
+from labkit.serving.http.ollama_protocol import ChatRequest, GenerateRequest, ShowRequest
+from labkit.serving.http.openai_protocol import ChatCompletionRequest, CompletionRequest
+from labkit.serving.http.openapi import describe
 
 log = logging.getLogger("labkit.serving.http")
 CLIENT_CLOSED_REQUEST = 499  # nginx's status for "the client went away first" (nobody reads it)
+REQUEST_MODELS = (ShowRequest, GenerateRequest, ChatRequest, ChatCompletionRequest, CompletionRequest)
 
 
 def require_key(api_key: str | None):
@@ -63,8 +68,15 @@ async def server_error(request: Request, error: Exception) -> JSONResponse:
 
 def build_app(service: ModelService, api_key: str | None = None) -> FastAPI:
     """The app serving `service`; with an api_key, every route but /health needs it."""
-    app = FastAPI(title="labkit server", docs_url=None, redoc_url=None, openapi_url=None)
+    app = FastAPI(title="labkit server", docs_url=None, redoc_url=None, openapi_url="/openapi.json")
     app.state.service = service
+
+    def openapi() -> dict:  # FastAPI's document, with the bodies the routes parse by hand (`openapi`)
+        if app.openapi_schema is None:
+            app.openapi_schema = describe(app, REQUEST_MODELS, service.names)
+        return app.openapi_schema
+
+    app.openapi = openapi
     guard = [Depends(require_key(api_key))]
     app.include_router(ollama_api.router, dependencies=guard)
     app.include_router(openai_api.router, dependencies=guard)
@@ -84,7 +96,7 @@ def build_app(service: ModelService, api_key: str | None = None) -> FastAPI:
                              "kv_blocks_cached": load.blocks_cached, "prefix_cache_hit_rate": load.prefix_hit_rate},
                             status_code=200 if alive else 503)
 
-    @app.get("/metrics", dependencies=guard)
+    @app.get("/metrics", dependencies=guard, response_class=PlainTextResponse)
     async def metrics() -> Response:
         return Response(service.engine_thread.metrics.render(), media_type=service.engine_thread.metrics.content_type)
 

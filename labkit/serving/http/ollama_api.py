@@ -37,6 +37,7 @@ from labkit.serving.http.model_info import model_details, ollama_model_info
 from labkit.serving.http.model_service import (ModelService, AcceptedRequest, collect, failure, finish_reason,
                                                read_request, service_of)
 from labkit.serving.http.ollama_protocol import ChatRequest, GenerateRequest, GenerationRequest, ShowRequest
+from labkit.serving.http.openapi import request_body
 from labkit.serving.http.tool_calls import may_be_calls, ollama_call, openai_messages
 from labkit.serving.request import EngineRequestMetrics
 
@@ -54,12 +55,14 @@ def labkit_version() -> str:
         return "0.0.0"
 
 
-@router.api_route("/", methods=["GET", "HEAD"])
+@router.get("/", response_class=PlainTextResponse)
+@router.head("/", response_class=PlainTextResponse)
 async def root() -> PlainTextResponse:
     return PlainTextResponse("Ollama is running")
 
 
-@router.api_route("/api/version", methods=["GET", "HEAD"])
+@router.get("/api/version")
+@router.head("/api/version")
 async def api_version() -> JSONResponse:
     return JSONResponse({"version": labkit_version()})
 
@@ -78,7 +81,7 @@ async def running_models(request: Request) -> JSONResponse:
     return JSONResponse({"models": [entry]})
 
 
-@router.post("/api/show")
+@router.post("/api/show", openapi_extra=request_body(ShowRequest))
 async def show(request: Request) -> JSONResponse:
     service, _ = await read_request(request, ShowRequest)
     details = model_details(service, now())
@@ -173,7 +176,7 @@ async def ndjson(service: ModelService, submitted: AcceptedRequest, request: Req
         yield (json.dumps(line) + "\n").encode()
 
 
-@router.post("/api/generate")
+@router.post("/api/generate", openapi_extra=request_body(GenerateRequest, streams="application/x-ndjson"))
 async def generate(request: Request):
     arrival_s = time.perf_counter()  # the engine's TTFT counts parsing and the wait for the engine
     service, body = await read_request(request, GenerateRequest)
@@ -184,7 +187,7 @@ async def generate(request: Request):
     return await answer(request, body, prompt_ids, arrival_s)
 
 
-@router.post("/api/chat")
+@router.post("/api/chat", openapi_extra=request_body(ChatRequest, streams="application/x-ndjson"))
 async def chat(request: Request):
     arrival_s = time.perf_counter()
     service, body = await read_request(request, ChatRequest)

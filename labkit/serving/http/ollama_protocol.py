@@ -136,7 +136,8 @@ class GenerateRequest(GenerationRequest):
 class Message(RequestModel):
     """One message; an assistant's may hold its tool_calls, a tool's result names its tool (tool_name)."""
 
-    role: str = Field(description='"system", "user", "assistant" or "tool"')
+    role: str = Field(description='"system", "user", "assistant" or "tool"',
+                      json_schema_extra={"enum": ["system", "user", "assistant", "tool"]})
     content: str = ""  # the message's text (the client leaves it out beside tool_calls)
     images: NoImages = None
     tool_calls: list[dict] | None = None  # [{"function": {"name", "arguments": {...}}}], arguments an object
@@ -153,7 +154,8 @@ class ChatRequest(GenerationRequest):
     """POST /api/chat, with tools (Ollama has no tool_choice: "auto" when tools are given)."""
 
     PROMPT_FIELD: ClassVar[str] = "messages"
-    messages: list[Message] = Field(description='an array of {"role", "content"} objects')
+    messages: list[Message] = Field(description='an array of {"role", "content"} objects',
+                                    json_schema_extra={"minItems": 1})  # checked by tool_prompt
     tools: Any = None  # [{"type": "function", "function": {"name", "description", "parameters"}}, ...]
 
     @cached_property

@@ -40,6 +40,7 @@ from labkit.serving.http.model_service import (ModelService, AcceptedRequest, co
                                                service_of)
 from labkit.serving.http.openai_choices import ChoiceWriter, usage
 from labkit.serving.http.openai_protocol import ChatCompletionRequest, CompletionRequest, OpenAIRequest
+from labkit.serving.http.openapi import request_body
 
 router = APIRouter(prefix="/v1")
 
@@ -49,7 +50,7 @@ async def models(request: Request) -> JSONResponse:
     return JSONResponse({"object": "list", "data": [openai_model_card(service_of(request))]})
 
 
-@router.post("/chat/completions")
+@router.post("/chat/completions", openapi_extra=request_body(ChatCompletionRequest, streams="text/event-stream"))
 async def chat_completions(request: Request):
     arrival_s = time.perf_counter()  # the engine's TTFT counts parsing and the wait for the engine
     service, body = await read_request(request, ChatCompletionRequest)
@@ -57,7 +58,7 @@ async def chat_completions(request: Request):
     return await answer(request, body, prompt_ids, arrival_s)
 
 
-@router.post("/completions")
+@router.post("/completions", openapi_extra=request_body(CompletionRequest, streams="text/event-stream"))
 async def completions(request: Request):
     arrival_s = time.perf_counter()
     service, body = await read_request(request, CompletionRequest)

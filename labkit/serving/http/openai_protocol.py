@@ -115,8 +115,9 @@ class OpenAIRequest(ModelRequest):
     min_p: float | None = None
     repetition_penalty: float | None = None
     min_tokens: int | None = None
-    n: Annotated[int, AfterValidator(at_least_one)] = 1
-    logit_bias: Annotated[dict[str, float], AfterValidator(token_id_keys)] = Field(default_factory=dict)
+    n: Annotated[int, AfterValidator(at_least_one)] = Field(1, json_schema_extra={"minimum": 1})
+    logit_bias: Annotated[dict[str, float], AfterValidator(token_id_keys)] = Field(
+        default_factory=dict, json_schema_extra={"propertyNames": {"pattern": "^[0-9]+$"}})
     response_format: ResponseFormat = Field(default_factory=ResponseFormat)
     thinking_token_budget: int | None = None  # vLLM: thinking tokens before "</think>" is forced (module doc)
     suffix: NoSuffix = None
@@ -169,7 +170,8 @@ class ChatMessage(RequestModel):
     """One message: its role and text; an assistant's may hold its tool_calls (content null), a tool's
     answers the call tool_call_id names. labkit.decoding.tool_prompt checks the turns and renders them."""
 
-    role: str = Field(description='"system", "user", "assistant" or "tool" ("developer" reads as "system")')
+    role: str = Field(description='"system", "user", "assistant" or "tool" ("developer" reads as "system")',
+                      json_schema_extra={"enum": ["system", "developer", "user", "assistant", "tool"]})
     content: Annotated[str | list[TextPart], either('a string or an array of {"type": "text", "text": ...} parts '
                                                     "(the model reads text only)")] | None = None
     tool_calls: list[dict] | None = None  # an assistant's calls: [{"id", "type": "function", "function": {...}}]
@@ -188,7 +190,8 @@ class ChatCompletionRequest(OpenAIRequest):
     """POST /v1/chat/completions, with OpenAI's tools (`tool_calls` module doc)."""
 
     PROMPT_FIELD: ClassVar[str] = "messages"
-    messages: list[ChatMessage] = Field(description='an array of {"role", "content"} objects')
+    messages: list[ChatMessage] = Field(description='an array of {"role", "content"} objects',
+                                        json_schema_extra={"minItems": 1})  # checked by tool_prompt
     logprobs: bool = False
     top_logprobs: Annotated[int, within(0, MAX_LOGPROBS, "alternatives per token"), needs_logprobs(0)] | None = None
     tools: Any = None  # [{"type": "function", "function": {"name", "description", "parameters"}}, ...]
