@@ -11,7 +11,8 @@ scales the sum and adds the minimum's term. The student writes the body of the i
 `build_matvec(inner_loop)` compiles the template around it with torch.utils.cpp_extension.load_inline
 (-O3, so the compiler vectorises the loop for the CPU's baseline SIMD), into labkit's cache: the
 same source compiles once per machine. It raises CompilerMissing where no C++ compiler or ninja is
-installed, and a RuntimeError with the compiler's message for code that does not compile.
+installed, and CompileError for code that does not compile: the compiler's first error and the line of
+`inner_loop` it points at, not the build log (whose later errors often follow from the first).
 
     >>> matvec = build_matvec("dot += (c[j] & 15) * q[j] + (c[j] >> 4) * q[j + 16];")
     >>> matvec(weight, x)          # weight: Q41Weight [N, K], x [K] float32 -> y [N]
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import warnings
 from collections.abc import Callable
@@ -71,6 +73,35 @@ class CompilerMissing(RuntimeError):
     """No C++ compiler or no ninja on this machine: the exercise cannot be built here."""
 
 
+class CompileError(RuntimeError):
+    """The student's inner loop does not compile: the compiler's first error, at its line of inner_loop.
+
+        >>> build_matvec("dot += c[j] * w;")
+        Traceback (most recent call last):
+        CompileError: inner_loop does not compile, line 1: error: 'w' was not declared in this scope
+            dot += c[j] * w;
+    """
+
+
+INNER_LOOP_MARKER = "// ---- the inner loop ----"  # TEMPLATE's line just above the student's first line
+COMPILER_ERROR = re.compile(r"main\.cpp:(\d+):\d+: error: (.+)")  # gcc's and clang's "file:line:col: error: ..."
+
+
+def first_compile_error(build_log: str, main_cpp: str, inner_loop: str) -> str | None:
+    """The compiler's first error in build_log, placed on its line of inner_loop (None if it printed none).
+    main_cpp is the source the compiler read (load_inline's main.cpp: TEMPLATE with a prelude)."""
+    found = COMPILER_ERROR.search(build_log)
+    if found is None:
+        return None
+    marker = next(i for i, line in enumerate(main_cpp.splitlines(), 1) if INNER_LOOP_MARKER in line)
+    line, message = int(found.group(1)) - marker, found.group(2).replace("\u2018", "'").replace("\u2019", "'")
+    lines = inner_loop.splitlines()
+    if 1 <= line <= len(lines):
+        return f"inner_loop does not compile, line {line}: error: {message}\n    {lines[line - 1].strip()}"
+    return (f"inner_loop does not compile: error: {message} (just after the inner loop: check its braces, "
+            "brackets and semicolons)")
+
+
 def missing_tools() -> list[str]:
     """The build tools load_inline needs that are not on the PATH ([] when it can build)."""
     compiler = os.environ.get("CXX", "c++")
@@ -95,8 +126,15 @@ def build_matvec(inner_loop: str) -> Callable[[Q41Weight, torch.Tensor], torch.T
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        module = load_inline(name=name, cpp_sources=[source], functions=["matvec"], extra_cflags=["-O3"],
-                             build_directory=str(folder), verbose=False)
+        try:
+            module = load_inline(name=name, cpp_sources=[source], functions=["matvec"], extra_cflags=["-O3"],
+                                 build_directory=str(folder), verbose=False)
+        except RuntimeError as build_failed:
+            main_cpp = folder / "main.cpp"
+            first = main_cpp.exists() and first_compile_error(str(build_failed), main_cpp.read_text(), inner_loop)
+            if first:
+                raise CompileError(first) from None
+            raise
 
     def matvec(weight: Q41Weight, x: torch.Tensor) -> torch.Tensor:
         qx, dx, sx = quantize_q8_1(x.reshape(1, -1))
