@@ -272,6 +272,16 @@ def finish_pages(out_dir: Path, alts: dict[str, str]) -> int:
     return given
 
 
+def check_not_over_sources(name: str, folder: Path, sources: list[Path]) -> None:
+    """Refuse a folder the build replaces (out_dir, source_dir: deleted, then written) that is or holds one of
+    its own sources: `--out notebooks` or `--out .` would delete the notebooks it builds from."""
+    target = folder.resolve()
+    held = [str(source) for source in sources if source.resolve() == target or target in source.resolve().parents]
+    if held:
+        raise ValueError(f"{name} {str(folder)!r} is replaced by the build but holds its sources ({held[0]}); "
+                         f"give a folder of its own, e.g. 'site'.")
+
+
 def build_site(paths: list[str | Path], out_dir: str | Path, source_dir: str | Path = SOURCE_DIR,
                readme: str | Path = "README.md", mathjax: str | Path = MATHJAX) -> Path:
     """Build the site of the notebooks in `paths` into out_dir (replaced); returns its home page."""
@@ -281,6 +291,8 @@ def build_site(paths: list[str | Path], out_dir: str | Path, source_dir: str | P
     missing = [str(path) for path in paths if path.suffix != ".ipynb" or not path.is_file()]
     if missing:
         raise ValueError(f"paths must be notebook files (.ipynb); not found or not notebooks: {missing}.")
+    for name, folder in (("out_dir", out_dir), ("source_dir", Path(source_dir))):
+        check_not_over_sources(name, folder, [*paths, Path(readme), Path(mathjax)])
     alts = write_sources(paths, Path(source_dir), Path(readme).read_text(encoding="utf-8"))
     copy_mathjax(Path(mathjax), Path(source_dir))
     # Sphinx writes into the source folder, and MyST-NB its copies of the notebooks beside Sphinx's output
