@@ -111,7 +111,7 @@ class DecodingConfig:
     thinking_budget: int | None = None  # think at most this many tokens, then the end marker is forced (None: off)
     thinking_min: int = 0  # s1's budget forcing: below this many thinking tokens "Wait" replaces the end marker
     thinking_format: ThinkingFormat = ThinkingFormat()  # the markers of the thinking section, and s1's "Wait"
-    seed: int | None = None  # the random seed for sampling (None: a fresh one each time)
+    seed: int | None = None  # the random seed for sampling, 64 bits (None: a fresh one each time)
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str) or not isinstance(self.stop, Iterable):
@@ -154,8 +154,9 @@ class DecodingConfig:
         if any(not isinstance(s, str) or s == "" for s in self.stop):
             raise InvalidArgument(f"stop must be a list of non-empty strings, got {list(self.stop)!r}.", "stop",
                                   self.stop)
-        if self.seed is not None and not is_int(self.seed):
-            raise InvalidArgument(f"seed must be an integer or None, got {self.seed!r}.", "seed", self.seed)
+        if self.seed is not None and (not is_int(self.seed) or not -2**63 <= self.seed < 2**63):
+            raise InvalidArgument(f"seed must be an integer from -2**63 to 2**63 - 1 (torch's 64-bit seeds) or None, "
+                                  f"got {self.seed!r}.", "seed", self.seed)
         self._check_combinations()
 
     def _check_combinations(self) -> None:

@@ -44,7 +44,7 @@ PROMPT = "Once upon a time, in a small village,"
         ({"top_k": 50}, r"top_k=50 only acts when sampling, but temperature=0 means greedy"),
         ({"length_penalty": 2.0}, r"length_penalty=2.0 only acts in beam search; set num_beams > 1"),
         ({"num_beams": 2, "num_return_sequences": 3}, r"num_return_sequences must be an integer in \[1, num_beams=2\]"),
-        ({"seed": "one"}, r"seed must be an integer or None"),
+        ({"seed": "one"}, r"seed must be an integer from -2\*\*63 to 2\*\*63 - 1"),
     ],
 )
 def test_bad_options_name_the_parameter_and_its_range(options, message):

@@ -22,6 +22,7 @@ from labkit.decoding.thinking import ThinkingFormat
     ({"stop": "."}, "stop"),
     ({"banned_tokens": [-1]}, "banned_tokens"),
     ({"seed": 1.5}, "seed"),
+    ({"seed": 2**64}, "seed"),  # torch's seeds are 64 bits
     ({"early_stopping": "sometimes"}, "early_stopping"),
     ({"num_beams": 2, "num_return_sequences": 3}, "num_return_sequences"),
     ({"json_schema": "not a schema"}, "json_schema"),

@@ -101,6 +101,9 @@ def test_a_bad_field_is_named_with_what_is_allowed(kind, body, param, message):
     (lambda: ollama_config(options={"temperature": 0, "top_p": 1.5}), "options.top_p", "'options.top_p' must be"),
     (lambda: ollama_config(options={"stop": [""]}), "options.stop", "'options.stop' must be a list of non-empty"),
     (lambda: ollama_config(format={"type": "colour"}), "format", "'format' is not a JSON schema"),
+    # found by the fuzzer: a seed past 64 bits reached torch, whose overflow named no field
+    (lambda: openai_config(seed=2**70), "seed", "'seed' must be an integer from -2**63 to 2**63 - 1"),
+    (lambda: ollama_config(options={"seed": 2**70}), "options.seed", "'options.seed' must be an integer from"),
 ])
 def test_decoding_config_refusals_name_the_clients_field(convert, param, message):
     error = refused(convert)
