@@ -1,0 +1,33 @@
+"""Bad-input cases of labkit's fast/ public doors (see door.py for the
+columns). `wrong(name, error, words)`: every required argument a Wrong(); a case with `missing=` has no
+door yet and says where the call crashes today."""
+
+from door import wrong
+
+CASES = [
+    wrong("labkit.fast.cost.cost_table", words=("named",), missing="TypeError at labkit/fast/cost.py:309"),
+    wrong("labkit.fast.cost.measure_step", words=("model",)),
+    wrong("labkit.fast.dot_exercise.build_matvec", words=("inner_loop",)),
+    wrong("labkit.fast.dot_exercise.matvec_bandwidth", words=("matvec",),
+          missing="AttributeError at labkit/fast/dot_exercise.py:149"),
+    wrong("labkit.fast.optimize.check_steps", words=("steps",)),
+    wrong("labkit.fast.optimize.optimize", words=("model",)),
+    wrong("labkit.fast.profile.step_breakdown", words=("decoder",),
+          missing="AttributeError at labkit/fast/profile.py:66"),
+    wrong("labkit.fast.q4_linear.q4_1_linear", words=("weight",)),
+    wrong("labkit.fast.q4_linear.quantize_q4_1", words=("weight",)),
+    wrong("labkit.fast.static.StaticDecoder", words=("model",)),
+    wrong("labkit.fast.static.slots_for", words=("needed",), missing="TypeError at labkit/fast/static.py:118"),
+    wrong("labkit.fast.threads.using_threads", words=(), missing="accepts any object"),
+]
+
+NO_ARGUMENT = {  # name -> why it has no bad-input case
+    "labkit.fast.STEPS": "a constant: data the notebooks read, not a call",
+    "labkit.fast.processes.WAIT_POLICIES": "a constant: data the notebooks read, not a call",
+    "labkit.fast.dot_exercise.missing_tools": "takes no argument: which build tools this machine lacks",
+    "labkit.fast.kernel.load_kernel": "only a reload flag; it never raises, its status says what failed",
+    "labkit.fast.machine.measure_machine": "takes no argument: measures this machine",
+    "labkit.fast.processes.current_policy": "takes no argument: reads OMP_WAIT_POLICY",
+    "labkit.fast.roofline.read_bandwidth": "only optional sizes of a measurement with sound defaults",
+    "labkit.fast.static.inductor_cache": "takes no argument: a folder from the environment",
+}

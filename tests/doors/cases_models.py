@@ -1,0 +1,35 @@
+"""Bad-input cases of labkit's models/ public doors (see door.py for the
+columns). `wrong(name, error, words)`: every required argument a Wrong(); a case with `missing=` has no
+door yet and says where the call crashes today."""
+
+from door import wrong
+
+CASES = [
+    wrong("labkit.models.catalog.CatalogModel", words=(), missing="accepts any object"),
+    wrong("labkit.models.catalog.Fit", words=(), missing="accepts any object"),
+    wrong("labkit.models.catalog.fit_table", words=("rows",), missing="TypeError at labkit/models/catalog.py:289"),
+    wrong("labkit.models.catalog.fits_here", words=("model",)),
+    wrong("labkit.models.catalog.what_can_i_run", words=("catalog",)),
+    wrong("labkit.models.eval_data.eval_ids", words=("tokenizer",),
+          missing="TypeError at labkit/models/eval_data.py:51"),
+    wrong("labkit.models.loading.load_model", words=("model name", "smollm2-135m")),
+    wrong("labkit.models.loading.load_tokenizer", words=("model name", "smollm2-135m")),
+    wrong("labkit.models.quality.bits_per_byte", words=("model",),
+          missing="TypeError at labkit/models/quality.py:54"),
+    wrong("labkit.models.quality.task_results", words=("model",)),
+    wrong("labkit.models.registry.build_cache", words=("name",)),
+    wrong("labkit.models.sizing.format_bytes", words=("n_bytes",),
+          missing="TypeError at labkit/models/sizing.py:234"),
+    wrong("labkit.models.sizing.model_shape", words=("Unknown model", "smollm2-135m")),
+    wrong("labkit.models.sizing.shape_of", words=("model_or_config",)),
+]
+
+NO_ARGUMENT = {  # name -> why it has no bad-input case
+    "labkit.models.quality.TASKS": "a constant: data the notebooks read, not a call",
+    "labkit.models.catalog.load_catalog": "only an optional CSV path; a missing file is the OS's clear error",
+    "labkit.models.hardware.hardware_table": "only an optional table of labkit's own Hardware records",
+    "labkit.models.loading.pick_device": "its device argument is load_model's, tested in tests/models/test_bad_input.py",
+    "labkit.models.loading.tiny_model": "only impl and seed, the suite's own fixture; impl is checked with load_model's",
+    "labkit.models.registry.cache_dir": "takes no argument: a folder from the environment",
+    "labkit.models.sizing.memory_table": "its models and dtypes are checked by sizing, tested in tests/models/test_bad_input.py",
+}

@@ -1,0 +1,60 @@
+"""Bad-input cases of labkit's serving/ public doors (see door.py for the
+columns). `wrong(name, error, words)`: every required argument a Wrong(); a case with `missing=` has no
+door yet and says where the call crashes today."""
+
+from door import wrong
+
+CASES = [
+    wrong("labkit.serving.agent.agent_loop", words=("messages",)),
+    wrong("labkit.serving.agent.cold_ttft", words=("model",), missing="TypeError at labkit/serving/agent.py:94"),
+    wrong("labkit.serving.agent.describe_turns", words=("turns",),
+          missing="TypeError at labkit/serving/agent.py:103"),
+    wrong("labkit.serving.cow_exercise.BlockTables", words=(), missing="accepts any object"),
+    wrong("labkit.serving.cow_exercise.BlockTables.with_prompt", words=("name",),
+          missing="TypeError at labkit/serving/cow_exercise.py:47"),
+    wrong("labkit.serving.engine.Engine", words=("model",)),
+    wrong("labkit.serving.http.client.engine_summaries", words=("metrics_text",),
+          missing="TypeError at prometheus_client/parser.py:18"),
+    wrong("labkit.serving.http.client.mean_between", words=("before",),
+          missing="AttributeError at labkit/serving/http/client.py:212"),
+    wrong("labkit.serving.http.client.metric_value", words=("metrics_text",),
+          missing="TypeError at prometheus_client/parser.py:18"),
+    wrong("labkit.serving.http.client.stream_ollama", words=(), missing="accepts any object"),
+    wrong("labkit.serving.http.client.stream_openai", words=(), missing="accepts any object"),
+    wrong("labkit.serving.http.load.Target", words=(), missing="accepts any object"),
+    wrong("labkit.serving.http.load.open_loop", words=(), missing="accepts any object"),
+    wrong("labkit.serving.http.load.sweep", words=(), missing="accepts any object"),
+    wrong("labkit.serving.http.load.sweep_table", words=("results",),
+          missing="TypeError at labkit/serving/http/load.py:220"),
+    wrong("labkit.serving.http.load.ttft_breakdown", words=("results",),
+          missing="TypeError at labkit/serving/http/load.py:239"),
+    wrong("labkit.serving.interference.interference_run", words=("model",),
+          missing="TypeError at labkit/serving/interference.py:52"),
+    wrong("labkit.serving.interference.interference_table", words=("runs",),
+          missing="TypeError at labkit/serving/interference.py:80"),
+    wrong("labkit.serving.method_run.Method", words=(), missing="accepts any object"),
+    wrong("labkit.serving.method_run.answer_after_thinking", words=("text",)),
+    wrong("labkit.serving.method_run.first_answer", words=("samples",),
+          missing="TypeError at labkit/serving/method_run.py:199"),
+    wrong("labkit.serving.method_run.frontier", words=("run",),
+          missing="AttributeError at labkit/serving/method_run.py:187"),
+    wrong("labkit.serving.method_run.frontier_table", words=("points",),
+          missing="TypeError at labkit/serving/method_run.py:205"),
+    wrong("labkit.serving.method_run.run_method", words=("engine",)),
+    wrong("labkit.serving.sharing.sharing_costs", words=("prompt",)),
+    wrong("labkit.serving.static_batch.StaticBatch", words=("model",)),
+    wrong("labkit.serving.workload.make_workload", words=("tokenizer",)),
+    wrong("labkit.serving.workload.results_table", words=("results",),
+          missing="TypeError at labkit/serving/workload.py:258"),
+    wrong("labkit.serving.workload.run_continuous", words=("model",),
+          missing="TypeError at labkit/serving/workload.py:133"),
+    wrong("labkit.serving.workload.run_one_at_a_time", words=("model",),
+          missing="TypeError at labkit/serving/workload.py:133"),
+    wrong("labkit.serving.workload.run_static_batches", words=("model",),
+          missing="TypeError at labkit/serving/workload.py:133"),
+]
+
+NO_ARGUMENT = {  # name -> why it has no bad-input case
+    "labkit.serving.http.server.ServerOptions": "checked by start_server's door, tests/core/test_arguments.py LAUNCHERS",
+    "labkit.serving.http.server.start_server": "every argument's bad values: tests/core/test_arguments.py LAUNCHERS",
+}
