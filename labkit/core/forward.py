@@ -24,7 +24,7 @@ from collections.abc import Sequence
 import torch
 from transformers import Cache, DynamicCache
 
-from labkit.core.arguments import check_int
+from labkit.core.arguments import InvalidArgument, check_int
 from labkit.core.kv_cache import KVCache, check_crop_length, check_reorder_indices
 from labkit.core.llama import Llama
 
@@ -90,14 +90,20 @@ def model_device(model: torch.nn.Module) -> torch.device:
 
 
 def check_context(prompt_length: int, max_new_tokens: int, context: int) -> None:
-    """Raise a ValueError when the prompt plus the new tokens do not fit the model's context."""
+    """The context rule, the one place it is written: the prompt plus the new tokens must fit the model's
+    context, with room for at least one new token. Else an InvalidArgument naming what to change: `prompt`
+    when it leaves no room, else `max_new_tokens` (a server maps these to its client's fields).
+
+        >>> check_context(8121, 100, 8192)
+        InvalidArgument: The prompt has 8121 tokens and 100 new ones were asked for, but the model's context holds 8192. ...
+    """
     if prompt_length >= context:
-        raise ValueError(f"The prompt alone has {prompt_length} tokens; the model's context holds {context}, "
-                         "including at least one new token. Shorten the prompt.")
+        raise InvalidArgument(f"The prompt alone has {prompt_length} tokens; the model's context holds {context}, "
+                              "including at least one new token. Shorten the prompt.", "prompt", prompt_length)
     if prompt_length + max_new_tokens > context:
-        raise ValueError(f"The prompt has {prompt_length} tokens and {max_new_tokens} new ones were asked for, but "
-                         f"the model's context holds {context}. Shorten the prompt or ask for at most "
-                         f"{context - prompt_length} new tokens.")
+        raise InvalidArgument(f"The prompt has {prompt_length} tokens and {max_new_tokens} new ones were asked for, "
+                              f"but the model's context holds {context}. Shorten the prompt or ask for at most "
+                              f"{context - prompt_length} new tokens.", "max_new_tokens", max_new_tokens)
 
 
 def forward(model: torch.nn.Module, input_ids: torch.Tensor, cache=None, keep: int = 0) -> torch.Tensor:
@@ -144,6 +150,19 @@ def new_cache(model: torch.nn.Module, batch_size: int = 1, max_length: int | Non
     return DynamicCache(config=model.config)
 
 
+def check_model_and_ids(model: object, ids: object, name: str, shape: str) -> None:
+    """Refuse, at the door of prefill and decode_step, a model that is not a torch module, or ids that are
+    not an integer tensor of `shape`'s dimensions ("[B, T]" or "[B]"), naming the argument."""
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model must be a causal LM (labkit's Llama or a transformers model), "
+                        f"got {type(model).__name__}.")
+    dims = shape.count(",") + 1
+    if (not isinstance(ids, torch.Tensor) or ids.is_floating_point() or ids.dtype == torch.bool
+            or ids.dim() != dims):
+        got = f"a {ids.dtype} tensor of shape {tuple(ids.shape)}" if isinstance(ids, torch.Tensor) else type(ids).__name__
+        raise TypeError(f"{name} must be an integer tensor {shape} of token ids, got {got}.")
+
+
 def prefill(model: torch.nn.Module, input_ids: torch.Tensor, cache=None,
             max_length: int | None = None) -> tuple[torch.Tensor, object]:
     """Run the whole prompt [B, T] at once. Returns (logits of the last position [B, V], the cache).
@@ -153,6 +172,7 @@ def prefill(model: torch.nn.Module, input_ids: torch.Tensor, cache=None,
 
         >>> logits, cache = prefill(model, torch.tensor([prompt_ids]), max_length=64)
     """
+    check_model_and_ids(model, input_ids, "input_ids", "[B, T]")
     if cache is None:
         cache = new_cache(model, input_ids.shape[0], max_length)
     return forward(model, input_ids, cache, keep=1)[:, -1], cache
@@ -160,6 +180,7 @@ def prefill(model: torch.nn.Module, input_ids: torch.Tensor, cache=None,
 
 def decode_step(model: torch.nn.Module, token_ids: torch.Tensor, cache) -> torch.Tensor:
     """Feed one new token per sequence, token_ids [B]; return the next logits [B, V]."""
+    check_model_and_ids(model, token_ids, "token_ids", "[B]")
     return forward(model, token_ids[:, None], cache, keep=1)[:, -1]
 
 

@@ -2,13 +2,22 @@
 columns). `wrong(name, error, words)`: every required argument a Wrong(); a case with `missing=` has no
 door yet and says where the call crashes today."""
 
-from door import wrong
+import torch
+from door import Door, wrong
+
+from labkit.core.forward import decode_step, prefill
 
 CASES = [
     wrong("labkit.core.forward.all_logits", words=("model",), missing="TypeError at labkit/core/forward.py:168"),
-    wrong("labkit.core.forward.decode_step", words=("model",), missing="TypeError at labkit/core/forward.py:163"),
+    wrong("labkit.core.forward.decode_step", words=("model must be a causal LM",)),
+    Door("labkit.core.forward.decode_step", lambda kit: decode_step(kit.tiny, [5], None), TypeError,
+         ("token_ids must be an integer tensor [B]", "got list")),
+    Door("labkit.core.forward.decode_step", lambda kit: decode_step(kit.tiny, torch.tensor([[5]]), None), TypeError,
+         ("token_ids", "shape (1, 1)")),
     wrong("labkit.core.forward.greedy_decode", words=("n_tokens",)),
-    wrong("labkit.core.forward.prefill", words=("model",), missing="AttributeError at labkit/core/forward.py:157"),
+    wrong("labkit.core.forward.prefill", words=("model must be a causal LM",)),
+    Door("labkit.core.forward.prefill", lambda kit: prefill(kit.tiny, torch.tensor([[1.0, 2.0]])), TypeError,
+         ("input_ids must be an integer tensor [B, T]", "torch.float32")),
     wrong("labkit.core.inspect_forward.all_attention_weights", words=("trace",),
           missing="AttributeError at labkit/core/inspect_forward.py:120"),
     wrong("labkit.core.inspect_forward.attention_output", words=("trace",),
