@@ -24,6 +24,8 @@ NEG_INF = float("-inf")
 
 def greedy(logits: torch.Tensor) -> torch.Tensor:
     """logits [B, V] -> token ids [B]: the most likely token (the lowest id on a tie, like argmax)."""
+    if not isinstance(logits, torch.Tensor):
+        raise TypeError(f"logits must be a tensor [B, V] of scores, got {type(logits).__name__}.")
     return logits.argmax(dim=-1)
 
 
@@ -41,8 +43,10 @@ def apply_temperature(logits: torch.Tensor, temperature: float) -> torch.Tensor:
 
     Same as transformers' TemperatureLogitsWarper.
     """
-    if not temperature > 0:
-        raise ValueError(f"temperature must be > 0 to rescale logits (0 means greedy), got {temperature}.")
+    if not isinstance(logits, torch.Tensor):
+        raise TypeError(f"logits must be a tensor [B, V] of scores, got {type(logits).__name__}.")
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature > 0:
+        raise ValueError(f"temperature must be > 0 to rescale logits (0 means greedy), got {temperature!r}.")
     return logits / temperature
 
 

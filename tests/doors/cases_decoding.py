@@ -2,7 +2,10 @@
 columns). `wrong(name, error, words)`: every required argument a Wrong(); a case with `missing=` has no
 door yet and says where the call crashes today."""
 
-from door import wrong
+import torch
+from door import Door, wrong
+
+from labkit.decoding.sampling import apply_temperature
 
 CASES = [
     wrong("labkit.decoding.calculator.calculator_answer", words=("text",),
@@ -39,10 +42,10 @@ CASES = [
     wrong("labkit.decoding.mirostat.surprise_bits", words=("probs",),
           missing="TypeError at labkit/decoding/mirostat.py:38"),
     wrong("labkit.decoding.request.Step", words=(), missing="accepts any object"),
-    wrong("labkit.decoding.sampling.apply_temperature", words=("logits",),
-          missing="TypeError at labkit/decoding/sampling.py:44"),
-    wrong("labkit.decoding.sampling.greedy", words=("logits",),
-          missing="AttributeError at labkit/decoding/sampling.py:27"),
+    wrong("labkit.decoding.sampling.apply_temperature", words=("logits must be a tensor [B, V]",)),
+    Door("labkit.decoding.sampling.apply_temperature", lambda kit: apply_temperature(torch.zeros(1, 4), "0.7"),
+         ValueError, ("temperature must be > 0", "'0.7'")),
+    wrong("labkit.decoding.sampling.greedy", words=("logits must be a tensor [B, V]",)),
     wrong("labkit.decoding.sampling.min_p_filter", words=("logits",),
           missing="AttributeError at labkit/decoding/sampling.py:98"),
     wrong("labkit.decoding.sampling.sample", words=("torch.Generator",)),
