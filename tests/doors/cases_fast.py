@@ -2,9 +2,30 @@
 columns). `wrong(name, error, words)`: every required argument a Wrong(); a case with `missing=` has no
 door yet and says where the call crashes today."""
 
-from door import wrong
+import subprocess
+from unittest import mock
+
+import pytest
+from door import Door, wrong
+
+from labkit.fast.dot_exercise import CompileError, build_matvec, missing_tools
+
+COMPILER = subprocess.Popen  # the real one: this case's compiler may run where other cases' processes may not
+
+
+def compile_student_loop(inner_loop: str):
+    """build_matvec on a student's inner loop, the compiler allowed to run; skipped where this machine has
+    no compiler or ninja."""
+    if missing_tools():
+        pytest.skip(f"cannot compile C++ here: {missing_tools()} missing")
+    with mock.patch.object(subprocess, "Popen", COMPILER):
+        return build_matvec(inner_loop)
+
 
 CASES = [
+    # the compiler's first error and its line of the student's loop, not the build log (a real compile, ~20 s)
+    Door("labkit.fast.dot_exercise.build_matvec", lambda kit: compile_student_loop("dot += c[j];\ndot += c[j] * w;"),
+         CompileError, ("inner_loop does not compile, line 2: error:", "dot += c[j] * w;"), slow=True),
     wrong("labkit.fast.cost.cost_table", words=("named",), missing="TypeError at labkit/fast/cost.py:309"),
     wrong("labkit.fast.cost.measure_step", words=("model",)),
     wrong("labkit.fast.dot_exercise.build_matvec", words=("inner_loop",)),
