@@ -45,6 +45,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from labkit.core.arguments import check_int
+from labkit.core.forward import check_context
 from labkit.serving.block_manager import BlockManager
 from labkit.serving.request import EngineRequest, Status
 
@@ -121,9 +122,7 @@ class Scheduler:
     def add(self, seq: EngineRequest) -> None:
         """Queue a request, or raise a ValueError if it could never run, even alone."""
         c, manager = self.config, self.block_manager
-        if seq.max_length > c.max_model_len:
-            raise ValueError(f"The prompt has {len(seq.prompt_ids)} tokens and {seq.config.max_new_tokens} new ones "
-                             f"were asked for; the model's context holds {c.max_model_len}.")
+        check_context(len(seq.prompt_ids), seq.config.max_new_tokens, c.max_model_len)  # the one rule (core.forward)
         if seq.seats > c.max_num_seqs:
             raise ValueError(f"This request's {seq.seats} samples share one prefill, so they need {seq.seats} seats at "
                              f"once; max_num_seqs is {c.max_num_seqs}.")

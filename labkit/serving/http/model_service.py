@@ -119,32 +119,16 @@ class ModelService:
         """New tokens when the client sets no limit: up to the context, at most DEFAULT_TOKENS_PER_SEQ in all."""
         return max(1, min(self.context, DEFAULT_TOKENS_PER_SEQ) - len(prompt_ids))
 
-    def check_context(self, prompt_ids: list[int], max_new_tokens: int, prompt_field: str, limit_field: str) -> None:
-        """A 400 unless the prompt and the new tokens asked for fit the model's context, naming the field to change:
-        the prompt's when it leaves no room for one new token, else the limit's.
-
-            >>> service.check_context([1] * 8000, 500, "messages", "max_tokens")
-            ClientError: 'max_tokens': the prompt has 8000 tokens and 500 new ones were asked for; the model's
-            context holds 8192: ask for at most 192.
-        """
-        room = self.context - len(prompt_ids)
-        if room < 1:
-            raise ClientError(400, f"'{prompt_field}': the prompt has {len(prompt_ids)} tokens; the model's context "
-                                   f"holds {self.context}, including at least one new token: shorten it.", prompt_field)
-        if max_new_tokens > room:
-            raise ClientError(400, f"'{limit_field}': the prompt has {len(prompt_ids)} tokens and {max_new_tokens} new "
-                                   f"ones were asked for; the model's context holds {self.context}: ask for at most "
-                                   f"{room}.", limit_field)
-
     @property
     def max_samples(self) -> int:
         """The most samples one request may ask for: its n samples run together, one seat each."""
         return self.engine_thread.engine.config.max_num_seqs
 
     async def submit(self, prompt_ids: list[int], config: DecodingConfig, arrival_s: float | None = None,
-                     n: int = 1, logprobs: int | None = None) -> AcceptedRequest:
+                     n: int = 1, logprobs: int | None = None, fields: dict[str, str] | None = None) -> AcceptedRequest:
         """Queue a request in the engine: 503 when the queue is full, 400 when the engine refuses it (naming
-        'n' for more samples than seats).
+        'n' for more samples than seats, and the client's field for an argument the engine names: `fields`
+        maps the engine's names, such as "prompt" and "max_new_tokens" of the context rule, to the client's).
 
         arrival_s: when the handler received it (time.perf_counter), so that the engine's TTFT counts the
         wait for the step in flight; now by default. n: samples of the prompt. logprobs: None, or the
@@ -157,6 +141,8 @@ class ModelService:
             request_id, events = await self.engine_thread.submit(prompt_ids, config, arrival_s, n, logprobs)
         except EngineBusy as error:
             raise ClientError(503, str(error), headers={"retry-after": "1"}) from None
+        except InvalidArgument as error:
+            raise refused_option(error, fields or {}) from None
         except (TypeError, ValueError) as error:
             raise ClientError(400, str(error)) from None
         submitted = AcceptedRequest(request_id, events, len(prompt_ids), n)

@@ -143,8 +143,8 @@ async def answer(request: Request, body: GenerationRequest, prompt_ids: list[int
     """Run the request and answer in NDJSON (stream, Ollama's default) or as one JSON object."""
     service = service_of(request)
     config = body.decoding_config(service.default_max_tokens(prompt_ids))
-    service.check_context(prompt_ids, config.max_new_tokens, body.PROMPT_FIELD, body.limit_field)
-    submitted = await service.submit(prompt_ids, config, arrival_s=arrival_s, logprobs=body.engine_logprobs)
+    submitted = await service.submit(prompt_ids, config, arrival_s=arrival_s, logprobs=body.engine_logprobs,
+                                    fields=body.engine_fields)
     chat = isinstance(body, ChatRequest)
     writer = ChunkWriter(body.model, chat, None if body.engine_logprobs is None else service.speller,
                          body.tool_spec if chat else ToolSpec())

@@ -101,6 +101,12 @@ class GenerationRequest(ModelRequest):
         Ollama ignores top_logprobs without logprobs; labkit refuses a top_logprobs above 0 without it."""
         return (self.top_logprobs or 0) if self.logprobs else None
 
+    @property
+    def engine_fields(self) -> dict[str, str]:
+        """The engine's names for what it may refuse -> this body's fields (ModelService.submit): the context
+        rule names the prompt or the new tokens."""
+        return {"prompt": self.PROMPT_FIELD, "max_new_tokens": self.limit_field}
+
     def decoding_config(self, default_max_tokens: int) -> DecodingConfig:
         """The request as a DecodingConfig, built once (a 400 names the client's field)."""
         return decoding_config(self.chosen_options(default_max_tokens))

@@ -69,8 +69,8 @@ async def answer(request: Request, body: OpenAIRequest, prompt_ids: list[int], a
     """Run the request's n samples; one JSON object with n choices, or an SSE stream when `stream` is true."""
     service = service_of(request)
     config = body.decoding_config(body.DEFAULT_MAX_TOKENS or service.default_max_tokens(prompt_ids))
-    service.check_context(prompt_ids, config.max_new_tokens, body.PROMPT_FIELD, body.limit_field)
-    submitted = await service.submit(prompt_ids, config, arrival_s=arrival_s, n=body.n, logprobs=body.engine_logprobs)
+    submitted = await service.submit(prompt_ids, config, arrival_s=arrival_s, n=body.n, logprobs=body.engine_logprobs,
+                                    fields=body.engine_fields)
     chat = isinstance(body, ChatCompletionRequest)
     writer = ChoiceWriter(chat, service.speller, logprobs=body.engine_logprobs is not None,
                           tools=body.tool_spec if chat else ToolSpec())

@@ -135,6 +135,12 @@ class OpenAIRequest(ModelRequest):
         """The field that sets how many new tokens: max_completion_tokens if given, else max_tokens."""
         return "max_tokens" if self.max_completion_tokens is None else "max_completion_tokens"
 
+    @property
+    def engine_fields(self) -> dict[str, str]:
+        """The engine's names for what it may refuse -> this body's fields (ModelService.submit): the context
+        rule names the prompt or the new tokens."""
+        return {"prompt": self.PROMPT_FIELD, "max_new_tokens": self.limit_field}
+
     def decoding_config(self, default_max_tokens: int) -> DecodingConfig:
         """The request as a DecodingConfig, built once (a 400 names the client's field)."""
         return decoding_config(self.chosen_options(default_max_tokens))

@@ -201,8 +201,11 @@ def test_one_context_check_gives_its_numbers_in_both_protocols(service, path, bo
     message = error if path.startswith("/api/") else error["message"]
     prompt = len(labkit.encode_prompt(service.tokenizer, "Hi"))
     assert response.status_code == 400
-    assert message == (f"'{param}': the prompt has {prompt} tokens and 600 new ones were asked for; the model's "
-                       f"context holds {service.context}: ask for at most {service.context - prompt}.")
+    assert message == (f"'{param}': The prompt has {prompt} tokens and 600 new ones were asked for, but the model's "
+                       f"context holds {service.context}. Shorten the prompt or ask for at most "
+                       f"{service.context - prompt} new tokens.")
+    if isinstance(error, dict):  # OpenAI's error names the field in `param` too
+        assert error["param"] == param
 
 
 def test_arrival_is_stamped_when_the_handler_starts_so_ttft_counts_parsing(service, monkeypatch, one_thread):
