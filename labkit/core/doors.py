@@ -122,3 +122,14 @@ def check_table(name: str, value: object, what: str, of: type | tuple[type, ...]
         if not is_record(item, of, has):
             raise TypeError(f"{name} must be a dict of {what}, but {name}[{key!r}] is {described(item)}.")
     return value
+
+
+def check_record(name: str, value: object, what: str, of: type | tuple[type, ...] | None = None,
+                 has: tuple[str, ...] = ()) -> object:
+    """value, if it is `what`: an instance of `of` carrying the attributes `has`; else a TypeError naming `name`.
+
+        >>> check_record("trace", trace, "a Trace (labkit.viz.serving.run_traced)", has=("snapshots",))
+    """
+    if not is_record(value, of, has):
+        raise TypeError(f"{name} must be {what}, got {described(value)}.")
+    return value

@@ -8,10 +8,12 @@ which kind of weights is fastest at which batch, measured beside the cost model'
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from numbers import Integral, Real
 
 import matplotlib.pyplot as plt
 from matplotlib.lines import Line2D
 
+from labkit.core.doors import check_items, check_table
 from labkit.fast.cost import Machine, StepCosts
 from labkit.viz.axes import plain_log_ticks
 from labkit.viz.alt import with_alt_text
@@ -23,6 +25,8 @@ def plot_batch_sweep(batches: Sequence[int], step_s: Sequence[float], axes=None)
 
     Returns the two matplotlib Axes.
     """
+    check_items("batches", batches, "batch sizes (whole numbers)", of=Integral)
+    check_items("step_s", step_s, "seconds per decode step (numbers)", of=Real)
     if len(batches) != len(step_s) or not batches:
         raise ValueError("Give one step time per batch size (and at least one).")
     if axes is None:
@@ -53,6 +57,8 @@ def plot_weights_by_batch(costs: Mapping[str, Mapping[int, StepCosts]], machine:
 
         >>> plot_weights_by_batch({"float32": {1: step_1, 32: step_32}}, measure_machine())
     """
+    check_table("costs", costs, "{batch: StepCosts} dicts (labkit.fast.cost.measure_step)",
+                of=Mapping)
     if not costs or not all(costs.values()):
         raise ValueError("Give at least one kind of weights, each with at least one batch size measured.")
     if ax is None:

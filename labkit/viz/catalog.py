@@ -13,6 +13,7 @@ import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from labkit.core.doors import check_items
 from labkit.models.catalog import CatalogModel
 from labkit.viz.alt import with_alt_text
 
@@ -48,6 +49,7 @@ def plot_model_zoo(catalog: Sequence[CatalogModel], ax: Axes | None = None) -> F
 
         >>> fig = plot_model_zoo(load_catalog())
     """
+    check_items("catalog", catalog, "CatalogModel (labkit.models.load_catalog)", has=("family", "params_b", "is_moe"))
     if not catalog:
         raise ValueError("The catalog is empty: nothing to plot. Load one with labkit.models.load_catalog().")
     if ax is None:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 import matplotlib.pyplot as plt
 
+from labkit.core.doors import check_items
 from labkit.serving.method_run import FrontierPoint
 from labkit.viz.axes import plain_log_ticks
 from labkit.viz.alt import with_alt_text
@@ -42,6 +43,8 @@ def plot_frontier(points: Sequence[FrontierPoint], title: str = "", ax=None):
     alone for a method whose points carry notes, such as thinking budgets), each with its 95 % Wilson interval
     as an error bar. A point's n is written once per position along the top, a note beside its point.
     Returns the Axes."""
+    check_items("points", points, "FrontierPoint (labkit.serving.method_run.frontier)",
+                has=("method", "tokens_per_item", "accuracy"))
     if not points:
         raise ValueError("Give at least one FrontierPoint (labkit.serving.method_run.frontier).")
     if ax is None:

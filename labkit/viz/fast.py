@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
+from labkit.core.doors import check_items, check_table
 from labkit.fast.roofline import bandwidth_utilisation
 from labkit.viz.alt import with_alt_text
 from labkit.viz.palette import BLUE, BLUISH_GREEN, ORANGE, REDDISH_PURPLE
@@ -31,6 +32,8 @@ def plot_staircase(rows: Sequence, bandwidth: float, llama_cpp=None) -> Figure:
     rows: objects with `label`, `tokens_per_second`, `bytes_per_token` (labkit.benchmarks.fast.Row),
     in the order the steps were taken; llama_cpp: one more such row, or None when it is not installed.
     """
+    rows = check_items("rows", rows, "Row (labkit.benchmarks.fast): label, tokens_per_second, bytes_per_token",
+                       has=("label", "tokens_per_second", "bytes_per_token"))
     shown = list(rows) + ([llama_cpp] if llama_cpp is not None else [])
     labels = [row.label for row in shown][::-1]
     colours = ([PEER_COLOUR] if llama_cpp is not None else []) + [STEP_COLOUR] * len(rows)
@@ -59,6 +62,7 @@ def plot_staircase(rows: Sequence, bandwidth: float, llama_cpp=None) -> Figure:
 @with_alt_text("Stacked bar chart: the fractions of a decode step's CPU time by kind, one bar per path")
 def plot_breakdown(breakdowns: Mapping[str, Mapping[str, float]]) -> Figure:
     """One stacked bar per path: the fractions of a decode step's CPU time by kind (labkit.fast.profile)."""
+    check_table("breakdowns", breakdowns, "{kind: fraction} dicts (labkit.fast.profile.step_breakdown)", of=Mapping)
     fig, ax = plt.subplots(figsize=(9, 0.6 * len(breakdowns) + 1.4))
     names = list(breakdowns)[::-1]
     kinds = list(next(iter(breakdowns.values())))
@@ -87,6 +91,8 @@ def plot_cost_waterfall(costs: Mapping[str, object], machine) -> Figure:
 
     costs: {step name: labkit.fast.cost.StepCosts}; machine: the labkit.fast.cost.Machine they are read on.
     """
+    check_table("costs", costs, "StepCosts (labkit.fast.cost.measure_step)",
+                has=("terms", "measured_seconds", "regime"))
     names = list(costs)[::-1]
     terms = {name: costs[name].terms(machine) for name in names}
     fig, ax = plt.subplots(figsize=(11, 0.5 * len(names) + 1.6))

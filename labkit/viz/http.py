@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import matplotlib.pyplot as plt
 from matplotlib.patches import Patch
 
+from labkit.core.doors import check_items, check_record
 from labkit.serving.http.load import LoadResult
 from labkit.viz.axes import plain_log_ticks
 from labkit.viz.alt import with_alt_text
@@ -26,6 +27,8 @@ FIRST_TOKEN, DECODING = "#d9a441", "#4caf50"
 def plot_load_sweep(results: Sequence[LoadResult], seats: int | None = None, axes=None):
     """Left: output tokens/s by concurrency (and perfect scaling from the first level); middle: TTFT p50 and
     p95; right: TPOT p50 and p95. `seats`: the server's max_num_seqs, drawn as a dashed line. Returns the Axes."""
+    check_items("results", results, "LoadResult (labkit.serving.http.load.sweep)",
+                has=("concurrency", "tokens_per_s", "quantile"))
     if not results:
         raise ValueError("Give at least one LoadResult (from labkit.serving.http.load.sweep).")
     if axes is None:
@@ -60,6 +63,7 @@ def plot_load_sweep(results: Sequence[LoadResult], seats: int | None = None, axe
 def plot_request_timeline(result: LoadResult, ax=None):
     """Each request of one level as a bar from when it was sent: waiting for its first token (queue +
     prefill), then decoding until its last token. Returns the Axes."""
+    check_record("result", result, "a LoadResult (labkit.serving.http.load.sweep)", has=("requests", "concurrency"))
     timed = sorted((r for r in result.requests if not math.isnan(r.e2e_s)), key=lambda r: r.sent_s)
     if not timed:
         raise ValueError("No request of this level received any text.")

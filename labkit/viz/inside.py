@@ -14,6 +14,7 @@ import torch
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from labkit.core.doors import check_table, check_tensor
 from labkit.viz.plots import CHOSEN_COLOR, OTHER_COLOR, drawable
 from labkit.viz.alt import with_alt_text
 
@@ -22,6 +23,7 @@ from labkit.viz.alt import with_alt_text
 def plot_attention_heatmaps(panels: dict[str, torch.Tensor], figsize: tuple[float, float] = (10, 4.2)) -> Figure:
     """One heatmap per entry of panels (title -> attention weights [n_layers, n_heads]), stacked,
     layers across and heads down, on one colour scale from 0 to 1."""
+    check_table("panels", panels, "attention weights [n_layers, n_heads] (tensors)", of=torch.Tensor)
     fig, axes = plt.subplots(len(panels), 1, figsize=figsize, layout="constrained", sharex=True, squeeze=False)
     image = None
     for ax, (title, weights) in zip(axes[:, 0], panels.items()):
@@ -40,6 +42,7 @@ def plot_attention_heatmaps(panels: dict[str, torch.Tensor], figsize: tuple[floa
 def plot_head_attention(weights: torch.Tensor, tokens: Sequence[str], title: str = "",
                         highlight: int | None = None, ax: Axes | None = None) -> Axes:
     """Bars of one head's attention weights [T] over the tokens it can see; bar `highlight` in orange."""
+    check_tensor("weights", weights, "[T] of one head's attention weights", dims=1)
     if ax is None:
         _, ax = plt.subplots(figsize=(5, 2.8), layout="constrained")
     values = weights.detach().float().cpu().tolist()

@@ -13,6 +13,7 @@ import matplotlib.pyplot as plt
 import torch
 from matplotlib.figure import Figure
 
+from labkit.core.doors import check_record
 from labkit.models.sizing import GB, ModelShape, format_bytes, model_shape
 from labkit.viz.alt import with_alt_text
 
@@ -30,6 +31,8 @@ def plot_memory_by_context(model: str | ModelShape, memory_bytes: float, batch: 
     the model's own context; past it, a grey band marks tokens the model was not trained for).
     Returns the matplotlib Axes.
     """
+    check_record("model", model, "a model name such as 'smollm2-135m' or a ModelShape (labkit.models.model_shape)",
+                 of=(str, ModelShape))
     shape = model_shape(model) if isinstance(model, str) else model
     kv_dtype = weights_dtype if kv_dtype is None else kv_dtype
     right = max_tokens or shape.context

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 import matplotlib.pyplot as plt
 from matplotlib.patches import Rectangle
 
+from labkit.core.doors import check_table
 from labkit.core.paged import PagedKVCache
 from labkit.viz.alt import with_alt_text
 
@@ -23,6 +24,7 @@ def format_block_tables(caches: Mapping[str, PagedKVCache]) -> str:
         B  length 38  blocks [0, 1, 3]
         pool: 8 blocks of 16 tokens; used 0:x2 1:x2 2 3; free 4
     """
+    check_table("caches", caches, "PagedKVCache (labkit.core.paged)", has=("pool", "block_tables", "length"))
     if not caches:
         raise ValueError("Give at least one paged cache, e.g. {'A': cache_a}.")
     pool = next(iter(caches.values())).pool
@@ -45,6 +47,7 @@ def draw_block_tables(caches: Mapping[str, PagedKVCache], ax=None):
     Blocks shared by two or more tables are orange, with their reference count; free blocks are grey.
     Returns the matplotlib Axes.
     """
+    check_table("caches", caches, "PagedKVCache (labkit.core.paged)", has=("pool", "block_tables", "length"))
     if not caches:
         raise ValueError("Give at least one paged cache, e.g. {'A': cache_a}.")
     pool = next(iter(caches.values())).pool

@@ -10,7 +10,7 @@ matplotlib Axes or Figure it drew on; pass `ax=` to draw into a figure of your o
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -22,6 +22,7 @@ from matplotlib.figure import Figure
 from transformers import PreTrainedTokenizerBase
 
 from labkit.core.arguments import check_int
+from labkit.core.doors import check_items, check_table, check_tensor
 from labkit.decoding.request import Step
 from labkit.core.text import INCOMPLETE_CHARACTER
 from labkit.viz.alt import with_alt_text
@@ -139,6 +140,8 @@ def plot_next_token_distribution(
         >>> ax = plot_next_token_distribution(probs, tokenizer, chosen=int(probs.argmax()))
         >>> ax = plot_next_token_distribution(frequencies, tokenizer, tokens=probs.topk(6).indices.tolist())
     """
+    check_tensor("probs_or_logits", probs_or_logits, "[V] (or [1, V]) of one position's probabilities or logits",
+                 dims=(1, 2))
     probs = as_probs(probs_or_logits)
     chosen = None if chosen is None else int(chosen)
     if chosen is not None and not 0 <= chosen < probs.shape[0]:
@@ -190,6 +193,7 @@ def plot_generation_steps(
         >>> steps = list(labkit.generate(model, tokenizer, prompt, max_new_tokens=8))
         >>> fig = plot_generation_steps(steps, tokenizer)
     """
+    steps = check_items("steps", steps, "Step (from labkit.generate)", has=("token_id", "logits"))
     if not steps:
         raise ValueError("No steps to plot: the generation produced no tokens.")
     shown = list(steps)[:max_steps]
@@ -214,6 +218,7 @@ def plot_step_confidence(steps: Sequence[Step], tokenizer: PreTrainedTokenizerBa
 
         >>> ax = plot_step_confidence(steps, tokenizer)
     """
+    steps = check_items("steps", steps, "Step (from labkit.generate)", has=("token_id", "logits"))
     if not steps:
         raise ValueError("No steps to plot: the generation produced no tokens.")
     chosen, runner_up = [], []
@@ -260,6 +265,8 @@ def plot_kept_vs_cut(logits: torch.Tensor, transformed: torch.Tensor, tokenizer:
         >>> plot_kept_vs_cut(logits, after, tokenizer)
         >>> plot_kept_vs_cut(logits, after, tokenizer, top_k=40, log=True, columns=True)
     """
+    check_tensor("logits", logits, "[V] (or [1, V]) of one position's scores", dims=(1, 2))
+    check_tensor("transformed", transformed, "[V] (or [1, V]) of the scores after a sampling rule", dims=(1, 2))
     before, after = as_probs(logits), torch.softmax(transformed.detach().float().cpu().reshape(-1), dim=-1)
     kept = torch.isfinite(transformed.detach().reshape(-1).cpu())
     values, ids = before.topk(min(top_k, before.shape[0]))
@@ -299,6 +306,7 @@ def plot_surprise(runs: dict, tau: float | None = None, ax: Axes | None = None) 
 
         >>> plot_surprise({"mirostat v2": run.surprises, "top-k 40": other}, tau=3.0)
     """
+    check_table("runs", runs, "surprises in bits per token (lists of numbers)", of=Iterable)
     if ax is None:
         _, ax = plt.subplots(figsize=(8, 3.2), layout="constrained")
     for name, values in runs.items():

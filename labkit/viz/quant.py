@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Mapping, Sequence
+from numbers import Integral
 
 import ipywidgets as widgets
 import matplotlib.pyplot as plt
@@ -19,6 +20,7 @@ import torch
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from labkit.core.doors import check_items, check_table, check_tensor
 from labkit.quant.nf4 import NF4_CODEBOOK, nf4_dequantize, nf4_quantize
 from labkit.quant.schemes import (absmax_dequantize, absmax_quantize, bits_per_weight, dequantize_groupwise,
                                   quantization_error, quantize_groupwise)
@@ -32,6 +34,7 @@ def _axes(ax: Axes | None, size: tuple[float, float]) -> Axes:
 
 def round_trips(weight: torch.Tensor, group_size: int = 64) -> dict[str, torch.Tensor]:
     """The weight after a quantize/dequantize round trip in each scheme of the lab, by name."""
+    check_tensor("weight", weight, "[rows, cols] of one weight matrix", dims=2)
     return {
         "int8 per tensor": absmax_dequantize(*absmax_quantize(weight, 8, "tensor")),
         "int8 per channel": absmax_dequantize(*absmax_quantize(weight, 8, "channel")),
@@ -45,6 +48,8 @@ def round_trips(weight: torch.Tensor, group_size: int = 64) -> dict[str, torch.T
 def plot_error_histograms(weight: torch.Tensor, restored: Mapping[str, torch.Tensor],
                           ax: Axes | None = None, bins: int = 120) -> Axes:
     """Histogram (log counts) of the round-trip error w~ - w of each scheme, on one shared axis."""
+    check_tensor("weight", weight, "of one weight matrix's values")
+    check_table("restored", restored, "round-trip weights (tensors, from round_trips)", of=torch.Tensor)
     ax = _axes(ax, (8, 3.6))
     largest = max(float((r - weight).abs().max()) for r in restored.values())
     edges = torch.linspace(-largest, largest, bins + 1)
@@ -62,6 +67,7 @@ def plot_error_histograms(weight: torch.Tensor, restored: Mapping[str, torch.Ten
 def plot_weight_distribution(weight: torch.Tensor, ax: Axes | None = None, bins: int = 200,
                              outlier_sigmas: float = 6.0) -> Axes:
     """Histogram (log counts) of a weight's values, with the outliers beyond `outlier_sigmas` std marked."""
+    check_tensor("weight", weight, "of one weight matrix's values")
     ax = _axes(ax, (8, 3.2))
     values = weight.flatten().float()
     std = float(values.std())
@@ -95,6 +101,7 @@ def plot_levels(ax: Axes | None = None) -> Axes:
 
 def group_size_errors(weight: torch.Tensor, group_sizes: Sequence[int], bits: int = 4) -> dict[str, list[float]]:
     """Relative RMS error of int4 symmetric, int4 asymmetric and NF4 for each group size."""
+    check_tensor("weight", weight, "[rows, cols] of one weight matrix", dims=2)
     out: dict[str, list[float]] = {"int4 symmetric": [], "int4 asymmetric": [], "nf4": []}
     for g in group_sizes:
         for name, symmetric in (("int4 symmetric", True), ("int4 asymmetric", False)):
@@ -108,6 +115,8 @@ def group_size_errors(weight: torch.Tensor, group_sizes: Sequence[int], bits: in
 @with_alt_text("Line chart of quantization error against the group size, one line per scheme")
 def plot_group_size_errors(group_sizes: Sequence[int], errors: Mapping[str, Sequence[float]],
                            ax: Axes | None = None) -> Axes:
+    check_items("group_sizes", group_sizes, "group sizes (whole numbers)", of=Integral)
+    check_table("errors", errors, "errors by group size (lists of numbers, from group_size_errors)", of=Sequence)
     ax = _axes(ax, (7, 3.2))
     for name, values in errors.items():
         ax.plot(group_sizes, values, "o-", label=name)
@@ -149,6 +158,8 @@ def plot_size_vs_perplexity(results: Sequence, ax: Axes | None = None) -> Axes:
     Variants with the same size and perplexity share one point and one label ("nf4 = bnb nf4"); labels
     are spread vertically so that none overlaps another.
     """
+    check_items("results", results, "Result (labkit.quant.evaluation.evaluate)",
+                has=("name", "nbytes", "perplexity", "note"))
     ax = _axes(ax, (9, 3.6))
     points: dict[tuple[float, float], list] = {}
     for r in results:
@@ -182,6 +193,7 @@ def error_memory(weight: torch.Tensor, bits: int, group_size: int, symmetric: bo
 def error_memory_table(weight: torch.Tensor, bits: Sequence[int] = (8, 6, 4, 3, 2),
                        group_sizes: Sequence[int] = (32, 64, 128), symmetric: bool = True) -> str:
     """The slider's numbers for a grid of settings, as text (the static fallback of quant_slider)."""
+    check_tensor("weight", weight, "[rows, cols] of one weight matrix", dims=2)
     lines = [f"{'bits':>4}{'group':>7}{'bits/weight':>13}{'MB':>8}{'rel. RMS error':>16}"]
     for b in bits:
         for g in group_sizes:
@@ -234,4 +246,5 @@ class QuantSlider(widgets.VBox):
 
 def quant_slider(weight: torch.Tensor, group_sizes: Sequence[int] | None = None) -> QuantSlider:
     """Bits (2-8) and group size sliders over `weight` [rows, cols]; static fallback: error_memory_table."""
+    check_tensor("weight", weight, "[rows, cols] of one weight matrix", dims=2)
     return QuantSlider(weight, group_sizes)

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 
+from labkit.core.doors import check_items
 from labkit.decoding.judge import SettingResult
 from labkit.viz.plots import drawable
 from labkit.viz.alt import with_alt_text
@@ -51,6 +52,8 @@ def plot_diversity_quality(results: Sequence[SettingResult], ax: Axes | None = N
 
         >>> plot_diversity_quality(measure_settings(model, tokenizer, prompt, settings, judge, judge_tokenizer))
     """
+    check_items("results", results, "SettingResult (labkit.decoding.diversity.measure_settings)",
+                has=("distinct_2", "q1", "q3"))
     if not results:
         raise ValueError("No settings to plot: pass the list that measure_settings returned.")
     if ax is None:

@@ -13,6 +13,7 @@ import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 from transformers import PreTrainedTokenizerBase
 
+from labkit.core.doors import check_record
 from labkit.decoding.exact import Divergence
 from labkit.decoding.search import BeamSearchResult
 from labkit.viz import plots
@@ -99,6 +100,8 @@ def tree_positions(result: BeamSearchResult) -> dict[tuple[int, ...], tuple[int,
 
 def split_summary(split: Divergence, tokenizer: PreTrainedTokenizerBase, length: int) -> str:
     """Two lines: the step where beam search leaves greedy's path, and both sequences' total log p."""
+    check_record("split", split, "a Divergence (where beam search leaves greedy's path)",
+                 has=("step", "first_token", "second_token"))
     greedy_token, beam_token = (repr(tokenizer.decode([t])) for t in (split.first_token, split.second_token))
     winner = "beam" if split.second_total > split.first_total else "greedy"
     return (f"step {split.step}: greedy takes {greedy_token} (p = {math.exp(split.first_logprob):.2f}), beam keeps "
@@ -115,6 +118,7 @@ def plot_beam_vs_greedy(result: BeamSearchResult, tokenizer: PreTrainedTokenizer
 
         >>> plot_beam_vs_greedy(result, tokenizer, greedy.token_ids, split)
     """
+    check_record("result", result, "a BeamSearchResult (labkit.beam_search)", has=("steps",))
     if ax is None:
         _, ax = plt.subplots(figsize=(11, 4.4), layout="constrained")
     plot_beam_tree(result, tokenizer, ax=ax)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from numbers import Integral
 
 import ipywidgets as widgets
 import matplotlib.pyplot as plt
@@ -17,6 +18,7 @@ from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
+from labkit.core.doors import check_items, check_record, check_table
 from labkit.serving.engine import Engine
 from labkit.viz.alt import with_alt_text
 
@@ -27,6 +29,7 @@ STATE_COLORS = {"waiting": "#d9d9d9", "prefill": "#9b6fd1", "decode": "#4caf50",
 def draw_slot_grid(output_lengths: Sequence[int], labels: Sequence[str] | None = None, ax=None):
     """Static batching's decode steps: rows = requests, columns = steps; green = a useful token, grey = an idle
     slot (the request has finished but its row still runs until the longest one ends). Returns the Axes."""
+    check_items("output_lengths", output_lengths, "output token counts (whole numbers)", of=Integral)
     if not output_lengths or min(output_lengths) < 1:
         raise ValueError("Give each request's number of output tokens (at least 1 each).")
     steps, rows = max(output_lengths), len(output_lengths)
@@ -77,8 +80,11 @@ class Trace:
 
 def run_traced(engine: Engine, requests: Sequence[tuple], arrivals: Sequence[int]) -> Trace:
     """Add requests[i] = (prompt, options dict) before step arrivals[i]; step until all finish; record each step."""
+    check_items("requests", requests, "(prompt, options dict) pairs", of=(tuple, list))
+    check_items("arrivals", arrivals, "arrival steps (whole numbers)", of=Integral)
     if len(requests) != len(arrivals) or list(arrivals) != sorted(arrivals):
         raise ValueError("Give one arrival step per request, in increasing order.")
+    check_record("engine", engine, "a labkit Engine (labkit.serving.engine.Engine)", of=Engine)
     snapshots, arrived, added = [], {}, 0
     while added < len(requests) or engine.has_unfinished():
         step = len(snapshots)
@@ -108,6 +114,7 @@ def format_trace(trace: Trace, first: int | None = None) -> str:
     """One line per step: its kind, the batch, the queue, blocks in use and what happened (static fallback).
 
     first: only the first steps (a line then says how many more there are)."""
+    check_record("trace", trace, "a Trace (labkit.viz.serving.run_traced)", of=Trace)
     lines = ["step  kind     batch                 waiting      blocks  events"]
     for s in trace.snapshots[:first]:
         events = [f"#{i} finished" for i in s.finished] + [f"#{i} PREEMPTED" for i in s.preempted]
@@ -140,6 +147,7 @@ def timeline_states(trace: Trace) -> dict[int, list[str | None]]:
 def draw_timeline(trace: Trace, upto: int | None = None, ax=None):
     """Rows = requests, columns = engine steps: waiting, prefill, decode, or paused while others prefill;
     a red cross where a request was preempted. `upto` draws a cursor at that step. Returns the Axes."""
+    check_record("trace", trace, "a Trace (labkit.viz.serving.run_traced)", of=Trace)
     states = timeline_states(trace)
     n_steps = len(trace.snapshots)
     if ax is None:
@@ -172,6 +180,7 @@ def draw_engine_blocks(trace: Trace, step: int, ax=None):
     the pool block that holds its tokens 16i..16i+15 (block size 16), labelled with that block's number and
     coloured by the request; a block several requests share (a cached prefix) gets a thick edge. Only the
     blocks in use are drawn; the title says how many of the pool's are. Returns the Axes."""
+    check_record("trace", trace, "a Trace (labkit.viz.serving.run_traced)", of=Trace)
     s = trace.snapshots[step]
     holders: dict[int, int] = {}
     for table in s.block_tables.values():
@@ -238,6 +247,7 @@ class EngineStepper(widgets.VBox):
 
 def engine_stepper(trace: Trace, step: int = 0) -> EngineStepper:
     """A step slider over a traced run. Static fallback: `draw_timeline`, `draw_engine_blocks`, `format_trace`."""
+    check_record("trace", trace, "a Trace (labkit.viz.serving.run_traced)", of=Trace)
     if not trace.snapshots:
         raise ValueError("The trace has no steps: add requests before running the engine.")
     return EngineStepper(trace, step)
@@ -248,6 +258,7 @@ def engine_stepper(trace: Trace, step: int = 0) -> EngineStepper:
 def plot_comparison(results: Mapping[str, Sequence], axes=None):
     """results: scenario name -> RunResults (name, tokens_per_s, ttft_p50/p95, tpot_p50/p95). Three panels:
     throughput, TTFT and TPOT (bars p50, whiskers up to p95), one group per scenario. Returns the Axes."""
+    check_table("results", results, "lists of RunResult (labkit.serving.benchmark)", of=Sequence)
     if not results:
         raise ValueError("Give at least one scenario, e.g. {'together': [result, ...]}.")
     if axes is None:
@@ -287,6 +298,7 @@ STEP_COLORS = {"prefill": STATE_COLORS["prefill"], "decode": STATE_COLORS["decod
 def plot_step_times(runs: Sequence, axes=None):
     """One panel per `InterferenceRun` (labkit.serving.interference): a bar per engine step, its height the
     step's time, its colour its kind; a line where the long prompt arrived. Returns the Axes."""
+    check_items("runs", runs, "InterferenceRun (labkit.serving.interference)", has=("step_kinds", "step_ms"))
     if axes is None:
         _, axes = plt.subplots(1, len(runs), figsize=(5.5 * len(runs), 3.2), sharey=True, layout="constrained")
     axes = list(axes) if len(runs) > 1 else [axes]

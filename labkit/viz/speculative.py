@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import matplotlib.pyplot as plt
 import torch
 
+from labkit.core.doors import check_items
 from labkit.speculative.generate import DraftStep
 from labkit.speculative.rule import expected_tokens_per_step, residual_distribution
 from labkit.viz.alt import with_alt_text
@@ -30,6 +31,8 @@ def _piece(tokenizer, token_id: int) -> str:
 def draw_steps(steps: Sequence[DraftStep], tokenizer, max_steps: int = 12, ax=None):
     """One row per round: accepted drafts (green), rejected drafts (grey, struck out), and the target's own
     token (orange when it replaces a rejected draft, blue when it is the bonus after all were kept)."""
+    steps = check_items("steps", steps, "DraftStep (from labkit.speculative_generate)",
+                        has=("proposed", "accepted", "token"))
     steps = list(steps)[:max_steps]
     if ax is None:
         _, ax = plt.subplots(figsize=(12, 0.45 * len(steps) + 1))
@@ -102,6 +105,8 @@ def plot_speedups(rows, ax=None):
     """Bars of the measured decode speed-up over plain greedy (median rate / median plain rate, the prompt's
     prefill timed apart), one group per task, with the range of the per-round ratios as error bars; a white
     diamond on each bar marks the end-to-end speed-up (prefill included). rows: labkit.speculative.sweep.SweepRow."""
+    rows = check_items("rows", rows, "SweepRow (labkit.speculative.sweep.speedup_sweep)",
+                       has=("task", "drafter", "gamma"))
     tasks = list(dict.fromkeys(r.task for r in rows))
     labels = list(dict.fromkeys(f"{r.drafter}, gamma={r.gamma}" for r in rows))
     if ax is None:

@@ -18,6 +18,7 @@ from matplotlib.figure import Figure
 from transformers import PreTrainedTokenizerBase
 
 from labkit.core.arguments import check_int
+from labkit.core.doors import check_items, check_model
 from labkit.core.forward import all_logits
 from labkit.decoding.config import DecodingConfig, apply_transforms
 from labkit.decoding.generate import generate_text
@@ -97,6 +98,7 @@ def generation_stepper(steps: Sequence[Step], tokenizer: PreTrainedTokenizerBase
 
         >>> generation_stepper(list(labkit.generate(model, tokenizer, "Once upon a time")), tokenizer)
     """
+    steps = check_items("steps", steps, "Step (from labkit.generate)", has=("token_id", "logits"))
     return GenerationStepper(steps, tokenizer, top_k=top_k, prompt=prompt)
 
 
@@ -109,6 +111,7 @@ def top_candidates_table(steps: Sequence[Step], tokenizer: PreTrainedTokenizerBa
         step  chosen      candidates
            1  'The'       'The' 15%   'L' 14%   'La' 10%
     """
+    steps = check_items("steps", steps, "Step (from labkit.generate)", has=("token_id", "logits"))
     if not steps:
         raise ValueError("No steps to show: pass the list of Steps from labkit.generate(...).")
     rows = []
@@ -202,5 +205,6 @@ def sampling_explorer(model, tokenizer: PreTrainedTokenizerBase, prompt_ids: Seq
 
         >>> sampling_explorer(model, tokenizer, labkit.chat_prompt(tokenizer, "Tell me a joke."))
     """
+    check_model("model", model)
     return SamplingExplorer(model, tokenizer, prompt_ids, max_new_tokens=max_new_tokens, top=top,
                             prompt_text=prompt_text)
