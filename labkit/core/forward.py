@@ -25,6 +25,7 @@ import torch
 from transformers import Cache, DynamicCache
 
 from labkit.core.arguments import InvalidArgument, check_int
+from labkit.core.doors import check_items, check_model
 from labkit.core.kv_cache import KVCache, check_crop_length, check_reorder_indices
 from labkit.core.llama import Llama
 
@@ -186,6 +187,8 @@ def decode_step(model: torch.nn.Module, token_ids: torch.Tensor, cache) -> torch
 
 def all_logits(model: torch.nn.Module, ids: Sequence[int]) -> torch.Tensor:
     """Logits [T, V] at every position of one sequence, float32 on the CPU (no cache)."""
+    check_model("model", model)
+    check_items("ids", ids, "token ids (int)", of=int)
     return forward(model, torch.tensor([list(ids)], device=model_device(model)))[0].cpu()
 
 

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from labkit.core.arguments import check_int
+from labkit.core.doors import check_items, check_record, check_tensor
 from labkit.core.llama import Llama, LlamaConfig, apply_rotary, causal_mask, check_llama, rotary_cos_sin
 
 
@@ -67,6 +69,11 @@ def trace_forward(model: Llama, input_ids: torch.Tensor) -> ForwardTrace:
     return trace
 
 
+def check_trace(trace: object) -> ForwardTrace:
+    """trace, if it is a ForwardTrace; else a TypeError naming it and where one comes from."""
+    return check_record("trace", trace, "a ForwardTrace (from trace_forward(model, input_ids))", of=ForwardTrace)
+
+
 def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
     """[B, T, n_heads * D] -> [B, n_heads, T, D], as labkit's Attention does before RoPE."""
     batch, tokens, width = x.shape
@@ -107,6 +114,7 @@ def attention_output(trace: ForwardTrace, layer: int, weights: torch.Tensor | No
 
     Equal (to float32 rounding) to `trace.attn_out[layer]` when the weights are the model's own.
     """
+    check_trace(trace)
     c = trace.config
     weights = attention_weights(trace, layer) if weights is None else weights
     v = split_heads(trace.v[layer], c.n_kv_heads).repeat_interleave(c.n_heads // c.n_kv_heads, dim=1)
@@ -117,11 +125,14 @@ def attention_output(trace: ForwardTrace, layer: int, weights: torch.Tensor | No
 
 def all_attention_weights(trace: ForwardTrace) -> torch.Tensor:
     """Every layer's attention weights of sequence 0: [n_layers, n_heads, T, T]."""
+    check_trace(trace)
     return torch.stack([attention_weights(trace, layer)[0] for layer in range(trace.config.n_layers)])
 
 
 def top_heads(attention_to: torch.Tensor, k: int = 3) -> list[tuple[int, int, float]]:
     """The k (layer, head, weight) with the largest weight in attention_to [n_layers, n_heads]."""
+    check_tensor("attention_to", attention_to, "[n_layers, n_heads]", dims=2)
+    check_int("k", k, minimum=1, maximum=attention_to.numel(), note="heads to list")
     values, flat = attention_to.flatten().topk(k)
     n_heads = attention_to.shape[1]
     return [(int(i) // n_heads, int(i) % n_heads, float(w)) for w, i in zip(values, flat)]
@@ -134,6 +145,7 @@ def previous_token_share(weights: torch.Tensor, last: int | None = None) -> torc
     Position 1 is left out: its previous token is the first token, which many heads read anyway.
     A "previous-token head" scores near 1. Example: `previous_token_share(w)[16, 0]`.
     """
+    check_tensor("weights", weights, "[n_layers, n_heads, T, T]", dims=4)
     last = weights.shape[-1] - 1 if last is None else last
     if last < 3:
         raise ValueError(f"Need at least 4 tokens to measure a previous-token share, got T={weights.shape[-1]}.")
@@ -145,6 +157,7 @@ def shape_rows(trace: ForwardTrace) -> list[tuple[str, str, str]]:
 
     Per-layer shapes are checked to be the same in every layer (they must be, in a Llama).
     """
+    check_trace(trace)
     c, ids = trace.config, trace.input_ids
     batch, tokens = ids.shape
     per_layer = f"x {c.n_layers} layers"
@@ -180,6 +193,7 @@ def shape_rows(trace: ForwardTrace) -> list[tuple[str, str, str]]:
 
 def format_shape_table(rows: list[tuple[str, str, str]]) -> str:
     """The rows of `shape_rows` as aligned text, one line each, under a header."""
-    rows = [("stage", "shape", "")] + rows
+    check_items("rows", rows, "(stage, shape, note) text triples, as shape_rows makes them", of=(tuple, list))
+    rows = [("stage", "shape", "")] + list(rows)
     widths = [max(len(row[i]) for row in rows) for i in range(2)]
     return "\n".join(f"{stage:<{widths[0]}}  {shape:<{widths[1]}}  {note}".rstrip() for stage, shape, note in rows)

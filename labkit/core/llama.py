@@ -18,6 +18,8 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import LlamaConfig as HFLlamaConfig
 
+from labkit.core.arguments import check_int
+from labkit.core.doors import check_record, check_tensor
 from labkit.core.kv_cache import Appendable, Cache, KVCache
 
 
@@ -157,19 +159,28 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
     Ainslie et al. 2023: each K/V head serves H / H_kv query heads); mask [T, S] or [B, 1, T, S] additive.
     `attention_explicit` spells out the same arithmetic; the fused kernel is several times faster.
     """
+    check_attention_inputs(q, k, v, mask)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.dtype), enable_gqa=True)
 
 
 def attention_explicit(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """The same as `attention`, written out step by step (shapes as there)."""
+    check_attention_inputs(q, k, v, mask)
     group = q.shape[1] // k.shape[1]
     k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
     scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5 + mask  # [B, H, T, S]
     return torch.softmax(scores.float(), dim=-1).to(q.dtype) @ v
 
 
+def check_attention_inputs(q: object, k: object, v: object, mask: object) -> None:
+    """Refuse, by name, q, k, v that are not tensors [B, H, T, D], or a mask not [T, S] or [B, 1, T, S]."""
+    for name, value, dims in (("q", q, 4), ("k", k, 4), ("v", v, 4), ("mask", mask, (2, 4))):
+        check_tensor(name, value, "[T, S] or [B, 1, T, S]" if name == "mask" else "[B, H, T, D]", dims=dims)
+
+
 def causal_mask(new_tokens: int, total_tokens: int, device: torch.device) -> torch.Tensor:
     """[T, S] additive mask: the i-th new token (at position S-T+i) sees keys 0..S-T+i, not later."""
+    check_int("total_tokens", total_tokens, minimum=check_int("new_tokens", new_tokens, minimum=0))
     query_pos = torch.arange(total_tokens - new_tokens, total_tokens, device=device)[:, None]
     key_pos = torch.arange(total_tokens, device=device)[None, :]
     return torch.zeros(new_tokens, total_tokens, device=device).masked_fill(key_pos > query_pos, float("-inf"))
@@ -208,7 +219,7 @@ class Llama(nn.Module):
 
     def __init__(self, config: LlamaConfig):
         super().__init__()
-        self.config = config
+        self.config = check_record("config", config, "a LlamaConfig (e.g. LlamaConfig.tiny())", of=LlamaConfig)
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
         self.layers = nn.ModuleList(Block(config) for _ in range(config.n_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
@@ -304,11 +315,10 @@ class Llama(nn.Module):
     @classmethod
     def from_hf(cls, hf_model: nn.Module) -> Llama:
         """labkit's Llama on the weights of a transformers `LlamaForCausalLM` (shared, not copied)."""
+        check_record("hf_model", hf_model, "a transformers LlamaForCausalLM", of=nn.Module, has=("config",))
         if getattr(hf_model.config, "model_type", None) != "llama":
-            raise ValueError(
-                f"labkit's from-scratch model is a Llama; this model is {hf_model.config.model_type!r}. "
-                "Use impl='transformers' for it."
-            )
+            raise ValueError(f"labkit's from-scratch model is a Llama; this model is "
+                             f"{hf_model.config.model_type!r}. Use impl='transformers' for it.")
         with torch.device("meta"):
             model = cls(LlamaConfig.from_hf(hf_model.config))
         state = {name.removeprefix("model."): tensor for name, tensor in hf_model.state_dict().items()}

@@ -19,6 +19,8 @@ from collections.abc import Sequence
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from labkit.core.doors import check_record
+
 INCOMPLETE_CHARACTER = "\ufffd"  # what a tokenizer decodes half of a multi-byte character to
 PROMPT_CONTEXT_TOKENS = 4  # prompt tokens decoded along with the first new ones, so spacing is right
 
@@ -57,6 +59,9 @@ def token_pieces(tokenizer: PreTrainedTokenizerBase, text: str) -> list[str]:
         >>> token_pieces(tokenizer, "Unbelievably, tokenization works!")
         ['Un', 'bel', 'iev', 'ably', ',', ' token', 'ization', ' works', '!']
     """
+    check_record("tokenizer", tokenizer, "a tokenizer (as load_model returns it)", of=PreTrainedTokenizerBase)
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a string to split into tokens, got {type(text).__name__}.")
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     return [tokenizer.decode([token_id]) for token_id in ids]
 
