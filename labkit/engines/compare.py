@@ -20,6 +20,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from labkit.core.arguments import check_int, check_text
+from labkit.core.doors import check_items
 from labkit.table import Column, format_table
 
 GREEDY_TOKENS = 32  # the first tokens of each greedy answer compared
@@ -31,6 +33,9 @@ def greedy_agreement(reference: Sequence[int], other: Sequence[int], n: int = GR
 
     After the first difference the two continue from different texts, so later matches say nothing.
     """
+    check_items("reference", reference, "token ids (int)", of=int)
+    check_items("other", other, "token ids (int)", of=int)
+    check_int("n", n, minimum=0)
     shared = 0
     for a, b in zip(reference[:n], other[:n]):
         if a != b:
@@ -78,6 +83,8 @@ def number(value: float | None, spec: str) -> str:
 def side_by_side(rows: Sequence[EngineRow], reference: str = "transformers") -> str:
     """The table notebook 12 prints: one line per engine, agreement measured against `reference`, and the
     OpenMP wait policy each row ran under when any row recorded one."""
+    check_items("rows", rows, "EngineRow (from labkit.engines.measure.measure)", of=EngineRow)
+    check_text("reference", reference, example="'transformers'")
     base = next(row for row in rows if row.engine == reference)
     policies = any(row.policy for row in rows)
     columns = [Column("engine", 22, align="<")] + [Column("policy", 9, align="<")] * policies + [

@@ -20,7 +20,7 @@ import os
 import re
 from dataclasses import dataclass
 
-from labkit.core.arguments import check_int, check_seconds
+from labkit.core.arguments import check_int, check_seconds, check_text
 from labkit.engines.install import require_llama_server
 from labkit.engines.llamacpp import DEFAULT_CONTEXT, MIN_CONTEXT, gguf_path, server_environment
 from labkit.fast.processes import check_policy
@@ -45,6 +45,15 @@ class LlamaServerSettings:
     n_ctx: int = DEFAULT_CONTEXT  # tokens per slot
     threads: int | None = None  # None: one per core
     wait_policy: str | None = None  # OMP_WAIT_POLICY of its OpenMP threads; None: OpenMP's default
+
+    def __post_init__(self):
+        check_text("model", self.model, example="'smollm2-135m'")
+        check_int("slots", self.slots, minimum=1)
+        check_int("n_ctx", self.n_ctx, minimum=MIN_CONTEXT)
+        if self.threads is not None:
+            check_int("threads", self.threads, minimum=1)
+        if self.wait_policy is not None:
+            check_policy(self.wait_policy)
 
     @property
     def thread_count(self) -> int:

@@ -22,6 +22,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
+from labkit.core.arguments import check_int
+from labkit.core.doors import check_callable, check_items, check_number, check_record
 from labkit.core.text import chat_prompt
 from labkit.decoding.generate import generate, generate_ids
 from labkit.engines.compare import GREEDY_TOKENS, TOP_K, EngineRow
@@ -45,8 +47,16 @@ CONCURRENT_REQUESTS = 8
 CONCURRENT_TOKENS = 32
 
 
+def check_runner(runner: object) -> object:
+    """runner, if it answers chats as labkit.engines.runners' runners do; else a TypeError naming it."""
+    return check_record("runner", runner, "an engine runner (labkit.engines.runners, ServerRunner)",
+                        has=("name", "tokenizer", "answer", "ttft", "concurrent_rate", "top_tokens"))
+
+
 def median_of(run: Callable[[int], float], repeats: int) -> float:
     """The median of run(0), run(1), ... run(repeats - 1)."""
+    check_callable("run", run, "a function of the repeat's number (0, 1, ...) that returns a number")
+    check_int("repeats", repeats, minimum=1)
     return statistics.median(run(i) for i in range(repeats))
 
 
@@ -61,6 +71,8 @@ def fresh(chat: list[dict], number: int) -> list[dict]:
 
 def answer_rate(runner, max_tokens: int = SPEED_TOKENS, number: int = 0) -> float:
     """Output tokens per second of one greedy answer, its prefill included."""
+    check_runner(runner)
+    check_int("max_tokens", max_tokens, minimum=1)
     answer = runner.answer(fresh(SPEED_CHAT, number), max_tokens)
     return answer.tokens / answer.seconds
 
@@ -74,6 +86,9 @@ def greedy_tokens(runner, chats: Sequence[list[dict]], n: int = GREEDY_TOKENS) -
 def one_token(loaded: tuple) -> None:
     """Answer one request of one token with a (model, tokenizer) pair: timed_load's warm-up for labkit and
     transformers, so that the weights they read lazily are in memory."""
+    if not isinstance(loaded, (tuple, list)) or len(loaded) != 2:
+        raise TypeError(f"loaded must be a (model, tokenizer) pair, as load_model returns it, "
+                        f"got {type(loaded).__name__}.")
     model, tokenizer = loaded
     generate_ids(model, tokenizer, chat_prompt(tokenizer, "Hi"), max_new_tokens=1)
 
@@ -84,6 +99,8 @@ def timed_load(load: Callable[[], T], warm_up: Callable[[T], object]) -> tuple[T
 
         >>> llm, seconds, rss = timed_load(lambda: load_llamacpp(n_threads=2), lambda llm: llm("Hi", max_tokens=1))
     """
+    check_callable("load", load, "a function of no arguments that loads the engine and returns it")
+    check_callable("warm_up", warm_up, "a function of what load returned that answers one request")
     before, start = current_memory_bytes(), time.perf_counter()
     loaded = load()
     seconds = time.perf_counter() - start
@@ -105,6 +122,10 @@ def measure(runner, startup_s: float, rss_bytes: int | None = None, repeats: int
             chats: Sequence[list[dict]] = AGREEMENT_CHATS, notes: str = "", policy: str = "") -> EngineRow:
     """One EngineRow for `runner` (see the module doc); rss_bytes defaults to the runner's own, if it has one.
     policy: the OpenMP wait policy the engine's process runs under, as the table states it."""
+    check_runner(runner)
+    check_number("startup_s", startup_s, minimum=0)
+    check_int("repeats", repeats, minimum=1)
+    check_items("chats", chats, "chats (lists of {'role', 'content'} messages)", of=list)
     runner.answer(TOP_CHAT, 4)  # warm-up: first calls allocate and load lazily
     ttft = median_of(lambda i: runner.ttft(fresh(TOP_CHAT, i)), repeats)
     rate = median_of(lambda i: answer_rate(runner, number=repeats + i), repeats)

@@ -16,7 +16,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+from transformers import PreTrainedTokenizerBase
 
+from labkit.core.doors import check_model, check_record
 from labkit.core.text import chat_prompt
 from labkit.decoding.generate import generate
 from labkit.serving.engine import Engine
@@ -31,12 +33,19 @@ class Answer:
     seconds: float  # request start -> last token (prefill included)
 
 
+def check_tokenizer(tokenizer: object) -> PreTrainedTokenizerBase:
+    """tokenizer, if it is a transformers tokenizer; else a TypeError naming it."""
+    return check_record("tokenizer", tokenizer, "the model's tokenizer (as load_model returns it)", of=PreTrainedTokenizerBase)
+
+
 class TransformersRunner:
     """transformers' own `generate` (greedy), batched with left padding for concurrent requests."""
 
     name = "transformers"
 
     def __init__(self, model: torch.nn.Module, tokenizer):
+        check_model("model", model)
+        check_tokenizer(tokenizer)
         self.model, self.tokenizer = model, tokenizer
 
     def _generate(self, ids: torch.Tensor, mask: torch.Tensor, max_tokens: int) -> torch.Tensor:
@@ -91,6 +100,8 @@ class LabkitRunner:
     name = "labkit"
 
     def __init__(self, model: torch.nn.Module, tokenizer):
+        check_model("model", model)
+        check_tokenizer(tokenizer)
         self.model, self.tokenizer = model, tokenizer
 
     def answer(self, messages: Messages, max_tokens: int) -> Answer:
@@ -125,6 +136,9 @@ class LlamaCppRunner:
     NEUTRAL = {"temperature": 0.0, "repeat_penalty": 1.0}  # greedy, no repetition penalty
 
     def __init__(self, llm, tokenizer):
+        check_record("llm", llm, "llama.cpp's Llama (labkit.engines.load_llamacpp())",
+                     has=("create_chat_completion",))
+        check_tokenizer(tokenizer)
         self.llm, self.tokenizer = llm, tokenizer
 
     def answer(self, messages: Messages, max_tokens: int) -> Answer:

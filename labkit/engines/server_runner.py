@@ -18,8 +18,9 @@ from concurrent.futures import ThreadPoolExecutor
 import openai
 import psutil
 
+from labkit.core.arguments import check_int, check_text
 from labkit.core.text import chat_prompt
-from labkit.engines.runners import Answer, Messages
+from labkit.engines.runners import Answer, Messages, check_tokenizer
 
 
 class ServerRunner:
@@ -27,6 +28,12 @@ class ServerRunner:
 
     def __init__(self, name: str, url: str, model: str, tokenizer, extra_body: dict | None = None,
                  pid: int | None = None):
+        check_text("name", name, example="'llama-server'")
+        check_text("url", url, example="'http://127.0.0.1:8080'")
+        check_text("model", model, example="'smollm2-135m'")
+        check_tokenizer(tokenizer)
+        if pid is not None:
+            check_int("pid", pid, minimum=1)
         self.name, self.model, self.tokenizer, self.pid = name, model, tokenizer, pid
         self.extra_body = extra_body or {}
         self.client = openai.OpenAI(base_url=url.rstrip("/") + "/v1", api_key="none", max_retries=0, timeout=600)
@@ -95,6 +102,7 @@ def first_top_logprobs(logprobs) -> dict[str, float]:
 
 def process_tree_rss(pid: int) -> int:
     """RSS of a process and all its descendants, in bytes (shared pages counted in each)."""
+    check_int("pid", pid, minimum=1, note="a running process's id")
     root = psutil.Process(pid)
     total = 0
     for process in [root, *root.children(recursive=True)]:

@@ -2,29 +2,30 @@
 columns). `wrong(name, error, words)`: every required argument a Wrong(); a case with `missing=` has no
 door yet and says where the call crashes today."""
 
-from door import wrong
+from door import Door, wrong
+
+from labkit.engines.llama_server import LlamaServerSettings
+from labkit.engines.server_runner import process_tree_rss
 
 CASES = [
-    wrong("labkit.engines.compare.greedy_agreement", words=("reference",),
-          missing="TypeError at labkit/engines/compare.py:35"),
-    wrong("labkit.engines.compare.side_by_side", words=("rows",),
-          missing="TypeError at labkit/engines/compare.py:81"),
-    wrong("labkit.engines.llama_server.LlamaServerSettings", words=(), missing="accepts any object"),
-    wrong("labkit.engines.measure.answer_rate", words=("runner",),
-          missing="AttributeError at labkit/engines/measure.py:64"),
+    wrong("labkit.engines.compare.greedy_agreement", words=("reference",)),
+    wrong("labkit.engines.compare.side_by_side", words=("rows",)),
+    wrong("labkit.engines.llama_server.LlamaServerSettings", words=("model",)),
+    wrong("labkit.engines.measure.answer_rate", words=("runner",)),
     wrong("labkit.engines.measure.decode_rate", words=("prompt",)),
-    wrong("labkit.engines.measure.measure", words=("runner",),
-          missing="AttributeError at labkit/engines/measure.py:108"),
-    wrong("labkit.engines.measure.median_of", words=("run",), missing="TypeError at labkit/engines/measure.py:50"),
-    wrong("labkit.engines.measure.one_token", words=("loaded",), missing="TypeError at labkit/engines/measure.py:77"),
-    wrong("labkit.engines.measure.timed_load", words=("load",), missing="TypeError at labkit/engines/measure.py:88"),
-    wrong("labkit.engines.runners.LabkitRunner", words=(), missing="accepts any object"),
-    wrong("labkit.engines.runners.LlamaCppRunner", words=(), missing="accepts any object"),
-    wrong("labkit.engines.runners.TransformersRunner", words=(), missing="accepts any object"),
-    wrong("labkit.engines.server_runner.ServerRunner", words=("name",),
-          missing="AttributeError at labkit/engines/server_runner.py:32"),
-    wrong("labkit.engines.server_runner.process_tree_rss", words=("pid",),
-          missing="TypeError at psutil/__init__.py:320"),
+    wrong("labkit.engines.measure.measure", words=("runner",)),
+    wrong("labkit.engines.measure.median_of", words=("run",)),
+    wrong("labkit.engines.measure.one_token", words=("loaded",)),
+    wrong("labkit.engines.measure.timed_load", words=("load",)),
+    wrong("labkit.engines.runners.LabkitRunner", words=("model",)),
+    wrong("labkit.engines.runners.LlamaCppRunner", words=("llm",)),
+    wrong("labkit.engines.runners.TransformersRunner", words=("model",)),
+    wrong("labkit.engines.server_runner.ServerRunner", words=("name",)),
+    wrong("labkit.engines.server_runner.process_tree_rss", words=("pid",)),
+    Door("labkit.engines.server_runner.process_tree_rss", lambda kit: process_tree_rss(-1), ValueError,
+         ("pid must be a whole number of 1 or more", "got -1")),
+    Door("labkit.engines.llama_server.LlamaServerSettings", lambda kit: LlamaServerSettings("smollm2-135m", slots=0),
+         ValueError, ("slots must be a whole number of 1 or more", "got 0")),
 ]
 
 NO_ARGUMENT = {  # name -> why it has no bad-input case
