@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import fields
+from numbers import Integral, Real
 
 import torch
 
@@ -76,7 +78,7 @@ def check_number(name: str, value: object, minimum: float | None = None, *, abov
     """
     bounds = [f">= {minimum}" if minimum is not None else "", f"> {above}" if above is not None else "",
               f"<= {maximum}" if maximum is not None else ""]
-    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+    if (isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value)
             or (minimum is not None and value < minimum) or (above is not None and value <= above)
             or (maximum is not None and value > maximum)):
         allowed = " and ".join(bound for bound in bounds if bound)
@@ -132,4 +134,37 @@ def check_record(name: str, value: object, what: str, of: type | tuple[type, ...
     """
     if not is_record(value, of, has):
         raise TypeError(f"{name} must be {what}, got {described(value)}.")
+    return value
+
+
+FIELD_TYPES = {"str": (str,), "int": (Integral,), "float": (Real,), "None": (type(None),)}
+
+
+def check_fields(record: object) -> None:
+    """Every field of a dataclass `record` of the type its annotation names, where that is str, int, float
+    or a union of them with None (an int passes for a float; other annotations are not checked); else a
+    TypeError naming the class, the field and what it got. Called from a record's __post_init__.
+
+        >>> CatalogModel(name=7, ...)
+        TypeError: CatalogModel's name must be str, got int.
+    """
+    for field in fields(record):
+        names = [part.strip() for part in str(field.type).split("|")]
+        if not all(name in FIELD_TYPES for name in names):
+            continue
+        value = getattr(record, field.name)
+        allowed = tuple(kind for name in names for kind in FIELD_TYPES[name])
+        if isinstance(value, bool) or not isinstance(value, allowed):
+            raise TypeError(f"{type(record).__name__}'s {field.name} must be {' or '.join(names)}, "
+                            f"got {described(value)}.")
+
+
+def check_tokenizer(name: str, value: object) -> object:
+    """value, if it is a tokenizer (callable on text, with a decode method, like transformers'); else a
+    TypeError naming `name`.
+
+        >>> check_tokenizer("tokenizer", labkit.load_tokenizer("smollm2-135m"))
+    """
+    if not callable(value) or not hasattr(value, "decode"):
+        raise TypeError(f"{name} must be the model's tokenizer (as load_model returns it), got {described(value)}.")
     return value

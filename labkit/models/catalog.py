@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from labkit.core.arguments import check_int
+from labkit.core.doors import check_fields, check_items
 from labkit.models.sizing import ModelShape, kv_cache_bytes, weight_bytes
 from labkit.table import Column, format_table
 
@@ -65,6 +66,9 @@ class CatalogModel:
     score_source: str = ""  # "field=where; field=where" for each score given
     score_date: str = ""  # "field=YYYY-MM-DD; ..." the leaderboard snapshot of each score
     notes: str = ""
+
+    def __post_init__(self):
+        check_fields(self)  # a number read as text, or a name where a row goes, stops here
 
     @property
     def is_moe(self) -> bool:
@@ -207,6 +211,9 @@ class Fit:
     bytes_per_token: float  # read per decoded token: active weights + the whole KV cache
     max_tokens_per_s: float | None  # bandwidth / bytes_per_token: an upper bound; None without a bandwidth
 
+    def __post_init__(self):
+        check_fields(self)
+
     def as_dict(self) -> dict:
         return asdict(self)
 
@@ -284,6 +291,7 @@ def what_can_i_run(catalog: list[CatalogModel], memory_bytes: float, bandwidth_b
 
 def fit_table(rows: list[dict], only_fitting: bool = False) -> str:
     """what_can_i_run's rows as aligned text: model, quantization, GB needed, fits, decode bound in tokens/s."""
+    check_items("rows", rows, "rows of what_can_i_run (dicts)", of=dict)
     columns = [Column("model", 44, align="<"), Column("quant", 6), Column("GB", 8, ".2f"), Column("fits", 6),
                Column("tok/s bound", 13, ".1f")]
     return format_table(columns, [[row["model"], row["quant"], row["total_bytes"] / 1e9, "yes" if row["fits"] else "no",

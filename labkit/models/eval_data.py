@@ -20,6 +20,7 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from labkit.core.arguments import check_int
+from labkit.core.doors import check_tokenizer
 from labkit.core.text import chat_prompt, encode_prompt
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "data" / "eval"
@@ -48,6 +49,7 @@ def eval_prompts(tokenizer: PreTrainedTokenizerBase) -> list[list[int]]:
 
 def eval_ids(tokenizer: PreTrainedTokenizerBase, max_tokens: int | None = None) -> torch.Tensor:
     """The evaluation text as input ids [1, T], cut to its first max_tokens tokens if given."""
+    check_tokenizer("tokenizer", tokenizer)
     ids = tokenizer(eval_text())["input_ids"]
     if max_tokens is not None:
         check_int("max_tokens", max_tokens, minimum=2, note="or None for the whole text")

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
+from labkit.core.doors import check_model, check_tokenizer
 from labkit.core.text import chat_prompt, encode_prompt
 from labkit.decoding.generate import generate_text
 from labkit.decoding.scoring import perplexity
@@ -50,6 +51,8 @@ def scored_tokens(n_tokens: int, window: int) -> int:
 
 def bits_per_byte(model: torch.nn.Module, tokenizer, text: str | None = None, window: int = BPB_WINDOW) -> float:
     """Negative log-likelihood of `text` (default: data/eval's text) in bits per UTF-8 byte; lower is better."""
+    check_model("model", model)
+    check_tokenizer("tokenizer", tokenizer)
     text = eval_text() if text is None else text
     ids = torch.tensor([tokenizer(text)["input_ids"]])
     nats = math.log(perplexity(model, ids, window)) * scored_tokens(ids.shape[1], window)

@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from labkit.core.doors import check_number
 from labkit.models.hardware import HARDWARE, RESERVES, Hardware, hardware_table, reserve_bytes
 
 __all__ = ["DTYPE_BYTES", "GB", "GiB", "HARDWARE", "PRESETS", "Hardware", "ModelShape", "bytes_per_element",
@@ -230,6 +231,7 @@ def model_shape(name: str) -> ModelShape:
 
 def format_bytes(n_bytes: float) -> str:
     """Bytes as a short human number in decimal units: '14.0 GB', '432.0 MB', '48.0 KB'."""
+    check_number("n_bytes", n_bytes)
     for unit, size in [("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("KB", 1e3)]:
         if abs(n_bytes) >= size:
             return f"{n_bytes / size:.1f} {unit}"
