@@ -183,11 +183,24 @@ def with_alt_text(lead: str) -> Callable[[Callable], Callable]:
     return decorate
 
 
+def fallback_alt_text(fig: Figure) -> str | None:
+    """The text of a figure drawn without labkit.viz (a notebook's own plt.subplots()): what was drawn, after
+    the lead "Figure"; None when nothing is described (an empty figure).
+
+        >>> fig, ax = plt.subplots(); ax.bar(["a", "b"], [0.7, 0.3]); ax.set_title("Next token")
+        >>> fallback_alt_text(fig)
+        'Figure. Next token: 2 bars: a 0.7, b 0.3.'
+    """
+    details = describe_figure(fig)
+    return f"Figure. {details}." if details else None
+
+
 def png_with_alt(render_png: Callable[[Figure], object]) -> Callable[[Figure], object]:
-    """Wrap IPython's PNG formatter for Figures: a figure with an alternative text returns (png, {"alt": ...})."""
+    """Wrap IPython's PNG formatter for Figures: a figure returns (png, {"alt": ...}), with the text
+    set_alt_text gave it or, for a figure made outside labkit.viz, fallback_alt_text."""
     def render(fig: Figure):
         png = render_png(fig)
-        text = alt_text(fig)
+        text = alt_text(fig) or fallback_alt_text(fig)
         if png is None or not text:
             return png
         data, metadata = png if isinstance(png, tuple) else (png, {})  # retina PNGs come with their size
@@ -206,6 +219,10 @@ def show_alt_text_in_outputs(formats: Iterable[str] = ("image/png",)) -> bool:
     shell = get_ipython()
     if shell is None:
         return False
+    import matplotlib.pyplot as plt
+    if Figure not in shell.display_formatter.formatters["image/png"].type_printers and not plt.get_fignums():
+        plt.switch_backend(plt.get_backend())  # pyplot sets up its backend, and its formatter, at the first
+        # figure; with no figure open yet (switching closes them all), set it up now so there is one to wrap
     installed = True
     for mime in formats:
         formatter = shell.display_formatter.formatters[mime]

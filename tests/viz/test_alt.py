@@ -78,6 +78,16 @@ def test_the_displayed_png_carries_the_text_as_metadata_and_nbconvert_writes_it_
     assert 'alt="NF4 against int4.' in html
 
 
+def test_a_figure_drawn_outside_labkit_viz_is_described_from_what_it_draws():
+    fig, ax = plt.subplots()
+    ax.bar(["a", "b"], [0.7, 0.3])
+    ax.set_title("Next token")
+    data, metadata = png_with_alt(lambda fig: "iVBORw0KGgo=")(fig)
+    assert metadata == {"alt": "Figure. Next token: 2 bars: a 0.7, b 0.3."}
+    assert png_with_alt(lambda fig: "iVBORw0KGgo=")(plt.figure()) == "iVBORw0KGgo="  # nothing drawn, nothing said
+    plt.close("all")
+
+
 def test_a_retina_png_keeps_its_size_beside_the_text():
     render = png_with_alt(lambda fig: ("iVBORw0KGgo=", {"width": 320, "height": 240}))
     data, metadata = render(set_alt_text(plot_levels(), "NF4 against int4"))
