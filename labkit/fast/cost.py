@@ -50,6 +50,7 @@ from torch import nn
 from torch._inductor.utils import run_and_get_code
 
 from labkit.core.arguments import check_int
+from labkit.core.doors import check_record, check_table
 from labkit.core.forward import crop_cache, forward, prefill
 from labkit.core.llama import Llama, LlamaConfig, check_llama
 from labkit.fast.optimize import check_steps, optimize
@@ -300,12 +301,20 @@ def measure_step(model: Llama, steps: Sequence[str] = (), rows: int = 1, context
         parallel_calls=0 if how == "compiled" else len(linear_layers(model)))
 
 
+def share_cell(share: float, terms: dict[str, float]) -> str:
+    """A floor's share of the matmuls, 5 wide; "-" when the wake-ups took all of the kernels' time (no
+    matmul time is left to share: the share would divide by zero)."""
+    return f"{share:>5.0%}" if terms["matmul kernels"] > 0 else f"{'-':>5}"
+
+
 def cost_table(named: dict[str, StepCosts], machine: Machine) -> str:
     """One line per step: its terms (ms), the prediction against the step timed alone, the two floors as
     shares of the kernels' time (memory: of the bandwidth, compute: of the data type's peak), the regime.
 
         >>> print(cost_table({"float32": fp32_costs, "int4": int4_costs}, machine))
     """
+    check_table("named", named, "StepCosts (labkit.fast.cost.measure_step)", of=StepCosts)
+    check_record("machine", machine, "a Machine (labkit.fast.machine.measure_machine)", of=Machine)
     width = max(len(name) for name in named) + 2
     lines = [f"{'step':<{width}}{'ops':>6}{'us/op':>7}{'overhead':>9}{'wake':>6}{'matmuls':>8}{'KV':>6}"
              f"{'predicted':>10}{'measured':>9}{'error':>6}{'bw':>5}{'peak':>5}  regime"]
@@ -315,8 +324,8 @@ def cost_table(named: dict[str, StepCosts], machine: Machine) -> str:
         lines.append(f"{name:<{width}}{costs.ops:>6}{costs.op_seconds * 1e6:>7.1f}{terms['overhead'] * 1e3:>9.1f}"
                      f"{terms['thread wake-ups'] * 1e3:>6.1f}{terms['matmul kernels'] * 1e3:>8.1f}"
                      f"{terms['KV cache'] * 1e3:>6.2f}{predicted * 1e3:>10.1f}{costs.measured_seconds * 1e3:>9.1f}"
-                     f"{predicted / costs.measured_seconds - 1:>+6.0%}{shares['memory']:>5.0%}"
-                     f"{shares['compute']:>5.0%}  {costs.regime(machine)}")
+                     f"{predicted / costs.measured_seconds - 1:>+6.0%}{share_cell(shares['memory'], terms)}"
+                     f"{share_cell(shares['compute'], terms)}  {costs.regime(machine)}")
     return "\n".join(lines) + ("\n(ms per decode step; overhead = ops x us/op; wake = linear layers x "
                                f"{machine.wake_seconds * 1e6:.1f} us; matmuls: the kernels less their wake-ups; "
                                "error = predicted / measured - 1; bw, peak: the memory and compute floors as "

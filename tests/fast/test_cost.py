@@ -136,6 +136,8 @@ def test_wake_ups_are_carved_out_of_the_matmuls_and_the_sum_is_kept():
     assert "211 calls x 40.0 us" in step.report(WAKING) and "wake-bound" in cost_table({"q4_1": step}, WAKING)
     few = StepCosts(**{**step.as_dict(), "parallel_calls": 1000})  # more wake-ups than the matmuls took: capped
     assert few.terms(WAKING)["matmul kernels"] == 0.0 and few.predicted_seconds(WAKING) == pytest.approx(0.014)
+    row = cost_table({"q4_1": few}, WAKING).splitlines()[1]
+    assert row.split()[-3:] == ["-", "-", "wake-bound"]  # no matmul time left: no share, not a division by zero
 
 
 def test_the_compute_floor_uses_the_peak_of_the_steps_own_data_type():
