@@ -24,6 +24,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerBase
 
+from labkit.core.doors import check_items, check_model
 from labkit.timing import check_repeats, interleaved_tokens_per_second
 from labkit.quant.bnb import BitsAndBytesUnavailable, load_bitsandbytes_model
 from labkit.core.text import encode_prompt
@@ -40,6 +41,7 @@ DECODE_PROMPT = "The history of the Roman Empire begins with"  # plain text: rar
 def model_nbytes(model: torch.nn.Module) -> int:
     """Bytes of everything a model stores: parameters and persistent buffers, each shared tensor once,
     plus the scales bitsandbytes keeps beside its quantized parameters."""
+    check_model("model", model)
     seen, total = set(), 0
     for module in model.modules():
         skip = getattr(module, "_non_persistent_buffers_set", set())
@@ -171,6 +173,7 @@ def evaluate(names: Sequence[str] = tuple(VARIANTS), max_tokens: int | None = No
 
 def results_table(results: Sequence[Result]) -> str:
     """A text table of results, with each variant's size and speed relative to fp32."""
+    check_items("results", results, "Result (labkit.quant.evaluation.evaluate)", has=("name", "nbytes", "perplexity"))
     base = next((r for r in results if r.name == "fp32"), results[0])
     lines = [f"{'variant':<11}{'MB':>8}{'x fp32':>8}{'perplexity':>12}{'Δ ppl':>8}{'agreement':>11}"
              f"{'tok/s':>8}{'x fp32':>8}"]

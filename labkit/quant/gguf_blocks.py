@@ -19,10 +19,13 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 from pathlib import Path
 
 import numpy as np
 import torch
+
+from labkit.core.arguments import check_text
 
 BLOCK_VALUES = 32  # values per block in all three formats
 BLOCK_BYTES = {"Q8_0": 34, "Q4_0": 18, "Q4_1": 20}  # bytes per block
@@ -114,6 +117,10 @@ def read_gguf_tensor(source, name: str) -> tuple[np.ndarray, str, tuple[int, ...
     """
     from gguf import GGUFReader  # imported here: reading the file is the only use
 
+    if not isinstance(source, (str, os.PathLike, GGUFReader)):
+        raise TypeError(f"source must be a GGUF file's path or a gguf.GGUFReader open on it, "
+                        f"got {type(source).__name__}.")
+    check_text("name", name, example="'blk.0.attn_q.weight'")
     reader = source if isinstance(source, GGUFReader) else GGUFReader(source)
     filename = Path(getattr(reader.data, "filename", None) or "the GGUF file").name
     for tensor in reader.tensors:

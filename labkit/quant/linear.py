@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from labkit.core.doors import check_model
 from labkit.quant.nf4 import NF4Tensor, nf4_dequantize, nf4_quantize
 from labkit.quant.schemes import (GroupQuantized, absmax_quantize, check_size, dequantize_groupwise, pack_int4,
                                   quantize_groupwise)
@@ -205,4 +206,5 @@ def quantize_model(model: nn.Module, scheme: str = "int8", group_size: int = 64,
 
 def quantized_layers(model: nn.Module) -> dict[str, QuantLinear]:
     """The QuantLinear modules of a model, by name."""
+    check_model("model", model, "a torch model (nn.Module)")
     return {name: module for name, module in model.named_modules() if isinstance(module, QuantLinear)}
