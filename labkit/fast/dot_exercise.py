@@ -29,6 +29,7 @@ from collections.abc import Callable
 
 import torch
 
+from labkit.core.doors import check_callable, check_record
 from labkit.fast.q4_linear import Q41Weight, quantize_q8_1
 from labkit.timing import median_seconds
 from labkit.models.registry import cache_dir
@@ -146,5 +147,7 @@ def build_matvec(inner_loop: str) -> Callable[[Q41Weight, torch.Tensor], torch.T
 
 def matvec_bandwidth(matvec: Callable, weight: Q41Weight, repeats: int = 21) -> float:
     """Bytes of the weight read per second by matvec(weight, x) (median of `repeats` calls), in bytes/s."""
+    check_callable("matvec", matvec, "a function matvec(weight, x) -> y, such as build_matvec returns")
+    check_record("weight", weight, "a Q41Weight (labkit.fast.q4_linear.quantize_q4_1)", of=Q41Weight)
     x = torch.randn(weight.shape[1])
     return weight.nbytes / median_seconds(lambda: matvec(weight, x), repeats)

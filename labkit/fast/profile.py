@@ -22,6 +22,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from labkit.core.arguments import check_int
+from labkit.core.doors import check_record
 from labkit.fast.static import StaticDecoder
 
 MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::_weight_int8pack_mm", "aten::_weight_int4pack_mm_for_cpu")
@@ -61,6 +62,7 @@ def step_breakdown(decoder: StaticDecoder, steps: int = 8, warmup: int = 3) -> d
     The decoder runs a short prompt first; the profiled steps continue it. Times are self CPU time
     (an op's own time, not its children's), summed over every op the profiler records.
     """
+    check_record("decoder", decoder, "a StaticDecoder (labkit.fast.static)", of=StaticDecoder)
     check_int("steps", steps, minimum=1)
     check_int("warmup", warmup, minimum=0)
     if 4 + warmup + steps > decoder.max_length:

@@ -115,6 +115,8 @@ def slots_for(needed: int, context: int) -> int:
         >>> slots_for(137, 8192)
         192
     """
+    check_int("needed", needed, minimum=0)
+    check_int("context", context, minimum=1)
     return min(-(-needed // SLOT_MULTIPLE) * SLOT_MULTIPLE, context)
 
 

@@ -16,7 +16,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 
 import torch
 
@@ -34,10 +34,20 @@ def thread_candidates(cores: int | None = None) -> tuple[int, ...]:
     return tuple(sorted(set(powers) | {cores}))
 
 
-@contextmanager
-def using_threads(count: int) -> Iterator[None]:
-    """Run the block with torch.set_num_threads(count), then restore the count before it."""
+def using_threads(count: int) -> AbstractContextManager[None]:
+    """Run the block with torch.set_num_threads(count), then restore the count before it. The count is
+    checked when called, not when the `with` block is entered.
+
+        >>> with using_threads(2):
+        ...     median_seconds(lambda: model(ids))
+    """
     check_int("count", count, minimum=1)
+    return threads_set(count)
+
+
+@contextmanager
+def threads_set(count: int) -> Iterator[None]:
+    """using_threads' block, its count already checked."""
     before = torch.get_num_threads()
     torch.set_num_threads(count)
     try:
