@@ -18,11 +18,14 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Mapping, Sequence
+from numbers import Integral
 
 import torch
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
+from labkit.core.arguments import check_int
+from labkit.core.doors import check_items, check_model, check_number, check_record
 from labkit.core.forward import CachedSequence, vocab_size
 from labkit.speculative.generate import DraftStep, Drafter
 from labkit.speculative.policy import SamplingPolicy
@@ -52,6 +55,8 @@ def verification_costs(model: nn.Module, n_tokens: Sequence[int], context: int =
         >>> verification_costs(model, [1, 2, 5])
         {1: 1.0, 2: 1.38, 5: 1.52}
     """
+    check_model("model", model)
+    check_items("n_tokens", n_tokens, "pass sizes in tokens (whole numbers)", of=Integral)
     sizes = sorted({1, *n_tokens})
     if sizes[0] < 1:
         raise ValueError(f"n_tokens must be positive numbers of tokens, got {list(n_tokens)}.")
@@ -71,6 +76,8 @@ def draft_cost(drafter: Drafter, target: nn.Module, tokenizer: PreTrainedTokeniz
         >>> draft_cost(early_exit_drafter(model, 4), model, tokenizer, prompt_ids, gamma=2)
         0.3
     """
+    check_record("drafter", drafter, "a Drafter (labkit.speculative.drafters)", has=("prepare", "propose"))
+    check_model("target", target)
     context = list(context_ids)
     drafter.prepare(target, tokenizer, SamplingPolicy())
     drafter.propose(context, gamma)  # fills a model drafter's cache with the context
@@ -90,6 +97,10 @@ def predicted_speedup(alpha: float, gamma: int, draft_cost: float, verify_cost: 
         >>> predicted_speedup(0.8, 4, draft_cost=0.0, verify_cost=1.0)   # free draft, free verification
         3.3616
     """
+    check_number("alpha", alpha, minimum=0, maximum=1)
+    check_int("gamma", gamma, minimum=0)
+    check_number("draft_cost", draft_cost, minimum=0)
+    check_number("verify_cost", verify_cost, above=0)
     return expected_tokens_per_step(alpha, gamma) / (gamma * draft_cost + verify_cost)
 
 
@@ -101,6 +112,7 @@ def rounds_speedup(steps: Sequence[DraftStep], draft_cost: float, verify_costs: 
 
         >>> rounds_speedup(stats.steps, 0.0, {1: 1.0, 5: 1.5})
     """
+    check_items("steps", steps, "DraftStep (SpeculativeStats.steps)", has=("proposed", "accepted"))
     if not steps:
         raise ValueError("rounds_speedup needs at least one round (SpeculativeStats.steps).")
     missing = sorted({len(s.proposed) + 1 for s in steps} - set(verify_costs))

@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from labkit.core.arguments import check_int
+from labkit.core.doors import check_number
 from labkit.decoding.sampling import sample
 
 
@@ -117,6 +118,8 @@ def expected_tokens_per_step(alpha: float, gamma: int) -> float:
         >>> expected_tokens_per_step(0.8, 4)
         3.3616...
     """
+    check_number("alpha", alpha, minimum=0, maximum=1)
+    check_int("gamma", gamma, minimum=0)
     if alpha >= 1:
         return gamma + 1.0
     return (1 - alpha ** (gamma + 1)) / (1 - alpha)

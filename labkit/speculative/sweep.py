@@ -23,6 +23,7 @@ from torch import nn
 from transformers import PreTrainedTokenizerBase
 
 from labkit.core.arguments import check_int
+from labkit.core.doors import check_items
 from labkit.decoding.generate import generate
 from labkit.decoding.request import Prompt
 from labkit.metrics import RequestMetrics, timed
@@ -137,6 +138,7 @@ def _task_rows(model, tokenizer, task: str, prompt: Prompt, candidates: Sequence
 def sweep_table(rows: Sequence[SweepRow]) -> str:
     """The rows as a fixed-width table, each task's plain greedy decoding first: counts, prefill (ms, median),
     decode tokens/s median [min-max], decode speed-up of the medians [range], end-to-end speed-up."""
+    check_items("rows", rows, "SweepRow (labkit.speculative.sweep.speedup_sweep)", has=("task", "drafter", "gamma"))
     lines = [f"{'task':<11}{'drafter':<17}{'gamma':>5}{'alpha':>6}{'tok/call':>9}{'prefill ms':>11}  "
              f"{'decode tok/s':<20}{'decode speed-up':<19}{'end to end':<12}same"]
     for index, r in enumerate(rows):
@@ -158,6 +160,7 @@ def prediction_table(rows: Sequence[SweepRow], draft_costs: Mapping[str, float],
     draft_costs: {drafter label: c} (labkit.speculative.cost.draft_cost); verify_costs: {n: v(n)} for
     n = 1 .. gamma + 1 (labkit.speculative.cost.verification_costs).
     """
+    check_items("rows", rows, "SweepRow (labkit.speculative.sweep.speedup_sweep)", has=("task", "drafter", "gamma"))
     lines = [f"{'task':<11}{'drafter':<17}{'gamma':>5}{'alpha':>6}{'E':>6}{'tok/call':>9}{'c':>6}{'v':>6}"
              f"{'formula':>9}{'rounds':>8}  {'measured decode':<19}end to end"]
     for r in rows:
