@@ -31,6 +31,7 @@ from pathlib import Path
 import psutil
 
 from labkit.core.arguments import check_int, check_text
+from labkit.core.doors import check_record
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -65,6 +66,7 @@ class ServerHandle:
     """
 
     def __init__(self, process: subprocess.Popen, url: str, log: Path):
+        check_record("process", process, "a started process (subprocess.Popen)", has=("pid", "poll"))
         self.process, self.url, self.log = process, url, log
         self.group = process.pid if process_group(process.pid) == process.pid else None
         RUNNING_SERVERS.add(self)

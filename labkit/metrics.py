@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from labkit.core.doors import check_items
 from labkit.core.forward import model_device
 from labkit.core.text import encode_prompt
 from labkit.decoding.generate import generate
@@ -189,6 +190,8 @@ def timed(steps: Iterable[Step], start: float | None = None, prompt_tokens: int 
     start: the request's start (a `time.perf_counter()` value); by default, now. Make the wrapper
     right after calling `generate` (the loop only starts running when it is iterated).
     """
+    if isinstance(steps, (str, bytes)) or not isinstance(steps, Iterable):
+        raise TypeError(f"steps must be the stream of Step that labkit.generate returns, got {type(steps).__name__}.")
     return TimedSteps(steps, start=start, prompt_tokens=prompt_tokens, track_memory=track_memory, device=device)
 
 
@@ -213,6 +216,7 @@ def summarize(requests: Sequence[RequestMetrics], wall_s: float | None = None) -
     wall_s: the wall-clock time all of them took; by default the sum of their E2E latencies (requests
     served one after another). Throughput = all output tokens / wall_s.
     """
+    check_items("requests", requests, "RequestMetrics (labkit.metrics.measure)", has=("output_tokens", "e2e_s"))
     if not requests:
         raise ValueError("No requests to summarize.")
     tokens = sum(r.output_tokens for r in requests)
@@ -247,6 +251,7 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 def metrics_table(requests: Sequence[RequestMetrics], names: Sequence[str] | None = None) -> str:
     """One row per request: prompt and output tokens, TTFT, TPOT, tokens/s, E2E, peak memory."""
+    check_items("requests", requests, "RequestMetrics (labkit.metrics.measure)", has=("output_tokens", "e2e_s"))
     names = list(names) if names is not None else [str(i + 1) for i in range(len(requests))]
     if len(names) != len(requests):
         raise ValueError(f"{len(names)} names for {len(requests)} requests.")

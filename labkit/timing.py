@@ -28,7 +28,8 @@ from typing import TypeVar
 
 import torch
 
-from labkit.core.arguments import check_int
+from labkit.core.arguments import check_int, check_text
+from labkit.core.doors import check_callable, check_items
 
 QUICK_ENV_VAR = "LABKIT_QUICK"  # "1": time fewer repeats or sizes where no test compares the numbers
 QUICK_VALUES = {"1": True, "true": True, "yes": True, "": False, "0": False, "false": False, "no": False}
@@ -55,6 +56,7 @@ def full_or_quick(full: T, quick_value: T, what: str) -> T:
         quick run (LABKIT_QUICK=1): batch sizes [1, 8], not [1, 2, 4, 8]; the saved outputs ran [1, 2, 4, 8]
         [1, 8]
     """
+    check_text("what", what, example="'batch sizes'")
     if not quick():
         return full
     print(f"quick run ({QUICK_ENV_VAR}=1): {what} {quick_value}, not {full}; the saved outputs ran {full}")
@@ -80,6 +82,7 @@ def check_repeats(repeats: object) -> None:
 
 def repeat_seconds(run: Callable[[], object], repeats: int = 5) -> list[float]:
     """Wall time of each of `repeats` calls of run(), after one untimed warm-up call."""
+    check_callable("run", run, "a function of no arguments that does the work once")
     check_repeats(repeats)
     run()
     times = []
@@ -177,6 +180,8 @@ def interleaved_tokens_per_second(runs: list[Callable[[], int]], repeats: int,
         >>> interleaved_tokens_per_second([fp32_run, int4_run], repeats=3)
         [12.8, 27.2]
     """
+    check_items("runs", runs, "functions of no arguments that return the tokens they produced", of=Callable)
+    check_repeats(repeats)
     tokens: list[list[int]] = [[] for _ in runs]
 
     def counted(index: int) -> Callable[[], None]:
