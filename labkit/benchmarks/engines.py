@@ -29,6 +29,7 @@ import torch
 from labkit.bench import comparison, machine_name
 from labkit.benchmarks.engines_child import DECODE_PROMPT, IN_PROCESS_ENGINES
 from labkit.core.arguments import check_int
+from labkit.core.doors import check_items
 from labkit.benchmarks.serve_servers import FASTEST_LABKIT, LABKIT_FLOAT32, VLLM, VLLM_ALL_CORES, contenders
 from labkit.engines.compare import EngineRow, number
 from labkit.engines.install import MAKE_ENGINES, llama_server_installed, llamacpp_installed, vllm_installed
@@ -133,6 +134,7 @@ def fastest_rows(tries: Sequence[EngineRow]) -> list[EngineRow]:
         >>> [(row.engine, row.policy) for row in fastest_rows(tries)]
         [('transformers', 'ACTIVE'), ('labkit server', 'PASSIVE')]
     """
+    check_items("tries", tries, "EngineRow (from measure_in_child)", of=EngineRow)
     best: dict[str, EngineRow] = {}
     for row in tries:
         if row.engine not in best or row.tokens_per_s > best[row.engine].tokens_per_s:
@@ -143,6 +145,7 @@ def fastest_rows(tries: Sequence[EngineRow]) -> list[EngineRow]:
 def tries_table(tries: Sequence[EngineRow]) -> str:
     """Every try as text: an engine a line, its tokens/s at batch 1 (and with 8 requests) under each policy,
     with * beside the try fastest_rows keeps."""
+    check_items("tries", tries, "EngineRow (from measure_in_child)", of=EngineRow)
     policies = list(dict.fromkeys(row.policy for row in tries))
     kept = {id(row) for row in fastest_rows(tries)}
     lines = [f"{'tokens/s b=1 (8 req)':<22}" + "".join(f"{policy:>18}" for policy in policies)]

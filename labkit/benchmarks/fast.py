@@ -42,13 +42,15 @@ from labkit.bench import comparison, machine_name
 from labkit.benchmarks.fast_rows import (BENCH_PROMPT, CHILD, COMPILED, FP32, GAMMA, LABKIT_ROWS,  # noqa: F401
                                          LLAMA_CPP, MODEL, PROBE_STEPS, PROBE_TOKENS, Q4_1_COMPILED, Q4_1_STATIC,
                                          ROWS, STATIC_EAGER)
+from labkit.core.arguments import check_int
+from labkit.core.doors import check_items, check_model, check_record, check_table
 from labkit.core.forward import decode_step, prefill
 from labkit.core.llama import Llama
 from labkit.decoding.generate import generate_ids
 from labkit.fast.optimize import optimize
 from labkit.fast.static import StaticDecoder, break_even_tokens, inductor_cache, slots_for
 from labkit.fast.cost import HOWS, Machine, StepCosts, cost_table, measure_machine, measure_step
-from labkit.fast.processes import WAIT_POLICIES, current_policy, run_in_child
+from labkit.fast.processes import WAIT_POLICIES, check_policy, current_policy, run_in_child
 from labkit.fast.roofline import bandwidth_utilisation, weight_bytes_per_token
 from labkit.fast.threads import fastest_thread_count, thread_candidates, using_threads
 from labkit.timing import interleaved_tokens_per_second
@@ -82,6 +84,8 @@ def labkit_run(model: torch.nn.Module, tokenizer, prompt_ids: list[int], new_tok
 
 def static_run(decoder: StaticDecoder, prompt_ids: list[int], new_tokens: int, how: str) -> Callable[[], int]:
     """A run of the static decoder, plain or with prompt lookup: returns the number of tokens produced."""
+    check_record("decoder", decoder, "a StaticDecoder (labkit.fast.static)", of=StaticDecoder)
+    check_int("new_tokens", new_tokens, minimum=1)
     if how == "lookup":
         return lambda: len(decoder.generate_with_lookup(prompt_ids, new_tokens, gamma=GAMMA)[0])
     return lambda: len(decoder.generate(prompt_ids, new_tokens))
@@ -139,6 +143,7 @@ def measure_rows(hf_model, tokenizer, prompt_ids: list[int], new_tokens: int, re
     unknown = set(labels or ()) - {label for label, _, _ in ROWS}
     if unknown:
         raise ValueError(f"Unknown rows {sorted(unknown)}; the rows are: {[label for label, _, _ in ROWS]}.")
+    check_model("hf_model", hf_model, "a transformers model (labkit.load_model(name))")
     chosen = [(label, steps, how) for label, steps, how in ROWS
               if (labels is None and not (quick and how in COMPILED)) or (labels is not None and label in labels)]
     prepared = []  # (label, model, run, decoder)
@@ -158,6 +163,8 @@ def measure_rows(hf_model, tokenizer, prompt_ids: list[int], new_tokens: int, re
 def row_costs(hf_model: torch.nn.Module, labels: Sequence[str], context: int, repeats: int = 5) -> dict[str, StepCosts]:
     """The cost model's terms (labkit.fast.cost.measure_step) of each labkit row in `labels` but prompt lookup,
     one decode step after `context` tokens (a compiled row compiles its step and its probe's)."""
+    check_model("hf_model", hf_model, "a transformers model (labkit.load_model(name))")
+    check_items("labels", labels, "row labels (str) of ROWS", of=str)
     return {label: measure_step(labkit_model(hf_model, steps), steps, context=context, repeats=repeats, how=how)
             for label, steps, how in ROWS if label in labels and how in HOWS}
 
@@ -173,6 +180,8 @@ def step_columns(row: Row, machine: Machine) -> str:
 def table(rows: list[Row], machine: Machine) -> str:
     """The waterfall as text: each row's settings, speed, bandwidth use, ratios against labkit float32 and
     llama.cpp at its best, and the cost model's predicted and measured step (ms) where it has one."""
+    check_items("rows", rows, "Row (from measure_rows)", of=Row)
+    check_record("machine", machine, "a Machine (labkit.fast.cost.measure_machine())", of=Machine)
     base = next(r for r in rows if r.label == FP32).tokens_per_second
     peer = next((r.tokens_per_second for r in rows if r.label == LLAMA_CPP), None)
     lines = [f"{'path':<42}{'policy':>8}{'thr':>4}{'tok/s':>7}{'x fp32':>8}{'MB/tok':>7}{'of bw':>6}"
@@ -251,6 +260,10 @@ def llama_cpp_best(new_tokens: int, repeats: int, policies: Sequence[str] = WAIT
         >>> best.policy, best.threads, round(best.tokens_per_second)
         ('ACTIVE', 2, 106)
     """
+    check_int("new_tokens", new_tokens, minimum=1)
+    check_int("repeats", repeats, minimum=1)
+    for policy in check_items("policies", policies, "OpenMP wait policies (str)", of=str):
+        check_policy(policy)
     rows, report = best_in_children(["llama_cpp", "--tokens", str(new_tokens), "--repeats", str(repeats)], policies)
     return (rows[0] if rows else None), report
 
@@ -287,6 +300,8 @@ def payback_tokens(rows: list[Row], compile_seconds: dict[str, float]) -> dict[s
 
         >>> payback_tokens(rows, compile_seconds)["+ torch.compile, static shapes"]
     """
+    check_items("rows", rows, "Row (from measure_rows)", of=Row)
+    check_table("compile_seconds", compile_seconds, "compile seconds (a number) by row label", of=(int, float))
     rates, paybacks = {r.label: r.tokens_per_second for r in rows}, {}
     for label, seconds in compile_seconds.items():
         eager = eager_counterpart(label)

@@ -18,6 +18,8 @@ import numpy as np
 import torch
 
 from labkit.bench import comparison, machine_name
+from labkit.core.arguments import check_int
+from labkit.core.doors import check_items, check_model, check_record, check_tensor
 from labkit.core.forward import NoCache, decode_step, prefill
 from labkit.core.llama import Llama
 from labkit.models.loading import load_model
@@ -66,6 +68,9 @@ def decode_step_seconds(model: Llama, prompt_ids: torch.Tensor, use_cache: bool,
         >>> decode_step_seconds(model, filler_ids(tokenizer, 256), use_cache=False)
         0.58
     """
+    check_model("model", model)
+    check_tensor("prompt_ids", prompt_ids, "[1, T] of token ids", dims=2)
+    check_int("repeats", repeats, minimum=1)
     position = prompt_ids.shape[1]
     cache = prefill(model, prompt_ids, max_length=position + repeats)[1] if use_cache else NoCache(prompt_ids)
     token = torch.tensor([13], device=prompt_ids.device)  # any next token will do for timing
@@ -88,6 +93,9 @@ def fit_nonnegative(columns: list[np.ndarray], y: np.ndarray) -> np.ndarray:
         >>> fit_nonnegative([n**2, n, np.ones_like(n)], 2 * n**2 + 3)
         array([2., 0., 3.])
     """
+    check_items("columns", columns, "arrays [N] (numpy)", of=np.ndarray)
+    if not isinstance(y, np.ndarray) or any(column.shape != y.shape for column in columns):
+        raise TypeError(f"y must be an array [N] of the columns' shape, got {type(y).__name__}.")
     design = np.stack(columns, axis=1)
     best, best_error = np.zeros(len(columns)), np.inf
     for mask in range(1, 2 ** len(columns)):
@@ -104,6 +112,8 @@ def fit_nonnegative(columns: list[np.ndarray], y: np.ndarray) -> np.ndarray:
 
 def filler_ids(tokenizer, n_tokens: int) -> torch.Tensor:
     """[1, n_tokens] token ids of ordinary prose (repeated), to stand in for a long prompt."""
+    check_record("tokenizer", tokenizer, "a tokenizer (as load_model returns it)", has=("__call__", "decode"))
+    check_int("n_tokens", n_tokens, minimum=1)
     piece = tokenizer(FILLER, add_special_tokens=False)["input_ids"]
     ids = (piece * (n_tokens // len(piece) + 1))[:n_tokens]
     return torch.tensor([ids])

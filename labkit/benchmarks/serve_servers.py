@@ -27,6 +27,7 @@ from labkit.engines.install import MAKE_ENGINES, llama_server_installed, vllm_in
 from labkit.engines.llama_server import LlamaServerSettings, start_llama_server
 from labkit.engines.vllm import DEFAULT_KV_CACHE_GIB, all_cores_env, start_vllm_server
 from labkit.launcher import ServerHandle
+from labkit.core.doors import check_record
 from labkit.serving.http.server import ServerOptions, start_server
 
 MODEL = "smollm2-135m"
@@ -70,6 +71,7 @@ class Contender:
 def labkit_settings(options: ServerOptions, weights: str = "float32 weights", wait_policy: str | None = None) -> str:
     """What a labkit server runs with, as a table states it: started with LABKIT_ENV, or with only
     OMP_WAIT_POLICY=wait_policy."""
+    check_record("options", options, "ServerOptions (labkit.serving.http.server)", of=ServerOptions)
     step = "decode step compiled per batch size" if options.compile else "eager"
     env = LABKIT_ENV if wait_policy is None else {"OMP_WAIT_POLICY": wait_policy}
     variables = " ".join(f"{k}={v}" for k, v in env.items())
