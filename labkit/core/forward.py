@@ -188,7 +188,7 @@ def decode_step(model: torch.nn.Module, token_ids: torch.Tensor, cache) -> torch
 def all_logits(model: torch.nn.Module, ids: Sequence[int]) -> torch.Tensor:
     """Logits [T, V] at every position of one sequence, float32 on the CPU (no cache)."""
     check_model("model", model)
-    check_items("ids", ids, "token ids (int)", of=int)
+    check_items("ids", ids, "token ids")
     return forward(model, torch.tensor([list(ids)], device=model_device(model)))[0].cpu()
 
 

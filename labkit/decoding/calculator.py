@@ -32,6 +32,7 @@ from fractions import Fraction
 
 from transformers import PreTrainedTokenizerBase
 
+from labkit.core.doors import check_record
 from labkit.decoding.tool_prompt import tool_chat_prompt
 from labkit.decoding.tools import ToolCall, ToolSpec
 from labkit.decoding.verifiable import SHOTS
@@ -142,6 +143,7 @@ def calculator_prompt(tokenizer: PreTrainedTokenizerBase, question: str,
 
 def run_call(call: ToolCall) -> str:
     """What the calculator returns for one call: the value, or "error: ..." (as a tool would report it)."""
+    check_record("call", call, "a ToolCall (from CALCULATOR.parse(text))", of=ToolCall)
     try:
         return evaluate(call.arguments["expression"])
     except ValueError as error:
@@ -155,6 +157,8 @@ def calculator_answer(text: str) -> str | None:
         >>> calculator_answer('<tool_call>\\n{"name": "calculator", "arguments": {"expression": "2+5"}}\\n</tool_call>')
         '7'
     """
+    if not isinstance(text, str):
+        raise TypeError(f"text must be the model's answer as a string, got {type(text).__name__}.")
     _, calls = CALCULATOR.parse(text)
     if len(calls) != 1:
         return None

@@ -33,6 +33,7 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from labkit.core.arguments import InvalidArgument
+from labkit.core.doors import check_items, check_tensor
 from labkit.decoding import sampling, structured
 from labkit.decoding.option_rules import RULES, blamed, check_option, is_int, is_number
 from labkit.decoding.thinking import ThinkingBudget, ThinkingFormat, check_thinking_options
@@ -71,6 +72,8 @@ class Transform:
 
 def apply_transforms(logits: torch.Tensor, input_ids: torch.Tensor, transforms: Iterable[Callable]) -> torch.Tensor:
     """Run logits [B, V] through each transform in order; input_ids [B, T] are the tokens so far."""
+    check_tensor("logits", logits, "[B, V] of scores", dims=2)
+    check_items("transforms", transforms, "logits transforms (callables)", has=("__call__",))
     for transform in transforms:
         logits = transform(logits, input_ids)
     return logits

@@ -13,6 +13,8 @@ from typing import NamedTuple
 
 import torch
 
+from labkit.core.arguments import check_int
+from labkit.core.doors import check_items, check_model
 from labkit.decoding.generate import generate
 
 
@@ -24,6 +26,8 @@ def distinct_n(texts: Sequence[str], n: int = 2) -> float:
         >>> distinct_n(["a b a b", "a b c"], n=2)
         0.6
     """
+    check_items("texts", texts, "texts (str)", of=str)
+    check_int("n", n, minimum=1)
     grams = [tuple(words[i:i + n]) for text in texts for words in [text.split()] for i in range(len(words) - n + 1)]
     return len(set(grams)) / len(grams) if grams else 0.0
 
@@ -36,6 +40,8 @@ def repeated_ngram_fraction(token_ids: Sequence[int], n: int = 4) -> float:
         >>> repeated_ngram_fraction([1, 2, 1, 2, 1, 2], n=2)
         0.6
     """
+    check_items("token_ids", token_ids, "token ids (int)", of=int)
+    check_int("n", n, minimum=1)
     seen, repeats, total = set(), 0, 0
     for i in range(len(token_ids) - n + 1):
         gram = tuple(token_ids[i:i + n])
@@ -57,6 +63,7 @@ def greedy_repetition(model: torch.nn.Module, tokenizer, prompt_ids: Sequence[in
                       max_new_tokens: int = 48) -> GreedyRepetition:
     """Greedy-decode `prompt_ids` and measure how repetitive and how sure the continuation is
     (notebook 05's "do modern models still need creative decoding?")."""
+    check_model("model", model)
     steps = list(generate(model, tokenizer, prompt_ids, max_new_tokens=max_new_tokens, return_logits=True))
     entropies = [float(-(s.logits.softmax(-1) * s.logits.log_softmax(-1)).nansum()) for s in steps]
     return GreedyRepetition(repeated_ngram_fraction([s.token_id for s in steps], 4),

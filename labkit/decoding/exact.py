@@ -17,6 +17,7 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from labkit.core.arguments import check_int
+from labkit.core.doors import check_items, check_model
 from labkit.core.forward import all_logits
 from labkit.core.text import encode_prompt, eos_token_ids
 from labkit.decoding.generate import generate
@@ -126,6 +127,9 @@ def first_divergence(model: torch.nn.Module, prompt_ids: Sequence[int], first: S
         >>> split = first_divergence(model, prompt_ids, greedy.token_ids, beam.best.token_ids)
         >>> split.step, split.first_logprob, split.second_total > split.first_total
     """
+    check_model("model", model)
+    for name, ids in (("prompt_ids", prompt_ids), ("first", first), ("second", second)):
+        check_items(name, ids, "token ids (int)", of=int)
     step = next((t for t, (a, b) in enumerate(zip(first, second)) if a != b), None)
     if step is None:
         raise ValueError("The two sequences never differ: one is a prefix of the other.")

@@ -23,6 +23,7 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerBase
 
 from labkit.core.arguments import check_int
+from labkit.core.doors import check_items
 from labkit.core.forward import crop_cache, decode_step, forward, model_device, prefill
 from labkit.core.text import chat_prompt
 from labkit.decoding.config import DecodingConfig, apply_transforms
@@ -180,6 +181,7 @@ def measure_settings(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase,
 
 def format_results(results: Sequence[SettingResult]) -> str:
     """A plain-text table: one row per setting, bits per byte as mean [95% interval] and median (IQR)."""
+    check_items("results", results, "SettingResult (from measure_settings)", of=SettingResult)
     lines = [f"{'setting':<20}{'distinct-2':>11}   {'bits/byte: mean [95% interval]':<32}{'median (IQR)':<20}"]
     for r in results:
         lines.append(f"{r.name:<20}{r.distinct_2:>11.2f}   {r.mean:5.2f} [{r.low:.2f}, {r.high:.2f}]{'':<15}"

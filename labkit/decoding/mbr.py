@@ -24,6 +24,7 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from labkit.core.arguments import check_int
+from labkit.core.doors import check_number
 from labkit.decoding.config import DecodingConfig
 from labkit.decoding.generate import generate_text
 from labkit.decoding.request import Prompt, check_request
@@ -46,6 +47,11 @@ def chrf(hypothesis: str, reference: str, order: int = CHRF_ORDER, beta: float =
         >>> chrf("the cat sat", "the cat sat")
         100.0
     """
+    for name, text in (("hypothesis", hypothesis), ("reference", reference)):
+        if not isinstance(text, str):
+            raise TypeError(f"{name} must be a string to compare by character n-grams, got {type(text).__name__}.")
+    check_int("order", order, minimum=1)
+    check_number("beta", beta, above=0)
     precisions, recalls = [], []
     for n in range(1, order + 1):
         hyp, ref = _char_ngrams(hypothesis, n), _char_ngrams(reference, n)

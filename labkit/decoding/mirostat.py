@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from labkit.core.doors import check_tensor
 from labkit.core.forward import decode_step, model_device, prefill
 from labkit.decoding.config import DEFAULT_CONFIG, OPTION_NAMES, DecodingConfig
 from labkit.decoding.request import Prompt, check_generator, check_request
@@ -35,6 +36,7 @@ ZIPF_TOKENS = 100  # v1 estimates the Zipf exponent from the 100 most likely tok
 
 def surprise_bits(probs: torch.Tensor) -> torch.Tensor:
     """-log2 p, elementwise: how many bits of surprise each outcome carries."""
+    check_tensor("probs", probs, "of probabilities (any shape)")
     return -torch.log2(probs)
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from labkit.core.arguments import check_int
 from labkit.core.forward import check_context, context_length, vocab_size
 from labkit.core.text import StopMatcher, TextStream, encode_prompt, eos_token_ids
 from labkit.decoding.config import OPTION_NAMES, DecodingConfig
@@ -32,6 +33,13 @@ class Step:
     logprob: float  # log p of the token under the model's own distribution (before any transform)
     finish_reason: str | None = None  # on the last step: "eos", "length" or "stop"
     logits: torch.Tensor | None = None  # [V] float32 scores it was chosen from, only with return_logits=True
+
+    def __post_init__(self):
+        check_int("token_id", self.token_id, minimum=0)
+        if not isinstance(self.text, str):
+            raise TypeError(f"text must be the token's new text (a string), got {type(self.text).__name__}.")
+        if isinstance(self.logprob, bool) or not isinstance(self.logprob, (int, float)):
+            raise TypeError(f"logprob must be the token's log p (a float), got {type(self.logprob).__name__}.")
 
 
 @dataclass(frozen=True)

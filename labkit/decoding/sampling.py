@@ -17,6 +17,8 @@ from collections.abc import Iterable, Mapping
 
 import torch
 
+from labkit.core.doors import check_number, check_tensor
+
 NEG_INF = float("-inf")
 
 
@@ -99,6 +101,8 @@ def min_p_filter(logits: torch.Tensor, min_p: float, min_tokens_to_keep: int = 1
         >>> min_p_filter(torch.log(torch.tensor([[0.6, 0.3, 0.1]])), 0.2)      # cut-off 0.2 x 0.6 = 0.12
         tensor([[-0.5108, -1.2040,    -inf]])
     """
+    check_tensor("logits", logits, "[B, V] of scores")
+    check_number("min_p", min_p, minimum=0, maximum=1)
     probs = logits.softmax(dim=-1)
     remove = probs < min_p * probs.amax(dim=-1, keepdim=True)
     k = min(min_tokens_to_keep, probs.shape[-1])
@@ -113,6 +117,8 @@ def typical_filter(logits: torch.Tensor, mass: float, min_tokens_to_keep: int = 
 
     Same as transformers' TypicalLogitsWarper.
     """
+    check_tensor("logits", logits, "[B, V] of scores")
+    check_number("mass", mass, above=0, maximum=1)
     logprobs = logits.log_softmax(dim=-1)
     entropy = -(logprobs * logprobs.exp()).nansum(dim=-1, keepdim=True)  # H = E[-log p]
     distance, order = torch.sort((-logprobs - entropy).abs(), descending=False)  # most typical first

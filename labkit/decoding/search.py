@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from labkit.core.arguments import check_int
+from labkit.core.doors import check_tensor
 from labkit.core.forward import NoCache, all_logits, decode_step, model_device, prefill, reorder_cache
 from labkit.core.text import StopMatcher, TextStream
 from labkit.decoding.config import DecodingConfig, apply_transforms
@@ -78,6 +80,9 @@ def beam_step(scores: torch.Tensor, logprobs: torch.Tensor, keep: int) -> tuple[
         >>> beam_step(torch.tensor([0.0, -1.0]), torch.log(torch.tensor([[0.6, 0.4], [0.9, 0.1]])), 2)
         (tensor([0, 0]), tensor([0, 1]), tensor([-0.5108, -0.9163]))
     """
+    check_tensor("scores", scores, "[k] of summed log p", dims=1)
+    check_tensor("logprobs", logprobs, "[k, V]", dims=2)
+    check_int("keep", keep, minimum=1, maximum=logprobs.numel())
     vocab = logprobs.shape[-1]
     new_scores, index = (logprobs + scores[:, None]).reshape(-1).topk(keep)  # every beam x every token
     return index // vocab, index % vocab, new_scores

@@ -231,6 +231,9 @@ class JsonSchemaMask(GrammarMask):
 
     def __init__(self, schema: dict, vocabulary: llguidance.LLTokenizer | None, prompt_length: int,
                  eos_token_ids: tuple[int, ...]):
+        if not isinstance(schema, (dict, bool)):
+            raise TypeError(f"schema must be a JSON schema (a dict such as {{'type': 'string'}}), "
+                            f"got {type(schema).__name__}.")
         self.schema = schema
         self.start(compiled_grammar(json.dumps(schema)), vocabulary, prompt_length, eos_token_ids)
 

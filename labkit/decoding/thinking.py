@@ -46,6 +46,7 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from labkit.core.arguments import check_int
+from labkit.core.doors import check_record
 from labkit.core.text import chat_prompt
 
 NEG_INF = float("-inf")
@@ -256,6 +257,7 @@ def thinking_prompt(tokenizer: PreTrainedTokenizerBase, messages: str | list[dic
         >>> tokenizer.decode(thinking_prompt(tokenizer, "What is 12 + 7?"))[-56:]
         'What is 12 + 7?<|im_end|>\n<|im_start|>assistant\n<think>\n'
     """
+    check_record("tokenizer", tokenizer, "a tokenizer (as load_model returns it)", of=PreTrainedTokenizerBase)
     markers = checked_format(thinking_format)
     if not isinstance(instruction, str):
         raise TypeError(f"instruction must be a string, got {type(instruction).__name__}.")
