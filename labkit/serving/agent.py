@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from labkit.core.doors import check_items, check_model
 from labkit.decoding.tool_prompt import tool_chat_prompt
 from labkit.decoding.tools import ToolCall, ToolSpec
 from labkit.serving.engine import Engine
@@ -91,6 +92,8 @@ def cold_ttft(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, prompt
         >>> cold_ttft(model, tokenizer, prompt_ids, grammar=CALCULATOR.grammar())  # 841 tokens, 2 busy cores
         1.57
     """
+    check_model("model", model)
+    check_items("prompt_ids", prompt_ids, "token ids (int)", of=int)
     engine = Engine(model, tokenizer, max_num_seqs=1, n_blocks=math.ceil((len(prompt_ids) + 1) / 16))
     request_id = engine.add_request(prompt_ids, **{"temperature": 0.0, **options, "max_new_tokens": 1})
     engine.run_until_done()
@@ -99,6 +102,7 @@ def cold_ttft(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, prompt
 
 def describe_turns(turns: list[AgentTurn]) -> str:
     """One line per turn: prompt tokens, how many the cache held, TTFT, the call and its result."""
+    check_items("turns", turns, "AgentTurn (from agent_loop)", of=AgentTurn)
     lines = []
     for index, turn in enumerate(turns, start=1):
         call = f"calls {turn.call.name}({turn.call.arguments_json}) -> {turn.result}" if turn.call else "no call"

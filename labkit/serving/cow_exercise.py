@@ -24,7 +24,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from labkit.core.arguments import check_int
+from labkit.core.arguments import check_int, check_text
+from labkit.core.doors import check_items
 
 
 @dataclass
@@ -37,9 +38,17 @@ class BlockTables:
     free: list[int]  # blocks no table holds, the next one to hand out first
     tables: dict[str, list[int]] = field(default_factory=dict)  # sequence -> its blocks, in order
 
+    def __post_init__(self):
+        check_int("block_size", self.block_size, minimum=1)
+        check_items("blocks", self.blocks, "blocks (each a list of token ids)", of=list)
+        check_items("refs", self.refs, "reference counts (int), one per block", of=int)
+        check_items("free", self.free, "free block numbers (int)", of=int)
+
     @classmethod
     def with_prompt(cls, name: str, prompt: Sequence[int], n_blocks: int = 8, block_size: int = 4) -> BlockTables:
         """A pool of n_blocks empty blocks, with one sequence `name` holding `prompt`."""
+        check_text("name", name, example="'a'")
+        check_items("prompt", prompt, "token ids (int)", of=int)
         check_int("block_size", block_size, minimum=1)
         check_int("n_blocks", n_blocks, minimum=1)
         pool = cls(block_size, [[] for _ in range(n_blocks)], [0] * n_blocks, list(range(n_blocks)))

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from labkit.core.doors import check_items, check_model
 from labkit.metrics import percentile
 from labkit.serving.engine import Engine
 
@@ -48,6 +49,8 @@ def interference_run(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase,
 
         >>> interference_run(model, tokenizer, ["Hi", "The sea"], "word " * 400, chunked=True).longest_gap_ms
     """
+    check_model("model", model)
+    check_items("short_prompts", short_prompts, "prompts (text or token ids)")
     options = {"chunked_prefill": True, "max_num_batched_tokens": budget} if chunked else {}
     engine = Engine(model, tokenizer, max_num_seqs=len(short_prompts) + 1, **options)
     shorts = [engine.add_request(prompt, max_new_tokens=max_new_tokens) for prompt in short_prompts]
@@ -77,6 +80,7 @@ def interference_table(runs: list[InterferenceRun]) -> str:
 
         >>> print(interference_table([without_chunks, with_chunks]))
     """
+    check_items("runs", runs, "InterferenceRun (from interference_run)", of=InterferenceRun)
     width = max(len(run.name) for run in runs)
     lines = [f"{'engine':<{width}}  {'gap p50 ms':>10}  {'gap p95 ms':>10}  {'longest ms':>10}  {'long TTFT ms':>12}  "
              f"{'steps':>5}"]

@@ -24,7 +24,9 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from labkit.core.arguments import check_int
+from labkit.core.arguments import check_int, check_text
+from labkit.core import doors
+from labkit.core.doors import check_callable, check_record, check_table
 from labkit.decoding.accuracy import Accuracy, accuracy
 from labkit.decoding.choose import CHOOSERS, ORACLE, Chooser, Sample, oracle
 from labkit.decoding.request import Prompt
@@ -44,6 +46,12 @@ class Method:
     prompt: Callable[[Item], Prompt]  # item -> prompt (text or token ids)
     options: dict = field(default_factory=dict)  # decoding options for Engine.add_request
     read_answer: Callable[[str], str | None] = extract_answer  # text -> normalized answer, None if none
+
+    def __post_init__(self):
+        check_text("name", self.name, example="'self-consistency'")
+        check_callable("prompt", self.prompt, "a function of an item that returns its prompt")
+        check_table("options", self.options, "decoding options by name")
+        check_callable("read_answer", self.read_answer, "a function of a text that returns its answer or None")
 
 
 @dataclass(frozen=True)
@@ -184,6 +192,7 @@ def frontier(run: MethodRun, ns: Sequence[int] = NS, choosers: dict[str, Chooser
         >>> [(p.method, p.n, round(p.tokens_per_item, 1), p.accuracy.correct) for p in frontier(run)][:2]
         [('self-consistency', 1, 3.2, 4), ('self-consistency', 4, 12.8, 4)]
     """
+    check_record("run", run, "a MethodRun (from run_method)", of=MethodRun)
     if run.n == 1:
         return [FrontierPoint(method or run.method, 1, run.tokens_per_item(1), run.accuracy(first_answer), note)]
     points = []
@@ -196,11 +205,13 @@ def frontier(run: MethodRun, ns: Sequence[int] = NS, choosers: dict[str, Chooser
 
 def first_answer(samples: Sequence[Sample]) -> str | None:
     """The first sample's answer: the choice of a method that draws one."""
+    doors.check_items("samples", samples, "Sample (labkit.decoding.choose)", has=("answer",))
     return samples[0].answer
 
 
 def frontier_table(points: Sequence[FrontierPoint]) -> str:
     """The points as a table: method, n, tokens per item, accuracy [95 % interval] (right of total)."""
+    doors.check_items("points", points, "FrontierPoint (from frontier)", of=FrontierPoint)
     lines = [f"{'method':<24}{'n':>3}{'tokens/item':>12}  accuracy [95 % interval]"]
     lines += [f"{p.method:<24}{p.n:>3}{p.tokens_per_item:>12.1f}  {p.accuracy}{'  ' + p.note if p.note else ''}"
               for p in points]

@@ -29,6 +29,7 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from labkit.core.arguments import check_int
+from labkit.core.doors import check_items, check_model, check_record
 from labkit.core.text import chat_prompt
 from labkit.decoding.config import DecodingConfig
 from labkit.decoding.generate import generate
@@ -125,6 +126,13 @@ class RunResult:
         return percentile(self.tpot_s, 95) if self.tpot_s else math.nan
 
 
+def check_run(model: object, tokenizer: object, workload: object) -> None:
+    """Refuse, by name, what the run_* functions cannot serve: not a model, a tokenizer or WorkItems."""
+    check_model("model", model)
+    check_record("tokenizer", tokenizer, "a tokenizer (as load_model returns it)", of=PreTrainedTokenizerBase)
+    check_items("workload", workload, "WorkItem (from make_workload)", of=WorkItem)
+
+
 class Timeline:
     """The tokens of each request and when they came, since the run started (time.perf_counter)."""
 
@@ -176,6 +184,7 @@ def run_one_at_a_time(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase
 
         >>> run_one_at_a_time(model, tokenizer, make_workload(tokenizer, 4)).tokens_per_s
     """
+    check_run(model, tokenizer, workload)
     line = Timeline("one at a time", workload)
     for index in arrival_order(workload):
         line.wait_until(workload[index].arrival_s)
@@ -221,6 +230,7 @@ def run_static_batches(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBas
 
         >>> run_static_batches(model, tokenizer, make_workload(tokenizer, 8), batch_size=4).waste.share
     """
+    check_run(model, tokenizer, workload)
     line, order, waste = Timeline(f"static, {batch_size} seats, padded", workload), arrival_order(workload), Waste()
     for first in range(0, len(order), batch_size):
         chosen = order[first:first + batch_size]
@@ -243,6 +253,7 @@ def run_continuous(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, w
 
         >>> run_continuous(model, tokenizer, make_workload(tokenizer, 16, staggered=True)).tokens_per_s
     """
+    check_run(model, tokenizer, workload)
     chunked = f", chunked {max_num_batched_tokens or 'default'}/step" if chunked_prefill else ""
     line = Timeline(f"continuous, {max_num_seqs} seats{chunked}", workload)
     serve(make_engine(model, tokenizer, workload, max_num_seqs, chunked_prefill, max_num_batched_tokens), line, config)
@@ -255,6 +266,7 @@ def results_table(results: list[RunResult]) -> str:
 
         >>> print(results_table([one_at_a_time, continuous]))
     """
+    check_items("results", results, "RunResult (from the run_* functions)", of=RunResult)
     width = max(len("runner"), *(len(r.name) for r in results))
     lines = [f"{'runner':<{width}}  {'requests':>8}  {'tokens/s':>8}  {'TTFT p50 ms':>11}  {'TTFT p95 ms':>11}  "
              f"{'TPOT p50 ms':>11}  {'TPOT p95 ms':>11}  {'wall s':>6}  {'wasted':>6}  {'vs first':>8}"]

@@ -22,11 +22,14 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
+
+from labkit.core.arguments import check_int, check_text
+from labkit.core.doors import check_items, check_number, check_record, check_table
 
 DONE = "[DONE]"
 
@@ -129,9 +132,26 @@ async def refused(response: httpx.Response, clock: FrameClock) -> StreamTiming:
     return clock.timing(0, response.status_code, message)
 
 
-async def stream_openai(http: httpx.AsyncClient, model: str, messages: Sequence[dict], max_tokens: int,
-                        temperature: float = 0.0) -> StreamTiming:
-    """POST /v1/chat/completions with stream=true and usage; time every SSE event (see the module doc)."""
+def check_chat_request(http: object, model: object, messages: object, max_tokens: object, temperature: object):
+    """Refuse, by name, a request the stream functions cannot send (before anything is sent)."""
+    check_record("http", http, "an httpx.AsyncClient with the server's base_url", of=httpx.AsyncClient)
+    check_text("model", model, example="'smollm2-135m'")
+    check_items("messages", messages, "chat messages ({'role': ..., 'content': ...})", of=dict)
+    check_int("max_tokens", max_tokens, minimum=1)
+    check_number("temperature", temperature, minimum=0)
+
+
+def stream_openai(http: httpx.AsyncClient, model: str, messages: Sequence[dict], max_tokens: int,
+                  temperature: float = 0.0) -> Coroutine[None, None, StreamTiming]:
+    """POST /v1/chat/completions with stream=true and usage; time every SSE event (see the module doc).
+    The arguments are checked at the call; await what it returns."""
+    check_chat_request(http, model, messages, max_tokens, temperature)
+    return openai_events(http, model, messages, max_tokens, temperature)
+
+
+async def openai_events(http: httpx.AsyncClient, model: str, messages: Sequence[dict], max_tokens: int,
+                        temperature: float) -> StreamTiming:
+    """stream_openai's request, sent and timed (its arguments already checked)."""
     body = {"model": model, "messages": list(messages), "max_tokens": max_tokens, "temperature": temperature,
             "stream": True, "stream_options": {"include_usage": True}}
     clock, tokens, error = FrameClock(), None, None
@@ -154,14 +174,22 @@ async def stream_openai(http: httpx.AsyncClient, model: str, messages: Sequence[
     return clock.timing(tokens, error=error)
 
 
-async def stream_ollama(http: httpx.AsyncClient, model: str, messages: Sequence[dict], max_tokens: int,
-                        temperature: float = 0.0) -> StreamTiming:
+def stream_ollama(http: httpx.AsyncClient, model: str, messages: Sequence[dict], max_tokens: int,
+                  temperature: float = 0.0) -> Coroutine[None, None, StreamTiming]:
     """POST /api/chat (NDJSON); time every line; keep the final line's counts and durations in `engine`.
+    The arguments are checked at the call; await what it returns.
 
         >>> timing = await stream_ollama(http, "smollm2-135m", [{"role": "user", "content": "Hi"}], max_tokens=8)
         >>> timing.ttft_s, timing.engine["prompt_eval_duration"] / 1e9    # the client's TTFT, the engine's
         (0.215, 0.209)
     """
+    check_chat_request(http, model, messages, max_tokens, temperature)
+    return ollama_lines(http, model, messages, max_tokens, temperature)
+
+
+async def ollama_lines(http: httpx.AsyncClient, model: str, messages: Sequence[dict], max_tokens: int,
+                       temperature: float) -> StreamTiming:
+    """stream_ollama's request, sent and timed (its arguments already checked)."""
     body = {"model": model, "messages": list(messages), "stream": True,
             "options": {"temperature": temperature, "num_predict": max_tokens}}
     clock, final, error = FrameClock(), {}, None
@@ -179,12 +207,21 @@ async def stream_ollama(http: httpx.AsyncClient, model: str, messages: Sequence[
     return clock.timing(final.get("eval_count"), error=error, engine=final)
 
 
+def check_metrics_text(metrics_text: object) -> str:
+    """metrics_text, if it is text (a /metrics page); else a TypeError naming it."""
+    if not isinstance(metrics_text, str):
+        raise TypeError(f"metrics_text must be a Prometheus text page (httpx.get(url + '/metrics').text), "
+                        f"got {type(metrics_text).__name__}.")
+    return metrics_text
+
+
 def engine_summaries(metrics_text: str) -> dict[str, tuple[float, float]]:
     """(sum, count) of every histogram in a Prometheus text page, e.g. the server's TTFT and TPOT.
 
         >>> engine_summaries(httpx.get(server.url + "/metrics").text)["labkit_time_to_first_token_seconds"]
         (3.91, 24.0)
     """
+    check_metrics_text(metrics_text)
     found = {}
     for family in text_string_to_metric_families(metrics_text):
         if family.type != "histogram":
@@ -200,6 +237,8 @@ def metric_value(metrics_text: str, name: str, **labels: str) -> float:
         >>> metric_value(text, "labkit_requests_finished_total", reason="abort")
         1.0
     """
+    check_metrics_text(metrics_text)
+    check_text("name", name, example="'labkit_requests_rejected_total'")
     for family in text_string_to_metric_families(metrics_text):
         for sample in family.samples:
             if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
@@ -209,6 +248,9 @@ def metric_value(metrics_text: str, name: str, **labels: str) -> float:
 
 def mean_between(before: dict[str, tuple[float, float]], after: dict[str, tuple[float, float]], name: str) -> float:
     """The mean of a histogram over what was observed between two `engine_summaries` (nan if nothing)."""
+    check_table("before", before, "(sum, count) pairs, as engine_summaries returns them", of=tuple)
+    check_table("after", after, "(sum, count) pairs, as engine_summaries returns them", of=tuple)
+    check_text("name", name, example="'labkit_time_to_first_token_seconds'")
     total = after.get(name, (0.0, 0.0))[0] - before.get(name, (0.0, 0.0))[0]
     count = after.get(name, (0.0, 0.0))[1] - before.get(name, (0.0, 0.0))[1]
     return total / count if count else math.nan

@@ -21,12 +21,13 @@ import asyncio
 import math
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 
 import httpx
 
-from labkit.core.arguments import check_int
+from labkit.core.arguments import check_choice, check_int, check_seconds, check_text
+from labkit.core.doors import check_callable, check_items, check_record
 from labkit.metrics import percentile
 from labkit.serving.http.client import (StreamTiming, engine_summaries, mean_between, stream_ollama,
                                         stream_openai)
@@ -47,6 +48,10 @@ class Target:
 
     ttft_s: float
     tpot_s: float
+
+    def __post_init__(self):
+        check_seconds("ttft_s", self.ttft_s)
+        check_seconds("tpot_s", self.tpot_s)
 
     def met_by(self, timing: StreamTiming) -> bool:
         tpot_ok = math.isnan(timing.tpot_s) or timing.tpot_s <= self.tpot_s  # nan: a one-token answer
@@ -158,17 +163,27 @@ def poisson_arrivals(rate: float, n_requests: int, seed: int = 0) -> list[float]
     return times
 
 
-async def open_loop(http: httpx.AsyncClient, model: str, rate: float, n_requests: int = 16, max_tokens: int = 16,
-                    seed: int = 0, tag: str = "") -> LoadResult:
+def open_loop(http: httpx.AsyncClient, model: str, rate: float, n_requests: int = 16, max_tokens: int = 16,
+              seed: int = 0, tag: str = "") -> Coroutine[None, None, LoadResult]:
     """`n_requests` streamed chat requests sent at Poisson times of `rate` per second (seeded), each on its
-    own, whether or not the earlier ones were answered. Request i asks question(i, tag).
+    own, whether or not the earlier ones were answered. Request i asks question(i, tag). The arguments are
+    checked at the call; await what it returns.
 
         >>> result = await open_loop(http, "smollm2-135m", rate=2.0, n_requests=16)
         >>> result.requests_per_s, result.quantile("ttft_s", 95)
     """
+    check_record("http", http, "an httpx.AsyncClient with the server's base_url", of=httpx.AsyncClient)
+    check_text("model", model, example="'smollm2-135m'")
     check_int("max_tokens", max_tokens, minimum=1)
-    arrivals = poisson_arrivals(rate, n_requests, seed)
-    start = time.perf_counter()
+    if not isinstance(tag, str):
+        raise TypeError(f"tag must be a string that sets this run's questions apart, got {type(tag).__name__}.")
+    return open_loop_requests(http, model, poisson_arrivals(rate, n_requests, seed), max_tokens, tag, rate)
+
+
+async def open_loop_requests(http: httpx.AsyncClient, model: str, arrivals: list[float], max_tokens: int, tag: str,
+                             rate: float) -> LoadResult:
+    """open_loop's requests, sent at `arrivals` (seconds from now) and timed (its arguments already checked)."""
+    n_requests, start = len(arrivals), time.perf_counter()
 
     async def arrive(index: int) -> StreamTiming:
         await asyncio.sleep(max(0.0, start + arrivals[index] - time.perf_counter()))
@@ -194,12 +209,30 @@ async def measured_level(http: httpx.AsyncClient, model: str, concurrency: int, 
                       mean_between(before, after, TPOT), mean_between(before, after, QUEUE))
 
 
-async def sweep(url: str, model: str, concurrencies: Sequence[int], requests_per_client: int = 2,
-                max_tokens: int = 16, protocol: str = "openai", progress=None) -> list[LoadResult]:
-    """A `measured_level` at each concurrency, one after another.
+def sweep(url: str, model: str, concurrencies: Sequence[int], requests_per_client: int = 2,
+          max_tokens: int = 16, protocol: str = "openai", progress=None) -> Coroutine[None, None, list[LoadResult]]:
+    """A `measured_level` at each concurrency, one after another; the arguments are checked at the call,
+    await what it returns.
 
     progress: an optional callable given each finished LoadResult (e.g. to print a line).
     """
+    check_text("url", url, example="'http://127.0.0.1:8000'")
+    check_text("model", model, example="'smollm2-135m'")
+    if not check_items("concurrencies", concurrencies, "client counts (int)", of=int):
+        raise ValueError("concurrencies must hold at least one client count, such as [1, 4, 16].")
+    for concurrency in concurrencies:
+        check_int("concurrency", concurrency, minimum=1)
+    check_int("requests_per_client", requests_per_client, minimum=1)
+    check_int("max_tokens", max_tokens, minimum=1)
+    check_choice("protocol", protocol, ("openai", "ollama"))
+    if progress is not None:
+        check_callable("progress", progress, "a function given each finished LoadResult, or None")
+    return sweep_levels(url, model, concurrencies, requests_per_client, max_tokens, protocol, progress)
+
+
+async def sweep_levels(url: str, model: str, concurrencies: Sequence[int], requests_per_client: int,
+                       max_tokens: int, protocol: str, progress) -> list[LoadResult]:
+    """sweep's levels, measured one after another (its arguments already checked)."""
     limits = httpx.Limits(max_connections=max(concurrencies) + 4)
     results = []
     async with httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(600, connect=10), limits=limits) as http:
@@ -213,6 +246,7 @@ async def sweep(url: str, model: str, concurrencies: Sequence[int], requests_per
 def sweep_table(results: Sequence[LoadResult]) -> str:
     """One row per level: requests, tokens/s (and vs the first row), TTFT/TPOT/E2E percentiles in ms, the
     server's own mean TTFT and TPOT, errors."""
+    check_items("results", results, "LoadResult (from sweep or open_loop)", of=LoadResult)
     header = (f"{'clients':>7} {'requests':>8} {'tokens/s':>8} {'vs first':>8} {'TTFT p50':>8} {'TTFT p95':>8} "
               f"{'TPOT p50':>8} {'TPOT p95':>8} {'E2E p50':>8} {'E2E p95':>8} {'srv TTFT':>8} {'srv TPOT':>8} "
               f"{'errors':>6}")
@@ -234,6 +268,7 @@ def ttft_breakdown(results: Sequence[LoadResult]) -> str:
 
         >>> print(ttft_breakdown(results))      # results from `sweep`
     """
+    check_items("results", results, "LoadResult (from sweep)", of=LoadResult)
     header = f"{'clients':>7} {'queue':>8} {'prefill+1st':>11} {'HTTP path':>9} {'client TTFT':>11}"
     lines = [header, f"{'':>7} " + " ".join(f"{'ms (mean)':>{w}}" for w in (8, 11, 9, 11))]
     for r in results:
