@@ -27,7 +27,7 @@ export OMP_WAIT_POLICY ?= PASSIVE
 # JupyterLab refuses to start as root (common in containers) unless told it is on purpose.
 ROOT_OPTION := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: lab teach test test-fast setup cache engines notebooks student site site-vendor slides slides-vendor present bench clean-cache
+.PHONY: lab teach test test-fast lint setup cache engines notebooks student site site-vendor slides slides-vendor present bench clean-cache
 
 lab: cache $(STUDENT_COPIES)
 	$(VENV)/bin/jupyter lab $(ROOT_OPTION) $(LAB_OPTIONS) $(FIRST_STUDENT_NOTEBOOK)
@@ -49,6 +49,11 @@ test: cache
 # or browser, and no notebooks.
 test-fast: cache
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -m "not slow and not browser" tests
+
+# Lint (ruff, configured in pyproject.toml): the package, the tests and the notebooks' code cells.
+# `$(VENV)/bin/ruff check --fix` mends what it can (import order, unused imports).
+lint: $(INSTALLED)
+	$(VENV)/bin/ruff check labkit tests notebooks
 
 setup: $(INSTALLED)
 

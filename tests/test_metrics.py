@@ -5,7 +5,6 @@ import subprocess
 import sys
 
 import pytest
-import torch
 
 import labkit
 from labkit import metrics

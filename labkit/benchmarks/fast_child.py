@@ -49,7 +49,7 @@ def llama_cpp_rates(prompt: str, new_tokens: int, repeats: int) -> list[dict]:
         rate = median_tokens_per_second(run, repeats)
         rows.append({"label": fast.LLAMA_CPP, "threads": threads, "tokens_per_second": rate,
                      "bytes_per_token": gguf.stat().st_size})
-        del llm
+        llm = None  # frees this model before the next thread count loads its own
     return rows
 
 

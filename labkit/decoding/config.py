@@ -298,7 +298,7 @@ class DecodingConfig:
 _DEFAULTS = {f.name: f.default for f in fields(DecodingConfig)}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _presets() -> dict[str, DecodingConfig]:
     return {
         # Factual chat: a little randomness for natural wording, a firm cut of the tail.

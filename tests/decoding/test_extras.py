@@ -152,7 +152,7 @@ def test_decoding_checkers_pass_solutions_and_hint_on_mistakes(capsys):
     assert checks.check_top_k_filter(own_top_k) and not checks.check_top_k_filter(lambda x, k: x)
     assert checks.check_top_p_filter(own_top_p) and not checks.check_top_p_filter(lambda x, p: x)
     assert checks.check_distinct_n(own_distinct) and not checks.check_distinct_n(lambda t, n: 1.0)
-    assert not checks.check_beam_step(lambda s, l, k: 1 / 0)
+    assert not checks.check_beam_step(lambda scores, logprobs, k: 1 / 0)
     assert not checks.check_top_k_filter(None)
     out = capsys.readouterr().out
     assert "Not attempted" in out and "ZeroDivisionError" in out and out.count("❌ Not yet") >= 4

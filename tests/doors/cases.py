@@ -7,10 +7,10 @@ import importlib
 import importlib.util
 from pathlib import Path
 
+import door  # tests/doors/conftest.py puts this folder on sys.path
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-
-import door
 
 FOLDERS = ["top", "benchmarks", "core", "course", "decoding", "engines", "fast", "models", "quant", "serving",
            "speculative", "viz"]

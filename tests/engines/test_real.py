@@ -27,8 +27,6 @@ import psutil
 import pytest
 import torch
 
-import labkit.engines.llamacpp
-import labkit.engines.vllm
 from labkit.core.text import chat_prompt
 from labkit.engines import (llama_server_installed, llamacpp_installed, load_llamacpp, start_llama_server,
                             start_vllm_server, vllm_installed)

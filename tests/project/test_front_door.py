@@ -2,9 +2,9 @@
 (`python -m labkit.bench`'s command line: tests/test_bench.py.)"""
 
 import re
-import tomllib
 from pathlib import Path
 
+import tomllib
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,6 +50,15 @@ def test_ci_runs_the_readme_test_command():
     assert "make test" in (ROOT / ".ci" / "run").read_text()
     readme = (ROOT / "README.md").read_text()
     assert "make test" in readme and "make lab" in readme
+
+
+def test_ci_lints_before_the_tests_and_the_linter_is_configured_and_installed():
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "make lint" in ci and ci.index("make lint") < ci.index("make test")
+    assert "\nlint:" in (ROOT / "Makefile").read_text()
+    config = pyproject()["tool"]["ruff"]
+    assert config["line-length"] == 110 and {"E4", "E7", "E9", "F"} <= set(config["lint"]["select"])
+    assert any(spec.startswith("ruff") for spec in pyproject()["project"]["optional-dependencies"]["test"])
 
 
 def test_the_longest_files_listed_for_make_test_exist_and_make_test_shares_files_whole():
