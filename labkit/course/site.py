@@ -80,6 +80,7 @@ html_theme = "furo"
 html_theme_options = {"top_of_page_buttons": []}
 html_copy_source = False
 html_show_sourcelink = False
+html_show_copyright = False  # no owner line: the footer said "Copyright ©" and nothing more
 html_last_updated_fmt = None
 exclude_patterns = ["_build"]
 suppress_warnings = ["myst.header", "mystnb.unknown_mime_type", "misc.highlighting_failure"]
