@@ -88,6 +88,16 @@ def test_every_figure_has_an_alt_text_and_widgets_show_their_fallbacks(site):
     assert not any("widget-view+json" in page.read_text() for page in site.glob("*.html"))
 
 
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda path: path.stem[:2])
+def test_every_saved_figure_carries_its_own_alternative_text(path):
+    """Every image a notebook saved has the alt labkit.viz gave it (not the site's "Figure:" stand-in):
+    a notebook re-executed since labkit.viz.alt (`make notebooks`) describes every figure it shows."""
+    outputs = [output for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]
+               for output in cell.get("outputs", []) if "image/png" in output.get("data", {})]
+    missing = [i for i, output in enumerate(outputs) if not output.get("metadata", {}).get("image/png", {}).get("alt")]
+    assert not missing, f"{path.name}: figures {missing} of {len(outputs)} were saved without an alt: re-execute it"
+
+
 def test_nothing_is_loaded_from_the_internet_and_formulas_are_typeset_by_the_sites_own_mathjax(site):
     for page in site.glob("*.html"):
         loaded = re.findall(r'<(?:script|img|link)\b[^>]*(?:src|href)="(https?:[^"]*)"', page.read_text())
