@@ -6,17 +6,15 @@ glossary, and full-text search; open site/index.html from the file system, or se
 saved outputs, as the student's copy has them (labkit.course.student: no worked solution, instructor
 note, checker verdict or saved reveal), prepared here for a page that has no kernel:
 - a widget's live view is dropped and its static fallback (the text it saves beside the view) stays;
-- every figure's <img> has an `alt`: the one labkit.viz gave it (labkit.viz.alt, saved in the output's
-  metadata), else "Figure: " and the cell's first comment or the section it sits in. MyST-NB names each
-  image file by the sha256 of its bytes and takes no alt from an output's metadata, so the build writes
-  them in afterwards, image by image (`finish_pages`);
+- every figure's <img> has an `alt`: the one labkit.viz gave it, else one the build makes up; MyST-NB takes
+  no alt from an output's metadata, so the build writes them in afterwards (labkit.course.accessibility);
 - under each notebook's title, a "Run it yourself" box with the course's two commands;
 - formulas typeset by MathJax, unpacked from npm once (`make site-vendor`) and copied into the site;
 - the glossary links each term to the section that teaches it (labkit.course.glossary names its heading):
   MyST gives every heading an anchor, the docutils slug Sphinx also uses as the section's id, so a link
   `06_kv_cache.ipynb#why-recomputation-is-quadratic` resolves at build time, or the build warns;
-- what axe-core (tests/browser/test_site.py) asks for beyond Furo's markup, written in after the build:
-  named <aside>s, focusable scrolling blocks, no empty header cell, and a title on the search page.
+- what axe-core (tests/browser/test_site.py) asks for beyond Furo's markup, written in after the build
+  (labkit.course.accessibility), and a title on the search page (SEARCH_PAGE).
 
 Why Sphinx with MyST-NB (both from PyPI, pinned in pyproject.toml's `site` extra) and the Furo theme: it
 builds from the saved outputs with no network (measured on a 2-core machine: 15 notebooks in about 10 s),
@@ -32,9 +30,6 @@ api.mystmd.org"); Quarto's PyPI package downloads the Quarto binary when it inst
 from __future__ import annotations
 
 import argparse
-import base64
-import hashlib
-import html
 import json
 import re
 import shutil
@@ -44,6 +39,7 @@ from pathlib import Path
 
 from myst_parser.slugs import docutils_slugify
 
+from labkit.course.accessibility import fallback_alt, finish_pages, image_name
 from labkit.course.glossary import GLOSSARY
 from labkit.course.solutions import text
 from labkit.course.student import student_copy
@@ -90,18 +86,6 @@ suppress_warnings = ["myst.header", "mystnb.unknown_mime_type", "misc.highlighti
 SEARCH_PAGE = """{% extends "!search.html" %}
 {% block content %}<h1>{{ _("Search") }}</h1>{{ super() }}{% endblock %}
 """
-# What finish_pages changes on every built page, for axe-core's checks (https://dequeuniversity.com/rules/axe/):
-# - wide code, outputs and tables scroll, so a keyboard must be able to focus them (scrollable-region-focusable);
-# - Furo's two <aside>s, the course's contents and the page's own, need names that tell them apart
-#   (landmark-unique);
-# - a table's empty corner cell is no header (empty-table-header): it becomes a plain cell.
-ACCESSIBLE_MARKUP = (
-    (re.compile(r"<pre>"), '<pre tabindex="0">'),
-    (re.compile(r'<div class="table-wrapper'), '<div tabindex="0" class="table-wrapper'),
-    (re.compile(r'<aside class="sidebar-drawer">'), '<aside class="sidebar-drawer" aria-label="Course contents">'),
-    (re.compile(r'<aside class="toc-drawer'), '<aside aria-label="On this page" class="toc-drawer'),
-    (re.compile(r'<th( class="[^"]*")?>\s*(<p>\s*</p>)?\s*</th>'), r"<td\1></td>"),
-)
 
 
 def notebook_title(notebook: dict) -> str:
@@ -110,17 +94,6 @@ def notebook_title(notebook: dict) -> str:
         if cell["cell_type"] == "markdown" and (found := re.search(r"^# (.+)$", text(cell), re.MULTILINE)):
             return found.group(1).strip()
     raise ValueError("notebook has no level-1 heading ('# ...') to title its page with.")
-
-
-def fallback_alt(cell: dict, section: str) -> str:
-    """'Figure: ' and the code cell's first comment, else the section the cell sits in."""
-    comment = next((line.lstrip("# ").strip() for line in text(cell).splitlines() if line.startswith("#")), "")
-    return f"Figure: {comment or section}"
-
-
-def image_name(data: str | list[str]) -> str:
-    """The file name MyST-NB gives a saved PNG or JPEG (the sha256 of its bytes), without the extension."""
-    return hashlib.sha256(base64.b64decode("".join(data))).hexdigest()
 
 
 def page_outputs(cell: dict, section: str, alts: dict[str, str]) -> None:
@@ -238,39 +211,6 @@ def write_sources(paths: list[Path], source_dir: Path, readme: str) -> dict[str,
     (source_dir / "_templates").mkdir()
     (source_dir / "_templates" / "search.html").write_text(SEARCH_PAGE, encoding="utf-8")
     return alts
-
-
-def alt_texts_in(page: str, alts: dict[str, str]) -> tuple[str, int]:
-    """The page with each image's alt text in its <img> tag (MyST-NB writes the file's path there), and how
-    many tags got one."""
-    def replace(found: re.Match) -> str:
-        alt = alts.get(found.group(2))
-        return f'alt="{html.escape(alt)}"' if alt is not None else found.group(0)
-
-    return re.subn(r'alt="(_images/)?([0-9a-f]{64})\.\w+"', replace, page)
-
-
-def accessible_markup(page: str) -> str:
-    """The built page with ACCESSIBLE_MARKUP's changes: focusable scrolling blocks, named asides, no empty
-    header cell.
-
-    >>> accessible_markup('<tr><th class="head"><p></p></th><th class="head"><p>OpenAI</p></th></tr>')
-    '<tr><td class="head"></td><th class="head"><p>OpenAI</p></th></tr>'
-    """
-    for pattern, replacement in ACCESSIBLE_MARKUP:
-        page = pattern.sub(replacement, page)
-    return page
-
-
-def finish_pages(out_dir: Path, alts: dict[str, str]) -> int:
-    """What Sphinx leaves to do on the built pages: every image's alt text (`alt_texts_in`), and the markup
-    axe-core asks for (`accessible_markup`); returns how many images were given an alt text."""
-    given = 0
-    for path in out_dir.glob("*.html"):
-        page, count = alt_texts_in(path.read_text(encoding="utf-8"), alts)
-        path.write_text(accessible_markup(page), encoding="utf-8")
-        given += count
-    return given
 
 
 def check_not_over_sources(name: str, folder: Path, sources: list[Path]) -> None:
