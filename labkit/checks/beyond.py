@@ -56,6 +56,22 @@ def _mirostat_mu_hint(got_mu: float, logits: torch.Tensor, token: int, tau: floa
     return "the right token, but not the controller's new mu: mu - eta * (surprise - tau), surprise in bits."
 
 
+def _mirostat_token_hint(got_token: int, logits: torch.Tensor, before: torch.Generator) -> str:
+    """Which slip draws the student's token when it is not labkit's: a draw from the whole distribution (with
+    `before`, the generator as the step found it), the most likely token, else a hint that grows per miss."""
+    whole = int(sample(logits.softmax(dim=-1), _copy(before))[0])
+    if got_token == whole:
+        return ("that token was drawn from the whole distribution: first cut the tokens whose surprise -log2 p "
+                "exceeds mu (the most likely one always stays), then renormalise and draw.")
+    if got_token == int(logits.argmax()):
+        return ("that is the most likely token: Mirostat samples among the kept tokens, with "
+                "sampling.sample(probs, generator).")
+    return "not the token labkit's Mirostat draws with the same generator. " + progressive("mirostat_step", [
+        "Cut by surprise first, then draw once from what is left, renormalised.",
+        "Keep the tokens whose surprise -log2 p is at most mu (and always the most likely one), renormalise "
+        "with a softmax, and draw once with sampling.sample(probs, generator)."])
+
+
 def check_mirostat_step(function: Callable | None) -> bool:
     """Exercise (05): mirostat_step(logits [1, V], tau, eta, mu, generator) -> (token_id, new_mu), one step of
     Mirostat v2; checked against labkit's mirostat_generate step by step, with the same seeded generator."""
@@ -77,19 +93,7 @@ def check_mirostat_step(function: Callable | None) -> bool:
             except (TypeError, ValueError, IndexError):
                 return verdict(False, "return a pair: (the sampled token id, the new mu).")
             if token != expected_token:
-                whole = int(sample(logits.softmax(dim=-1), _copy(before))[0])
-                if token == whole:
-                    return verdict(False, "that token was drawn from the whole distribution: first cut the tokens "
-                                           "whose surprise -log2 p exceeds mu (the most likely one always stays), "
-                                           "then renormalise and draw.")
-                if token == int(logits.argmax()):
-                    return verdict(False, "that is the most likely token: Mirostat samples among the kept tokens, "
-                                           "with sampling.sample(probs, generator).")
-                return verdict(False, "not the token labkit's Mirostat draws with the same generator. " + progressive(
-                    "mirostat_step", ["Cut by surprise first, then draw once from what is left, renormalised.",
-                                      "Keep the tokens whose surprise -log2 p is at most mu (and always the most "
-                                      "likely one), renormalise with a softmax, and draw once with "
-                                      "sampling.sample(probs, generator)."]))
+                return verdict(False, _mirostat_token_hint(token, logits, before))
             if not math.isclose(new_mu, expected_mu, rel_tol=1e-4, abs_tol=1e-6):
                 return verdict(False, _mirostat_mu_hint(new_mu, logits, token, tau, eta, mu))
             mu, mu_theirs = new_mu, expected_mu

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import torch
 
-from labkit.checks.common import not_attempted, verdict
+from labkit.checks.common import as_number, matching_hint, not_attempted, verdict
 from labkit.checks.work import progressive, reset, run_own
 from labkit.fast.dot_exercise import CompilerMissing, build_matvec
 from labkit.fast.kernel import BUILD_ERRORS, short_reason
@@ -45,13 +45,9 @@ NIBBLE_MISTAKES = {
 
 
 def _number(value) -> float | None:
-    """The answer as a float, or None when it is not a number (a string, a bool, None, a list...)."""
-    if isinstance(value, (str, bytes, bool)):
-        return None
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None
+    """The answer as a float, or None when it is not a number (a string, a bool, None, a list...): unlike
+    common.as_number, a function must return the number itself, not its text."""
+    return None if isinstance(value, (str, bytes, bool)) else as_number(value)
 
 
 def check_bandwidth_use(fn: Callable | None) -> bool:
@@ -87,47 +83,82 @@ def check_bandwidth_use(fn: Callable | None) -> bool:
                          "can give, it says how close to the roofline it runs. The rest is overhead.")
 
 
+NEVER_PAYS = ("here the compiled path is no faster than eager: it saves nothing per token, so no number of "
+              "tokens pays the compile time back. Return what the exercise asks for that case.")
+
+
+def _break_even_slip(value: float, call: str, case: tuple[float, float, float], expected: float) -> str:
+    """The hint for a wrong, finite number of tokens: the plausible slip it matches, else a hint that grows
+    per miss."""
+    seconds, eager, compiled = case
+    slips = [(seconds / (compiled - eager), f"{call} gave {value:.4g}: you subtracted tokens per second. What "
+                                            "compiling saves is time per token: 1 / eager - 1 / compiled seconds."),
+             (-expected, "the sign is flipped: the time saved per token is 1 / eager - 1 / compiled (the eager step "
+                         "takes longer)."),
+             (1 / expected, "upside down: divide the compile time by the seconds saved per token.")]
+    return matching_hint(value, slips, rel_tol=1e-6) or f"{call} gave {value:.4g}, which is not it. " + progressive(
+        "compile_break_even", [
+            "Compiling costs time once and saves a little time on every token: after how many tokens do the "
+            "savings add up to the cost?",
+            "Compile seconds / the seconds saved per token, (1 / eager - 1 / compiled)."])
+
+
+def _break_even_miss(fn: Callable, case: tuple[float, float, float]) -> str | None:
+    """None when fn gets the break-even of case = (compile seconds, eager tokens/s, compiled tokens/s) right,
+    else what is wrong with its answer."""
+    call = "compile_break_even({:g}, {:g}, {:g})".format(*case)
+    expected = break_even_tokens(*case)
+    got, error = run_own(fn, *case, references=[break_even_tokens])
+    if error is not None:
+        if math.isinf(expected) and "ZeroDivisionError" in error:
+            return f"{call} divided by zero: {NEVER_PAYS}"
+        return f"{call}: {error}"
+    value = _number(got)
+    if value is None:
+        return f"{call} should return a number of tokens (or math.inf), got {type(got).__name__}."
+    if math.isinf(expected):
+        return None if value == math.inf else f"{call} gave {value:.4g}: {NEVER_PAYS}"
+    if math.isclose(value, expected, rel_tol=1e-6, abs_tol=1.0):  # rounding up to whole tokens is fine
+        return None
+    return _break_even_slip(value, call, case, expected)
+
+
 def check_compile_break_even(fn: Callable | None) -> bool:
     """Exercise: fn(compile_seconds, eager_tokens_per_second, compiled_tokens_per_second) -> the number of
     tokens after which compiling pays for itself, math.inf when the compiled path is no faster. Calling labkit's
     own break_even_tokens does not count."""
     if fn is None:
         return not_attempted("your function compile_break_even(compile_seconds, eager_tps, compiled_tps)")
-    never = ("here the compiled path is no faster than eager: it saves nothing per token, so no number of tokens "
-             "pays the compile time back. Return what the exercise asks for that case.")
-    for seconds, eager, compiled in BREAK_EVEN_CASES:
-        call = f"compile_break_even({seconds:g}, {eager:g}, {compiled:g})"
-        expected = break_even_tokens(seconds, eager, compiled)
-        got, error = run_own(fn, seconds, eager, compiled, references=[break_even_tokens])
-        if error is not None:
-            if math.isinf(expected) and "ZeroDivisionError" in error:
-                return verdict(False, f"{call} divided by zero: {never}")
-            return verdict(False, f"{call}: {error}")
-        value = _number(got)
-        if value is None:
-            return verdict(False, f"{call} should return a number of tokens (or math.inf), got "
-                                  f"{type(got).__name__}.")
-        if math.isinf(expected):
-            if value == math.inf:
-                continue
-            return verdict(False, f"{call} gave {value:.4g}: {never}")
-        if math.isclose(value, expected, rel_tol=1e-6, abs_tol=1.0):  # rounding up to whole tokens is fine
-            continue
-        if math.isclose(value, seconds / (compiled - eager), rel_tol=1e-6):
-            return verdict(False, f"{call} gave {value:.4g}: you subtracted tokens per second. What compiling saves "
-                                  "is time per token: 1 / eager - 1 / compiled seconds.")
-        if math.isclose(value, -expected, rel_tol=1e-6):
-            return verdict(False, "the sign is flipped: the time saved per token is 1 / eager - 1 / compiled "
-                                  "(the eager step takes longer).")
-        if math.isclose(value, 1 / expected, rel_tol=1e-6):
-            return verdict(False, "upside down: divide the compile time by the seconds saved per token.")
-        return verdict(False, f"{call} gave {value:.4g}, which is not it. " + progressive("compile_break_even", [
-            "Compiling costs time once and saves a little time on every token: after how many tokens do the "
-            "savings add up to the cost?",
-            "Compile seconds / the seconds saved per token, (1 / eager - 1 / compiled)."]))
+    for case in BREAK_EVEN_CASES:
+        miss = _break_even_miss(fn, case)
+        if miss is not None:
+            return verdict(False, miss)
     reset("compile_break_even")
     return verdict(True, "compile seconds / seconds saved per token, and never (math.inf) when compiling saves "
                          "nothing: a long-running server pays it back, a one-off script may not.")
+
+
+def _guesses_slip(call: str, guesses: list[int], chosen: list[int], accepted: object, tokens: list[int]) -> str:
+    """The hint for a wrong (accepted, new_tokens) from accepted_guesses(guesses, chosen): which count or
+    which tokens went wrong, and how."""
+    expected_accepted, choice = accept_greedy(guesses, chosen)
+    expected_tokens = guesses[:expected_accepted] + [choice]
+    if accepted != expected_accepted:
+        if accepted == sum(g == c for g, c in zip(guesses, chosen)):
+            return (f"for {call} you counted every matching position; a guess counts only if every guess before it "
+                    "was accepted too: stop at the first difference.")
+        if accepted == len(expected_tokens):
+            return f"for {call}: accepted counts guesses only; the model's own token is new but it is not a guess."
+        return (f"for {call} you accepted {accepted!r} guesses: accept guesses[i] while it equals chosen[i], and "
+                "stop at the first that does not.")
+    if tokens in (chosen[:accepted], guesses[:accepted]):
+        return (f"for {call}: after the accepted guesses add the model's own next token, chosen[accepted]: every "
+                "verify call gives at least one new token.")
+    if tokens == guesses[:accepted + 1]:
+        return (f"for {call}: at the first mismatch keep the model's choice, chosen[accepted], not the rejected "
+                "guess.")
+    return (f"for {call} your new tokens are {tokens}: the accepted guesses, then the model's own choice after "
+            "them, chosen[accepted].")
 
 
 def check_accepted_guesses(fn: Callable | None) -> bool:
@@ -149,27 +180,8 @@ def check_accepted_guesses(fn: Callable | None) -> bool:
         except (TypeError, ValueError):
             return verdict(False, f"{call} should return a pair (accepted, new_tokens), got {got!r}.")
         expected_accepted, choice = accept_greedy(guesses, chosen)
-        expected_tokens = guesses[:expected_accepted] + [choice]
-        if accepted == expected_accepted and tokens == expected_tokens:
-            continue
-        if accepted != expected_accepted:
-            matches = sum(g == c for g, c in zip(guesses, chosen))
-            if accepted == matches:
-                return verdict(False, f"for {call} you counted every matching position; a guess counts only if every "
-                                      "guess before it was accepted too: stop at the first difference.")
-            if accepted == len(expected_tokens):
-                return verdict(False, f"for {call}: accepted counts guesses only; the model's own token is new but "
-                                      "it is not a guess.")
-            return verdict(False, f"for {call} you accepted {accepted!r} guesses: accept guesses[i] while it equals "
-                                  "chosen[i], and stop at the first that does not.")
-        if tokens in (chosen[:accepted], guesses[:accepted]):
-            return verdict(False, f"for {call}: after the accepted guesses add the model's own next token, "
-                                  "chosen[accepted]: every verify call gives at least one new token.")
-        if tokens == guesses[:accepted + 1]:
-            return verdict(False, f"for {call}: at the first mismatch keep the model's choice, chosen[accepted], "
-                                  "not the rejected guess.")
-        return verdict(False, f"for {call} your new tokens are {tokens}: the accepted guesses, then the model's own "
-                              "choice after them, chosen[accepted].")
+        if accepted != expected_accepted or tokens != guesses[:expected_accepted] + [choice]:
+            return verdict(False, _guesses_slip(call, guesses, chosen, accepted, tokens))
     return verdict(True, "the longest agreeing prefix, plus the model's own next token: one verify call gives "
                          "1 to g + 1 tokens, exactly those plain greedy decoding would.")
 
