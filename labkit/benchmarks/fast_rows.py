@@ -1,11 +1,15 @@
-"""The rows of `python -m labkit.bench fast` (labkit.benchmarks.fast): what each row runs, and the names
-the notebooks and the child processes refer to them by.
+"""The rows of `python -m labkit.bench fast` (labkit.benchmarks.fast): what each row runs, the names
+the notebooks and the child processes refer to them by, and `Row`, one row once measured.
 
     >>> [label for label, steps, how in ROWS if how == "compiled"]
     ['+ torch.compile, static shapes', "+ torch.compile (labkit's kernel)", 'int4 + bfloat16, static, compiled']
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+
+from labkit.fast.cost import StepCosts
 
 MODEL = "smollm2-135m"
 BENCH_PROMPT = "The history of the Roman Empire begins with"  # plain text: rarely ends early
@@ -37,3 +41,26 @@ PROBE_STEPS = ("fuse", "int4")  # the path the thread probe times
 PROBE_TOKENS = {False: 32, True: 4}  # decode steps per probe run, full and --quick
 CHILD = "labkit.benchmarks.fast_child"  # the module each policy's process runs
 STATIC_EAGER = "int4, static KV cache (eager)"  # what the compiled rows' break-even is taken against
+
+
+@dataclass(frozen=True)
+class Row:
+    """One measured line of the waterfall."""
+
+    label: str  # what ran
+    threads: int  # torch (or llama.cpp) threads it ran with
+    tokens_per_second: float  # median of the timed runs
+    bytes_per_token: float  # weights read per new token
+    policy: str = ""  # OMP_WAIT_POLICY of the process it ran in ("" when not recorded)
+    costs: StepCosts | None = None  # the cost model's terms of one decode step (not for every row)
+
+
+def fastest_labkit(rows: list[Row]) -> Row:
+    """The fastest row of labkit's own paths (not transformers, llama.cpp or the thread-step row)."""
+    return max((r for r in rows if r.label in LABKIT_ROWS), key=lambda r: r.tokens_per_second)
+
+
+def eager_counterpart(label: str) -> str:
+    """The eager static row a compiled row is weighed against: the one with the same steps, else STATIC_EAGER."""
+    steps = next(steps for row, steps, _ in ROWS if row == label)
+    return next((row for row, row_steps, how in ROWS if how == "static" and row_steps == steps), STATIC_EAGER)

@@ -34,6 +34,7 @@ thread wake-ups are, **memory-bound** when the matmul kernels are and they read 
 bandwidth (the memory floor is at least half their time), **compute-bound** when they are and the
 FLOPs need at least half their time at the data type's peak, otherwise **kernel-bound** (the kernels
 are slower than both floors: their own per-weight work). Both shares are printed beside the label.
+Every step is timed with a run of labkit.fast.step_runs, which does the same work on every call.
 
     >>> machine = measure_machine()                                  # bandwidth, peaks, wake-up: once
     >>> step = measure_step(model, ("fuse", "int4"), context=64)      # the terms of one step
@@ -42,22 +43,21 @@ are slower than both floors: their own per-weight work). Both shares are printed
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 
 import torch
 from torch import nn
-from torch._inductor.utils import run_and_get_code
 
 from labkit.core.arguments import check_int
 from labkit.core.doors import check_record, check_table
-from labkit.core.forward import crop_cache, forward, prefill
 from labkit.core.llama import Llama, LlamaConfig, check_llama
 from labkit.fast.optimize import check_steps, optimize
-from labkit.fast.ops import count_ops, kernel_calls
+from labkit.fast.ops import count_ops
 from labkit.fast.machine import Machine, measure_machine  # noqa: F401  (measure_machine: read from here too)
 from labkit.fast.roofline import weight_bytes_per_token
-from labkit.fast.static import StaticDecoder, slots_for
+from labkit.fast.static import slots_for
+from labkit.fast.step_runs import compiled_step_run, step_run
 from labkit.timing import median_seconds
 from labkit.fast.q4_linear import KernelLinear
 from labkit.quant.linear import QuantLinear
@@ -180,56 +180,6 @@ def kv_bytes_read(model: Llama, rows: int, context: int, tokens: int) -> int:
 def linear_flops(model: nn.Module, rows: int) -> float:
     """2 x rows x (weights of every linear layer): the multiply-adds of the matmuls."""
     return 2.0 * rows * sum(layer.in_features * layer.out_features for layer in linear_layers(model))
-
-
-def static_decoder(model: Llama, context: int, compile: bool = False) -> tuple[StaticDecoder, torch.Tensor, torch.Tensor]:
-    """A StaticDecoder after a prefilled random context of `context` tokens: (decoder, next token [1, 1],
-    its position [1])."""
-    decoder = StaticDecoder(model, slots_for(context + 2, model.config.max_position_embeddings), compile=compile)
-    with torch.no_grad():
-        token = torch.tensor([[decoder.prefill(torch.randint(model.config.vocab_size, (context,)).tolist())]])
-    return decoder, token, torch.tensor([context])
-
-
-def static_step_run(model: Llama, context: int) -> Callable[[], None]:
-    """One eager decode step of labkit.fast.StaticDecoder after a prefilled context, at the same position
-    every call (its slot is overwritten), so every call does the same work."""
-    decoder, token, position = static_decoder(model, context)
-
-    def run() -> None:
-        with torch.no_grad():
-            decoder.decode(token, position)
-    return run
-
-
-def compiled_step_run(model: Llama, context: int) -> tuple[Callable[[], None], int]:
-    """StaticDecoder's compiled decode step, compiled here (its first call), and the kernel calls of
-    inductor's code for it: (run, kernel calls). Every call does the same work, as static_step_run's."""
-    decoder, token, position = static_decoder(model, context, compile=True)
-    with torch.no_grad():
-        _, code = run_and_get_code(decoder.step, token, position)
-
-    def run() -> None:
-        with torch.no_grad():
-            decoder.step(token, position)
-    return run, sum(kernel_calls(text) for text in code)
-
-
-def step_run(model: Llama, rows: int, context: int, tokens: int, how: str = "loop") -> Callable[[], None]:
-    """One forward pass of [rows, tokens] new tokens after a prefilled context of `context` tokens; the
-    cache is cropped back after each call, so every call does the same work. how: "loop" (labkit's
-    forward and KV cache) or "static" (the StaticDecoder's eager step: rows and tokens 1)."""
-    if how == "static":
-        return static_step_run(model, context)
-    ids = torch.randint(model.config.vocab_size, (rows, context + tokens))
-    with torch.no_grad():
-        _, cache = prefill(model, ids[:, :context], max_length=context + tokens)
-
-    def run() -> None:
-        with torch.no_grad():
-            forward(model, ids[:, context:], cache)
-        crop_cache(cache, context)
-    return run
 
 
 def probe_model(config: LlamaConfig, steps: Sequence[str]) -> Llama:

@@ -4,7 +4,7 @@ door yet and says where the call crashes today."""
 
 from door import Door, wrong
 
-from labkit.benchmarks.fast import llama_cpp_best
+from labkit.benchmarks.fast_best import llama_cpp_best
 
 CASES = [
     wrong("labkit.benchmarks.engines.decode_rate_in_child", words=("policy",)),
@@ -12,17 +12,17 @@ CASES = [
     wrong("labkit.benchmarks.engines.measure_in_child", words=("engine",)),
     wrong("labkit.benchmarks.engines.measure_started", words=("policy",)),
     wrong("labkit.benchmarks.engines.tries_table", words=("tries",)),
-    wrong("labkit.benchmarks.fast.llama_cpp_best", words=("new_tokens",)),
-    Door("labkit.benchmarks.fast.llama_cpp_best", lambda kit: llama_cpp_best(32, 0), ValueError,
+    wrong("labkit.benchmarks.fast_best.llama_cpp_best", words=("new_tokens",)),
+    Door("labkit.benchmarks.fast_best.llama_cpp_best", lambda kit: llama_cpp_best(32, 0), ValueError,
          ("repeats must be a whole number of 1 or more", "got 0")),
-    Door("labkit.benchmarks.fast.llama_cpp_best", lambda kit: llama_cpp_best(32, 3, policies="ACTIVE"), TypeError,
+    Door("labkit.benchmarks.fast_best.llama_cpp_best", lambda kit: llama_cpp_best(32, 3, policies="ACTIVE"), TypeError,
          ("policies must be a list of OpenMP wait policies", "got str")),
     wrong("labkit.benchmarks.fast.measure_rows", words=("hf_model",)),
-    wrong("labkit.benchmarks.fast.payback_tokens", words=("rows",)),
-    wrong("labkit.benchmarks.fast.row_best", words=("Unknown labkit row", "the rows are")),
     wrong("labkit.benchmarks.fast.row_costs", words=("hf_model",)),
     wrong("labkit.benchmarks.fast.static_run", words=("decoder",)),
-    wrong("labkit.benchmarks.fast.table", words=("rows",)),
+    wrong("labkit.benchmarks.fast_best.row_best", words=("Unknown labkit row", "the rows are")),
+    wrong("labkit.benchmarks.fast_report.payback_tokens", words=("rows",)),
+    wrong("labkit.benchmarks.fast_report.table", words=("rows",)),
     wrong("labkit.benchmarks.kvcache.decode_step_seconds", words=("model",)),
     wrong("labkit.benchmarks.kvcache.filler_ids", words=("tokenizer",)),
     wrong("labkit.benchmarks.kvcache.fit_nonnegative", words=("columns",)),

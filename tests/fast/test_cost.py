@@ -174,7 +174,7 @@ def test_the_static_step_is_measured_with_its_whole_cache_and_only_for_one_token
 def test_kernel_calls_are_read_from_inductors_generated_code():
     from torch._inductor.utils import run_and_get_code
 
-    from labkit.fast.cost import kernel_calls
+    from labkit.fast.ops import kernel_calls
 
     weight = torch.randn(8, 8)
     _, [code] = run_and_get_code(torch.compile(lambda x: (x @ weight).relu() + 1, dynamic=False), torch.randn(2, 8))
