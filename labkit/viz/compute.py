@@ -36,6 +36,25 @@ def point_label(point: FrontierPoint) -> str:
     return point.note or (f"n={point.n}" if point.n > 1 else "")
 
 
+def annotate_points(ax, group: Sequence[FrontierPoint], accuracies: Sequence[float], color: str,
+                    written: set[tuple[float, str]]) -> None:
+    """Label one method's points: a note beside its point (at its accuracy, in %), in the method's colour;
+    an n along the top of the axes, once per position: `written` holds the (tokens, label) pairs already
+    there, shared by every method, so methods at the same n and tokens do not write it twice.
+
+        >>> annotate_points(ax, by_method(points)["self-consistency"], [10.0, 12.0], "#0072B2", set())
+    """
+    for point, accuracy in zip(group, accuracies):
+        px = point.tokens_per_item
+        if point.note:
+            ax.annotate(point.note, (px, accuracy), xytext=(5, -3), textcoords="offset points", fontsize=7,
+                        color=color)
+        elif point_label(point) and (round(px, 3), point_label(point)) not in written:
+            written.add((round(px, 3), point_label(point)))
+            ax.annotate(point_label(point), (px, 1), xycoords=("data", "axes fraction"), xytext=(0, -10),
+                        textcoords="offset points", fontsize=7, color="dimgray", ha="center")
+
+
 @with_alt_text("Line chart of accuracy in percent against generated tokens per item, one line per method, with 95 % "
                "intervals")
 def plot_frontier(points: Sequence[FrontierPoint], title: str = "", ax=None):
@@ -59,13 +78,7 @@ def plot_frontier(points: Sequence[FrontierPoint], title: str = "", ax=None):
         style = "none" if any(p.note for p in group) else "-"
         ax.errorbar(x, y, yerr=[below, above], color=color, marker=marker, ls=style, capsize=3, lw=1.5, ms=7,
                     label=method)
-        for point, px, py in zip(group, x, y):
-            if point.note:
-                ax.annotate(point.note, (px, py), xytext=(5, -3), textcoords="offset points", fontsize=7, color=color)
-            elif point_label(point) and (round(px, 3), point_label(point)) not in written:
-                written.add((round(px, 3), point_label(point)))
-                ax.annotate(point_label(point), (px, 1), xycoords=("data", "axes fraction"), xytext=(0, -10),
-                            textcoords="offset points", fontsize=7, color="dimgray", ha="center")
+        annotate_points(ax, group, y, color, written)
     ax.set_xscale("log")
     plain_log_ticks(ax.xaxis)
     ax.set(xlabel="generated tokens per item (log scale)", ylabel="accuracy (%)", ylim=(0, 104), title=title,

@@ -15,7 +15,8 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from labkit.core.doors import check_table, check_tensor
-from labkit.viz.plots import CHOSEN_COLOR, OTHER_COLOR, drawable
+from labkit.viz.plots import CHOSEN_COLOR, OTHER_COLOR
+from labkit.viz.tokens import drawable
 from labkit.viz.alt import with_alt_text
 
 

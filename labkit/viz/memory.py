@@ -18,6 +18,36 @@ from labkit.models.sizing import GB, ModelShape, format_bytes, model_shape
 from labkit.viz.alt import with_alt_text
 
 
+def mark_memory(ax, memory_bytes: float, reserve_bytes: float, limit: int | None) -> None:
+    """The memory as a red line, what the reserve leaves of it as a dashed one (when there is a reserve),
+    and, when the context runs out inside the axes, a dotted line at that many tokens (`limit`).
+
+        >>> mark_memory(ax, 24e9, 3.4e9, limit=90_000)
+    """
+    usable = memory_bytes - reserve_bytes
+    ax.axhline(memory_bytes / GB, color="crimson", lw=1.5, label=f"memory: {memory_bytes / GB:.0f} GB")
+    if reserve_bytes > 0:
+        ax.axhline(usable / GB, color="crimson", ls="--", lw=1,
+                   label=f"usable: {usable / GB:.1f} GB (reserve {reserve_bytes / GB:.1f} GB)")
+    if limit is not None:
+        ax.axvline(limit, color="crimson", ls=":", lw=1)
+        ax.text(limit, memory_bytes / GB, f" runs out at {limit:,} tokens", color="crimson", va="bottom", fontsize=8)
+
+
+def label_memory_axes(ax, name: str, right: int, top_gb: float) -> None:
+    """Tokens from 0 to `right` (in thousands) across, GB up from 0 with headroom above `top_gb` (the highest
+    thing drawn) for the legend, which sits above the data; the axis labels and the title.
+
+        >>> label_memory_axes(ax, "llama-3.1-8b", right=131072, top_gb=24.0)
+    """
+    ax.set_xlim(0, right)
+    ax.set_ylim(0, 1.6 * top_gb)  # headroom: the legend sits above the data
+    ax.xaxis.set_major_formatter(lambda x, _: f"{x / 1000:,.0f}k" if x else "0")
+    ax.set(xlabel="context length (tokens per sequence)", ylabel="GB", title=f"{name}: weights + KV cache")
+    ax.legend(loc="upper left", fontsize=8, framealpha=0.9, edgecolor="none")  # hides the lines behind it
+    ax.spines[["top", "right"]].set_visible(False)
+
+
 @with_alt_text("Line chart of memory for weights plus KV cache as the context grows, against the memory available")
 def plot_memory_by_context(model: str | ModelShape, memory_bytes: float, batch: int = 1,
                            weights_dtype: str = "fp16", kv_dtype: str | None = None,
@@ -45,26 +75,15 @@ def plot_memory_by_context(model: str | ModelShape, memory_bytes: float, batch: 
                                                                 f"KV cache ({kv_dtype}, batch {batch})"],
                  colors=["#9ec5fe", "#ffb36b"], alpha=0.9)
     usable = memory_bytes - reserve_bytes
-    ax.axhline(memory_bytes / GB, color="crimson", lw=1.5, label=f"memory: {memory_bytes / GB:.0f} GB")
-    if reserve_bytes > 0:
-        ax.axhline(usable / GB, color="crimson", ls="--", lw=1,
-                   label=f"usable: {usable / GB:.1f} GB (reserve {reserve_bytes / GB:.1f} GB)")
     limit = shape.max_tokens(usable, batch, weights_dtype, kv_dtype) if usable > 0 else 0
-    if 0 < limit < right:
-        ax.axvline(limit, color="crimson", ls=":", lw=1)
-        ax.text(limit, memory_bytes / GB, f" runs out at {limit:,} tokens", color="crimson", va="bottom", fontsize=8)
+    mark_memory(ax, memory_bytes, reserve_bytes, limit if 0 < limit < right else None)
     if right > shape.context:
         ax.axvspan(shape.context, right, color="0.85", zorder=0, label=f"beyond trained {shape.context:,}")
     if context is not None:
         ax.axvline(context, color="black", lw=1)
         total = shape.total_bytes(context, batch, weights_dtype, kv_dtype) / GB
         ax.text(context, weights / 2, f" {context:,} tok: {total:.1f} GB", fontsize=8)  # inside the weights
-    ax.set_xlim(0, right)
-    ax.set_ylim(0, 1.6 * max(weights + kv[-1], memory_bytes / GB))  # headroom: the legend sits above the data
-    ax.xaxis.set_major_formatter(lambda x, _: f"{x / 1000:,.0f}k" if x else "0")
-    ax.set(xlabel="context length (tokens per sequence)", ylabel="GB", title=f"{shape.name}: weights + KV cache")
-    ax.legend(loc="upper left", fontsize=8, framealpha=0.9, edgecolor="none")  # hides the lines behind it
-    ax.spines[["top", "right"]].set_visible(False)
+    label_memory_axes(ax, shape.name, right, max(weights + kv[-1], memory_bytes / GB))
     return ax
 
 

@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import matplotlib.pyplot as plt
 from matplotlib.patches import Rectangle
@@ -40,6 +40,49 @@ def format_block_tables(caches: Mapping[str, PagedKVCache]) -> str:
     return "\n".join(lines)
 
 
+POOL_Y, TABLE_Y = 0.0, 2.2  # heights of the pool's row and of the block tables' row
+FREE_COLOR, OWN_COLOR, SHARED_COLOR = "#f4f4f4", "#9ec5fe", "#ffb36b"  # a block held by 0, 1 or more tables
+
+
+def block_colour(count: int) -> str:
+    """The colour of a block its tables hold `count` times: grey when free, blue when one sequence's,
+    orange when shared.
+
+        >>> block_colour(2)
+        '#ffb36b'
+    """
+    return FREE_COLOR if count == 0 else (SHARED_COLOR if count > 1 else OWN_COLOR)
+
+
+def add_pool(ax, counts: Sequence[int]) -> None:
+    """The pool's blocks along the bottom row (`counts`: each block's reference count), each with its number,
+    a shared one also with its count (x2), and the two rows' names on the left."""
+    for block, count in enumerate(counts):
+        ax.add_patch(Rectangle((block, POOL_Y), 0.9, 0.8, facecolor=block_colour(count), edgecolor="black",
+                               lw=0.8))
+        label = str(block) if count <= 1 else f"{block}\nx{count}"
+        ax.text(block + 0.45, POOL_Y + 0.4, label, ha="center", va="center", fontsize=8)
+    ax.text(-0.2, POOL_Y + 0.4, "pool", ha="right", va="center", fontsize=9, fontweight="bold")
+    ax.text(-0.2, TABLE_Y + 0.4, "block\ntables", ha="right", va="center", fontsize=9, fontweight="bold")
+
+
+def add_block_table(ax, offset: float, name: str, table: Sequence[int], length: int, counts: Sequence[int],
+               block_size: int) -> None:
+    """One sequence's block table from x = offset in the top row: a box per block with its number, how many
+    of its slots are filled ("16/16"), and an arrow down to that block in the pool."""
+    ax.text(offset, TABLE_Y + 1.25, f"{name}: {length} tokens", ha="left", va="bottom", fontsize=9)
+    for i, block in enumerate(table):
+        left = offset + i
+        ax.add_patch(Rectangle((left, TABLE_Y), 0.9, 0.8, facecolor=block_colour(counts[block]),
+                               edgecolor="black", lw=0.8))
+        filled = min(block_size, length - i * block_size)
+        ax.text(left + 0.45, TABLE_Y + 0.4, f"{block}", ha="center", va="center", fontsize=8)
+        ax.text(left + 0.45, TABLE_Y + 0.85, f"{filled}/{block_size}", ha="center", va="bottom",
+                fontsize=6, color="dimgray")
+        ax.annotate("", xy=(block + 0.45, POOL_Y + 0.82), xytext=(left + 0.45, TABLE_Y - 0.02),
+                    arrowprops={"arrowstyle": "->", "color": "gray", "lw": 0.7, "alpha": 0.8})
+
+
 @with_alt_text("Diagram of paged KV cache block tables: each sequence's blocks pointing into the shared pool")
 def draw_block_tables(caches: Mapping[str, PagedKVCache], ax=None):
     """Each sequence's block table (top rows) pointing into the pool's blocks (bottom row).
@@ -62,30 +105,11 @@ def draw_block_tables(caches: Mapping[str, PagedKVCache], ax=None):
     width = max(pool.n_blocks, x - 1.0)
     if ax is None:
         _, ax = plt.subplots(figsize=(max(5.0, 0.6 * width + 1.5), 2.8), layout="constrained")
-
-    def color(block: int) -> str:
-        return "#f4f4f4" if counts[block] == 0 else ("#ffb36b" if counts[block] > 1 else "#9ec5fe")
-
-    pool_y, table_y = 0.0, 2.2
-    for block in range(pool.n_blocks):
-        ax.add_patch(Rectangle((block, pool_y), 0.9, 0.8, facecolor=color(block), edgecolor="black", lw=0.8))
-        label = str(block) if counts[block] <= 1 else f"{block}\nx{counts[block]}"
-        ax.text(block + 0.45, pool_y + 0.4, label, ha="center", va="center", fontsize=8)
-    ax.text(-0.2, pool_y + 0.4, "pool", ha="right", va="center", fontsize=9, fontweight="bold")
-    ax.text(-0.2, table_y + 0.4, "block\ntables", ha="right", va="center", fontsize=9, fontweight="bold")
+    add_pool(ax, counts)
     for offset, (name, table, length) in zip(offsets, rows):
-        ax.text(offset, table_y + 1.25, f"{name}: {length} tokens", ha="left", va="bottom", fontsize=9)
-        for i, block in enumerate(table):
-            left = offset + i
-            ax.add_patch(Rectangle((left, table_y), 0.9, 0.8, facecolor=color(block), edgecolor="black", lw=0.8))
-            filled = min(pool.block_size, length - i * pool.block_size)
-            ax.text(left + 0.45, table_y + 0.4, f"{block}", ha="center", va="center", fontsize=8)
-            ax.text(left + 0.45, table_y + 0.85, f"{filled}/{pool.block_size}", ha="center", va="bottom",
-                    fontsize=6, color="dimgray")
-            ax.annotate("", xy=(block + 0.45, pool_y + 0.82), xytext=(left + 0.45, table_y - 0.02),
-                        arrowprops={"arrowstyle": "->", "color": "gray", "lw": 0.7, "alpha": 0.8})
+        add_block_table(ax, offset, name, table, length, counts, pool.block_size)
     ax.set_xlim(-1.6, width + 0.2)
-    ax.set_ylim(-0.2, table_y + 1.7)
+    ax.set_ylim(-0.2, TABLE_Y + 1.7)
     ax.set_axis_off()
     ax.set_title(f"{pool.block_size} tokens per block; orange = shared, blue = one sequence's, grey = free",
                  fontsize=9)

@@ -1,7 +1,9 @@
 """Matplotlib figures for the course: what the model considers at each step of generation.
 
 Every function takes plain tensors or the `Step`s that `labkit.generate` yields and returns the
-matplotlib Axes or Figure it drew on; pass `ax=` to draw into a figure of your own.
+matplotlib Axes or Figure it drew on; pass `ax=` to draw into a figure of your own. The labels they
+write (a token quoted, a percentage) come from labkit.viz.tokens; what a sampling rule keeps and cuts,
+and Mirostat's surprise, are drawn by labkit.viz.sampling (both still importable from here).
 
     >>> probs = torch.softmax(model(input_ids).logits[0, -1], dim=-1)      # [V]
     >>> plot_next_token_distribution(probs, tokenizer, top_k=10, chosen=int(probs.argmax()))
@@ -10,113 +12,70 @@ matplotlib Axes or Figure it drew on; pass `ax=` to draw into a figure of your o
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from functools import lru_cache
+from collections.abc import Sequence
 
 import matplotlib.pyplot as plt
 import torch
-from matplotlib import font_manager, ft2font
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from transformers import PreTrainedTokenizerBase
 
-from labkit.core.arguments import check_int
-from labkit.core.doors import check_items, check_table, check_tensor
+from labkit.core.doors import check_items, check_tensor
 from labkit.decoding.request import Step
-from labkit.core.text import INCOMPLETE_CHARACTER
 from labkit.viz.alt import with_alt_text
+from labkit.viz.sampling import CUT_COLOR, KEPT_COLOR, RENORMALIZED_COLOR, plot_kept_vs_cut, plot_surprise
+from labkit.viz.tokens import (TokenCandidate, as_probs, drawable, percent, step_logits, token_label,
+                               top_candidates)
 
 CHOSEN_COLOR = "tab:orange"  # the token that was picked
 OTHER_COLOR = "tab:blue"  # the candidates that were not
 REST_COLOR = "tab:gray"  # the bar that holds the mass of every token not drawn on its own
 REST_ID = -1  # the token id of that bar (no real token has it)
 
-
-@dataclass(frozen=True)
-class TokenCandidate:
-    """One possible next token and its probability."""
-
-    token_id: int  # id in the vocabulary
-    label: str  # readable form of the token, e.g. "' Paris'"
-    prob: float  # probability in [0, 1]
+__all__ = [  # this module's figures, and the names notebooks and tests reach through it (defined beside it)
+    "CHOSEN_COLOR", "CUT_COLOR", "KEPT_COLOR", "OTHER_COLOR", "RENORMALIZED_COLOR", "REST_COLOR", "REST_ID",
+    "TokenCandidate", "as_probs", "drawable", "percent", "plot_generation_steps", "plot_kept_vs_cut",
+    "plot_next_token_distribution", "plot_step_confidence", "plot_surprise", "step_logits", "token_label",
+    "top_candidates",
+]
 
 
-def as_probs(probs_or_logits: torch.Tensor) -> torch.Tensor:
-    """[V] or [1, V] probabilities or logits -> [V] float32 probabilities.
+def candidates_to_draw(probs: torch.Tensor, tokenizer: PreTrainedTokenizerBase, top_k: int, chosen: int | None,
+                       tokens: list[int] | None) -> list[TokenCandidate]:
+    """The bars of `plot_next_token_distribution`, top to bottom, for probabilities [V]: the top_k candidates
+    (or the given `tokens`, in order, then a bar "every other token" for the rest of the mass), and the
+    `chosen` token at the bottom when it is not among them.
 
-    Values that are all in [0, 1] and sum to 1 are taken as probabilities; anything else as logits,
-    which go through a softmax.
-
-        >>> as_probs(torch.tensor([0.0, 0.0])).tolist()
-        [0.5, 0.5]
+        >>> [c.label for c in candidates_to_draw(probs, tokenizer, 10, None, tokens=[7042])]
+        ["' Paris'", 'every other token']
     """
-    if probs_or_logits.dim() == 2 and probs_or_logits.shape[0] == 1:
-        probs_or_logits = probs_or_logits[0]
-    if probs_or_logits.dim() != 1:
-        raise ValueError(
-            f"Expected one distribution of shape [V] (or [1, V]), got shape {tuple(probs_or_logits.shape)}. "
-            "For a forward pass's logits [1, T, V], take the last position: logits[0, -1]."
-        )
-    values = probs_or_logits.detach().float().cpu()
-    is_probs = bool(values.min() >= 0) and bool(values.max() <= 1) and abs(float(values.sum()) - 1) < 1e-3
-    return values if is_probs else torch.softmax(values, dim=-1)
+    candidates = (top_candidates(probs, tokenizer, top_k) if tokens is None else
+                  [TokenCandidate(t, token_label(tokenizer, t), float(probs[t])) for t in tokens])
+    if chosen is not None and all(c.token_id != chosen for c in candidates):
+        candidates.append(TokenCandidate(chosen, token_label(tokenizer, chosen), float(probs[chosen])))
+    if tokens is not None:  # the rest of the mass, so both panels of a comparison sum to 1
+        rest = max(0.0, 1.0 - sum(c.prob for c in candidates))
+        candidates.append(TokenCandidate(REST_ID, "every other token", rest))
+    return candidates
 
 
-@lru_cache(maxsize=1)
-def _font_charmap() -> frozenset[int]:
-    """Code points the default matplotlib font can draw (others would print 'Glyph missing' warnings)."""
-    path = font_manager.findfont(font_manager.FontProperties(family=plt.rcParams["font.family"]))
-    return frozenset(ft2font.FT2Font(path).get_charmap())
+def add_candidate_bars(ax: Axes, candidates: Sequence[TokenCandidate], chosen: int | None) -> None:
+    """One horizontal bar per candidate, the first on top, each labelled with its percentage; the chosen
+    token's bar and name in orange (bold), the rest-of-the-mass bar in grey.
 
-
-def step_logits(step: Step) -> torch.Tensor:
-    """The logits [V] a step was chosen from; a clear error when the stream was made without them."""
-    if step.logits is None:
-        raise ValueError("This Step carries no logits: generate with return_logits=True to draw distributions, "
-                         "e.g. labkit.generate(model, tokenizer, prompt, return_logits=True).")
-    return step.logits
-
-
-def token_label(tokenizer: PreTrainedTokenizerBase, token_id: int) -> str:
-    """A token as a short, unambiguous label: quoted, so leading spaces and newlines show.
-
-    A byte-piece of a multi-byte character (a third of an emoji) has no text of its own, so it is
-    shown by id.
-
-        >>> token_label(tokenizer, 7042)
-        "' Paris'"
+        >>> add_candidate_bars(ax, top_candidates(probs, tokenizer, 5), chosen=int(probs.argmax()))
     """
-    text = tokenizer.decode([int(token_id)], skip_special_tokens=False)
-    if INCOMPLETE_CHARACTER in text:
-        return f"#{int(token_id)} (byte piece)"
-    return repr(text)
-
-
-def drawable(label: str) -> str:
-    """A label matplotlib can draw as is: characters the font lacks (emoji) become escapes, and '$'
-    (which would start math mode) is escaped."""
-    charmap = _font_charmap()
-    label = "".join(c if ord(c) in charmap else c.encode("unicode_escape").decode() for c in label)
-    return label.replace("$", r"\$")
-
-
-def percent(prob: float) -> str:
-    """A probability as a short percentage: '15.2%', or '<0.1%' for the long tail."""
-    return f"{prob:.1%}" if prob >= 0.001 else "<0.1%"
-
-
-def top_candidates(probs_or_logits: torch.Tensor, tokenizer: PreTrainedTokenizerBase,
-                   top_k: int = 10) -> list[TokenCandidate]:
-    """The top_k most likely next tokens of one distribution [V], most likely first.
-
-        >>> top_candidates(step.logits, tokenizer, top_k=3)[0].label
-        "' Paris'"
-    """
-    check_int("top_k", top_k, minimum=1)
-    probs = as_probs(probs_or_logits)
-    values, ids = probs.topk(min(top_k, probs.shape[0]))
-    return [TokenCandidate(int(i), token_label(tokenizer, int(i)), float(p)) for p, i in zip(values, ids)]
+    rows = range(len(candidates))[::-1]  # the first candidate drawn at the top
+    colors = [CHOSEN_COLOR if c.token_id == chosen else REST_COLOR if c.token_id == REST_ID else OTHER_COLOR
+              for c in candidates]
+    bars = ax.barh(list(rows), [c.prob for c in candidates], color=colors)
+    ax.set_yticks(list(rows), [drawable(c.label) for c in candidates])
+    ax.bar_label(bars, labels=[percent(c.prob) for c in candidates], padding=3, fontsize=8)
+    for tick, color in zip(ax.get_yticklabels(), colors):
+        if color == CHOSEN_COLOR:  # the label too, since a long-shot's bar may be too thin to see
+            tick.set_color(CHOSEN_COLOR)
+            tick.set_fontweight("bold")
+    ax.set_xlim(0, min(1.0, max(c.prob for c in candidates) * 1.25 + 0.02))
 
 
 @with_alt_text("Bar chart of the most likely next tokens and their probabilities, most likely first")
@@ -151,26 +110,10 @@ def plot_next_token_distribution(
         if not tokens or len(set(tokens)) != len(tokens) or not all(0 <= t < probs.shape[0] for t in tokens):
             raise ValueError(f"tokens must be distinct token ids in [0, {probs.shape[0]}), at least one; "
                              f"got {tokens}.")
-    candidates = (top_candidates(probs, tokenizer, top_k) if tokens is None else
-                  [TokenCandidate(t, token_label(tokenizer, t), float(probs[t])) for t in tokens])
-    if chosen is not None and all(c.token_id != chosen for c in candidates):
-        candidates.append(TokenCandidate(chosen, token_label(tokenizer, chosen), float(probs[chosen])))
-    if tokens is not None:  # the rest of the mass, so both panels of a comparison sum to 1
-        rest = max(0.0, 1.0 - sum(c.prob for c in candidates))
-        candidates.append(TokenCandidate(REST_ID, "every other token", rest))
+    candidates = candidates_to_draw(probs, tokenizer, top_k, chosen, tokens)
     if ax is None:
         _, ax = plt.subplots(figsize=(6, 0.3 * len(candidates) + 1.0), layout="constrained")
-    rows = range(len(candidates))[::-1]  # the first candidate drawn at the top
-    colors = [CHOSEN_COLOR if c.token_id == chosen else REST_COLOR if c.token_id == REST_ID else OTHER_COLOR
-              for c in candidates]
-    bars = ax.barh(list(rows), [c.prob for c in candidates], color=colors)
-    ax.set_yticks(list(rows), [drawable(c.label) for c in candidates])
-    ax.bar_label(bars, labels=[percent(c.prob) for c in candidates], padding=3, fontsize=8)
-    for tick, color in zip(ax.get_yticklabels(), colors):
-        if color == CHOSEN_COLOR:  # the label too, since a long-shot's bar may be too thin to see
-            tick.set_color(CHOSEN_COLOR)
-            tick.set_fontweight("bold")
-    ax.set_xlim(0, min(1.0, max(c.prob for c in candidates) * 1.25 + 0.02))
+    add_candidate_bars(ax, candidates, chosen)
     ax.set_xlabel("probability")
     ax.spines[["top", "right"]].set_visible(False)
     if title is not None:
@@ -239,83 +182,5 @@ def plot_step_confidence(steps: Sequence[Step], tokenizer: PreTrainedTokenizerBa
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("probability")
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
-    ax.spines[["top", "right"]].set_visible(False)
-    return ax
-
-
-# --- decoding (notebooks 03-05) ------------------------------------------------------------------
-
-KEPT_COLOR = "tab:blue"  # a token a truncation keeps
-CUT_COLOR = "lightgray"  # a token it masks
-RENORMALIZED_COLOR = "tab:orange"  # the kept tokens' probability after renormalising
-
-
-@with_alt_text("Bar chart of the top tokens: which a sampling rule keeps and which it cuts, and the kept ones' "
-               "probabilities after renormalising")
-def plot_kept_vs_cut(logits: torch.Tensor, transformed: torch.Tensor, tokenizer: PreTrainedTokenizerBase,
-                     top_k: int = 15, ax: Axes | None = None, title: str | None = None, *, log: bool = False,
-                     columns: bool = False) -> Axes:
-    """The top_k tokens of the original distribution [V]: kept ones in blue, cut ones in grey, and
-    (in orange) the probability each kept token has after the cut, renormalised.
-
-    log: a logarithmic probability axis, so the tail's bars stay visible beside the head's.
-    columns: one column per token, the most likely on the left (room for 40 tokens), instead of rows.
-
-        >>> after = labkit.sampling.top_p_filter(logits[None], 0.9)[0]
-        >>> plot_kept_vs_cut(logits, after, tokenizer)
-        >>> plot_kept_vs_cut(logits, after, tokenizer, top_k=40, log=True, columns=True)
-    """
-    check_tensor("logits", logits, "[V] (or [1, V]) of one position's scores", dims=(1, 2))
-    check_tensor("transformed", transformed, "[V] (or [1, V]) of the scores after a sampling rule", dims=(1, 2))
-    before, after = as_probs(logits), torch.softmax(transformed.detach().float().cpu().reshape(-1), dim=-1)
-    kept = torch.isfinite(transformed.detach().reshape(-1).cpu())
-    values, ids = before.topk(min(top_k, before.shape[0]))
-    if ax is None:
-        size = (max(6.0, 0.2 * len(ids) + 1.5), 3.4) if columns else (7, 0.28 * len(ids) + 1.2)
-        _, ax = plt.subplots(figsize=size, layout="constrained")
-    places = list(range(len(ids))) if columns else list(range(len(ids)))[::-1]
-    colors = [KEPT_COLOR if kept[i] else CUT_COLOR for i in ids]
-    survivors = [(place, float(after[i])) for place, i in zip(places, ids) if kept[i]]
-    labels = [drawable(token_label(tokenizer, int(i))) for i in ids]
-    bars = ax.bar if columns else ax.barh
-    bars(places, values.tolist(), 0.8, color=colors, label="before (blue: kept, grey: cut)")
-    bars([place for place, _ in survivors], [p for _, p in survivors], 0.3, color=RENORMALIZED_COLOR,
-         label="after, renormalised")
-    top = max(float(values.max()), float(after[kept].max()))
-    limits = (float(values.min()) / 2, min(1.0, top * 2)) if log else (0, min(1.0, top * 1.15 + 0.02))
-    if columns:
-        ax.set_xticks(places, labels, rotation=90, fontsize=7)
-        ax.set_xlim(-0.6, len(ids) - 0.4)
-        ax.set(yscale="log" if log else "linear", ylim=limits, ylabel="probability")
-    else:
-        ax.set_yticks(places, labels, fontsize=8)
-        ax.set(xscale="log" if log else "linear", xlim=limits, xlabel="probability")
-    n_kept = int(kept.sum())
-    ax.set_title(drawable(title or "") + f"{' · ' if title else ''}{n_kept:,} of {kept.numel():,} tokens kept",
-                 fontsize=10)
-    ax.legend(loc="upper right" if columns else "lower right", fontsize=8, frameon=False)
-    ax.spines[["top", "right"]].set_visible(False)
-    return ax
-
-
-@with_alt_text("Line chart of the surprise in bits of each generated token, one line per run")
-def plot_surprise(runs: dict, tau: float | None = None, ax: Axes | None = None) -> Axes:
-    """Surprise (-log2 p, bits) of each generated token, one line per run, e.g. {"mirostat": [..]}.
-
-    tau: draw the target surprise as a dashed line.
-
-        >>> plot_surprise({"mirostat v2": run.surprises, "top-k 40": other}, tau=3.0)
-    """
-    check_table("runs", runs, "surprises in bits per token (lists of numbers)", of=Iterable)
-    if ax is None:
-        _, ax = plt.subplots(figsize=(8, 3.2), layout="constrained")
-    for name, values in runs.items():
-        values = list(values)
-        ax.plot(range(1, len(values) + 1), values, marker=".", lw=1, label=drawable(str(name)))
-    if tau is not None:
-        ax.axhline(tau, color="black", ls="--", lw=1, label=f"target tau = {tau:g}")
-    ax.set_xlabel("generated token")
-    ax.set_ylabel("surprise (bits)")
-    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
     ax.spines[["top", "right"]].set_visible(False)
     return ax

@@ -16,12 +16,52 @@ from transformers import PreTrainedTokenizerBase
 from labkit.core.doors import check_record
 from labkit.decoding.exact import Divergence
 from labkit.decoding.search import BeamSearchResult
-from labkit.viz import plots
 from labkit.viz.alt import with_alt_text
 from labkit.viz.palette import BLUISH_GREEN, VERMILLION
+from labkit.viz.sampling import KEPT_COLOR
+from labkit.viz.tokens import drawable, token_label
 
 GREEDY_COLOR = VERMILLION  # greedy's path (dashed), told from finished beams (green) by more than hue
 BEAM_COLOR = "tab:orange"  # the token beam search keeps where the paths part
+
+
+STATUS_COLORS = {"running": KEPT_COLOR, "finished": BLUISH_GREEN, "pruned": "gray"}  # a candidate's fate
+LABEL_WIDTH = 12  # characters of a token's label in the tree; longer ones are cut with an ellipsis
+
+
+def short_label(tokenizer: PreTrainedTokenizerBase, token_id: int) -> str:
+    """A token's label cut to LABEL_WIDTH characters, so neighbouring columns do not overlap.
+
+        >>> short_label(tokenizer, 7042)
+        "' Paris'"
+    """
+    label = drawable(token_label(tokenizer, token_id))
+    return label[:LABEL_WIDTH - 1] + "…" if len(label) > LABEL_WIDTH else label
+
+
+def add_tree_node(ax: Axes, t: int, parent_y: float, y: float, text: str, status: str, on_best: bool) -> None:
+    """One candidate of step t: the edge from its parent (column t - 1, height parent_y) to (t, y), its dot
+    and its text, coloured by its status; thick and bold on the best hypothesis's path, faint when pruned.
+
+        >>> add_tree_node(ax, 1, 1.0, 2.0, "' Paris' -0.4", "running", on_best=True)
+    """
+    color = STATUS_COLORS[status]
+    ax.plot([t - 1, t], [parent_y, y], color=color, lw=3 if on_best else 0.8,
+            alpha=0.35 if status == "pruned" else 0.9, zorder=1)
+    ax.scatter([t], [y], color=color, s=18, zorder=2)
+    ax.text(t + 0.05, y + 0.12, text, fontsize=7, color="black" if status != "pruned" else "gray",
+            fontweight="bold" if on_best else "normal")
+
+
+def label_tree_axes(ax: Axes, n_steps: int) -> None:
+    """A column per step after the prompt's, no y axis, a legend of the statuses and the title."""
+    ax.set_xticks(range(n_steps + 1), ["prompt"] + [f"step {t}" for t in range(1, n_steps + 1)], fontsize=8)
+    ax.set_yticks([])
+    ax.set_xlim(-0.3, n_steps + 0.9)
+    ax.spines[["top", "right", "left"]].set_visible(False)
+    handles = [plt.Line2D([], [], color=c, marker="o", lw=1, label=s) for s, c in STATUS_COLORS.items()]
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
+    ax.set_title("beam search: every candidate, with its summed log-probability", fontsize=10)
 
 
 @with_alt_text("Tree of beam search: one column per step, each candidate with its summed log-probability, kept, "
@@ -37,15 +77,12 @@ def plot_beam_tree(result, tokenizer: PreTrainedTokenizerBase, ax: Axes | None =
     steps = result.steps
     if not steps:
         raise ValueError("No steps to draw: the search generated nothing.")
+    n_rows = max(len(step) for step in steps)
     if ax is None:
-        rows = max(len(step) for step in steps)
-        _, ax = plt.subplots(figsize=(2.1 * len(steps) + 1.5, 0.55 * rows + 1.2), layout="constrained")
-    colors = {"running": plots.KEPT_COLOR, "finished": BLUISH_GREEN, "pruned": "gray"}
+        _, ax = plt.subplots(figsize=(2.1 * len(steps) + 1.5, 0.55 * n_rows + 1.2), layout="constrained")
     best = list(result.hypotheses[0].token_ids) if result.hypotheses else []
     # Position of each running beam (by slot) in the previous column; the root sits at the middle.
-    n_rows = max(len(step) for step in steps)
     parent_y = {slot: (n_rows - 1) / 2 for slot in range(len(steps[0]))}
-    path_y: dict[tuple[int, int], float] = {}
     prefix_of = {slot: () for slot in parent_y}
     ax.scatter([0], [(n_rows - 1) / 2], color="black", s=30, zorder=3)
     ax.text(0, (n_rows - 1) / 2 + 0.35, "prompt", ha="center", fontsize=8)
@@ -57,25 +94,12 @@ def plot_beam_tree(result, tokenizer: PreTrainedTokenizerBase, ax: Axes | None =
             y = n_rows - 1 - rank
             prefix = prefix_of.get(c.parent, ()) + (c.token_id,)
             on_best = list(prefix) == best[:len(prefix)] and c.status != "pruned"
-            ax.plot([t - 1, t], [parent_y.get(c.parent, (n_rows - 1) / 2), y], color=colors[c.status],
-                    lw=3 if on_best else 0.8, alpha=0.35 if c.status == "pruned" else 0.9, zorder=1)
-            ax.scatter([t], [y], color=colors[c.status], s=18, zorder=2)
-            label = plots.drawable(plots.token_label(tokenizer, c.token_id))
-            if len(label) > 12:
-                label = label[:11] + "…"
-            ax.text(t + 0.05, y + 0.12, f"{label} {c.logprob:.1f}", fontsize=7,
-                    color="black" if c.status != "pruned" else "gray", fontweight="bold" if on_best else "normal")
+            add_tree_node(ax, t, parent_y.get(c.parent, (n_rows - 1) / 2), y,
+                           f"{short_label(tokenizer, c.token_id)} {c.logprob:.1f}", c.status, on_best)
             if c.slot is not None:
                 next_parent_y[c.slot], next_prefix[c.slot] = y, prefix
-            path_y[(t, rank)] = y
         parent_y, prefix_of = next_parent_y, next_prefix
-    ax.set_xticks(range(len(steps) + 1), ["prompt"] + [f"step {t}" for t in range(1, len(steps) + 1)], fontsize=8)
-    ax.set_yticks([])
-    ax.set_xlim(-0.3, len(steps) + 0.9)
-    ax.spines[["top", "right", "left"]].set_visible(False)
-    handles = [plt.Line2D([], [], color=c, marker="o", lw=1, label=s) for s, c in colors.items()]
-    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
-    ax.set_title("beam search: every candidate, with its summed log-probability", fontsize=10)
+    label_tree_axes(ax, len(steps))
     return ax
 
 

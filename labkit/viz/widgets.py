@@ -23,7 +23,9 @@ from labkit.core.forward import all_logits
 from labkit.decoding.config import DecodingConfig, apply_transforms
 from labkit.decoding.generate import generate_text
 from labkit.decoding.request import Step
-from labkit.viz.plots import plot_kept_vs_cut, plot_next_token_distribution, step_logits, token_label, top_candidates
+from labkit.viz.plots import plot_next_token_distribution
+from labkit.viz.sampling import plot_kept_vs_cut
+from labkit.viz.tokens import step_logits, token_label, top_candidates
 
 HIGHLIGHT_STYLE = "background: #ffd8a8; border-bottom: 2px solid #f08c00"  # the current token
 PROMPT_STYLE = "color: #868e96"  # the prompt, greyed out
@@ -201,7 +203,7 @@ def sampling_explorer(model, tokenizer: PreTrainedTokenizerBase, prompt_ids: Seq
                       top: int = 12, prompt_text: str = "") -> SamplingExplorer:
     """Sliders over temperature, top-k, top-p, min-p, typical-p and the seed for one prompt.
 
-    Static fallback: `labkit.viz.plots.plot_kept_vs_cut` for fixed settings.
+    Static fallback: `labkit.viz.sampling.plot_kept_vs_cut` for fixed settings.
 
         >>> sampling_explorer(model, tokenizer, labkit.chat_prompt(tokenizer, "Tell me a joke."))
     """
