@@ -1,4 +1,4 @@
-"""How much memory a model needs: its weights, plus the KV cache that grows with every token.
+"""How much memory a model needs, and the smallest machine that holds it: the memory calculator.
 
     weights  = parameters x bytes per parameter                    (7B in fp16: about 14 GB)
     KV cache = 2 x layers x KV heads x head dim x tokens x batch x bytes per element
@@ -14,228 +14,25 @@ cache stops growing there; only the global layers grow with the whole context.
     >>> PRESETS["llama-3.1-8b"].kv_cache_bytes(tokens=8192, batch=1, dtype="fp16") / 1e9
     1.073741824
 
-Sizes are in bytes; `GB` is 10^9 bytes (as GPU and cloud vendors count), `GiB` 2^30. Which hardware
-holds a model, after the OS and the runtime have taken their share, is in labkit.models.hardware.
+This module is the one to import (notebooks 06, 07 and 12 do): `memory_table` lives here, and every name of
+the pieces is importable from here too. The formulas are in labkit.models.footprint, a model's shape
+(ModelShape, PRESETS, shape_of) in labkit.models.shapes, and which hardware holds a model, after the OS and
+the runtime have taken their share, in labkit.models.hardware.
+
+Sizes are in bytes; `GB` is 10^9 bytes (as GPU and cloud vendors count), `GiB` 2^30.
 """
 
 from __future__ import annotations
 
-import math
-import numbers
-from dataclasses import dataclass, replace
-
-import torch
-
-from labkit.core.doors import check_number
+from labkit.models.footprint import (DTYPE_BYTES, GB, GiB, bytes_per_element, check_size, check_tokens_and_batch,
+                                     format_bytes, kv_cache_bytes, weight_bytes)
 from labkit.models.hardware import HARDWARE, RESERVES, Hardware, hardware_table, reserve_bytes
+from labkit.models.shapes import PRESETS, ModelShape, model_shape, shape_of
+from labkit.table import Column, format_table
 
 __all__ = ["DTYPE_BYTES", "GB", "GiB", "HARDWARE", "PRESETS", "Hardware", "ModelShape", "bytes_per_element",
            "format_bytes", "hardware_table", "kv_cache_bytes", "memory_table", "model_shape", "reserve_bytes",
            "shape_of", "weight_bytes"]
-
-GB = 10**9
-GiB = 2**30
-
-DTYPE_BYTES: dict[str, float] = {
-    "fp32": 4, "float32": 4, "tf32": 4,
-    "fp16": 2, "float16": 2, "half": 2, "bf16": 2, "bfloat16": 2,
-    "fp8": 1, "int8": 1, "q8_0": 1.0625,  # GGUF Q8_0: 32 int8 + one fp16 scale per block
-    "int4": 0.5, "nf4": 0.5, "q4_0": 0.5625,  # Q4_0: 32 4-bit values + one fp16 scale per block (4.5 bits)
-    "q4_1": 0.625,  # Q4_1: 32 4-bit values + an fp16 scale and an fp16 minimum per block: 5 bits
-}
-
-
-def bytes_per_element(dtype: str | torch.dtype) -> float:
-    """Bytes of one number in `dtype`: a torch dtype or a name ("fp16", "bf16", "int8", "int4", ...)."""
-    if isinstance(dtype, torch.dtype):
-        return torch.empty((), dtype=dtype).element_size()
-    key = str(dtype).lower().removeprefix("torch.")
-    if key not in DTYPE_BYTES:
-        raise ValueError(f"Unknown dtype {dtype!r}; use a torch dtype or one of: {', '.join(DTYPE_BYTES)}.")
-    return DTYPE_BYTES[key]
-
-
-def _positive(name: str, value: float, whole: bool = True, minimum: int = 1, allowed: str = "") -> None:
-    """Raise unless value is an int >= minimum (whole) or a finite number > 0 (not whole): a TypeError for
-    another type (bool included), else a ValueError. allowed: what the message says is allowed."""
-    allowed = allowed or (f"a whole number >= {minimum}" if whole else "positive")
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral if whole else numbers.Real):
-        raise TypeError(f"{name} must be {allowed} ({'an int' if whole else 'a number'}), "
-                        f"got {type(value).__name__} {value!r}.")
-    if not (value >= minimum if whole else math.isfinite(value) and value > 0):
-        raise ValueError(f"{name} must be {allowed}, got {value!r}.")
-
-
-def _check_tokens_and_batch(tokens: int, batch: int) -> None:
-    _positive("tokens", tokens, minimum=0)
-    _positive("batch", batch, allowed="a whole number of sequences, at least 1 (batch=1 for a single request)")
-
-
-def weight_bytes(n_params: float, dtype: str | torch.dtype = "fp16") -> float:
-    """Bytes of `n_params` weights stored in `dtype` (7e9 in fp16 -> 1.4e10, about 14 GB)."""
-    _positive("n_params", n_params, whole=False)
-    return n_params * bytes_per_element(dtype)
-
-
-def kv_cache_bytes(n_layers: int, n_kv_heads: int, head_dim: int, tokens: int, batch: int = 1,
-                   dtype: str | torch.dtype = "fp16") -> float:
-    """Bytes of a KV cache: 2 (keys and values) x layers x KV heads x head dim x tokens x batch x bytes."""
-    for name, value in [("n_layers", n_layers), ("n_kv_heads", n_kv_heads), ("head_dim", head_dim)]:
-        _positive(name, value)
-    _check_tokens_and_batch(tokens, batch)
-    return 2 * n_layers * n_kv_heads * head_dim * tokens * batch * bytes_per_element(dtype)
-
-
-@dataclass(frozen=True)
-class ModelShape:
-    """What the memory of a decoder-only transformer depends on.
-
-        >>> gemma = PRESETS["gemma-3-270m"]  # 15 of its 18 layers see only the last 512 tokens
-        >>> gemma.kv_cache_bytes(8192) == 2 * 1 * 256 * 2 * (3 * 8192 + 15 * 512)
-        True
-    """
-
-    name: str
-    n_params: float  # parameters (all of them, embeddings included)
-    n_layers: int
-    n_heads: int  # query heads
-    n_kv_heads: int  # key/value heads (= n_heads without grouped-query attention)
-    head_dim: int
-    context: int  # longest sequence it was trained for (max_position_embeddings)
-    sliding_window: int = 0  # tokens a local (sliding-window) layer attends to and caches; 0: no local layers
-    n_local_layers: int = 0  # how many of the n_layers are local; the others attend to the whole context
-
-    def __post_init__(self):
-        _positive("n_params", self.n_params, whole=False)
-        for field in ("n_layers", "n_heads", "n_kv_heads", "head_dim", "context"):
-            _positive(field, getattr(self, field))
-        _positive("sliding_window", self.sliding_window, minimum=0)
-        _positive("n_local_layers", self.n_local_layers, minimum=0)
-        if (self.sliding_window == 0) != (self.n_local_layers == 0) or self.n_local_layers >= self.n_layers:
-            raise ValueError(f"sliding_window ({self.sliding_window}) and n_local_layers ({self.n_local_layers}) "
-                             f"must be both 0 (no local layers) or both >= 1, with at least one global layer "
-                             f"(n_local_layers < n_layers = {self.n_layers}).")
-
-    def weight_bytes(self, dtype: str | torch.dtype = "fp16") -> float:
-        return weight_bytes(self.n_params, dtype)
-
-    def kv_bytes_per_token(self, dtype: str | torch.dtype = "fp16") -> float:
-        """KV bytes one more token of context costs, per sequence, while every layer still caches it
-        (beyond a sliding window only the global layers grow)."""
-        return kv_cache_bytes(self.n_layers, self.n_kv_heads, self.head_dim, 1, 1, dtype)
-
-    def kv_cache_bytes(self, tokens: int, batch: int = 1, dtype: str | torch.dtype = "fp16") -> float:
-        """Global layers cache all `tokens`; local layers at most `sliding_window` of them (the keys a step
-        attends to: between steps transformers keeps window - 1, llama.cpp's cache a batch more)."""
-        _check_tokens_and_batch(tokens, batch)
-        n_global = self.n_layers - self.n_local_layers
-        size = kv_cache_bytes(n_global, self.n_kv_heads, self.head_dim, tokens, batch, dtype)
-        if self.n_local_layers:
-            size += kv_cache_bytes(self.n_local_layers, self.n_kv_heads, self.head_dim,
-                                   min(tokens, self.sliding_window), batch, dtype)
-        return size
-
-    def total_bytes(self, tokens: int, batch: int = 1, weights_dtype: str | torch.dtype = "fp16",
-                    kv_dtype: str | torch.dtype | None = None) -> float:
-        """Weights + KV cache (activations, a few % more, are left out)."""
-        kv_dtype = weights_dtype if kv_dtype is None else kv_dtype
-        return self.weight_bytes(weights_dtype) + self.kv_cache_bytes(tokens, batch, kv_dtype)
-
-    def max_tokens(self, memory_bytes: float, batch: int = 1, weights_dtype: str | torch.dtype = "fp16",
-                   kv_dtype: str | torch.dtype | None = None) -> int:
-        """The longest context (per sequence, for `batch` sequences) that fits in `memory_bytes` after the
-        weights; 0 if the weights alone do not fit. Not capped at the model's own context. Pass a machine's
-        usable memory (Hardware.usable_bytes) to leave the OS and the runtime their share."""
-        _positive("memory_bytes", memory_bytes, whole=False)
-        kv_dtype = weights_dtype if kv_dtype is None else kv_dtype
-        per_token = self.kv_cache_bytes(1, batch, kv_dtype)  # every layer; checks batch before any early return
-        free = memory_bytes - self.weight_bytes(weights_dtype)
-        if free <= 0:
-            return 0
-        if not self.n_local_layers or free < self.kv_cache_bytes(self.sliding_window, batch, kv_dtype):
-            return int(free // per_token)
-        global_per_token = kv_cache_bytes(self.n_layers - self.n_local_layers, self.n_kv_heads, self.head_dim, 1,
-                                          batch, kv_dtype)
-        beyond = free - self.kv_cache_bytes(self.sliding_window, batch, kv_dtype)
-        return self.sliding_window + int(beyond // global_per_token)
-
-    def context_note(self, tokens: int) -> str:
-        """'> trained 4,096' when `tokens` is longer than the model was trained for, else ''."""
-        return f"> trained {self.context:,}" if tokens > self.context else ""
-
-    def without_gqa(self) -> ModelShape:
-        """The same model as if every query head had its own key/value head (multi-head attention)."""
-        return replace(self, name=f"{self.name} (no GQA)", n_kv_heads=self.n_heads)
-
-    def without_sliding_window(self) -> ModelShape:
-        """The same model as if every layer attended to (and cached) the whole context."""
-        return replace(self, name=f"{self.name} (all global)", sliding_window=0, n_local_layers=0)
-
-
-def shape_of(model_or_config, name: str | None = None) -> ModelShape:
-    """The ModelShape of labkit's Llama, a transformers model, or either's config."""
-    config = getattr(model_or_config, "config", model_or_config)
-    n_params = None
-    if isinstance(model_or_config, torch.nn.Module):
-        n_params = sum(p.numel() for p in {id(p): p for p in model_or_config.parameters()}.values())
-
-    def get(*names):
-        value = next((getattr(config, n) for n in names if getattr(config, n, None) is not None), None)
-        if value is None:
-            raise TypeError(f"model_or_config: {type(config).__name__} has no {' or '.join(names)}; pass labkit's "
-                            "Llama, a transformers model, or either's config.")
-        return value
-    n_layers, n_heads = get("n_layers", "num_hidden_layers"), get("n_heads", "num_attention_heads")
-    n_kv_heads = get("n_kv_heads", "num_key_value_heads", "num_attention_heads")
-    head_dim = getattr(config, "head_dim", None) or get("hidden_size") // n_heads
-    n_local = sum(kind == "sliding_attention" for kind in getattr(config, "layer_types", None) or [])
-    window = (getattr(config, "sliding_window", None) or 0) if n_local else 0
-    if n_params is None:  # a config alone: count the parameters of a Llama of that shape
-        hidden, inter, vocab = get("hidden_size"), get("intermediate_size"), get("vocab_size")
-        attention = hidden * head_dim * (2 * n_heads + 2 * n_kv_heads)
-        per_layer = attention + 3 * hidden * inter + 2 * hidden
-        tied = getattr(config, "tie_word_embeddings", True)
-        n_params = n_layers * per_layer + vocab * hidden * (1 if tied else 2) + hidden
-    return ModelShape(name or getattr(config, "name_or_path", None) or "model", float(n_params), n_layers,
-                      n_heads, n_kv_heads, head_dim, get("max_position_embeddings"), window, n_local if window else 0)
-
-
-# Published configurations (config.json of each model). n_params as reported by the model cards (Gemma 3 27B's
-# includes its 0.4B vision encoder). Gemma 3: every 6th layer is global, the other 5 local (layer_types).
-PRESETS: dict[str, ModelShape] = {s.name: s for s in [
-    ModelShape("smollm2-135m", 134_515_008, 30, 9, 3, 64, 8192),
-    ModelShape("smollm2-1.7b", 1.71e9, 24, 32, 32, 64, 8192),
-    ModelShape("gemma-3-270m", 268e6, 18, 4, 1, 256, 32768, sliding_window=512, n_local_layers=15),
-    ModelShape("llama-3.2-1b", 1.24e9, 16, 32, 8, 64, 131072),
-    ModelShape("llama-3.2-3b", 3.21e9, 28, 24, 8, 128, 131072),
-    ModelShape("llama-2-7b", 6.74e9, 32, 32, 32, 128, 4096),
-    ModelShape("qwen2.5-7b", 7.62e9, 28, 28, 4, 128, 131072),
-    ModelShape("llama-3.1-8b", 8.03e9, 32, 32, 8, 128, 131072),
-    ModelShape("llama-2-13b", 13.0e9, 40, 40, 40, 128, 4096),
-    ModelShape("gemma-3-27b", 27.4e9, 62, 32, 16, 128, 131072, sliding_window=1024, n_local_layers=52),
-    ModelShape("llama-3.1-70b", 70.6e9, 80, 64, 8, 128, 131072),
-    ModelShape("llama-3.1-405b", 405e9, 126, 128, 8, 128, 131072),
-]}
-
-
-def model_shape(name: str) -> ModelShape:
-    """The shape of a well-known model by name (see PRESETS).
-
-        >>> model_shape("llama-3.1-8b").n_layers
-        32
-    """
-    if name not in PRESETS:
-        raise ValueError(f"Unknown model {name!r}; presets: {', '.join(PRESETS)}. Or build a ModelShape.")
-    return PRESETS[name]
-
-
-def format_bytes(n_bytes: float) -> str:
-    """Bytes as a short human number in decimal units: '14.0 GB', '432.0 MB', '48.0 KB'."""
-    check_number("n_bytes", n_bytes)
-    for unit, size in [("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("KB", 1e3)]:
-        if abs(n_bytes) >= size:
-            return f"{n_bytes / size:.1f} {unit}"
-    return f"{n_bytes:.0f} B"
 
 
 # The columns of memory_table: which kinds of memory each one picks its smallest fitting hardware from.
@@ -247,10 +44,30 @@ def _hardware_list(hardware: dict[str, float] | dict[str, Hardware] | None) -> l
     machines = []
     for name, size in (HARDWARE if hardware is None else hardware).items():
         if not isinstance(size, Hardware):
-            _positive(f"hardware[{name!r}] (bytes)", size, whole=False)
+            check_size(f"hardware[{name!r}] (bytes)", size, whole=False)
             size = Hardware(name, float(size), "budget")
         machines.append(size)
     return sorted(machines, key=lambda h: h.usable_bytes)
+
+
+def _shapes(models: list[str | ModelShape] | None) -> list[ModelShape]:
+    """Each model as a ModelShape (a name is looked up in PRESETS); every preset when models is None or empty."""
+    shapes = [model_shape(m) if isinstance(m, str) else m for m in (models or list(PRESETS))]
+    for s in shapes:
+        if not isinstance(s, ModelShape):
+            raise TypeError(f"models must hold model names or ModelShapes, got a {type(s).__name__}.")
+    return shapes
+
+
+def _columns(shapes: list[ModelShape], groups: dict[str, list[Hardware]]) -> list[Column]:
+    """memory_table's columns: the model, four sizes, one pick per group of hardware, and the note (last, so
+    it takes the width it needs)."""
+    sizes = [Column(title, 9) for title in ("weights", "KV/token", "KV cache", "total")]
+    picks = [Column(title, max(len(title), *(len(h.name) for h in group)), align="<")
+             for title, group in groups.items()]
+    return [Column("model", max(len("model"), *(len(s.name) for s in shapes)), align="<"), *sizes,
+            *(picks or [Column("", 0)]),  # no hardware at all: an empty column keeps the layout
+            Column("note", 0, align="<")]
 
 
 def _smallest(shape: ModelShape, total: float, machines: list[Hardware]) -> str:
@@ -295,28 +112,21 @@ def memory_table(models: list[str | ModelShape] | None = None, tokens: int = 409
         >>> print(memory_table(["llama-2-7b"], tokens=8192).splitlines()[2])
         llama-2-7b    13.5 GB   524.3 KB     4.3 GB    17.8 GB  laptop 32 GB   RTX 4090 24 GB  > trained 4,096
     """
-    _check_tokens_and_batch(tokens, batch)
-    shapes = [model_shape(m) if isinstance(m, str) else m for m in (models or list(PRESETS))]
-    for s in shapes:
-        if not isinstance(s, ModelShape):
-            raise TypeError(f"models must hold model names or ModelShapes, got a {type(s).__name__}.")
+    check_tokens_and_batch(tokens, batch)
+    shapes = _shapes(models)
     machines = _hardware_list(hardware)
-    columns = {title: [h for h in machines if h.kind in kinds] for title, kinds in COLUMNS.items()}
-    columns = {title: group for title, group in columns.items() if group}
+    groups = {title: [h for h in machines if h.kind in kinds] for title, kinds in COLUMNS.items()}
+    groups = {title: group for title, group in groups.items() if group}
     kv_dtype = weights_dtype if kv_dtype is None else kv_dtype
-    width = max(len("model"), *(len(s.name) for s in shapes))
-    fits_width = {title: max(len(title), *(len(h.name) for h in group)) for title, group in columns.items()}
-    lines = [f"weights {weights_dtype}, KV cache {kv_dtype}, {tokens:,} tokens x batch {batch}",
-             f"{'model':<{width}}  {'weights':>9}  {'KV/token':>9}  {'KV cache':>9}  {'total':>9}  "
-             + "  ".join(f"{title:<{fits_width[title]}}" for title in columns) + "  note"]
-    chosen = set()
+    rows, chosen = [], set()
     for s in shapes:
         total = s.total_bytes(tokens, batch, weights_dtype, kv_dtype)
-        picks = {title: _smallest(s, total, group) for title, group in columns.items()}
-        chosen.update(picks.values())
-        fits = "  ".join(f"{pick:<{fits_width[title]}}" for title, pick in picks.items())
-        lines.append(f"{s.name:<{width}}  {format_bytes(s.weight_bytes(weights_dtype)):>9}  "
-                     f"{format_bytes(s.kv_bytes_per_token(kv_dtype)):>9}  "
-                     f"{format_bytes(s.kv_cache_bytes(tokens, batch, kv_dtype)):>9}  {format_bytes(total):>9}  "
-                     f"{fits}  {_notes(s, tokens)}".rstrip())
+        picks = [_smallest(s, total, group) for group in groups.values()]
+        chosen.update(picks)
+        sizes = [s.weight_bytes(weights_dtype), s.kv_bytes_per_token(kv_dtype),
+                 s.kv_cache_bytes(tokens, batch, kv_dtype), total]
+        rows.append([s.name, *map(format_bytes, sizes), *(picks or [""]), _notes(s, tokens)])
+    table = format_table(_columns(shapes, groups), rows, gap="  ")
+    lines = [f"weights {weights_dtype}, KV cache {kv_dtype}, {tokens:,} tokens x batch {batch}"]
+    lines += [line.rstrip() for line in table.splitlines()]  # a row without a note ends at its last pick
     return "\n".join(lines + _footnotes(shapes, tokens, machines, chosen))

@@ -7,27 +7,27 @@ from dataclasses import replace
 from door import Door, wrong
 
 from labkit.models.catalog import load_catalog
-from labkit.models.sizing import format_bytes
+from labkit.models.footprint import format_bytes
 
 CASES = [
     # a number left as text: a catalog row edited by hand, bytes read from a log
-    Door("labkit.models.catalog.CatalogModel", lambda kit: replace(load_catalog()[0], params_b="8"), TypeError,
-         ("params_b must be float", "got str")),
-    Door("labkit.models.sizing.format_bytes", lambda kit: format_bytes("1e9"), ValueError, ("n_bytes", "'1e9'")),
-    wrong("labkit.models.catalog.CatalogModel", words=()),
-    wrong("labkit.models.catalog.Fit", words=()),
-    wrong("labkit.models.catalog.fit_table", words=("rows",)),
-    wrong("labkit.models.catalog.fits_here", words=("model",)),
-    wrong("labkit.models.catalog.what_can_i_run", words=("catalog",)),
+    Door("labkit.models.catalog_model.CatalogModel", lambda kit: replace(load_catalog()[0], params_b="8"),
+         TypeError, ("params_b must be float", "got str")),
+    Door("labkit.models.footprint.format_bytes", lambda kit: format_bytes("1e9"), ValueError, ("n_bytes", "'1e9'")),
+    wrong("labkit.models.catalog_model.CatalogModel", words=()),
     wrong("labkit.models.eval_data.eval_ids", words=("tokenizer",)),
+    wrong("labkit.models.fit.Fit", words=()),
+    wrong("labkit.models.fit.fit_table", words=("rows",)),
+    wrong("labkit.models.fit.fits_here", words=("model",)),
+    wrong("labkit.models.fit.what_can_i_run", words=("catalog",)),
+    wrong("labkit.models.footprint.format_bytes", words=("n_bytes",)),
     wrong("labkit.models.loading.load_model", words=("model name", "smollm2-135m")),
     wrong("labkit.models.loading.load_tokenizer", words=("model name", "smollm2-135m")),
     wrong("labkit.models.quality.bits_per_byte", words=("model",)),
     wrong("labkit.models.quality.task_results", words=("model",)),
     wrong("labkit.models.registry.build_cache", words=("name",)),
-    wrong("labkit.models.sizing.format_bytes", words=("n_bytes",)),
-    wrong("labkit.models.sizing.model_shape", words=("Unknown model", "smollm2-135m")),
-    wrong("labkit.models.sizing.shape_of", words=("model_or_config",)),
+    wrong("labkit.models.shapes.model_shape", words=("Unknown model", "smollm2-135m")),
+    wrong("labkit.models.shapes.shape_of", words=("model_or_config",)),
 ]
 
 NO_ARGUMENT = {  # name -> why it has no bad-input case

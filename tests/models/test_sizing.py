@@ -133,6 +133,23 @@ def test_table_plot_and_slider():
     assert not slider.fits()
 
 
+def test_memory_table_layout_stays_as_the_notebooks_print_it():
+    """Notebooks 06 and 07 print memory_table in their saved outputs: the columns line up, a row without a note
+    ends at its last pick, and the footnotes say what the notes mean."""
+    table = memory.memory_table(["llama-2-7b", "smollm2-135m", "gemma-3-270m"], tokens=8192,
+                                hardware={"my GPU": 24e9})
+    assert table.splitlines() == [
+        "weights fp16, KV cache fp16, 8,192 tokens x batch 1",
+        "model           weights   KV/token   KV cache      total  smallest that fits  note",
+        "llama-2-7b      13.5 GB   524.3 KB     4.3 GB    17.8 GB  my GPU              > trained 4,096",
+        "smollm2-135m   269.0 MB    23.0 KB   188.7 MB   457.8 MB  my GPU",
+        "gemma-3-270m   536.0 MB    18.4 KB    33.0 MB   569.0 MB  my GPU              window 512 (15/18)",
+        "> trained N: 8,192 tokens exceed the N the model was trained for (max_position_embeddings): answers may "
+        "degrade",
+        "window W (L/N): L of the N layers keep only the last W tokens: their cache stops growing at W",
+    ]
+
+
 def test_plot_shades_the_context_a_model_was_not_trained_for():
     ax = viz_memory.plot_memory_by_context("llama-2-7b", 80 * memory.GB, max_tokens=16384)
     assert ax.get_xlim() == (0, 16384)
