@@ -10,6 +10,8 @@ is measured in one run on the same data (data/eval/, written for this project):
     tokens/s          batch-1 greedy decoding with labkit's loop, the variants timed in turns
                       (median of `repeats` rounds), so that a change of the machine's load hits them all
 
+The text and prompts are read by labkit.models.eval_data (notebook 12's quality measures read them too).
+
     >>> results = evaluate(["fp32", "int8", "nf4"], max_tokens=1024)
     >>> print(results_table(results))
 """
@@ -29,10 +31,11 @@ from labkit.timing import check_repeats, interleaved_tokens_per_second
 from labkit.quant.bnb import BitsAndBytesUnavailable, load_bitsandbytes_model
 from labkit.core.text import encode_prompt
 from labkit.decoding.generate import generate_ids
-from labkit.models.eval_data import eval_ids, eval_prompts, eval_text  # noqa: F401  (also imported from here)
+from labkit.models.eval_data import eval_ids, eval_prompts
 from labkit.models.loading import load_model
 from labkit.quant.linear import quantize_model
 from labkit.decoding.scoring import perplexity
+from labkit.table import Column, format_row
 
 MODEL = "smollm2-135m"
 DECODE_PROMPT = "The history of the Roman Empire begins with"  # plain text: rarely ends early
@@ -171,17 +174,35 @@ def evaluate(names: Sequence[str] = tuple(VARIANTS), max_tokens: int | None = No
     return [replace(r, tokens_per_second=speeds[r.name]) if r.name in speeds else r for r in results]
 
 
+# results_table's columns. A ratio cell is written with its "x" ("0.41x"); the agreement cell keeps a space
+# after its value, so the speed columns start one character right of it.
+RESULT_COLUMNS = [Column("variant", 11, align="<"), Column("MB", 8, ".1f"), Column("x fp32", 8),
+                  Column("perplexity", 12, ".3f"), Column("Δ ppl", 8, "+.1%"), Column("agreement", 11),
+                  Column("tok/s", 8, ".1f"), Column("x fp32", 8)]
+
+
+def _result_row(result: Result, base: Result) -> str:
+    """One variant's line; its speed columns are left off when it was not timed, and a variant that could not
+    be built says why instead."""
+    if result.note:
+        return f"{result.name:<11}  unavailable: {result.note.split('.')[0]}"
+    cells = [result.name, result.nbytes / 1e6, f"{result.nbytes / base.nbytes:.2f}x", result.perplexity,
+             result.perplexity / base.perplexity - 1, f"{result.agreement:.0%} "]
+    if not math.isnan(result.tokens_per_second):
+        cells += [result.tokens_per_second, f"{result.tokens_per_second / base.tokens_per_second:.2f}x"]
+    return format_row(RESULT_COLUMNS[:len(cells)], cells)
+
+
 def results_table(results: Sequence[Result]) -> str:
-    """A text table of results, with each variant's size and speed relative to fp32."""
+    """A text table of results, with each variant's size and speed relative to fp32.
+
+        >>> fp32, int8 = Result("fp32", "", 538e6, 10.0, 1.0, 20.0), Result("int8", "", 219e6, 10.05, 0.9, 40.0)
+        >>> print(results_table([fp32, int8]))
+        variant          MB  x fp32  perplexity   Δ ppl  agreement   tok/s  x fp32
+        fp32          538.0   1.00x      10.000   +0.0%      100%     20.0   1.00x
+        int8          219.0   0.41x      10.050   +0.5%       90%     40.0   2.00x
+    """
     check_items("results", results, "Result (labkit.quant.evaluation.evaluate)", has=("name", "nbytes", "perplexity"))
     base = next((r for r in results if r.name == "fp32"), results[0])
-    lines = [f"{'variant':<11}{'MB':>8}{'x fp32':>8}{'perplexity':>12}{'Δ ppl':>8}{'agreement':>11}"
-             f"{'tok/s':>8}{'x fp32':>8}"]
-    for r in results:
-        if r.note:
-            lines.append(f"{r.name:<11}  unavailable: {r.note.split('.')[0]}")
-            continue
-        speed = "" if math.isnan(r.tokens_per_second) else f"{r.tokens_per_second:>8.1f}{r.tokens_per_second / base.tokens_per_second:>7.2f}x"
-        lines.append(f"{r.name:<11}{r.nbytes / 1e6:>8.1f}{r.nbytes / base.nbytes:>7.2f}x{r.perplexity:>12.3f}"
-                     f"{(r.perplexity / base.perplexity - 1):>+8.1%}{r.agreement:>10.0%} {speed}")
-    return "\n".join(lines)
+    titles = format_row(RESULT_COLUMNS, [column.title for column in RESULT_COLUMNS])
+    return "\n".join([titles] + [_result_row(r, base) for r in results])

@@ -18,7 +18,7 @@ import labkit
 from labkit.core.forward import greedy_decode
 from labkit.fast import optimize
 from labkit.fast.fuse import FusedAttention, FusedMLP, fuse_projections, is_fused, stacked_linear
-from labkit.quant.evaluation import eval_prompts
+from labkit.models.eval_data import eval_prompts
 from labkit.quant.linear import quantize_model
 from labkit.serving.engine import Engine
 

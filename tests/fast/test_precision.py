@@ -19,7 +19,7 @@ from labkit.core.forward import forward, greedy_decode
 from labkit.decoding.scoring import perplexity
 from labkit.fast import optimize
 from labkit.fast.precision import quantize_weights, to_bfloat16
-from labkit.quant.evaluation import eval_ids, eval_prompts
+from labkit.models.eval_data import eval_ids, eval_prompts
 from labkit.quant.linear import QuantLinear
 
 # step -> the largest relative perplexity change allowed against float32 (measured: int8 -0.2 %,

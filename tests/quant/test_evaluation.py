@@ -1,5 +1,5 @@
-"""labkit.quant.evaluation: the evaluation text and prompts, the results table and its pieces (the table as
-`python -m labkit.bench quant` prints it: tests/benchmarks/test_quant.py)."""
+"""labkit.quant.evaluation: the evaluation text and prompts it reads (labkit.models.eval_data), the results table
+and its pieces (the table as `python -m labkit.bench quant` prints it: tests/benchmarks/test_quant.py)."""
 
 import math
 from pathlib import Path
@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import labkit
+from labkit.models import eval_data
 from labkit.quant import evaluation
 from labkit.quant.linear import quantize_model
 
@@ -15,15 +16,15 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_eval_data_is_a_few_thousand_tokens_of_prose_and_code(tokenizer):
-    text = evaluation.eval_text()
-    assert 3000 <= evaluation.eval_ids(tokenizer).shape[1] <= 6000
+    text = eval_data.eval_text()
+    assert 3000 <= eval_data.eval_ids(tokenizer).shape[1] <= 6000
     assert "```python" in text and "def " in text and "SELECT" in text
-    assert evaluation.eval_ids(tokenizer, max_tokens=100).shape == (1, 100)
+    assert eval_data.eval_ids(tokenizer, max_tokens=100).shape == (1, 100)
     for max_tokens in (1, 100.0, True):
         with pytest.raises(ValueError, match=r"max_tokens must be a whole number of 2 or more \(or None "):
-            evaluation.eval_ids(tokenizer, max_tokens=max_tokens)
+            eval_data.eval_ids(tokenizer, max_tokens=max_tokens)
     assert "Provenance" in (ROOT / "data" / "eval" / "README.md").read_text()
-    prompts = evaluation.eval_prompts(tokenizer)
+    prompts = eval_data.eval_prompts(tokenizer)
     assert len(prompts) == 8 and all(isinstance(i, int) for p in prompts for i in p)
 
 
@@ -57,6 +58,20 @@ def test_results_table_formats_rows_and_missing_variants():
             evaluation.Result("bnb nf4", "", math.nan, math.nan, math.nan, math.nan, note="No kernel. Use x.")]
     table = evaluation.results_table(rows)
     assert "0.41x" in table and "+0.5%" in table and "2.00x" in table and "unavailable: No kernel" in table
+
+
+def test_results_table_layout_stays_as_notebook_08_prints_it():
+    """Each column lines up under its title; a variant timed for no speed stops after its agreement, and one
+    that could not be built says why."""
+    rows = [evaluation.Result("fp32", "", 538e6, 10.0, 1.0, 20.0),
+            evaluation.Result("int8", "", 219e6, 10.05, 0.9, math.nan),
+            evaluation.Result("bnb nf4", "", math.nan, math.nan, math.nan, math.nan, note="No kernel. Use x.")]
+    assert evaluation.results_table(rows).splitlines() == [
+        "variant          MB  x fp32  perplexity   Δ ppl  agreement   tok/s  x fp32",
+        "fp32          538.0   1.00x      10.000   +0.0%      100%     20.0   1.00x",
+        "int8          219.0   0.41x      10.050   +0.5%       90% ",
+        "bnb nf4      unavailable: No kernel",
+    ]
 
 
 def test_decode_speeds_time_the_variants_in_turns(monkeypatch):
