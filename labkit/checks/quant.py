@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from labkit.checks.common import matching_hint, not_attempted, read_number, verdict
-from labkit.checks.work import choice_miss, progressive, reset, run_own
+from labkit.checks.work import choice_verdict, progressive, reset, run_own
 from labkit.quant.gguf_blocks import decode_q4_1
 from labkit.quant.evaluation import model_nbytes
 from labkit.quant.schemes import absmax_dequantize, absmax_quantize, bits_per_weight
@@ -24,7 +24,6 @@ def check_absmax_quantize(fn: Callable | None) -> bool:
     Calling labkit's own absmax_quantize does not count."""
     if fn is None:
         return not_attempted("your function my_absmax_int8(w)")
-    codes_expected, scale_expected = absmax_quantize(_EXAMPLE, bits=8, granularity="channel")
     got, error = run_own(fn, _EXAMPLE.clone(), references=[absmax_quantize])
     if error:
         return verdict(False, f"your function: {error}")
@@ -35,29 +34,45 @@ def check_absmax_quantize(fn: Callable | None) -> bool:
     codes, scale = torch.as_tensor(codes), torch.as_tensor(scale, dtype=torch.float32)
     if codes.shape != _EXAMPLE.shape:
         return verdict(False, f"codes must have the weight's shape {tuple(_EXAMPLE.shape)}, not {tuple(codes.shape)}.")
-    if scale.numel() == 1:
-        return verdict(False, "one scale for the whole tensor: the second row's weights are tiny, and with the "
-                               "first row's scale they all round to a few codes. Give each row its own scale.")
-    if torch.allclose(scale.reshape(-1), (_EXAMPLE.abs().amax(1) / 128), rtol=1e-4):
-        return verdict(False, "divide max|w| by 127, not 128: int8 codes run from -127 to 127 so that zero sits "
-                               "in the middle and the range is symmetric.")
-    if not torch.allclose(scale.reshape(-1), scale_expected.reshape(-1), rtol=1e-4):
-        return verdict(False, "the scale of each row is max|w| of that row divided by 127.")
-    if codes.is_floating_point() and not torch.equal(codes, codes.round()):
-        return verdict(False, "the codes are not whole numbers yet: a code is an integer, stored as int8.")
-    if not torch.equal(codes.to(torch.int64), codes_expected.to(torch.int64)):
-        if torch.equal(torch.trunc(_EXAMPLE / scale_expected).to(torch.int64), codes.to(torch.int64)):
-            return verdict(False, "that truncates toward zero; round to the nearest code instead, so the error is "
-                                   "never more than half a step.")
-        return verdict(False, progressive("absmax_codes", [
-            "some codes differ: each code is the weight measured in steps of its row's scale, to the nearest step.",
-            "some codes differ: codes = round(w / scale), clamped to [-127, 127]."]))
-    if codes.dtype != torch.int8:
-        return verdict(False, f"the values are right; store the codes as torch.int8 (1 byte each), not {codes.dtype}.")
+    miss = _absmax_scale_miss(scale) or _absmax_codes_miss(codes)
+    if miss:
+        return verdict(False, miss)
     error = float((absmax_dequantize(codes, scale.reshape(-1, 1)) - _EXAMPLE).abs().max())
     reset("absmax_codes")
     return verdict(True, f"codes and scales match labkit.quant.schemes.absmax_quantize; the worst round-trip error is "
                           f"{error:.2e}, within half a step.")
+
+
+def _absmax_scale_miss(scale: torch.Tensor) -> str | None:
+    """The hint for a wrong scale of _EXAMPLE (one per row, max|w| / 127), None when it is right."""
+    _, expected = absmax_quantize(_EXAMPLE, bits=8, granularity="channel")
+    if scale.numel() == 1:
+        return ("one scale for the whole tensor: the second row's weights are tiny, and with the first row's "
+                "scale they all round to a few codes. Give each row its own scale.")
+    if torch.allclose(scale.reshape(-1), (_EXAMPLE.abs().amax(1) / 128), rtol=1e-4):
+        return ("divide max|w| by 127, not 128: int8 codes run from -127 to 127 so that zero sits in the middle "
+                "and the range is symmetric.")
+    if not torch.allclose(scale.reshape(-1), expected.reshape(-1), rtol=1e-4):
+        return "the scale of each row is max|w| of that row divided by 127."
+    return None
+
+
+def _absmax_codes_miss(codes: torch.Tensor) -> str | None:
+    """The hint for wrong codes of _EXAMPLE (whole numbers, rounded to the nearest step, stored as int8), None
+    when they are right; a miss on their values counts toward the exercise's progressive hints."""
+    expected, scale = absmax_quantize(_EXAMPLE, bits=8, granularity="channel")
+    if codes.is_floating_point() and not torch.equal(codes, codes.round()):
+        return "the codes are not whole numbers yet: a code is an integer, stored as int8."
+    if not torch.equal(codes.to(torch.int64), expected.to(torch.int64)):
+        if torch.equal(torch.trunc(_EXAMPLE / scale).to(torch.int64), codes.to(torch.int64)):
+            return ("that truncates toward zero; round to the nearest code instead, so the error is never more "
+                    "than half a step.")
+        return progressive("absmax_codes", [
+            "some codes differ: each code is the weight measured in steps of its row's scale, to the nearest step.",
+            "some codes differ: codes = round(w / scale), clamped to [-127, 127]."])
+    if codes.dtype != torch.int8:
+        return f"the values are right; store the codes as torch.int8 (1 byte each), not {codes.dtype}."
+    return None
 
 
 def check_quantized_megabytes(answer: float | None, n_weights: int, bits: int = 4, group_size: int = 32) -> bool:
@@ -135,23 +150,27 @@ def check_ceiling_share(answer: float | None, limited_by: str | None, tokens_per
         return refusal
     model_bytes = model_nbytes(model)
     expected = tokens_per_s * model_bytes / bandwidth
-    hints = [
-        (100 * expected, "give a fraction of 1, not a percentage."),
-        (1 / expected, "that is the ceiling divided by the measured speed: the share goes the other way."),
-        (bandwidth / model_bytes, "that is the ceiling itself, in tokens/s; how much of it did the step reach?"),
-        *[(expected * f, "mind the units: bytes in bytes and the bandwidth in bytes/s (1 GB/s = 1e9 bytes/s).")
-          for f in (1e6, 1e-6, 1e3, 1e-3)],
-    ]
     if not abs(value - expected) <= 0.05 * expected:
+        hints = _ceiling_share_slips(expected, model_bytes, bandwidth)
         return verdict(False, matching_hint(value, hints, rel_tol=0.05) or progressive("ceiling_share", [
             f"{value:g} is not what your measurement gives. The ceiling is the speed if reading the bytes were all a "
             "step did; compare the measured speed with it.",
             f"{value:g} is not it. The ceiling is bandwidth / bytes read per token, in tokens/s; the share is the "
             "measured tokens/s over that."]))
     reset("ceiling_share")
-    miss = choice_miss(limited_by, CEILING_LIMITS, "reading weights" if expected >= 0.5 else "other work",
-                       "if the reads set the pace, how close to the ceiling would the step run?")
-    if miss:
-        return verdict(False, f"the share is right; {miss}")
-    return verdict(True, f"{model_bytes / 1e6:.1f} MB read per token. Section 7's cost model splits a step into "
-                         "its terms and names each one's share.")
+    return choice_verdict(limited_by, CEILING_LIMITS, "reading weights" if expected >= 0.5 else "other work",
+                          "if the reads set the pace, how close to the ceiling would the step run?",
+                          name="limited_by", exercise="ceiling_share", right_so_far="the share is right",
+                          passed=f"{model_bytes / 1e6:.1f} MB read per token. Section 7's cost model splits a step "
+                                 "into its terms and names each one's share.")
+
+
+def _ceiling_share_slips(expected: float, model_bytes: float, bandwidth: float) -> list[tuple[float, str]]:
+    """The plausible wrong answers to check_ceiling_share, each with its hint (for matching_hint)."""
+    return [
+        (100 * expected, "give a fraction of 1, not a percentage."),
+        (1 / expected, "that is the ceiling divided by the measured speed: the share goes the other way."),
+        (bandwidth / model_bytes, "that is the ceiling itself, in tokens/s; how much of it did the step reach?"),
+        *[(expected * f, "mind the units: bytes in bytes and the bandwidth in bytes/s (1 GB/s = 1e9 bytes/s).")
+          for f in (1e6, 1e-6, 1e3, 1e-3)],
+    ]
