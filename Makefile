@@ -27,7 +27,7 @@ export OMP_WAIT_POLICY ?= PASSIVE
 # JupyterLab refuses to start as root (common in containers) unless told it is on purpose.
 ROOT_OPTION := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: lab teach test test-fast lint setup cache engines notebooks student site site-vendor slides slides-vendor present bench clean-cache
+.PHONY: lab teach test test-fast lint setup cache engines engines-avx2 notebooks student site site-vendor slides slides-vendor present bench clean-cache
 
 lab: cache $(STUDENT_COPIES)
 	$(VENV)/bin/jupyter lab $(ROOT_OPTION) $(LAB_OPTIONS) $(FIRST_STUDENT_NOTEBOOK)
@@ -126,6 +126,18 @@ $(LLAMACPP_INSTALLED): $(INSTALLED) $(LLAMA_SERVER)
 	lib=$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["platlib"])')/llama_cpp/lib && \
 		mkdir -p $$lib && cp -a $(LLAMACPP_BUILD)/bin/lib*.so* $$lib/
 	touch $@
+
+# llama.cpp's libraries once more, from the same sources, built for AVX2 (GGML_NATIVE=OFF: AVX, AVX2, FMA, F16C
+# and BMI2, no AVX-512), into .engines/llama.cpp/build-avx2, for `python -m labkit.bench fast --path avx2`: labkit's
+# AVX2 kernel against llama.cpp's AVX2 code on the same machine, like with like. Not part of `make engines`
+# (another 10 minutes on 2 cores); the bench says how to build it when it is missing.
+LLAMACPP_BUILD_AVX2 := $(LLAMACPP_DIR)/build-avx2
+engines-avx2: $(LLAMACPP_BUILD_AVX2)/bin/libllama.so
+
+$(LLAMACPP_BUILD_AVX2)/bin/libllama.so: $(LLAMACPP_SOURCE)/.unpacked | $(LLAMACPP_TOOLS)/.installed
+	$(LLAMACPP_TOOLS)/bin/cmake -S $(LLAMACPP_SOURCE)/vendor/llama.cpp -B $(LLAMACPP_BUILD_AVX2) $(LLAMACPP_CMAKE_OPTIONS) \
+		-DGGML_NATIVE=OFF -DCMAKE_MAKE_PROGRAM=$(abspath $(LLAMACPP_TOOLS))/bin/ninja > /dev/null
+	MAKEFLAGS= $(LLAMACPP_TOOLS)/bin/cmake --build $(LLAMACPP_BUILD_AVX2) --target llama > $(LLAMACPP_DIR)/build-avx2.log
 
 $(VLLM_INSTALLED):
 	rm -rf $(ENGINES)/vllm && $(PYTHON) -m venv $(ENGINES)/vllm

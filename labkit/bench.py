@@ -21,7 +21,7 @@ import sys
 
 import torch
 
-TOPICS = ["decode", "kvcache", "quant", "speculative", "batching", "sampling", "serve", "engines", "fast"]  # modules of labkit/benchmarks/
+TOPICS = ["decode", "kvcache", "quant", "speculative", "batching", "sampling", "serve", "engines", "fast", "simd"]  # modules of labkit/benchmarks/
 
 
 def available_topics() -> list[str]:

@@ -26,6 +26,13 @@ from labkit.models.loading import load_model
 from labkit.models.registry import EMBEDDED_MODELS
 
 
+def llama_cpp_simd(llama_cpp) -> str:
+    """The SIMD extensions the loaded llama.cpp was built with, from its system info ("AVX2 FMA ... AVX512")."""
+    info = llama_cpp.llama_print_system_info().decode()
+    return " ".join(part.split("=")[0].strip() for part in info.replace("CPU :", "").split("|")
+                    if part.strip().endswith("= 1") and part.strip().startswith(("AVX", "FMA", "F16C")))
+
+
 def llama_cpp_rates(prompt: str, new_tokens: int, repeats: int) -> list[dict]:
     """llama.cpp, greedy, exactly new_tokens tokens, at each thread count; [] when llama_cpp is missing."""
     if importlib.util.find_spec("llama_cpp") is None:
@@ -48,7 +55,7 @@ def llama_cpp_rates(prompt: str, new_tokens: int, repeats: int) -> list[dict]:
             return produced
         rate = median_tokens_per_second(run, repeats)
         rows.append({"label": fast.LLAMA_CPP, "threads": threads, "tokens_per_second": rate,
-                     "bytes_per_token": gguf.stat().st_size})
+                     "bytes_per_token": gguf.stat().st_size, "simd": llama_cpp_simd(llama_cpp)})
         llm = None  # frees this model before the next thread count loads its own
     return rows
 
