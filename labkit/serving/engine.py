@@ -6,6 +6,8 @@ with chunked prefill, both: each decode's token and chunks of prompts within a t
 chooses the next token of each row whose prompt is complete with that request's own options, exactly as
 `labkit.generate` would: the same transforms, the same `choose`, its own seeded generator, the same
 text and stop handling. Blocks of finished requests stay in the prefix cache until their memory is needed.
+A request is checked at the door (`labkit.serving.admission`: it could run here, and the queue has room,
+else EngineBusy); the seats, the KV pool and the tokens per step are sized by `labkit.serving.capacity`.
 
 `add_request(..., n=4)` asks for 4 samples of one prompt, prefilled once: when the prompt is done, the
 other samples fork from it, sharing its blocks (copy on write), and each chooses its first token from the
@@ -24,7 +26,6 @@ the model's raw distribution, with the k most likely alternatives (`EngineReques
 from __future__ import annotations
 
 import itertools
-import math
 import time
 from collections import deque
 from collections.abc import Callable
@@ -33,28 +34,21 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from labkit.core.arguments import check_int
 from labkit.core.forward import context_length
 from labkit.core.paged import BlockPool
 from labkit.decoding.config import DecodingConfig
 from labkit.decoding.request import Prompt, check_request
+from labkit.serving.admission import (EngineBusy, EngineLoad, check_logprobs, check_prompt_list,  # noqa: F401
+                                     check_queue_room, check_samples, refuse_beams)
 from labkit.serving.block_manager import BlockManager
+from labkit.serving.capacity import (DEFAULT_TOKENS_PER_SEQ, check_sizes, default_blocks,  # noqa: F401
+                                     default_budget)
 from labkit.serving.compiled_step import CompiledDecode
 from labkit.serving.runner import BatchRunner, require_llama
 from labkit.serving.scheduler import ScheduledBatch, Scheduler, SchedulerConfig
 from labkit.serving.request import MAX_LOGPROBS, EngineRequest, EngineRequestMetrics, Status, TokenLogprob
 
-DEFAULT_TOKENS_PER_SEQ = 1024  # the default pool holds this many tokens per sequence (or the context, if less)
-DEFAULT_CHUNKED_BUDGET = 256  # tokens per step with chunked prefill, unless max_num_batched_tokens says otherwise
-
 Output = tuple[int, int, str, str | None]  # (request id, token id, text piece, finish reason or None)
-
-
-def default_budget(budget: int | None, chunked_prefill: bool, context: int, max_num_seqs: int) -> int:
-    """Tokens per step: as given; else a whole context (prefill first) or DEFAULT_CHUNKED_BUDGET (chunked)."""
-    if budget is not None:
-        return budget
-    return max(DEFAULT_CHUNKED_BUDGET if chunked_prefill else context, max_num_seqs)
 
 
 @dataclass(frozen=True)
@@ -69,21 +63,11 @@ class StepMetrics:
     duration_s: float  # schedule + run + postprocess, on the engine's clock
 
 
-class EngineBusy(RuntimeError):
-    """More requests wait than the engine was told to queue (`max_waiting`): come back later."""
-
-
-@dataclass(frozen=True)
-class EngineLoad:
-    """The engine's state between steps: what a server shows on /health and uses to turn requests away."""
-
-    running: int  # sequences with a seat (decoding, or their prompt being prefilled)
-    waiting: int  # requests queued for a seat or for memory
-    free_seats: int  # max_num_seqs - running - samples still to fork from the running ones
-    blocks_used: int  # KV blocks held by running requests
-    blocks_cached: int  # free blocks still holding a named prefix (reused by a later request, or evicted)
-    blocks_total: int  # the pool
-    prefix_hit_rate: float  # share of looked-up prompt blocks found in the pool
+def finish_on_arrival(seq: EngineRequest) -> None:
+    """Finish a request that asks for no new tokens, and its samples, the moment it arrives ("length")."""
+    for sample in (seq, *seq.siblings):
+        sample.status, sample.finish_reason, sample.finish_s = Status.FINISHED, "length", seq.arrival_s
+    seq.unforked = []
 
 
 class Engine:
@@ -106,17 +90,11 @@ class Engine:
             raise TypeError(f"tokenizer must be the model's tokenizer (as load_model returns it), got "
                             f"{type(tokenizer).__name__}.")
         context = context_length(model)
-        check_int("max_num_seqs", max_num_seqs, minimum=1)
-        check_int("block_size", block_size, minimum=1)
-        for name, value in (("n_blocks", n_blocks), ("max_num_batched_tokens", max_num_batched_tokens),
-                            ("step_history", step_history), ("max_waiting", max_waiting)):
-            if value is not None:  # None: the default
-                check_int(name, value, minimum=0 if name in ("step_history", "max_waiting") else 1)
+        check_sizes(max_num_seqs, block_size, n_blocks, max_num_batched_tokens, step_history, max_waiting)
         if n_blocks is None:
-            n_blocks = math.ceil(max_num_seqs * min(context, DEFAULT_TOKENS_PER_SEQ) / block_size)
-        self.config = SchedulerConfig(max_num_seqs, default_budget(max_num_batched_tokens, chunked_prefill,
-                                                                   context, max_num_seqs),
-                                      context, chunked_prefill, prefill_chunk)
+            n_blocks = default_blocks(max_num_seqs, context, block_size)
+        budget = default_budget(max_num_batched_tokens, chunked_prefill, context, max_num_seqs)
+        self.config = SchedulerConfig(max_num_seqs, budget, context, chunked_prefill, prefill_chunk)
         if not isinstance(compile_decode, bool):
             raise TypeError(f"compile_decode must be True or False, got {compile_decode!r}.")
         self.pool = BlockPool.for_model(model, n_blocks, block_size)
@@ -129,8 +107,8 @@ class Engine:
         self.record_logits = record_logits  # keep each token's logits [V] on its EngineRequest (tests, plots)
         self.requests: dict[int, EngineRequest] = {}  # every request added and not yet released, by id
         self.request_ids = itertools.count()
-        self.step_metrics: deque[StepMetrics] = deque(maxlen=step_history)  # the last `step_history` steps (all by default)
-        self.last_batch: ScheduledBatch | None = None  # what the last step ran: its rows, tokens each and kind
+        self.step_metrics: deque[StepMetrics] = deque(maxlen=step_history)  # the last step_history steps (all)
+        self.last_batch: ScheduledBatch | None = None  # what the last step ran: rows, tokens each, kind
 
     def step_description(self) -> str:
         """How its decode steps run, as a start-up line or /health says it.
@@ -146,10 +124,7 @@ class Engine:
 
     def load(self) -> EngineLoad:
         """Seats, queue and KV blocks right now (`EngineLoad`)."""
-        running, waiting, manager = len(self.scheduler.running), len(self.scheduler.waiting), self.block_manager
-        free_seats = self.config.max_num_seqs - self.scheduler.seats_used
-        return EngineLoad(running, waiting, free_seats, self.pool.allocator.n_used, manager.n_cached_free,
-                          self.pool.allocator.n_blocks, manager.hit_rate)
+        return EngineLoad.of(self.scheduler)
 
     def add_request(self, prompt: Prompt, config: DecodingConfig | None = None, arrival_s: float | None = None,
                     n: int = 1, logprobs: int | None = None, **options) -> int:
@@ -164,27 +139,16 @@ class Engine:
         the model's context, than the whole pool, or than the per-step token budget (without chunks), or
         more samples than seats; EngineBusy when max_waiting requests already wait beyond the free seats.
         """
-        check_int("n", n, minimum=1, note="samples of the prompt")
-        if n > self.config.max_num_seqs:
-            raise ValueError(f"n={n} samples share one prefill, so they need {n} seats at once; this engine has "
-                             f"max_num_seqs={self.config.max_num_seqs}. Ask for fewer, or create it with more seats.")
-        if logprobs is not None:
-            check_int("logprobs", logprobs, minimum=0, maximum=MAX_LOGPROBS, note="alternatives per token, or None")
+        check_samples(n, self.config.max_num_seqs)
+        check_logprobs(logprobs)
         request = check_request(self.model, self.tokenizer, prompt, config, options, "add_request")
-        if request.config.num_beams > 1:
-            raise ValueError("The engine samples (n independent samples per request); for beam search use "
-                             "labkit.generate(model, tokenizer, prompt, num_beams=...).")
-        waiting, free = len(self.scheduler.waiting), self.config.max_num_seqs - self.scheduler.seats_used
-        if self.max_waiting is not None and waiting - free >= self.max_waiting:
-            raise EngineBusy(f"The server is busy: {len(self.scheduler.running)} requests running and {waiting} "
-                             f"waiting (at most {self.max_waiting} may wait). Try again shortly.")
+        refuse_beams(request.config)
+        check_queue_room(self.load(), self.max_waiting)
         seq = EngineRequest(next(self.request_ids), request.prompt_ids, request.config, request.eos_ids,
                             self.tokenizer, self.clock() if arrival_s is None else arrival_s, logprobs=logprobs)
         samples = [seq, *seq.add_samples([next(self.request_ids) for _ in range(n - 1)])]
         if request.config.max_new_tokens == 0:  # nothing to generate: done on arrival, as in generate()
-            for sample in samples:
-                sample.status, sample.finish_reason, sample.finish_s = Status.FINISHED, "length", seq.arrival_s
-            seq.unforked = []
+            finish_on_arrival(seq)
         else:
             self.scheduler.add(seq)
         self.requests.update((sample.request_id, sample) for sample in samples)
@@ -291,9 +255,7 @@ class Engine:
 
             >>> Engine(model, tokenizer).generate_batch(["Hi", "The sea"], max_new_tokens=8)
         """
-        if isinstance(prompts, str) or not isinstance(prompts, (list, tuple)):
-            raise ValueError(f"prompts must be a list of prompts (one string, token ids or messages each), got "
-                             f"{type(prompts).__name__}{' (wrap one prompt as [prompt])' if isinstance(prompts, str) else ''}.")
+        check_prompt_list(prompts)
         ids = [self.add_request(prompt, config, **options) for prompt in prompts]
         texts = {request_id: "" for request_id in ids}
         for request_id, _, piece, _ in self.run_until_done():

@@ -11,6 +11,7 @@ or staggered (Poisson arrivals). The same workload is served three ways, on the 
   (optionally with chunked prefill).
 
 TTFT is measured from each request's arrival, so waiting in a queue counts, as a user would feel it.
+Each run returns a `RunResult`, and `results_table` compares them (both in `labkit.serving.run_result`).
 
     >>> workload = make_workload(tokenizer, n_requests=16)
     >>> results = [run_one_at_a_time(model, tokenizer, workload), run_continuous(model, tokenizer, workload)]
@@ -33,8 +34,8 @@ from labkit.core.doors import check_items, check_model, check_record
 from labkit.core.text import chat_prompt
 from labkit.decoding.config import DecodingConfig
 from labkit.decoding.generate import generate
-from labkit.metrics import percentile
 from labkit.serving.engine import Engine
+from labkit.serving.run_result import RunResult, results_table  # noqa: F401
 from labkit.serving.static_batch import StaticBatch, Waste
 
 BLOCK_SIZE = 16  # tokens per KV block of the engines these runners make
@@ -90,40 +91,6 @@ def make_workload(tokenizer: PreTrainedTokenizerBase, n_requests: int = 16, stag
             arrival += rng.expovariate(1 / mean_gap_s)
         items.append(WorkItem(chat_prompt(tokenizer, questions[index]), rng.randint(low, high), arrival))
     return items
-
-
-@dataclass(frozen=True)
-class RunResult:
-    """What serving one workload cost, and what it produced. Times in seconds."""
-
-    name: str  # how it was served
-    wall_s: float  # run start -> last token of the last request
-    output_tokens: int  # tokens generated, all requests
-    ttft_s: tuple[float, ...]  # per request (workload order), from its arrival to its first token
-    tpot_s: tuple[float, ...]  # per request with >= 2 tokens: mean gap between its later tokens
-    token_ids: tuple[tuple[int, ...], ...]  # per request, in workload order
-    waste: Waste | None = None  # padded static batches only: the slots they fed and wasted
-
-    @property
-    def tokens_per_s(self) -> float:
-        """Total throughput: every request's tokens / the wall time of the whole run."""
-        return self.output_tokens / self.wall_s
-
-    @property
-    def ttft_p50(self) -> float:
-        return percentile(self.ttft_s, 50)
-
-    @property
-    def ttft_p95(self) -> float:
-        return percentile(self.ttft_s, 95)
-
-    @property
-    def tpot_p50(self) -> float:
-        return percentile(self.tpot_s, 50) if self.tpot_s else math.nan
-
-    @property
-    def tpot_p95(self) -> float:
-        return percentile(self.tpot_s, 95) if self.tpot_s else math.nan
 
 
 def check_run(model: object, tokenizer: object, workload: object) -> None:
@@ -258,21 +225,3 @@ def run_continuous(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, w
     line = Timeline(f"continuous, {max_num_seqs} seats{chunked}", workload)
     serve(make_engine(model, tokenizer, workload, max_num_seqs, chunked_prefill, max_num_batched_tokens), line, config)
     return line.result()
-
-
-def results_table(results: list[RunResult]) -> str:
-    """One row per run: requests, total tokens/s, TTFT and TPOT p50/p95, wall time, the share of slots a padded
-    static batch wasted ('-' for the others), tokens/s vs the first row.
-
-        >>> print(results_table([one_at_a_time, continuous]))
-    """
-    check_items("results", results, "RunResult (from the run_* functions)", of=RunResult)
-    width = max(len("runner"), *(len(r.name) for r in results))
-    lines = [f"{'runner':<{width}}  {'requests':>8}  {'tokens/s':>8}  {'TTFT p50 ms':>11}  {'TTFT p95 ms':>11}  "
-             f"{'TPOT p50 ms':>11}  {'TPOT p95 ms':>11}  {'wall s':>6}  {'wasted':>6}  {'vs first':>8}"]
-    for r in results:
-        wasted = f"{r.waste.share:.0%}" if r.waste is not None else "-"
-        lines.append(f"{r.name:<{width}}  {len(r.token_ids):>8}  {r.tokens_per_s:>8.1f}  {r.ttft_p50 * 1e3:>11.0f}  "
-                     f"{r.ttft_p95 * 1e3:>11.0f}  {r.tpot_p50 * 1e3:>11.1f}  {r.tpot_p95 * 1e3:>11.1f}  "
-                     f"{r.wall_s:>6.2f}  {wasted:>6}  {r.tokens_per_s / results[0].tokens_per_s:>7.2f}x")
-    return "\n".join(lines)

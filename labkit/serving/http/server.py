@@ -165,8 +165,8 @@ def serve(options: ServerOptions, host: str, port: int, api_key: str | None) -> 
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, timeout_graceful_shutdown=5)
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """The command line, checked; `.options` holds the ServerOptions it asks for."""
+def argument_parser() -> argparse.ArgumentParser:
+    """`python -m labkit serve`'s options, each with its default and its help line."""
     parser = argparse.ArgumentParser(prog="python -m labkit serve",
                                      description="Serve a model over Ollama's and OpenAI's HTTP APIs.")
     parser.add_argument("--model", default="smollm2-135m", help="an embedded model name or a local folder")
@@ -187,6 +187,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--compile", action="store_true",
                         help="compile the decode step for batch sizes up to --max-num-seqs at start-up (minutes "
                              "on 2 cores the first time; cached on disk)")
+    return parser
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line, checked; `.options` holds the ServerOptions it asks for.
+
+        >>> parse_args(["--max-num-seqs", "4", "--optimize", "fuse, q4_1"]).options.optimize
+        ('fuse', 'q4_1')
+    """
+    parser = argument_parser()
     args = parser.parse_args(argv)
     if not 0 <= args.port < 65536:
         parser.error("--port must be in [0, 65535].")

@@ -1,0 +1,113 @@
+"""Admission: what the serving engine checks before a request joins its queue, and how it turns one away.
+
+A request (or each of a batch of prompts, `check_prompt_list`) is refused at the door, before it takes a
+seat or a block, for one of two reasons:
+
+- it could never run here: more samples than the engine has seats (n samples share one prefill, so they
+  need n seats at once), a log-probability count outside 0..MAX_LOGPROBS, or beam search, which the
+  engine does not do (its samples are independent); each is a ValueError/TypeError naming the argument;
+- it could run, but not now: the queue already holds `max_waiting` requests beyond the free seats. That
+  one is `EngineBusy`, which a server answers with 503 so that the client comes back later (vLLM and
+  llama-server bound their queues the same way) rather than wait behind a queue that only grows.
+
+`EngineLoad` is the engine's state between steps, the numbers this decision reads and a server's /health shows.
+
+    >>> check_samples(4, max_num_seqs=8)            # fine: 4 seats of 8
+    >>> check_queue_room(EngineLoad(8, 70, 0, 120, 3, 512, 0.4), max_waiting=64)
+    Traceback (most recent call last):
+    EngineBusy: The server is busy: 8 requests running and 70 waiting (at most 64 may wait). Try again shortly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from labkit.core.arguments import check_int
+from labkit.decoding.config import DecodingConfig
+from labkit.serving.request import MAX_LOGPROBS
+from labkit.serving.scheduler import Scheduler
+
+
+class EngineBusy(RuntimeError):
+    """More requests wait than the engine was told to queue (`max_waiting`): come back later."""
+
+
+@dataclass(frozen=True)
+class EngineLoad:
+    """The engine's state between steps: what a server shows on /health and uses to turn requests away."""
+
+    running: int  # sequences with a seat (decoding, or their prompt being prefilled)
+    waiting: int  # requests queued for a seat or for memory
+    free_seats: int  # max_num_seqs - running - samples still to fork from the running ones
+    blocks_used: int  # KV blocks held by running requests
+    blocks_cached: int  # free blocks still holding a named prefix (reused by a later request, or evicted)
+    blocks_total: int  # the pool
+    prefix_hit_rate: float  # share of looked-up prompt blocks found in the pool
+
+    @classmethod
+    def of(cls, scheduler: Scheduler) -> EngineLoad:
+        """The load of the engine `scheduler` schedules for, read from its queues and its block manager."""
+        manager, allocator = scheduler.block_manager, scheduler.block_manager.allocator
+        free_seats = scheduler.config.max_num_seqs - scheduler.seats_used
+        return cls(len(scheduler.running), len(scheduler.waiting), free_seats, allocator.n_used,
+                   manager.n_cached_free, allocator.n_blocks, manager.hit_rate)
+
+
+def check_prompt_list(prompts: object) -> None:
+    """Refuse prompts unless it is a list (or tuple) of prompts, a batch; one string is a single prompt.
+
+        >>> check_prompt_list("Hi")
+        Traceback (most recent call last):
+        ValueError: prompts must be a list of prompts (one string, token ids or messages each), got str (wrap ...
+    """
+    if isinstance(prompts, str) or not isinstance(prompts, (list, tuple)):
+        hint = " (wrap one prompt as [prompt])" if isinstance(prompts, str) else ""
+        raise ValueError(f"prompts must be a list of prompts (one string, token ids or messages each), got "
+                         f"{type(prompts).__name__}{hint}.")
+
+
+def check_samples(n: object, max_num_seqs: int) -> None:
+    """Refuse n unless it is a whole number from 1 to max_num_seqs: n samples share one prefill and then
+    decode side by side, so all n need a seat at once.
+
+        >>> check_samples(9, max_num_seqs=8)
+        Traceback (most recent call last):
+        ValueError: n=9 samples share one prefill, so they need 9 seats at once; this engine has ...
+    """
+    check_int("n", n, minimum=1, note="samples of the prompt")
+    if n > max_num_seqs:
+        raise ValueError(f"n={n} samples share one prefill, so they need {n} seats at once; this engine has "
+                         f"max_num_seqs={max_num_seqs}. Ask for fewer, or create it with more seats.")
+
+
+def check_logprobs(logprobs: object) -> None:
+    """Refuse logprobs unless it is None (not recorded) or 0 to MAX_LOGPROBS alternatives per token.
+
+        >>> check_logprobs(2), check_logprobs(None)
+        (None, None)
+    """
+    if logprobs is not None:
+        check_int("logprobs", logprobs, minimum=0, maximum=MAX_LOGPROBS, note="alternatives per token, or None")
+
+
+def refuse_beams(config: DecodingConfig) -> None:
+    """Refuse a config with num_beams > 1: the engine's samples are independent, beams are not.
+
+        >>> refuse_beams(DecodingConfig(num_beams=4))
+        Traceback (most recent call last):
+        ValueError: The engine samples (n independent samples per request); for beam search use ...
+    """
+    if config.num_beams > 1:
+        raise ValueError("The engine samples (n independent samples per request); for beam search use "
+                         "labkit.generate(model, tokenizer, prompt, num_beams=...).")
+
+
+def check_queue_room(load: EngineLoad, max_waiting: int | None) -> None:
+    """Raise EngineBusy when max_waiting requests already wait beyond the free seats (None: no limit).
+    A request that waits while a seat is free takes that seat at the next step, so only the surplus counts.
+
+        >>> check_queue_room(EngineLoad(2, 3, 6, 10, 0, 64, 0.0), max_waiting=0)   # 3 waiting, 6 seats free
+    """
+    if max_waiting is not None and load.waiting - load.free_seats >= max_waiting:
+        raise EngineBusy(f"The server is busy: {load.running} requests running and {load.waiting} "
+                         f"waiting (at most {max_waiting} may wait). Try again shortly.")
