@@ -142,22 +142,33 @@ def fastest_rows(tries: Sequence[EngineRow]) -> list[EngineRow]:
     return list(best.values())
 
 
+def try_cell(row: EngineRow | None, kept: bool) -> str:
+    """One try as a cell: '35.0 (70.1)*', tokens/s at batch 1 (with 8 requests), * if kept; '-' if none."""
+    if row is None:
+        return "-"
+    return f"{row.tokens_per_s:.1f} ({number(row.concurrent_tokens_per_s, '.1f')})" + ("*" if kept else " ")
+
+
 def tries_table(tries: Sequence[EngineRow]) -> str:
     """Every try as text: an engine a line, its tokens/s at batch 1 (and with 8 requests) under each policy,
-    with * beside the try fastest_rows keeps."""
+    with * beside the try fastest_rows keeps.
+
+        >>> print(tries_table(tries))
+        tokens/s b=1 (8 req)             PASSIVE            ACTIVE
+        transformers                24.4 (61.3)       35.0 (70.1)*
+        llama.cpp                      45.7 (-)         150.2 (-)*
+        * the try the table keeps: the engine's most tokens/s at batch 1
+    """
     check_items("tries", tries, "EngineRow (from measure_in_child)", of=EngineRow)
     policies = list(dict.fromkeys(row.policy for row in tries))
     kept = {id(row) for row in fastest_rows(tries)}
-    lines = [f"{'tokens/s b=1 (8 req)':<22}" + "".join(f"{policy:>18}" for policy in policies)]
+    columns = [Column("tokens/s b=1 (8 req)", 22, align="<")] + [Column(policy, 18) for policy in policies]
+    rows = []
     for engine in dict.fromkeys(row.engine for row in tries):
-        cells = []
-        for policy in policies:
-            row = next((r for r in tries if r.engine == engine and r.policy == policy), None)
-            cell = "-" if row is None else (f"{row.tokens_per_s:.1f} ({number(row.concurrent_tokens_per_s, '.1f')})"
-                                            + ("*" if id(row) in kept else " "))
-            cells.append(f"{cell:>18}")
-        lines.append(f"{engine:<22}" + "".join(cells))
-    return "\n".join(lines + ["* the try the table keeps: the engine's most tokens/s at batch 1"])
+        found = [next((r for r in tries if r.engine == engine and r.policy == policy), None)
+                 for policy in policies]
+        rows.append([engine] + [try_cell(row, id(row) in kept) for row in found])
+    return format_table(columns, rows) + "\n* the try the table keeps: the engine's most tokens/s at batch 1"
 
 
 def print_table(title: str, rates: dict[str, float], base: str) -> None:

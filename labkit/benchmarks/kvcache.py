@@ -13,6 +13,7 @@ from __future__ import annotations
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -161,7 +162,26 @@ def prefill_decode_paged(model: Llama, tokenizer, prompt_length: int, steps: int
             1 / statistics.median(paged_s))
 
 
-def run(repeats: int = 3, quick: bool = False) -> list[dict]:
+@dataclass(frozen=True)
+class KVCacheMeasurements:
+    """One run's numbers, for the printed summary and the JSON records."""
+
+    new_tokens: int  # tokens generated with and without the cache
+    cached_s: float  # seconds for new_tokens with the cache (median of the runs)
+    recomputed_s: float  # ... without it (one run)
+    same_tokens: bool  # whether both gave the same tokens
+    near: int  # the two positions whose time per token is compared
+    far: int
+    tpot_near: float  # seconds per decode step with the cache at `near`, and at `far`
+    tpot_far: float
+    prompt_length: int  # the prompt of the prefill vs decode and paged vs contiguous rows
+    prefill_rate: float  # tokens/s of its prefill
+    decode_rate: float  # tokens/s of decode right after it, contiguous cache
+    paged_rate: float  # ... paged cache
+
+
+def measure_all(repeats: int, quick: bool) -> KVCacheMeasurements:
+    """Load SmolLM2-135M on labkit's Llama and take every measurement of the bench (smaller with quick)."""
     new_tokens = 8 if quick else 512
     near, far = (16, 64) if quick else (64, 1024)
     prompt_length = 32 if quick else 512
@@ -171,25 +191,40 @@ def run(repeats: int = 3, quick: bool = False) -> list[dict]:
     timed_generation(model, prompt, 4)  # warm-up
     cached_s, recomputed_s, same_tokens = cache_vs_recompute(model, prompt, new_tokens, repeats)
     tpot_near, tpot_far = time_per_token_by_position(model, tokenizer, near, far, steps, repeats)
-    prefill_rate, decode_rate, paged_rate = prefill_decode_paged(model, tokenizer, prompt_length, steps, repeats)
+    rates = prefill_decode_paged(model, tokenizer, prompt_length, steps, repeats)
+    return KVCacheMeasurements(new_tokens, cached_s, recomputed_s, same_tokens, near, far, tpot_near, tpot_far,
+                               prompt_length, *rates)
 
+
+def print_summary(m: KVCacheMeasurements, repeats: int) -> None:
+    """The bench's table: a line per measurement, with its aim where it has one."""
     print(f"kvcache: SmolLM2-135M fp32 on labkit's Llama, batch 1, greedy, median of {repeats}")
     print(f"machine: {machine_name()}")
-    print(f"{new_tokens} new tokens:      with cache {cached_s:8.2f} s   without {recomputed_s:8.2f} s   "
-          f"speed-up {recomputed_s / cached_s:6.1f}x  (aim >= 10x; same tokens: {same_tokens})")
-    print(f"time per token:      position {near}: {tpot_near * 1e3:7.1f} ms   position {far}: "
-          f"{tpot_far * 1e3:7.1f} ms   ratio {tpot_far / tpot_near:5.2f}  (aim <= 1.25)")
-    print(f"prefill vs decode:   prefill {prompt_length} tokens {prefill_rate:8.1f} tokens/s   decode batch 1 "
-          f"{decode_rate:6.1f} tokens/s   ratio {prefill_rate / decode_rate:6.1f}x")
-    print(f"paged vs contiguous: decode at position {prompt_length}: paged {paged_rate:6.1f} tokens/s, contiguous "
-          f"{decode_rate:6.1f} tokens/s   ratio {paged_rate / decode_rate:5.2f}")
+    print(f"{m.new_tokens} new tokens:      with cache {m.cached_s:8.2f} s   without {m.recomputed_s:8.2f} s   "
+          f"speed-up {m.recomputed_s / m.cached_s:6.1f}x  (aim >= 10x; same tokens: {m.same_tokens})")
+    print(f"time per token:      position {m.near}: {m.tpot_near * 1e3:7.1f} ms   position {m.far}: "
+          f"{m.tpot_far * 1e3:7.1f} ms   ratio {m.tpot_far / m.tpot_near:5.2f}  (aim <= 1.25)")
+    print(f"prefill vs decode:   prefill {m.prompt_length} tokens {m.prefill_rate:8.1f} tokens/s   decode batch 1 "
+          f"{m.decode_rate:6.1f} tokens/s   ratio {m.prefill_rate / m.decode_rate:6.1f}x")
+    print(f"paged vs contiguous: decode at position {m.prompt_length}: paged {m.paged_rate:6.1f} tokens/s, "
+          f"contiguous {m.decode_rate:6.1f} tokens/s   ratio {m.paged_rate / m.decode_rate:5.2f}")
+
+
+def records(m: KVCacheMeasurements) -> list[dict]:
+    """The bench's four comparisons, each labkit's number against its baseline."""
     return [
-        comparison("kvcache_new_tokens", "tokens_per_second", new_tokens / cached_s, new_tokens / recomputed_s,
-                   f"no cache (recompute the prefix), {new_tokens} new tokens"),
-        comparison("kvcache_time_per_token_by_position", "seconds_per_token", tpot_far, tpot_near,
-                   f"with the cache: position {far} vs position {near}"),
-        comparison("prefill_vs_decode", "tokens_per_second", prefill_rate, decode_rate,
-                   f"prefill of a {prompt_length}-token prompt vs decode at batch 1"),
-        comparison("paged_vs_contiguous", "tokens_per_second", paged_rate, decode_rate,
-                   f"decode at position {prompt_length}: paged cache vs contiguous cache"),
+        comparison("kvcache_new_tokens", "tokens_per_second", m.new_tokens / m.cached_s,
+                   m.new_tokens / m.recomputed_s, f"no cache (recompute the prefix), {m.new_tokens} new tokens"),
+        comparison("kvcache_time_per_token_by_position", "seconds_per_token", m.tpot_far, m.tpot_near,
+                   f"with the cache: position {m.far} vs position {m.near}"),
+        comparison("prefill_vs_decode", "tokens_per_second", m.prefill_rate, m.decode_rate,
+                   f"prefill of a {m.prompt_length}-token prompt vs decode at batch 1"),
+        comparison("paged_vs_contiguous", "tokens_per_second", m.paged_rate, m.decode_rate,
+                   f"decode at position {m.prompt_length}: paged cache vs contiguous cache"),
     ]
+
+
+def run(repeats: int = 3, quick: bool = False) -> list[dict]:
+    measured = measure_all(repeats, quick)
+    print_summary(measured, repeats)
+    return records(measured)

@@ -30,12 +30,17 @@ import httpx
 from labkit.bench import comparison, machine_name
 from labkit.benchmarks.serve_servers import LLAMA_SERVER, VLLMS, Contender, contenders, record_tag
 from labkit.serving.http.load import LoadResult, Target, load_test, open_loop
+from labkit.table import Column, format_row, format_table
 
 N_REQUESTS, MAX_TOKENS = 16, 32
 CLIENTS = (1, 2, 8, 16)
 RATES = (1.0, 2.0, 4.0)
 TARGET = Target(ttft_s=1.0, tpot_s=0.15)  # an answer starts within a second, then outpaces reading
 MET_SHARE = 0.9  # a server meets the target at a rate when 90 % of its requests do
+COLUMNS = [Column("server", 24, align="<"), Column("level", 12), Column("tok/s", 8, ".1f"),
+           Column("TTFT p50", 10, ".0f"), Column("p95", 7, ".0f"), Column("TPOT p50", 10, ".0f"),
+           Column("p95", 7, ".0f"), Column("goodput", 9, ".2f"), Column("met", 6, ".0%"), Column("errors", 8)]
+UNITS = ["", "", "", "ms", "ms", "ms", "ms", "req/s"]  # the line under the titles, up to the last unit
 
 
 def _progress(message: str) -> None:
@@ -75,18 +80,25 @@ def measure(contender: Contender, clients, rates, n: int, max_tokens: int, repea
     return median_levels(runs)
 
 
+def table_row(name: str, result: LoadResult, target: Target) -> list:
+    """One server at one level, a cell per column of COLUMNS (times in ms)."""
+    ms = [result.quantile(metric, q) * 1e3 for metric in ("ttft_s", "tpot_s") for q in (50, 95)]
+    return [name, level_name(result), result.tokens_per_s, *ms, result.goodput(target),
+            met_share(result, target), len(result.requests) - len(result.ok)]
+
+
 def table(results: dict[str, list[LoadResult]], target: Target) -> str:
-    """One row per server and level: tokens/s, TTFT and TPOT p50/p95 (ms), goodput, share meeting the target."""
-    header = (f"{'server':<24}{'level':>12}{'tok/s':>8}{'TTFT p50':>10}{'p95':>7}{'TPOT p50':>10}{'p95':>7}"
-              f"{'goodput':>9}{'met':>6}{'errors':>8}")
-    lines = [header, f"{'':<24}{'':>12}{'':>8}{'ms':>10}{'ms':>7}{'ms':>10}{'ms':>7}{'req/s':>9}"]
-    for name, levels in results.items():
-        for r in levels:
-            ms = [r.quantile(m, q) * 1e3 for m in ("ttft_s", "tpot_s") for q in (50, 95)]
-            lines.append(f"{name:<24}{level_name(r):>12}{r.tokens_per_s:>8.1f}{ms[0]:>10.0f}{ms[1]:>7.0f}"
-                         f"{ms[2]:>10.0f}{ms[3]:>7.0f}{r.goodput(target):>9.2f}{met_share(r, target):>6.0%}"
-                         f"{len(r.requests) - len(r.ok):>8}")
-    return "\n".join(lines)
+    """One row per server and level: tokens/s, TTFT and TPOT p50/p95 (ms), goodput, share meeting the target;
+    under the titles, a line of units.
+
+        >>> print(table({"labkit server, float32": [result]}, TARGET))
+        server                         level   tok/s  TTFT p50    p95  TPOT p50    p95  goodput   met  errors
+                                                            ms     ms        ms     ms    req/s
+        labkit server, float32     1 clients    60.0       200    200        50     50    12.00  100%       0
+    """
+    rows = [table_row(name, result, target) for name, levels in results.items() for result in levels]
+    units = format_row(COLUMNS[:len(UNITS)], UNITS)
+    return "\n".join([format_table(COLUMNS, []), units] + [format_row(COLUMNS, row) for row in rows])
 
 
 def met_share(result: LoadResult, target: Target) -> float:
