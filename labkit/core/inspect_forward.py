@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 import torch
 
 from labkit.core.arguments import check_int
+from labkit.core.attention import apply_rotary, causal_mask, rotary_cos_sin
 from labkit.core.doors import check_items, check_record, check_tensor
-from labkit.core.llama import Llama, LlamaConfig, apply_rotary, causal_mask, check_llama, rotary_cos_sin
+from labkit.core.llama import Llama, LlamaConfig, check_llama
 
 
 @dataclass

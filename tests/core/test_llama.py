@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import labkit
-from labkit.core.llama import attention, attention_explicit, causal_mask
+from labkit.core.attention import attention, attention_explicit, causal_mask
 
 # fp32 logits of SmolLM2 reach |40|; summation order differs between the two implementations,
 # so the tolerance is absolute and 1e-3 (measured differences are around 6e-5).

@@ -5,11 +5,19 @@ door yet and says where the call crashes today."""
 import torch
 from door import Door, wrong
 
+from labkit.core.attention import attention, causal_mask
 from labkit.core.forward import decode_step, prefill
 from labkit.core.inspect_forward import previous_token_share
-from labkit.core.llama import attention, causal_mask
 
 CASES = [
+    wrong("labkit.core.attention.attention", words=("q",)),
+    wrong("labkit.core.attention.attention_explicit", words=("q",)),
+    wrong("labkit.core.attention.causal_mask", words=("new_tokens",)),
+    Door("labkit.core.attention.causal_mask", lambda kit: causal_mask(4, 2, "cpu"), ValueError,
+         ("total_tokens", "4 or more", "got 2")),
+    Door("labkit.core.attention.attention",
+         lambda kit: attention(torch.zeros(1, 4, 3, 8), torch.zeros(1, 2, 3, 8), torch.zeros(2, 3, 8), torch.zeros(3, 3)),
+         ValueError, ("v must be a tensor [B, H, T, D]", "shape (2, 3, 8)")),
     wrong("labkit.core.forward.all_logits", words=("model",)),
     wrong("labkit.core.forward.decode_step", words=("model must be a causal LM",)),
     Door("labkit.core.forward.decode_step", lambda kit: decode_step(kit.tiny, [5], None), TypeError,
@@ -32,14 +40,6 @@ CASES = [
     wrong("labkit.core.kv_cache.KVCache", words=("batch_size",)),
     wrong("labkit.core.llama.Llama", words=("config",)),
     wrong("labkit.core.llama.Llama.from_hf", words=("hf_model",)),
-    wrong("labkit.core.llama.attention", words=("q",)),
-    wrong("labkit.core.llama.attention_explicit", words=("q",)),
-    wrong("labkit.core.llama.causal_mask", words=("new_tokens",)),
-    Door("labkit.core.llama.causal_mask", lambda kit: causal_mask(4, 2, "cpu"), ValueError,
-         ("total_tokens", "4 or more", "got 2")),
-    Door("labkit.core.llama.attention", lambda kit: attention(torch.zeros(1, 4, 3, 8), torch.zeros(1, 2, 3, 8),
-                                                              torch.zeros(2, 3, 8), torch.zeros(3, 3)),
-         ValueError, ("v must be a tensor [B, H, T, D]", "shape (2, 3, 8)")),
     wrong("labkit.core.paged.BlockPool", words=("n_blocks",)),
     wrong("labkit.core.paged.BlockPool.for_model", words=("model",)),
     wrong("labkit.core.paged.sharing_summary", words=("caches",)),
