@@ -21,6 +21,8 @@ distribution as `model.generate(...)`:
     14. epsilon_cutoff, 15. eta_cutoff                    /
 
 Then `greedy` (temperature 0) or `sample` (softmax, then a draw with the seeded generator) chooses.
+Each transform is a `labkit.decoding.transforms.Transform`; the checks beyond each number's range (lists,
+the seed, options that only act with others) are in `labkit.decoding.config_checks`.
 """
 
 from __future__ import annotations
@@ -33,50 +35,12 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from labkit.core.arguments import InvalidArgument
-from labkit.core.doors import check_items, check_tensor
 from labkit.decoding import sampling, structured
-from labkit.decoding.option_rules import RULES, blamed, check_option, is_int, is_number
-from labkit.decoding.thinking import ThinkingBudget, ThinkingFormat, check_thinking_options
-
-SAMPLING_ONLY = ("top_k", "top_p", "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff")
-BEAM_ONLY = ("length_penalty", "early_stopping", "num_return_sequences")
-
-
-@dataclass(frozen=True)
-class Transform:
-    """A transform with its parameters bound, called as transform(logits [B, V], input_ids [B, T]).
-
-    input_ids are the prompt and the tokens generated so far; `prompt_length` says where they part.
-    """
-
-    name: str  # the function in labkit.sampling
-    function: Callable[..., torch.Tensor] = field(repr=False)
-    options: tuple[tuple[str, object], ...] = ()  # keyword arguments, as (name, value) pairs
-    ids: str = "none"  # which ids the function takes: "none", "all" (prompt too), "generated", "count"
-    prompt_length: int = field(default=0, repr=False)
-
-    def __call__(self, logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
-        kwargs = dict(self.options)
-        if self.ids == "all":
-            return self.function(logits, input_ids, **kwargs)
-        if self.ids == "generated":
-            return self.function(logits, input_ids[:, self.prompt_length:], **kwargs)
-        if self.ids == "count":
-            return self.function(logits, input_ids.shape[-1] - self.prompt_length, **kwargs)
-        return self.function(logits, **kwargs)
-
-    def __repr__(self) -> str:
-        shown = ", ".join(f"{k}={v!r}" for k, v in self.options if k != "eos_token_ids")
-        return f"{self.name}({shown})"
-
-
-def apply_transforms(logits: torch.Tensor, input_ids: torch.Tensor, transforms: Iterable[Callable]) -> torch.Tensor:
-    """Run logits [B, V] through each transform in order; input_ids [B, T] are the tokens so far."""
-    check_tensor("logits", logits, "[B, V] of scores", dims=2)
-    check_items("transforms", transforms, "logits transforms (callables)", has=("__call__",))
-    for transform in transforms:
-        logits = transform(logits, input_ids)
-    return logits
+from labkit.decoding.config_checks import SAMPLING_ONLY  # noqa: F401  (read from here too)
+from labkit.decoding.config_checks import check_collections, check_options
+from labkit.decoding.option_rules import blamed
+from labkit.decoding.thinking import ThinkingBudget, ThinkingFormat
+from labkit.decoding.transforms import Transform, apply_transforms  # noqa: F401  (read from here too)
 
 
 @dataclass(frozen=True)
@@ -117,76 +81,14 @@ class DecodingConfig:
     seed: int | None = None  # the random seed for sampling, 64 bits (None: a fresh one each time)
 
     def __post_init__(self) -> None:
-        if isinstance(self.stop, str) or not isinstance(self.stop, Iterable):
-            raise InvalidArgument(f"stop must be a list of non-empty strings, got {self.stop!r}.", "stop", self.stop)
-        if not isinstance(self.banned_tokens, Iterable) or isinstance(self.banned_tokens, (str, Mapping)):
-            raise InvalidArgument(f"banned_tokens must be a list of token ids, got {self.banned_tokens!r}.",
-                                  "banned_tokens", self.banned_tokens)
-        if not isinstance(self.logit_bias, Mapping):
-            raise InvalidArgument(f"logit_bias must be a mapping of token id -> bias, got {self.logit_bias!r}.",
-                                  "logit_bias", self.logit_bias)
+        check_collections(self.stop, self.banned_tokens, self.logit_bias)
         object.__setattr__(self, "stop", tuple(self.stop))
         object.__setattr__(self, "banned_tokens", tuple(self.banned_tokens))
         object.__setattr__(self, "logit_bias", dict(self.logit_bias))
         object.__setattr__(self, "json_schema", blamed("json_schema", self.json_schema, structured.check_json_schema,
                                                         self.json_schema))
         blamed("grammar", self.grammar, structured.check_grammar, self.grammar, self.json_schema)
-        self._validate()
-
-    def _validate(self) -> None:
-        """Each option on its own (an InvalidArgument names it and its value), then how they combine."""
-        for name in RULES:
-            check_option(name, getattr(self, name))
-        n = self.num_return_sequences
-        if not is_int(n) or not 1 <= n <= self.num_beams:
-            raise InvalidArgument(f"num_return_sequences must be an integer in [1, num_beams={self.num_beams}], "
-                                  f"got {n!r}.", "num_return_sequences", n)
-        if self.early_stopping not in (True, False, "never"):
-            raise InvalidArgument(f"early_stopping must be True, False or 'never', got {self.early_stopping!r}.",
-                                  "early_stopping", self.early_stopping)
-        for key, value in self.logit_bias.items():
-            if not is_int(key) or key < 0:
-                raise InvalidArgument(f"logit_bias keys must be token ids (integers >= 0), got {key!r}.",
-                                      "logit_bias", self.logit_bias)
-            if not is_number(value) or not -100 <= value <= 100:
-                raise InvalidArgument(f"logit_bias values must be numbers in [-100, 100], got {value!r} for token "
-                                      f"{key}.", "logit_bias", self.logit_bias)
-        if any(not is_int(t) or t < 0 for t in self.banned_tokens):
-            raise InvalidArgument(f"banned_tokens must be token ids (integers >= 0), got {self.banned_tokens!r}.",
-                                  "banned_tokens", self.banned_tokens)
-        if any(not isinstance(s, str) or s == "" for s in self.stop):
-            raise InvalidArgument(f"stop must be a list of non-empty strings, got {list(self.stop)!r}.", "stop",
-                                  self.stop)
-        if self.seed is not None and (not is_int(self.seed) or not -2**63 <= self.seed < 2**63):
-            raise InvalidArgument(f"seed must be an integer from -2**63 to 2**63 - 1 (torch's 64-bit seeds) or None, "
-                                  f"got {self.seed!r}.", "seed", self.seed)
-        self._check_combinations()
-
-    def _check_combinations(self) -> None:
-        """Options that act only with others: the error names the option that would have no effect."""
-        changed = [name for name in SAMPLING_ONLY if getattr(self, name) != _DEFAULTS[name]]
-        if self.num_beams > 1 and (self.temperature > 0 or changed):
-            unused = (["temperature"] if self.temperature > 0 else []) + changed
-            options = ", ".join(f"{n}={getattr(self, n)!r}" for n in unused)
-            raise InvalidArgument(f"num_beams={self.num_beams} is deterministic beam search, which does not sample, "
-                                  f"so {options} would have no effect. Use temperature=0 with beams, or num_beams=1 to "
-                                  "sample.", unused[0], getattr(self, unused[0]))
-        if self.temperature == 0 and changed:
-            options = ", ".join(f"{n}={getattr(self, n)!r}" for n in changed)
-            raise InvalidArgument(f"{options} only acts when sampling, but temperature=0 means greedy decoding. "
-                                  "Set temperature > 0 (e.g. temperature=1.0) to sample.", changed[0],
-                                  getattr(self, changed[0]))
-        beam_options = [n for n in BEAM_ONLY if getattr(self, n) != _DEFAULTS[n]]
-        if self.num_beams == 1 and beam_options:
-            options = ", ".join(f"{n}={getattr(self, n)!r}" for n in beam_options)
-            raise InvalidArgument(f"{options} only acts in beam search; set num_beams > 1.", beam_options[0],
-                                  getattr(self, beam_options[0]))
-        if self.json_schema is not None and self.min_new_tokens > 0:
-            raise InvalidArgument("json_schema ends the answer when the JSON is complete; drop min_new_tokens.",
-                                  "min_new_tokens", self.min_new_tokens)
-        thinking = "thinking_budget" if self.thinking_budget is not None else "thinking_min"
-        blamed(thinking, getattr(self, thinking), check_thinking_options, self.thinking_format,
-                self.thinking_budget, self.thinking_min, self.json_schema, self.grammar)
+        check_options(vars(self), _DEFAULTS)  # each option, then how they combine (labkit.decoding.config_checks)
 
     def check_vocabulary(self, vocab_size: int) -> None:
         """Raise an InvalidArgument if logit_bias or banned_tokens name a token id outside [0, vocab_size)."""
@@ -226,10 +128,17 @@ class DecodingConfig:
 
         prompt_length: where input_ids part into prompt and generated tokens (the presence/frequency
         penalties and min_new_tokens look only at the generated ones).
-        """
-        def bind(function: Callable, ids: str = "none", **options) -> Transform:
-            return Transform(function.__name__, function, tuple(options.items()), ids, prompt_length)
 
+            >>> DecodingConfig(temperature=0.7, top_k=40).transforms()
+            [apply_temperature(temperature=0.7), top_k_filter(k=40)]
+        """
+        eos = tuple(sorted(eos_token_ids))
+        always = self.penalty_transforms(prompt_length, eos) + self.constraint_transforms(prompt_length, eos)
+        return always + self.sampling_transforms(prompt_length) if self.do_sample else always
+
+    def penalty_transforms(self, prompt_length: int, eos: tuple[int, ...]) -> list[Transform]:
+        """Steps 1-6 of the module doc: the biases, penalties and bans, greedy or sampling or beams."""
+        bind = functools.partial(Transform.bind, prompt_length=prompt_length)
         out = []
         if self.logit_bias:
             out.append(bind(sampling.logit_bias, bias=dict(self.logit_bias)))
@@ -242,34 +151,33 @@ class DecodingConfig:
             out.append(bind(sampling.no_repeat_ngram, "all", n=self.no_repeat_ngram_size))
         if self.banned_tokens:
             out.append(bind(sampling.ban_tokens, token_ids=self.banned_tokens))
-        eos = tuple(sorted(eos_token_ids))
         if self.min_new_tokens > 0 and eos:
             out.append(bind(sampling.min_new_tokens_filter, "count", min_new_tokens=self.min_new_tokens,
                             eos_token_ids=eos))
+        return out
+
+    def constraint_transforms(self, prompt_length: int, eos: tuple[int, ...]) -> list[Callable]:
+        """Steps 7-8: the thinking budget, then json_schema's or grammar's mask (after the always-on transforms,
+        so sampling sees only allowed tokens). Both need `with_tokenizer` first."""
+        out = []
         if self.thinking_budget is not None or self.thinking_min > 0:
             out.append(ThinkingBudget(vars(self).get("thinking_tokens"), self.thinking_budget, self.thinking_min,
                                       prompt_length, eos))
         mask = structured.constraint_mask(self.json_schema, self.grammar, vars(self).get("vocabulary"), prompt_length,
                                           eos)
-        if mask is not None:  # after the always-on transforms: sampling sees only allowed tokens
-            out.append(mask)
-        if not self.do_sample:
-            return out
-        if self.temperature != 1.0:
-            out.append(bind(sampling.apply_temperature, temperature=self.temperature))
-        if self.top_k != 0:
-            out.append(bind(sampling.top_k_filter, k=self.top_k))
-        if self.top_p < 1.0:
-            out.append(bind(sampling.top_p_filter, p=self.top_p))
-        if self.min_p > 0:
-            out.append(bind(sampling.min_p_filter, min_p=self.min_p))
-        if self.typical_p < 1.0:
-            out.append(bind(sampling.typical_filter, mass=self.typical_p))
-        if self.epsilon_cutoff > 0:
-            out.append(bind(sampling.epsilon_filter, epsilon=self.epsilon_cutoff))
-        if self.eta_cutoff > 0:
-            out.append(bind(sampling.eta_filter, epsilon=self.eta_cutoff))
-        return out
+        return out if mask is None else out + [mask]
+
+    def sampling_transforms(self, prompt_length: int) -> list[Transform]:
+        """Steps 9-15: temperature, then the filters that cut the tail; only when sampling."""
+        steps = ((self.temperature != 1.0, sampling.apply_temperature, "temperature", self.temperature),
+                 (self.top_k != 0, sampling.top_k_filter, "k", self.top_k),
+                 (self.top_p < 1.0, sampling.top_p_filter, "p", self.top_p),
+                 (self.min_p > 0, sampling.min_p_filter, "min_p", self.min_p),
+                 (self.typical_p < 1.0, sampling.typical_filter, "mass", self.typical_p),
+                 (self.epsilon_cutoff > 0, sampling.epsilon_filter, "epsilon", self.epsilon_cutoff),
+                 (self.eta_cutoff > 0, sampling.eta_filter, "epsilon", self.eta_cutoff))
+        return [Transform.bind(function, prompt_length=prompt_length, **{option: value})
+                for wanted, function, option, value in steps if wanted]
 
     def hf_kwargs(self) -> dict:
         """The same options as keyword arguments for transformers' `model.generate` (for comparisons).

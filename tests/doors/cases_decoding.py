@@ -14,7 +14,6 @@ CASES = [
     wrong("labkit.decoding.calculator.calculator_prompt", words=("question",)),
     wrong("labkit.decoding.calculator.evaluate", words=("expression",)),
     wrong("labkit.decoding.calculator.run_call", words=("call",)),
-    wrong("labkit.decoding.config.apply_transforms", words=("logits",)),
     wrong("labkit.decoding.config.preset", words=("Unknown preset", "choose one of: chat")),
     wrong("labkit.decoding.diversity.distinct_n", words=("texts",)),
     wrong("labkit.decoding.diversity.greedy_repetition", words=("model",)),
@@ -54,6 +53,7 @@ CASES = [
     wrong("labkit.decoding.structured.JsonSchemaMask", words=("schema",)),
     wrong("labkit.decoding.structured.grammar_vocabulary", words=("tokenizer",)),
     wrong("labkit.decoding.thinking.thinking_prompt", words=("tokenizer",)),
+    wrong("labkit.decoding.transforms.apply_transforms", words=("logits",)),
     wrong("labkit.decoding.verifiable.is_correct", words=("item",)),
     wrong("labkit.decoding.verifiable.task_messages", words=("item",)),
 ]
