@@ -23,6 +23,7 @@ from labkit.core.llama import Llama
 from labkit.timing import median_seconds
 from labkit.models.loading import load_model
 from labkit.speculative.generate import speculative_generate
+from labkit.table import Column, format_table
 
 PASSAGE = ("The old lighthouse stood at the edge of the cliff for more than two hundred years. Every night its "
            "keeper climbed the spiral stairs, trimmed the wick, and watched the beam sweep across the dark water, "
@@ -93,14 +94,18 @@ def run(repeats: int = 3, quick: bool = False) -> list[dict]:
     return records
 
 
+TABLE_COLUMNS = [Column("task", 12, align="<"), Column("decoder", 20, align="<"), Column("gamma", 6),
+                 Column("alpha", 7), Column("tok/call", 10), Column("tok/s", 8, ".1f"), Column("speed-up", 10),
+                 Column("", 2), Column("same tokens", 0, align="<")]
+
+
 def _print_table(lines, costs: dict[int, float], new_tokens: int, repeats: int) -> None:
     print(f"speculative: SmolLM2-135M fp32 on labkit's Llama + KVCache, batch 1, greedy, {new_tokens} new tokens, "
           f"median of {repeats}")
     print(f"machine: {machine_name()}")
-    print(f"{'task':<12}{'decoder':<20}{'gamma':>6}{'alpha':>7}{'tok/call':>10}{'tok/s':>8}{'speed-up':>10}"
-          "  same tokens")
-    for task, label, gamma, alpha, per_call, rate, speedup, same in lines:
-        print(f"{task:<12}{label:<20}{gamma!s:>6}{alpha:>7}{per_call:>10}{rate:>8.1f}{speedup:>9.2f}x  {same}")
+    rows = [[task, label, str(gamma), alpha, per_call, rate, f"{speedup:.2f}x", "", same]
+            for task, label, gamma, alpha, per_call, rate, speedup, same in lines]
+    print(format_table(TABLE_COLUMNS, rows))
     print("aims: prompt lookup >= 1.8x on extractive, >= 0.9x on open-ended "
           "(prompt lookup: 2-3-grams, gamma up to 8, adaptive)")
     print("early-exit draft cost c (one draft step / one target step): "

@@ -156,20 +156,27 @@ def speculative_generate(target: torch.nn.Module, tokenizer: PreTrainedTokenizer
         sequence.run(prompt_ids[:-1])
         drafter.propose(prompt_ids[:-1], 0)  # a model drafter reads the prompt now too; no draft
     stats = SpeculativeStats(gamma=gamma, prefill_s=clock() - start)
-    out, draft_length = [], gamma
-    while len(out) < config.max_new_tokens and not (out and out[-1] in request.eos_ids):
-        step = _draft_and_verify(sequence, drafter, policy, prompt_ids + out, config.max_new_tokens - len(out),
-                                 draft_length)
-        stats.record(step)
-        if adaptive and step.proposed:
-            draft_length = min(gamma, draft_length + 2) if step.bonus else max(1, draft_length - 1)
-        for new in step.proposed[:step.accepted] + (step.token,):
-            out.append(new)
-            if new in request.eos_ids:
-                break
+    out = _rounds(sequence, drafter, policy, prompt_ids, config.max_new_tokens, request.eos_ids, adaptive, stats)
     stats.new_tokens, stats.wall_s = len(out), clock() - start
     text = tokenizer.decode([t for t in out if t not in request.eos_ids])
     return SpeculativeResult(out, text, stats)
+
+
+def _rounds(sequence: CachedSequence, drafter: Drafter, policy: SamplingPolicy, prompt_ids: list[int],
+            max_new_tokens: int, eos_ids: frozenset[int], adaptive: bool, stats: SpeculativeStats) -> list[int]:
+    """Draft-then-verify rounds after the prefill until max_new_tokens or an end-of-sequence token; each
+    round recorded in `stats` (whose `gamma` is the most drafts per round). Returns the new token ids."""
+    out, draft_length = [], stats.gamma
+    while len(out) < max_new_tokens and not (out and out[-1] in eos_ids):
+        step = _draft_and_verify(sequence, drafter, policy, prompt_ids + out, max_new_tokens - len(out), draft_length)
+        stats.record(step)
+        if adaptive and step.proposed:  # transformers' "heuristic" schedule
+            draft_length = min(stats.gamma, draft_length + 2) if step.bonus else max(1, draft_length - 1)
+        for new in step.proposed[:step.accepted] + (step.token,):
+            out.append(new)
+            if new in eos_ids:
+                break
+    return out
 
 
 def _draft_and_verify(sequence: CachedSequence, drafter: Drafter, policy: SamplingPolicy, context: list[int],

@@ -30,6 +30,7 @@ from labkit.metrics import RequestMetrics, timed
 from labkit.speculative.cost import predicted_speedup, rounds_speedup
 from labkit.speculative.generate import Drafter, SpeculativeResult, SpeculativeStats, speculative_generate
 from labkit.speculative.rule import expected_tokens_per_step
+from labkit.table import Column, format_row, format_table
 from labkit.timing import Spread, interleaved_seconds
 
 Candidate = tuple[str, Drafter, int, bool]  # (label, drafter, gamma, adaptive)
@@ -118,37 +119,77 @@ def _task_rows(model, tokenizer, task: str, prompt: Prompt, candidates: Sequence
 
     runs = [plain] + [speculative(i, d, g, a) for i, (_, d, g, a) in enumerate(candidates)]
     seconds = interleaved_seconds(runs, repeats, progress=progress)
-    if len(plain_ids) < 2:
-        raise ValueError(f"Plain decoding of task {task!r} stopped after {len(plain_ids)} token: a decode phase "
-                         "needs 2 or more. Use a prompt whose answer is longer.")
-    plain_decode = [m.decode_tokens_per_s for m in plain_runs]  # 1 / TPOT
-    plain_total = [len(plain_ids) / s for s in seconds[0]]
-    plain_prefill = Spread.of([m.ttft_s for m in plain_runs])
-    rows = []
-    for index, (label, _, gamma, _) in enumerate(candidates):
-        runs_of_candidate, last = results[index], results[index][-1]
-        decode = Speedup.of(plain_decode, [r.stats.new_tokens / r.stats.decode_s for r in runs_of_candidate])
-        end_to_end = Speedup.of(plain_total, [len(last.token_ids) / s for s in seconds[index + 1]])
-        prefill = Spread.of([r.stats.prefill_s for r in runs_of_candidate])
-        rows.append(SweepRow(task, label, gamma, last.stats, decode, end_to_end, plain_prefill, prefill,
-                             last.token_ids == plain_ids))
-    return rows
+    baseline = PlainBaseline.of(task, plain_runs, plain_ids, seconds[0])
+    return [candidate_row(task, candidate, baseline, candidate_runs, candidate_seconds)
+            for candidate, candidate_runs, candidate_seconds in zip(candidates, results, seconds[1:])]
+
+
+@dataclass(frozen=True)
+class PlainBaseline:
+    """Plain greedy decoding of one task, timed in the sweep's rounds: what each candidate is measured against."""
+
+    token_ids: list[int]  # plain greedy decoding's tokens (the same every round)
+    decode_rates: list[float]  # tokens/s of each round's decode phase (1 / TPOT)
+    total_rates: list[float]  # tokens/s of each round's whole run, the prompt's prefill included
+    prefill: Spread  # seconds to the first token (TTFT)
+
+    @classmethod
+    def of(cls, task: str, runs: Sequence[RequestMetrics], token_ids: list[int],
+           seconds: Sequence[float]) -> PlainBaseline:
+        """From the rounds' metrics and seconds; a ValueError when the answer is too short to have a decode phase.
+
+            >>> PlainBaseline.of("extractive", plain_runs, plain_ids, seconds[0]).prefill.median
+        """
+        if len(token_ids) < 2:
+            raise ValueError(f"Plain decoding of task {task!r} stopped after {len(token_ids)} token: a decode phase "
+                             "needs 2 or more. Use a prompt whose answer is longer.")
+        return cls(token_ids, [m.decode_tokens_per_s for m in runs], [len(token_ids) / s for s in seconds],
+                   Spread.of([m.ttft_s for m in runs]))
+
+
+def candidate_row(task: str, candidate: Candidate, plain: PlainBaseline, runs: Sequence[SpeculativeResult],
+                  seconds: Sequence[float]) -> SweepRow:
+    """One candidate's SweepRow from its timed runs (runs[i] and seconds[i] of round i) against plain decoding.
+
+        >>> candidate_row("extractive", ("prompt lookup", drafter, 4, False), baseline, results, seconds).same
+        True
+    """
+    label, _, gamma, _ = candidate
+    last = runs[-1]
+    decode = Speedup.of(plain.decode_rates, [r.stats.new_tokens / r.stats.decode_s for r in runs])
+    end_to_end = Speedup.of(plain.total_rates, [len(last.token_ids) / s for s in seconds])
+    prefill = Spread.of([r.stats.prefill_s for r in runs])
+    return SweepRow(task, label, gamma, last.stats, decode, end_to_end, plain.prefill, prefill,
+                    last.token_ids == plain.token_ids)
+
+
+SPACER = Column("", 2)  # two blanks between the numbers and the text columns
+SWEEP_COLUMNS = [Column("task", 11, align="<"), Column("drafter", 17, align="<"), Column("gamma", 5),
+                 Column("alpha", 6, ".2f"), Column("tok/call", 9, ".2f"), Column("prefill ms", 11, ".0f"), SPACER,
+                 Column("decode tok/s", 20, align="<"), Column("decode speed-up", 19, align="<"),
+                 Column("end to end", 12, align="<"), Column("same", 0, align="<")]
+PLAIN_COLUMNS = SWEEP_COLUMNS[:7]  # plain decoding's line: up to the spacer, then its decode rate as written
 
 
 def sweep_table(rows: Sequence[SweepRow]) -> str:
     """The rows as a fixed-width table, each task's plain greedy decoding first: counts, prefill (ms, median),
     decode tokens/s median [min-max], decode speed-up of the medians [range], end-to-end speed-up."""
     check_items("rows", rows, "SweepRow (labkit.speculative.sweep.speedup_sweep)", has=("task", "drafter", "gamma"))
-    lines = [f"{'task':<11}{'drafter':<17}{'gamma':>5}{'alpha':>6}{'tok/call':>9}{'prefill ms':>11}  "
-             f"{'decode tok/s':<20}{'decode speed-up':<19}{'end to end':<12}same"]
+    lines = [format_row(SWEEP_COLUMNS, [column.title for column in SWEEP_COLUMNS])]
     for index, r in enumerate(rows):
         if index == 0 or rows[index - 1].task != r.task:
-            lines.append(f"{r.task:<11}{'plain greedy':<17}{'-':>5}{'-':>6}{1:>9.2f}"
-                         f"{r.plain_prefill.median * 1e3:>11.0f}  {r.decode.plain.format(1)}")
-        lines.append(f"{r.task:<11}{r.drafter:<17}{r.gamma:>5}{r.stats.acceptance_rate:>6.2f}"
-                     f"{r.stats.tokens_per_call:>9.2f}{r.prefill.median * 1e3:>11.0f}  {r.decode.rate.format(1):<20}"
-                     f"{r.decode.format():<19}{f'{r.end_to_end.ratio:.2f}x':<12}{r.same}")
+            plain = [r.task, "plain greedy", "-", "-", 1, r.plain_prefill.median * 1e3, ""]
+            lines.append(format_row(PLAIN_COLUMNS, plain) + r.decode.plain.format(1))
+        lines.append(format_row(SWEEP_COLUMNS, [
+            r.task, r.drafter, r.gamma, r.stats.acceptance_rate, r.stats.tokens_per_call, r.prefill.median * 1e3, "",
+            r.decode.rate.format(1), r.decode.format(), f"{r.end_to_end.ratio:.2f}x", r.same]))
     return "\n".join(lines)
+
+
+PREDICTION_COLUMNS = [Column("task", 11, align="<"), Column("drafter", 17, align="<"), Column("gamma", 5),
+                      Column("alpha", 6, ".2f"), Column("E", 6, ".2f"), Column("tok/call", 9, ".2f"),
+                      Column("c", 6, ".2f"), Column("v", 6, ".2f"), Column("formula", 9), Column("rounds", 8), SPACER,
+                      Column("measured decode", 19, align="<"), Column("end to end", 0, align="<")]
 
 
 def prediction_table(rows: Sequence[SweepRow], draft_costs: Mapping[str, float],
@@ -161,14 +202,12 @@ def prediction_table(rows: Sequence[SweepRow], draft_costs: Mapping[str, float],
     n = 1 .. gamma + 1 (labkit.speculative.cost.verification_costs).
     """
     check_items("rows", rows, "SweepRow (labkit.speculative.sweep.speedup_sweep)", has=("task", "drafter", "gamma"))
-    lines = [f"{'task':<11}{'drafter':<17}{'gamma':>5}{'alpha':>6}{'E':>6}{'tok/call':>9}{'c':>6}{'v':>6}"
-             f"{'formula':>9}{'rounds':>8}  {'measured decode':<19}end to end"]
+    cells = []
     for r in rows:
         c, v = draft_costs[r.drafter], verify_costs[r.gamma + 1]
         alpha = r.stats.acceptance_rate
         formula, rounds = predicted_speedup(alpha, r.gamma, c, v), rounds_speedup(r.stats.steps, c, verify_costs)
-        expected = expected_tokens_per_step(alpha, r.gamma)
-        lines.append(f"{r.task:<11}{r.drafter:<17}{r.gamma:>5}{alpha:>6.2f}"
-                     f"{expected:>6.2f}{r.stats.tokens_per_call:>9.2f}{c:>6.2f}{v:>6.2f}"
-                     f"{formula:>8.2f}x{rounds:>7.2f}x  {r.decode.format():<19}{r.end_to_end.ratio:.2f}x")
-    return "\n".join(lines)
+        cells.append([r.task, r.drafter, r.gamma, alpha, expected_tokens_per_step(alpha, r.gamma),
+                      r.stats.tokens_per_call, c, v, f"{formula:.2f}x", f"{rounds:.2f}x", "", r.decode.format(),
+                      f"{r.end_to_end.ratio:.2f}x"])
+    return format_table(PREDICTION_COLUMNS, cells)
