@@ -2,7 +2,8 @@
 
 Each decoding entry point starts with `check_request`: the options become one `DecodingConfig` (the
 only validator of decoding options), the prompt becomes token ids, and both are checked against the
-model's context and vocabulary before any work, so a mistake is reported where it was made.
+model's context (or a serving engine's max_model_len, when smaller) and vocabulary before any work, so a
+mistake is reported where it was made, and only there: nothing downstream checks the context again.
 
     >>> request = check_request(model, tokenizer, "Hi", None, {"max_new_tokens": 8}, "generate")
     >>> request.prompt_ids, request.config.max_new_tokens
@@ -76,11 +77,20 @@ def resolve_config(config: DecodingConfig | None, options: dict, caller: str,
 
 def check_request(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, prompt: Prompt,
                   config: DecodingConfig | None, options: dict, caller: str,
-                  defaults: dict | None = None) -> Request:
-    """What every decoding entry point checks first: the options, the prompt, the context, the vocabulary."""
+                  defaults: dict | None = None, max_model_len: int | None = None) -> Request:
+    """What every decoding entry point checks first: the options, the prompt, the context, the vocabulary.
+
+    max_model_len: a serving engine's own limit on prompt + new tokens (its scheduler's), which may be
+    smaller than the model's context. The context rule is checked here, once per request, against the
+    smaller of the two.
+
+        >>> check_request(model, tokenizer, [5] * 30, None, {"max_new_tokens": 4}, "add", max_model_len=32)
+        InvalidArgument: The prompt has 30 tokens and 4 new ones were asked for, but the model's context ...
+    """
     config = resolve_config(config, options, caller, defaults).with_tokenizer(tokenizer)
     prompt_ids = encode_prompt(tokenizer, prompt)
-    check_context(len(prompt_ids), config.max_new_tokens, context_length(model))
+    context = context_length(model) if max_model_len is None else min(max_model_len, context_length(model))
+    check_context(len(prompt_ids), config.max_new_tokens, context)
     config.check_vocabulary(vocab_size(model))
     return Request(prompt_ids, config, frozenset(eos_token_ids(model, tokenizer)))
 

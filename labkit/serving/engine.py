@@ -141,7 +141,8 @@ class Engine:
         """
         check_samples(n, self.config.max_num_seqs)
         check_logprobs(logprobs)
-        request = check_request(self.model, self.tokenizer, prompt, config, options, "add_request")
+        request = check_request(self.model, self.tokenizer, prompt, config, options, "add_request",
+                                max_model_len=self.config.max_model_len)  # the one context check
         refuse_beams(request.config)
         check_queue_room(self.load(), self.max_waiting)
         seq = EngineRequest(next(self.request_ids), request.prompt_ids, request.config, request.eos_ids,

@@ -25,9 +25,10 @@ prefilled once; then `fork` seats the other samples, sharing its blocks (copy on
 manager's `copies` travel with the batch, `ScheduledBatch.copies`). A sample preempted later is
 recomputed like any request; sample 0 preempted before its fork forks when its prompt is done again.
 
-Never a deadlock: `add` refuses a request that could not run even alone (beyond the model's context,
-the whole pool, or, without chunks, the per-step token budget), and a sequence alone in the pool can
-always grow.
+Never a deadlock: `add` refuses a request that could not run even alone (beyond the whole pool, or,
+without chunks, the per-step token budget), and a sequence alone in the pool can always grow. The context
+rule is not checked here but once, where the request is made: the engine's `check_request` holds it to
+the smaller of the model's context and `max_model_len` (vLLM checks it in its input processor too).
 
 Invariants (`check()`): waiting sequences are WAITING and hold no blocks; running ones are RUNNING and
 hold blocks; none is in both; the running sequences' seats (samples still to fork included) are at most
@@ -45,7 +46,6 @@ from collections import deque
 from dataclasses import dataclass
 
 from labkit.core.arguments import check_int
-from labkit.core.forward import check_context
 from labkit.serving.block_manager import BlockManager
 from labkit.serving.request import EngineRequest, Status
 
@@ -54,7 +54,7 @@ from labkit.serving.request import EngineRequest, Status
 class SchedulerConfig:
     max_num_seqs: int = 8  # at most this many sequences running (and in one batch)
     max_num_batched_tokens: int = 512  # at most this many tokens fed in one forward pass (the step's budget)
-    max_model_len: int = 512  # the model's context: prompt + new tokens must fit in it
+    max_model_len: int = 512  # prompt + new tokens must fit (<= the model's context; check_request checks it)
     chunked_prefill: bool = False  # split prompts across steps, beside the running decodes (vLLM V1)
     prefill_chunk: int | None = None  # with chunked_prefill: at most this many prompt tokens per sequence per step
 
@@ -120,9 +120,9 @@ class Scheduler:
         self.n_preemptions = 0  # how many times a sequence was preempted
 
     def add(self, seq: EngineRequest) -> None:
-        """Queue a request, or raise a ValueError if it could never run, even alone."""
+        """Queue a request, or raise a ValueError if it could never run, even alone. Its context was checked
+        where it was made (check_request, against max_model_len): not again here."""
         c, manager = self.config, self.block_manager
-        check_context(len(seq.prompt_ids), seq.config.max_new_tokens, c.max_model_len)  # the one rule (core.forward)
         if seq.seats > c.max_num_seqs:
             raise ValueError(f"This request's {seq.seats} samples share one prefill, so they need {seq.seats} seats at "
                              f"once; max_num_seqs is {c.max_num_seqs}.")
