@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from itertools import takewhile
-from typing import Annotated, Any, TypeVar, get_args
+from typing import Annotated, Any, ClassVar, TypeVar, get_args
 
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, WrapValidator,
                       model_validator)
@@ -24,6 +24,7 @@ from pydantic_core import ErrorDetails, PydanticCustomError
 from starlette.requests import Request
 
 from labkit.serving.http.errors import ClientError
+from labkit.serving.http.json_schema import null_as_absent, stated
 
 # The JSON names of pydantic's type errors, for "'x' must be <kind>, got <json type>."
 KINDS = {"string_type": "a string", "bool_type": "true or false", "int_type": "an integer", "float_type": "a number",
@@ -79,7 +80,8 @@ async def read_json_object(request: Request, max_bytes: int) -> dict:
 
 
 class RequestModel(BaseModel):
-    """A JSON object a client sends: strict types, null as absent, unknown fields ignored.
+    """A JSON object a client sends: strict types, null as absent (its published schema says so), unknown
+    fields ignored.
 
         >>> class Options(RequestModel):
         ...     temperature: float = 1.0
@@ -87,7 +89,7 @@ class RequestModel(BaseModel):
         Options(temperature=1.0)
     """
 
-    model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
+    model_config = ConfigDict(strict=True, extra="ignore", frozen=True, json_schema_extra=null_as_absent)
 
     @model_validator(mode="before")
     @classmethod
@@ -100,6 +102,30 @@ class ModelRequest(RequestModel):
     """A body that names the model it is for (every POST route of both protocols)."""
 
     model: str = Field(description='the name of the served model, e.g. "smollm2-135m"')
+
+
+class PromptRequest(ModelRequest):
+    """A body that asks the engine for tokens (the generating routes of both protocols). The engine checks
+    what needs the model (the context rule, token ids against the vocabulary) and names its own arguments
+    when it refuses; `engine_fields` renames them to this body's fields.
+
+        >>> CompletionRequest(model="smollm2-135m", prompt="Hi", max_completion_tokens=8).engine_fields
+        {'prompt': 'prompt', 'max_new_tokens': 'max_completion_tokens', 'logit_bias': 'logit_bias'}
+    """
+
+    PROMPT_FIELD: ClassVar[str]  # the field of the prompt: "prompt" or "messages"
+    VOCABULARY_FIELDS: ClassVar[dict[str, str]] = {}  # options of token ids (checked by the engine) -> fields
+
+    @property
+    def limit_field(self) -> str:
+        """The field that sets how many new tokens."""
+        raise NotImplementedError
+
+    @property
+    def engine_fields(self) -> dict[str, str]:
+        """The engine's names for what it may refuse -> this body's fields (ModelService.submit): the context
+        rule names the prompt or the new tokens, the vocabulary check the option of token ids."""
+        return {"prompt": self.PROMPT_FIELD, "max_new_tokens": self.limit_field, **self.VOCABULARY_FIELDS}
 
 
 def own_error(message: str, **context: object) -> PydanticCustomError:
@@ -134,17 +160,18 @@ def refused(reason: str) -> Any:
     return Annotated[Any, AfterValidator(check)]
 
 
-def within(low: int, high: int, what: str) -> AfterValidator:
-    """The check of an integer field that must lie in [low, high]; `what` says what it counts.
+def int_within(low: int, high: int, what: str) -> Any:
+    """The type of an integer field that must lie in [low, high], checked and stated in the published
+    schema; `what` says what it counts.
 
-        >>> TopLogprobs = Annotated[int, within(0, 20, "alternatives per token")]
+        >>> TopLogprobs = int_within(0, 20, "alternatives per token")
     """
     def check(value: int) -> int:
         if not low <= value <= high:
             raise own_error("must be an integer from {low} to {high} ({what}), got {value}.", low=low, high=high,
                             what=what, value=value)
         return value
-    return AfterValidator(check)
+    return Annotated[int, AfterValidator(check), stated(minimum=low, maximum=high)]
 
 
 def needs_logprobs(least: int) -> AfterValidator:

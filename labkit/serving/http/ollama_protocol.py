@@ -3,10 +3,11 @@ generate have ONE conversion to a DecodingConfig.
 
 Fields are checked for their JSON type here; decoding values (ranges, stop strings, schemas) are checked
 by DecodingConfig, the one validator of decoding options, and a refusal names the client's field
-(`options.top_p`). Ollama's defaults apply to options a client leaves out. `logprobs` and `top_logprobs`
-(0-20) ask for each token's log-probability (`engine_logprobs`); Ollama has no `n`. /api/chat takes
-`tools` (OpenAI's function objects) and tool turns: assistant `tool_calls` with arguments as objects, and
-`role: "tool"` results named by `tool_name` (`tool_calls` module doc).
+(`options.top_p`); the published schema states the same ranges (`json_schema.option_range`). Ollama's
+defaults apply to options a client leaves out. `logprobs` and `top_logprobs` (0-20) ask for each token's
+log-probability (`engine_logprobs`); Ollama has no `n`. /api/chat takes `tools` (OpenAI's function
+objects) and tool turns: assistant `tool_calls` with arguments as objects, and `role: "tool"` results
+named by `tool_name` (`tool_calls` module doc).
 
     >>> body = parse(GenerateRequest, {"model": "smollm2-135m", "prompt": "Hi", "options": {"num_predict": 8}})
     >>> body.decoding_config(default_max_tokens=200)
@@ -22,8 +23,9 @@ from pydantic import AfterValidator, ConfigDict, Field
 
 from labkit.decoding.config import DecodingConfig
 from labkit.decoding.tools import ToolSpec
-from labkit.serving.http.fields import (ModelRequest, NoSuffix, RequestModel, Strings, either, needs_logprobs,
-                                        own_error, refused, within)
+from labkit.serving.http.fields import (ModelRequest, NoSuffix, PromptRequest, RequestModel, Strings, either,
+                                        int_within, needs_logprobs, own_error, refused)
+from labkit.serving.http.json_schema import option_range, stated
 from labkit.serving.http.model_service import decoding_config
 from labkit.serving.http.tool_calls import request_tools, tool_grammar
 from labkit.serving.request import MAX_LOGPROBS
@@ -37,11 +39,12 @@ NoThinking = refused("the model has no thinking mode.")
 NoTemplate = refused("the model's own chat template is always used.")
 NoContext = refused("pass the conversation as /api/chat messages instead.")
 LoadTime = Any  # a load-time option: labkit sizes the model and its cache itself, so it changes nothing
+FILL_CONTEXT = -2  # options.num_predict's least value: new tokens up to the context
 
 
 def num_predict_value(limit: int) -> int:
     """`options.num_predict` as Ollama reads it: a count, -1 (no limit) or -2 (fill the context); -5 is refused."""
-    if limit < -2:
+    if limit < FILL_CONTEXT:
         raise own_error("must be -1 (no limit), -2 (fill the context) or >= 0, got {limit}.", limit=limit)
     return limit
 
@@ -51,17 +54,17 @@ class Options(RequestModel):
     the load-time ones are accepted and ignored, any other is refused."""
 
     model_config = ConfigDict(extra="forbid")
-    temperature: float = 0.8
-    top_k: int = 40
-    top_p: float = 0.9
-    min_p: float | None = None
-    typical_p: float | None = None
-    repeat_penalty: float | None = None
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
+    temperature: Annotated[float, option_range("temperature")] = 0.8
+    top_k: Annotated[int, option_range("top_k")] = 40
+    top_p: Annotated[float, option_range("top_p")] = 0.9
+    min_p: Annotated[float, option_range("min_p")] | None = None
+    typical_p: Annotated[float, option_range("typical_p")] | None = None
+    repeat_penalty: Annotated[float, option_range("repetition_penalty")] | None = None
+    presence_penalty: Annotated[float, option_range("presence_penalty")] | None = None
+    frequency_penalty: Annotated[float, option_range("frequency_penalty")] | None = None
     seed: int | None = None
     stop: Strings | None = None
-    num_predict: Annotated[int, AfterValidator(num_predict_value)] = -1  # new tokens; -1: no limit, -2: the context
+    num_predict: Annotated[int, AfterValidator(num_predict_value), stated(minimum=FILL_CONTEXT)] = -1  # -1: no limit
     num_ctx: LoadTime = None
     num_batch: LoadTime = None
     num_gpu: LoadTime = None
@@ -78,16 +81,15 @@ class Options(RequestModel):
 OPTIONS_TAKEN = f"{', '.join([*OPTIONS, 'num_predict'])} (and ignores the load-time options)"
 
 
-class GenerationRequest(ModelRequest):
+class GenerationRequest(PromptRequest):
     """What /api/generate and /api/chat share: streaming (on by default), `format` and `options`."""
 
-    PROMPT_FIELD: ClassVar[str]
     stream: bool = True
     format: Annotated[Literal["", "json"] | dict, either('"json" or a JSON schema object')] = ""
     options: Options = Field(default_factory=Options, description=OPTIONS_TAKEN)
     keep_alive: Annotated[str | float, either("a duration (string or number)")] | None = None
     logprobs: bool = False  # each token's log-probability in the answer, with top_logprobs alternatives
-    top_logprobs: Annotated[int, within(0, MAX_LOGPROBS, "alternatives per token"), needs_logprobs(1)] | None = None
+    top_logprobs: Annotated[int_within(0, MAX_LOGPROBS, "alternatives per token"), needs_logprobs(1)] | None = None
     think: NoThinking = None
     images: NoImages = None
     suffix: NoSuffix = None
@@ -100,12 +102,6 @@ class GenerationRequest(ModelRequest):
         """Alternatives each token's log-probability lists (0: the chosen token's alone); None: not asked for.
         Ollama ignores top_logprobs without logprobs; labkit refuses a top_logprobs above 0 without it."""
         return (self.top_logprobs or 0) if self.logprobs else None
-
-    @property
-    def engine_fields(self) -> dict[str, str]:
-        """The engine's names for what it may refuse -> this body's fields (ModelService.submit): the context
-        rule names the prompt or the new tokens."""
-        return {"prompt": self.PROMPT_FIELD, "max_new_tokens": self.limit_field}
 
     def decoding_config(self, default_max_tokens: int) -> DecodingConfig:
         """The request as a DecodingConfig, built once (a 400 names the client's field)."""

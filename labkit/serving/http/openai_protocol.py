@@ -2,7 +2,8 @@
 each parses its route's JSON and has ONE conversion to a DecodingConfig.
 
 Fields are checked for their JSON type here; decoding values (ranges, stop strings, schemas) are checked
-by DecodingConfig, the one validator of decoding options, and a refusal names the client's field.
+by DecodingConfig, the one validator of decoding options, and a refusal names the client's field. The
+published schema states the same ranges, read from DecodingConfig's rules (`json_schema.option_range`).
 What the engine is asked for besides the config: `n` samples (at least 1; the server refuses more than its
 seats) and `engine_logprobs`, the alternatives each token's log-probability lists (None: none recorded),
 from chat's `logprobs` + `top_logprobs` (0-20; top_logprobs needs logprobs true, as OpenAI says) or
@@ -34,8 +35,9 @@ from pydantic import AfterValidator, BeforeValidator, Field, ValidationInfo, fie
 
 from labkit.decoding.config import DecodingConfig
 from labkit.decoding.tools import ToolSpec
-from labkit.serving.http.fields import (ModelRequest, NoSuffix, RequestModel, Strings, either, needs_logprobs,
-                                        own_error, refused, within)
+from labkit.serving.http.fields import (NoSuffix, PromptRequest, RequestModel, Strings, either, int_within,
+                                        needs_logprobs, own_error, refused)
+from labkit.serving.http.json_schema import option_range, stated
 from labkit.serving.http.model_service import decoding_config
 from labkit.serving.http.tool_calls import request_tools, tool_grammar
 from labkit.serving.request import MAX_LOGPROBS
@@ -96,26 +98,26 @@ class ResponseFormat(RequestModel):
         return spec
 
 
-class OpenAIRequest(ModelRequest):
+class OpenAIRequest(PromptRequest):
     """What chat completions and completions share: streaming, limits and sampling (OpenAI's and vLLM's)."""
 
     DEFAULT_MAX_TOKENS: ClassVar[int | None] = None  # None: up to the context (ModelService.default_max_tokens)
-    PROMPT_FIELD: ClassVar[str]
+    VOCABULARY_FIELDS: ClassVar[dict[str, str]] = {"logit_bias": "logit_bias"}
     stream: bool = False
     stream_options: StreamOptions = Field(default_factory=StreamOptions)
-    max_tokens: int | None = None
-    max_completion_tokens: int | None = None  # OpenAI's newer name; wins over max_tokens
-    temperature: float = DEFAULT_TEMPERATURE
-    top_p: float | None = None
+    max_tokens: Annotated[int, option_range("max_new_tokens")] | None = None
+    max_completion_tokens: Annotated[int, option_range("max_new_tokens")] | None = None  # wins over max_tokens
+    temperature: Annotated[float, option_range("temperature")] = DEFAULT_TEMPERATURE
+    top_p: Annotated[float, option_range("top_p")] | None = None
     seed: int | None = None
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
+    presence_penalty: Annotated[float, option_range("presence_penalty")] | None = None
+    frequency_penalty: Annotated[float, option_range("frequency_penalty")] | None = None
     stop: Strings | None = None
-    top_k: int | None = None  # vLLM: -1 turns it off
-    min_p: float | None = None
-    repetition_penalty: float | None = None
-    min_tokens: int | None = None
-    n: Annotated[int, AfterValidator(at_least_one)] = Field(1, json_schema_extra={"minimum": 1})
+    top_k: Annotated[int, stated(minimum=-1)] | None = None  # vLLM: -1 turns it off; else top_k's rule, >= 0
+    min_p: Annotated[float, option_range("min_p")] | None = None
+    repetition_penalty: Annotated[float, option_range("repetition_penalty")] | None = None
+    min_tokens: Annotated[int, option_range("min_new_tokens")] | None = None
+    n: Annotated[int, AfterValidator(at_least_one), stated(minimum=1)] = 1
     logit_bias: Annotated[dict[str, float], AfterValidator(token_id_keys)] = Field(
         default_factory=dict, json_schema_extra={"propertyNames": {"pattern": "^[0-9]+$"}})
     response_format: ResponseFormat = Field(default_factory=ResponseFormat)
@@ -134,12 +136,6 @@ class OpenAIRequest(ModelRequest):
     def limit_field(self) -> str:
         """The field that sets how many new tokens: max_completion_tokens if given, else max_tokens."""
         return "max_tokens" if self.max_completion_tokens is None else "max_completion_tokens"
-
-    @property
-    def engine_fields(self) -> dict[str, str]:
-        """The engine's names for what it may refuse -> this body's fields (ModelService.submit): the context
-        rule names the prompt or the new tokens."""
-        return {"prompt": self.PROMPT_FIELD, "max_new_tokens": self.limit_field}
 
     def decoding_config(self, default_max_tokens: int) -> DecodingConfig:
         """The request as a DecodingConfig, built once (a 400 names the client's field)."""
@@ -199,7 +195,7 @@ class ChatCompletionRequest(OpenAIRequest):
     messages: list[ChatMessage] = Field(description='an array of {"role", "content"} objects',
                                         json_schema_extra={"minItems": 1})  # checked by tool_prompt
     logprobs: bool = False
-    top_logprobs: Annotated[int, within(0, MAX_LOGPROBS, "alternatives per token"), needs_logprobs(0)] | None = None
+    top_logprobs: Annotated[int_within(0, MAX_LOGPROBS, "alternatives per token"), needs_logprobs(0)] | None = None
     tools: Any = None  # [{"type": "function", "function": {"name", "description", "parameters"}}, ...]
     tool_choice: Any = None  # "none", "auto", "required" or {"type": "function", "function": {"name"}}
     parallel_tool_calls: bool = True  # False: at most one call an answer
@@ -228,10 +224,11 @@ class CompletionRequest(OpenAIRequest):
 
     DEFAULT_MAX_TOKENS: ClassVar[int | None] = 16
     PROMPT_FIELD: ClassVar[str] = "prompt"
-    prompt: Annotated[str | Annotated[list[int], Field(min_length=1)], BeforeValidator(one_prompt),
+    prompt: Annotated[Annotated[str, stated(minLength=1)] | Annotated[list[int], Field(min_length=1)],
+                      BeforeValidator(one_prompt),
                       either("a string, an array of one string, or a non-empty array of token ids: one prompt "
-                             "per request")] = Field(description="a string or a non-empty array of token ids")
-    logprobs: Annotated[int, within(0, MAX_COMPLETION_LOGPROBS, "alternatives per token")] | None = None
+                             "per request")] = Field(description="a non-empty string or a non-empty array of token ids")
+    logprobs: int_within(0, MAX_COMPLETION_LOGPROBS, "alternatives per token") | None = None
     tools: NoTools = None
 
     @property

@@ -5,7 +5,8 @@ The routes read their bodies by hand (a size-limited read, then their protocol's
 every refusal is a 400 in the protocol's shape), so FastAPI sees no body parameter and would describe none.
 Each POST route declares its model with `request_body` instead, and `describe` puts the models' JSON
 schemas beside FastAPI's own document, so a client generator or a fuzzer (schemathesis, in
-tests/serving/http/test_fuzz.py) reads the same fields, types and required ones the server checks.
+tests/serving/http/test_fuzz.py) reads the same fields, types, required ones and ranges the server checks
+(the ranges and null-as-absent are stated by `json_schema`).
 Every operation also declares its errors, as a `default` response in its protocol's shape:
 
 - Ollama (`/api/*`, `/`, `/health`, `/metrics`): `{"error": "<message>"}`

@@ -1,8 +1,14 @@
 """The HTTP API fuzzed from its own OpenAPI document: schemathesis generates bodies that fit each route's
 request model and bodies that break it, sends them to a live `labkit serve` (SmolLM2-135M on 127.0.0.1),
 and requires no 5xx, a status and media type the document declares, an answer that fits its declared
-schema, and every 4xx in the route's protocol error shape. Afterwards the server still answers, with no
-request left running and every KV block free. A small broken app shows the same checks fail.
+schema, every 4xx in the route's protocol error shape, and every body that breaks the document refused
+(negative_data_rejection: the document states the ranges the server enforces, and that null counts as
+absent). Afterwards the server still answers, with no request left running and every KV block free. A
+small broken app shows the same checks fail.
+
+positive_data_acceptance stays off: some rules are not JSON Schema's to state (top_logprobs needs
+"logprobs": true; a tool message answers an earlier assistant call), so a body that fits the document may
+still be refused, with a 400 naming the field.
 
 Bounded for CI: EXAMPLES bodies of each kind per route, and every token limit a body leaves open or sets
 above MAX_NEW is set to MAX_NEW (a mistyped limit is left as it is, to be refused)."""
@@ -16,8 +22,8 @@ import schemathesis
 from fastapi import FastAPI
 from hypothesis import HealthCheck, Phase, given, settings
 from schemathesis import GenerationMode
-from schemathesis.checks import (content_type_conformance, not_a_server_error, response_schema_conformance,
-                                 status_code_conformance)
+from schemathesis.checks import (content_type_conformance, negative_data_rejection, not_a_server_error,
+                                 response_schema_conformance, status_code_conformance)
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
@@ -48,7 +54,7 @@ def protocol_error_shape(ctx, response, case):
 
 
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance,
-          protocol_error_shape]
+          protocol_error_shape, negative_data_rejection]
 
 
 def is_int(value) -> bool:

@@ -88,6 +88,7 @@ def test_ollama_errors_are_a_string_with_the_right_status(service, path, body, s
      "stream"),
     ("/v1/completions", {"model": NAME, "prompt": "Hi", "min_p": 2, "temperature": 1}, 400, "min_p"),
     ("/v1/completions", {"model": NAME, "prompt": "Hi", "stop": [""]}, 400, "stop"),
+    ("/v1/completions", {"model": NAME, "prompt": "Hi", "logit_bias": {"49152": 5}}, 400, "logit_bias"),
     ("/v1/completions", {"model": NAME, "prompt": "Hi", "stream_options": {"include_usage": "yes"}}, 400,
      "stream_options.include_usage"),
 ])

@@ -108,3 +108,42 @@ def test_a_bad_field_is_named_with_what_is_allowed(kind, body, param, message):
 def test_decoding_config_refusals_name_the_clients_field(convert, param, message):
     error = refused(convert)
     assert error.param == param and message in error.message
+
+
+# Each bound keyword: the direction out of the range, and whether the bound itself is allowed.
+BOUNDS = {"minimum": (-1, True), "exclusiveMinimum": (-1, False), "maximum": (1, True), "exclusiveMaximum": (1, False)}
+
+
+def stated_bounds(schema: dict):
+    """(field, keyword, bound, whole number?) for each range a model's published schema states."""
+    for name, field in schema["properties"].items():
+        for branch in field.get("anyOf", [field]):
+            for keyword in BOUNDS.keys() & branch.keys() if branch.get("type") in ("integer", "number") else ():
+                yield name, keyword, branch[keyword], branch["type"] == "integer"
+
+
+def accepts(convert, field: str, value: float) -> bool:
+    try:
+        convert(field, value)
+    except ClientError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("schema, convert", [
+    (ChatCompletionRequest.model_json_schema(),
+     lambda field, value: openai_config(**{field: value}, logprobs=field == "top_logprobs")),
+    (CompletionRequest.model_json_schema(), lambda field, value: parse(CompletionRequest, {
+        "model": "m", "prompt": "Hi", field: value}).decoding_config(DEFAULT_MAX)),
+    (GenerateRequest.model_json_schema()["$defs"]["Options"], lambda field, value: ollama_config(options={field: value})),
+    (GenerateRequest.model_json_schema(), lambda field, value: ollama_config(**{field: value}, logprobs=True)),
+], ids=["chat completions", "completions", "ollama options", "ollama generate"])
+def test_the_published_ranges_are_the_ones_the_server_enforces(schema, convert):
+    bounds = list(stated_bounds(schema))
+    assert bounds  # e.g. top_p: exclusiveMinimum 0, maximum 1 (from labkit.decoding.option_rules)
+    for field, keyword, bound, whole in bounds:
+        outward, inclusive = BOUNDS[keyword]
+        step = 1 if whole else 0.001
+        assert accepts(convert, field, bound) == inclusive, (field, keyword, bound)
+        assert accepts(convert, field, bound - outward * step), (field, keyword, "just inside")
+        assert not accepts(convert, field, bound + outward * step), (field, keyword, "just outside")
