@@ -31,8 +31,15 @@ import torch
 from labkit.bench import comparison, machine_name
 from labkit.core.forward import context_length
 from labkit.models.loading import load_model
-from labkit.serving.workload import (RunResult, WorkItem, make_workload, results_table,
-                                     run_continuous, run_one_at_a_time, run_static_batches)
+from labkit.serving.workload import (
+    RunResult,
+    WorkItem,
+    make_workload,
+    results_table,
+    run_continuous,
+    run_one_at_a_time,
+    run_static_batches,
+)
 
 SCENARIOS = {"together": False, "staggered": True}  # name -> staggered arrivals
 ONE, STATIC, SAME, FULL, CHUNKED = "one", "static", "continuous_same_seats", "continuous", "chunked"

@@ -7,11 +7,11 @@ from collections.abc import Callable
 import torch
 
 from labkit.bench import comparison, machine_name
-from labkit.decoding.generate import generate_ids
 from labkit.core.llama import Llama
+from labkit.decoding.generate import generate_ids
 from labkit.models.loading import load_model
-from labkit.timing import median_tokens_per_second
 from labkit.table import Column, format_table
+from labkit.timing import median_tokens_per_second
 
 BENCH_PROMPT = "The history of the Roman Empire begins with"  # plain text: rarely ends early
 

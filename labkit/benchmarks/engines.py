@@ -28,9 +28,9 @@ import torch
 
 from labkit.bench import comparison, machine_name
 from labkit.benchmarks.engines_child import DECODE_PROMPT, IN_PROCESS_ENGINES
+from labkit.benchmarks.serve_servers import FASTEST_LABKIT, LABKIT_FLOAT32, VLLM, VLLM_ALL_CORES, contenders
 from labkit.core.arguments import check_int
 from labkit.core.doors import check_items
-from labkit.benchmarks.serve_servers import FASTEST_LABKIT, LABKIT_FLOAT32, VLLM, VLLM_ALL_CORES, contenders
 from labkit.engines.compare import EngineRow, number
 from labkit.engines.install import MAKE_ENGINES, llama_server_installed, llamacpp_installed, vllm_installed
 from labkit.engines.llamacpp import load_llamacpp
@@ -38,11 +38,11 @@ from labkit.engines.measure import CONCURRENT_REQUESTS, answer_rate, fresh, meas
 from labkit.engines.runners import LabkitRunner, LlamaCppRunner, TransformersRunner
 from labkit.engines.server_runner import ServerRunner
 from labkit.fast.processes import check_policy, run_in_child
-from labkit.models.loading import load_model, load_tokenizer
 from labkit.launcher import ServerHandle
+from labkit.models.loading import load_model, load_tokenizer
 from labkit.serving.http.load import question
-from labkit.timing import check_repeats
 from labkit.table import Column, format_table
+from labkit.timing import check_repeats
 
 MODEL = "smollm2-135m"
 CHILD = "labkit.benchmarks.engines_child"  # the module each in-process engine's own process runs

@@ -41,22 +41,35 @@ import torch
 from tqdm.auto import tqdm
 
 from labkit.bench import machine_name
-from labkit.benchmarks.fast_best import (best_rows, llama_cpp_best, row_best, row_from_child,  # noqa: F401
-                                         settings_report)
+from labkit.benchmarks.fast_best import best_rows, llama_cpp_best, row_best, row_from_child, settings_report  # noqa: F401
 from labkit.benchmarks.fast_report import compile_report, payback_tokens, records, table  # noqa: F401
-from labkit.benchmarks.fast_rows import (BENCH_PROMPT, CHILD, COMPILED, FP32, GAMMA, LABKIT_ROWS,  # noqa: F401
-                                         LLAMA_CPP, MODEL, PROBE_STEPS, PROBE_TOKENS, Q4_1_COMPILED, Q4_1_STATIC,
-                                         ROWS, STATIC_EAGER, Row)
+from labkit.benchmarks.fast_rows import (  # noqa: F401
+    BENCH_PROMPT,
+    CHILD,
+    COMPILED,
+    FP32,
+    GAMMA,
+    LABKIT_ROWS,
+    LLAMA_CPP,
+    MODEL,
+    PROBE_STEPS,
+    PROBE_TOKENS,
+    Q4_1_COMPILED,
+    Q4_1_STATIC,
+    ROWS,
+    STATIC_EAGER,
+    Row,
+)
 from labkit.core.arguments import check_int
 from labkit.core.doors import check_items, check_model, check_record
 from labkit.core.forward import decode_step, prefill
 from labkit.core.llama import Llama
 from labkit.decoding.generate import generate_ids
-from labkit.fast.optimize import optimize
-from labkit.fast.static import StaticDecoder, slots_for
 from labkit.fast.cost import HOWS, StepCosts, cost_table, measure_machine, measure_step
+from labkit.fast.optimize import optimize
 from labkit.fast.processes import WAIT_POLICIES, current_policy, run_in_child  # noqa: F401
 from labkit.fast.roofline import weight_bytes_per_token
+from labkit.fast.static import StaticDecoder, slots_for
 from labkit.fast.threads import fastest_thread_count, thread_candidates, using_threads
 from labkit.timing import interleaved_tokens_per_second
 

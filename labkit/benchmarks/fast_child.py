@@ -19,11 +19,11 @@ import json
 import sys
 
 from labkit.benchmarks import fast
-from labkit.timing import median_tokens_per_second
 from labkit.fast.processes import current_policy
 from labkit.fast.threads import thread_candidates, using_threads
 from labkit.models.loading import load_model
 from labkit.models.registry import EMBEDDED_MODELS
+from labkit.timing import median_tokens_per_second
 
 
 def llama_cpp_simd(llama_cpp) -> str:

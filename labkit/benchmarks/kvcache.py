@@ -23,8 +23,8 @@ from labkit.core.arguments import check_int
 from labkit.core.doors import check_items, check_model, check_record, check_tensor
 from labkit.core.forward import NoCache, decode_step, prefill
 from labkit.core.llama import Llama
-from labkit.models.loading import load_model
 from labkit.core.paged import BlockPool
+from labkit.models.loading import load_model
 
 BENCH_PROMPT = "The history of the Roman Empire begins with"
 FILLER = ("The river rose slowly through the spring, and the people of the valley watched the water climb "

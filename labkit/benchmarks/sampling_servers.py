@@ -30,8 +30,15 @@ from dataclasses import dataclass
 import httpx
 
 from labkit.bench import comparison
-from labkit.benchmarks.serve_servers import (FASTEST_LABKIT, LABKIT_FLOAT32, LLAMA_SERVER, VLLMS, Contender,
-                                             contenders, record_tag)
+from labkit.benchmarks.serve_servers import (
+    FASTEST_LABKIT,
+    LABKIT_FLOAT32,
+    LLAMA_SERVER,
+    VLLMS,
+    Contender,
+    contenders,
+    record_tag,
+)
 
 SEED = 0
 ONE_REQUEST, PARALLEL = "one request, n", "n parallel requests"

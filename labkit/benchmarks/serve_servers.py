@@ -23,11 +23,11 @@ from dataclasses import dataclass
 
 import torch
 
+from labkit.core.doors import check_record
 from labkit.engines.install import MAKE_ENGINES, llama_server_installed, vllm_installed
 from labkit.engines.llama_server import LlamaServerSettings, start_llama_server
 from labkit.engines.vllm import DEFAULT_KV_CACHE_GIB, all_cores_env, start_vllm_server
 from labkit.launcher import ServerHandle
-from labkit.core.doors import check_record
 from labkit.serving.http.server import ServerOptions, start_server
 
 MODEL = "smollm2-135m"

@@ -16,14 +16,14 @@ from collections.abc import Callable
 import torch
 
 from labkit.bench import comparison, machine_name
-from labkit.speculative.drafters import PromptLookupDrafter, early_exit_drafter, early_exit_model
+from labkit.core.llama import Llama
 from labkit.core.text import chat_prompt
 from labkit.decoding.generate import generate_ids
-from labkit.core.llama import Llama
-from labkit.timing import median_seconds
 from labkit.models.loading import load_model
+from labkit.speculative.drafters import PromptLookupDrafter, early_exit_drafter, early_exit_model
 from labkit.speculative.generate import speculative_generate
 from labkit.table import Column, format_table
+from labkit.timing import median_seconds
 
 PASSAGE = ("The old lighthouse stood at the edge of the cliff for more than two hundred years. Every night its "
            "keeper climbed the spiral stairs, trimmed the wick, and watched the beam sweep across the dark water, "

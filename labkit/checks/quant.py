@@ -9,8 +9,8 @@ import torch
 
 from labkit.checks.common import matching_hint, not_attempted, read_number, verdict
 from labkit.checks.work import choice_verdict, progressive, reset, run_own
-from labkit.quant.gguf_blocks import decode_q4_1
 from labkit.quant.evaluation import model_nbytes
+from labkit.quant.gguf_blocks import decode_q4_1
 from labkit.quant.schemes import absmax_dequantize, absmax_quantize, bits_per_weight
 
 __all__ = ["check_absmax_quantize", "check_quantized_megabytes", "check_q4_1_decoder", "check_ceiling_share"]

@@ -19,8 +19,14 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import LlamaConfig as HFLlamaConfig
 
-from labkit.core.attention import apply_rotary, attend_and_project, rotary_cos_sin
-from labkit.core.attention import attention, attention_explicit, causal_mask  # noqa: F401  (read from here too)
+from labkit.core.attention import (  # noqa: F401  (read from here too)
+    apply_rotary,
+    attend_and_project,
+    attention,
+    attention_explicit,
+    causal_mask,
+    rotary_cos_sin,
+)
 from labkit.core.doors import check_record
 from labkit.core.kv_cache import Appendable, Cache, KVCache
 

@@ -18,7 +18,15 @@ from transformers import PreTrainedTokenizerBase
 from labkit.core.forward import NoCache, decode_step, model_device, prefill
 from labkit.core.text import StopMatcher, TextStream, chat_prompt
 from labkit.decoding.config import DecodingConfig, apply_transforms
-from labkit.decoding.request import Prompt, Request, Step, check_generator, check_request, make_step, text_and_finish
+from labkit.decoding.request import (
+    Prompt,
+    Request,
+    Step,
+    check_generator,
+    check_request,
+    make_step,
+    text_and_finish,
+)
 from labkit.decoding.sampling import greedy, sample
 from labkit.decoding.search import beam_search, best_sequence_steps
 

@@ -10,8 +10,13 @@ is missing, and every server it starts is stopped at exit.
     ...     client = openai.OpenAI(base_url=server.url + "/v1", api_key="none")
 """
 
-from labkit.engines.install import (EngineNotInstalled, engines_dir, llama_server_installed, llamacpp_installed,
-                                    vllm_installed)
+from labkit.engines.install import (
+                                    EngineNotInstalled,
+                                    engines_dir,
+                                    llama_server_installed,
+                                    llamacpp_installed,
+                                    vllm_installed,
+)
 from labkit.engines.llama_server import LlamaServerSettings, start_llama_server
 from labkit.engines.llamacpp import load_llamacpp
 from labkit.engines.vllm import start_vllm_server

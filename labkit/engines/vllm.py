@@ -18,8 +18,8 @@ from pathlib import Path
 from labkit.core.arguments import check_choice, check_int, check_seconds
 from labkit.engines.install import engine_cache_env, require_vllm
 from labkit.fast.processes import check_policy
-from labkit.models.registry import build_cache, known_model
 from labkit.launcher import ServerHandle, check_address, launch, require_free_port, tail
+from labkit.models.registry import build_cache, known_model
 
 DEFAULT_CONTEXT = 2048
 DEFAULT_KV_CACHE_GIB = 1  # 2048-token requests need 45 MB each for SmolLM2: room for ~22 at once

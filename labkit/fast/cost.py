@@ -52,15 +52,15 @@ from torch import nn
 from labkit.core.arguments import check_int
 from labkit.core.doors import check_record, check_table
 from labkit.core.llama import Llama, LlamaConfig, check_llama
-from labkit.fast.optimize import check_steps, optimize
-from labkit.fast.ops import count_ops
 from labkit.fast.machine import Machine, measure_machine  # noqa: F401  (measure_machine: read from here too)
+from labkit.fast.ops import count_ops
+from labkit.fast.optimize import check_steps, optimize
+from labkit.fast.q4_linear import KernelLinear
 from labkit.fast.roofline import weight_bytes_per_token
 from labkit.fast.static import slots_for
 from labkit.fast.step_runs import compiled_step_run, step_run
-from labkit.timing import median_seconds
-from labkit.fast.q4_linear import KernelLinear
 from labkit.quant.linear import QuantLinear
+from labkit.timing import median_seconds
 
 HOWS = ("loop", "static", "compiled")  # labkit's loop, StaticDecoder's eager step, its compiled step
 

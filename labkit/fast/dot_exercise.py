@@ -31,8 +31,8 @@ import torch
 
 from labkit.core.doors import check_callable, check_record
 from labkit.fast.q4_linear import Q41Weight, quantize_q8_1
-from labkit.timing import median_seconds
 from labkit.models.registry import cache_dir
+from labkit.timing import median_seconds
 
 TEMPLATE = r"""
 #include <cstdint>

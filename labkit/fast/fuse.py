@@ -19,7 +19,15 @@ import torch.nn.functional as F
 from torch import nn
 
 from labkit.core.kv_cache import Cache
-from labkit.core.llama import MLP, Attention, Llama, LlamaConfig, apply_rotary, attend_and_project, check_llama
+from labkit.core.llama import (
+    MLP,
+    Attention,
+    Llama,
+    LlamaConfig,
+    apply_rotary,
+    attend_and_project,
+    check_llama,
+)
 
 
 def stacked_linear(layers: list[nn.Module]) -> nn.Linear:

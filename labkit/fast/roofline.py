@@ -16,8 +16,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from labkit.timing import best_seconds
 from labkit.quant.linear import QuantLinear
+from labkit.timing import best_seconds
 
 READ_FLOATS = 64 * 2**20  # 256 MB of float32: eight times the largest CPU cache here, like a model's weights
 

@@ -23,7 +23,13 @@ import re
 from dataclasses import fields
 from pathlib import Path
 
-from labkit.models.catalog_model import KINDS, OPTIONAL_FIELDS, SCORE_FIELDS, CatalogModel, check_catalog_model
+from labkit.models.catalog_model import (
+    KINDS,
+    OPTIONAL_FIELDS,
+    SCORE_FIELDS,
+    CatalogModel,
+    check_catalog_model,
+)
 from labkit.models.fit import DEFAULT_CONTEXT, KV_DTYPE, QUANTS, Fit, fit_table, fits_here, what_can_i_run
 
 __all__ = ["CATALOG_PATH", "DEFAULT_CONTEXT", "KINDS", "KV_DTYPE", "OPTIONAL_FIELDS", "QUANTS", "SCORE_FIELDS",

@@ -24,8 +24,17 @@ Sizes are in bytes; `GB` is 10^9 bytes (as GPU and cloud vendors count), `GiB` 2
 
 from __future__ import annotations
 
-from labkit.models.footprint import (DTYPE_BYTES, GB, GiB, bytes_per_element, check_size, check_tokens_and_batch,
-                                     format_bytes, kv_cache_bytes, weight_bytes)
+from labkit.models.footprint import (
+    DTYPE_BYTES,
+    GB,
+    GiB,
+    bytes_per_element,
+    check_size,
+    check_tokens_and_batch,
+    format_bytes,
+    kv_cache_bytes,
+    weight_bytes,
+)
 from labkit.models.hardware import HARDWARE, RESERVES, Hardware, hardware_table, reserve_bytes
 from labkit.models.shapes import PRESETS, ModelShape, model_shape, shape_of
 from labkit.table import Column, format_table

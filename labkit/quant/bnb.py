@@ -17,7 +17,7 @@ from functools import cache
 import torch
 from transformers import AutoModelForCausalLM, BitsAndBytesConfig, PreTrainedTokenizerBase
 
-from labkit.models.loading import quiet_transformers, load_tokenizer, pick_device
+from labkit.models.loading import load_tokenizer, pick_device, quiet_transformers
 from labkit.models.registry import build_cache, known_model
 
 MODES = {

@@ -27,15 +27,15 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerBase
 
 from labkit.core.doors import check_items, check_model
-from labkit.timing import check_repeats, interleaved_tokens_per_second
-from labkit.quant.bnb import BitsAndBytesUnavailable, load_bitsandbytes_model
 from labkit.core.text import encode_prompt
 from labkit.decoding.generate import generate_ids
+from labkit.decoding.scoring import perplexity
 from labkit.models.eval_data import eval_ids, eval_prompts
 from labkit.models.loading import load_model
+from labkit.quant.bnb import BitsAndBytesUnavailable, load_bitsandbytes_model
 from labkit.quant.linear import quantize_model
-from labkit.decoding.scoring import perplexity
 from labkit.table import Column, format_row
+from labkit.timing import check_repeats, interleaved_tokens_per_second
 
 MODEL = "smollm2-135m"
 DECODE_PROMPT = "The history of the Roman Empire begins with"  # plain text: rarely ends early

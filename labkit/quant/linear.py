@@ -24,8 +24,14 @@ from torch import nn
 
 from labkit.core.doors import check_model
 from labkit.quant.nf4 import NF4Tensor, nf4_dequantize, nf4_quantize
-from labkit.quant.schemes import (GroupQuantized, absmax_quantize, check_size, dequantize_groupwise, pack_int4,
-                                  quantize_groupwise)
+from labkit.quant.schemes import (
+    GroupQuantized,
+    absmax_quantize,
+    check_size,
+    dequantize_groupwise,
+    pack_int4,
+    quantize_groupwise,
+)
 
 SCHEMES = {
     "int8": "int8 absmax per output channel (fused weight-only kernel on CPU)",

@@ -38,15 +38,21 @@ from labkit.core.forward import context_length
 from labkit.core.paged import BlockPool
 from labkit.decoding.config import DecodingConfig
 from labkit.decoding.request import Prompt, check_request
-from labkit.serving.admission import (EngineBusy, EngineLoad, check_logprobs, check_prompt_list,  # noqa: F401
-                                     check_queue_room, check_samples, refuse_beams)
+from labkit.serving.admission import (  # noqa: F401
+    EngineBusy,
+    EngineLoad,
+    check_logprobs,
+    check_prompt_list,
+    check_queue_room,
+    check_samples,
+    refuse_beams,
+)
 from labkit.serving.block_manager import BlockManager
-from labkit.serving.capacity import (DEFAULT_TOKENS_PER_SEQ, check_sizes, default_blocks,  # noqa: F401
-                                     default_budget)
+from labkit.serving.capacity import DEFAULT_TOKENS_PER_SEQ, check_sizes, default_blocks, default_budget  # noqa: F401
 from labkit.serving.compiled_step import CompiledDecode
+from labkit.serving.request import MAX_LOGPROBS, EngineRequest, EngineRequestMetrics, Status, TokenLogprob
 from labkit.serving.runner import BatchRunner, require_llama
 from labkit.serving.scheduler import ScheduledBatch, Scheduler, SchedulerConfig
-from labkit.serving.request import MAX_LOGPROBS, EngineRequest, EngineRequestMetrics, Status, TokenLogprob
 
 Output = tuple[int, int, str, str | None]  # (request id, token id, text piece, finish reason or None)
 

@@ -24,8 +24,8 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from labkit.core.arguments import check_int, check_text
 from labkit.core import doors
+from labkit.core.arguments import check_int, check_text
 from labkit.core.doors import check_callable, check_record, check_table
 from labkit.decoding.accuracy import Accuracy, accuracy
 from labkit.decoding.choose import CHOOSERS, ORACLE, Chooser, Sample, oracle

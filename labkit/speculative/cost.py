@@ -27,7 +27,7 @@ from transformers import PreTrainedTokenizerBase
 from labkit.core.arguments import check_int
 from labkit.core.doors import check_items, check_model, check_number, check_record
 from labkit.core.forward import CachedSequence, vocab_size
-from labkit.speculative.generate import DraftStep, Drafter
+from labkit.speculative.generate import Drafter, DraftStep
 from labkit.speculative.policy import SamplingPolicy
 from labkit.speculative.rule import expected_tokens_per_step
 from labkit.timing import interleaved_seconds

@@ -14,7 +14,6 @@ import torch
 from labkit.decoding.config import apply_transforms
 
 
-
 @dataclass
 class SamplingPolicy:
     """How logits become a choice, applied identically to the target's and the draft's logits."""

@@ -22,7 +22,6 @@ from labkit.core.doors import check_number
 from labkit.decoding.sampling import sample
 
 
-
 def residual_distribution(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     """norm(max(0, p - q)) [B, V] for p, q [B, V]: where a rejected draft is resampled from.
 

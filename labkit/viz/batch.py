@@ -15,8 +15,8 @@ from matplotlib.lines import Line2D
 
 from labkit.core.doors import check_items, check_table
 from labkit.fast.cost import Machine, StepCosts
-from labkit.viz.axes import plain_log_ticks
 from labkit.viz.alt import with_alt_text
+from labkit.viz.axes import plain_log_ticks
 
 
 @with_alt_text("Two line charts: milliseconds per decode step, and tokens per second, against the batch size")

@@ -16,8 +16,8 @@ import matplotlib.pyplot as plt
 
 from labkit.core.doors import check_items
 from labkit.serving.method_run import FrontierPoint
-from labkit.viz.axes import plain_log_ticks
 from labkit.viz.alt import with_alt_text
+from labkit.viz.axes import plain_log_ticks
 
 OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#D55E00", "#56B4E9", "#000000", "#F0E442")
 MARKERS = ("o", "s", "^", "D", "v", "*", "X", "P")

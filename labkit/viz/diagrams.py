@@ -8,6 +8,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 from matplotlib.patches import FancyBboxPatch
+
 from labkit.viz.alt import with_alt_text
 
 LOOP_STAGES = [  # (left edge, label, colour)

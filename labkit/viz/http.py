@@ -16,8 +16,8 @@ from matplotlib.patches import Patch
 
 from labkit.core.doors import check_items, check_record
 from labkit.serving.http.load import LoadResult
-from labkit.viz.axes import plain_log_ticks
 from labkit.viz.alt import with_alt_text
+from labkit.viz.axes import plain_log_ticks
 
 FIRST_TOKEN, DECODING = "#d9a441", "#4caf50"
 

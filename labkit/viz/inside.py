@@ -15,9 +15,9 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from labkit.core.doors import check_table, check_tensor
+from labkit.viz.alt import with_alt_text
 from labkit.viz.plots import CHOSEN_COLOR, OTHER_COLOR
 from labkit.viz.tokens import drawable
-from labkit.viz.alt import with_alt_text
 
 
 @with_alt_text("Heatmaps of attention weights, layers across and heads down, on one scale from 0 to 1")

@@ -24,8 +24,15 @@ from labkit.core.doors import check_items, check_tensor
 from labkit.decoding.request import Step
 from labkit.viz.alt import with_alt_text
 from labkit.viz.sampling import CUT_COLOR, KEPT_COLOR, RENORMALIZED_COLOR, plot_kept_vs_cut, plot_surprise
-from labkit.viz.tokens import (TokenCandidate, as_probs, drawable, percent, step_logits, token_label,
-                               top_candidates)
+from labkit.viz.tokens import (
+    TokenCandidate,
+    as_probs,
+    drawable,
+    percent,
+    step_logits,
+    token_label,
+    top_candidates,
+)
 
 CHOSEN_COLOR = "tab:orange"  # the token that was picked
 OTHER_COLOR = "tab:blue"  # the candidates that were not

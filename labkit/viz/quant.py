@@ -22,8 +22,14 @@ from matplotlib.figure import Figure
 
 from labkit.core.doors import check_items, check_table, check_tensor
 from labkit.quant.nf4 import NF4_CODEBOOK, nf4_dequantize, nf4_quantize
-from labkit.quant.schemes import (absmax_dequantize, absmax_quantize, bits_per_weight, dequantize_groupwise,
-                                  quantization_error, quantize_groupwise)
+from labkit.quant.schemes import (
+    absmax_dequantize,
+    absmax_quantize,
+    bits_per_weight,
+    dequantize_groupwise,
+    quantization_error,
+    quantize_groupwise,
+)
 from labkit.viz.alt import with_alt_text
 from labkit.viz.palette import series_colour
 

@@ -18,8 +18,18 @@ from matplotlib.patches import Patch
 
 from labkit.core.doors import check_items, check_table
 from labkit.viz.alt import with_alt_text
-from labkit.viz.engine_trace import (STATE_COLORS, EngineStepper, Snapshot, Trace, draw_engine_blocks, draw_timeline,
-                                     engine_stepper, format_trace, run_traced, timeline_states)
+from labkit.viz.engine_trace import (
+    STATE_COLORS,
+    EngineStepper,
+    Snapshot,
+    Trace,
+    draw_engine_blocks,
+    draw_timeline,
+    engine_stepper,
+    format_trace,
+    run_traced,
+    timeline_states,
+)
 
 STEP_COLORS = {"prefill": STATE_COLORS["prefill"], "decode": STATE_COLORS["decode"], "mixed": "#f0a030"}
 

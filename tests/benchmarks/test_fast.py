@@ -6,7 +6,6 @@ from labkit.benchmarks import fast
 from labkit.fast.cost import Machine, StepCosts
 from labkit.fast.threads import thread_candidates
 
-
 MACHINE = Machine(read_bandwidth=20e9, peaks={"float32": 100e9}, threads=1)
 
 

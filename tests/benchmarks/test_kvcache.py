@@ -9,6 +9,7 @@ from labkit.benchmarks import kvcache
 from labkit.core.forward import NoCache
 from labkit.core.paged import BlockPool
 
+
 def test_timed_generation_same_tokens_with_any_cache(tokenizer):
     model = labkit.tiny_model("labkit")
     input_ids = torch.tensor([tokenizer("Hello there")["input_ids"]])

@@ -4,8 +4,14 @@ the servers, n in one request against n parallel requests, like with like."""
 
 import pytest
 
-from labkit.benchmarks.sampling_servers import (LIKE_WITH_LIKE, ONE_REQUEST, PARALLEL, ServerSampling,
-                                                choice_tokens, server_records)
+from labkit.benchmarks.sampling_servers import (
+    LIKE_WITH_LIKE,
+    ONE_REQUEST,
+    PARALLEL,
+    ServerSampling,
+    choice_tokens,
+    server_records,
+)
 from labkit.engines.install import llama_server_installed
 
 

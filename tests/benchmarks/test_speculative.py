@@ -5,6 +5,7 @@ import pytest
 import labkit
 from labkit.benchmarks import speculative as bench
 
+
 def test_step_cost_of_a_model_against_itself_is_about_one():
     model = labkit.tiny_model("labkit")
     assert 0.2 < bench.step_cost(model, model, context=8, repeats=5) < 5  # same work: same order of time

@@ -11,7 +11,6 @@ import pytest
 
 from labkit.course.glossary import GLOSSARY
 
-
 pytestmark = pytest.mark.browser
 
 ROOT = Path(__file__).resolve().parents[2]

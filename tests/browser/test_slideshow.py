@@ -21,8 +21,14 @@ import pytest
 from labkit.course.solutions import mark_solution
 
 from .conftest import Lab, start_lab, stop_lab
-from .test_jupyterlab import (CELL_TIMEOUT_MS, OPEN_TIMEOUT_MS, assert_no_console_errors, drag_slider,
-                              run_command, slider)
+from .test_jupyterlab import (
+    CELL_TIMEOUT_MS,
+    OPEN_TIMEOUT_MS,
+    assert_no_console_errors,
+    drag_slider,
+    run_command,
+    slider,
+)
 
 try:
     from playwright.sync_api import expect

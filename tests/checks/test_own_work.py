@@ -28,8 +28,12 @@ from labkit.quant.schemes import absmax_quantize
 from labkit.serving.http.client import client_tpot, parse_sse
 from labkit.serving.static_batch import planned_waste
 from labkit.speculative.drafters import PromptLookupDrafter
-from labkit.speculative.rule import (accept_greedy, accept_or_resample, expected_tokens_per_step,
-                                     residual_distribution)
+from labkit.speculative.rule import (
+    accept_greedy,
+    accept_or_resample,
+    expected_tokens_per_step,
+    residual_distribution,
+)
 
 OWN = "calling labkit's version does not count"
 Q4_BLOCK = np.arange(20, dtype=np.uint8) * 13 % 251

@@ -6,8 +6,14 @@ import torch
 
 import labkit
 from labkit.core.inspect_forward import (
-    all_attention_weights, attention_output, attention_weights, format_shape_table, previous_token_share,
-    shape_rows, top_heads, trace_forward,
+    all_attention_weights,
+    attention_output,
+    attention_weights,
+    format_shape_table,
+    previous_token_share,
+    shape_rows,
+    top_heads,
+    trace_forward,
 )
 
 # float32 attention of one layer: the fused kernel and weights @ v differ by summation order only

@@ -4,8 +4,8 @@ import pytest
 import torch
 
 import labkit
-from labkit.core.kv_cache import Cache, KVCache
 from labkit.core.forward import NoCache, greedy_decode
+from labkit.core.kv_cache import Cache, KVCache
 from labkit.core.paged import BlockPool
 
 # Tolerances on logits, cached vs recomputed. tiny(): random weights, logits of order 1, the two paths

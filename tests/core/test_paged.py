@@ -12,8 +12,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 import labkit  # noqa: E402
 from labkit.core.forward import greedy_decode  # noqa: E402
-from labkit.core.paged import (  # noqa: E402
-    BlockAllocator, BlockPool, NoFreeBlocksError, PagedKVCache, sharing_summary)
+from labkit.core.paged import BlockAllocator, BlockPool, NoFreeBlocksError, PagedKVCache, sharing_summary  # noqa: E402
 from labkit.viz.paged import draw_block_tables, format_block_tables  # noqa: E402
 
 # Paged vs contiguous: the same numbers in the same order go into attention, only gathered from

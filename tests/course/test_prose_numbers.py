@@ -45,12 +45,12 @@ import ast
 import json
 import operator
 import re
-import tomllib
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))

@@ -11,12 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from labkit.course.glossary import GLOSSARY
 from labkit.course.accessibility import accessible_markup
+from labkit.course.glossary import GLOSSARY
 from labkit.course.site import notebook_title, section_anchor
 from labkit.course.solutions import SOLUTION_TAG, tags, text
-from labkit.course.student import (INSTRUCTOR_NOTE, is_checker_cell, is_instructor_note, is_reveal_cell,
-                                   student_copy)
+from labkit.course.student import (
+    INSTRUCTOR_NOTE,
+    is_checker_cell,
+    is_instructor_note,
+    is_reveal_cell,
+    student_copy,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))

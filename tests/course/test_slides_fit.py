@@ -9,8 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from labkit.course.slides import (LIMIT, PIXELS_PER_LINE, WIDGET_LINES, cell_height, group, png_height, slide_heights,
-                                  too_tall)
+from labkit.course.slides import (
+    LIMIT,
+    PIXELS_PER_LINE,
+    WIDGET_LINES,
+    cell_height,
+    group,
+    png_height,
+    slide_heights,
+    too_tall,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))

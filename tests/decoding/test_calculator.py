@@ -7,8 +7,15 @@ import json
 import pytest
 
 import labkit
-from labkit.decoding.calculator import (CALCULATOR, MAX_LENGTH, calculator_answer, calculator_messages,
-                                        calculator_prompt, evaluate, run_call)
+from labkit.decoding.calculator import (
+    CALCULATOR,
+    MAX_LENGTH,
+    calculator_answer,
+    calculator_messages,
+    calculator_prompt,
+    evaluate,
+    run_call,
+)
 from labkit.decoding.tools import ToolCall
 from labkit.decoding.verifiable import SHOTS, load_task
 

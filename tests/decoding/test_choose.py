@@ -7,8 +7,15 @@ import math
 
 import pytest
 
-from labkit.decoding.choose import (CHOOSERS, Sample, best_of_n, mbr_choice, oracle, pass_at_k,
-                                    self_consistency)
+from labkit.decoding.choose import (
+    CHOOSERS,
+    Sample,
+    best_of_n,
+    mbr_choice,
+    oracle,
+    pass_at_k,
+    self_consistency,
+)
 
 
 def sample(answer, logprob=-1.0, text=None):

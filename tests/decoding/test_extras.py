@@ -9,15 +9,20 @@ import torch
 
 import labkit
 from labkit import checks
-from labkit.viz import plots
-from labkit.viz import widgets
-from labkit.viz.search import plot_beam_tree
-from labkit.decoding.mbr import chrf, mbr_decode, mbr_select, token_f1
 from labkit.decoding.diversity import distinct_n, greedy_repetition, repeated_ngram_fraction
-from labkit.decoding.mirostat import (mirostat_generate, mirostat_update, mirostat_v1_filter, mirostat_v1_k,
-                                      mirostat_v2_filter, zipf_exponent)
+from labkit.decoding.mbr import chrf, mbr_decode, mbr_select, token_f1
+from labkit.decoding.mirostat import (
+    mirostat_generate,
+    mirostat_update,
+    mirostat_v1_filter,
+    mirostat_v1_k,
+    mirostat_v2_filter,
+    zipf_exponent,
+)
 from labkit.decoding.sampling import top_p_filter
 from labkit.decoding.search import beam_search
+from labkit.viz import plots, widgets
+from labkit.viz.search import plot_beam_tree
 
 
 def test_mirostat_v2_filter_cuts_tokens_above_mu_bits():

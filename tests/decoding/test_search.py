@@ -15,9 +15,15 @@ from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
 import labkit  # noqa: E402
 from labkit.decoding.config import DecodingConfig  # noqa: E402
+from labkit.decoding.exact import (  # noqa: E402
+    empty_answer_logprob,
+    exact_map,
+    first_divergence,
+    greedy_search,
+    sequence_logprob,
+    token_logprobs_of,
+)
 from labkit.decoding.search import beam_search  # noqa: E402
-from labkit.decoding.exact import (empty_answer_logprob, exact_map, first_divergence, greedy_search,  # noqa: E402
-                                   sequence_logprob, token_logprobs_of)
 from labkit.viz.search import plot_beam_vs_greedy, split_summary, tree_positions  # noqa: E402
 
 

@@ -9,8 +9,15 @@ import torch
 
 import labkit
 from labkit.decoding.config import DecodingConfig
-from labkit.decoding.thinking import (ThinkingBudget, ThinkingFormat, ThinkingTokens, split_thinking,
-                                      thinking_prompt, thinking_spans, thinking_token_count)
+from labkit.decoding.thinking import (
+    ThinkingBudget,
+    ThinkingFormat,
+    ThinkingTokens,
+    split_thinking,
+    thinking_prompt,
+    thinking_spans,
+    thinking_token_count,
+)
 from labkit.serving.engine import Engine
 
 # A small vocabulary: "<think>" is 1 2 3 (or 11 2 3 after a space), "</think>" 4 2 3 (or 14 2 3), "Wait" 7 8.

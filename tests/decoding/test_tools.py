@@ -17,8 +17,15 @@ import labkit
 from labkit.decoding.config import DecodingConfig
 from labkit.decoding.structured import compiled_lark, grammar_vocabulary
 from labkit.decoding.tool_prompt import tool_chat_prompt
-from labkit.decoding.tools import (Tool, ToolChoice, ToolSpec, check_tool_choice, check_tools,
-                                   parse_tool_calls, tool_finish_reason)
+from labkit.decoding.tools import (
+    Tool,
+    ToolChoice,
+    ToolSpec,
+    check_tool_choice,
+    check_tools,
+    parse_tool_calls,
+    tool_finish_reason,
+)
 from labkit.serving.engine import Engine
 
 WEATHER_PARAMETERS = {"type": "object", "properties": {

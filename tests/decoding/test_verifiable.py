@@ -7,8 +7,18 @@ import json
 import pytest
 
 import labkit
-from labkit.decoding.verifiable import (SHOTS, STOP, Item, extract_answer, is_correct, load_task, majority_answer,
-                                        task_messages, task_names, task_prompt)
+from labkit.decoding.verifiable import (
+    SHOTS,
+    STOP,
+    Item,
+    extract_answer,
+    is_correct,
+    load_task,
+    majority_answer,
+    task_messages,
+    task_names,
+    task_prompt,
+)
 
 
 @pytest.fixture(scope="module")

@@ -2,6 +2,7 @@
 own sources. Not public names (no notebook imports them), but the doors `make student` and `make site` use."""
 
 from door import Door
+
 from labkit.course.site import build_site
 from labkit.course.student import write_student_copies
 

@@ -18,7 +18,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
-
 from public_names import resolve
 
 

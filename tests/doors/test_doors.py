@@ -8,7 +8,6 @@ import traceback
 from pathlib import Path
 
 import pytest
-
 from cases import CASES
 from door import Kit
 

@@ -28,8 +28,14 @@ import pytest
 import torch
 
 from labkit.core.text import chat_prompt
-from labkit.engines import (llama_server_installed, llamacpp_installed, load_llamacpp, start_llama_server,
-                            start_vllm_server, vllm_installed)
+from labkit.engines import (
+    llama_server_installed,
+    llamacpp_installed,
+    load_llamacpp,
+    start_llama_server,
+    start_vllm_server,
+    vllm_installed,
+)
 from labkit.engines.install import MAKE_ENGINES
 from labkit.launcher import live_group_members, require_free_port
 

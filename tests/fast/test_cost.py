@@ -5,8 +5,19 @@ import torch
 
 import labkit
 from labkit.fast import optimize
-from labkit.fast.cost import (Machine, StepCosts, compute_dtype, cost_table, count_ops, kv_bytes_read, linear_flops,
-                              linear_layers, measure_machine, measure_step, probe_model)
+from labkit.fast.cost import (
+    Machine,
+    StepCosts,
+    compute_dtype,
+    cost_table,
+    count_ops,
+    kv_bytes_read,
+    linear_flops,
+    linear_layers,
+    measure_machine,
+    measure_step,
+    probe_model,
+)
 from labkit.fast.machine import matmul_peak, thread_wake_seconds
 from labkit.fast.threads import using_threads
 

@@ -24,8 +24,16 @@ import torch
 from torch import nn
 
 from labkit.fast.kernel import PATH_ENV_VAR, load_kernel
-from labkit.fast.q4_linear import (GROUP, Q41Linear, dequantize_q4_1, q4_1_linear, q4_1_linear_reference,
-                                   quantize_q4_1, quantize_q8_1, unpack_q4_1)
+from labkit.fast.q4_linear import (
+    GROUP,
+    Q41Linear,
+    dequantize_q4_1,
+    q4_1_linear,
+    q4_1_linear_reference,
+    quantize_q4_1,
+    quantize_q8_1,
+    unpack_q4_1,
+)
 
 FLOAT32_SUMS = 1e-5  # relative to sum_g |term_g|: the float32 sums over at most 48 groups
 BF16_STEP = 2.0 ** -7  # one bfloat16 rounding step, relative to |y|

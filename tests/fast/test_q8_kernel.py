@@ -13,8 +13,13 @@ from torch import nn
 
 from labkit.fast.kernel import load_kernel
 from labkit.fast.q4_linear import GROUP, quantize_q8_1
-from labkit.fast.q8_linear import (Q80Linear, dequantize_q8_0, q8_0_linear, q8_0_linear_reference,
-                                   quantize_q8_0)
+from labkit.fast.q8_linear import (
+    Q80Linear,
+    dequantize_q8_0,
+    q8_0_linear,
+    q8_0_linear_reference,
+    quantize_q8_0,
+)
 
 FLOAT32_SUMS = 1e-5  # relative to sum_g |term_g|: float32 sums over at most 48 groups
 SHAPES = [(1, 7, 32), (2, 13, 96), (3, 100, 576), (5, 37, 1536), (1, 1000, 576)]  # (M, N, K): 1, 3, 18, 48 groups

@@ -9,7 +9,6 @@ import labkit
 import labkit.models.loading
 from labkit.models import sizing
 
-
 # --- load_model: refused before anything heavy is touched -------------------------------------------------
 
 @pytest.fixture

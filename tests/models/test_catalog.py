@@ -14,7 +14,13 @@ import pytest  # noqa: E402
 
 from labkit.models import sizing  # noqa: E402
 from labkit.models.catalog import (  # noqa: E402
-    CATALOG_PATH, OPTIONAL_FIELDS, SCORE_FIELDS, CatalogModel, fits_here, load_catalog, what_can_i_run,
+    CATALOG_PATH,
+    OPTIONAL_FIELDS,
+    SCORE_FIELDS,
+    CatalogModel,
+    fits_here,
+    load_catalog,
+    what_can_i_run,
 )
 from labkit.viz.catalog import plot_model_zoo  # noqa: E402
 

@@ -8,9 +8,9 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 import labkit  # noqa: E402
+from labkit.core.paged import BlockPool  # noqa: E402
 from labkit.models import sizing as memory  # noqa: E402
 from labkit.viz import memory as viz_memory  # noqa: E402
-from labkit.core.paged import BlockPool  # noqa: E402
 
 
 def test_weights_of_a_7b_model():

@@ -10,7 +10,6 @@ import sys
 
 import pytest
 
-
 NOT_ON_IMPORT = ("labkit.serving.http", "labkit.checks", "labkit.engines", "labkit.benchmarks", "labkit.viz")
 HEAVY_DEPENDENCIES = ("fastapi", "uvicorn", "httpx", "matplotlib", "ipywidgets")
 

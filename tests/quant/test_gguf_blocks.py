@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from labkit.quant import gguf_blocks
 from labkit.models.registry import EMBEDDED_MODELS
+from labkit.quant import gguf_blocks
 
 
 @pytest.fixture(scope="module")

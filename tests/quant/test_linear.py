@@ -8,8 +8,8 @@ from torch import nn
 
 import labkit
 from labkit.quant import schemes as quant
-from labkit.quant.nf4 import nf4_dequantize, nf4_quantize
 from labkit.quant.linear import SCHEMES, QuantLinear, int8_kernel_available, quantize_model, quantized_layers
+from labkit.quant.nf4 import nf4_dequantize, nf4_quantize
 
 
 def linear(in_features=256, out_features=96, bias=True, seed=0):

@@ -11,8 +11,15 @@ from labkit.decoding.choose import ORACLE, Sample
 from labkit.decoding.generate import generate
 from labkit.decoding.verifiable import Item, load_task
 from labkit.serving.engine import Engine
-from labkit.serving.method_run import (ItemSamples, Method, MethodRun, answer_after_thinking, frontier,
-                                       frontier_table, run_method)
+from labkit.serving.method_run import (
+    ItemSamples,
+    Method,
+    MethodRun,
+    answer_after_thinking,
+    frontier,
+    frontier_table,
+    run_method,
+)
 
 OPTIONS = {"temperature": 1.0, "top_k": 20, "max_new_tokens": 5, "seed": 3}
 

@@ -9,8 +9,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from labkit.core.paged import BlockAllocator
 from labkit.decoding.config import DecodingConfig
 from labkit.serving.block_manager import BlockManager, chain_hashes
-from labkit.serving.scheduler import Scheduler, SchedulerConfig
 from labkit.serving.request import EngineRequest, Status
+from labkit.serving.scheduler import Scheduler, SchedulerConfig
 
 
 def make_seq(request_id, prompt, max_new_tokens=4):

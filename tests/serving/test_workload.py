@@ -9,8 +9,15 @@ import pytest
 import labkit
 from labkit.decoding.config import DecodingConfig
 from labkit.serving.static_batch import StaticBatch, Waste, planned_waste, slot_waste
-from labkit.serving.workload import (RunResult, WorkItem, make_workload, results_table,
-                                     run_continuous, run_one_at_a_time, run_static_batches)
+from labkit.serving.workload import (
+    RunResult,
+    WorkItem,
+    make_workload,
+    results_table,
+    run_continuous,
+    run_one_at_a_time,
+    run_static_batches,
+)
 
 
 def test_workload_varies_and_a_seed_reproduces_it(tokenizer):

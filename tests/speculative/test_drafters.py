@@ -6,8 +6,8 @@ import torch
 
 import labkit
 from labkit.decoding.config import DecodingConfig
-from labkit.speculative.generate import Drafter
 from labkit.speculative.drafters import ModelDrafter, PromptLookupDrafter, early_exit_model
+from labkit.speculative.generate import Drafter
 from labkit.speculative.policy import SamplingPolicy
 
 

@@ -8,11 +8,16 @@ import pytest
 import torch
 
 import labkit
-from labkit.speculative import rule
 from labkit.decoding.config import DecodingConfig, apply_transforms
+from labkit.speculative import rule
 from labkit.speculative.drafters import ModelDrafter, PromptLookupDrafter, early_exit_drafter
-from labkit.speculative.rule import accept_or_resample, expected_tokens_per_step, residual_distribution, verify
 from labkit.speculative.generate import speculative_generate
+from labkit.speculative.rule import (
+    accept_or_resample,
+    expected_tokens_per_step,
+    residual_distribution,
+    verify,
+)
 
 FALSE_ALARM = 1e-3  # each chi-square test wrongly fails a correct implementation 0.1% of the time
 PROMPT = [1, 504, 3575, 282, 4649, 314, 504, 3575]  # repeats "504 3575", so prompt lookup has matches

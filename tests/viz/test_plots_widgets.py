@@ -9,9 +9,11 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 import labkit  # noqa: E402
-from labkit.viz import plots
-from labkit.viz import widgets  # noqa: E402
 from labkit.decoding.request import Step  # noqa: E402
+from labkit.viz import (
+    plots,
+    widgets,  # noqa: E402
+)
 
 PNG_MAGIC = b"\x89PNG"
 

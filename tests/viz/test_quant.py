@@ -7,8 +7,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from labkit.viz import quant as quant_plots  # noqa: E402
 from labkit.quant.evaluation import Result  # noqa: E402
+from labkit.viz import quant as quant_plots  # noqa: E402
 
 
 @pytest.fixture

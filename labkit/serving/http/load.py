@@ -29,8 +29,13 @@ import httpx
 from labkit.core.arguments import check_choice, check_int, check_seconds, check_text
 from labkit.core.doors import check_callable, check_items, check_record
 from labkit.metrics import percentile
-from labkit.serving.http.client import (StreamTiming, engine_summaries, mean_between, stream_ollama,
-                                        stream_openai)
+from labkit.serving.http.client import (
+    StreamTiming,
+    engine_summaries,
+    mean_between,
+    stream_ollama,
+    stream_openai,
+)
 from labkit.serving.workload import QUESTIONS
 
 TTFT, TPOT = "labkit_time_to_first_token_seconds", "labkit_time_per_output_token_seconds"

@@ -28,9 +28,9 @@ import torch
 from starlette.requests import Request
 from transformers import PreTrainedTokenizerBase
 
+from labkit.core.arguments import InvalidArgument
 from labkit.core.forward import context_length
 from labkit.core.text import chat_prompt, encode_prompt
-from labkit.core.arguments import InvalidArgument
 from labkit.decoding.config import DEFAULT_CONFIG, SAMPLING_ONLY, DecodingConfig
 from labkit.decoding.option_rules import check_option
 from labkit.decoding.tool_prompt import tool_chat_prompt

@@ -34,8 +34,15 @@ from labkit.decoding.tools import ToolSpec
 from labkit.serving.http.engine_thread import TokenEvent
 from labkit.serving.http.logprobs import TokenSpeller, ollama_logprobs
 from labkit.serving.http.model_info import model_details, ollama_model_info
-from labkit.serving.http.model_service import (ModelService, AcceptedRequest, collect, failure, finish_reason,
-                                               read_request, service_of)
+from labkit.serving.http.model_service import (
+    AcceptedRequest,
+    ModelService,
+    collect,
+    failure,
+    finish_reason,
+    read_request,
+    service_of,
+)
 from labkit.serving.http.ollama_protocol import ChatRequest, GenerateRequest, GenerationRequest, ShowRequest
 from labkit.serving.http.openapi import request_body
 from labkit.serving.http.tool_calls import may_be_calls, ollama_call, openai_messages

@@ -23,8 +23,18 @@ from pydantic import AfterValidator, ConfigDict, Field
 
 from labkit.decoding.config import DecodingConfig
 from labkit.decoding.tools import ToolSpec
-from labkit.serving.http.fields import (ModelRequest, NoSuffix, PromptRequest, RequestModel, Strings, either,
-                                        int_within, needs_logprobs, own_error, refused)
+from labkit.serving.http.fields import (
+    ModelRequest,
+    NoSuffix,
+    PromptRequest,
+    RequestModel,
+    Strings,
+    either,
+    int_within,
+    needs_logprobs,
+    own_error,
+    refused,
+)
 from labkit.serving.http.json_schema import option_range, stated
 from labkit.serving.http.model_service import decoding_config
 from labkit.serving.http.tool_calls import request_tools, tool_grammar

@@ -36,8 +36,14 @@ from starlette.responses import JSONResponse, StreamingResponse
 from labkit.decoding.tools import ToolSpec
 from labkit.serving.http.errors import ClientError, error_body
 from labkit.serving.http.model_info import openai_model_card
-from labkit.serving.http.model_service import (ModelService, AcceptedRequest, collect, failure, read_request,
-                                               service_of)
+from labkit.serving.http.model_service import (
+    AcceptedRequest,
+    ModelService,
+    collect,
+    failure,
+    read_request,
+    service_of,
+)
 from labkit.serving.http.openai_choices import ChoiceWriter, usage
 from labkit.serving.http.openai_protocol import ChatCompletionRequest, CompletionRequest, OpenAIRequest
 from labkit.serving.http.openapi import request_body

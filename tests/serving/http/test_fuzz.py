@@ -22,8 +22,13 @@ import schemathesis
 from fastapi import FastAPI
 from hypothesis import HealthCheck, Phase, given, settings
 from schemathesis import GenerationMode
-from schemathesis.checks import (content_type_conformance, negative_data_rejection, not_a_server_error,
-                                 response_schema_conformance, status_code_conformance)
+from schemathesis.checks import (
+    content_type_conformance,
+    negative_data_rejection,
+    not_a_server_error,
+    response_schema_conformance,
+    status_code_conformance,
+)
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 

@@ -14,11 +14,28 @@ import labkit
 from labkit.serving.engine import Engine
 from labkit.serving.http import start_server
 from labkit.serving.http.app import build_app
-from labkit.serving.http.client import (FrameClock, StreamTiming, client_tpot, engine_summaries, metric_value, parse_sse,
-                                        sse_payload, stream_ollama, stream_openai)
+from labkit.serving.http.client import (
+    FrameClock,
+    StreamTiming,
+    client_tpot,
+    engine_summaries,
+    metric_value,
+    parse_sse,
+    sse_payload,
+    stream_ollama,
+    stream_openai,
+)
 from labkit.serving.http.engine_thread import EngineThread
-from labkit.serving.http.load import (LoadResult, load_test, open_loop, poisson_arrivals, question, sweep, sweep_table,
-                                      ttft_breakdown)
+from labkit.serving.http.load import (
+    LoadResult,
+    load_test,
+    open_loop,
+    poisson_arrivals,
+    question,
+    sweep,
+    sweep_table,
+    ttft_breakdown,
+)
 from labkit.serving.http.model_service import ModelService
 from labkit.serving.workload import QUESTIONS
 

@@ -15,8 +15,13 @@ from labkit.serving.engine import Engine
 from labkit.serving.http.engine_thread import EngineThread
 from labkit.serving.http.errors import ClientError
 from labkit.serving.http.fields import parse
-from labkit.serving.http.logprobs import (TokenSpeller, chat_logprobs, completion_logprobs, ollama_logprobs,
-                                          text_offsets)
+from labkit.serving.http.logprobs import (
+    TokenSpeller,
+    chat_logprobs,
+    completion_logprobs,
+    ollama_logprobs,
+    text_offsets,
+)
 from labkit.serving.http.model_service import ModelService, collect
 from labkit.serving.http.ollama_protocol import GenerateRequest
 from labkit.serving.http.openai_protocol import ChatCompletionRequest, CompletionRequest
