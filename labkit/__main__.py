@@ -7,9 +7,12 @@ import argparse
 import sys
 
 parser = argparse.ArgumentParser(prog="python -m labkit")
-parser.add_argument("command", choices=["build-cache", "serve"],
-                    help="build-cache: convert the embedded models once; serve: run the HTTP server "
-                         "(`python -m labkit serve --help`)")
+parser.add_argument(
+    "command",
+    choices=["build-cache", "serve"],
+    help="build-cache: convert the embedded models once; serve: run the HTTP server "
+    "(`python -m labkit serve --help`)",
+)
 args, rest = parser.parse_known_args(sys.argv[1:2])
 if args.command == "serve":
     from labkit.serving.http.server import main
@@ -25,5 +28,8 @@ else:
     from labkit.fast.kernel import load_kernel
 
     kernel = load_kernel()  # compiled once (about 15 s), then loaded from the cache in milliseconds
-    print(f"q4_1 x q8_1 kernel: {kernel.path} path" if kernel.available else
-          f"q4_1 x q8_1 kernel: not built ({kernel.reason}); labkit uses torch's kernels instead")
+    print(
+        f"q4_1 x q8_1 kernel: {kernel.path} path"
+        if kernel.available
+        else f"q4_1 x q8_1 kernel: not built ({kernel.reason}); labkit uses torch's kernels instead"
+    )

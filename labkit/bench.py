@@ -21,7 +21,18 @@ import sys
 
 import torch
 
-TOPICS = ["decode", "kvcache", "quant", "speculative", "batching", "sampling", "serve", "engines", "fast", "simd"]  # modules of labkit/benchmarks/
+TOPICS = [
+    "decode",
+    "kvcache",
+    "quant",
+    "speculative",
+    "batching",
+    "sampling",
+    "serve",
+    "engines",
+    "fast",
+    "simd",
+]  # modules of labkit/benchmarks/
 
 
 def available_topics() -> list[str]:
@@ -50,8 +61,15 @@ def comparison(bench: str, metric: str, labkit_value: float, peer_value: float, 
     Figures keep 6 significant digits (seconds per token are small numbers: 3 decimals would lose the
     ratio between them); the ratio keeps 3 decimals.
     """
-    return {"bench": bench, "metric": metric, "labkit": _significant(labkit_value), "peer": _significant(peer_value),
-            "peer_name": peer_name, "ratio": round(labkit_value / peer_value, 3), "machine": machine_name()}
+    return {
+        "bench": bench,
+        "metric": metric,
+        "labkit": _significant(labkit_value),
+        "peer": _significant(peer_value),
+        "peer_name": peer_name,
+        "ratio": round(labkit_value / peer_value, 3),
+        "machine": machine_name(),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -59,7 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("topic", nargs="?", help=f"one of: {', '.join(available_topics())}")
     parser.add_argument("--list", action="store_true", help="list the topics and exit")
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per implementation (median)")
-    parser.add_argument("--quick", action="store_true", help="small sizes: checks the benchmark runs, not speed")
+    parser.add_argument(
+        "--quick", action="store_true", help="small sizes: checks the benchmark runs, not speed"
+    )
     args = parser.parse_args(argv)
     topics = available_topics()
     if args.list:
@@ -70,7 +90,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown topic {args.topic!r}; choose one of: {', '.join(topics)} (or --list)")
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
-    results = importlib.import_module(f"labkit.benchmarks.{args.topic}").run(repeats=args.repeats, quick=args.quick)
+    results = importlib.import_module(f"labkit.benchmarks.{args.topic}").run(
+        repeats=args.repeats, quick=args.quick
+    )
     for result in results:
         print(json.dumps(result))
     return 0

@@ -52,8 +52,10 @@ def require_free_port(host: str, port: int) -> int:
         try:
             probe.bind((host, port))
         except OSError:
-            raise ValueError(f"Port {port} on {host} is already in use (another server still running?). "
-                             "Stop it, pick another port, or pass port=0 for a free one.") from None
+            raise ValueError(
+                f"Port {port} on {host} is already in use (another server still running?). "
+                "Stop it, pick another port, or pass port=0 for a free one."
+            ) from None
     return port
 
 
@@ -156,7 +158,6 @@ PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 RUNNING_SERVERS: weakref.WeakSet[ServerHandle] = weakref.WeakSet()
 
 
-
 @atexit.register
 def stop_all_servers() -> None:
     """Stop every server this Python process started (runs at exit; safe to call any time)."""
@@ -170,9 +171,16 @@ def check_address(host: object, port: object) -> None:
     check_int("port", port, minimum=0, maximum=65535)
 
 
-def launch(command: list[str], log_prefix: str, url: str, timeout: float, health_path: str = "/health",
-           env: dict[str, str] | None = None, own_session: bool = False,
-           explain: Callable[[str, Path], str] | None = None) -> ServerHandle:
+def launch(
+    command: list[str],
+    log_prefix: str,
+    url: str,
+    timeout: float,
+    health_path: str = "/health",
+    env: dict[str, str] | None = None,
+    own_session: bool = False,
+    explain: Callable[[str, Path], str] | None = None,
+) -> ServerHandle:
     """Run a server's `command` in the background, its output in a new log file, and return its handle once
     `url + health_path` answers 200. own_session: in a process group of its own, so that stop() also ends
     the workers it spawns. If it dies or times out first, it is stopped and a RuntimeError carries the log's
@@ -182,9 +190,14 @@ def launch(command: list[str], log_prefix: str, url: str, timeout: float, health
     """
     log = Path(tempfile.mkstemp(prefix=log_prefix, suffix=".log")[1])
     with open(log, "w") as output:
-        process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT,
-                                   env=os.environ.copy() if env is None else env,
-                                   start_new_session=own_session, preexec_fn=die_with_parent)
+        process = subprocess.Popen(
+            command,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            env=os.environ.copy() if env is None else env,
+            start_new_session=own_session,
+            preexec_fn=die_with_parent,
+        )
     handle = ServerHandle(process, url, log)
     try:
         wait_until_healthy(handle, timeout, path=health_path)
@@ -199,7 +212,9 @@ def wait_until_healthy(handle: ServerHandle, timeout: float, path: str = "/healt
     while time.monotonic() < deadline:
         if not handle.is_running():
             handle.stop()  # any worker it left in its group
-            raise RuntimeError(f"The server exited with code {handle.process.returncode}:\n{tail(handle.log)}")
+            raise RuntimeError(
+                f"The server exited with code {handle.process.returncode}:\n{tail(handle.log)}"
+            )
         try:
             with urllib.request.urlopen(handle.url + path, timeout=2) as response:
                 if response.status == 200:

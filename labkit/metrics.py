@@ -71,9 +71,11 @@ class RequestMetrics:
 
     def __str__(self) -> str:
         memory = "" if self.peak_memory_bytes is None else f", peak {self.peak_memory_bytes / 1e9:.2f} GB"
-        return (f"RequestMetrics({self.output_tokens} tokens: TTFT {self.ttft_s * 1e3:.1f} ms, "
-                f"TPOT {self.tpot_s * 1e3:.1f} ms, {self.tokens_per_s:.1f} tokens/s, "
-                f"E2E {self.e2e_s:.2f} s{memory})")
+        return (
+            f"RequestMetrics({self.output_tokens} tokens: TTFT {self.ttft_s * 1e3:.1f} ms, "
+            f"TPOT {self.tpot_s * 1e3:.1f} ms, {self.tokens_per_s:.1f} tokens/s, "
+            f"E2E {self.e2e_s:.2f} s{memory})"
+        )
 
 
 class PeakMemory:
@@ -127,8 +129,14 @@ def current_memory_bytes() -> int | None:
 class TimedSteps(Iterator[Step]):
     """An iterator over `steps` that timestamps each one as it arrives (see `timed`)."""
 
-    def __init__(self, steps: Iterable[Step], start: float | None = None, prompt_tokens: int | None = None,
-                 track_memory: bool = True, device: torch.device | None = None):
+    def __init__(
+        self,
+        steps: Iterable[Step],
+        start: float | None = None,
+        prompt_tokens: int | None = None,
+        track_memory: bool = True,
+        device: torch.device | None = None,
+    ):
         self._steps = iter(steps)
         self.device = device  # where the model runs: a CUDA device's peak is its allocator's
         self.memory = PeakMemory() if track_memory else None
@@ -171,32 +179,49 @@ class TimedSteps(Iterator[Step]):
     def metrics(self) -> RequestMetrics:
         """The request's metrics (call once the stream has ended)."""
         if not self.times:
-            raise ValueError("No tokens yet: iterate over the stream (or call .consume()) before asking for metrics.")
+            raise ValueError(
+                "No tokens yet: iterate over the stream (or call .consume()) before asking for metrics."
+            )
         n, ttft, e2e = len(self.times), self.times[0], self.times[-1]
         if not self._done:
             self._finish(None)
         return RequestMetrics(
-            output_tokens=n, ttft_s=ttft, tpot_s=(e2e - ttft) / (n - 1) if n > 1 else math.nan, e2e_s=e2e,
-            token_times_s=tuple(self.times), peak_memory_bytes=self._peak,
+            output_tokens=n,
+            ttft_s=ttft,
+            tpot_s=(e2e - ttft) / (n - 1) if n > 1 else math.nan,
+            e2e_s=e2e,
+            token_times_s=tuple(self.times),
+            peak_memory_bytes=self._peak,
             memory_source=self.memory.source if self.memory is not None else "unmeasured",
-            prompt_tokens=self.prompt_tokens, finish_reason=self.finish_reason,
+            prompt_tokens=self.prompt_tokens,
+            finish_reason=self.finish_reason,
         )
 
 
-def timed(steps: Iterable[Step], start: float | None = None, prompt_tokens: int | None = None,
-          track_memory: bool = True, device: torch.device | None = None) -> TimedSteps:
+def timed(
+    steps: Iterable[Step],
+    start: float | None = None,
+    prompt_tokens: int | None = None,
+    track_memory: bool = True,
+    device: torch.device | None = None,
+) -> TimedSteps:
     """Wrap the stream from `labkit.generate` so that it records when each token arrives.
 
     start: the request's start (a `time.perf_counter()` value); by default, now. Make the wrapper
     right after calling `generate` (the loop only starts running when it is iterated).
     """
     if isinstance(steps, (str, bytes)) or not isinstance(steps, Iterable):
-        raise TypeError(f"steps must be the stream of Step that labkit.generate returns, got {type(steps).__name__}.")
-    return TimedSteps(steps, start=start, prompt_tokens=prompt_tokens, track_memory=track_memory, device=device)
+        raise TypeError(
+            f"steps must be the stream of Step that labkit.generate returns, got {type(steps).__name__}."
+        )
+    return TimedSteps(
+        steps, start=start, prompt_tokens=prompt_tokens, track_memory=track_memory, device=device
+    )
 
 
-def measure(model: torch.nn.Module, tokenizer, prompt, track_memory: bool = True,
-            **options) -> tuple[list[Step], RequestMetrics]:
+def measure(
+    model: torch.nn.Module, tokenizer, prompt, track_memory: bool = True, **options
+) -> tuple[list[Step], RequestMetrics]:
     """Run one request through `labkit.generate` and return (its steps, its metrics).
 
     The clock starts before the prompt is tokenized, as a server's would when the request arrives.
@@ -204,8 +229,13 @@ def measure(model: torch.nn.Module, tokenizer, prompt, track_memory: bool = True
     """
     start = time.perf_counter()
     prompt_tokens = len(encode_prompt(tokenizer, prompt))
-    stream = timed(generate(model, tokenizer, prompt, **options), start=start, prompt_tokens=prompt_tokens,
-                   track_memory=track_memory, device=model_device(model))
+    stream = timed(
+        generate(model, tokenizer, prompt, **options),
+        start=start,
+        prompt_tokens=prompt_tokens,
+        track_memory=track_memory,
+        device=model_device(model),
+    )
     steps = list(stream)
     return steps, stream.metrics()
 
@@ -216,7 +246,9 @@ def summarize(requests: Sequence[RequestMetrics], wall_s: float | None = None) -
     wall_s: the wall-clock time all of them took; by default the sum of their E2E latencies (requests
     served one after another). Throughput = all output tokens / wall_s.
     """
-    check_items("requests", requests, "RequestMetrics (labkit.metrics.measure)", has=("output_tokens", "e2e_s"))
+    check_items(
+        "requests", requests, "RequestMetrics (labkit.metrics.measure)", has=("output_tokens", "e2e_s")
+    )
     if not requests:
         raise ValueError("No requests to summarize.")
     tokens = sum(r.output_tokens for r in requests)
@@ -251,19 +283,46 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 def metrics_table(requests: Sequence[RequestMetrics], names: Sequence[str] | None = None) -> str:
     """One row per request: prompt and output tokens, TTFT, TPOT, tokens/s, E2E, peak memory."""
-    check_items("requests", requests, "RequestMetrics (labkit.metrics.measure)", has=("output_tokens", "e2e_s"))
+    check_items(
+        "requests", requests, "RequestMetrics (labkit.metrics.measure)", has=("output_tokens", "e2e_s")
+    )
     names = list(names) if names is not None else [str(i + 1) for i in range(len(requests))]
     if len(names) != len(requests):
         raise ValueError(f"{len(names)} names for {len(requests)} requests.")
-    columns = [Column("request", max(len("request"), *(len(n) for n in names)), align="<"), Column("prompt", 6),
-               Column("output", 6), Column("TTFT ms", 8, ".1f"), Column("TPOT ms", 8, ".1f"),
-               Column("tok/s", 6, ".1f"), Column("E2E s", 6, ".2f"), Column("peak GB", 7)]
-    rows = [[name, "-" if r.prompt_tokens is None else str(r.prompt_tokens), r.output_tokens, r.ttft_s * 1e3,
-             r.tpot_s * 1e3, r.tokens_per_s, r.e2e_s,
-             "-" if r.peak_memory_bytes is None else f"{r.peak_memory_bytes / 1e9:.2f}"]
-            for name, r in zip(names, requests)]
+    columns = [
+        Column("request", max(len("request"), *(len(n) for n in names)), align="<"),
+        Column("prompt", 6),
+        Column("output", 6),
+        Column("TTFT ms", 8, ".1f"),
+        Column("TPOT ms", 8, ".1f"),
+        Column("tok/s", 6, ".1f"),
+        Column("E2E s", 6, ".2f"),
+        Column("peak GB", 7),
+    ]
+    rows = [
+        [
+            name,
+            "-" if r.prompt_tokens is None else str(r.prompt_tokens),
+            r.output_tokens,
+            r.ttft_s * 1e3,
+            r.tpot_s * 1e3,
+            r.tokens_per_s,
+            r.e2e_s,
+            "-" if r.peak_memory_bytes is None else f"{r.peak_memory_bytes / 1e9:.2f}",
+        ]
+        for name, r in zip(names, requests)
+    ]
     return format_table(columns, rows, gap="  ")
 
 
-__all__ = ["PeakMemory", "RequestMetrics", "TimedSteps", "current_memory_bytes", "measure", "metrics_table",
-           "percentile", "summarize", "timed"]
+__all__ = [
+    "PeakMemory",
+    "RequestMetrics",
+    "TimedSteps",
+    "current_memory_bytes",
+    "measure",
+    "metrics_table",
+    "percentile",
+    "summarize",
+    "timed",
+]

@@ -35,17 +35,21 @@ class Column:
         if not isinstance(self.title, str):
             raise TypeError(f"Column title must be a string, got {type(self.title).__name__}.")
         if isinstance(self.width, bool) or not isinstance(self.width, int) or self.width < 0:
-            raise ValueError(f"Column width must be a whole number of 0 or more characters, got {self.width!r}.")
+            raise ValueError(
+                f"Column width must be a whole number of 0 or more characters, got {self.width!r}."
+            )
         if self.align not in ALIGNMENTS:
             raise ValueError(f"Column align must be '<' (left) or '>' (right), got {self.align!r}.")
         if not isinstance(self.spec, str):
-            raise TypeError(f"Column spec must be a format spec string such as '.1f', got {type(self.spec).__name__}.")
+            raise TypeError(
+                f"Column spec must be a format spec string such as '.1f', got {type(self.spec).__name__}."
+            )
 
     def cell(self, value: object) -> str:
         """`value` padded to the column: a string as it is, anything else written with `spec`.
 
-            >>> Column("MB", 8, ".1f").cell(12.345), Column("MB", 8, ".1f").cell("-")
-            ('    12.3', '       -')
+        >>> Column("MB", 8, ".1f").cell(12.345), Column("MB", 8, ".1f").cell("-")
+        ('    12.3', '       -')
         """
         text = value if isinstance(value, str) else format(value, self.spec)
         return f"{text:{self.align}{self.width}}"
@@ -54,8 +58,8 @@ class Column:
 def format_row(columns: Sequence[Column], cells: Sequence[object], gap: str = "") -> str:
     """One line: each cell padded to its column, `gap` between them; one cell per column.
 
-        >>> format_row([Column("a", 4), Column("b", 4)], [1, "x"], gap=" ")
-        '   1    x'
+    >>> format_row([Column("a", 4), Column("b", 4)], [1, "x"], gap=" ")
+    '   1    x'
     """
     if len(cells) != len(columns):
         raise ValueError(f"cells has {len(cells)} values for {len(columns)} columns: give one per column.")
@@ -65,10 +69,10 @@ def format_row(columns: Sequence[Column], cells: Sequence[object], gap: str = ""
 def format_table(columns: Sequence[Column], rows: Iterable[Sequence[object]], gap: str = "") -> str:
     """The title line, then one line per row (see format_row), joined by newlines.
 
-        >>> print(format_table([Column("n", 3), Column("sq", 4)], [[2, 4], [3, 9]]))
-          n  sq
-          2   4
-          3   9
+    >>> print(format_table([Column("n", 3), Column("sq", 4)], [[2, 4], [3, 9]]))
+      n  sq
+      2   4
+      3   9
     """
     if not columns or not all(isinstance(column, Column) for column in columns):
         raise TypeError("columns must be a non-empty sequence of labkit.table.Column.")

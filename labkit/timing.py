@@ -39,8 +39,8 @@ T = TypeVar("T")
 def quick() -> bool:
     """Whether this is a quick run: LABKIT_QUICK=1 (set by `make test`, so CI); unset or 0 is a full run.
 
-        >>> quick()                                           # in JupyterLab, or under `make notebooks`
-        False
+    >>> quick()                                           # in JupyterLab, or under `make notebooks`
+    False
     """
     value = os.environ.get(QUICK_ENV_VAR, "").strip().lower()
     if value not in QUICK_VALUES:
@@ -136,8 +136,8 @@ class Spread:
     def of(cls, values: Sequence[float]) -> Spread:
         """Median, min and max of at least one value.
 
-            >>> Spread.of([3.0, 1.0, 2.0])
-            Spread(median=2.0, low=1.0, high=3.0)
+        >>> Spread.of([3.0, 1.0, 2.0])
+        Spread(median=2.0, low=1.0, high=3.0)
         """
         if not values:
             raise ValueError("Spread.of needs at least one value.")
@@ -148,8 +148,12 @@ class Spread:
         return f"{self.median:.{digits}f}{unit} [{self.low:.{digits}f}-{self.high:.{digits}f}]"
 
 
-def interleaved_seconds(runs: Sequence[Callable[[], object]], repeats: int, warmup: bool = False,
-                        progress: Callable[[Iterable], Iterable] | None = None) -> list[list[float]]:
+def interleaved_seconds(
+    runs: Sequence[Callable[[], object]],
+    repeats: int,
+    warmup: bool = False,
+    progress: Callable[[Iterable], Iterable] | None = None,
+) -> list[list[float]]:
     """Seconds of each run(), timed in turns: `repeats` rounds, each timing every run once, in order.
 
     A change of the machine's load mid-way hits every run alike, where timing one run after another would
@@ -171,8 +175,9 @@ def interleaved_seconds(runs: Sequence[Callable[[], object]], repeats: int, warm
     return seconds
 
 
-def interleaved_tokens_per_second(runs: list[Callable[[], int]], repeats: int,
-                                  progress: Callable | None = None) -> list[float]:
+def interleaved_tokens_per_second(
+    runs: list[Callable[[], int]], repeats: int, progress: Callable | None = None
+) -> list[float]:
     """Median tokens/s of each run() -> tokens produced, timed in turns by interleaved_seconds: one
     untimed warm-up round, then `repeats` rounds in which every run is timed once.
     progress(iterable) wraps the rounds (e.g. tqdm); the default shows nothing.
@@ -187,5 +192,9 @@ def interleaved_tokens_per_second(runs: list[Callable[[], int]], repeats: int,
     def counted(index: int) -> Callable[[], None]:
         return lambda: tokens[index].append(runs[index]())
 
-    seconds = interleaved_seconds([counted(i) for i in range(len(runs))], repeats, warmup=True, progress=progress)
-    return [statistics.median(n / t for n, t in zip(counts[1:], times)) for counts, times in zip(tokens, seconds)]
+    seconds = interleaved_seconds(
+        [counted(i) for i in range(len(runs))], repeats, warmup=True, progress=progress
+    )
+    return [
+        statistics.median(n / t for n, t in zip(counts[1:], times)) for counts, times in zip(tokens, seconds)
+    ]

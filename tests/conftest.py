@@ -42,6 +42,7 @@ REAL_LOADER = pytest.StashKey[classmethod]()  # transformers' own PreTrainedMode
 
 # --- the real models, once per session -------------------------------------------------------------
 
+
 def vendored(path: Path, what: str = "it unpacks MathJax and axe-core from npm") -> Path:
     """A file or folder `make site-vendor` unpacks; the test is skipped without it, and failed in CI (CI=true)."""
     if not path.exists():
@@ -67,8 +68,13 @@ def course_site(tmp_path_factory) -> Path:
     root = Path(__file__).resolve().parents[1]
     folder = tmp_path_factory.mktemp("site")
     notebooks = sorted((root / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-    build_site(notebooks, folder / "site", source_dir=folder / "source", readme=root / "README.md",
-               mathjax=vendored(root / MATHJAX))
+    build_site(
+        notebooks,
+        folder / "site",
+        source_dir=folder / "source",
+        readme=root / "README.md",
+        mathjax=vendored(root / MATHJAX),
+    )
     return folder / "site"
 
 
@@ -91,6 +97,7 @@ def gemma3():
 
 
 # --- cheap stand-ins: no real weights ----------------------------------------------------------------
+
 
 @pytest.fixture(scope="session")
 def tokenizer():
@@ -141,8 +148,13 @@ class BenchRun:
 def run_quick_bench(topic: str, timeout: float | None = None) -> BenchRun:
     """Run a benchmark topic's quick mode from the repository root; check that it exits with 0 and that
     every JSON record has the seven fields, a positive peer and a ratio of labkit / peer (to 0.01)."""
-    run = subprocess.run([sys.executable, "-m", "labkit.bench", topic, "--quick", "--repeats", "1"],
-                         capture_output=True, text=True, cwd=ROOT, timeout=timeout)
+    run = subprocess.run(
+        [sys.executable, "-m", "labkit.bench", topic, "--quick", "--repeats", "1"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=timeout,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     records = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
     for record in records:
@@ -188,6 +200,7 @@ def file_rank(item: pytest.Item) -> int:
 
 # --- the guard: real models only in tests marked slow ----------------------------------------------
 
+
 def pytest_collection_modifyitems(config, items):
     """Put the longest files first (a stable sort: each file's tests keep their order); then find the
     tests that use a real-model fixture without the `slow` marker."""
@@ -195,8 +208,10 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         real = sorted(REAL_MODEL_FIXTURES.intersection(getattr(item, "fixturenames", ())))
         if real and item.get_closest_marker("slow") is None:
-            item.stash[UNMARKED] = (f"{item.nodeid} uses the real model fixture(s) {', '.join(real)} but is not "
-                                    "marked slow: add @pytest.mark.slow (make test-fast leaves those out).")
+            item.stash[UNMARKED] = (
+                f"{item.nodeid} uses the real model fixture(s) {', '.join(real)} but is not "
+                "marked slow: add @pytest.mark.slow (make test-fast leaves those out)."
+            )
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -247,7 +262,9 @@ def pytest_runtest_makereport(item, call):
     loads = item.stash.get(MODEL_LOADS, [])
     if loads and not report.failed:
         report.outcome = "failed"
-        report.longrepr = (f"{item.nodeid} loaded a real model but is not marked slow: "
-                           f"{'; '.join(loads)}. Add @pytest.mark.slow (make test-fast leaves those out).")
+        report.longrepr = (
+            f"{item.nodeid} loaded a real model but is not marked slow: "
+            f"{'; '.join(loads)}. Add @pytest.mark.slow (make test-fast leaves those out)."
+        )
     loads.clear()
     return report

@@ -25,8 +25,12 @@ def fake_steps(clock, gaps, finish="length"):
     """Steps that arrive `gaps[i]` seconds after the previous one (the first after the start)."""
     for index, gap in enumerate(gaps):
         clock.now += gap
-        yield Step(token_id=index, text=str(index), logprob=-1.0,
-                   finish_reason=finish if index == len(gaps) - 1 else None)
+        yield Step(
+            token_id=index,
+            text=str(index),
+            logprob=-1.0,
+            finish_reason=finish if index == len(gaps) - 1 else None,
+        )
 
 
 @pytest.fixture
@@ -54,7 +58,9 @@ def test_metrics_from_known_arrival_times(clock):
 
 def test_start_can_be_given_as_the_request_arrival(clock):
     arrival = clock.now - 1.0  # the request waited a second before the stream was made
-    result = metrics.timed(fake_steps(clock, [0.5, 0.1]), start=arrival, track_memory=False).consume().metrics()
+    result = (
+        metrics.timed(fake_steps(clock, [0.5, 0.1]), start=arrival, track_memory=False).consume().metrics()
+    )
     assert result.ttft_s == pytest.approx(1.5) and result.e2e_s == pytest.approx(1.6)
 
 
@@ -89,7 +95,9 @@ def test_measure_counts_the_prompt_and_passes_options(tokenizer):
     steps, result = metrics.measure(model, tokenizer, "Hello there", max_new_tokens=4, use_cache=False)
     assert len(steps) == 4 and result.output_tokens == 4
     assert result.prompt_tokens == len(tokenizer("Hello there")["input_ids"])
-    assert [s.token_id for s in steps] == labkit.generate_ids(model, tokenizer, "Hello there", max_new_tokens=4)
+    assert [s.token_id for s in steps] == labkit.generate_ids(
+        model, tokenizer, "Hello there", max_new_tokens=4
+    )
 
 
 def test_summary_and_table(clock):
@@ -102,8 +110,20 @@ def test_summary_and_table(clock):
     assert metrics.summarize([first, second], wall_s=0.5)["throughput_tokens_per_s"] == pytest.approx(10)
     assert math.isnan(summary["peak_memory_bytes"])
     table = metrics.metrics_table([first, second], ["short", "long"]).splitlines()
-    assert table[0].split() == ["request", "prompt", "output", "TTFT", "ms", "TPOT", "ms", "tok/s", "E2E", "s",
-                                "peak", "GB"]
+    assert table[0].split() == [
+        "request",
+        "prompt",
+        "output",
+        "TTFT",
+        "ms",
+        "TPOT",
+        "ms",
+        "tok/s",
+        "E2E",
+        "s",
+        "peak",
+        "GB",
+    ]
     assert table[1].split() == ["short", "-", "3", "200.0", "100.0", "7.5", "0.40", "-"]
     with pytest.raises(ValueError, match="No requests"):
         metrics.summarize([])

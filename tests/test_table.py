@@ -8,9 +8,11 @@ from labkit.table import Column, format_row, format_table
 def test_a_table_is_its_titles_then_its_rows_padded_like_f_strings():
     columns = [Column("engine", 12, align="<"), Column("tok/s", 8, ".1f"), Column("x base", 8)]
     table = format_table(columns, [["labkit", 21.25, "1.00x"], ["llama.cpp", 60.4, "2.84x"]])
-    assert table.split("\n") == [f"{'engine':<12}{'tok/s':>8}{'x base':>8}",
-                                 f"{'labkit':<12}{21.25:>8.1f}{'1.00x':>8}",
-                                 f"{'llama.cpp':<12}{60.4:>8.1f}{'2.84x':>8}"]
+    assert table.split("\n") == [
+        f"{'engine':<12}{'tok/s':>8}{'x base':>8}",
+        f"{'labkit':<12}{21.25:>8.1f}{'1.00x':>8}",
+        f"{'llama.cpp':<12}{60.4:>8.1f}{'2.84x':>8}",
+    ]
 
 
 def test_a_gap_stands_between_columns_and_a_wide_value_pushes_the_line_right():

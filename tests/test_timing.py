@@ -27,7 +27,9 @@ def test_a_quick_run_returns_the_quick_size_and_says_the_saved_outputs_ran_the_f
     monkeypatch.setenv(QUICK_ENV_VAR, "1")
     assert quick()
     assert full_or_quick(3, 1, "repeats") == 1
-    assert capsys.readouterr().out == "quick run (LABKIT_QUICK=1): repeats 1, not 3; the saved outputs ran 3\n"
+    assert (
+        capsys.readouterr().out == "quick run (LABKIT_QUICK=1): repeats 1, not 3; the saved outputs ran 3\n"
+    )
 
 
 def test_an_unknown_value_is_refused_with_the_allowed_ones(monkeypatch):
@@ -52,5 +54,6 @@ def test_only_cells_whose_outputs_nbval_ignores_shrink_under_a_quick_run():
             if cell["cell_type"] == "code" and re.search(r"\bfull_or_quick\(", "".join(cell["source"])):
                 shrinking.append(path.name)
                 assert "nbval-ignore-output" in cell["metadata"].get("tags", []), (
-                    f"{path.name} cell {cell.get('id')} calls full_or_quick but nbval compares its output")
+                    f"{path.name} cell {cell.get('id')} calls full_or_quick but nbval compares its output"
+                )
     assert shrinking, "no notebook cell uses full_or_quick: the quick run saves nothing"

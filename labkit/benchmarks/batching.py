@@ -43,7 +43,9 @@ from labkit.serving.workload import (
 
 SCENARIOS = {"together": False, "staggered": True}  # name -> staggered arrivals
 ONE, STATIC, SAME, FULL, CHUNKED = "one", "static", "continuous_same_seats", "continuous", "chunked"
-CHUNK_BUDGET = 64  # tokens per engine step with chunked prefill (prompts here are 34-73 tokens, decodes 1 each)
+CHUNK_BUDGET = (
+    64  # tokens per engine step with chunked prefill (prompts here are 34-73 tokens, decodes 1 each)
+)
 
 
 @dataclass(frozen=True)
@@ -65,29 +67,56 @@ def _progress(message: str) -> None:
 def make_runners(model, tokenizer, n: int, seats: int) -> dict[str, Runner]:
     """The runners of this run, by key (the chunked one only where the Engine has the option).
 
-        >>> make_runners(model, tokenizer, 16, 4)[STATIC].seats
-        4
+    >>> make_runners(model, tokenizer, 16, 4)[STATIC].seats
+    4
     """
-    default, step_pad = f"whole prompts, up to {context_length(model)}", "none (a step's rows packed end to end)"
+    default, step_pad = (
+        f"whole prompts, up to {context_length(model)}",
+        "none (a step's rows packed end to end)",
+    )
     runners = {
         ONE: Runner(1, "none", False, "-", False, lambda w: run_one_at_a_time(model, tokenizer, w)),
-        STATIC: Runner(seats, "prompts to the longest; finished rows to the longest answer", False, "-", False,
-                       lambda w: run_static_batches(model, tokenizer, w, batch_size=seats)),
-        SAME: Runner(seats, step_pad, False, default, True,
-                     lambda w: run_continuous(model, tokenizer, w, max_num_seqs=seats)),
-        FULL: Runner(n, step_pad, False, default, True, lambda w: run_continuous(model, tokenizer, w, max_num_seqs=n)),
+        STATIC: Runner(
+            seats,
+            "prompts to the longest; finished rows to the longest answer",
+            False,
+            "-",
+            False,
+            lambda w: run_static_batches(model, tokenizer, w, batch_size=seats),
+        ),
+        SAME: Runner(
+            seats,
+            step_pad,
+            False,
+            default,
+            True,
+            lambda w: run_continuous(model, tokenizer, w, max_num_seqs=seats),
+        ),
+        FULL: Runner(
+            n, step_pad, False, default, True, lambda w: run_continuous(model, tokenizer, w, max_num_seqs=n)
+        ),
     }
-    runners[CHUNKED] = Runner(n, "none (a step's rows packed end to end)", True, str(CHUNK_BUDGET), True,
-                              lambda w: run_continuous(model, tokenizer, w, max_num_seqs=n, chunked_prefill=True,
-                                                       max_num_batched_tokens=CHUNK_BUDGET))
+    runners[CHUNKED] = Runner(
+        n,
+        "none (a step's rows packed end to end)",
+        True,
+        str(CHUNK_BUDGET),
+        True,
+        lambda w: run_continuous(
+            model, tokenizer, w, max_num_seqs=n, chunked_prefill=True, max_num_batched_tokens=CHUNK_BUDGET
+        ),
+    )
     return runners
 
 
 def settings_lines(runners: dict[str, Runner]) -> list[str]:
     """One line per runner: seats, chunked prefill, token budget per step, prefix cache, torch threads, padding."""
     threads, yes = torch.get_num_threads(), {True: "yes", False: "no"}
-    return [f"  {key:<22} seats {r.seats:>2}, chunked prefill {yes[r.chunked]}, tokens/step {r.budget}, prefix "
-            f"cache {yes[r.prefix_cache]}, threads {threads}, padding: {r.padding}" for key, r in runners.items()]
+    return [
+        f"  {key:<22} seats {r.seats:>2}, chunked prefill {yes[r.chunked]}, tokens/step {r.budget}, prefix "
+        f"cache {yes[r.prefix_cache]}, threads {threads}, padding: {r.padding}"
+        for key, r in runners.items()
+    ]
 
 
 def median_run(runs: list[RunResult]) -> RunResult:
@@ -95,8 +124,9 @@ def median_run(runs: list[RunResult]) -> RunResult:
     return sorted(runs, key=lambda r: r.tokens_per_s)[len(runs) // 2]
 
 
-def measure(runners: dict[str, Runner], workload: list[WorkItem], repeats: int,
-            scenario: str) -> dict[str, list[RunResult]]:
+def measure(
+    runners: dict[str, Runner], workload: list[WorkItem], repeats: int, scenario: str
+) -> dict[str, list[RunResult]]:
     """Every runner `repeats` times on the workload, interleaved so that a noisy moment hits all of them."""
     runs: dict[str, list[RunResult]] = {key: [] for key in runners}
     for repeat in range(repeats):
@@ -111,8 +141,10 @@ def spread_lines(runs: dict[str, list[RunResult]]) -> list[str]:
     lines = []
     for key, results in runs.items():
         rates = sorted(r.tokens_per_s for r in results)
-        lines.append(f"  {key:<22} {median_run(results).tokens_per_s:6.1f} tokens/s "
-                     f"(range {rates[0]:.1f}-{rates[-1]:.1f} over {len(rates)})")
+        lines.append(
+            f"  {key:<22} {median_run(results).tokens_per_s:6.1f} tokens/s "
+            f"(range {rates[0]:.1f}-{rates[-1]:.1f} over {len(rates)})"
+        )
     return lines
 
 
@@ -133,40 +165,76 @@ def records(scenario: str, rows: dict[str, RunResult], n: int, seats: int) -> li
     one, static, same, full = (rows[k] for k in (ONE, STATIC, SAME, FULL))
     what = f"{n} requests arriving {scenario}"
     found = [
-        comparison(f"batching_vs_one_at_a_time_{scenario}", "tokens_per_second", full.tokens_per_s,
-                   one.tokens_per_s, f"one request at a time (labkit.generate), {what}; continuous with {n} seats"),
-        comparison(f"batching_vs_static_same_seats_{scenario}", "tokens_per_second", same.tokens_per_s,
-                   static.tokens_per_s, f"{static.name}, {what}; continuous with the same {seats} seats"),
-        comparison(f"batching_{n}_vs_{seats}_seats_{scenario}", "tokens_per_second", full.tokens_per_s,
-                   same.tokens_per_s, f"continuous batching with {seats} seats, {what}"),
-        comparison(f"batching_ttft_p50_{scenario}", "seconds", full.ttft_p50, one.ttft_p50,
-                   f"p50 TTFT one request at a time, {what}; continuous with {n} seats"),
+        comparison(
+            f"batching_vs_one_at_a_time_{scenario}",
+            "tokens_per_second",
+            full.tokens_per_s,
+            one.tokens_per_s,
+            f"one request at a time (labkit.generate), {what}; continuous with {n} seats",
+        ),
+        comparison(
+            f"batching_vs_static_same_seats_{scenario}",
+            "tokens_per_second",
+            same.tokens_per_s,
+            static.tokens_per_s,
+            f"{static.name}, {what}; continuous with the same {seats} seats",
+        ),
+        comparison(
+            f"batching_{n}_vs_{seats}_seats_{scenario}",
+            "tokens_per_second",
+            full.tokens_per_s,
+            same.tokens_per_s,
+            f"continuous batching with {seats} seats, {what}",
+        ),
+        comparison(
+            f"batching_ttft_p50_{scenario}",
+            "seconds",
+            full.ttft_p50,
+            one.ttft_p50,
+            f"p50 TTFT one request at a time, {what}; continuous with {n} seats",
+        ),
     ]
     if CHUNKED in rows:
         chunked = rows[CHUNKED]
-        found += [comparison(f"batching_chunked_prefill_{scenario}", "tokens_per_second", chunked.tokens_per_s,
-                             full.tokens_per_s, f"continuous batching with {n} seats, whole prompts, {what}"),
-                  comparison(f"batching_chunked_prefill_tpot_p95_{scenario}", "seconds", chunked.tpot_p95,
-                             full.tpot_p95, f"p95 TPOT continuous, {n} seats, whole prompts, {what}")]
+        found += [
+            comparison(
+                f"batching_chunked_prefill_{scenario}",
+                "tokens_per_second",
+                chunked.tokens_per_s,
+                full.tokens_per_s,
+                f"continuous batching with {n} seats, whole prompts, {what}",
+            ),
+            comparison(
+                f"batching_chunked_prefill_tpot_p95_{scenario}",
+                "seconds",
+                chunked.tpot_p95,
+                full.tpot_p95,
+                f"p95 TPOT continuous, {n} seats, whole prompts, {what}",
+            ),
+        ]
     return found
 
 
 def aims_lines(rows: dict[str, RunResult], n: int, seats: int) -> list[str]:
     """The aim (continuous at n seats vs one at a time) and, apart, the equal-seat and seat-count ratios."""
     one, static, same, full = (rows[k] for k in (ONE, STATIC, SAME, FULL))
-    lines = [f"continuous ({n} seats) vs one at a time: {full.tokens_per_s / one.tokens_per_s:.2f}x tokens/s "
-             f"(aim >= 4x), p50 TTFT {full.ttft_p50 * 1e3:.0f} ms vs {one.ttft_p50 * 1e3:.0f} ms (aim: lower)",
-             f"continuous vs static, both {seats} seats: {same.tokens_per_s / static.tokens_per_s:.2f}x tokens/s, "
-             f"p50 TTFT {same.ttft_p50 * 1e3:.0f} ms vs {static.ttft_p50 * 1e3:.0f} ms: the batching policy alone "
-             f"(static wasted {static.waste.share:.0%} of its slots on padding and finished rows)",
-             f"continuous, {n} seats vs {seats}: {full.tokens_per_s / same.tokens_per_s:.2f}x tokens/s: what more "
-             "seats buy"]
+    lines = [
+        f"continuous ({n} seats) vs one at a time: {full.tokens_per_s / one.tokens_per_s:.2f}x tokens/s "
+        f"(aim >= 4x), p50 TTFT {full.ttft_p50 * 1e3:.0f} ms vs {one.ttft_p50 * 1e3:.0f} ms (aim: lower)",
+        f"continuous vs static, both {seats} seats: {same.tokens_per_s / static.tokens_per_s:.2f}x tokens/s, "
+        f"p50 TTFT {same.ttft_p50 * 1e3:.0f} ms vs {static.ttft_p50 * 1e3:.0f} ms: the batching policy alone "
+        f"(static wasted {static.waste.share:.0%} of its slots on padding and finished rows)",
+        f"continuous, {n} seats vs {seats}: {full.tokens_per_s / same.tokens_per_s:.2f}x tokens/s: what more "
+        "seats buy",
+    ]
     if CHUNKED in rows:
         chunked = rows[CHUNKED]
-        lines.append(f"chunked prefill ({CHUNK_BUDGET} tokens/step) vs whole prompts, {n} seats: "
-                     f"{chunked.tokens_per_s / full.tokens_per_s:.2f}x tokens/s, p95 TPOT "
-                     f"{chunked.tpot_p95 * 1e3:.1f} ms vs {full.tpot_p95 * 1e3:.1f} ms, p50 TTFT "
-                     f"{chunked.ttft_p50 * 1e3:.0f} ms vs {full.ttft_p50 * 1e3:.0f} ms")
+        lines.append(
+            f"chunked prefill ({CHUNK_BUDGET} tokens/step) vs whole prompts, {n} seats: "
+            f"{chunked.tokens_per_s / full.tokens_per_s:.2f}x tokens/s, p95 TPOT "
+            f"{chunked.tpot_p95 * 1e3:.1f} ms vs {full.tpot_p95 * 1e3:.1f} ms, p50 TTFT "
+            f"{chunked.ttft_p50 * 1e3:.0f} ms vs {full.ttft_p50 * 1e3:.0f} ms"
+        )
     return lines
 
 
@@ -176,8 +244,10 @@ def run(repeats: int = 3, quick: bool = False) -> list[dict]:
     runners = make_runners(model, tokenizer, n, seats)
     for runner in runners.values():  # untimed warm-up: first calls allocate and pick kernels
         runner.run(make_workload(tokenizer, 2, max_new_tokens=(4, 4)))
-    print(f"batching: SmolLM2-135M fp32 (labkit Llama), {n} chat requests, greedy, max_new_tokens "
-          f"{new_tokens[0]}-{new_tokens[1]}, median of {repeats} by total tokens/s")
+    print(
+        f"batching: SmolLM2-135M fp32 (labkit Llama), {n} chat requests, greedy, max_new_tokens "
+        f"{new_tokens[0]}-{new_tokens[1]}, median of {repeats} by total tokens/s"
+    )
     print(f"machine: {machine_name()}")
     print("runners:", *settings_lines(runners), sep="\n")
     results, problems = [], []
@@ -192,7 +262,9 @@ def run(repeats: int = 3, quick: bool = False) -> list[dict]:
         print(*aims_lines(rows, n, seats), sep="\n")
         problems += [f"{scenario}, {problem}" for problem in disagreements(runs)]
         results += records(scenario, rows, n, seats)
-    print(f"\noutputs agree: {'yes' if not problems else 'NO'} (greedy token ids of every request, every runner, "
-          f"every run{'' if not problems else '; differ: ' + '; '.join(problems)})")
+    print(
+        f"\noutputs agree: {'yes' if not problems else 'NO'} (greedy token ids of every request, every runner, "
+        f"every run{'' if not problems else '; differ: ' + '; '.join(problems)})"
+    )
     print("peers: llama.cpp and vLLM serve the same requests over HTTP in python -m labkit.bench engines")
     return results

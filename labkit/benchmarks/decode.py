@@ -28,8 +28,12 @@ def run(repeats: int = 3, quick: bool = False) -> list[dict]:
 
     def hf_generate() -> int:
         with torch.no_grad():
-            out = hf_model.generate(input_ids, attention_mask=torch.ones_like(input_ids),
-                                    max_new_tokens=new_tokens, do_sample=False)
+            out = hf_model.generate(
+                input_ids,
+                attention_mask=torch.ones_like(input_ids),
+                max_new_tokens=new_tokens,
+                do_sample=False,
+            )
         return out.shape[1] - input_ids.shape[1]
 
     rates = {
@@ -40,10 +44,21 @@ def run(repeats: int = 3, quick: bool = False) -> list[dict]:
     peer = rates["transformers generate"]
     print(f"decode: SmolLM2-135M fp32, batch 1, greedy, {new_tokens} new tokens, median of {repeats}")
     print(f"machine: {machine_name()}")
-    columns = [Column("implementation", 36, align="<"), Column("tokens/s", 10, ".1f"), Column("vs transformers", 18)]
+    columns = [
+        Column("implementation", 36, align="<"),
+        Column("tokens/s", 10, ".1f"),
+        Column("vs transformers", 18),
+    ]
     print(format_table(columns, [[name, rate, f"{rate / peer:.2f}x"] for name, rate in rates.items()]))
     return [
-        comparison("decode", "tokens_per_second", rates["labkit loop + labkit Llama"], peer, "transformers generate"),
-        comparison("decode_loop_only", "tokens_per_second", rates["labkit loop + transformers model"], peer,
-                   "transformers generate"),
+        comparison(
+            "decode", "tokens_per_second", rates["labkit loop + labkit Llama"], peer, "transformers generate"
+        ),
+        comparison(
+            "decode_loop_only",
+            "tokens_per_second",
+            rates["labkit loop + transformers model"],
+            peer,
+            "transformers generate",
+        ),
     ]

@@ -72,7 +72,9 @@ def in_process_rates(repeats: int, tokens: int) -> dict[str, float]:
     return rates
 
 
-def server_rates(repeats: int, tokens: int, concurrent_tokens: int) -> tuple[dict[str, float], dict[str, float]]:
+def server_rates(
+    repeats: int, tokens: int, concurrent_tokens: int
+) -> tuple[dict[str, float], dict[str, float]]:
     """(batch-1 tokens/s of vLLM, 8-request tokens/s of each server), one server running at a time."""
     tokenizer = load_tokenizer(MODEL)
     chats = [question(i) for i in range(CONCURRENT_REQUESTS)]
@@ -87,10 +89,17 @@ def server_rates(repeats: int, tokens: int, concurrent_tokens: int) -> tuple[dic
             if server.name == VLLM:
                 batch1["vLLM"] = median_rate(lambda i: answer_rate(runner, tokens, number=i), repeats)
             concurrent[server.name] = median_rate(
-                lambda i: runner.concurrent_rate([fresh(chat, i * len(chats) + k) for k, chat in enumerate(chats)],
-                                                 concurrent_tokens), repeats)
-            _progress(f"{server.name}: {concurrent[server.name]:.1f} tokens/s with {CONCURRENT_REQUESTS} requests at once")
-    print("\nservers, one at a time:\n" + "\n".join(f"  {server.name}: {server.settings}" for server in servers))
+                lambda i: runner.concurrent_rate(
+                    [fresh(chat, i * len(chats) + k) for k, chat in enumerate(chats)], concurrent_tokens
+                ),
+                repeats,
+            )
+            _progress(
+                f"{server.name}: {concurrent[server.name]:.1f} tokens/s with {CONCURRENT_REQUESTS} requests at once"
+            )
+    print(
+        "\nservers, one at a time:\n" + "\n".join(f"  {server.name}: {server.settings}" for server in servers)
+    )
     return batch1, concurrent
 
 
@@ -98,15 +107,18 @@ def measure_in_child(engine: str, policy: str, repeats: int = 3) -> EngineRow:
     """One in-process engine of notebook 12's table ("transformers", "labkit" or "llama.cpp"), loaded and
     measured in a process of its own under OpenMP wait policy `policy`."""
     if engine not in IN_PROCESS_ENGINES:
-        raise ValueError(f"Unknown in-process engine {engine!r}; choose one of: {', '.join(IN_PROCESS_ENGINES)}.")
+        raise ValueError(
+            f"Unknown in-process engine {engine!r}; choose one of: {', '.join(IN_PROCESS_ENGINES)}."
+        )
     check_policy(policy)
     check_repeats(repeats)
     [record] = run_in_child(CHILD, [engine, "--repeats", str(repeats)], policy)
     return EngineRow(**record)
 
 
-def measure_started(name: str, start: Callable[[], ServerHandle], tokenizer, policy: str,
-                    repeats: int = 3) -> EngineRow:
+def measure_started(
+    name: str, start: Callable[[], ServerHandle], tokenizer, policy: str, repeats: int = 3
+) -> EngineRow:
     """A server's row: start() (a server under OpenMP wait policy `policy`), timed until it answers, measured
     through the OpenAI API, then stopped, so that no other server's threads wait beside the next one."""
     check_policy(policy)
@@ -123,16 +135,17 @@ def decode_rate_in_child(model: str, policy: str, prompt: str = DECODE_PROMPT, n
     own under `policy` (labkit.engines.measure.decode_rate there)."""
     check_policy(policy)
     check_int("new_tokens", new_tokens, minimum=1)
-    [record] = run_in_child(CHILD, ["decode", "--model", model, "--prompt", prompt, "--tokens", str(new_tokens)],
-                            policy)
+    [record] = run_in_child(
+        CHILD, ["decode", "--model", model, "--prompt", prompt, "--tokens", str(new_tokens)], policy
+    )
     return record["tokens_per_second"]
 
 
 def fastest_rows(tries: Sequence[EngineRow]) -> list[EngineRow]:
     """Each engine's try with the most tokens/s at batch 1 (its table row), engines in the order they first came.
 
-        >>> [(row.engine, row.policy) for row in fastest_rows(tries)]
-        [('transformers', 'ACTIVE'), ('labkit server', 'PASSIVE')]
+    >>> [(row.engine, row.policy) for row in fastest_rows(tries)]
+    [('transformers', 'ACTIVE'), ('labkit server', 'PASSIVE')]
     """
     check_items("tries", tries, "EngineRow (from measure_in_child)", of=EngineRow)
     best: dict[str, EngineRow] = {}
@@ -165,29 +178,40 @@ def tries_table(tries: Sequence[EngineRow]) -> str:
     columns = [Column("tokens/s b=1 (8 req)", 22, align="<")] + [Column(policy, 18) for policy in policies]
     rows = []
     for engine in dict.fromkeys(row.engine for row in tries):
-        found = [next((r for r in tries if r.engine == engine and r.policy == policy), None)
-                 for policy in policies]
+        found = [
+            next((r for r in tries if r.engine == engine and r.policy == policy), None) for policy in policies
+        ]
         rows.append([engine] + [try_cell(row, id(row) in kept) for row in found])
     return format_table(columns, rows) + "\n* the try the table keeps: the engine's most tokens/s at batch 1"
 
 
 def print_table(title: str, rates: dict[str, float], base: str) -> None:
     columns = [Column("engine", 26, align="<"), Column("tokens/s", 10, ".1f"), Column("vs " + base, 20)]
-    print(f"\n{title}\n" + format_table(columns, [[name, rate, f"{rate / rates[base]:.2f}x"]
-                                                  for name, rate in rates.items()]))
+    print(
+        f"\n{title}\n"
+        + format_table(columns, [[name, rate, f"{rate / rates[base]:.2f}x"] for name, rate in rates.items()])
+    )
 
 
 def missing_lines() -> list[str]:
-    return [f"{name} rows: skipped: not installed. {MAKE_ENGINES}"
-            for name, ok in (("llama.cpp", llamacpp_installed()), ("llama-server", llama_server_installed()),
-                             ("vLLM", vllm_installed())) if not ok]
+    return [
+        f"{name} rows: skipped: not installed. {MAKE_ENGINES}"
+        for name, ok in (
+            ("llama.cpp", llamacpp_installed()),
+            ("llama-server", llama_server_installed()),
+            ("vLLM", vllm_installed()),
+        )
+        if not ok
+    ]
 
 
 def run(repeats: int = 3, quick: bool = False) -> list[dict]:
     tokens, concurrent_tokens, repeats = (8, 4, 1) if quick else (64, 32, repeats)
-    print(f"engines: SmolLM2-135M-Instruct, greedy chat; batch 1 = one answer of {tokens} tokens (prefill "
-          f"included); {CONCURRENT_REQUESTS} requests x {concurrent_tokens} tokens at once through the OpenAI API; "
-          f"median of {repeats}\nmachine: {machine_name()}")
+    print(
+        f"engines: SmolLM2-135M-Instruct, greedy chat; batch 1 = one answer of {tokens} tokens (prefill "
+        f"included); {CONCURRENT_REQUESTS} requests x {concurrent_tokens} tokens at once through the OpenAI API; "
+        f"median of {repeats}\nmachine: {machine_name()}"
+    )
     batch1 = in_process_rates(repeats, tokens)
     vllm_batch1, concurrent = server_rates(repeats, tokens, concurrent_tokens)
     batch1.update(vllm_batch1)
@@ -195,11 +219,26 @@ def run(repeats: int = 3, quick: bool = False) -> list[dict]:
     print_table(f"{CONCURRENT_REQUESTS} requests at once, through each server", concurrent, LABKIT_FLOAT32)
     for line in missing_lines():
         print(line)
-    records = [comparison(f"engines_batch1_vs_{name.replace('.', '')}", "tokens_per_second", batch1["labkit"],
-                          rate, f"{name}, batch-1 greedy chat, same model") for name, rate in batch1.items()
-               if name != "labkit"]
-    records += [comparison(f"engines_concurrent{CONCURRENT_REQUESTS}_vs_{name.split()[0].replace('.', '')}",
-                           "tokens_per_second", concurrent[LABKIT_FLOAT32], rate,
-                           f"{name}, {CONCURRENT_REQUESTS} requests at once") for name, rate in concurrent.items()
-                if name != LABKIT_FLOAT32]
+    records = [
+        comparison(
+            f"engines_batch1_vs_{name.replace('.', '')}",
+            "tokens_per_second",
+            batch1["labkit"],
+            rate,
+            f"{name}, batch-1 greedy chat, same model",
+        )
+        for name, rate in batch1.items()
+        if name != "labkit"
+    ]
+    records += [
+        comparison(
+            f"engines_concurrent{CONCURRENT_REQUESTS}_vs_{name.split()[0].replace('.', '')}",
+            "tokens_per_second",
+            concurrent[LABKIT_FLOAT32],
+            rate,
+            f"{name}, {CONCURRENT_REQUESTS} requests at once",
+        )
+        for name, rate in concurrent.items()
+        if name != LABKIT_FLOAT32
+    ]
     return records

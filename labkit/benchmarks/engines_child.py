@@ -27,7 +27,11 @@ from labkit.fast.processes import current_policy
 from labkit.models.loading import load_model, load_tokenizer
 
 MODEL = "smollm2-135m"
-IN_PROCESS_ENGINES = ("transformers", "labkit", "llama.cpp")  # the table's rows that run inside a Python process
+IN_PROCESS_ENGINES = (
+    "transformers",
+    "labkit",
+    "llama.cpp",
+)  # the table's rows that run inside a Python process
 DECODE_PROMPT = "The history of the printing press"  # `decode`'s plain-text prompt unless --prompt names one
 
 
@@ -37,7 +41,8 @@ def load_runner(engine: str) -> tuple[object, float, int | None]:
     if engine == "llama.cpp":
         llm, seconds, rss = timed_load(
             lambda: load_llamacpp(MODEL, n_threads=torch.get_num_threads(), logits_all=True),
-            lambda llm: llm.create_completion("Hi", max_tokens=1))
+            lambda llm: llm.create_completion("Hi", max_tokens=1),
+        )
         return LlamaCppRunner(llm, load_tokenizer(MODEL)), seconds, rss
     impl, runner = ("labkit", LabkitRunner) if engine == "labkit" else ("transformers", TransformersRunner)
     (model, tokenizer), seconds, rss = timed_load(lambda: load_model(MODEL, impl=impl), one_token)
@@ -45,8 +50,9 @@ def load_runner(engine: str) -> tuple[object, float, int | None]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m labkit.benchmarks.engines_child",
-                                     description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m labkit.benchmarks.engines_child", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("job", choices=(*IN_PROCESS_ENGINES, "decode"))
     parser.add_argument("--repeats", type=int, default=3, help="medians of TTFT and tokens/s (engines)")
     parser.add_argument("--model", default=MODEL, help="the model `decode` times")
@@ -55,8 +61,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.job == "decode":
         model, tokenizer = load_model(args.model)
-        record = {"model": args.model, "tokens_per_second": decode_rate(model, tokenizer, args.prompt, args.tokens),
-                  "policy": current_policy()}
+        record = {
+            "model": args.model,
+            "tokens_per_second": decode_rate(model, tokenizer, args.prompt, args.tokens),
+            "policy": current_policy(),
+        }
     else:
         runner, seconds, rss = load_runner(args.job)
         record = asdict(measure(runner, seconds, rss, repeats=args.repeats, policy=current_policy()))

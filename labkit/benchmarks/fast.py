@@ -79,7 +79,9 @@ def labkit_model(hf_model: torch.nn.Module, steps: tuple[str, ...]) -> Llama:
     return optimize(Llama.from_hf(hf_model), steps)
 
 
-def labkit_run(model: torch.nn.Module, tokenizer, prompt_ids: list[int], new_tokens: int) -> Callable[[], int]:
+def labkit_run(
+    model: torch.nn.Module, tokenizer, prompt_ids: list[int], new_tokens: int
+) -> Callable[[], int]:
     """A run of labkit's generation loop: returns the number of tokens produced."""
     return lambda: len(generate_ids(model, tokenizer, prompt_ids, max_new_tokens=new_tokens))
 
@@ -99,9 +101,14 @@ def hf_run(hf_model: torch.nn.Module, prompt_ids: list[int], new_tokens: int) ->
 
     def run() -> int:
         with torch.no_grad():
-            out = hf_model.generate(input_ids, attention_mask=torch.ones_like(input_ids),
-                                    max_new_tokens=new_tokens, do_sample=False)
+            out = hf_model.generate(
+                input_ids,
+                attention_mask=torch.ones_like(input_ids),
+                max_new_tokens=new_tokens,
+                do_sample=False,
+            )
         return out.shape[1] - input_ids.shape[1]
+
     return run
 
 
@@ -113,10 +120,13 @@ def decode_probe(model: Llama, prompt_ids: list[int], steps: int) -> Callable[[]
         logits, cache = prefill(model, input_ids, max_length=input_ids.shape[1] + steps + 1)
         for _ in range(steps):
             logits = decode_step(model, logits.argmax(-1), cache)
+
     return run
 
 
-def choose_threads(hf_model: torch.nn.Module, prompt_ids: list[int], quick: bool) -> tuple[int, dict[int, float]]:
+def choose_threads(
+    hf_model: torch.nn.Module, prompt_ids: list[int], quick: bool
+) -> tuple[int, dict[int, float]]:
     """The probe: (fastest thread count for the int4 path, {count: seconds})."""
     model = labkit_model(hf_model, PROBE_STEPS)
     return fastest_thread_count(decode_probe(model, prompt_ids, PROBE_TOKENS[quick]), thread_candidates())
@@ -128,14 +138,25 @@ def row_run(hf_model, model, tokenizer, prompt_ids: list[int], new_tokens: int, 
         return hf_run(hf_model, prompt_ids, new_tokens), None
     if how == "loop":
         return labkit_run(model, tokenizer, prompt_ids, new_tokens), None
-    decoder = StaticDecoder(model, slots_for(len(prompt_ids) + new_tokens, model.config.max_position_embeddings),
-                            compile=how in COMPILED)
+    decoder = StaticDecoder(
+        model,
+        slots_for(len(prompt_ids) + new_tokens, model.config.max_position_embeddings),
+        compile=how in COMPILED,
+    )
     return static_run(decoder, prompt_ids, new_tokens, how), decoder
 
 
-def measure_rows(hf_model, tokenizer, prompt_ids: list[int], new_tokens: int, repeats: int, threads: int,
-                 quick: bool = False, labels: Sequence[str] | None = None,
-                 progress: bool = False) -> tuple[list[Row], dict[str, float]]:
+def measure_rows(
+    hf_model,
+    tokenizer,
+    prompt_ids: list[int],
+    new_tokens: int,
+    repeats: int,
+    threads: int,
+    quick: bool = False,
+    labels: Sequence[str] | None = None,
+    progress: bool = False,
+) -> tuple[list[Row], dict[str, float]]:
     """The rows of ROWS named in `labels` (default: all; the compiled ones only when not quick), each at
     `threads` threads, timed in turns (labkit.timing.interleaved_tokens_per_second): (rows, {label: compile
     seconds} of the compiled ones). progress: a tqdm bar over the rounds.
@@ -146,8 +167,11 @@ def measure_rows(hf_model, tokenizer, prompt_ids: list[int], new_tokens: int, re
     if unknown:
         raise ValueError(f"Unknown rows {sorted(unknown)}; the rows are: {[label for label, _, _ in ROWS]}.")
     check_model("hf_model", hf_model, "a transformers model (labkit.load_model(name))")
-    chosen = [(label, steps, how) for label, steps, how in ROWS
-              if (labels is None and not (quick and how in COMPILED)) or (labels is not None and label in labels)]
+    chosen = [
+        (label, steps, how)
+        for label, steps, how in ROWS
+        if (labels is None and not (quick and how in COMPILED)) or (labels is not None and label in labels)
+    ]
     prepared = []  # (label, model, run, decoder)
     with using_threads(threads):
         for label, steps, how in chosen:
@@ -155,20 +179,30 @@ def measure_rows(hf_model, tokenizer, prompt_ids: list[int], new_tokens: int, re
             prepared.append((label, model, *row_run(hf_model, model, tokenizer, prompt_ids, new_tokens, how)))
         bar = (lambda rounds: tqdm(rounds, desc="rounds (the first compiles)")) if progress else None
         rates = interleaved_tokens_per_second([run for _, _, run, _ in prepared], repeats, bar)
-    rows = [Row(label, threads, rate, weight_bytes_per_token(model))
-            for (label, model, _, _), rate in zip(prepared, rates)]
-    compile_seconds = {label: sum(decoder.compile_seconds.values())
-                       for label, _, _, decoder in prepared if decoder is not None and decoder.compiled}
+    rows = [
+        Row(label, threads, rate, weight_bytes_per_token(model))
+        for (label, model, _, _), rate in zip(prepared, rates)
+    ]
+    compile_seconds = {
+        label: sum(decoder.compile_seconds.values())
+        for label, _, _, decoder in prepared
+        if decoder is not None and decoder.compiled
+    }
     return rows, compile_seconds
 
 
-def row_costs(hf_model: torch.nn.Module, labels: Sequence[str], context: int, repeats: int = 5) -> dict[str, StepCosts]:
+def row_costs(
+    hf_model: torch.nn.Module, labels: Sequence[str], context: int, repeats: int = 5
+) -> dict[str, StepCosts]:
     """The cost model's terms (labkit.fast.cost.measure_step) of each labkit row in `labels` but prompt lookup,
     one decode step after `context` tokens (a compiled row compiles its step and its probe's)."""
     check_model("hf_model", hf_model, "a transformers model (labkit.load_model(name))")
     check_items("labels", labels, "row labels (str) of ROWS", of=str)
-    return {label: measure_step(labkit_model(hf_model, steps), steps, context=context, repeats=repeats, how=how)
-            for label, steps, how in ROWS if label in labels and how in HOWS}
+    return {
+        label: measure_step(labkit_model(hf_model, steps), steps, context=context, repeats=repeats, how=how)
+        for label, steps, how in ROWS
+        if label in labels and how in HOWS
+    }
 
 
 def run(repeats: int = 3, quick: bool = False) -> list[dict]:
@@ -178,21 +212,36 @@ def run(repeats: int = 3, quick: bool = False) -> list[dict]:
     machine = measure_machine()  # in this process, while no child runs
     children = []
     for policy in tqdm(policies, desc="processes (one per wait policy)"):
-        children += run_in_child(CHILD, ["labkit", *args], policy) + run_in_child(CHILD, ["llama_cpp", *args], policy)
-        if not quick:  # labkit's fastest path alone in its process too, at every thread count, as llama.cpp is
+        children += run_in_child(CHILD, ["labkit", *args], policy) + run_in_child(
+            CHILD, ["llama_cpp", *args], policy
+        )
+        if (
+            not quick
+        ):  # labkit's fastest path alone in its process too, at every thread count, as llama.cpp is
             children += run_in_child(CHILD, ["row", "--row", Q4_1_COMPILED, *args], policy)
     rows = best_rows([row_from_child(record) for record in children])
-    compile_seconds = {r["label"]: r["compile_seconds"] for r in children if r.get("compile_seconds")
-                       and any(row.label == r["label"] and row.policy == r["policy"] for row in rows)}
-    print(f"fast: SmolLM2-135M, batch 1, greedy, {new_tokens} new tokens, median of {repeats}, each row at its best")
+    compile_seconds = {
+        r["label"]: r["compile_seconds"]
+        for r in children
+        if r.get("compile_seconds")
+        and any(row.label == r["label"] and row.policy == r["policy"] for row in rows)
+    }
+    print(
+        f"fast: SmolLM2-135M, batch 1, greedy, {new_tokens} new tokens, median of {repeats}, each row at its best"
+    )
     print(f"machine: {machine_name()}\nthis machine: {machine.describe()}")
     print(settings_report(children))
     print(table(rows, machine))
     print(cost_table({f"{r.label} ({r.policy})": r.costs for r in rows if r.costs is not None}, machine))
     if not any(r.label == LLAMA_CPP for r in rows):
         print("llama.cpp: skipped, `import llama_cpp` fails here; `make engines` adds its row.")
-    print("MB/tok: weights read per token (the KV cache not counted; llama.cpp: its GGUF file's size). pred / step: "
-          "one decode step's ms as the cost model predicts it and as timed alone (labkit.fast.cost)")
-    print(compile_report(rows, compile_seconds) if compile_seconds else
-          "compiled rows: left out by --quick (each compiles for about 2 minutes on 2 cores the first time)")
+    print(
+        "MB/tok: weights read per token (the KV cache not counted; llama.cpp: its GGUF file's size). pred / step: "
+        "one decode step's ms as the cost model predicts it and as timed alone (labkit.fast.cost)"
+    )
+    print(
+        compile_report(rows, compile_seconds)
+        if compile_seconds
+        else "compiled rows: left out by --quick (each compiles for about 2 minutes on 2 cores the first time)"
+    )
     return records(rows, machine)

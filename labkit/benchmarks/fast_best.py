@@ -29,7 +29,9 @@ def best_rows(rows: Sequence[Row]) -> list[Row]:
     """The fastest row of each label (over policies and thread counts), in the order labels first appear; one
     timed alone (unpredicted) takes the cost model's terms of its label at the same policy and thread count."""
     best: dict[str, Row] = {}
-    for row in (r for r in rows if r.label not in best or r.tokens_per_second > best[r.label].tokens_per_second):
+    for row in (
+        r for r in rows if r.label not in best or r.tokens_per_second > best[r.label].tokens_per_second
+    ):
         best[row.label] = row
     costs = {(r.label, r.policy, r.threads): r.costs for r in rows if r.costs is not None}
     return [replace(r, costs=r.costs or costs.get((r.label, r.policy, r.threads))) for r in best.values()]
@@ -38,8 +40,14 @@ def best_rows(rows: Sequence[Row]) -> list[Row]:
 def row_from_child(record: dict) -> Row:
     """A Row from one JSON object of labkit.benchmarks.fast_child."""
     costs = StepCosts(**record["costs"]) if record.get("costs") else None
-    return Row(record["label"], record["threads"], record["tokens_per_second"], record["bytes_per_token"],
-               record["policy"], costs)
+    return Row(
+        record["label"],
+        record["threads"],
+        record["tokens_per_second"],
+        record["bytes_per_token"],
+        record["policy"],
+        costs,
+    )
 
 
 def settings_report(records: list[dict]) -> str:
@@ -51,12 +59,17 @@ def settings_report(records: list[dict]) -> str:
             timings = ", ".join(f"{count} -> {seconds:.2f} s" for count, seconds in probe.items())
             lines.append(f"{policy:<8} labkit int4 probe, threads -> seconds: {timings}")
         for label in dict.fromkeys(r["label"] for r in records if r["policy"] == policy):
-            sweep = [r for r in records if r["policy"] == policy and r["label"] == label
-                     and (label == LLAMA_CPP or r.get("alone"))]  # labkit's other rows ran at the probe's count
+            sweep = [
+                r
+                for r in records
+                if r["policy"] == policy and r["label"] == label and (label == LLAMA_CPP or r.get("alone"))
+            ]  # labkit's other rows ran at the probe's count
             if sweep:
                 name = "llama.cpp" if label == LLAMA_CPP else f"{label.lstrip('+ ')}, alone"
-                lines.append(f"{policy:<8} {name}: " + ", ".join(f"{r['threads']} threads {r['tokens_per_second']:.1f} "
-                                                                 f"tok/s" for r in sweep))
+                lines.append(
+                    f"{policy:<8} {name}: "
+                    + ", ".join(f"{r['threads']} threads {r['tokens_per_second']:.1f} tok/s" for r in sweep)
+                )
     return "\n".join(lines)
 
 
@@ -66,7 +79,9 @@ def best_in_children(args: list[str], policies: Sequence[str]) -> tuple[list[Row
     return best_rows([row_from_child(record) for record in children]), settings_report(children)
 
 
-def llama_cpp_best(new_tokens: int, repeats: int, policies: Sequence[str] = WAIT_POLICIES) -> tuple[Row | None, str]:
+def llama_cpp_best(
+    new_tokens: int, repeats: int, policies: Sequence[str] = WAIT_POLICIES
+) -> tuple[Row | None, str]:
     """llama.cpp at its best: timed in a process of its own per wait policy, at every thread count.
     (the fastest Row or None when llama_cpp is missing, the settings report of every try)
 
@@ -78,19 +93,23 @@ def llama_cpp_best(new_tokens: int, repeats: int, policies: Sequence[str] = WAIT
     check_int("repeats", repeats, minimum=1)
     for policy in check_items("policies", policies, "OpenMP wait policies (str)", of=str):
         check_policy(policy)
-    rows, report = best_in_children(["llama_cpp", "--tokens", str(new_tokens), "--repeats", str(repeats)], policies)
+    rows, report = best_in_children(
+        ["llama_cpp", "--tokens", str(new_tokens), "--repeats", str(repeats)], policies
+    )
     return (rows[0] if rows else None), report
 
 
-def row_best(label: str, new_tokens: int, repeats: int,
-             policies: Sequence[str] = WAIT_POLICIES) -> tuple[Row, str]:
+def row_best(
+    label: str, new_tokens: int, repeats: int, policies: Sequence[str] = WAIT_POLICIES
+) -> tuple[Row, str]:
     """One labkit row of ROWS at its best, timed as llama_cpp_best times llama.cpp: (fastest Row, report).
 
-        >>> row_best(Q4_1_COMPILED, 32, 3)[0].policy
-        'ACTIVE'
+    >>> row_best(Q4_1_COMPILED, 32, 3)[0].policy
+    'ACTIVE'
     """
     if label not in LABKIT_ROWS:
         raise ValueError(f"Unknown labkit row {label!r}; the rows are: {LABKIT_ROWS}.")
-    [fastest, *_], report = best_in_children(["row", "--row", label, "--tokens", str(new_tokens), "--repeats",
-                                              str(repeats)], policies)
+    [fastest, *_], report = best_in_children(
+        ["row", "--row", label, "--tokens", str(new_tokens), "--repeats", str(repeats)], policies
+    )
     return fastest, report

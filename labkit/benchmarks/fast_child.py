@@ -29,8 +29,11 @@ from labkit.timing import median_tokens_per_second
 def llama_cpp_simd(llama_cpp) -> str:
     """The SIMD extensions the loaded llama.cpp was built with, from its system info ("AVX2 FMA ... AVX512")."""
     info = llama_cpp.llama_print_system_info().decode()
-    return " ".join(part.split("=")[0].strip() for part in info.replace("CPU :", "").split("|")
-                    if part.strip().endswith("= 1") and part.strip().startswith(("AVX", "FMA", "F16C")))
+    return " ".join(
+        part.split("=")[0].strip()
+        for part in info.replace("CPU :", "").split("|")
+        if part.strip().endswith("= 1") and part.strip().startswith(("AVX", "FMA", "F16C"))
+    )
 
 
 def llama_cpp_rates(prompt: str, new_tokens: int, repeats: int) -> list[dict]:
@@ -42,8 +45,9 @@ def llama_cpp_rates(prompt: str, new_tokens: int, repeats: int) -> list[dict]:
     gguf = EMBEDDED_MODELS[fast.MODEL].locate_gguf()
     rows = []
     for threads in thread_candidates():
-        llm = llama_cpp.Llama(model_path=str(gguf), n_ctx=512, n_threads=threads, n_threads_batch=threads,
-                              verbose=False)
+        llm = llama_cpp.Llama(
+            model_path=str(gguf), n_ctx=512, n_threads=threads, n_threads_batch=threads, verbose=False
+        )
         tokens = llm.tokenize(prompt.encode("utf-8"), add_bos=False)
 
         def run() -> int:
@@ -53,9 +57,17 @@ def llama_cpp_rates(prompt: str, new_tokens: int, repeats: int) -> list[dict]:
                 if produced == new_tokens:
                     break
             return produced
+
         rate = median_tokens_per_second(run, repeats)
-        rows.append({"label": fast.LLAMA_CPP, "threads": threads, "tokens_per_second": rate,
-                     "bytes_per_token": gguf.stat().st_size, "simd": llama_cpp_simd(llama_cpp)})
+        rows.append(
+            {
+                "label": fast.LLAMA_CPP,
+                "threads": threads,
+                "tokens_per_second": rate,
+                "bytes_per_token": gguf.stat().st_size,
+                "simd": llama_cpp_simd(llama_cpp),
+            }
+        )
         llm = None  # frees this model before the next thread count loads its own
     return rows
 
@@ -65,15 +77,22 @@ def labkit_rates(new_tokens: int, repeats: int, quick: bool) -> list[dict]:
     hf_model, tokenizer = load_model(fast.MODEL)
     prompt_ids = tokenizer(fast.BENCH_PROMPT)["input_ids"]
     threads, probe = fast.choose_threads(hf_model, prompt_ids, quick)
-    rows, compile_seconds = fast.measure_rows(hf_model, tokenizer, prompt_ids, new_tokens, repeats, threads, quick)
+    rows, compile_seconds = fast.measure_rows(
+        hf_model, tokenizer, prompt_ids, new_tokens, repeats, threads, quick
+    )
     context = len(prompt_ids) + new_tokens // 2  # the middle of the run
     with using_threads(threads):
         costs = fast.row_costs(hf_model, [row.label for row in rows], context, repeats=1 if quick else 5)
     out = []
     for row in rows:
-        record = {"label": row.label, "threads": threads, "tokens_per_second": row.tokens_per_second,
-                  "bytes_per_token": row.bytes_per_token, "probe": {str(k): v for k, v in probe.items()},
-                  "compile_seconds": compile_seconds.get(row.label)}
+        record = {
+            "label": row.label,
+            "threads": threads,
+            "tokens_per_second": row.tokens_per_second,
+            "bytes_per_token": row.bytes_per_token,
+            "probe": {str(k): v for k, v in probe.items()},
+            "compile_seconds": compile_seconds.get(row.label),
+        }
         if row.label in costs:
             record["costs"] = costs[row.label].as_dict()
         out.append(record)
@@ -86,16 +105,26 @@ def row_rates(label: str, new_tokens: int, repeats: int) -> list[dict]:
     prompt_ids = tokenizer(fast.BENCH_PROMPT)["input_ids"]
     out = []
     for threads in thread_candidates():
-        [row], compile_seconds = fast.measure_rows(hf_model, tokenizer, prompt_ids, new_tokens, repeats, threads,
-                                                   labels=[label])
-        out.append({"label": label, "threads": threads, "tokens_per_second": row.tokens_per_second,
-                    "bytes_per_token": row.bytes_per_token, "compile_seconds": compile_seconds.get(label),
-                    "alone": True})
+        [row], compile_seconds = fast.measure_rows(
+            hf_model, tokenizer, prompt_ids, new_tokens, repeats, threads, labels=[label]
+        )
+        out.append(
+            {
+                "label": label,
+                "threads": threads,
+                "tokens_per_second": row.tokens_per_second,
+                "bytes_per_token": row.bytes_per_token,
+                "compile_seconds": compile_seconds.get(label),
+                "alone": True,
+            }
+        )
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m labkit.benchmarks.fast_child", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m labkit.benchmarks.fast_child", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("job", choices=("labkit", "llama_cpp", "row"))
     parser.add_argument("--row", help="the label of one row of labkit.benchmarks.fast.ROWS (job `row`)")
     parser.add_argument("--tokens", type=int, default=128)

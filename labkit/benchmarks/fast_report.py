@@ -49,8 +49,12 @@ def cost_cells(row: Row, machine: Machine) -> list[object]:
     when the row was not predicted)."""
     if row.costs is None:
         return ["-", "-", "", "-"]
-    return [row.costs.predicted_seconds(machine) * 1e3, row.costs.measured_seconds * 1e3, "",
-            row.costs.regime(machine)]
+    return [
+        row.costs.predicted_seconds(machine) * 1e3,
+        row.costs.measured_seconds * 1e3,
+        "",
+        row.costs.regime(machine),
+    ]
 
 
 def row_cells(row: Row, fp32: float, peer: float | None, machine: Machine) -> list[object]:
@@ -58,8 +62,17 @@ def row_cells(row: Row, fp32: float, peer: float | None, machine: Machine) -> li
     None when llama.cpp did not run), bytes per token and bandwidth use, then its cost cells."""
     use = bandwidth_utilisation(row.bytes_per_token, row.tokens_per_second, machine.read_bandwidth)
     versus = f"{row.tokens_per_second / peer:.2f}x" if peer else "-"
-    return [row.label, row.policy or "-", row.threads, row.tokens_per_second, f"{row.tokens_per_second / fp32:.2f}x",
-            row.bytes_per_token / 1e6, use, versus, *cost_cells(row, machine)]
+    return [
+        row.label,
+        row.policy or "-",
+        row.threads,
+        row.tokens_per_second,
+        f"{row.tokens_per_second / fp32:.2f}x",
+        row.bytes_per_token / 1e6,
+        use,
+        versus,
+        *cost_cells(row, machine),
+    ]
 
 
 def table(rows: list[Row], machine: Machine) -> str:
@@ -78,19 +91,47 @@ def records(rows: list[Row], machine: Machine) -> list[dict]:
     by_label = {r.label: r for r in rows}
     fp32 = by_label[FP32].tokens_per_second
     fastest = fastest_labkit(rows)
-    out = [comparison("fast_fp32_vs_transformers", "tokens_per_second", fp32,
-                      by_label["transformers generate, float32"].tokens_per_second, "transformers generate fp32")]
+    out = [
+        comparison(
+            "fast_fp32_vs_transformers",
+            "tokens_per_second",
+            fp32,
+            by_label["transformers generate, float32"].tokens_per_second,
+            "transformers generate fp32",
+        )
+    ]
     for label, steps, how in ROWS[2:]:
         if label in by_label:
             name = "_".join(steps) + ("" if how == "loop" else "_" + how)
-            out.append(comparison("fast_" + name, "tokens_per_second", by_label[label].tokens_per_second,
-                                  fp32, "labkit Llama fp32"))
-    out.append(comparison("fast_bandwidth", "bytes_per_second", fastest.bytes_per_token * fastest.tokens_per_second,
-                          machine.read_bandwidth, "measured read bandwidth"))
+            out.append(
+                comparison(
+                    "fast_" + name,
+                    "tokens_per_second",
+                    by_label[label].tokens_per_second,
+                    fp32,
+                    "labkit Llama fp32",
+                )
+            )
+    out.append(
+        comparison(
+            "fast_bandwidth",
+            "bytes_per_second",
+            fastest.bytes_per_token * fastest.tokens_per_second,
+            machine.read_bandwidth,
+            "measured read bandwidth",
+        )
+    )
     if LLAMA_CPP in by_label:
         cpp = by_label[LLAMA_CPP]
-        out.append(comparison("fast_vs_llama_cpp", "tokens_per_second", fastest.tokens_per_second,
-                              cpp.tokens_per_second, f"{LLAMA_CPP}, {cpp.policy} {cpp.threads} threads"))
+        out.append(
+            comparison(
+                "fast_vs_llama_cpp",
+                "tokens_per_second",
+                fastest.tokens_per_second,
+                cpp.tokens_per_second,
+                f"{LLAMA_CPP}, {cpp.policy} {cpp.threads} threads",
+            )
+        )
     return out
 
 
@@ -101,11 +142,15 @@ def payback_tokens(rows: list[Row], compile_seconds: dict[str, float]) -> dict[s
         >>> payback_tokens(rows, compile_seconds)["+ torch.compile, static shapes"]
     """
     check_items("rows", rows, "Row (from measure_rows)", of=Row)
-    check_table("compile_seconds", compile_seconds, "compile seconds (a number) by row label", of=(int, float))
+    check_table(
+        "compile_seconds", compile_seconds, "compile seconds (a number) by row label", of=(int, float)
+    )
     rates, paybacks = {r.label: r.tokens_per_second for r in rows}, {}
     for label, seconds in compile_seconds.items():
         eager = eager_counterpart(label)
-        paybacks[label] = break_even_tokens(seconds, rates[eager], rates[label]) if eager in rates else math.inf
+        paybacks[label] = (
+            break_even_tokens(seconds, rates[eager], rates[label]) if eager in rates else math.inf
+        )
     return paybacks
 
 
@@ -115,7 +160,13 @@ def compile_report(rows: list[Row], compile_seconds: dict[str, float]) -> str:
     lines = []
     for label, seconds in compile_seconds.items():
         eager, tokens = eager_counterpart(label), paybacks[label]
-        pays = f"pays for itself after {tokens:,.0f} tokens" if tokens < math.inf else "never pays for itself here"
-        lines.append(f"compile: {label.lstrip('+ ')}: {seconds:.1f} s on its first call (inductor's cache: "
-                     f"{inductor_cache()}); against '{eager}' it {pays}")
+        pays = (
+            f"pays for itself after {tokens:,.0f} tokens"
+            if tokens < math.inf
+            else "never pays for itself here"
+        )
+        lines.append(
+            f"compile: {label.lstrip('+ ')}: {seconds:.1f} s on its first call (inductor's cache: "
+            f"{inductor_cache()}); against '{eager}' it {pays}"
+        )
     return "\n".join(lines)

@@ -27,16 +27,19 @@ from labkit.core.paged import BlockPool
 from labkit.models.loading import load_model
 
 BENCH_PROMPT = "The history of the Roman Empire begins with"
-FILLER = ("The river rose slowly through the spring, and the people of the valley watched the water climb "
-          "the old stone walls, counting the days until the harvest. ")
+FILLER = (
+    "The river rose slowly through the spring, and the people of the valley watched the water climb "
+    "the old stone walls, counting the days until the harvest. "
+)
 
 
 def _progress(message: str) -> None:
     print(f"[kvcache] {message}", file=sys.stderr, flush=True)
 
 
-def timed_generation(model: Llama, input_ids: torch.Tensor, new_tokens: int,
-                     cache=None) -> tuple[list[int], list[float]]:
+def timed_generation(
+    model: Llama, input_ids: torch.Tensor, new_tokens: int, cache=None
+) -> tuple[list[int], list[float]]:
     """Greedy `new_tokens` after input_ids [1, T]: (token ids, seconds since start at each token).
 
     cache: None for a fresh contiguous cache, NoCache() to recompute, or any other empty cache (paged).
@@ -120,7 +123,9 @@ def filler_ids(tokenizer, n_tokens: int) -> torch.Tensor:
     return torch.tensor([ids])
 
 
-def cache_vs_recompute(model: Llama, prompt: torch.Tensor, new_tokens: int, repeats: int) -> tuple[float, float, bool]:
+def cache_vs_recompute(
+    model: Llama, prompt: torch.Tensor, new_tokens: int, repeats: int
+) -> tuple[float, float, bool]:
     """Seconds for N new tokens with the cache (median of `repeats`) and without it (once: minutes at N = 512),
     and whether both gave the same tokens."""
     _progress(f"{new_tokens} new tokens with the cache, {repeats} runs")
@@ -131,8 +136,9 @@ def cache_vs_recompute(model: Llama, prompt: torch.Tensor, new_tokens: int, repe
     return cached_s, recomputed_times[-1], recomputed_tokens == cached_runs[0][0]
 
 
-def time_per_token_by_position(model: Llama, tokenizer, near: int, far: int, steps: int,
-                               repeats: int) -> tuple[float, float]:
+def time_per_token_by_position(
+    model: Llama, tokenizer, near: int, far: int, steps: int, repeats: int
+) -> tuple[float, float]:
     """Median seconds per decode step with the cache at position `near` and at `far` (alternated)."""
     _progress(f"time per token at positions {near} and {far}")
     per_step = {near: [], far: []}
@@ -142,14 +148,17 @@ def time_per_token_by_position(model: Llama, tokenizer, near: int, far: int, ste
     return statistics.median(per_step[near]), statistics.median(per_step[far])
 
 
-def prefill_decode_paged(model: Llama, tokenizer, prompt_length: int, steps: int,
-                         repeats: int) -> tuple[float, float, float]:
+def prefill_decode_paged(
+    model: Llama, tokenizer, prompt_length: int, steps: int, repeats: int
+) -> tuple[float, float, float]:
     """Tokens/s of a `prompt_length` prefill, of decode right after it, and of decode with a paged cache."""
     _progress(f"prefill of {prompt_length} tokens vs decode, contiguous and paged")
     long_prompt = filler_ids(tokenizer, prompt_length)
     prefill_s, decode_s, paged_s = [], [], []
     block_size = 16
-    pool = BlockPool.for_model(model, n_blocks=(prompt_length + steps + 2) // block_size + 2, block_size=block_size)
+    pool = BlockPool.for_model(
+        model, n_blocks=(prompt_length + steps + 2) // block_size + 2, block_size=block_size
+    )
     for _ in range(repeats):
         start = time.perf_counter()
         prefill(model, long_prompt, max_length=prompt_length + 1)
@@ -158,8 +167,11 @@ def prefill_decode_paged(model: Llama, tokenizer, prompt_length: int, steps: int
         paged_cache = pool.new_cache(max_length=prompt_length + steps + 1)
         paged_s += step_seconds(model, long_prompt, steps, paged_cache)
         paged_cache.free()
-    return (prompt_length / statistics.median(prefill_s), 1 / statistics.median(decode_s),
-            1 / statistics.median(paged_s))
+    return (
+        prompt_length / statistics.median(prefill_s),
+        1 / statistics.median(decode_s),
+        1 / statistics.median(paged_s),
+    )
 
 
 @dataclass(frozen=True)
@@ -192,35 +204,64 @@ def measure_all(repeats: int, quick: bool) -> KVCacheMeasurements:
     cached_s, recomputed_s, same_tokens = cache_vs_recompute(model, prompt, new_tokens, repeats)
     tpot_near, tpot_far = time_per_token_by_position(model, tokenizer, near, far, steps, repeats)
     rates = prefill_decode_paged(model, tokenizer, prompt_length, steps, repeats)
-    return KVCacheMeasurements(new_tokens, cached_s, recomputed_s, same_tokens, near, far, tpot_near, tpot_far,
-                               prompt_length, *rates)
+    return KVCacheMeasurements(
+        new_tokens, cached_s, recomputed_s, same_tokens, near, far, tpot_near, tpot_far, prompt_length, *rates
+    )
 
 
 def print_summary(m: KVCacheMeasurements, repeats: int) -> None:
     """The bench's table: a line per measurement, with its aim where it has one."""
     print(f"kvcache: SmolLM2-135M fp32 on labkit's Llama, batch 1, greedy, median of {repeats}")
     print(f"machine: {machine_name()}")
-    print(f"{m.new_tokens} new tokens:      with cache {m.cached_s:8.2f} s   without {m.recomputed_s:8.2f} s   "
-          f"speed-up {m.recomputed_s / m.cached_s:6.1f}x  (aim >= 10x; same tokens: {m.same_tokens})")
-    print(f"time per token:      position {m.near}: {m.tpot_near * 1e3:7.1f} ms   position {m.far}: "
-          f"{m.tpot_far * 1e3:7.1f} ms   ratio {m.tpot_far / m.tpot_near:5.2f}  (aim <= 1.25)")
-    print(f"prefill vs decode:   prefill {m.prompt_length} tokens {m.prefill_rate:8.1f} tokens/s   decode batch 1 "
-          f"{m.decode_rate:6.1f} tokens/s   ratio {m.prefill_rate / m.decode_rate:6.1f}x")
-    print(f"paged vs contiguous: decode at position {m.prompt_length}: paged {m.paged_rate:6.1f} tokens/s, "
-          f"contiguous {m.decode_rate:6.1f} tokens/s   ratio {m.paged_rate / m.decode_rate:5.2f}")
+    print(
+        f"{m.new_tokens} new tokens:      with cache {m.cached_s:8.2f} s   without {m.recomputed_s:8.2f} s   "
+        f"speed-up {m.recomputed_s / m.cached_s:6.1f}x  (aim >= 10x; same tokens: {m.same_tokens})"
+    )
+    print(
+        f"time per token:      position {m.near}: {m.tpot_near * 1e3:7.1f} ms   position {m.far}: "
+        f"{m.tpot_far * 1e3:7.1f} ms   ratio {m.tpot_far / m.tpot_near:5.2f}  (aim <= 1.25)"
+    )
+    print(
+        f"prefill vs decode:   prefill {m.prompt_length} tokens {m.prefill_rate:8.1f} tokens/s   decode batch 1 "
+        f"{m.decode_rate:6.1f} tokens/s   ratio {m.prefill_rate / m.decode_rate:6.1f}x"
+    )
+    print(
+        f"paged vs contiguous: decode at position {m.prompt_length}: paged {m.paged_rate:6.1f} tokens/s, "
+        f"contiguous {m.decode_rate:6.1f} tokens/s   ratio {m.paged_rate / m.decode_rate:5.2f}"
+    )
 
 
 def records(m: KVCacheMeasurements) -> list[dict]:
     """The bench's four comparisons, each labkit's number against its baseline."""
     return [
-        comparison("kvcache_new_tokens", "tokens_per_second", m.new_tokens / m.cached_s,
-                   m.new_tokens / m.recomputed_s, f"no cache (recompute the prefix), {m.new_tokens} new tokens"),
-        comparison("kvcache_time_per_token_by_position", "seconds_per_token", m.tpot_far, m.tpot_near,
-                   f"with the cache: position {m.far} vs position {m.near}"),
-        comparison("prefill_vs_decode", "tokens_per_second", m.prefill_rate, m.decode_rate,
-                   f"prefill of a {m.prompt_length}-token prompt vs decode at batch 1"),
-        comparison("paged_vs_contiguous", "tokens_per_second", m.paged_rate, m.decode_rate,
-                   f"decode at position {m.prompt_length}: paged cache vs contiguous cache"),
+        comparison(
+            "kvcache_new_tokens",
+            "tokens_per_second",
+            m.new_tokens / m.cached_s,
+            m.new_tokens / m.recomputed_s,
+            f"no cache (recompute the prefix), {m.new_tokens} new tokens",
+        ),
+        comparison(
+            "kvcache_time_per_token_by_position",
+            "seconds_per_token",
+            m.tpot_far,
+            m.tpot_near,
+            f"with the cache: position {m.far} vs position {m.near}",
+        ),
+        comparison(
+            "prefill_vs_decode",
+            "tokens_per_second",
+            m.prefill_rate,
+            m.decode_rate,
+            f"prefill of a {m.prompt_length}-token prompt vs decode at batch 1",
+        ),
+        comparison(
+            "paged_vs_contiguous",
+            "tokens_per_second",
+            m.paged_rate,
+            m.decode_rate,
+            f"decode at position {m.prompt_length}: paged cache vs contiguous cache",
+        ),
     ]
 
 

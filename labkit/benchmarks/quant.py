@@ -22,23 +22,42 @@ QUICK_VARIANTS = ["fp32", "int8", "int4 g32", "nf4"]
 # (bench name, metric, labkit variant, peer variant, peer name, aim as text)
 COMPARISONS = [
     ("quant_int8_decode", "tokens_per_second", "int8", "fp32", "fp32 decode, same loop", "at least 2x"),
-    ("quant_int8_head_decode", "tokens_per_second", "int8+head", "fp32", "fp32 decode, same loop", "at least 2x"),
+    (
+        "quant_int8_head_decode",
+        "tokens_per_second",
+        "int8+head",
+        "fp32",
+        "fp32 decode, same loop",
+        "at least 2x",
+    ),
     ("quant_int8_perplexity", "perplexity", "int8", "fp32", "fp32", "within 1%"),
     ("quant_nf4_perplexity", "perplexity", "nf4", "fp32", "fp32", "within 10%"),
     ("quant_int4_perplexity", "perplexity", "int4 g32", "fp32", "fp32", "within 10%"),
     ("quant_int4_asym_perplexity", "perplexity", "int4a g32", "fp32", "fp32", "within 10%"),
-    ("quant_int4_decode", "tokens_per_second", "int4 g32", "fp32", "fp32 decode, same loop", "faster than fp32"),
+    (
+        "quant_int4_decode",
+        "tokens_per_second",
+        "int4 g32",
+        "fp32",
+        "fp32 decode, same loop",
+        "faster than fp32",
+    ),
     ("quant_nf4_vs_bitsandbytes", "perplexity", "nf4", "bnb nf4", "bitsandbytes NF4", "ratio 1"),
 ]
 
 
 def run(repeats: int = 3, quick: bool = False) -> list[dict]:
     names = QUICK_VARIANTS if quick else list(VARIANTS)
-    options = (dict(max_tokens=64, agreement_tokens=4, decode_tokens=8) if quick
-               else dict(max_tokens=None, agreement_tokens=24, decode_tokens=128))
+    options = (
+        dict(max_tokens=64, agreement_tokens=4, decode_tokens=8)
+        if quick
+        else dict(max_tokens=None, agreement_tokens=24, decode_tokens=128)
+    )
     results = evaluate(names, repeats=repeats, **options)
-    print(f"quant: SmolLM2-135M, batch 1, greedy; perplexity on {'64' if quick else 'all'} tokens of "
-          f"data/eval/eval_text.txt; tokens/s median of {repeats}")
+    print(
+        f"quant: SmolLM2-135M, batch 1, greedy; perplexity on {'64' if quick else 'all'} tokens of "
+        f"data/eval/eval_text.txt; tokens/s median of {repeats}"
+    )
     print(f"machine: {machine_name()}")
     print(results_table(results))
     by_name: dict[str, Result] = {r.name: r for r in results if not r.note}

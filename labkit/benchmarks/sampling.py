@@ -50,8 +50,8 @@ def _progress(message: str) -> None:
 def long_prompt(tokenizer, tokens: int = PROMPT_TOKENS) -> list[int]:
     """The first `tokens` token ids of data/eval's text: a prompt of a known length.
 
-        >>> len(long_prompt(tokenizer, 300))
-        300
+    >>> len(long_prompt(tokenizer, 300))
+    300
     """
     ids = tokenizer(EVAL_TEXT.read_text())["input_ids"]
     if len(ids) < tokens:
@@ -67,12 +67,22 @@ def run_way(way: str, model, tokenizer, prompt: list[int], n: int, options: dict
     if way == SHARED:
         return run_requests(engine, f"1 request, n={n} (one prefill)", prompt, [SEED], n, options)
     if way == SEPARATE:
-        return run_requests(without_prefix_cache(engine), f"{n} separate requests, no prefix cache", prompt,
-                            range(SEED, SEED + n), 1, options)
-    return run_requests(engine, f"{n} separate requests, prefix cache", prompt, range(SEED, SEED + n), 1, options)
+        return run_requests(
+            without_prefix_cache(engine),
+            f"{n} separate requests, no prefix cache",
+            prompt,
+            range(SEED, SEED + n),
+            1,
+            options,
+        )
+    return run_requests(
+        engine, f"{n} separate requests, prefix cache", prompt, range(SEED, SEED + n), 1, options
+    )
 
 
-def measure(model, tokenizer, prompt: list[int], n: int, options: dict, repeats: int) -> dict[str, list[SharingRun]]:
+def measure(
+    model, tokenizer, prompt: list[int], n: int, options: dict, repeats: int
+) -> dict[str, list[SharingRun]]:
     """Every way `repeats` times, in turns (one, shared, separate, cached, one, ...), after one untimed warm-up."""
     ways = (ONE, SHARED, SEPARATE, CACHED)
     run_way(SHARED, model, tokenizer, prompt, n, options)  # warm-up: first-call costs land on no row
@@ -101,21 +111,39 @@ def table(runs: dict[str, list[SharingRun]]) -> str:
 
 def same_answers(runs: dict[str, list[SharingRun]]) -> bool:
     """Whether the shared request and both kinds of separate requests gave the same n texts in every round."""
-    return all(shared.texts == separate.texts == cached.texts
-               for shared, separate, cached in zip(runs[SHARED], runs[SEPARATE], runs[CACHED]))
+    return all(
+        shared.texts == separate.texts == cached.texts
+        for shared, separate, cached in zip(runs[SHARED], runs[SEPARATE], runs[CACHED])
+    )
 
 
 def records(runs: dict[str, list[SharingRun]], n: int) -> list[dict]:
     """The JSON comparisons: n samples from one prefill against each other way, tokens/s and KV blocks."""
     shared = median_run(runs[SHARED])
     rate = statistics.median(run.tokens_per_s for run in runs[SHARED])
-    out = [comparison(f"sampling_n{n}_vs_{peer}", "tokens_per_second", rate,
-                      statistics.median(run.tokens_per_s for run in runs[way]), name)
-           for peer, way, name in (("one_request", ONE, "1 request, 1 sample"),
-                                   ("separate_no_prefix_cache", SEPARATE, f"{n} separate requests, no prefix cache"),
-                                   ("separate_prefix_cache", CACHED, f"{n} separate requests, prefix cache"))]
-    out.append(comparison(f"sampling_n{n}_kv_blocks_vs_separate_no_prefix_cache", "kv_blocks", shared.peak_blocks,
-                          median_run(runs[SEPARATE]).peak_blocks, f"{n} separate requests, no prefix cache"))
+    out = [
+        comparison(
+            f"sampling_n{n}_vs_{peer}",
+            "tokens_per_second",
+            rate,
+            statistics.median(run.tokens_per_s for run in runs[way]),
+            name,
+        )
+        for peer, way, name in (
+            ("one_request", ONE, "1 request, 1 sample"),
+            ("separate_no_prefix_cache", SEPARATE, f"{n} separate requests, no prefix cache"),
+            ("separate_prefix_cache", CACHED, f"{n} separate requests, prefix cache"),
+        )
+    ]
+    out.append(
+        comparison(
+            f"sampling_n{n}_kv_blocks_vs_separate_no_prefix_cache",
+            "kv_blocks",
+            shared.peak_blocks,
+            median_run(runs[SEPARATE]).peak_blocks,
+            f"{n} separate requests, no prefix cache",
+        )
+    )
     return out
 
 
@@ -124,30 +152,43 @@ def run(repeats: int = 3, quick: bool = False) -> list[dict]:
     prompt = long_prompt(tokenizer, 64 if quick else PROMPT_TOKENS)
     n, options = (4 if quick else N), {"temperature": 0.8, "max_new_tokens": 8 if quick else 32}
     runs = measure(model, tokenizer, prompt, n, options, 1 if quick else repeats)
-    print(f"machine: {machine_name()}; labkit's Llama, float32, eager, OMP_WAIT_POLICY="
-          f"{os.environ.get('OMP_WAIT_POLICY', 'unset')}; "
-          f"engine: {n} seats, blocks of 16 tokens")
-    print(f"prompt {len(prompt)} tokens (data/eval), {n} samples of {options['max_new_tokens']} tokens at "
-          f"temperature {options['temperature']}, seeds {SEED}-{SEED + n - 1}; median of {len(runs[ONE])} "
-          f"interleaved run(s)" + (" (--quick: small sizes, checks that it runs, not speed)" if quick else ""))
+    print(
+        f"machine: {machine_name()}; labkit's Llama, float32, eager, OMP_WAIT_POLICY="
+        f"{os.environ.get('OMP_WAIT_POLICY', 'unset')}; "
+        f"engine: {n} seats, blocks of 16 tokens"
+    )
+    print(
+        f"prompt {len(prompt)} tokens (data/eval), {n} samples of {options['max_new_tokens']} tokens at "
+        f"temperature {options['temperature']}, seeds {SEED}-{SEED + n - 1}; median of {len(runs[ONE])} "
+        f"interleaved run(s)" + (" (--quick: small sizes, checks that it runs, not speed)" if quick else "")
+    )
     print(table(runs))
-    print(f"same {n} answers from the shared request and the separate ones: {'yes' if same_answers(runs) else 'NO'}")
+    print(
+        f"same {n} answers from the shared request and the separate ones: {'yes' if same_answers(runs) else 'NO'}"
+    )
     results = records(runs, n)
     vs_one, vs_separate = results[0]["ratio"], results[1]["ratio"]
-    print(f"aims: n={n} at least {AIM_VS_ONE}x one request ({vs_one:.2f}x: {'met' if vs_one >= AIM_VS_ONE else 'missed'})"
-          f", at least {AIM_VS_SEPARATE}x {n} separate requests without a prefix cache ({vs_separate:.2f}x: "
-          f"{'met' if vs_separate >= AIM_VS_SEPARATE else 'missed'})")
+    print(
+        f"aims: n={n} at least {AIM_VS_ONE}x one request ({vs_one:.2f}x: {'met' if vs_one >= AIM_VS_ONE else 'missed'})"
+        f", at least {AIM_VS_SEPARATE}x {n} separate requests without a prefix cache ({vs_separate:.2f}x: "
+        f"{'met' if vs_separate >= AIM_VS_SEPARATE else 'missed'})"
+    )
     return results + servers(tokenizer, prompt, n, options["max_new_tokens"], 1 if quick else repeats, quick)
 
 
 def servers(tokenizer, prompt: list[int], n: int, max_tokens: int, repeats: int, quick: bool) -> list[dict]:
     """The servers' part: each server alone, n samples in one request and as n parallel requests."""
-    print(f"\nthrough servers (/v1/completions, the same prompt as text, {n} samples of at most {max_tokens} tokens "
-          f"at temperature 0.8; median of {repeats} interleaved run(s)), one server at a time:")
+    print(
+        f"\nthrough servers (/v1/completions, the same prompt as text, {n} samples of at most {max_tokens} tokens "
+        f"at temperature 0.8; median of {repeats} interleaved run(s)), one server at a time:"
+    )
     contenders, rows = measure_servers(tokenizer.decode(prompt), tokenizer, n, max_tokens, repeats, quick)
     for contender in contenders:
-        print(f"  {contender.name}: {contender.settings}" if contender.available
-              else f"  {contender.name}: skipped: {contender.missing}")
+        print(
+            f"  {contender.name}: {contender.settings}"
+            if contender.available
+            else f"  {contender.name}: skipped: {contender.missing}"
+        )
     print(server_table(rows, n))
     records = server_records(rows, n)
     for record in records:

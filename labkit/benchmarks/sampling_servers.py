@@ -68,8 +68,10 @@ class ServerSampling:
         way = self.way_name(n)
         if self.error:
             return f"{self.server:<26}{way:<22}refused: {self.error}"
-        return (f"{self.server:<26}{way:<22}{self.tokens_per_s:>8.1f} tok/s"
-                f"  (range {min(self.rates):.1f}-{max(self.rates):.1f})")
+        return (
+            f"{self.server:<26}{way:<22}{self.tokens_per_s:>8.1f} tok/s"
+            f"  (range {min(self.rates):.1f}-{max(self.rates):.1f})"
+        )
 
 
 def choice_tokens(choice: dict, max_tokens: int, tokenizer) -> int:
@@ -79,9 +81,18 @@ def choice_tokens(choice: dict, max_tokens: int, tokenizer) -> int:
     return len(tokenizer(choice["text"], add_special_tokens=False)["input_ids"]) + 1
 
 
-async def ask(http: httpx.AsyncClient, model: str, prompt: str, n: int, max_tokens: int, seed: int) -> list[dict]:
+async def ask(
+    http: httpx.AsyncClient, model: str, prompt: str, n: int, max_tokens: int, seed: int
+) -> list[dict]:
     """One /v1/completions request for `n` samples; its choices (raises on an error answer)."""
-    body = {"model": model, "prompt": prompt, "n": n, "max_tokens": max_tokens, "temperature": 0.8, "seed": seed}
+    body = {
+        "model": model,
+        "prompt": prompt,
+        "n": n,
+        "max_tokens": max_tokens,
+        "temperature": 0.8,
+        "seed": seed,
+    }
     response = await http.post("/v1/completions", json=body)
     if response.status_code != 200:
         raise RuntimeError(f"HTTP {response.status_code}: {response.text[:160]}")
@@ -103,13 +114,15 @@ async def timed_way(http, model: str, way: str, prompt: str, n: int, max_tokens:
     return sum(choice_tokens(c, max_tokens, tokenizer) for c in choices) / wall
 
 
-async def measure_one(url: str, contender: Contender, prompt: str, n: int, max_tokens: int, repeats: int,
-                      tokenizer) -> list[ServerSampling]:
+async def measure_one(
+    url: str, contender: Contender, prompt: str, n: int, max_tokens: int, repeats: int, tokenizer
+) -> list[ServerSampling]:
     """Both ways against one running server, after one untimed request of each; a refused way says why."""
     rates: dict[str, list[float]] = {ONE_REQUEST: [], PARALLEL: []}
     errors: dict[str, str] = {}
-    async with httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(600, connect=10),
-                                 limits=httpx.Limits(max_connections=n + 4)) as http:
+    async with httpx.AsyncClient(
+        base_url=url, timeout=httpx.Timeout(600, connect=10), limits=httpx.Limits(max_connections=n + 4)
+    ) as http:
         for way in rates:  # warm-up, and the check that the server accepts the way at all
             try:
                 await timed_way(http, contender.model, way, prompt, n, max_tokens, tokenizer)
@@ -117,12 +130,15 @@ async def measure_one(url: str, contender: Contender, prompt: str, n: int, max_t
                 errors[way] = str(error)
         for _ in range(repeats):
             for way in (w for w in rates if w not in errors):
-                rates[way].append(await timed_way(http, contender.model, way, prompt, n, max_tokens, tokenizer))
+                rates[way].append(
+                    await timed_way(http, contender.model, way, prompt, n, max_tokens, tokenizer)
+                )
     return [ServerSampling(contender.name, way, tuple(rates[way]), errors.get(way, "")) for way in rates]
 
 
-def measure_servers(prompt: str, tokenizer, n: int, max_tokens: int, repeats: int,
-                    quick: bool = False) -> tuple[list[Contender], list[ServerSampling]]:
+def measure_servers(
+    prompt: str, tokenizer, n: int, max_tokens: int, repeats: int, quick: bool = False
+) -> tuple[list[Contender], list[ServerSampling]]:
     """Every available server of `bench serve` with n seats, one at a time: both ways, `repeats` times each."""
     servers = contenders(seats=n, quick=quick)
     rows: list[ServerSampling] = []
@@ -158,13 +174,25 @@ def server_records(rows: list[ServerSampling], n: int) -> list[dict]:
             continue
         parallel = find(rows, mine, PARALLEL)
         if parallel is not None:
-            records.append(comparison(f"sampling_server_{record_tag(mine)}_n{n}_vs_parallel_requests",
-                                      "tokens_per_second", shared.tokens_per_s, parallel.tokens_per_s,
-                                      f"{mine}, {n} parallel requests"))
+            records.append(
+                comparison(
+                    f"sampling_server_{record_tag(mine)}_n{n}_vs_parallel_requests",
+                    "tokens_per_second",
+                    shared.tokens_per_s,
+                    parallel.tokens_per_s,
+                    f"{mine}, {n} parallel requests",
+                )
+            )
         ways = [row for peer in peers for way in (ONE_REQUEST, PARALLEL) if (row := find(rows, peer, way))]
         if ways:
             best = max(ways, key=lambda row: row.tokens_per_s)
-            records.append(comparison(f"sampling_server_{record_tag(mine)}_n{n}_vs_{record_tag(peers[0])}",
-                                      "tokens_per_second", shared.tokens_per_s, best.tokens_per_s,
-                                      f"{best.server}, {best.way_name(n)}"))
+            records.append(
+                comparison(
+                    f"sampling_server_{record_tag(mine)}_n{n}_vs_{record_tag(peers[0])}",
+                    "tokens_per_second",
+                    shared.tokens_per_s,
+                    best.tokens_per_s,
+                    f"{best.server}, {best.way_name(n)}",
+                )
+            )
     return records

@@ -37,9 +37,18 @@ CLIENTS = (1, 2, 8, 16)
 RATES = (1.0, 2.0, 4.0)
 TARGET = Target(ttft_s=1.0, tpot_s=0.15)  # an answer starts within a second, then outpaces reading
 MET_SHARE = 0.9  # a server meets the target at a rate when 90 % of its requests do
-COLUMNS = [Column("server", 24, align="<"), Column("level", 12), Column("tok/s", 8, ".1f"),
-           Column("TTFT p50", 10, ".0f"), Column("p95", 7, ".0f"), Column("TPOT p50", 10, ".0f"),
-           Column("p95", 7, ".0f"), Column("goodput", 9, ".2f"), Column("met", 6, ".0%"), Column("errors", 8)]
+COLUMNS = [
+    Column("server", 24, align="<"),
+    Column("level", 12),
+    Column("tok/s", 8, ".1f"),
+    Column("TTFT p50", 10, ".0f"),
+    Column("p95", 7, ".0f"),
+    Column("TPOT p50", 10, ".0f"),
+    Column("p95", 7, ".0f"),
+    Column("goodput", 9, ".2f"),
+    Column("met", 6, ".0%"),
+    Column("errors", 8),
+]
 UNITS = ["", "", "", "ms", "ms", "ms", "ms", "req/s"]  # the line under the titles, up to the last unit
 
 
@@ -51,8 +60,15 @@ def level_name(result: LoadResult) -> str:
     return f"{result.concurrency} clients" if result.concurrency else f"{result.arrival_rate:g} req/s"
 
 
-async def sweep_once(url: str, model: str, clients: tuple[int, ...], rates: tuple[float, ...], n: int,
-                     max_tokens: int, repeat: int) -> list[LoadResult]:
+async def sweep_once(
+    url: str,
+    model: str,
+    clients: tuple[int, ...],
+    rates: tuple[float, ...],
+    n: int,
+    max_tokens: int,
+    repeat: int,
+) -> list[LoadResult]:
     """Every closed-loop level, then every open-loop rate, against the server at `url`. Each level's questions
     start with a tag of their own (labkit.serving.http.load.question): all three servers cache prefixes, and
     a level would otherwise find the previous level's whole prompts; the default system prompt before them
@@ -60,8 +76,12 @@ async def sweep_once(url: str, model: str, clients: tuple[int, ...], rates: tupl
     limits = httpx.Limits(max_connections=max(max(clients), n) + 4)
     async with httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(600, connect=10), limits=limits) as http:
         await load_test(http, model, concurrency=2, requests_per_client=1, max_tokens=4)  # warm-up, untimed
-        results = [await load_test(http, model, c, max(n // c, 1), max_tokens, tag=f"{repeat}c{c}") for c in clients]
-        results += [await open_loop(http, model, rate, n, max_tokens, tag=f"{repeat}r{rate:g}") for rate in rates]
+        results = [
+            await load_test(http, model, c, max(n // c, 1), max_tokens, tag=f"{repeat}c{c}") for c in clients
+        ]
+        results += [
+            await open_loop(http, model, rate, n, max_tokens, tag=f"{repeat}r{rate:g}") for rate in rates
+        ]
     return results
 
 
@@ -74,17 +94,28 @@ def measure(contender: Contender, clients, rates, n: int, max_tokens: int, repea
     with contender.start() as server:
         runs = []
         for repeat in range(repeats):
-            runs.append(asyncio.run(sweep_once(server.url, contender.model, clients, rates, n, max_tokens, repeat)))
-            _progress(f"{contender.name} {repeat + 1}/{repeats}: " + ", ".join(
-                f"{level_name(r)} {r.tokens_per_s:.1f} tok/s" for r in runs[-1]))
+            runs.append(
+                asyncio.run(sweep_once(server.url, contender.model, clients, rates, n, max_tokens, repeat))
+            )
+            _progress(
+                f"{contender.name} {repeat + 1}/{repeats}: "
+                + ", ".join(f"{level_name(r)} {r.tokens_per_s:.1f} tok/s" for r in runs[-1])
+            )
     return median_levels(runs)
 
 
 def table_row(name: str, result: LoadResult, target: Target) -> list:
     """One server at one level, a cell per column of COLUMNS (times in ms)."""
     ms = [result.quantile(metric, q) * 1e3 for metric in ("ttft_s", "tpot_s") for q in (50, 95)]
-    return [name, level_name(result), result.tokens_per_s, *ms, result.goodput(target),
-            met_share(result, target), len(result.requests) - len(result.ok)]
+    return [
+        name,
+        level_name(result),
+        result.tokens_per_s,
+        *ms,
+        result.goodput(target),
+        met_share(result, target),
+        len(result.requests) - len(result.ok),
+    ]
 
 
 def table(results: dict[str, list[LoadResult]], target: Target) -> str:
@@ -97,7 +128,7 @@ def table(results: dict[str, list[LoadResult]], target: Target) -> str:
         labkit server, float32     1 clients    60.0       200    200        50     50    12.00  100%       0
     """
     rows = [table_row(name, result, target) for name, levels in results.items() for result in levels]
-    units = format_row(COLUMNS[:len(UNITS)], UNITS)
+    units = format_row(COLUMNS[: len(UNITS)], UNITS)
     return "\n".join([format_table(COLUMNS, []), units] + [format_row(COLUMNS, row) for row in rows])
 
 
@@ -117,17 +148,22 @@ def highest_rate_met(levels: list[LoadResult], target: Target) -> float | None:
     return max(met) if met else None
 
 
-def best_peer(results: dict[str, list[LoadResult]], peers: tuple[str, ...], level: LoadResult,
-              score) -> tuple[str, LoadResult] | None:
+def best_peer(
+    results: dict[str, list[LoadResult]], peers: tuple[str, ...], level: LoadResult, score
+) -> tuple[str, LoadResult] | None:
     """Among `peers` (one engine at several settings), the one whose run at `level`'s level scores highest."""
-    found = [(peer, by_level(results[peer], level.concurrency, None if level.concurrency else level.arrival_rate))
-             for peer in peers if peer in results]
+    found = [
+        (peer, by_level(results[peer], level.concurrency, None if level.concurrency else level.arrival_rate))
+        for peer in peers
+        if peer in results
+    ]
     found = [(peer, run) for peer, run in found if run is not None]
     return max(found, key=lambda pair: score(pair[1]), default=None)
 
 
-def aim_records(results: dict[str, list[LoadResult]], pairs: list[tuple[str, tuple[str, ...]]],
-                target: Target) -> list[dict]:
+def aim_records(
+    results: dict[str, list[LoadResult]], pairs: list[tuple[str, tuple[str, ...]]], target: Target
+) -> list[dict]:
     """For each (labkit server, peers): at every closed-loop level its tokens/s against the best of the peers
     there (one engine at its settings: the better one is kept), and at every rate its goodput against theirs
     (left out where no peer request met the target: no ratio to a zero)."""
@@ -141,36 +177,60 @@ def aim_records(results: dict[str, list[LoadResult]], pairs: list[tuple[str, tup
                 continue
             peer, theirs = best
             where = f"rate{level.arrival_rate:g}" if rate else f"clients{level.concurrency}"
-            records.append(comparison(
-                f"serve_{record_tag(mine)}_{'goodput_' if rate else ''}vs_{record_tag(peer)}_{where}",
-                "requests_per_second" if rate else "tokens_per_second", score(level), score(theirs),
-                f"{peer}, " + (f"goodput at {level.arrival_rate:g} req/s ({target.describe()})" if rate
-                               else f"{level.concurrency} streamed clients, same requests")))
+            records.append(
+                comparison(
+                    f"serve_{record_tag(mine)}_{'goodput_' if rate else ''}vs_{record_tag(peer)}_{where}",
+                    "requests_per_second" if rate else "tokens_per_second",
+                    score(level),
+                    score(theirs),
+                    f"{peer}, "
+                    + (
+                        f"goodput at {level.arrival_rate:g} req/s ({target.describe()})"
+                        if rate
+                        else f"{level.concurrency} streamed clients, same requests"
+                    ),
+                )
+            )
     return records
 
 
 def run(repeats: int = 3, quick: bool = False) -> list[dict]:
-    n, clients, rates, max_tokens, repeats = ((4, (1, 4), (4.0,), 4, 1) if quick
-                                              else (N_REQUESTS, CLIENTS, RATES, MAX_TOKENS, repeats))
+    n, clients, rates, max_tokens, repeats = (
+        (4, (1, 4), (4.0,), 4, 1) if quick else (N_REQUESTS, CLIENTS, RATES, MAX_TOKENS, repeats)
+    )
     servers = contenders(max(clients), quick)
-    print(f"serve: SmolLM2-135M-Instruct, {n} streamed chat requests a level (OpenAI API), greedy, at most "
-          f"{max_tokens} new tokens; closed loop at {', '.join(map(str, clients))} clients, open loop at "
-          f"{', '.join(f'{r:g}' for r in rates)} req/s (Poisson); median of {repeats} by tokens/s\n"
-          f"machine: {machine_name()}\ntarget: {TARGET.describe()}; servers, one at a time:")
+    print(
+        f"serve: SmolLM2-135M-Instruct, {n} streamed chat requests a level (OpenAI API), greedy, at most "
+        f"{max_tokens} new tokens; closed loop at {', '.join(map(str, clients))} clients, open loop at "
+        f"{', '.join(f'{r:g}' for r in rates)} req/s (Poisson); median of {repeats} by tokens/s\n"
+        f"machine: {machine_name()}\ntarget: {TARGET.describe()}; servers, one at a time:"
+    )
     for server in servers:
         print(f"  {server.name}: {server.settings}")
-    results = {server.name: measure(server, clients, rates, n, max_tokens, repeats) for server in servers
-               if server.available}
+    results = {
+        server.name: measure(server, clients, rates, n, max_tokens, repeats)
+        for server in servers
+        if server.available
+    }
     print("\n" + table(results, TARGET))
     for server in servers:
         if not server.available:
             print(f"{server.name}: skipped: {server.missing}")
     float32, fastest = servers[0].name, servers[1].name
     one, many = by_level(results[float32], clients[0]), by_level(results[float32], clients[-1])
-    records = [comparison(f"serve_concurrency{clients[-1]}_vs_one_at_a_time", "tokens_per_second",
-                          many.tokens_per_s, one.tokens_per_s, f"{float32}, {n} streamed chat requests")]
+    records = [
+        comparison(
+            f"serve_concurrency{clients[-1]}_vs_one_at_a_time",
+            "tokens_per_second",
+            many.tokens_per_s,
+            one.tokens_per_s,
+            f"{float32}, {n} streamed chat requests",
+        )
+    ]
     errors = sum(len(r.requests) - len(r.ok) for levels in results.values() for r in levels)
-    print(f"\n{float32}: {clients[-1]} clients vs one at a time: {records[0]['ratio']:.2f}x tokens/s (aim >= 4x)\n"
-          f"every request answered whole: {'yes' if not errors else f'NO ({errors} failed)'}")
+    print(
+        f"\n{float32}: {clients[-1]} clients vs one at a time: {records[0]['ratio']:.2f}x tokens/s (aim >= 4x)\n"
+        f"every request answered whole: {'yes' if not errors else f'NO ({errors} failed)'}"
+    )
     records += aim_records(results, [(fastest, (LLAMA_SERVER,)), (fastest, VLLMS), (float32, VLLMS)], TARGET)
     return records

@@ -31,7 +31,11 @@ from labkit.launcher import ServerHandle
 from labkit.serving.http.server import ServerOptions, start_server
 
 MODEL = "smollm2-135m"
-LABKIT_FLOAT32, FASTEST_LABKIT, LLAMA_SERVER = "labkit server, float32", "labkit server, fuse+q4_1", "llama-server"
+LABKIT_FLOAT32, FASTEST_LABKIT, LLAMA_SERVER = (
+    "labkit server, float32",
+    "labkit server, fuse+q4_1",
+    "llama-server",
+)
 VLLM, VLLM_ALL_CORES = "vLLM CPU", "vLLM CPU, all cores"
 VLLMS = (VLLM, VLLM_ALL_CORES)  # one peer at two thread settings: the aims take the better one
 FASTEST = ("fuse", "q4_1")
@@ -50,10 +54,12 @@ LABKIT_ENV = {"OMP_WAIT_POLICY": "PASSIVE", "GOMP_SPINCOUNT": "10000"}
 def record_tag(server: str) -> str:
     """A server's name as a JSON record's name carries it.
 
-        >>> record_tag("labkit server, fuse+q4_1"), record_tag("vLLM CPU, all cores")
-        ('labkit_fuse_q4_1', 'vLLM_CPU_all_cores')
+    >>> record_tag("labkit server, fuse+q4_1"), record_tag("vLLM CPU, all cores")
+    ('labkit_fuse_q4_1', 'vLLM_CPU_all_cores')
     """
-    return server.replace(" server", "").replace(", ", "_").replace("+", "_").replace(" ", "_").replace("-", "_")
+    return (
+        server.replace(" server", "").replace(", ", "_").replace("+", "_").replace(" ", "_").replace("-", "_")
+    )
 
 
 @dataclass(frozen=True)
@@ -68,33 +74,50 @@ class Contender:
     model: str = MODEL
 
 
-def labkit_settings(options: ServerOptions, weights: str = "float32 weights", wait_policy: str | None = None) -> str:
+def labkit_settings(
+    options: ServerOptions, weights: str = "float32 weights", wait_policy: str | None = None
+) -> str:
     """What a labkit server runs with, as a table states it: started with LABKIT_ENV, or with only
     OMP_WAIT_POLICY=wait_policy."""
     check_record("options", options, "ServerOptions (labkit.serving.http.server)", of=ServerOptions)
     step = "decode step compiled per batch size" if options.compile else "eager"
     env = LABKIT_ENV if wait_policy is None else {"OMP_WAIT_POLICY": wait_policy}
     variables = " ".join(f"{k}={v}" for k, v in env.items())
-    return (f"{weights}, {step}, {options.max_num_seqs} seats, {options.scheduling()}, prefix cache, "
-            f"{torch.get_num_threads()} torch threads, {variables}")
+    return (
+        f"{weights}, {step}, {options.max_num_seqs} seats, {options.scheduling()}, prefix cache, "
+        f"{torch.get_num_threads()} torch threads, {variables}"
+    )
 
 
 def labkit_contender(name: str, options: ServerOptions, weights: str) -> Contender:
     """labkit's server with `options`, started with LABKIT_ENV."""
-    return Contender(name, labkit_settings(options, weights),
-                     lambda: start_server(options.model, max_num_seqs=options.max_num_seqs, optimize=options.optimize,
-                                          chunked_prefill=options.chunked_prefill,
-                                          max_num_batched_tokens=options.max_num_batched_tokens,
-                                          compile=options.compile, env=LABKIT_ENV))
+    return Contender(
+        name,
+        labkit_settings(options, weights),
+        lambda: start_server(
+            options.model,
+            max_num_seqs=options.max_num_seqs,
+            optimize=options.optimize,
+            chunked_prefill=options.chunked_prefill,
+            max_num_batched_tokens=options.max_num_batched_tokens,
+            compile=options.compile,
+            env=LABKIT_ENV,
+        ),
+    )
 
 
 def vllm_settings(wait_policy: str | None = None, all_cores: bool = False) -> str:
     """What `start_vllm_server(wait_policy=wait_policy, all_cores=all_cores)` runs with, as a table states it."""
-    threads = (" ".join(f"{k}={v}" for k, v in all_cores_env().items()) + " (an OpenMP thread on every core)"
-               if all_cores else "1 OpenMP thread with 1 core reserved for its API server (its default binding)")
-    return (f"vllm-cpu 0.32.0, float32, --enforce-eager, {DEFAULT_KV_CACHE_GIB} GiB KV cache, its server defaults "
-            f"(max_num_seqs 128, 2048 tokens a step, chunked prefill, prefix cache), {threads}"
-            + ("" if wait_policy is None else f", OMP_WAIT_POLICY={wait_policy}"))
+    threads = (
+        " ".join(f"{k}={v}" for k, v in all_cores_env().items()) + " (an OpenMP thread on every core)"
+        if all_cores
+        else "1 OpenMP thread with 1 core reserved for its API server (its default binding)"
+    )
+    return (
+        f"vllm-cpu 0.32.0, float32, --enforce-eager, {DEFAULT_KV_CACHE_GIB} GiB KV cache, its server defaults "
+        f"(max_num_seqs 128, 2048 tokens a step, chunked prefill, prefix cache), {threads}"
+        + ("" if wait_policy is None else f", OMP_WAIT_POLICY={wait_policy}")
+    )
 
 
 def contenders(seats: int, quick: bool = False) -> list[Contender]:
@@ -103,15 +126,29 @@ def contenders(seats: int, quick: bool = False) -> list[Contender]:
     llama = LlamaServerSettings(MODEL, slots=seats)
     servers = [
         labkit_contender(LABKIT_FLOAT32, ServerOptions(MODEL, max_num_seqs=seats), "float32 weights"),
-        labkit_contender(FASTEST_LABKIT, ServerOptions(MODEL, max_num_seqs=seats, optimize=FASTEST, compile=True),
-                         "fused projections, Q4_1 weights x Q8_1 activations on labkit's kernel, head Q8_0"),
-        Contender(LLAMA_SERVER, f"llama.cpp as llama-cpp-python 0.3.36 vendors it, {llama.describe()}",
-                  lambda: start_llama_server(MODEL, slots=seats), llama_server_installed(),
-                  f"not built. {MAKE_ENGINES}"),
+        labkit_contender(
+            FASTEST_LABKIT,
+            ServerOptions(MODEL, max_num_seqs=seats, optimize=FASTEST, compile=True),
+            "fused projections, Q4_1 weights x Q8_1 activations on labkit's kernel, head Q8_0",
+        ),
+        Contender(
+            LLAMA_SERVER,
+            f"llama.cpp as llama-cpp-python 0.3.36 vendors it, {llama.describe()}",
+            lambda: start_llama_server(MODEL, slots=seats),
+            llama_server_installed(),
+            f"not built. {MAKE_ENGINES}",
+        ),
     ]
     if not quick:
         missing = f"not installed. {MAKE_ENGINES}"
-        servers += [Contender(VLLM, vllm_settings(), start_vllm_server, vllm_installed(), missing),
-                    Contender(VLLM_ALL_CORES, vllm_settings(all_cores=True), lambda: start_vllm_server(all_cores=True),
-                              vllm_installed(), missing)]
+        servers += [
+            Contender(VLLM, vllm_settings(), start_vllm_server, vllm_installed(), missing),
+            Contender(
+                VLLM_ALL_CORES,
+                vllm_settings(all_cores=True),
+                lambda: start_vllm_server(all_cores=True),
+                vllm_installed(),
+                missing,
+            ),
+        ]
     return servers

@@ -57,13 +57,17 @@ def llama_cpp_libraries(path: str) -> Path:
 def path_env(path: str) -> dict[str, str]:
     """The environment that puts labkit, torch and llama.cpp on SIMD `path` ("avx2" or "avx512").
 
-        >>> path_env("avx2")["LABKIT_Q4_PATH"], path_env("avx2")["ATEN_CPU_CAPABILITY"]
-        ('avx2', 'avx2')
+    >>> path_env("avx2")["LABKIT_Q4_PATH"], path_env("avx2")["ATEN_CPU_CAPABILITY"]
+    ('avx2', 'avx2')
     """
     if path not in TORCH_CAPABILITY:
         raise ValueError(f"path must be one of {sorted(TORCH_CAPABILITY)}, got {path!r}.")
-    return {"LABKIT_Q4_PATH": path, "ATEN_CPU_CAPABILITY": TORCH_CAPABILITY[path],
-            "ONEDNN_MAX_CPU_ISA": ONEDNN_ISA[path], "LLAMA_CPP_LIB_PATH": str(llama_cpp_libraries(path))}
+    return {
+        "LABKIT_Q4_PATH": path,
+        "ATEN_CPU_CAPABILITY": TORCH_CAPABILITY[path],
+        "ONEDNN_MAX_CPU_ISA": ONEDNN_ISA[path],
+        "LLAMA_CPP_LIB_PATH": str(llama_cpp_libraries(path)),
+    }
 
 
 def timed_paths() -> tuple[list[str], list[str]]:
@@ -82,21 +86,36 @@ def time_path(path: str, label: str, new_tokens: int, repeats: int, policies) ->
         children += run_in_child(CHILD, ["llama_cpp", *args], policy, env=path_env(path))
     built_with = {record["simd"] for record in children if record.get("simd")}
     if any(("AVX512" in extensions) != (path == "avx512") for extensions in built_with):
-        raise RuntimeError(f"llama.cpp for the {path} path loaded libraries built with {built_with}: "
-                           f"{llama_cpp_libraries(path)} holds the wrong build.")
+        raise RuntimeError(
+            f"llama.cpp for the {path} path loaded libraries built with {built_with}: "
+            f"{llama_cpp_libraries(path)} holds the wrong build."
+        )
     report = settings_report(children) + "".join(f"\nllama.cpp built with: {e}" for e in sorted(built_with))
     return best_rows([row_from_child(record) for record in children]), report
 
 
 def table(results: dict[str, tuple[Row, Row]]) -> str:
     """One line per SIMD path: labkit's row and llama.cpp, each with its settings, and their ratio."""
-    columns = [Column("path", 8, align="<"), Column("labkit tok/s", 13, ".1f"), Column("settings", 18),
-               Column("llama.cpp tok/s", 17, ".1f"), Column("settings", 18), Column("labkit/llama", 14)]
+    columns = [
+        Column("path", 8, align="<"),
+        Column("labkit tok/s", 13, ".1f"),
+        Column("settings", 18),
+        Column("llama.cpp tok/s", 17, ".1f"),
+        Column("settings", 18),
+        Column("labkit/llama", 14),
+    ]
     rows = []
     for path, (labkit, cpp) in results.items():
-        rows.append([path, labkit.tokens_per_second, f"{labkit.policy} {labkit.threads} thr",
-                     cpp.tokens_per_second, f"{cpp.policy} {cpp.threads} thr",
-                     f"{labkit.tokens_per_second / cpp.tokens_per_second:.2f}x"])
+        rows.append(
+            [
+                path,
+                labkit.tokens_per_second,
+                f"{labkit.policy} {labkit.threads} thr",
+                cpp.tokens_per_second,
+                f"{cpp.policy} {cpp.threads} thr",
+                f"{labkit.tokens_per_second / cpp.tokens_per_second:.2f}x",
+            ]
+        )
     return format_table(columns, rows)
 
 
@@ -104,7 +123,9 @@ def run(repeats: int = 3, quick: bool = False) -> list[dict]:
     paths, missing = timed_paths()
     label, new_tokens = (Q4_1_STATIC, 8) if quick else (Q4_1_COMPILED, 128)
     policies = (current_policy(),) if quick else WAIT_POLICIES
-    print(f"simd: SmolLM2-135M, batch 1, greedy, {new_tokens} new tokens, median of {repeats}, each at its best")
+    print(
+        f"simd: SmolLM2-135M, batch 1, greedy, {new_tokens} new tokens, median of {repeats}, each at its best"
+    )
     print(f"machine: {machine_name()}\nlabkit row: {label}; llama.cpp: the shipped Q4_1 GGUF")
     for path in missing:
         target = "make engines" if path == widest_path() else "make engines-avx2"
@@ -115,10 +136,16 @@ def run(repeats: int = 3, quick: bool = False) -> list[dict]:
         by_label = {row.label: row for row in rows}
         if label in by_label and LLAMA_CPP in by_label:
             results[path] = (by_label[label], by_label[LLAMA_CPP])
-            out.append(comparison(f"simd_{path}_vs_llama_cpp", "tokens_per_second", by_label[label].tokens_per_second,
-                                  by_label[LLAMA_CPP].tokens_per_second,
-                                  f"llama.cpp {path} build, {by_label[LLAMA_CPP].policy} "
-                                  f"{by_label[LLAMA_CPP].threads} threads"))
+            out.append(
+                comparison(
+                    f"simd_{path}_vs_llama_cpp",
+                    "tokens_per_second",
+                    by_label[label].tokens_per_second,
+                    by_label[LLAMA_CPP].tokens_per_second,
+                    f"llama.cpp {path} build, {by_label[LLAMA_CPP].policy} "
+                    f"{by_label[LLAMA_CPP].threads} threads",
+                )
+            )
         print(f"{path}:\n{report}")
     if results:
         print(table(results))

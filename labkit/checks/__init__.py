@@ -1,7 +1,7 @@
 """Exercise checkers, one module per lab; each prints a verdict (a pass, or a hint) and returns a bool.
 
-    >>> from labkit import checks
-    >>> checks.check_parameter_count(answer, model)
+>>> from labkit import checks
+>>> checks.check_parameter_count(answer, model)
 """
 
 from labkit.checks.batching import *  # noqa: F403  notebook 10

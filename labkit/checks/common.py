@@ -1,8 +1,8 @@
 """What every checker says: a pass or a hint, and "not attempted yet" for an empty answer.
 
-    >>> verdict(True, "one step of beam search.")
-    ✅ Correct: one step of beam search.
-    True
+>>> verdict(True, "one step of beam search.")
+✅ Correct: one step of beam search.
+True
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ def run_student(function: Callable, *args, name_args: bool = False) -> tuple[obj
 def as_number(answer) -> float | None:
     """The answer as a float, None when it is not a number.
 
-        >>> as_number("2.5"), as_number("twice")
-        (2.5, None)
+    >>> as_number("2.5"), as_number("twice")
+    (2.5, None)
     """
     try:
         return float(answer)
@@ -49,8 +49,9 @@ def as_number(answer) -> float | None:
         return None
 
 
-def read_number(answer, example: str, number: str = "a number",
-                others: Sequence = ()) -> tuple[float | None, bool | None]:
+def read_number(
+    answer, example: str, number: str = "a number", others: Sequence = ()
+) -> tuple[float | None, bool | None]:
     """Every numeric exercise's first step: (the answer as a float, None) to go on checking, or (None, the
     verdict to return at once): "not attempted" while the answer (or any of `others`, the exercise's other
     answers) is still None, `give {number}` when it is no number. `example` says what to put in place of None.
@@ -79,8 +80,15 @@ def matching_hint(value: float, hints: Sequence[tuple[float, str]], rel_tol: flo
     return next((hint for wrong, hint in hints if math.isclose(value, wrong, rel_tol=rel_tol)), None)
 
 
-def check_ratio(answer, expected: float, example: str, on_pass: str, hints: Sequence[tuple[float, str]],
-                on_miss: str, rel_tol: float = 0.03) -> bool:
+def check_ratio(
+    answer,
+    expected: float,
+    example: str,
+    on_pass: str,
+    hints: Sequence[tuple[float, str]],
+    on_miss: str,
+    rel_tol: float = 0.03,
+) -> bool:
     """The verdict on a ratio of two measurements: a pass within `rel_tol` of `expected` (saying `on_pass`),
     else the hint of the first plausible wrong answer the value matches, else "<value> is not it." and
     `on_miss`. `example` says what to put in place of None.

@@ -27,7 +27,10 @@ VOTE_CASES = [  # (texts, what each case tests)
     (["1,200", "1200", "120", "120"], "thousands separators"),
     (["7.0", "7", "8", "8"], "one number written two ways; a tie goes to the answer seen first"),
     (["I think 12 + 7 = 19", "19", "20", "20"], "the answer is the last number of a text"),
-    (["no idea", "", "2", "-3", "-3"], "texts without a number do not vote; a minus sign belongs to the number"),
+    (
+        ["no idea", "", "2", "-3", "-3"],
+        "texts without a number do not vote; a minus sign belongs to the number",
+    ),
     (["no idea", "pass"], "no text holds a number: there is no answer (None)"),
     (["9", "10", "10", "9"], "a tie goes to the answer seen first"),
 ]
@@ -48,17 +51,32 @@ def check_majority_vote(fn: Callable | None) -> bool:
         if got == expected:
             continue
         if got is not None and not isinstance(got, str):
-            return verdict(False, f"vote({texts}) gave {got!r}: return the answer as text (like '55'), or None.")
+            return verdict(
+                False, f"vote({texts}) gave {got!r}: return the answer as text (like '55'), or None."
+            )
         raw = max(texts, key=texts.count)
         if got == raw or got == raw.strip():
-            return verdict(False, f"vote({texts}) gave {got!r}: count answers, not texts ({what}). Read the number "
-                                   "out of each text first, written one way.")
-        return verdict(False, f"vote({texts}) gave {got!r}, which is not it ({what}). " + progressive("vote", [
-            "Read one answer out of each text, write it one way, then count.",
-            "The answer is the last number in a text; drop thousands commas and trailing zeros after a decimal "
-            "point ('7.0' is '7'), keep a minus sign; Counter counts, and of equal counts keep the one seen first."]))
+            return verdict(
+                False,
+                f"vote({texts}) gave {got!r}: count answers, not texts ({what}). Read the number "
+                "out of each text first, written one way.",
+            )
+        return verdict(
+            False,
+            f"vote({texts}) gave {got!r}, which is not it ({what}). "
+            + progressive(
+                "vote",
+                [
+                    "Read one answer out of each text, write it one way, then count.",
+                    "The answer is the last number in a text; drop thousands commas and trailing zeros after a decimal "
+                    "point ('7.0' is '7'), keep a minus sign; Counter counts, and of equal counts keep the one seen first.",
+                ],
+            ),
+        )
     reset("vote")
-    return verdict(True, "answers read out of the texts and written one way, then counted: self-consistency's vote.")
+    return verdict(
+        True, "answers read out of the texts and written one way, then counted: self-consistency's vote."
+    )
 
 
 # --- copy on write ---------------------------------------------------------------------------------------
@@ -90,17 +108,23 @@ def cow_hint(pool: BlockTables, expected: dict[str, list[int]]) -> str | None:
         name, tokens = next(iter(wrong.items()))
         foreign = [t for t in tokens if t not in expected[name]]
         if foreign:
-            return (f"{name!r} now reads {tokens}: it holds {foreign}, another sequence's token(s). Before writing "
-                    "into a block, ask whether another table holds it too.")
-        return f"{name!r} now reads {tokens}: its own tokens were lost or reordered when its block was replaced."
+            return (
+                f"{name!r} now reads {tokens}: it holds {foreign}, another sequence's token(s). Before writing "
+                "into a block, ask whether another table holds it too."
+            )
+        return (
+            f"{name!r} now reads {tokens}: its own tokens were lost or reordered when its block was replaced."
+        )
     problems = pool.problems()
     if problems:
         return f"every sequence reads the right tokens, but the bookkeeping is off: {problems[0]}."
     if pool.tables["prompt"][0] != pool.tables["sample 1"][0]:
         return "every sequence is right, but the full first block was copied: a full block is never written again."
     if pool.tables["prompt"][-1] != PROMPT_LAST_BLOCK:  # the samples copied it away; the prompt held it alone
-        return ("every sequence is right, but a block only one table held was copied too: the last holder can "
-                "write in place.")
+        return (
+            "every sequence is right, but a block only one table held was copied too: the last holder can "
+            "write in place."
+        )
     return None
 
 
@@ -118,15 +142,20 @@ def check_copy_on_write(fn: Callable | None) -> bool:
     hint = cow_hint(pool, expected)
     if hint:
         return verdict(False, hint)
-    return verdict(True, "a shared block is copied on its first write and released, a full one stays shared, "
-                         "and the last holder writes in place: the engine's append_slot.")
+    return verdict(
+        True,
+        "a shared block is copied on its first write and released, a full one stays shared, "
+        "and the last holder writes in place: the engine's append_slot.",
+    )
 
 
 # --- reading the frontier --------------------------------------------------------------------------------
 
-WHY = {"voting works": "the right answer is usually the most common one among the samples",
-       "outvoted": "the right answer is often among the samples, but a wrong one is more common",
-       "rarely sampled": "the right answer is rarely among the samples at all"}
+WHY = {
+    "voting works": "the right answer is usually the most common one among the samples",
+    "outvoted": "the right answer is often among the samples, but a wrong one is more common",
+    "rarely sampled": "the right answer is rarely among the samples at all",
+}
 
 
 def why_voting(voted: Accuracy, greedy: Accuracy, sampled: Accuracy) -> str:
@@ -137,29 +166,53 @@ def why_voting(voted: Accuracy, greedy: Accuracy, sampled: Accuracy) -> str:
     return "outvoted" if sampled.rate - voted.rate >= 0.15 else "rarely sampled"
 
 
-def check_frontier_reading(gain, told_apart: bool | None, why: str | None, greedy: Accuracy, voted: Accuracy,
-                           sampled: Accuracy) -> bool:
+def check_frontier_reading(
+    gain, told_apart: bool | None, why: str | None, greedy: Accuracy, voted: Accuracy, sampled: Accuracy
+) -> bool:
     """Exercise (14, measure and interpret): gain, the vote's accuracy minus greedy's in percentage points
     (within 0.5); told_apart, whether the two 95 % intervals are apart (not overlapping); why, one of WHY,
     read from the vote's, greedy's and pass@n's accuracies (the student's own run)."""
-    value, refusal = read_number(gain, "gain (percentage points), told_apart (True or False) and why",
-                                 number="gain as a number of percentage points", others=(told_apart,))
+    value, refusal = read_number(
+        gain,
+        "gain (percentage points), told_apart (True or False) and why",
+        number="gain as a number of percentage points",
+        others=(told_apart,),
+    )
     if refusal is not None:
         return refusal
     expected = 100 * (voted.rate - greedy.rate)
-    hints = [(expected / 100, "give percentage points (a difference of 5 % and 12 % is 7), not a fraction."),
-             (-expected, "the vote's accuracy minus greedy's: the other way round.")]
+    hints = [
+        (expected / 100, "give percentage points (a difference of 5 % and 12 % is 7), not a fraction."),
+        (-expected, "the vote's accuracy minus greedy's: the other way round."),
+    ]
     if abs(value - expected) > 0.5:
-        return verdict(False, matching_hint(value, hints, rel_tol=0.02) or progressive("frontier_gain", [
-            f"{value:g} is not what your two accuracies give: read .rate of each (a fraction of the items right).",
-            f"{value:g} is not it: 100 * (voted.rate - greedy.rate)."]))
+        return verdict(
+            False,
+            matching_hint(value, hints, rel_tol=0.02)
+            or progressive(
+                "frontier_gain",
+                [
+                    f"{value:g} is not what your two accuracies give: read .rate of each (a fraction of the items right).",
+                    f"{value:g} is not it: 100 * (voted.rate - greedy.rate).",
+                ],
+            ),
+        )
     if not isinstance(told_apart, bool):
         return verdict(False, f"told_apart must be True or False, not {told_apart!r}.")
     if told_apart == voted.overlaps(greedy):
-        return verdict(False, "the gain is right; now compare the intervals: .interval gives (low, high) of each. "
-                              "Apart means one's low end lies above the other's high end.")
-    return choice_verdict(why, WHY, why_voting(voted, greedy, sampled), "set pass@n's accuracy (the right answer "
-                          "among the samples at all) beside the vote's and greedy's.", name="why",
-                          exercise="frontier_gain", right_so_far="the gain and the intervals are right",
-                          passed="a vote can only pick an answer that is among the samples, and only if it is "
-                                 "the most common one.")
+        return verdict(
+            False,
+            "the gain is right; now compare the intervals: .interval gives (low, high) of each. "
+            "Apart means one's low end lies above the other's high end.",
+        )
+    return choice_verdict(
+        why,
+        WHY,
+        why_voting(voted, greedy, sampled),
+        "set pass@n's accuracy (the right answer among the samples at all) beside the vote's and greedy's.",
+        name="why",
+        exercise="frontier_gain",
+        right_so_far="the gain and the intervals are right",
+        passed="a vote can only pick an answer that is among the samples, and only if it is "
+        "the most common one.",
+    )

@@ -23,8 +23,9 @@ __all__ = ["check_sequence_logprob", "check_beam_step", "check_blocking_cost"]
 _SEARCHED: dict[tuple, object] = {}  # (model, prompt, options) -> the best hypothesis the checker found
 
 
-def check_sequence_logprob(answer: float | None, model: torch.nn.Module, prompt_ids: list[int],
-                           continuation_ids: list[int]) -> bool:
+def check_sequence_logprob(
+    answer: float | None, model: torch.nn.Module, prompt_ids: list[int], continuation_ids: list[int]
+) -> bool:
     """Exercise (03): log p(continuation | prompt), summed over the continuation's tokens."""
     if answer is None:
         return not_attempted("the summed log-probability (a negative float)")
@@ -34,10 +35,18 @@ def check_sequence_logprob(answer: float | None, model: torch.nn.Module, prompt_
         return verdict(True, f"log p = {expected:.3f}, so p = {torch.tensor(expected).exp():.2e}.")
     if float(answer) > 0:
         return verdict(False, "a log-probability is never positive: use log_softmax, not the raw logits.")
-    return verdict(False, f"{float(answer):.3f} is not it. " + progressive("sequence_logprob", [
-        "Score only the continuation's tokens, each given everything before it, and add their log-probabilities.",
-        "The logits at position t score token t+1, so the first continuation token is scored by the prompt's "
-        "last position."]))
+    return verdict(
+        False,
+        f"{float(answer):.3f} is not it. "
+        + progressive(
+            "sequence_logprob",
+            [
+                "Score only the continuation's tokens, each given everything before it, and add their log-probabilities.",
+                "The logits at position t score token t+1, so the first continuation token is scored by the prompt's "
+                "last position.",
+            ],
+        ),
+    )
 
 
 def check_beam_step(function: Callable | None) -> bool:
@@ -59,11 +68,19 @@ def check_beam_step(function: Callable | None) -> bool:
     except (TypeError, ValueError):
         return verdict(False, "return three tensors: (parents, tokens, new_scores).")
     if not (torch.equal(parents.long(), expected[0]) and torch.equal(tokens.long(), expected[1])):
-        return verdict(False, "not the right extensions. " + progressive("beam_step", [
-            "Every (beam, token) pair is a candidate, scored by its beam's score plus the token's log-probability: "
-            "keep the k best of all of them together, not the best of each beam.",
-            "Add each beam's score to its row of logprobs, flatten to [k * V], take topk, then parent = index // V "
-            "and token = index % V."]))
+        return verdict(
+            False,
+            "not the right extensions. "
+            + progressive(
+                "beam_step",
+                [
+                    "Every (beam, token) pair is a candidate, scored by its beam's score plus the token's log-probability: "
+                    "keep the k best of all of them together, not the best of each beam.",
+                    "Add each beam's score to its row of logprobs, flatten to [k * V], take topk, then parent = index // V "
+                    "and token = index % V.",
+                ],
+            ),
+        )
     if not torch.allclose(new_scores.float(), expected[2], atol=1e-5):
         return verdict(False, "the right extensions, but the scores should be the summed log-probabilities.")
     reset("beam_step")
@@ -80,13 +97,16 @@ def _same_search(hypothesis, model: torch.nn.Module, tokenizer, prompt, **option
         _SEARCHED[key] = search.beam_search(model, tokenizer, prompt, **options).best
     best = _SEARCHED[key]
     if tuple(hypothesis.token_ids) != tuple(best.token_ids) or abs(hypothesis.logprob - best.logprob) > 1e-3:
-        return ("the checker ran the search again and found another best hypothesis: run beam_search on the same "
-                "prompt with num_beams=4, max_new_tokens=30 and no_repeat_ngram_size=3, and take its .best.")
+        return (
+            "the checker ran the search again and found another best hypothesis: run beam_search on the same "
+            "prompt with num_beams=4, max_new_tokens=30 and no_repeat_ngram_size=3, and take its .best."
+        )
     return None
 
 
-def check_blocking_cost(answer: float | None, looping, blocked, model: torch.nn.Module, tokenizer,
-                        prompt) -> bool:
+def check_blocking_cost(
+    answer: float | None, looping, blocked, model: torch.nn.Module, tokenizer, prompt
+) -> bool:
     """Exercise (03): how many times more probable is the looping beam than the one with repeats blocked?
     looping / blocked: the best hypotheses of the 4-beam, 30-token search of `prompt` without and with
     no_repeat_ngram_size=3; the checker runs the blocked search again and accepts only its best."""
@@ -94,7 +114,9 @@ def check_blocking_cost(answer: float | None, looping, blocked, model: torch.nn.
         return not_attempted("`blocked` with the best hypothesis of the search with no_repeat_ngram_size=3")
     if answer is None:
         return not_attempted("how many times more probable the looping text is")
-    wrong = _same_search(blocked, model, tokenizer, prompt, num_beams=4, max_new_tokens=30, no_repeat_ngram_size=3)
+    wrong = _same_search(
+        blocked, model, tokenizer, prompt, num_beams=4, max_new_tokens=30, no_repeat_ngram_size=3
+    )
     if wrong:
         return verdict(False, wrong)
     gap = looping.logprob - blocked.logprob  # nats
@@ -103,12 +125,25 @@ def check_blocking_cost(answer: float | None, looping, blocked, model: torch.nn.
         reset("blocking_cost")
         return verdict(True, f"{expected:.3g} times as probable ({gap:.2f} nats).")
     if abs(answer - gap) <= 0.02 * abs(gap) + 1e-3:
-        return verdict(False, "that is the gap in log-probability (nats). A probability is e to the power of its "
-                               "log: exponentiate the gap.")
+        return verdict(
+            False,
+            "that is the gap in log-probability (nats). A probability is e to the power of its "
+            "log: exponentiate the gap.",
+        )
     if abs(answer - 1 / expected) <= 0.02 / expected:
-        return verdict(False, "that is the ratio the other way round: the looping text's probability over the "
-                               "blocked one's.")
-    return verdict(False, "not yet. " + progressive("blocking_cost", [
-        "Each hypothesis carries its summed log-probability: how does a log turn back into a probability?",
-        "p = exp(log p), so the ratio of two probabilities is exp of the difference of their summed "
-        "log-probabilities (.logprob)."]))
+        return verdict(
+            False,
+            "that is the ratio the other way round: the looping text's probability over the blocked one's.",
+        )
+    return verdict(
+        False,
+        "not yet. "
+        + progressive(
+            "blocking_cost",
+            [
+                "Each hypothesis carries its summed log-probability: how does a log turn back into a probability?",
+                "p = exp(log p), so the ratio of two probabilities is exp of the difference of their summed "
+                "log-probabilities (.logprob).",
+            ],
+        ),
+    )

@@ -25,15 +25,26 @@ from labkit.decoding.search import beam_search
 __all__ = ["check_next_token_probs", "check_greedy_loop", "check_cache_speedup"]
 
 # labkit's own loops: a my_greedy that calls one of them has not written the loop
-LABKIT_LOOPS = (generate_module.generate, generate_module.generate_ids, generate_module.generate_text,
-                greedy_decode, beam_search)
-TIMING_FACTOR = 3.0  # a student's time may differ from the checker's own re-run by this factor (a loaded machine)
-GAP_CHOICES = {"grow": "a longer prompt makes the cached loop's advantage larger",
-               "shrink": "a longer prompt makes it smaller", "same": "the prompt's length does not change it"}
+LABKIT_LOOPS = (
+    generate_module.generate,
+    generate_module.generate_ids,
+    generate_module.generate_text,
+    greedy_decode,
+    beam_search,
+)
+TIMING_FACTOR = (
+    3.0  # a student's time may differ from the checker's own re-run by this factor (a loaded machine)
+)
+GAP_CHOICES = {
+    "grow": "a longer prompt makes the cached loop's advantage larger",
+    "shrink": "a longer prompt makes it smaller",
+    "same": "the prompt's length does not change it",
+}
 
 
-def check_next_token_probs(fn: Callable | None, model: torch.nn.Module,
-                           tokenizer: PreTrainedTokenizerBase) -> bool:
+def check_next_token_probs(
+    fn: Callable | None, model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase
+) -> bool:
     """Exercise: fn(model, input_ids [1, T]) -> probabilities [V] of the next token."""
     if fn is None:
         return not_attempted("your function next_token_probs(model, input_ids)")
@@ -45,14 +56,26 @@ def check_next_token_probs(fn: Callable | None, model: torch.nn.Module,
         return verdict(False, error)
     if not isinstance(got, torch.Tensor) or got.shape != expected.shape:
         shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
-        return verdict(False, f"return a tensor of shape {tuple(expected.shape)}, not {shape}. "
-                               "Take the logits of the last position only.")
+        return verdict(
+            False,
+            f"return a tensor of shape {tuple(expected.shape)}, not {shape}. "
+            "Take the logits of the last position only.",
+        )
     if abs(float(got.sum()) - 1) > 1e-3:
-        return verdict(False, f"probabilities must sum to 1 (yours sum to {float(got.sum()):.3f}): apply softmax.")
+        return verdict(
+            False, f"probabilities must sum to 1 (yours sum to {float(got.sum()):.3f}): apply softmax."
+        )
     if not torch.allclose(got.float(), expected, atol=1e-5):
-        return verdict(False, progressive("next_token_probs", [
-            "the values differ: the next token is predicted by the last position only.",
-            "the values differ. Use the logits at position -1, softmax over the vocabulary dimension."]))
+        return verdict(
+            False,
+            progressive(
+                "next_token_probs",
+                [
+                    "the values differ: the next token is predicted by the last position only.",
+                    "the values differ. Use the logits at position -1, softmax over the vocabulary dimension.",
+                ],
+            ),
+        )
     return verdict(True, f"the most likely next token is {tokenizer.decode(int(expected.argmax()))!r}.")
 
 
@@ -69,8 +92,9 @@ def _tokens_fed(model: torch.nn.Module) -> tuple[list[int], Callable[[], None]]:
     return fed, model.register_forward_pre_hook(record, with_kwargs=True).remove
 
 
-def check_greedy_loop(fn: Callable | None, model: torch.nn.Module,
-                      tokenizer: PreTrainedTokenizerBase, n_tokens: int = 8) -> bool:
+def check_greedy_loop(
+    fn: Callable | None, model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, n_tokens: int = 8
+) -> bool:
     """Exercise: fn(model, prompt_ids: list[int], n_tokens) -> the n_tokens greedy token ids, with a KV cache:
     the first forward pass reads the prompt, every later one a single new token (the checker counts them).
     A function that calls labkit.generate (or another of labkit's loops) does not count."""
@@ -94,29 +118,46 @@ def check_greedy_loop(fn: Callable | None, model: torch.nn.Module,
         return verdict(False, f"return exactly {n_tokens} new token ids (not the prompt), got {len(got)}.")
     if got != expected:
         first = next(i for i, (a, b) in enumerate(zip(got, expected)) if a != b)
-        return verdict(False, f"token {first} differs from greedy decoding (yours is {got[first]}). " + progressive(
-            "greedy_loop", ["Greedy takes the single most likely next token, then reads it as input for the next.",
-                            "Append each chosen token to the input before the next forward pass, and take argmax "
-                            "at position -1."]))
+        return verdict(
+            False,
+            f"token {first} differs from greedy decoding (yours is {got[first]}). "
+            + progressive(
+                "greedy_loop",
+                [
+                    "Greedy takes the single most likely next token, then reads it as input for the next.",
+                    "Append each chosen token to the input before the next forward pass, and take argmax "
+                    "at position -1.",
+                ],
+            ),
+        )
     if not fed:
-        return verdict(False, "the tokens are right, but the checker saw no forward pass of the model it gave "
-                               "you: run `model` itself, so the checker can count what each pass is fed.")
+        return verdict(
+            False,
+            "the tokens are right, but the checker saw no forward pass of the model it gave "
+            "you: run `model` itself, so the checker can count what each pass is fed.",
+        )
     refed = [n for n in fed[1:] if n > 1]
     if refed:
-        return verdict(False, f"the tokens are right, but after the first pass your loop fed the model {refed[0]} "
-                               "tokens at once: the whole sequence again. Keep the keys and values of what the "
-                               "model has read in a KV cache (labkit.prefill returns one) and feed each step only "
-                               "the token just chosen (labkit.decode_step).")
+        return verdict(
+            False,
+            f"the tokens are right, but after the first pass your loop fed the model {refed[0]} "
+            "tokens at once: the whole sequence again. Keep the keys and values of what the "
+            "model has read in a KV cache (labkit.prefill returns one) and feed each step only "
+            "the token just chosen (labkit.decode_step).",
+        )
     reset("greedy_loop")
-    return verdict(True, f"your loop matches labkit.generate, one prefill and then one token per forward pass: "
-                          f"{tokenizer.decode(got)!r}.")
+    return verdict(
+        True,
+        f"your loop matches labkit.generate, one prefill and then one token per forward pass: "
+        f"{tokenizer.decode(got)!r}.",
+    )
 
 
 def loop_seconds(model: torch.nn.Module, prompt_ids: list[int], n_tokens: int) -> tuple[float, float]:
     """The checker's own timing of greedy decoding without and with a KV cache (after one warm-up step).
 
-        >>> loop_seconds(model, long_prompt, 16)
-        (4.9, 0.8)
+    >>> loop_seconds(model, long_prompt, 16)
+    (4.9, 0.8)
     """
     ids = torch.tensor([list(prompt_ids)])
 
@@ -140,9 +181,15 @@ def _far_from(theirs: float, mine: float, factor: float = TIMING_FACTOR) -> bool
     return not mine / factor <= theirs <= mine * factor
 
 
-def check_cache_speedup(answer: float | None, seconds_without_cache: float | None,
-                        seconds_with_cache: float | None, model: torch.nn.Module, prompt_ids: list[int],
-                        n_tokens: int = 16, gap: str | None = None) -> bool:
+def check_cache_speedup(
+    answer: float | None,
+    seconds_without_cache: float | None,
+    seconds_with_cache: float | None,
+    model: torch.nn.Module,
+    prompt_ids: list[int],
+    n_tokens: int = 16,
+    gap: str | None = None,
+) -> bool:
     """Exercise (02): how many times faster is the loop with a KV cache than the one that re-feeds everything,
     and would the gap grow or shrink with a longer prompt? The checker times both loops again on `model` and
     `prompt_ids`; each of the student's times must be within a factor 3 of its own."""
@@ -152,22 +199,43 @@ def check_cache_speedup(answer: float | None, seconds_without_cache: float | Non
         return not_attempted("how many times faster the cached loop is")
     mine_without, mine_with = loop_seconds(model, prompt_ids, n_tokens)
     if _far_from(seconds_without_cache, mine_without) or _far_from(seconds_with_cache, mine_with):
-        return verdict(False, "the checker timed both loops again on your model and prompt, and at least one of "
-                               "your times is more than 3 times off: time the loops themselves with seconds(...), "
-                               "on this machine, and use what it returns.")
+        return verdict(
+            False,
+            "the checker timed both loops again on your model and prompt, and at least one of "
+            "your times is more than 3 times off: time the loops themselves with seconds(...), "
+            "on this machine, and use what it returns.",
+        )
     expected = seconds_without_cache / seconds_with_cache
     if abs(answer - expected) > 0.03 * expected:
         if abs(answer - 1 / expected) <= 0.03 / expected:
-            return verdict(False, "that is the ratio the other way round: how many times longer does the loop "
-                                   "without a cache take?")
+            return verdict(
+                False,
+                "that is the ratio the other way round: how many times longer does the loop "
+                "without a cache take?",
+            )
         if abs(answer - (seconds_without_cache - seconds_with_cache)) <= 1e-3 + 0.03 * abs(answer):
-            return verdict(False, "that is the time saved, in seconds; the question asks for a ratio of the two "
-                                   "times.")
-        return verdict(False, progressive("cache_speedup", [
-            "not yet. A speed-up compares the two times you measured, not their difference.",
-            "not yet. A speed-up is a ratio of two times: the slow loop's time over the fast one's."]))
+            return verdict(
+                False, "that is the time saved, in seconds; the question asks for a ratio of the two times."
+            )
+        return verdict(
+            False,
+            progressive(
+                "cache_speedup",
+                [
+                    "not yet. A speed-up compares the two times you measured, not their difference.",
+                    "not yet. A speed-up is a ratio of two times: the slow loop's time over the fast one's.",
+                ],
+            ),
+        )
     return choice_verdict(
-        gap, GAP_CHOICES, "grow", "what does a step without the cache feed the model, and how does that change "
-        "with the prompt's length? And a cached step?", name="gap", exercise="cache_speedup",
-        right_so_far="your speed-up is right", passed=f"{expected:.1f}x faster; the checker's own re-run of both "
-        f"loops gave {mine_without / mine_with:.1f}x on this machine.")
+        gap,
+        GAP_CHOICES,
+        "grow",
+        "what does a step without the cache feed the model, and how does that change "
+        "with the prompt's length? And a cached step?",
+        name="gap",
+        exercise="cache_speedup",
+        right_so_far="your speed-up is right",
+        passed=f"{expected:.1f}x faster; the checker's own re-run of both "
+        f"loops gave {mine_without / mine_with:.1f}x on this machine.",
+    )

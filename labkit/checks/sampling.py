@@ -37,18 +37,35 @@ def check_top_k_filter(function: Callable | None) -> bool:
                 return verdict(False, error)
             expected = top_k_filter(logits, k)
             if not isinstance(got, torch.Tensor) or got.shape != logits.shape:
-                return verdict(False, f"return a tensor of the same shape as the logits {tuple(logits.shape)}.")
+                return verdict(
+                    False, f"return a tensor of the same shape as the logits {tuple(logits.shape)}."
+                )
             if not torch.equal(torch.isfinite(got), torch.isfinite(expected)):
                 n_kept, n_right = int(torch.isfinite(got).sum()), int(torch.isfinite(expected).sum())
-                which = (f"the logits {logits.tolist()}" if logits.numel() <= 10 else
-                         f"random logits of shape {tuple(logits.shape)}")
-                how = ("too few: a token tied with the k-th largest logit stays too" if n_kept < n_right else
-                       "too many: only the k largest logits (and ties with the k-th) stay" if n_kept > n_right else
-                       "the right number of tokens, but not the largest ones")
-                return verdict(False, f"with k={k} on {which}, you keep {how}. " + progressive("top_k", [
-                    "Each row has a threshold: its k-th largest logit. What happens to a logit equal to it?",
-                    "Compare with the k-th largest value (logits.topk(k).values[..., -1:]), so ties with it "
-                    "stay."]))
+                which = (
+                    f"the logits {logits.tolist()}"
+                    if logits.numel() <= 10
+                    else f"random logits of shape {tuple(logits.shape)}"
+                )
+                how = (
+                    "too few: a token tied with the k-th largest logit stays too"
+                    if n_kept < n_right
+                    else "too many: only the k largest logits (and ties with the k-th) stay"
+                    if n_kept > n_right
+                    else "the right number of tokens, but not the largest ones"
+                )
+                return verdict(
+                    False,
+                    f"with k={k} on {which}, you keep {how}. "
+                    + progressive(
+                        "top_k",
+                        [
+                            "Each row has a threshold: its k-th largest logit. What happens to a logit equal to it?",
+                            "Compare with the k-th largest value (logits.topk(k).values[..., -1:]), so ties with it "
+                            "stay.",
+                        ],
+                    ),
+                )
             if not torch.equal(got[torch.isfinite(got)], logits[torch.isfinite(got)]):
                 return verdict(False, "the kept logits changed: a filter only masks, it never rescales.")
     reset("top_k")
@@ -65,18 +82,26 @@ def check_top_p_filter(function: Callable | None) -> bool:
             if error:
                 return verdict(False, error)
             if not isinstance(got, torch.Tensor) or got.shape != logits.shape:
-                return verdict(False, f"return a tensor of the same shape as the logits {tuple(logits.shape)}.")
+                return verdict(
+                    False, f"return a tensor of the same shape as the logits {tuple(logits.shape)}."
+                )
             expected = torch.isfinite(top_p_filter(logits, p))
             kept = torch.isfinite(got)
             if not torch.equal(kept, expected):
                 mass = float(torch.softmax(logits, -1)[kept].sum() / logits.shape[0])
                 if torch.equal(kept.sum(-1), expected.sum(-1)):
-                    return verdict(False, f"with p={p} you keep the right number of tokens in each row, but not the "
-                                           f"most likely ones: they hold {mass:.2f} of the mass per row on average. "
-                                           "In which order is your mask, and in which order are the logits?")
-                return verdict(False, f"with p={p} your kept set holds {mass:.2f} of the mass per row on average. "
-                                       "Keep the most likely tokens until their cumulative probability first "
-                                       "reaches p, including the token that crosses p.")
+                    return verdict(
+                        False,
+                        f"with p={p} you keep the right number of tokens in each row, but not the "
+                        f"most likely ones: they hold {mass:.2f} of the mass per row on average. "
+                        "In which order is your mask, and in which order are the logits?",
+                    )
+                return verdict(
+                    False,
+                    f"with p={p} your kept set holds {mass:.2f} of the mass per row on average. "
+                    "Keep the most likely tokens until their cumulative probability first "
+                    "reaches p, including the token that crosses p.",
+                )
     return verdict(True, "your nucleus matches labkit.decoding.sampling.top_p_filter.")
 
 
@@ -92,10 +117,16 @@ def check_distinct_n(function: Callable | None) -> bool:
         expected = distinct_n(texts, n)
         if not isinstance(got, (int, float)) or abs(got - expected) > 1e-9:
             per_text = sum(distinct_n([text], n) for text in texts) / len(texts)
-            how = ("that is the mean of each text's own ratio" if isinstance(got, (int, float)) and
-                   abs(got - per_text) < 1e-9 else "that is not unique / all")
-            return verdict(False, f"distinct_n({texts!r}, {n}) gave {got!r}: {how}. Pool the word n-grams of all "
-                                   "texts first, then divide the number of unique ones by the number of all.")
+            how = (
+                "that is the mean of each text's own ratio"
+                if isinstance(got, (int, float)) and abs(got - per_text) < 1e-9
+                else "that is not unique / all"
+            )
+            return verdict(
+                False,
+                f"distinct_n({texts!r}, {n}) gave {got!r}: {how}. Pool the word n-grams of all "
+                "texts first, then divide the number of unique ones by the number of all.",
+            )
     return verdict(True, "distinct-n measures how rarely phrases repeat.")
 
 
@@ -118,21 +149,39 @@ def check_tail_share(answer: float | None, steps, p: float = 0.9) -> bool:
     share, mean_cut = cut / n, cut_mass / n
     if abs(value - share) <= 0.5 / n:
         reset("tail_share")
-        return verdict(True, f"{cut} of {n} sampled tokens ({share:.0%}) fell outside the nucleus of their step.")
+        return verdict(
+            True, f"{cut} of {n} sampled tokens ({share:.0%}) fell outside the nucleus of their step."
+        )
     hints = [
-        (abs(value - (1 - share)) <= 0.5 / n, "that is the share of tokens inside the nucleus; count those outside "
-                                              "it, the ones top_p would have cut."),
-        (value > 1 and abs(value / 100 - share) <= 0.5 / n, "that looks like a percentage: give a share between "
-                                                             "0 and 1."),
+        (
+            abs(value - (1 - share)) <= 0.5 / n,
+            "that is the share of tokens inside the nucleus; count those outside "
+            "it, the ones top_p would have cut.",
+        ),
+        (
+            value > 1 and abs(value / 100 - share) <= 0.5 / n,
+            "that looks like a percentage: give a share between 0 and 1.",
+        ),
         (value > 1 and float(value).is_integer(), "that looks like a count: divide by the number of steps."),
-        (abs(value - mean_cut) <= 0.005, "that is the probability mass the nucleus cuts per step, what you would "
-                                         "expect to draw; count the sampled tokens that actually fell outside it."),
+        (
+            abs(value - mean_cut) <= 0.005,
+            "that is the probability mass the nucleus cuts per step, what you would "
+            "expect to draw; count the sampled tokens that actually fell outside it.",
+        ),
     ]
     for matched, hint in hints:
         if matched:
             return verdict(False, hint)
-    return verdict(False, "not yet. " + progressive("tail_share", [
-        "For each sampled token, ask whether the nucleus of its own step would have kept it; count those it "
-        "would not.",
-        f"For each step, apply top_p_filter to step.logits[None] with p={p} and ask whether step.token_id is "
-        "still finite; the share is the number cut over the number of steps."]))
+    return verdict(
+        False,
+        "not yet. "
+        + progressive(
+            "tail_share",
+            [
+                "For each sampled token, ask whether the nucleus of its own step would have kept it; count those it "
+                "would not.",
+                f"For each step, apply top_p_filter to step.logits[None] with p={p} and ask whether step.token_id is "
+                "still finite; the share is the number cut over the number of steps.",
+            ],
+        ),
+    )

@@ -1,9 +1,9 @@
 """Exercise checkers for serving over HTTP, notebook 11 (see labkit/checks/foundation.py for the style).
 
-    >>> checks.check_client_metrics(client_metrics)
-    >>> checks.check_sse_parser(parse_events)
-    >>> checks.check_littles_law(answer, in_flight=16, latency_s=2.5)
-    >>> checks.check_streaming_gain(answer, sooner, whole_answer_s, streamed)
+>>> checks.check_client_metrics(client_metrics)
+>>> checks.check_sse_parser(parse_events)
+>>> checks.check_littles_law(answer, in_flight=16, latency_s=2.5)
+>>> checks.check_streaming_gain(answer, sooner, whole_answer_s, streamed)
 """
 
 from __future__ import annotations
@@ -18,8 +18,12 @@ from labkit.serving.http.client import client_tpot, parse_sse
 __all__ = ["check_client_metrics", "check_littles_law", "check_sse_parser", "check_streaming_gain"]
 
 # (sent at, token arrival times): perf_counter seconds, as a client notes them
-METRIC_CASES = [(100.0, [100.25, 100.35, 100.45, 100.55]), (7.5, [8.0, 8.1]), (0.0, [0.3, 0.5, 0.6, 0.9, 1.3]),
-                (2.0, [2.4])]
+METRIC_CASES = [
+    (100.0, [100.25, 100.35, 100.45, 100.55]),
+    (7.5, [8.0, 8.1]),
+    (0.0, [0.3, 0.5, 0.6, 0.9, 1.3]),
+    (2.0, [2.4]),
+]
 SSE_CASES = [
     ('data: {"n": 1}\n\ndata: {"n": 2}\n\ndata: [DONE]\n\n', "two events then [DONE]"),
     ('data:{"n": 1}\n\ndata: [DONE]\n\n', "'data:' without the space"),
@@ -53,8 +57,10 @@ def metrics_hint(sent: float, arrivals: list[float], ttft, tpot) -> str | None:
         return f"{where}: TPOT leaves out the first token's wait (that is TTFT): (E2E - TTFT) / (n - 1)."
     if not _close(tpot, tpot_ok):
         if n == 1:
-            return (f"{where}: your TPOT is {tpot!r}, but one token leaves no gap to average, so TPOT is undefined "
-                    "here: return what the exercise asks for that case.")
+            return (
+                f"{where}: your TPOT is {tpot!r}, but one token leaves no gap to average, so TPOT is undefined "
+                "here: return what the exercise asks for that case."
+            )
         return f"{where}: your TPOT is {tpot!r}: TPOT is the mean gap between the tokens after the first."
     return None
 
@@ -71,11 +77,15 @@ def check_client_metrics(fn: Callable | None) -> bool:
         try:
             ttft, tpot = got
         except (TypeError, ValueError):
-            return verdict(False, f"client_metrics({sent}, {arrivals}) should return a pair (ttft, tpot), got {got!r}.")
+            return verdict(
+                False, f"client_metrics({sent}, {arrivals}) should return a pair (ttft, tpot), got {got!r}."
+            )
         hint = metrics_hint(sent, arrivals, ttft, tpot)
         if hint:
             return verdict(False, hint)
-    return verdict(True, "TTFT = first token - sent; TPOT = (last - first) / (n - 1), undefined for one token.")
+    return verdict(
+        True, "TTFT = first token - sent; TPOT = (last - first) / (n - 1), undefined for one token."
+    )
 
 
 def check_sse_parser(fn: Callable | None) -> bool:
@@ -87,56 +97,85 @@ def check_sse_parser(fn: Callable | None) -> bool:
         expected = parse_sse(raw)
         got, error = run_own(fn, raw, references=[parse_sse])
         if error:
-            hint = (" Only 'data:' lines carry JSON, and 'data: [DONE]' is not JSON: skip the other lines and stop "
-                    "at [DONE]." if "JSON" in error else "")
+            hint = (
+                " Only 'data:' lines carry JSON, and 'data: [DONE]' is not JSON: skip the other lines and stop "
+                "at [DONE]."
+                if "JSON" in error
+                else ""
+            )
             return verdict(False, f"with {what}, parse_events: {error}.{hint}")
         if got == expected:
             continue
         if isinstance(got, list) and got and all(isinstance(g, str) for g in got):
-            return verdict(False, f"with {what}: return each payload parsed with json.loads (dicts), not strings.")
-        if isinstance(got, list) and len(got) > len(expected) and got[:len(expected)] == expected:
+            return verdict(
+                False, f"with {what}: return each payload parsed with json.loads (dicts), not strings."
+            )
+        if isinstance(got, list) and len(got) > len(expected) and got[: len(expected)] == expected:
             return verdict(False, f"with {what}: stop at 'data: [DONE]': it ends the stream and is not JSON.")
-        return verdict(False, f"with {what}, parse_events gave {got!r}. Keep every 'data:' line's JSON (with or "
-                               "without a space after the colon), skip ':' comment lines, and stop at 'data: [DONE]' "
-                               "or at the end of the body.")
-    return verdict(True, "events are 'data:' lines separated by blank lines; ':' lines are comments; [DONE] ends it.")
+        return verdict(
+            False,
+            f"with {what}, parse_events gave {got!r}. Keep every 'data:' line's JSON (with or "
+            "without a space after the colon), skip ':' comment lines, and stop at 'data: [DONE]' "
+            "or at the end of the body.",
+        )
+    return verdict(
+        True, "events are 'data:' lines separated by blank lines; ':' lines are comments; [DONE] ends it."
+    )
 
 
 def check_littles_law(answer: float | None, in_flight: float, latency_s: float) -> bool:
     """Exercise: a server keeps `in_flight` requests in progress, each taking `latency_s` seconds end to end:
     how many requests per second does it complete? (Little's law: L = lambda W.)"""
-    value, refusal = read_number(answer, "a number of requests per second", number="a number of requests per second")
+    value, refusal = read_number(
+        answer, "a number of requests per second", number="a number of requests per second"
+    )
     if refusal is not None:
         return refusal
     expected = in_flight / latency_s
     if math.isclose(value, expected, rel_tol=1e-3):
         reset("littles_law")
-        return verdict(True, f"in flight = throughput x latency (Little's law), so throughput = {in_flight:g} / "
-                              f"{latency_s:g} s.")
+        return verdict(
+            True,
+            f"in flight = throughput x latency (Little's law), so throughput = {in_flight:g} / "
+            f"{latency_s:g} s.",
+        )
     if math.isclose(value, in_flight * latency_s, rel_tol=1e-3):
         return verdict(False, "check the units: requests x seconds is not requests per second.")
     if math.isclose(value, latency_s / in_flight, rel_tol=1e-3):
         return verdict(False, "upside down: that is seconds per request.")
     if math.isclose(value, 1 / latency_s, rel_tol=1e-3):
         return verdict(False, "that is one client's rate; all the requests in flight complete in parallel.")
-    return verdict(False, f"{value:g} is not it. " + progressive("littles_law", [
-        "In a steady state, how many requests are in progress depends on how fast they arrive and how long each "
-        "stays: follow the units.",
-        "Little's law: requests in flight = requests/s x seconds each."]))
+    return verdict(
+        False,
+        f"{value:g} is not it. "
+        + progressive(
+            "littles_law",
+            [
+                "In a steady state, how many requests are in progress depends on how fast they arrive and how long each "
+                "stays: follow the units.",
+                "Little's law: requests in flight = requests/s x seconds each.",
+            ],
+        ),
+    )
 
 
 # what streaming changes for a user: the choices of exercise 4
-STREAMING_CHANGES = {"first token": "the user starts reading sooner; the answer ends no sooner",
-                     "last token": "the whole answer arrives sooner; reading starts no sooner",
-                     "both": "reading starts sooner and the answer ends sooner"}
+STREAMING_CHANGES = {
+    "first token": "the user starts reading sooner; the answer ends no sooner",
+    "last token": "the whole answer arrives sooner; reading starts no sooner",
+    "both": "reading starts sooner and the answer ends sooner",
+}
 
 
 def check_streaming_gain(answer: float | None, sooner: str | None, whole_answer_s: float, streamed) -> bool:
     """Exercise (11): how many times sooner does a user who streams see the first token than one who waits for
     the whole answer sees anything (whole_answer_s / streamed.ttft_s, within 3 %), and what comes sooner (one
     of STREAMING_CHANGES)? `streamed` is the measured stream (its ttft_s and e2e_s)."""
-    value, refusal = read_number(answer, "a ratio (the whole answer's time / the streamed answer's TTFT) and what "
-                                         "comes sooner", others=(sooner,))
+    value, refusal = read_number(
+        answer,
+        "a ratio (the whole answer's time / the streamed answer's TTFT) and what comes sooner",
+        others=(sooner,),
+    )
     if refusal is not None:
         return refusal
     ttft_s, e2e_s = streamed.ttft_s, streamed.e2e_s
@@ -145,17 +184,33 @@ def check_streaming_gain(answer: float | None, sooner: str | None, whole_answer_
         (1 / expected, "upside down: the longer wait goes on top."),
         (100 * expected, "give a ratio, not a percentage."),
         (1 - 1 / expected, "that is the share of the wait saved; give the ratio of the two times."),
-        (e2e_s / ttft_s, "that compares the streamed answer with itself: use the wait of the user who did not "
-                         "stream."),
+        (
+            e2e_s / ttft_s,
+            "that compares the streamed answer with itself: use the wait of the user who did not stream.",
+        ),
     ]
     if abs(value - expected) > 0.03 * expected:
-        return verdict(False, matching_hint(value, hints, rel_tol=0.03) or progressive("streaming_gain", [
-            f"{value:g} is not what your two measurements give. Each user waits from the send until they see "
-            "something: compare those two waits.",
-            f"{value:g} is not it. The user who waits for the whole answer sees nothing until it arrives; the one "
-            "who streams sees the first token at TTFT: divide the first by the second."]))
+        return verdict(
+            False,
+            matching_hint(value, hints, rel_tol=0.03)
+            or progressive(
+                "streaming_gain",
+                [
+                    f"{value:g} is not what your two measurements give. Each user waits from the send until they see "
+                    "something: compare those two waits.",
+                    f"{value:g} is not it. The user who waits for the whole answer sees nothing until it arrives; the one "
+                    "who streams sees the first token at TTFT: divide the first by the second.",
+                ],
+            ),
+        )
     return choice_verdict(
-        sooner, STREAMING_CHANGES, "both" if e2e_s < 0.8 * whole_answer_s else "first token", "compare when each "
-        "answer's last token arrived, as well as its first.", name="sooner", exercise="streaming_gain",
-        right_so_far="the ratio is right", passed=f"streamed, TTFT was {ttft_s * 1e3:.0f} ms. Under load (section "
-        "5) it also waits for a free seat in the batch, so TTFT grows with the queue.")
+        sooner,
+        STREAMING_CHANGES,
+        "both" if e2e_s < 0.8 * whole_answer_s else "first token",
+        "compare when each answer's last token arrived, as well as its first.",
+        name="sooner",
+        exercise="streaming_gain",
+        right_so_far="the ratio is right",
+        passed=f"streamed, TTFT was {ttft_s * 1e3:.0f} ms. Under load (section "
+        "5) it also waits for a free seat in the batch, so TTFT grows with the queue.",
+    )

@@ -1,9 +1,9 @@
 """The set-up check of notebook 00: is every package labkit needs installed, in a tested version?
 
-    >>> version_problems()
-    []
-    >>> version_problems()  # after `pip install transformers==4.40`
-    ['transformers 4.40.0 is not in the tested range <6,>=5.0']
+>>> version_problems()
+[]
+>>> version_problems()  # after `pip install transformers==4.40`
+['transformers 4.40.0 is not in the tested range <6,>=5.0']
 """
 
 from __future__ import annotations
@@ -31,5 +31,7 @@ def version_problems(distribution: str = "labkit") -> list[str]:
             problems.append(f"{requirement.name} is not installed")
             continue
         if not requirement.specifier.contains(installed, prereleases=True):
-            problems.append(f"{requirement.name} {installed} is not in the tested range {requirement.specifier}")
+            problems.append(
+                f"{requirement.name} {installed} is not in the tested range {requirement.specifier}"
+            )
     return problems

@@ -31,8 +31,9 @@ def _label(reference: object) -> str:
     return getattr(reference, "__qualname__", None) or getattr(reference, "__name__", None) or repr(reference)
 
 
-def run_own(function: Callable, *args, references: Sequence[object] = (), name_args: bool = False
-            ) -> tuple[object, str | None]:
+def run_own(
+    function: Callable, *args, references: Sequence[object] = (), name_args: bool = False
+) -> tuple[object, str | None]:
     """Like run_student, and a miss when the call reaches any of `references` (labkit's own answer), however
     it was named or wrapped: each Python call is watched while the student's function runs.
 
@@ -96,8 +97,17 @@ def choice_miss(answer: object, choices: dict[str, str], expected: str, hint: st
     return f"{answer!r} does not fit your measurement: {hint}"
 
 
-def choice_verdict(answer: object, choices: dict[str, str], expected: str, hint: str, *, name: str,
-                   exercise: str, right_so_far: str, passed: str) -> bool:
+def choice_verdict(
+    answer: object,
+    choices: dict[str, str],
+    expected: str,
+    hint: str,
+    *,
+    name: str,
+    exercise: str,
+    right_so_far: str,
+    passed: str,
+) -> bool:
     """The verdict on an interpretation asked after a number the student got right: not attempted while
     `answer` is None; choice_miss's message on a miss (never naming the right one); else a pass saying
     `passed`, and `exercise`'s hints start over.

@@ -38,7 +38,7 @@ class InvalidArgument(ValueError):
         """
         message = str(self)
         if self.parameter and message.startswith(self.parameter + " "):
-            return name + message[len(self.parameter):]
+            return name + message[len(self.parameter) :]
         return f"{name}: {message}"
 
     def __reduce__(self):  # pickled whole (multiprocessing, a worker's error), attributes included
@@ -54,8 +54,9 @@ def allowed_range(minimum: int | None, maximum: int | None) -> str:
     return "a whole number" if maximum is None else f"a whole number of at most {maximum}"
 
 
-def check_int(name: str, value: object, minimum: int | None = None, maximum: int | None = None, *,
-              note: str = "") -> int:
+def check_int(
+    name: str, value: object, minimum: int | None = None, maximum: int | None = None, *, note: str = ""
+) -> int:
     """value, if it is an int (not a bool) within [minimum, maximum]; else an InvalidArgument naming `name`.
     note, if given, follows the range in brackets: what a bound is, or what else is allowed.
 
@@ -65,20 +66,31 @@ def check_int(name: str, value: object, minimum: int | None = None, maximum: int
         Traceback (most recent call last):
         InvalidArgument: n_layers must be a whole number from 1 to 30 (the model's layers), got 0.
     """
-    if (isinstance(value, bool) or not isinstance(value, int) or (minimum is not None and value < minimum)
-            or (maximum is not None and value > maximum)):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or (minimum is not None and value < minimum)
+        or (maximum is not None and value > maximum)
+    ):
         bracket = f" ({note})" if note else ""
-        raise InvalidArgument(f"{name} must be {allowed_range(minimum, maximum)}{bracket}, got {value!r}.", name, value)
+        raise InvalidArgument(
+            f"{name} must be {allowed_range(minimum, maximum)}{bracket}, got {value!r}.", name, value
+        )
     return value
 
 
 def check_seconds(name: str, value: object) -> float:
     """value as a float, if it is a finite number of seconds above 0; else an InvalidArgument naming `name`.
 
-        >>> check_seconds("timeout", 30)
-        30.0
+    >>> check_seconds("timeout", 30)
+    30.0
     """
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value <= 0
+    ):
         raise InvalidArgument(f"{name} must be a number of seconds above 0, got {value!r}.", name, value)
     return float(value)
 
@@ -86,20 +98,24 @@ def check_seconds(name: str, value: object) -> float:
 def check_text(name: str, value: object, example: str) -> str:
     """value, if it is a non-empty string; else an InvalidArgument naming `name`, with an example of one.
 
-        >>> check_text("host", "127.0.0.1", example="'127.0.0.1'")
-        '127.0.0.1'
+    >>> check_text("host", "127.0.0.1", example="'127.0.0.1'")
+    '127.0.0.1'
     """
     if not isinstance(value, str) or not value.strip():
-        raise InvalidArgument(f"{name} must be a non-empty string such as {example}, got {value!r}.", name, value)
+        raise InvalidArgument(
+            f"{name} must be a non-empty string such as {example}, got {value!r}.", name, value
+        )
     return value
 
 
 def check_choice(name: str, value: object, allowed: tuple[str, ...]) -> str:
     """value, if it is one of `allowed`; else an InvalidArgument naming `name` and listing them.
 
-        >>> check_choice("dtype", "float32", ("float32", "bfloat16"))
-        'float32'
+    >>> check_choice("dtype", "float32", ("float32", "bfloat16"))
+    'float32'
     """
     if not isinstance(value, str) or value not in allowed:
-        raise InvalidArgument(f"{name} must be one of {', '.join(map(repr, allowed))}, got {value!r}.", name, value)
+        raise InvalidArgument(
+            f"{name} must be one of {', '.join(map(repr, allowed))}, got {value!r}.", name, value
+        )
     return value

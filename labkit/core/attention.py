@@ -47,8 +47,15 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     return (x * cos + rotated_half * sin).to(x.dtype)
 
 
-def attend_and_project(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o_proj: nn.Module,
-                       cache: Cache | None, layer: int, mask: torch.Tensor | None) -> torch.Tensor:
+def attend_and_project(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    o_proj: nn.Module,
+    cache: Cache | None,
+    layer: int,
+    mask: torch.Tensor | None,
+) -> torch.Tensor:
     """The rest of attention once q [B, n_heads, T, D] and k, v [B, n_kv_heads, T, D] are rotated:
     append k, v to the cache, attend, merge the heads and project -> [B, T, hidden].
 
@@ -94,4 +101,6 @@ def causal_mask(new_tokens: int, total_tokens: int, device: torch.device) -> tor
     check_int("total_tokens", total_tokens, minimum=check_int("new_tokens", new_tokens, minimum=0))
     query_pos = torch.arange(total_tokens - new_tokens, total_tokens, device=device)[:, None]
     key_pos = torch.arange(total_tokens, device=device)[None, :]
-    return torch.zeros(new_tokens, total_tokens, device=device).masked_fill(key_pos > query_pos, float("-inf"))
+    return torch.zeros(new_tokens, total_tokens, device=device).masked_fill(
+        key_pos > query_pos, float("-inf")
+    )

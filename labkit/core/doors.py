@@ -33,7 +33,9 @@ def described(value: object) -> str:
     return type(value).__name__
 
 
-def check_tensor(name: str, value: object, shape: str, dims: int | tuple[int, ...] | None = None) -> torch.Tensor:
+def check_tensor(
+    name: str, value: object, shape: str, dims: int | tuple[int, ...] | None = None
+) -> torch.Tensor:
     """value, if it is a torch tensor with `dims` dimensions (one count or several allowed); else a
     TypeError (not a tensor) or an InvalidArgument (wrong dimensions) naming `name` and `shape`.
 
@@ -51,7 +53,7 @@ def check_tensor(name: str, value: object, shape: str, dims: int | tuple[int, ..
 def check_model(name: str, value: object, what: str = "a causal LM (labkit's Llama or a transformers model)"):
     """value, if it is a torch module; else a TypeError naming `name`.
 
-        >>> check_model("model", labkit.load_model("smollm2-135m"))
+    >>> check_model("model", labkit.load_model("smollm2-135m"))
     """
     if not isinstance(value, torch.nn.Module):
         raise TypeError(f"{name} must be {what}, got {described(value)}.")
@@ -61,29 +63,44 @@ def check_model(name: str, value: object, what: str = "a causal LM (labkit's Lla
 def check_callable(name: str, value: object, what: str) -> Callable:
     """value, if it can be called; else a TypeError naming `name` and what a call should do.
 
-        >>> check_callable("run", lambda: model(ids), "a function of no arguments that runs the work once")
+    >>> check_callable("run", lambda: model(ids), "a function of no arguments that runs the work once")
     """
     if not callable(value):
         raise TypeError(f"{name} must be {what}, got {described(value)}.")
     return value
 
 
-def check_number(name: str, value: object, minimum: float | None = None, *, above: float | None = None,
-                 maximum: float | None = None) -> float:
+def check_number(
+    name: str,
+    value: object,
+    minimum: float | None = None,
+    *,
+    above: float | None = None,
+    maximum: float | None = None,
+) -> float:
     """value, if it is a finite int or float (not a bool) >= minimum, > above and <= maximum; else an
     InvalidArgument naming `name` and the range.
 
         >>> check_number("alpha", 0.8, minimum=0, maximum=1)
         0.8
     """
-    bounds = [f">= {minimum}" if minimum is not None else "", f"> {above}" if above is not None else "",
-              f"<= {maximum}" if maximum is not None else ""]
-    if (isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value)
-            or (minimum is not None and value < minimum) or (above is not None and value <= above)
-            or (maximum is not None and value > maximum)):
+    bounds = [
+        f">= {minimum}" if minimum is not None else "",
+        f"> {above}" if above is not None else "",
+        f"<= {maximum}" if maximum is not None else "",
+    ]
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, Real)
+        or not math.isfinite(value)
+        or (minimum is not None and value < minimum)
+        or (above is not None and value <= above)
+        or (maximum is not None and value > maximum)
+    ):
         allowed = " and ".join(bound for bound in bounds if bound)
-        raise InvalidArgument(f"{name} must be a number{' ' + allowed if allowed else ''}, got {value!r}.",
-                              name, value)
+        raise InvalidArgument(
+            f"{name} must be a number{' ' + allowed if allowed else ''}, got {value!r}.", name, value
+        )
     return value
 
 
@@ -92,8 +109,9 @@ def is_record(item: object, of: type | tuple[type, ...] | None, has: tuple[str, 
     return (of is None or isinstance(item, of)) and all(hasattr(item, attribute) for attribute in has)
 
 
-def check_items(name: str, value: object, what: str, of: type | tuple[type, ...] | None = None,
-                has: tuple[str, ...] = ()) -> Sequence:
+def check_items(
+    name: str, value: object, what: str, of: type | tuple[type, ...] | None = None, has: tuple[str, ...] = ()
+) -> Sequence:
     """value, if it is a list (or tuple, or any iterable but text and dicts) of `what`: each item an
     instance of `of` and carrying the attributes `has`; else a TypeError naming `name`. An iterable
     that is not a sequence (a generator) comes back as a list. An empty one passes: the function says
@@ -111,8 +129,9 @@ def check_items(name: str, value: object, what: str, of: type | tuple[type, ...]
     return items
 
 
-def check_table(name: str, value: object, what: str, of: type | tuple[type, ...] | None = None,
-                has: tuple[str, ...] = ()) -> Mapping:
+def check_table(
+    name: str, value: object, what: str, of: type | tuple[type, ...] | None = None, has: tuple[str, ...] = ()
+) -> Mapping:
     """value, if it is a dict whose values are `what` (instances of `of`, carrying the attributes `has`);
     else a TypeError naming `name` and the first key whose value is wrong.
 
@@ -126,11 +145,12 @@ def check_table(name: str, value: object, what: str, of: type | tuple[type, ...]
     return value
 
 
-def check_record(name: str, value: object, what: str, of: type | tuple[type, ...] | None = None,
-                 has: tuple[str, ...] = ()) -> object:
+def check_record(
+    name: str, value: object, what: str, of: type | tuple[type, ...] | None = None, has: tuple[str, ...] = ()
+) -> object:
     """value, if it is `what`: an instance of `of` carrying the attributes `has`; else a TypeError naming `name`.
 
-        >>> check_record("trace", trace, "a Trace (labkit.viz.serving.run_traced)", has=("snapshots",))
+    >>> check_record("trace", trace, "a Trace (labkit.viz.serving.run_traced)", has=("snapshots",))
     """
     if not is_record(value, of, has):
         raise TypeError(f"{name} must be {what}, got {described(value)}.")
@@ -155,8 +175,10 @@ def check_fields(record: object) -> None:
         value = getattr(record, field.name)
         allowed = tuple(kind for name in names for kind in FIELD_TYPES[name])
         if isinstance(value, bool) or not isinstance(value, allowed):
-            raise TypeError(f"{type(record).__name__}'s {field.name} must be {' or '.join(names)}, "
-                            f"got {described(value)}.")
+            raise TypeError(
+                f"{type(record).__name__}'s {field.name} must be {' or '.join(names)}, "
+                f"got {described(value)}."
+            )
 
 
 def check_tokenizer(name: str, value: object) -> object:
@@ -166,5 +188,7 @@ def check_tokenizer(name: str, value: object) -> object:
         >>> check_tokenizer("tokenizer", labkit.load_tokenizer("smollm2-135m"))
     """
     if not callable(value) or not hasattr(value, "decode"):
-        raise TypeError(f"{name} must be the model's tokenizer (as load_model returns it), got {described(value)}.")
+        raise TypeError(
+            f"{name} must be the model's tokenizer (as load_model returns it), got {described(value)}."
+        )
     return value

@@ -99,12 +99,20 @@ def check_context(prompt_length: int, max_new_tokens: int, context: int) -> None
         InvalidArgument: The prompt has 8121 tokens and 100 new ones were asked for, but the model's context holds 8192. ...
     """
     if prompt_length >= context:
-        raise InvalidArgument(f"The prompt alone has {prompt_length} tokens; the model's context holds {context}, "
-                              "including at least one new token. Shorten the prompt.", "prompt", prompt_length)
+        raise InvalidArgument(
+            f"The prompt alone has {prompt_length} tokens; the model's context holds {context}, "
+            "including at least one new token. Shorten the prompt.",
+            "prompt",
+            prompt_length,
+        )
     if prompt_length + max_new_tokens > context:
-        raise InvalidArgument(f"The prompt has {prompt_length} tokens and {max_new_tokens} new ones were asked for, "
-                              f"but the model's context holds {context}. Shorten the prompt or ask for at most "
-                              f"{context - prompt_length} new tokens.", "max_new_tokens", max_new_tokens)
+        raise InvalidArgument(
+            f"The prompt has {prompt_length} tokens and {max_new_tokens} new ones were asked for, "
+            f"but the model's context holds {context}. Shorten the prompt or ask for at most "
+            f"{context - prompt_length} new tokens.",
+            "max_new_tokens",
+            max_new_tokens,
+        )
 
 
 def forward(model: torch.nn.Module, input_ids: torch.Tensor, cache=None, keep: int = 0) -> torch.Tensor:
@@ -121,13 +129,17 @@ def forward(model: torch.nn.Module, input_ids: torch.Tensor, cache=None, keep: i
             return forward(model, cache.feed(input_ids), keep=keep or input_ids.shape[1])
         if isinstance(model, Llama):
             if isinstance(cache, Cache):
-                raise TypeError(f"labkit's Llama cannot use a transformers {type(cache).__name__}; pass cache=None for "
-                                "a fresh KVCache, or load the model with impl='transformers' to use that cache.")
+                raise TypeError(
+                    f"labkit's Llama cannot use a transformers {type(cache).__name__}; pass cache=None for "
+                    "a fresh KVCache, or load the model with impl='transformers' to use that cache."
+                )
             logits = model(input_ids, cache)
             return logits[:, -keep:] if keep else logits
         if cache is not None and not isinstance(cache, Cache):
-            raise TypeError(f"A transformers model cannot use labkit's {type(cache).__name__}; load the model with "
-                            "impl='labkit', or pass cache=None.")
+            raise TypeError(
+                f"A transformers model cannot use labkit's {type(cache).__name__}; load the model with "
+                "impl='labkit', or pass cache=None."
+            )
         cache_argument = {cache_keyword(type(model)): cache}
         out = model(input_ids=input_ids, use_cache=cache is not None, logits_to_keep=keep, **cache_argument)
         return out.logits.float()
@@ -155,17 +167,27 @@ def check_model_and_ids(model: object, ids: object, name: str, shape: str) -> No
     """Refuse, at the door of prefill and decode_step, a model that is not a torch module, or ids that are
     not an integer tensor of `shape`'s dimensions ("[B, T]" or "[B]"), naming the argument."""
     if not isinstance(model, torch.nn.Module):
-        raise TypeError(f"model must be a causal LM (labkit's Llama or a transformers model), "
-                        f"got {type(model).__name__}.")
+        raise TypeError(
+            f"model must be a causal LM (labkit's Llama or a transformers model), got {type(model).__name__}."
+        )
     dims = shape.count(",") + 1
-    if (not isinstance(ids, torch.Tensor) or ids.is_floating_point() or ids.dtype == torch.bool
-            or ids.dim() != dims):
-        got = f"a {ids.dtype} tensor of shape {tuple(ids.shape)}" if isinstance(ids, torch.Tensor) else type(ids).__name__
+    if (
+        not isinstance(ids, torch.Tensor)
+        or ids.is_floating_point()
+        or ids.dtype == torch.bool
+        or ids.dim() != dims
+    ):
+        got = (
+            f"a {ids.dtype} tensor of shape {tuple(ids.shape)}"
+            if isinstance(ids, torch.Tensor)
+            else type(ids).__name__
+        )
         raise TypeError(f"{name} must be an integer tensor {shape} of token ids, got {got}.")
 
 
-def prefill(model: torch.nn.Module, input_ids: torch.Tensor, cache=None,
-            max_length: int | None = None) -> tuple[torch.Tensor, object]:
+def prefill(
+    model: torch.nn.Module, input_ids: torch.Tensor, cache=None, max_length: int | None = None
+) -> tuple[torch.Tensor, object]:
     """Run the whole prompt [B, T] at once. Returns (logits of the last position [B, V], the cache).
 
     cache: None makes a fresh one (`new_cache`, sized max_length for labkit's Llama); or give any cache,
@@ -249,8 +271,9 @@ class CachedSequence:
         del self.ids[length:]
 
 
-def greedy_decode(model: torch.nn.Module, input_ids: torch.Tensor, n_tokens: int,
-                  cache) -> tuple[torch.Tensor, torch.Tensor]:
+def greedy_decode(
+    model: torch.nn.Module, input_ids: torch.Tensor, n_tokens: int, cache
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Exactly n_tokens greedy tokens (EOS does not stop it) with the cache given: a KVCache, a PagedKVCache,
     or NoCache() to recompute the prefix every step. Compares caches: same model, same loop, only the cache differs.
 
@@ -260,7 +283,9 @@ def greedy_decode(model: torch.nn.Module, input_ids: torch.Tensor, n_tokens: int
     """
     check_int("n_tokens", n_tokens, minimum=1)
     if cache is None:
-        raise ValueError("Pass a cache: model.new_cache(...), a paged cache, or NoCache() to recompute the prefix.")
+        raise ValueError(
+            "Pass a cache: model.new_cache(...), a paged cache, or NoCache() to recompute the prefix."
+        )
     if cache.length != 0:
         raise ValueError(f"The cache already holds {cache.length} tokens; pass an empty one (cache.reset()).")
     logits, cache = prefill(model, input_ids, cache)

@@ -57,10 +57,14 @@ def trace_forward(model: Llama, input_ids: torch.Tensor) -> ForwardTrace:
                 kept[leaf].append(output.detach())
             if leaf == "o_proj":
                 trace.attn_out.append(inputs[0].detach())
+
         return hook
 
-    handles = [module.register_forward_hook(record(name)) for name, module in model.named_modules()
-               if name and not isinstance(module, (torch.nn.ModuleList, Llama))]
+    handles = [
+        module.register_forward_hook(record(name))
+        for name, module in model.named_modules()
+        if name and not isinstance(module, (torch.nn.ModuleList, Llama))
+    ]
     try:
         with torch.no_grad():
             trace.logits = model(input_ids)
@@ -72,7 +76,9 @@ def trace_forward(model: Llama, input_ids: torch.Tensor) -> ForwardTrace:
 
 def check_trace(trace: object) -> ForwardTrace:
     """trace, if it is a ForwardTrace; else a TypeError naming it and where one comes from."""
-    return check_record("trace", trace, "a ForwardTrace (from trace_forward(model, input_ids))", of=ForwardTrace)
+    return check_record(
+        "trace", trace, "a ForwardTrace (from trace_forward(model, input_ids))", of=ForwardTrace
+    )
 
 
 def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
@@ -106,7 +112,7 @@ def attention_weights(trace: ForwardTrace, layer: int, rotary: bool = True) -> t
         q, k = split_heads(trace.q[layer], c.n_heads), split_heads(trace.k[layer], c.n_kv_heads)
     k = k.repeat_interleave(c.n_heads // c.n_kv_heads, dim=1)  # [B, n_heads, T, D]
     tokens = q.shape[-2]
-    scores = q.float() @ k.float().transpose(-2, -1) / c.head_dim ** 0.5  # [B, H, T, T]
+    scores = q.float() @ k.float().transpose(-2, -1) / c.head_dim**0.5  # [B, H, T, T]
     return torch.softmax(scores + causal_mask(tokens, tokens, q.device), dim=-1)
 
 
@@ -149,7 +155,9 @@ def previous_token_share(weights: torch.Tensor, last: int | None = None) -> torc
     check_tensor("weights", weights, "[n_layers, n_heads, T, T]", dims=4)
     last = weights.shape[-1] - 1 if last is None else last
     if last < 3:
-        raise ValueError(f"Need at least 4 tokens to measure a previous-token share, got T={weights.shape[-1]}.")
+        raise ValueError(
+            f"Need at least 4 tokens to measure a previous-token share, got T={weights.shape[-1]}."
+        )
     return torch.stack([weights[..., t, t - 1] for t in range(2, last)], dim=-1).mean(-1)
 
 
@@ -176,12 +184,22 @@ def shape_rows(trace: ForwardTrace) -> list[tuple[str, str, str]]:
         ("token ids", str(list(ids.shape)), "batch x tokens"),
         ("embed_tokens", str(list(trace.shapes["embed_tokens"])), f"d = hidden size {c.hidden_size}"),
         ("input_layernorm (RMSNorm)", layer_shape("input_layernorm"), per_layer),
-        ("q_proj -> heads", f"{layer_shape('self_attn.q_proj')} -> {heads(c.n_heads)}",
-         f"{per_layer}; {c.n_heads} query heads x {c.head_dim}"),
-        ("k_proj -> heads", f"{layer_shape('self_attn.k_proj')} -> {heads(c.n_kv_heads)}",
-         f"{per_layer}; {c.n_kv_heads} KV heads (GQA: {c.n_heads // c.n_kv_heads} query heads each)"),
+        (
+            "q_proj -> heads",
+            f"{layer_shape('self_attn.q_proj')} -> {heads(c.n_heads)}",
+            f"{per_layer}; {c.n_heads} query heads x {c.head_dim}",
+        ),
+        (
+            "k_proj -> heads",
+            f"{layer_shape('self_attn.k_proj')} -> {heads(c.n_kv_heads)}",
+            f"{per_layer}; {c.n_kv_heads} KV heads (GQA: {c.n_heads // c.n_kv_heads} query heads each)",
+        ),
         ("v_proj -> heads", f"{layer_shape('self_attn.v_proj')} -> {heads(c.n_kv_heads)}", per_layer),
-        ("attention weights", str([batch, c.n_heads, tokens, tokens]), f"{per_layer}; softmax(q k^T / sqrt(d)), causal"),
+        (
+            "attention weights",
+            str([batch, c.n_heads, tokens, tokens]),
+            f"{per_layer}; softmax(q k^T / sqrt(d)), causal",
+        ),
         ("attention output", str(list(trace.attn_out[0].shape)), f"{per_layer}; heads merged, into o_proj"),
         ("o_proj (+ residual)", layer_shape("self_attn.o_proj"), per_layer),
         ("post_attention_layernorm", layer_shape("post_attention_layernorm"), per_layer),
@@ -197,4 +215,6 @@ def format_shape_table(rows: list[tuple[str, str, str]]) -> str:
     check_items("rows", rows, "(stage, shape, note) text triples, as shape_rows makes them", of=(tuple, list))
     rows = [("stage", "shape", "")] + list(rows)
     widths = [max(len(row[i]) for row in rows) for i in range(2)]
-    return "\n".join(f"{stage:<{widths[0]}}  {shape:<{widths[1]}}  {note}".rstrip() for stage, shape, note in rows)
+    return "\n".join(
+        f"{stage:<{widths[0]}}  {shape:<{widths[1]}}  {note}".rstrip() for stage, shape, note in rows
+    )

@@ -57,8 +57,16 @@ class Cache(Protocol):
 class KVCache:
     """Keys and values [n_layers, batch, n_kv_heads, max_length, head_dim], allocated once up front."""
 
-    def __init__(self, n_layers: int, batch_size: int, n_kv_heads: int, max_length: int,
-                 head_dim: int, dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu"):
+    def __init__(
+        self,
+        n_layers: int,
+        batch_size: int,
+        n_kv_heads: int,
+        max_length: int,
+        head_dim: int,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str = "cpu",
+    ):
         check_int("batch_size", batch_size, minimum=1)
         check_int("max_length", max_length, minimum=1, note="room for the prompt plus the new tokens")
         shape = (n_layers, batch_size, n_kv_heads, max_length, head_dim)
@@ -87,8 +95,8 @@ class KVCache:
                 f"The KV cache holds {self.max_length} tokens; {self.length} are stored and "
                 f"{k.shape[2]} more do not fit. Create it with a larger max_length (at least {end})."
             )
-        self.keys[layer, :, :, self.length:end] = k
-        self.values[layer, :, :, self.length:end] = v
+        self.keys[layer, :, :, self.length : end] = k
+        self.values[layer, :, :, self.length : end] = v
         return self.keys[layer, :, :, :end], self.values[layer, :, :, :end]
 
     def advance(self, n_tokens: int) -> None:
@@ -124,8 +132,10 @@ class KVCache:
 
     def __repr__(self) -> str:
         n_layers, batch, heads, max_length, head_dim = self.keys.shape
-        return (f"KVCache(length={self.length}/{max_length}, layers={n_layers}, batch={batch}, kv_heads={heads}, "
-                f"head_dim={head_dim}, {self.keys.dtype}, {self.nbytes() / 1e6:.1f} MB)")
+        return (
+            f"KVCache(length={self.length}/{max_length}, layers={n_layers}, batch={batch}, kv_heads={heads}, "
+            f"head_dim={head_dim}, {self.keys.dtype}, {self.nbytes() / 1e6:.1f} MB)"
+        )
 
 
 def check_crop_length(length: int, stored: int) -> None:
@@ -136,6 +146,8 @@ def check_crop_length(length: int, stored: int) -> None:
 def check_reorder_indices(indices: torch.Tensor, batch_size: int) -> None:
     """Raise a ValueError unless indices is [batch_size] of row numbers in [0, batch_size)."""
     if indices.dim() != 1 or indices.shape[0] != batch_size or indices.is_floating_point():
-        raise ValueError(f"indices must be {batch_size} integer row numbers, got shape {tuple(indices.shape)}.")
+        raise ValueError(
+            f"indices must be {batch_size} integer row numbers, got shape {tuple(indices.shape)}."
+        )
     if bool((indices < 0).any()) or bool((indices >= batch_size).any()):
         raise ValueError(f"indices must be row numbers in [0, {batch_size}), got {indices.tolist()}.")

@@ -48,8 +48,15 @@ class LlamaConfig:
     @classmethod
     def tiny(cls) -> LlamaConfig:
         """A 2-layer model with SmolLM2's vocabulary: random weights, milliseconds per step."""
-        return cls(hidden_size=64, intermediate_size=128, n_layers=2, n_heads=4, n_kv_heads=2,
-                   head_dim=16, max_position_embeddings=512)
+        return cls(
+            hidden_size=64,
+            intermediate_size=128,
+            n_layers=2,
+            n_heads=4,
+            n_kv_heads=2,
+            head_dim=16,
+            max_position_embeddings=512,
+        )
 
     @classmethod
     def from_hf(cls, config: HFLlamaConfig) -> LlamaConfig:
@@ -57,24 +64,35 @@ class LlamaConfig:
         if rope.get("rope_type", "default") != "default":
             raise ValueError(f"labkit's Llama implements plain RoPE, not {rope['rope_type']!r} scaling.")
         return cls(
-            vocab_size=config.vocab_size, hidden_size=config.hidden_size,
-            intermediate_size=config.intermediate_size, n_layers=config.num_hidden_layers,
-            n_heads=config.num_attention_heads, n_kv_heads=config.num_key_value_heads,
+            vocab_size=config.vocab_size,
+            hidden_size=config.hidden_size,
+            intermediate_size=config.intermediate_size,
+            n_layers=config.num_hidden_layers,
+            n_heads=config.num_attention_heads,
+            n_kv_heads=config.num_key_value_heads,
             head_dim=getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads,
             rope_theta=rope.get("rope_theta", getattr(config, "rope_theta", 10000.0)),
-            rms_norm_eps=config.rms_norm_eps, max_position_embeddings=config.max_position_embeddings,
+            rms_norm_eps=config.rms_norm_eps,
+            max_position_embeddings=config.max_position_embeddings,
             tie_word_embeddings=config.tie_word_embeddings,
         )
 
     def to_hf(self) -> HFLlamaConfig:
         """The same architecture as a transformers config (used to build `tiny()` peers)."""
         return HFLlamaConfig(
-            vocab_size=self.vocab_size, hidden_size=self.hidden_size,
-            intermediate_size=self.intermediate_size, num_hidden_layers=self.n_layers,
-            num_attention_heads=self.n_heads, num_key_value_heads=self.n_kv_heads,
-            head_dim=self.head_dim, rope_theta=self.rope_theta, rms_norm_eps=self.rms_norm_eps,
+            vocab_size=self.vocab_size,
+            hidden_size=self.hidden_size,
+            intermediate_size=self.intermediate_size,
+            num_hidden_layers=self.n_layers,
+            num_attention_heads=self.n_heads,
+            num_key_value_heads=self.n_kv_heads,
+            head_dim=self.head_dim,
+            rope_theta=self.rope_theta,
+            rms_norm_eps=self.rms_norm_eps,
             max_position_embeddings=self.max_position_embeddings,
-            tie_word_embeddings=self.tie_word_embeddings, bos_token_id=1, eos_token_id=2,
+            tie_word_embeddings=self.tie_word_embeddings,
+            bos_token_id=1,
+            eos_token_id=2,
             pad_token_id=2,
         )
 
@@ -105,8 +123,15 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(c.hidden_size, c.n_kv_heads * c.head_dim, bias=False)
         self.o_proj = nn.Linear(c.n_heads * c.head_dim, c.hidden_size, bias=False)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                cache: Cache | None, layer: int, mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        cache: Cache | None,
+        layer: int,
+        mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """x [B, T, hidden] -> [B, T, hidden]; with a cache, T new tokens attend to all before them.
 
         mask: None for the causal [T, S] mask of rows at equal positions, or the [B, 1, T, S] additive
@@ -154,7 +179,9 @@ class Llama(nn.Module):
 
     def __init__(self, config: LlamaConfig):
         super().__init__()
-        self.config = check_record("config", config, "a LlamaConfig (e.g. LlamaConfig.tiny())", of=LlamaConfig)
+        self.config = check_record(
+            "config", config, "a LlamaConfig (e.g. LlamaConfig.tiny())", of=LlamaConfig
+        )
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
         self.layers = nn.ModuleList(Block(config) for _ in range(config.n_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
@@ -162,9 +189,14 @@ class Llama(nn.Module):
         if config.tie_word_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
 
-    def forward(self, input_ids: torch.Tensor, cache: Cache | Appendable | None = None,
-                logits_at: torch.Tensor | None = None, positions: torch.Tensor | None = None,
-                mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        cache: Cache | Appendable | None = None,
+        logits_at: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+        mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """input_ids [B, T] -> logits [B, T, vocab] (float32), or [B, vocab] at `logits_at`.
 
         Without `positions`, the T tokens continue the `cache.length` tokens already in the cache (0
@@ -195,8 +227,9 @@ class Llama(nn.Module):
             x = x[torch.arange(x.shape[0], device=x.device), logits_at.to(x.device)]  # [B, hidden]
         return self.logits(x)
 
-    def next_positions(self, cache: Cache | None, new_tokens: int,
-                       device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def next_positions(
+        self, cache: Cache | None, new_tokens: int, device: torch.device
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(positions [T], None) of T tokens after the cache's `length` ones, checked against the context
         from Python ints (no device sync).
 
@@ -215,8 +248,14 @@ class Llama(nn.Module):
                 f"{self.config.max_position_embeddings} tokens; use a shorter prompt or fewer new tokens."
             )
 
-    def run_blocks(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                   cache: Cache | Appendable | None, mask: torch.Tensor | None) -> torch.Tensor:
+    def run_blocks(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        cache: Cache | Appendable | None,
+        mask: torch.Tensor | None,
+    ) -> torch.Tensor:
         """Every transformer block in turn: x [B, T, hidden] -> [B, T, hidden], each appending to `cache`.
 
         cos, sin [T, D] or [B, 1, T, D] (`rotary_cos_sin`); mask None (causal) or additive [T, S] / [B, 1, T, S].
@@ -239,9 +278,15 @@ class Llama(nn.Module):
                 f"max_length={max_length} is beyond the model's context of {c.max_position_embeddings} tokens; "
                 f"ask for at most {c.max_position_embeddings} (prompt + new tokens)."
             )
-        return KVCache(n_layers=c.n_layers, batch_size=batch_size, n_kv_heads=c.n_kv_heads,
-                       max_length=c.max_position_embeddings if max_length is None else max_length, head_dim=c.head_dim,
-                       dtype=self.embed_tokens.weight.dtype, device=self.embed_tokens.weight.device)
+        return KVCache(
+            n_layers=c.n_layers,
+            batch_size=batch_size,
+            n_kv_heads=c.n_kv_heads,
+            max_length=c.max_position_embeddings if max_length is None else max_length,
+            head_dim=c.head_dim,
+            dtype=self.embed_tokens.weight.dtype,
+            device=self.embed_tokens.weight.device,
+        )
 
     @property
     def device(self) -> torch.device:
@@ -252,8 +297,10 @@ class Llama(nn.Module):
         """labkit's Llama on the weights of a transformers `LlamaForCausalLM` (shared, not copied)."""
         check_record("hf_model", hf_model, "a transformers LlamaForCausalLM", of=nn.Module, has=("config",))
         if getattr(hf_model.config, "model_type", None) != "llama":
-            raise ValueError(f"labkit's from-scratch model is a Llama; this model is "
-                             f"{hf_model.config.model_type!r}. Use impl='transformers' for it.")
+            raise ValueError(
+                f"labkit's from-scratch model is a Llama; this model is "
+                f"{hf_model.config.model_type!r}. Use impl='transformers' for it."
+            )
         with torch.device("meta"):
             model = cls(LlamaConfig.from_hf(hf_model.config))
         state = {name.removeprefix("model."): tensor for name, tensor in hf_model.state_dict().items()}
@@ -274,12 +321,14 @@ class NotLabkitLlama(TypeError, ValueError):
 def check_llama(model: object, user: str) -> Llama:
     """model, if it is labkit's Llama; else NotLabkitLlama saying that `user` needs it and how to load it.
 
-        >>> check_llama(torch.nn.Linear(2, 2), "StaticDecoder")
-        Traceback (most recent call last):
-        NotLabkitLlama: StaticDecoder runs labkit's Llama (the from-scratch model), got Linear. ...
+    >>> check_llama(torch.nn.Linear(2, 2), "StaticDecoder")
+    Traceback (most recent call last):
+    NotLabkitLlama: StaticDecoder runs labkit's Llama (the from-scratch model), got Linear. ...
     """
     if not isinstance(model, Llama):
-        raise NotLabkitLlama(f"{user} runs labkit's Llama (the from-scratch model), got {type(model).__name__}. "
-                             "Load it with labkit.load_model(name, impl='labkit'), or convert a transformers Llama "
-                             "with labkit.Llama.from_hf(model).")
+        raise NotLabkitLlama(
+            f"{user} runs labkit's Llama (the from-scratch model), got {type(model).__name__}. "
+            "Load it with labkit.load_model(name, impl='labkit'), or convert a transformers Llama "
+            "with labkit.Llama.from_hf(model)."
+        )
     return model

@@ -41,8 +41,16 @@ from labkit.core.kv_cache import check_crop_length, check_reorder_indices
 class BlockPool:
     """The block tensors that every paged cache of one model draws on, and their allocator."""
 
-    def __init__(self, n_layers: int, n_kv_heads: int, head_dim: int, n_blocks: int, block_size: int = 16,
-                 dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu"):
+    def __init__(
+        self,
+        n_layers: int,
+        n_kv_heads: int,
+        head_dim: int,
+        n_blocks: int,
+        block_size: int = 16,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str = "cpu",
+    ):
         check_int("block_size", block_size, minimum=1, note="tokens per block")
         self.allocator = BlockAllocator(n_blocks)
         self.block_size = block_size
@@ -54,8 +62,9 @@ class BlockPool:
     @classmethod
     def for_model(cls, model: torch.nn.Module, n_blocks: int, block_size: int = 16) -> BlockPool:
         """A pool shaped for labkit's Llama `model` (its layers, KV heads, head size, dtype, device)."""
-        model = check_record("model", model, "labkit's Llama (load_model(name, impl='labkit'))",
-                             has=("config", "embed_tokens"))
+        model = check_record(
+            "model", model, "labkit's Llama (load_model(name, impl='labkit'))", has=("config", "embed_tokens")
+        )
         c, weight = model.config, model.embed_tokens.weight
         return cls(c.n_layers, c.n_kv_heads, c.head_dim, n_blocks, block_size, weight.dtype, weight.device)
 
@@ -97,8 +106,10 @@ class BlockPool:
             self.values[:, :, target] = self.values[:, :, source]
 
     def __repr__(self) -> str:
-        return (f"BlockPool({self.n_blocks} blocks x {self.block_size} tokens, {self.allocator.n_used} used, "
-                f"{self.nbytes() / 1e6:.1f} MB)")
+        return (
+            f"BlockPool({self.n_blocks} blocks x {self.block_size} tokens, {self.allocator.n_used} used, "
+            f"{self.nbytes() / 1e6:.1f} MB)"
+        )
 
 
 class PagedKVCache:
@@ -151,8 +162,8 @@ class PagedKVCache:
             count = min(size - offset, end - position)
             rows = self._index[:, block_index]  # [B] pool block of each sequence
             source = slice(position - start, position - start + count)
-            keys[:, rows, offset:offset + count] = k[:, :, source].transpose(0, 1)  # [H, B, count, D]
-            values[:, rows, offset:offset + count] = v[:, :, source].transpose(0, 1)
+            keys[:, rows, offset : offset + count] = k[:, :, source].transpose(0, 1)  # [H, B, count, D]
+            values[:, rows, offset : offset + count] = v[:, :, source].transpose(0, 1)
             position += count
         return self._gather(keys, end), self._gather(values, end)
 
@@ -162,7 +173,9 @@ class PagedKVCache:
         index = self._index[:, :n_used]  # [B, n_used]
         picked = blocks.index_select(1, index.reshape(-1))  # [H, B * n_used, block_size, D], one copy
         heads, _, size, dim = blocks.shape
-        picked = picked.view(heads, index.shape[0], n_used * size, dim).transpose(0, 1)  # [B, H, S, D], a view
+        picked = picked.view(heads, index.shape[0], n_used * size, dim).transpose(
+            0, 1
+        )  # [B, H, S, D], a view
         return picked[:, :, :end]
 
     def _make_room(self, start: int, end: int) -> None:
@@ -171,8 +184,12 @@ class PagedKVCache:
         blocks, nothing changes and NoFreeBlocksError says how many were missing."""
         allocator, size = self.pool.allocator, self.block_size
         first, needed_blocks = start // size, math.ceil(end / size)
-        copies = [(row, i) for row, table in enumerate(self.block_tables)
-                  for i in range(first, len(table)) if allocator.is_shared(table[i])]
+        copies = [
+            (row, i)
+            for row, table in enumerate(self.block_tables)
+            for i in range(first, len(table))
+            if allocator.is_shared(table[i])
+        ]
         new_blocks = sum(max(0, needed_blocks - len(table)) for table in self.block_tables)
         wanted = len(copies) + new_blocks
         if wanted > allocator.n_free:
@@ -201,7 +218,9 @@ class PagedKVCache:
         """A second cache with the same tokens, sharing every block (reference counts + 1), no copy. The two
         then diverge: whichever writes into a shared block first gets its own copy of it."""
         other = PagedKVCache(self.pool, self.batch_size, self.max_length)
-        other.block_tables = [[self.pool.allocator.share(block) for block in table] for table in self.block_tables]
+        other.block_tables = [
+            [self.pool.allocator.share(block) for block in table] for table in self.block_tables
+        ]
         other.length = self.length
         other._index = None if self._index is None else self._index.clone()
         other._ready_until = 0
@@ -265,5 +284,10 @@ def sharing_summary(caches: Mapping[str, PagedKVCache] | list[PagedKVCache]) -> 
     separate = sum(len(table) for cache in caches for table in cache.block_tables)
     distinct = len(set().union(*(cache.blocks() for cache in caches)))
     per_block = pool.bytes_per_block()
-    return {"blocks_unshared": separate, "blocks_shared": distinct, "bytes_unshared": separate * per_block,
-            "bytes_shared": distinct * per_block, "bytes_saved": (separate - distinct) * per_block}
+    return {
+        "blocks_unshared": separate,
+        "blocks_shared": distinct,
+        "bytes_unshared": separate * per_block,
+        "bytes_shared": distinct * per_block,
+        "bytes_saved": (separate - distinct) * per_block,
+    }

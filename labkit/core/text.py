@@ -25,11 +25,13 @@ INCOMPLETE_CHARACTER = "\ufffd"  # what a tokenizer decodes half of a multi-byte
 PROMPT_CONTEXT_TOKENS = 4  # prompt tokens decoded along with the first new ones, so spacing is right
 
 
-def encode_prompt(tokenizer: PreTrainedTokenizerBase, prompt: str | Sequence[int] | torch.Tensor) -> list[int]:
+def encode_prompt(
+    tokenizer: PreTrainedTokenizerBase, prompt: str | Sequence[int] | torch.Tensor
+) -> list[int]:
     """A prompt as token ids: text is tokenized (with the tokenizer's BOS, if it adds one); ids are checked.
 
-        >>> encode_prompt(tokenizer, [1, 2, 3])
-        [1, 2, 3]
+    >>> encode_prompt(tokenizer, [1, 2, 3])
+    [1, 2, 3]
     """
     if isinstance(prompt, str):
         ids = tokenizer(prompt)["input_ids"]
@@ -37,14 +39,18 @@ def encode_prompt(tokenizer: PreTrainedTokenizerBase, prompt: str | Sequence[int
         if prompt.is_floating_point() or prompt.is_complex() or prompt.dtype == torch.bool:
             raise TypeError(f"A prompt tensor must hold integer token ids, got dtype {prompt.dtype}.")
         if prompt.dim() > 2 or (prompt.dim() == 2 and prompt.shape[0] != 1):
-            raise ValueError(f"One prompt at a time: give token ids [T] or [1, T], got shape {tuple(prompt.shape)}.")
+            raise ValueError(
+                f"One prompt at a time: give token ids [T] or [1, T], got shape {tuple(prompt.shape)}."
+            )
         ids = prompt.flatten().tolist()
     elif isinstance(prompt, Sequence) and not isinstance(prompt, bytes):
         if any(isinstance(i, bool) or not isinstance(i, int) for i in prompt):
             raise TypeError(f"A prompt list must hold integer token ids, got {list(prompt)[:8]!r}.")
         ids = list(prompt)
     else:
-        raise TypeError(f"prompt must be text, a list of token ids or an integer tensor, got {type(prompt).__name__}.")
+        raise TypeError(
+            f"prompt must be text, a list of token ids or an integer tensor, got {type(prompt).__name__}."
+        )
     if not ids:
         raise ValueError("The prompt is empty: give at least one token of text.")
     check_token_ids(ids, len(tokenizer), "prompt")
@@ -99,16 +105,21 @@ CHAT_ROLES = ("system", "user", "assistant")
 def check_messages(messages: object) -> None:
     """Raise a clear error unless messages is a non-empty list of {"role": ..., "content": str} dicts."""
     if not isinstance(messages, list) or not messages:
-        raise TypeError(f"messages must be a question (str) or a non-empty list of {{'role', 'content'}} dicts, "
-                        f"got {type(messages).__name__}.")
+        raise TypeError(
+            f"messages must be a question (str) or a non-empty list of {{'role', 'content'}} dicts, "
+            f"got {type(messages).__name__}."
+        )
     for index, message in enumerate(messages):
         if not isinstance(message, dict) or "role" not in message or "content" not in message:
             raise ValueError(f"messages[{index}] must be a dict with 'role' and 'content', got {message!r}.")
         if message["role"] not in CHAT_ROLES:
-            raise ValueError(f"messages[{index}]['role'] must be one of {', '.join(CHAT_ROLES)}, "
-                             f"got {message['role']!r}.")
+            raise ValueError(
+                f"messages[{index}]['role'] must be one of {', '.join(CHAT_ROLES)}, got {message['role']!r}."
+            )
         if not isinstance(message["content"], str):
-            raise TypeError(f"messages[{index}]['content'] must be text, got {type(message['content']).__name__}.")
+            raise TypeError(
+                f"messages[{index}]['content'] must be text, got {type(message['content']).__name__}."
+            )
 
 
 def eos_token_ids(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase) -> set[int]:
@@ -131,12 +142,12 @@ class TextStream:
 
     def push(self, token_id: int) -> str:
         self.ids.append(int(token_id))
-        already = self._decode(self.ids[self.prefix_offset:self.read_offset])
-        with_new = self._decode(self.ids[self.prefix_offset:])
+        already = self._decode(self.ids[self.prefix_offset : self.read_offset])
+        with_new = self._decode(self.ids[self.prefix_offset :])
         if len(with_new) <= len(already) or with_new.endswith(INCOMPLETE_CHARACTER):
             return ""  # a character is still incomplete: wait for its next bytes
         self.prefix_offset, self.read_offset = self.read_offset, len(self.ids)
-        return with_new[len(already):]
+        return with_new[len(already) :]
 
     def _decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=False)
@@ -156,11 +167,11 @@ class StopMatcher:
         hits = [i for i in (self.pending.find(s) for s in self.stop) if i >= 0]
         if hits:
             self.stopped = True
-            shown, self.pending = self.pending[:min(hits)], ""
+            shown, self.pending = self.pending[: min(hits)], ""
             return shown
         hold = self._longest_stop_prefix_suffix()
-        shown = self.pending[:len(self.pending) - hold]
-        self.pending = self.pending[len(self.pending) - hold:]
+        shown = self.pending[: len(self.pending) - hold]
+        self.pending = self.pending[len(self.pending) - hold :]
         return shown
 
     def flush(self) -> str:

@@ -30,7 +30,10 @@ from labkit.course.solutions import text
 ACCESSIBLE_MARKUP = (
     (re.compile(r"<pre>"), '<pre tabindex="0">'),
     (re.compile(r'<div class="table-wrapper'), '<div tabindex="0" class="table-wrapper'),
-    (re.compile(r'<aside class="sidebar-drawer">'), '<aside class="sidebar-drawer" aria-label="Course contents">'),
+    (
+        re.compile(r'<aside class="sidebar-drawer">'),
+        '<aside class="sidebar-drawer" aria-label="Course contents">',
+    ),
     (re.compile(r'<aside class="toc-drawer'), '<aside aria-label="On this page" class="toc-drawer'),
     (re.compile(r'<th( class="[^"]*")?>\s*(<p>\s*</p>)?\s*</th>'), r"<td\1></td>"),
 )
@@ -38,7 +41,9 @@ ACCESSIBLE_MARKUP = (
 
 def fallback_alt(cell: dict, section: str) -> str:
     """'Figure: ' and the code cell's first comment, else the section the cell sits in."""
-    comment = next((line.lstrip("# ").strip() for line in text(cell).splitlines() if line.startswith("#")), "")
+    comment = next(
+        (line.lstrip("# ").strip() for line in text(cell).splitlines() if line.startswith("#")), ""
+    )
     return f"Figure: {comment or section}"
 
 
@@ -50,6 +55,7 @@ def image_name(data: str | list[str]) -> str:
 def alt_texts_in(page: str, alts: dict[str, str]) -> tuple[str, int]:
     """The page with each image's alt text in its <img> tag (MyST-NB writes the file's path there), and how
     many tags got one."""
+
     def replace(found: re.Match) -> str:
         alt = alts.get(found.group(2))
         return f'alt="{html.escape(alt)}"' if alt is not None else found.group(0)

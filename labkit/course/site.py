@@ -60,7 +60,7 @@ This page shows the notebook as it was last run. To run it, and move its sliders
     make test   # set everything up, then run every test, notebooks included
 ```
 """
-CONF = '''# Written by labkit.course.site: the course's site, built from saved outputs, offline.
+CONF = """# Written by labkit.course.site: the course's site, built from saved outputs, offline.
 project = "LLM Inference Lab"
 html_title = "LLM Inference Lab"
 extensions = ["myst_nb"]
@@ -80,7 +80,7 @@ html_show_copyright = False  # no owner line: the footer said "Copyright ©" and
 html_last_updated_fmt = None
 exclude_patterns = ["_build"]
 suppress_warnings = ["myst.header", "mystnb.unknown_mime_type", "misc.highlighting_failure"]
-'''
+"""
 # Furo's search page has no <h1>, so a screen reader's list of headings is empty until a search has run
 # (axe-core's page-has-heading-one); Sphinx's script then adds its results under an <h2>.
 SEARCH_PAGE = """{% extends "!search.html" %}
@@ -126,8 +126,9 @@ def site_notebook(notebook: dict, alts: dict[str, str]) -> dict:
             section = heading.group(1).strip()
         if cell["cell_type"] == "code":
             page_outputs(cell, section, alts)
-    page["cells"].insert(1, {"cell_type": "markdown", "id": "run-it-yourself", "metadata": {},
-                             "source": RUN_IT_YOURSELF})
+    page["cells"].insert(
+        1, {"cell_type": "markdown", "id": "run-it-yourself", "metadata": {}, "source": RUN_IT_YOURSELF}
+    )
     return page
 
 
@@ -142,15 +143,21 @@ def home_page(pages: dict[str, str], readme: str) -> str:
     """index.md: what the course is, how to run it, the course map, and the table of contents."""
     intro = readme.split("\n## ", 1)[0].split("\n", 1)[1].strip()
     toctree = "\n".join([*pages, "glossary"])
-    return (f"# LLM Inference Lab\n\n{intro}\n\n{RUN_IT_YOURSELF}\n## Course map\n\n{course_map(pages, readme)}\n\n"
-            f"Terms used across the course: the [glossary](glossary.md).\n\n"
-            f"```{{toctree}}\n:hidden:\n:maxdepth: 1\n\n{toctree}\n```\n")
+    return (
+        f"# LLM Inference Lab\n\n{intro}\n\n{RUN_IT_YOURSELF}\n## Course map\n\n{course_map(pages, readme)}\n\n"
+        f"Terms used across the course: the [glossary](glossary.md).\n\n"
+        f"```{{toctree}}\n:hidden:\n:maxdepth: 1\n\n{toctree}\n```\n"
+    )
 
 
 def notebook_headings(notebook: dict) -> list[str]:
     """The text of every heading in the notebook's markdown cells, in order, without the #s."""
-    return [heading.strip() for cell in notebook["cells"] if cell["cell_type"] == "markdown"
-            for heading in re.findall(r"^#+ (.+)$", text(cell), re.MULTILINE)]
+    return [
+        heading.strip()
+        for cell in notebook["cells"]
+        if cell["cell_type"] == "markdown"
+        for heading in re.findall(r"^#+ (.+)$", text(cell), re.MULTILINE)
+    ]
 
 
 def section_anchor(headings: list[str], section: str) -> str:
@@ -163,8 +170,12 @@ def section_anchor(headings: list[str], section: str) -> str:
     if section not in headings:
         raise ValueError(f"section must be one of the notebook's headings {headings}; got {section!r}.")
     anchor = docutils_slugify(section)
-    if [docutils_slugify(heading) for heading in headings].count(anchor) > 1:  # the later ones get other ids (context-length-1)
-        raise ValueError(f"section {section!r} shares its id {anchor!r} with another heading; give it another.")
+    if [docutils_slugify(heading) for heading in headings].count(
+        anchor
+    ) > 1:  # the later ones get other ids (context-length-1)
+        raise ValueError(
+            f"section {section!r} shares its id {anchor!r} with another heading; give it another."
+        )
     return anchor
 
 
@@ -177,16 +188,20 @@ def glossary_page(pages: dict[str, str], headings: dict[str, list[str]]) -> str:
         if entry.notebook not in pages:
             continue  # a site of some of the notebooks: no page to link to
         anchor = section_anchor(headings[entry.notebook], entry.section)
-        entries.append(f"**{name}**\n: {entry.meaning} Taught in [{pages[entry.notebook]} › {entry.section}]"
-                       f"({entry.notebook}.ipynb#{anchor}).\n")
+        entries.append(
+            f"**{name}**\n: {entry.meaning} Taught in [{pages[entry.notebook]} › {entry.section}]"
+            f"({entry.notebook}.ipynb#{anchor}).\n"
+        )
     return "# Glossary\n\n" + "\n".join(entries)
 
 
 def copy_mathjax(mathjax: Path, source_dir: Path) -> None:
     """Copy the parts of MathJax the pages load (MATHJAX_PARTS) into the site's _static/mathjax."""
     if not (mathjax / MATHJAX_PARTS[0]).is_file():
-        raise ValueError(f"mathjax must be MathJax 3's es5 folder, unpacked from npm by `make site-vendor`; "
-                         f"{str(mathjax)!r} has no {MATHJAX_PARTS[0]}.")
+        raise ValueError(
+            f"mathjax must be MathJax 3's es5 folder, unpacked from npm by `make site-vendor`; "
+            f"{str(mathjax)!r} has no {MATHJAX_PARTS[0]}."
+        )
     target = source_dir / "_static" / "mathjax"
     target.mkdir(parents=True)
     for part in MATHJAX_PARTS:
@@ -217,14 +232,23 @@ def check_not_over_sources(name: str, folder: Path, sources: list[Path]) -> None
     """Refuse a folder the build replaces (out_dir, source_dir: deleted, then written) that is or holds one of
     its own sources: `--out notebooks` or `--out .` would delete the notebooks it builds from."""
     target = folder.resolve()
-    held = [str(source) for source in sources if source.resolve() == target or target in source.resolve().parents]
+    held = [
+        str(source) for source in sources if source.resolve() == target or target in source.resolve().parents
+    ]
     if held:
-        raise ValueError(f"{name} {str(folder)!r} is replaced by the build but holds its sources ({held[0]}); "
-                         f"give a folder of its own, e.g. 'site'.")
+        raise ValueError(
+            f"{name} {str(folder)!r} is replaced by the build but holds its sources ({held[0]}); "
+            f"give a folder of its own, e.g. 'site'."
+        )
 
 
-def build_site(paths: list[str | Path], out_dir: str | Path, source_dir: str | Path = SOURCE_DIR,
-               readme: str | Path = "README.md", mathjax: str | Path = MATHJAX) -> Path:
+def build_site(
+    paths: list[str | Path],
+    out_dir: str | Path,
+    source_dir: str | Path = SOURCE_DIR,
+    readme: str | Path = "README.md",
+    mathjax: str | Path = MATHJAX,
+) -> Path:
     """Build the site of the notebooks in `paths` into out_dir (replaced); returns its home page."""
     paths, out_dir = [Path(path) for path in paths], Path(out_dir)
     if not paths:
@@ -239,8 +263,22 @@ def build_site(paths: list[str | Path], out_dir: str | Path, source_dir: str | P
     # Sphinx writes into the source folder, and MyST-NB its copies of the notebooks beside Sphinx's output
     # folder (jupyter_execute/): both stay in source_dir, and the finished site is moved to out_dir.
     html_dir, doctrees = Path(source_dir) / "_build" / "html", Path(source_dir) / "_doctrees"
-    subprocess.run([sys.executable, "-m", "sphinx", "-b", "html", "-q", "-E", "-d", str(doctrees), str(source_dir),
-                    str(html_dir)], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sphinx",
+            "-b",
+            "html",
+            "-q",
+            "-E",
+            "-d",
+            str(doctrees),
+            str(source_dir),
+            str(html_dir),
+        ],
+        check=True,
+    )
     finish_pages(html_dir, alts)
     shutil.rmtree(out_dir, ignore_errors=True)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -250,7 +288,9 @@ def build_site(paths: list[str | Path], out_dir: str | Path, source_dir: str | P
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description="Build the course's static site from the saved notebooks.")
-    parser.add_argument("notebooks", nargs="+", help="the course's notebooks, e.g. notebooks/[0-9][0-9]_*.ipynb")
+    parser.add_argument(
+        "notebooks", nargs="+", help="the course's notebooks, e.g. notebooks/[0-9][0-9]_*.ipynb"
+    )
     parser.add_argument("--out", default="site", help="the folder to write the site to (default: site)")
     arguments = parser.parse_args()
     print(f"wrote {build_site(arguments.notebooks, arguments.out)}")

@@ -85,9 +85,9 @@ def shown(cell: dict) -> bool:
 def group(cells: list[dict]) -> list[list[int]]:
     """The indices of the shown cells, grouped into slides (the first shown cell always starts one).
 
-        >>> kinds = ["slide", "-", "notes", "subslide", "fragment"]
-        >>> group([{"metadata": {"slideshow": {"slide_type": kind}}} for kind in kinds])
-        [[0, 1], [3, 4]]
+    >>> kinds = ["slide", "-", "notes", "subslide", "fragment"]
+    >>> group([{"metadata": {"slideshow": {"slide_type": kind}}} for kind in kinds])
+    [[0, 1], [3, 4]]
     """
     slides: list[list[int]] = []
     for index, cell in enumerate(cells):
@@ -102,10 +102,12 @@ def group(cells: list[dict]) -> list[list[int]]:
 def wrapped_lines(source: str, width: int) -> int:
     """How many lines `source` takes when each line wraps at `width` characters.
 
-        >>> wrapped_lines("short\\n\\n" + "x" * 150, 100)
-        4
+    >>> wrapped_lines("short\\n\\n" + "x" * 150, 100)
+    4
     """
-    return sum(max(1, math.ceil(len(line) / width)) for line in source.rstrip("\n").split("\n")) if source else 0
+    return (
+        sum(max(1, math.ceil(len(line) / width)) for line in source.rstrip("\n").split("\n")) if source else 0
+    )
 
 
 def png_height(data: str) -> int:
@@ -125,8 +127,11 @@ def merged(outputs: list[dict]) -> list[dict]:
     joined: list[dict] = []
     for output in outputs:
         previous = joined[-1] if joined else {}
-        if output["output_type"] == "stream" and previous.get("output_type") == "stream" and \
-                previous.get("name") == output.get("name"):
+        if (
+            output["output_type"] == "stream"
+            and previous.get("output_type") == "stream"
+            and previous.get("name") == output.get("name")
+        ):
             previous["text"] += text({"source": output["text"]})
         else:
             joined.append(dict(output, text=text({"source": output["text"]})) if "text" in output else output)
@@ -162,14 +167,16 @@ def slide_heights(notebook: dict, code: bool = True) -> list[Slide]:
     """Every slide of the notebook (as loaded from JSON) with its height in lines, the code shown as in
     the static decks (`code=False`: hidden, as in Voila's live decks)."""
     cells = notebook["cells"]
-    return [Slide(indices, float(sum(cell_height(cells[i], code) for i in indices))) for indices in group(cells)]
+    return [
+        Slide(indices, float(sum(cell_height(cells[i], code) for i in indices))) for indices in group(cells)
+    ]
 
 
 def describe(cell: dict, index: int) -> str:
     """How a report names a cell: "cell 15 [6]" for code run 6th, or its first line.
 
-        >>> describe({"cell_type": "markdown", "source": "## 2. Truncation\\nmore"}, 11)
-        "cell 11 '## 2. Truncation'"
+    >>> describe({"cell_type": "markdown", "source": "## 2. Truncation\\nmore"}, 11)
+    "cell 11 '## 2. Truncation'"
     """
     if cell["cell_type"] == "code" and cell.get("execution_count"):
         return f"cell {index} [{cell['execution_count']}]"
@@ -184,8 +191,9 @@ def overflow(cells: list[dict], slide: Slide, limit: int = LIMIT) -> str:
     alone = round(cell_height(cells[tallest]))
     if alone <= limit:
         return said
-    return said + (", a single cell" if len(slide.cells) == 1 else
-                   f", {describe(cells[tallest], tallest)} alone {alone}")
+    return said + (
+        ", a single cell" if len(slide.cells) == 1 else f", {describe(cells[tallest], tallest)} alone {alone}"
+    )
 
 
 def too_tall(path: str | Path, limit: int = LIMIT) -> list[str]:
@@ -193,8 +201,11 @@ def too_tall(path: str | Path, limit: int = LIMIT) -> list[str]:
     figure's fraction of a line is within the estimate's error), [] when all fit."""
     path = Path(path)
     cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
-    return [f"{path.name} slide {number} ({overflow(cells, slide, limit)})"
-            for number, slide in enumerate(slide_heights({"cells": cells})) if round(slide.height) > limit]
+    return [
+        f"{path.name} slide {number} ({overflow(cells, slide, limit)})"
+        for number, slide in enumerate(slide_heights({"cells": cells}))
+        if round(slide.height) > limit
+    ]
 
 
 if __name__ == "__main__":

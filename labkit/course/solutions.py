@@ -66,8 +66,8 @@ def add_tags(cell: dict, *names: str) -> None:
 def wrap_in_markers(source: str) -> list[str]:
     """The source between the solution markers, as a notebook's list of lines; unchanged if already marked.
 
-        >>> wrap_in_markers("x = 1")
-        ['# BEGIN SOLUTION\\n', 'x = 1\\n', '# END SOLUTION']
+    >>> wrap_in_markers("x = 1")
+    ['# BEGIN SOLUTION\\n', 'x = 1\\n', '# END SOLUTION']
     """
     if source.lstrip().startswith(BEGIN):
         return source.splitlines(keepends=True)

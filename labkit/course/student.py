@@ -69,8 +69,9 @@ def student_copy(notebook: dict) -> dict:
         0
     """
     copy = json.loads(json.dumps(notebook))
-    copy["cells"] = [cell for cell in copy["cells"]
-                     if SOLUTION_TAG not in tags(cell) and not is_instructor_note(cell)]
+    copy["cells"] = [
+        cell for cell in copy["cells"] if SOLUTION_TAG not in tags(cell) and not is_instructor_note(cell)
+    ]
     for cell in copy["cells"]:
         if is_checker_cell(cell) or is_reveal_cell(cell):
             cell["outputs"] = []
@@ -87,8 +88,10 @@ def check_out_dir(paths: list[Path], out_dir: Path) -> None:
     """Refuse to write copies over their own sources (`--out notebooks` would erase the solutions)."""
     sources = {path.resolve().parent for path in paths}
     if out_dir.resolve() in sources:
-        raise ValueError(f"out_dir {str(out_dir)!r} holds the notebooks the copies are made from; give another "
-                         f"folder, e.g. 'student'.")
+        raise ValueError(
+            f"out_dir {str(out_dir)!r} holds the notebooks the copies are made from; give another "
+            f"folder, e.g. 'student'."
+        )
 
 
 def write_student_copies(paths: Iterable[str | Path], out_dir: str | Path) -> list[Path]:
@@ -103,8 +106,10 @@ def write_student_copies(paths: Iterable[str | Path], out_dir: str | Path) -> li
     for path in paths:
         target = out_dir / path.name
         if target.exists() and fingerprint(target.read_text(encoding="utf-8")) != record.get(path.name):
-            print(f"kept {target}: it has your work in it (to get the new copy, move it aside and run "
-                  f"`make student` again)")
+            print(
+                f"kept {target}: it has your work in it (to get the new copy, move it aside and run "
+                f"`make student` again)"
+            )
             continue
         notebook = json.loads(path.read_text(encoding="utf-8"))
         content = json.dumps(student_copy(notebook), indent=1, ensure_ascii=False) + "\n"

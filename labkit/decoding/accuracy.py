@@ -32,10 +32,10 @@ Z95 = 1.959964  # the standard normal's 97.5th percentile: a two-sided 95 % inte
 def wilson_interval(successes: int, trials: int, z: float = Z95) -> tuple[float, float]:
     """(low, high): the Wilson score interval for a success rate, after `successes` of `trials`.
 
-        >>> [round(x, 3) for x in wilson_interval(9, 60)]
-        [0.081, 0.261]
-        >>> [round(x, 3) for x in wilson_interval(0, 20)]
-        [0.0, 0.161]
+    >>> [round(x, 3) for x in wilson_interval(9, 60)]
+    [0.081, 0.261]
+    >>> [round(x, 3) for x in wilson_interval(0, 20)]
+    [0.0, 0.161]
     """
     check_int("trials", trials, minimum=1)
     check_int("successes", successes, minimum=0, maximum=trials, note="at most trials")
@@ -73,25 +73,29 @@ class Accuracy:
     def overlaps(self, other: Accuracy) -> bool:
         """Whether the two 95 % intervals overlap: if they do, the run has not told the two rates apart.
 
-            >>> Accuracy(9, 60).overlaps(Accuracy(12, 60)), Accuracy(9, 60).overlaps(Accuracy(40, 60))
-            (True, False)
+        >>> Accuracy(9, 60).overlaps(Accuracy(12, 60)), Accuracy(9, 60).overlaps(Accuracy(40, 60))
+        (True, False)
         """
         (low, high), (other_low, other_high) = self.interval, other.interval
         return low <= other_high and other_low <= high
 
     def __str__(self) -> str:
         low, high = self.interval
-        return f"{100 * self.rate:.0f} % [{100 * low:.0f}-{100 * high:.0f} %] ({self.correct} of {self.total})"
+        return (
+            f"{100 * self.rate:.0f} % [{100 * low:.0f}-{100 * high:.0f} %] ({self.correct} of {self.total})"
+        )
 
 
 def accuracy(correct: Iterable[bool]) -> Accuracy:
     """The Accuracy of one right-or-wrong flag per item.
 
-        >>> accuracy(answer == item.answer for answer, item in zip(answers, items))
-        Accuracy(correct=9, total=60)
+    >>> accuracy(answer == item.answer for answer, item in zip(answers, items))
+    Accuracy(correct=9, total=60)
     """
     flags = list(correct)
     if not flags or not all(isinstance(flag, bool) for flag in flags):
-        raise ValueError("correct must hold one True or False per item (at least one item), got "
-                         f"{flags[:5]!r}{' ...' if len(flags) > 5 else ''}.")
+        raise ValueError(
+            "correct must hold one True or False per item (at least one item), got "
+            f"{flags[:5]!r}{' ...' if len(flags) > 5 else ''}."
+        )
     return Accuracy(sum(flags), len(flags))

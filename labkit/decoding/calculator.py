@@ -42,12 +42,21 @@ DECIMALS = 6  # places a result that is not a whole number keeps (7 / 3 -> 2.333
 OPERATIONS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
 SIGNS = {ast.UAdd: operator.pos, ast.USub: operator.neg}
 
-CALCULATOR_TOOL = {"type": "function", "function": {
-    "name": "calculator",
-    "description": "Work out an arithmetic expression with + - * / and parentheses, e.g. '24 + 5'.",
-    "parameters": {"type": "object", "additionalProperties": False, "required": ["expression"],
-                   "properties": {"expression": {"type": "string", "pattern": r"^[0-9+\-*/(). ]+$",
-                                                 "maxLength": MAX_LENGTH}}}}}
+CALCULATOR_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "calculator",
+        "description": "Work out an arithmetic expression with + - * / and parentheses, e.g. '24 + 5'.",
+        "parameters": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["expression"],
+            "properties": {
+                "expression": {"type": "string", "pattern": r"^[0-9+\-*/(). ]+$", "maxLength": MAX_LENGTH}
+            },
+        },
+    },
+}
 CALCULATOR = ToolSpec.from_openai([CALCULATOR_TOOL], tool_choice="required", parallel_tool_calls=False)
 
 
@@ -71,8 +80,8 @@ def value_of(node: ast.AST) -> Fraction:
 def written(value: Fraction) -> str:
     """A value as extract_answer writes answers: no trailing zeros, at most DECIMALS places.
 
-        >>> written(Fraction(29)), written(Fraction(5, 2)), written(Fraction(-1, 3))
-        ('29', '2.5', '-0.333333')
+    >>> written(Fraction(29)), written(Fraction(5, 2)), written(Fraction(-1, 3))
+    ('29', '2.5', '-0.333333')
     """
     if value.denominator == 1:
         return str(value.numerator)
@@ -129,13 +138,17 @@ def calculator_messages(question: str, shots: Sequence[tuple[str, str]] = SHOTS)
         raise ValueError(f"question must be non-empty text such as 'What is 24 + 5?', got {question!r}.")
     messages = []
     for index, (shot, answer) in enumerate(shots):
-        messages += [{"role": "user", "content": f"What is {shot}?"}, *worked_call(f"call_shot{index}", shot),
-                     {"role": "assistant", "content": answer}]
+        messages += [
+            {"role": "user", "content": f"What is {shot}?"},
+            *worked_call(f"call_shot{index}", shot),
+            {"role": "assistant", "content": answer},
+        ]
     return messages + [{"role": "user", "content": question}]
 
 
-def calculator_prompt(tokenizer: PreTrainedTokenizerBase, question: str,
-                      shots: Sequence[tuple[str, str]] = SHOTS) -> list[int]:
+def calculator_prompt(
+    tokenizer: PreTrainedTokenizerBase, question: str, shots: Sequence[tuple[str, str]] = SHOTS
+) -> list[int]:
     """Token ids of `calculator_messages` with the calculator offered (Hermes' tools section in the system
     message); generate with `grammar=CALCULATOR.grammar()` so that the answer is one call."""
     return tool_chat_prompt(tokenizer, calculator_messages(question, shots), CALCULATOR)

@@ -45,7 +45,9 @@ Chooser = Callable[[Sequence[Sample]], "str | None"]
 def check_samples(samples: object) -> Sequence[Sample]:
     """samples, if it is a non-empty list of Sample; else a TypeError or ValueError naming it."""
     if isinstance(samples, Sample) or not isinstance(samples, Sequence):
-        raise TypeError(f"samples must be a list of Sample (one item's answers), got {type(samples).__name__}.")
+        raise TypeError(
+            f"samples must be a list of Sample (one item's answers), got {type(samples).__name__}."
+        )
     if not samples or not all(isinstance(sample, Sample) for sample in samples):
         raise ValueError("samples must hold at least one Sample, and only Samples.")
     return samples
@@ -65,8 +67,8 @@ def self_consistency(samples: Sequence[Sample]) -> str | None:
 def best_of_n(samples: Sequence[Sample]) -> str | None:
     """The answer of the sample with the highest mean log-probability per token (ties: the first).
 
-        >>> best_of_n([Sample("54", "54", 1, -1.0), Sample("55", "55", 1, -0.2)])
-        '55'
+    >>> best_of_n([Sample("54", "54", 1, -1.0), Sample("55", "55", 1, -0.2)])
+    '55'
     """
     scored = [sample for sample in check_samples(samples) if not math.isnan(sample.mean_logprob)]
     return max(scored, key=lambda sample: sample.mean_logprob).answer if scored else samples[0].answer
@@ -88,8 +90,8 @@ def mbr_choice(samples: Sequence[Sample], similarity: str = "chrf") -> str | Non
 def oracle(samples: Sequence[Sample], answer: str) -> str | None:
     """pass@n's choice: `answer` (the right one) if any sample gives it, else the first sample's answer.
 
-        >>> oracle([Sample("54", "54", 1, -1.0), Sample("55", "55", 1, -2.0)], "55")
-        '55'
+    >>> oracle([Sample("54", "54", 1, -1.0), Sample("55", "55", 1, -2.0)], "55")
+    '55'
     """
     if not isinstance(answer, str):
         raise TypeError(f"answer must be the item's right answer as a string, got {type(answer).__name__}.")
@@ -97,8 +99,11 @@ def oracle(samples: Sequence[Sample], answer: str) -> str | None:
     return answer if answer in given else given[0]
 
 
-CHOOSERS: dict[str, Chooser] = {"self-consistency": self_consistency, "best-of-n (log-prob)": best_of_n,
-                                "MBR (chrF)": mbr_choice}
+CHOOSERS: dict[str, Chooser] = {
+    "self-consistency": self_consistency,
+    "best-of-n (log-prob)": best_of_n,
+    "MBR (chrF)": mbr_choice,
+}
 ORACLE = "pass@n (oracle)"
 
 

@@ -68,7 +68,9 @@ class DecodingConfig:
     presence_penalty: float = 0.0  # OpenAI, in [-2, 2]: subtract once from every generated token's logit
     frequency_penalty: float = 0.0  # OpenAI, in [-2, 2]: subtract per occurrence in the generated tokens
     no_repeat_ngram_size: int = 0  # never repeat an n-gram of this size, prompt included (0: off)
-    logit_bias: Mapping[int, float] = field(default_factory=dict)  # token id -> added to its logit, [-100, 100]
+    logit_bias: Mapping[int, float] = field(
+        default_factory=dict
+    )  # token id -> added to its logit, [-100, 100]
     banned_tokens: tuple[int, ...] = ()  # token ids that are never chosen
     min_new_tokens: int = 0  # the end-of-sequence token is banned until this many new tokens
     num_beams: int = 1  # > 1: beam search with this width (deterministic; labkit.decoding.search.beam_search)
@@ -78,8 +80,12 @@ class DecodingConfig:
     stop: tuple[str, ...] = ()  # strings that end the generation (not emitted)
     json_schema: dict | None = None  # the answer is JSON fitting this schema (True: any JSON object)
     grammar: str | None = None  # the answer follows this Lark grammar (llguidance's; tools.tool_call_grammar)
-    thinking_budget: int | None = None  # think at most this many tokens, then the end marker is forced (None: off)
-    thinking_min: int = 0  # s1's budget forcing: below this many thinking tokens "Wait" replaces the end marker
+    thinking_budget: int | None = (
+        None  # think at most this many tokens, then the end marker is forced (None: off)
+    )
+    thinking_min: int = (
+        0  # s1's budget forcing: below this many thinking tokens "Wait" replaces the end marker
+    )
     thinking_format: ThinkingFormat = ThinkingFormat()  # the markers of the thinking section, and s1's "Wait"
     seed: int | None = None  # the random seed for sampling, 64 bits (None: a fresh one each time)
 
@@ -88,18 +94,26 @@ class DecodingConfig:
         object.__setattr__(self, "stop", tuple(self.stop))
         object.__setattr__(self, "banned_tokens", tuple(self.banned_tokens))
         object.__setattr__(self, "logit_bias", dict(self.logit_bias))
-        object.__setattr__(self, "json_schema", blamed("json_schema", self.json_schema, structured.check_json_schema,
-                                                        self.json_schema))
+        object.__setattr__(
+            self,
+            "json_schema",
+            blamed("json_schema", self.json_schema, structured.check_json_schema, self.json_schema),
+        )
         blamed("grammar", self.grammar, structured.check_grammar, self.grammar, self.json_schema)
-        check_options(vars(self), _DEFAULTS)  # each option, then how they combine (labkit.decoding.config_checks)
+        check_options(
+            vars(self), _DEFAULTS
+        )  # each option, then how they combine (labkit.decoding.config_checks)
 
     def check_vocabulary(self, vocab_size: int) -> None:
         """Raise an InvalidArgument if logit_bias or banned_tokens name a token id outside [0, vocab_size)."""
         for name, ids in (("logit_bias", list(self.logit_bias)), ("banned_tokens", list(self.banned_tokens))):
             bad = [i for i in ids if i >= vocab_size]
             if bad:
-                raise InvalidArgument(f"{name} names token ids outside the vocabulary [0, {vocab_size}): {bad[:5]}.",
-                                      name, getattr(self, name))
+                raise InvalidArgument(
+                    f"{name} names token ids outside the vocabulary [0, {vocab_size}): {bad[:5]}.",
+                    name,
+                    getattr(self, name),
+                )
 
     @property
     def do_sample(self) -> bool:
@@ -148,15 +162,27 @@ class DecodingConfig:
         if self.repetition_penalty != 1.0:
             out.append(bind(sampling.repetition_penalty, "all", penalty=self.repetition_penalty))
         if self.presence_penalty != 0 or self.frequency_penalty != 0:
-            out.append(bind(sampling.presence_frequency_penalty, "generated", presence=self.presence_penalty,
-                            frequency=self.frequency_penalty))
+            out.append(
+                bind(
+                    sampling.presence_frequency_penalty,
+                    "generated",
+                    presence=self.presence_penalty,
+                    frequency=self.frequency_penalty,
+                )
+            )
         if self.no_repeat_ngram_size > 0:
             out.append(bind(sampling.no_repeat_ngram, "all", n=self.no_repeat_ngram_size))
         if self.banned_tokens:
             out.append(bind(sampling.ban_tokens, token_ids=self.banned_tokens))
         if self.min_new_tokens > 0 and eos:
-            out.append(bind(sampling.min_new_tokens_filter, "count", min_new_tokens=self.min_new_tokens,
-                            eos_token_ids=eos))
+            out.append(
+                bind(
+                    sampling.min_new_tokens_filter,
+                    "count",
+                    min_new_tokens=self.min_new_tokens,
+                    eos_token_ids=eos,
+                )
+            )
         return out
 
     def constraint_transforms(self, prompt_length: int, eos: tuple[int, ...]) -> list[Callable]:
@@ -164,41 +190,72 @@ class DecodingConfig:
         so sampling sees only allowed tokens). Both need `with_tokenizer` first."""
         out = []
         if self.thinking_budget is not None or self.thinking_min > 0:
-            out.append(ThinkingBudget(vars(self).get("thinking_tokens"), self.thinking_budget, self.thinking_min,
-                                      prompt_length, eos))
-        mask = structured.constraint_mask(self.json_schema, self.grammar, vars(self).get("vocabulary"), prompt_length,
-                                          eos)
+            out.append(
+                ThinkingBudget(
+                    vars(self).get("thinking_tokens"),
+                    self.thinking_budget,
+                    self.thinking_min,
+                    prompt_length,
+                    eos,
+                )
+            )
+        mask = structured.constraint_mask(
+            self.json_schema, self.grammar, vars(self).get("vocabulary"), prompt_length, eos
+        )
         return out if mask is None else out + [mask]
 
     def sampling_transforms(self, prompt_length: int) -> list[Transform]:
         """Steps 9-15: temperature, then the filters that cut the tail; only when sampling."""
-        steps = ((self.temperature != 1.0, sampling.apply_temperature, "temperature", self.temperature),
-                 (self.top_k != 0, sampling.top_k_filter, "k", self.top_k),
-                 (self.top_p < 1.0, sampling.top_p_filter, "p", self.top_p),
-                 (self.min_p > 0, sampling.min_p_filter, "min_p", self.min_p),
-                 (self.typical_p < 1.0, sampling.typical_filter, "mass", self.typical_p),
-                 (self.epsilon_cutoff > 0, sampling.epsilon_filter, "epsilon", self.epsilon_cutoff),
-                 (self.eta_cutoff > 0, sampling.eta_filter, "epsilon", self.eta_cutoff))
-        return [Transform.bind(function, prompt_length=prompt_length, **{option: value})
-                for wanted, function, option, value in steps if wanted]
+        steps = (
+            (self.temperature != 1.0, sampling.apply_temperature, "temperature", self.temperature),
+            (self.top_k != 0, sampling.top_k_filter, "k", self.top_k),
+            (self.top_p < 1.0, sampling.top_p_filter, "p", self.top_p),
+            (self.min_p > 0, sampling.min_p_filter, "min_p", self.min_p),
+            (self.typical_p < 1.0, sampling.typical_filter, "mass", self.typical_p),
+            (self.epsilon_cutoff > 0, sampling.epsilon_filter, "epsilon", self.epsilon_cutoff),
+            (self.eta_cutoff > 0, sampling.eta_filter, "epsilon", self.eta_cutoff),
+        )
+        return [
+            Transform.bind(function, prompt_length=prompt_length, **{option: value})
+            for wanted, function, option, value in steps
+            if wanted
+        ]
 
     def hf_kwargs(self) -> dict:
         """The same options as keyword arguments for transformers' `model.generate` (for comparisons).
 
         presence/frequency penalties, stop strings and thinking budgets have no equivalent there: left out.
         """
-        kwargs: dict = {"max_new_tokens": self.max_new_tokens, "do_sample": self.do_sample,
-                        "num_beams": self.num_beams, "repetition_penalty": self.repetition_penalty}
+        kwargs: dict = {
+            "max_new_tokens": self.max_new_tokens,
+            "do_sample": self.do_sample,
+            "num_beams": self.num_beams,
+            "repetition_penalty": self.repetition_penalty,
+        }
         if self.do_sample:
-            kwargs.update(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p,
-                          typical_p=self.typical_p, epsilon_cutoff=self.epsilon_cutoff, eta_cutoff=self.eta_cutoff)
+            kwargs.update(
+                temperature=self.temperature,
+                top_k=self.top_k,
+                top_p=self.top_p,
+                typical_p=self.typical_p,
+                epsilon_cutoff=self.epsilon_cutoff,
+                eta_cutoff=self.eta_cutoff,
+            )
             if self.min_p > 0:
                 kwargs["min_p"] = self.min_p
         if self.num_beams > 1:
-            kwargs.update(length_penalty=self.length_penalty, early_stopping=self.early_stopping,
-                          num_return_sequences=self.num_return_sequences)
-        kwargs.update({name: getattr(self, name) for name in ("no_repeat_ngram_size", "min_new_tokens")
-                       if getattr(self, name)})
+            kwargs.update(
+                length_penalty=self.length_penalty,
+                early_stopping=self.early_stopping,
+                num_return_sequences=self.num_return_sequences,
+            )
+        kwargs.update(
+            {
+                name: getattr(self, name)
+                for name in ("no_repeat_ngram_size", "min_new_tokens")
+                if getattr(self, name)
+            }
+        )
         if self.logit_bias:
             kwargs["sequence_bias"] = [[[int(t)], float(b)] for t, b in self.logit_bias.items()]
         if self.banned_tokens:
@@ -217,10 +274,13 @@ def _presets() -> dict[str, DecodingConfig]:
         # Code: one right answer matters more than variety; greedy, but do not loop.
         "code": DecodingConfig(temperature=0.0, repetition_penalty=1.05, max_new_tokens=256),
         # Stories: more randomness, kept sane by min-p; penalties against repeated phrases.
-        "creative": DecodingConfig(temperature=1.0, min_p=0.05, presence_penalty=0.3, frequency_penalty=0.3,
-                                   max_new_tokens=256),
+        "creative": DecodingConfig(
+            temperature=1.0, min_p=0.05, presence_penalty=0.3, frequency_penalty=0.3, max_new_tokens=256
+        ),
         # Translation or summarisation with one best answer: beam search.
-        "precise": DecodingConfig(num_beams=4, length_penalty=1.0, no_repeat_ngram_size=3, max_new_tokens=128),
+        "precise": DecodingConfig(
+            num_beams=4, length_penalty=1.0, no_repeat_ngram_size=3, max_new_tokens=128
+        ),
     }
 
 
@@ -231,7 +291,7 @@ DEFAULT_CONFIG = DecodingConfig()
 def preset(name: str) -> DecodingConfig:
     """A named starting point: "chat", "code", "creative" or "precise" (see notebook 05).
 
-        >>> preset("chat").replace(seed=1)
+    >>> preset("chat").replace(seed=1)
     """
     presets = _presets()
     if name not in presets:

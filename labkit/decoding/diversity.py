@@ -1,9 +1,9 @@
 """How varied and how repetitive generated text is (notebooks 04-05).
 
-    >>> distinct_n(["a b a b", "a b c"], n=2)
-    0.6
-    >>> greedy_repetition(model, tokenizer, labkit.chat_prompt(tokenizer, "Hi!"))
-    GreedyRepetition(repeated_4grams=0.0, mean_entropy=1.2, ended=True)
+>>> distinct_n(["a b a b", "a b c"], n=2)
+0.6
+>>> greedy_repetition(model, tokenizer, labkit.chat_prompt(tokenizer, "Hi!"))
+GreedyRepetition(repeated_4grams=0.0, mean_entropy=1.2, ended=True)
 """
 
 from __future__ import annotations
@@ -28,7 +28,12 @@ def distinct_n(texts: Sequence[str], n: int = 2) -> float:
     """
     check_items("texts", texts, "texts (str)", of=str)
     check_int("n", n, minimum=1)
-    grams = [tuple(words[i:i + n]) for text in texts for words in [text.split()] for i in range(len(words) - n + 1)]
+    grams = [
+        tuple(words[i : i + n])
+        for text in texts
+        for words in [text.split()]
+        for i in range(len(words) - n + 1)
+    ]
     return len(set(grams)) / len(grams) if grams else 0.0
 
 
@@ -44,7 +49,7 @@ def repeated_ngram_fraction(token_ids: Sequence[int], n: int = 4) -> float:
     check_int("n", n, minimum=1)
     seen, repeats, total = set(), 0, 0
     for i in range(len(token_ids) - n + 1):
-        gram = tuple(token_ids[i:i + n])
+        gram = tuple(token_ids[i : i + n])
         repeats += gram in seen
         total += 1
         seen.add(gram)
@@ -59,12 +64,16 @@ class GreedyRepetition(NamedTuple):
     ended: bool  # True if the model ended it (EOS) before the length limit
 
 
-def greedy_repetition(model: torch.nn.Module, tokenizer, prompt_ids: Sequence[int],
-                      max_new_tokens: int = 48) -> GreedyRepetition:
+def greedy_repetition(
+    model: torch.nn.Module, tokenizer, prompt_ids: Sequence[int], max_new_tokens: int = 48
+) -> GreedyRepetition:
     """Greedy-decode `prompt_ids` and measure how repetitive and how sure the continuation is
     (notebook 05's "do modern models still need creative decoding?")."""
     check_model("model", model)
     steps = list(generate(model, tokenizer, prompt_ids, max_new_tokens=max_new_tokens, return_logits=True))
     entropies = [float(-(s.logits.softmax(-1) * s.logits.log_softmax(-1)).nansum()) for s in steps]
-    return GreedyRepetition(repeated_ngram_fraction([s.token_id for s in steps], 4),
-                            sum(entropies) / len(entropies), steps[-1].finish_reason == "eos")
+    return GreedyRepetition(
+        repeated_ngram_fraction([s.token_id for s in steps], 4),
+        sum(entropies) / len(entropies),
+        steps[-1].finish_reason == "eos",
+    )

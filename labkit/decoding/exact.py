@@ -25,11 +25,12 @@ from labkit.decoding.request import Prompt
 from labkit.decoding.search import Hypothesis
 
 
-def greedy_search(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase,
-                  prompt: Prompt, max_new_tokens: int = 32) -> Hypothesis:
+def greedy_search(
+    model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, prompt: Prompt, max_new_tokens: int = 32
+) -> Hypothesis:
     """The greedy sequence with its log-probability (score = logprob, no length penalty).
 
-        >>> greedy_search(model, tokenizer, prompt_ids, max_new_tokens=10).logprob
+    >>> greedy_search(model, tokenizer, prompt_ids, max_new_tokens=10).logprob
     """
     steps = list(generate(model, tokenizer, prompt, max_new_tokens=max_new_tokens))
     logprob = sum(step.logprob for step in steps)
@@ -41,7 +42,7 @@ def sequence_logprob(model: torch.nn.Module, prompt_ids: Sequence[int], token_id
     if not token_ids:
         return 0.0
     logprobs = torch.log_softmax(all_logits(model, list(prompt_ids) + list(token_ids)), dim=-1)
-    rows = logprobs[len(prompt_ids) - 1:-1]
+    rows = logprobs[len(prompt_ids) - 1 : -1]
     return float(rows.gather(-1, torch.tensor(list(token_ids))[:, None]).sum())
 
 
@@ -52,9 +53,13 @@ class MapResult:
     lower_bound: Hypothesis  # the greedy sequence it started from (a first candidate)
 
 
-def exact_map(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase,
-              prompt: Prompt, horizon: int = 4,
-              max_expansions: int = 2000) -> MapResult:
+def exact_map(
+    model: torch.nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    prompt: Prompt,
+    horizon: int = 4,
+    max_expansions: int = 2000,
+) -> MapResult:
     """The exact most probable continuation (MAP) among those that end with EOS within `horizon` tokens
     or have exactly `horizon` tokens: best-first search (uniform-cost search, Dijkstra).
 
@@ -78,8 +83,10 @@ def exact_map(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase,
         if len(tokens) == horizon or (tokens and tokens[-1] in eos):
             return MapResult(Hypothesis(tokens, -negative, -negative), expansions, greedy_hypothesis)
         if expansions >= max_expansions:
-            raise RuntimeError(f"exact_map needed more than max_expansions={max_expansions} forward passes; "
-                               "use a shorter horizon or raise max_expansions.")
+            raise RuntimeError(
+                f"exact_map needed more than max_expansions={max_expansions} forward passes; "
+                "use a shorter horizon or raise max_expansions."
+            )
         expansions += 1
         logprobs = torch.log_softmax(all_logits(model, prompt_ids + list(tokens))[-1], dim=-1) - negative
         for token in torch.nonzero(logprobs >= bound - 1e-3).flatten().tolist():
@@ -112,15 +119,18 @@ class Divergence:
     second_total: float
 
 
-def token_logprobs_of(model: torch.nn.Module, prompt_ids: Sequence[int], token_ids: Sequence[int]) -> list[float]:
+def token_logprobs_of(
+    model: torch.nn.Module, prompt_ids: Sequence[int], token_ids: Sequence[int]
+) -> list[float]:
     """log p(token_t | prompt, tokens_<t) for each of token_ids [T] (one forward pass)."""
     logprobs = torch.log_softmax(all_logits(model, list(prompt_ids) + list(token_ids)), dim=-1)
-    rows = logprobs[len(prompt_ids) - 1:-1]  # [T, V]: row t scores token t
+    rows = logprobs[len(prompt_ids) - 1 : -1]  # [T, V]: row t scores token t
     return rows.gather(-1, torch.tensor(list(token_ids))[:, None])[:, 0].tolist()
 
 
-def first_divergence(model: torch.nn.Module, prompt_ids: Sequence[int], first: Sequence[int],
-                     second: Sequence[int]) -> Divergence:
+def first_divergence(
+    model: torch.nn.Module, prompt_ids: Sequence[int], first: Sequence[int], second: Sequence[int]
+) -> Divergence:
     """The first step where `first` and `second` (token ids after prompt_ids) differ, each token's
     log p there, and both sequences' total log p. Raises ValueError if one is a prefix of the other.
 
@@ -133,6 +143,16 @@ def first_divergence(model: torch.nn.Module, prompt_ids: Sequence[int], first: S
     step = next((t for t, (a, b) in enumerate(zip(first, second)) if a != b), None)
     if step is None:
         raise ValueError("The two sequences never differ: one is a prefix of the other.")
-    first_lp, second_lp = token_logprobs_of(model, prompt_ids, first), token_logprobs_of(model, prompt_ids, second)
-    return Divergence(step + 1, int(first[step]), first_lp[step], int(second[step]), second_lp[step],
-                      sum(first_lp), sum(second_lp))
+    first_lp, second_lp = (
+        token_logprobs_of(model, prompt_ids, first),
+        token_logprobs_of(model, prompt_ids, second),
+    )
+    return Divergence(
+        step + 1,
+        int(first[step]),
+        first_lp[step],
+        int(second[step]),
+        second_lp[step],
+        sum(first_lp),
+        sum(second_lp),
+    )

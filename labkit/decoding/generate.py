@@ -31,9 +31,17 @@ from labkit.decoding.sampling import greedy, sample
 from labkit.decoding.search import beam_search, best_sequence_steps
 
 
-def generate(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, prompt: Prompt,
-             config: DecodingConfig | None = None, *, generator: torch.Generator | None = None,
-             use_cache: bool = True, return_logits: bool = False, **options) -> Iterator[Step]:
+def generate(
+    model: torch.nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    prompt: Prompt,
+    config: DecodingConfig | None = None,
+    *,
+    generator: torch.Generator | None = None,
+    use_cache: bool = True,
+    return_logits: bool = False,
+    **options,
+) -> Iterator[Step]:
     """Yield one `Step` per new token until EOS, `max_new_tokens`, or a stop string.
 
     prompt: text (tokenized as is; use `chat_prompt` for a chat), or token ids.
@@ -51,8 +59,10 @@ def generate(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, prompt:
     request = check_request(model, tokenizer, prompt, config, options, "generate")
     check_generator(generator)
     if request.config.num_return_sequences > 1:
-        raise ValueError("generate() streams one sequence; for the n-best list use "
-                         "labkit.decoding.search.beam_search(..., num_return_sequences=n).")
+        raise ValueError(
+            "generate() streams one sequence; for the n-best list use "
+            "labkit.decoding.search.beam_search(..., num_return_sequences=n)."
+        )
     generator = generator if generator is not None else request.config.generator()
     # Arguments are checked above, when generate() is called; the loop runs as it is iterated.
     if request.config.num_beams > 1:
@@ -60,8 +70,9 @@ def generate(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, prompt:
     return _sampled_steps(model, tokenizer, request, generator, use_cache, return_logits)
 
 
-def _sampled_steps(model, tokenizer, request: Request, generator: torch.Generator, use_cache: bool,
-                   return_logits: bool) -> Iterator[Step]:
+def _sampled_steps(
+    model, tokenizer, request: Request, generator: torch.Generator, use_cache: bool, return_logits: bool
+) -> Iterator[Step]:
     config, prompt_ids = request.config, request.prompt_ids
     if config.max_new_tokens == 0:
         return
@@ -69,21 +80,29 @@ def _sampled_steps(model, tokenizer, request: Request, generator: torch.Generato
     text, stopper = TextStream(tokenizer, prompt_ids), StopMatcher(config.stop)
     seen = list(prompt_ids)  # prompt and generated ids, for the transforms that look back
     input_ids = torch.tensor([prompt_ids], device=model_device(model))
-    logits, cache = prefill(model, input_ids, None if use_cache else NoCache(),
-                            max_length=len(prompt_ids) + config.max_new_tokens)
+    logits, cache = prefill(
+        model, input_ids, None if use_cache else NoCache(), max_length=len(prompt_ids) + config.max_new_tokens
+    )
     for index in range(config.max_new_tokens):
         token = choose(logits, config.temperature, generator, transforms, seen)
         token_id = int(token[0])
         seen.append(token_id)
-        piece, finish = text_and_finish(token_id, index == config.max_new_tokens - 1, request.eos_ids, text, stopper)
+        piece, finish = text_and_finish(
+            token_id, index == config.max_new_tokens - 1, request.eos_ids, text, stopper
+        )
         yield make_step(token_id, piece, logits[0], finish, return_logits)
         if finish is not None:
             return
         logits = decode_step(model, token, cache)
 
 
-def choose(logits: torch.Tensor, temperature: float, generator: torch.Generator,
-           transforms: Sequence, seen: Sequence[int]) -> torch.Tensor:
+def choose(
+    logits: torch.Tensor,
+    temperature: float,
+    generator: torch.Generator,
+    transforms: Sequence,
+    seen: Sequence[int],
+) -> torch.Tensor:
     """logits [B, V] -> token ids [B]; sampling draws on the CPU so a seed means the same everywhere.
 
     transforms: from DecodingConfig.transforms (temperature included); seen: prompt and generated ids.
@@ -102,26 +121,41 @@ def _beam_steps(model, tokenizer, request: Request, use_cache: bool, return_logi
     yield from best_sequence_steps(model, tokenizer, result, request, return_logits)
 
 
-def generate_text(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, prompt: Prompt,
-                  config: DecodingConfig | None = None, **options) -> str:
+def generate_text(
+    model: torch.nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    prompt: Prompt,
+    config: DecodingConfig | None = None,
+    **options,
+) -> str:
     """The whole generated text at once (same arguments as `generate`).
 
-        >>> generate_text(model, tokenizer, "Once upon a time", max_new_tokens=8)
+    >>> generate_text(model, tokenizer, "Once upon a time", max_new_tokens=8)
     """
     return "".join(step.text for step in generate(model, tokenizer, prompt, config, **options))
 
 
-def generate_ids(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, prompt: Prompt,
-                 config: DecodingConfig | None = None, **options) -> list[int]:
+def generate_ids(
+    model: torch.nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    prompt: Prompt,
+    config: DecodingConfig | None = None,
+    **options,
+) -> list[int]:
     """The generated token ids (EOS included when it ends generation, as in transformers)."""
     return [step.token_id for step in generate(model, tokenizer, prompt, config, **options)]
 
 
-def chat(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase,
-         messages: str | list[dict[str, str]], config: DecodingConfig | None = None, **options) -> str:
+def chat(
+    model: torch.nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    messages: str | list[dict[str, str]],
+    config: DecodingConfig | None = None,
+    **options,
+) -> str:
     """Ask a chat model: the messages go through the chat template, the answer comes back as text.
 
-        >>> chat(model, tokenizer, "What is the capital of France?")
-        'The capital of France is Paris.'
+    >>> chat(model, tokenizer, "What is the capital of France?")
+    'The capital of France is Paris.'
     """
     return generate_text(model, tokenizer, chat_prompt(tokenizer, messages), config, **options)

@@ -32,8 +32,15 @@ from labkit.decoding.request import check_request
 from labkit.decoding.sampling import greedy, sample
 
 
-def sample_batch(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, prompt_ids: Sequence[int],
-                 config: DecodingConfig, n: int, seed: int = 0, prefilled: tuple | None = None) -> list[list[int]]:
+def sample_batch(
+    model: torch.nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    prompt_ids: Sequence[int],
+    config: DecodingConfig,
+    n: int,
+    seed: int = 0,
+    prefilled: tuple | None = None,
+) -> list[list[int]]:
     """n continuations of one prompt, decoded together: one prefill of [n, P], then one decode step
     of [n, 1] per new token, all rows in one KV cache.
 
@@ -50,13 +57,17 @@ def sample_batch(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, pro
     """
     check_int("n", n, minimum=1)
     if config.stop or config.num_beams > 1:
-        raise ValueError("sample_batch() samples plain continuations: drop stop= and num_beams (use generate).")
+        raise ValueError(
+            "sample_batch() samples plain continuations: drop stop= and num_beams (use generate)."
+        )
     request = check_request(model, tokenizer, list(prompt_ids), config, {}, "sample_batch")
     prompt, eos, device = request.prompt_ids, request.eos_ids, model_device(model)
     transforms = request.config.transforms(len(prompt), eos)
     generators = [torch.Generator().manual_seed(seed + i) for i in range(n)]
     seen = torch.tensor([prompt] * n)  # [n, P + generated], on the CPU like generate's draws
-    logits, cache = prefilled or prefill(model, seen.to(device), max_length=len(prompt) + config.max_new_tokens)
+    logits, cache = prefilled or prefill(
+        model, seen.to(device), max_length=len(prompt) + config.max_new_tokens
+    )
     if logits.shape[0] != n:
         raise ValueError(f"prefilled holds {logits.shape[0]} rows, but n={n} samples were asked for.")
     for step in range(config.max_new_tokens):
@@ -65,30 +76,33 @@ def sample_batch(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, pro
             tokens = greedy(processed)
         else:
             probs = torch.softmax(processed, dim=-1)
-            tokens = torch.cat([sample(probs[i:i + 1], g) for i, g in enumerate(generators)])
+            tokens = torch.cat([sample(probs[i : i + 1], g) for i, g in enumerate(generators)])
         seen = torch.cat([seen, tokens[:, None]], dim=1)
-        if step == config.max_new_tokens - 1 or all(set(row) & eos for row in seen[:, len(prompt):].tolist()):
+        if step == config.max_new_tokens - 1 or all(
+            set(row) & eos for row in seen[:, len(prompt) :].tolist()
+        ):
             break
         logits = decode_step(model, tokens.to(device), cache)
     if seen.shape[1] > len(prompt) + 1:  # the cache holds the prompt and all but the last new token
         crop_cache(cache, len(prompt))
-    return [until_eos(row, eos) for row in seen[:, len(prompt):].tolist()]
+    return [until_eos(row, eos) for row in seen[:, len(prompt) :].tolist()]
 
 
 def until_eos(ids: Sequence[int], eos_ids: frozenset[int] | set[int]) -> list[int]:
     """ids up to and including the first EOS token (all of them if there is none).
 
-        >>> until_eos([5, 6, 2, 7], {2})
-        [5, 6, 2]
+    >>> until_eos([5, 6, 2, 7], {2})
+    [5, 6, 2]
     """
     for index, token in enumerate(ids):
         if token in eos_ids:
-            return list(ids[:index + 1])
+            return list(ids[: index + 1])
     return list(ids)
 
 
-def judge_bits_per_byte(judge: torch.nn.Module, judge_tokenizer: PreTrainedTokenizerBase, prompt_text: str,
-                        texts: Sequence[str]) -> torch.Tensor:
+def judge_bits_per_byte(
+    judge: torch.nn.Module, judge_tokenizer: PreTrainedTokenizerBase, prompt_text: str, texts: Sequence[str]
+) -> torch.Tensor:
     """Bits per byte [n] of each text under the judge, given prompt_text, in one forward pass.
 
     Each row is the judge's tokens of prompt_text (its BOS included) then of the text; rows are
@@ -112,7 +126,7 @@ def judge_bits_per_byte(judge: torch.nn.Module, judge_tokenizer: PreTrainedToken
         return torch.full((len(texts),), math.nan)
     keep = width - len(prompt) + 1  # positions len(prompt)-1 .. width-1 predict the text tokens
     logits = forward(judge, ids.to(model_device(judge)), keep=keep)[:, :-1].float().cpu()  # [n, width-P, V]
-    logprobs = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, len(prompt):, None]).squeeze(-1)
+    logprobs = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, len(prompt) :, None]).squeeze(-1)
     real = torch.tensor([[j < len(p) for j in range(width - len(prompt))] for p in pieces])
     nats = -(logprobs * real).sum(dim=-1)  # [n]
     n_bytes = torch.tensor([len(text.encode("utf-8")) for text in texts], dtype=torch.float32)
@@ -139,23 +153,42 @@ class SettingResult:
 def summarize(name: str, texts: Sequence[str], bits: torch.Tensor) -> SettingResult:
     """A SettingResult from the texts of one setting and their bits per byte [n] (nan ones skipped).
 
-        >>> summarize("greedy", ["a b c"] * 3, torch.tensor([1.0, 1.0, 1.0])).distinct_2
-        0.3333333333333333
+    >>> summarize("greedy", ["a b c"] * 3, torch.tensor([1.0, 1.0, 1.0])).distinct_2
+    0.3333333333333333
     """
     values = bits[~torch.isnan(bits)].double()
     if values.numel() == 0:
         raise ValueError(f"No sample of {name!r} could be scored (every text was empty).")
     mean = float(values.mean())
     half = 1.96 * float(values.std()) / math.sqrt(values.numel()) if values.numel() > 1 else 0.0
-    q1, median, q3 = (float(q) for q in torch.quantile(values, torch.tensor([0.25, 0.5, 0.75], dtype=values.dtype)))
-    return SettingResult(name, distinct_n(list(texts), 2), mean, mean - half, mean + half, q1, median, q3,
-                         values.numel(), tuple(texts))
+    q1, median, q3 = (
+        float(q) for q in torch.quantile(values, torch.tensor([0.25, 0.5, 0.75], dtype=values.dtype))
+    )
+    return SettingResult(
+        name,
+        distinct_n(list(texts), 2),
+        mean,
+        mean - half,
+        mean + half,
+        q1,
+        median,
+        q3,
+        values.numel(),
+        tuple(texts),
+    )
 
 
-def measure_settings(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, prompt_text: str,
-                     settings: Mapping[str, DecodingConfig], judge: torch.nn.Module,
-                     judge_tokenizer: PreTrainedTokenizerBase, n: int = 20, max_new_tokens: int = 24,
-                     seed: int = 0) -> list[SettingResult]:
+def measure_settings(
+    model: torch.nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    prompt_text: str,
+    settings: Mapping[str, DecodingConfig],
+    judge: torch.nn.Module,
+    judge_tokenizer: PreTrainedTokenizerBase,
+    n: int = 20,
+    max_new_tokens: int = 24,
+    seed: int = 0,
+) -> list[SettingResult]:
     """For each setting: n answers to the chat prompt prompt_text (seeds seed..seed+n-1, one batch that
     shares one prefill with the other settings; a greedy setting decodes once), the judge's bits per
     byte of each after prompt_text + a blank line, and their summary. Shows a progress bar.
@@ -182,8 +215,12 @@ def measure_settings(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase,
 def format_results(results: Sequence[SettingResult]) -> str:
     """A plain-text table: one row per setting, bits per byte as mean [95% interval] and median (IQR)."""
     check_items("results", results, "SettingResult (from measure_settings)", of=SettingResult)
-    lines = [f"{'setting':<20}{'distinct-2':>11}   {'bits/byte: mean [95% interval]':<32}{'median (IQR)':<20}"]
+    lines = [
+        f"{'setting':<20}{'distinct-2':>11}   {'bits/byte: mean [95% interval]':<32}{'median (IQR)':<20}"
+    ]
     for r in results:
-        lines.append(f"{r.name:<20}{r.distinct_2:>11.2f}   {r.mean:5.2f} [{r.low:.2f}, {r.high:.2f}]{'':<15}"
-                     f"{r.median:.2f} ({r.q1:.2f}-{r.q3:.2f})")
+        lines.append(
+            f"{r.name:<20}{r.distinct_2:>11.2f}   {r.mean:5.2f} [{r.low:.2f}, {r.high:.2f}]{'':<15}"
+            f"{r.median:.2f} ({r.q1:.2f}-{r.q3:.2f})"
+        )
     return "\n".join(lines)

@@ -35,7 +35,7 @@ CHRF_BETA = 2.0  # recall counts twice as much as precision (sacrebleu's default
 
 def _char_ngrams(text: str, n: int) -> Counter:
     text = "".join(text.split())  # chrF ignores whitespace
-    return Counter(text[i:i + n] for i in range(len(text) - n + 1))
+    return Counter(text[i : i + n] for i in range(len(text) - n + 1))
 
 
 def chrf(hypothesis: str, reference: str, order: int = CHRF_ORDER, beta: float = CHRF_BETA) -> float:
@@ -49,7 +49,9 @@ def chrf(hypothesis: str, reference: str, order: int = CHRF_ORDER, beta: float =
     """
     for name, text in (("hypothesis", hypothesis), ("reference", reference)):
         if not isinstance(text, str):
-            raise TypeError(f"{name} must be a string to compare by character n-grams, got {type(text).__name__}.")
+            raise TypeError(
+                f"{name} must be a string to compare by character n-grams, got {type(text).__name__}."
+            )
     check_int("order", order, minimum=1)
     check_number("beta", beta, above=0)
     precisions, recalls = [], []
@@ -65,7 +67,7 @@ def chrf(hypothesis: str, reference: str, order: int = CHRF_ORDER, beta: float =
     p, r = sum(precisions) / len(precisions), sum(recalls) / len(recalls)
     if p == 0 and r == 0:
         return 0.0
-    return 100 * (1 + beta ** 2) * p * r / (beta ** 2 * p + r)
+    return 100 * (1 + beta**2) * p * r / (beta**2 * p + r)
 
 
 def token_f1(hypothesis: str, reference: str) -> float:
@@ -88,7 +90,9 @@ def token_f1(hypothesis: str, reference: str) -> float:
 SIMILARITIES: dict[str, Callable[[str, str], float]] = {"chrf": chrf, "token_f1": token_f1}
 
 
-def mbr_select(candidates: Sequence[str], similarity: str | Callable[[str, str], float] = "chrf") -> tuple[int, list[float]]:
+def mbr_select(
+    candidates: Sequence[str], similarity: str | Callable[[str, str], float] = "chrf"
+) -> tuple[int, list[float]]:
     """(index of the MBR choice, expected similarity of every candidate to the others).
 
     Ties go to the earliest candidate.
@@ -100,10 +104,14 @@ def mbr_select(candidates: Sequence[str], similarity: str | Callable[[str, str],
         raise ValueError(f"MBR needs at least 2 candidates to compare, got {len(candidates)}.")
     measure = SIMILARITIES.get(similarity) if isinstance(similarity, str) else similarity
     if measure is None:
-        raise ValueError(f"Unknown similarity {similarity!r}; choose one of: {', '.join(SIMILARITIES)}, "
-                         "or pass a function (hypothesis, reference) -> float.")
+        raise ValueError(
+            f"Unknown similarity {similarity!r}; choose one of: {', '.join(SIMILARITIES)}, "
+            "or pass a function (hypothesis, reference) -> float."
+        )
     n = len(candidates)
-    expected = [sum(measure(candidates[i], candidates[j]) for j in range(n) if j != i) / (n - 1) for i in range(n)]
+    expected = [
+        sum(measure(candidates[i], candidates[j]) for j in range(n) if j != i) / (n - 1) for i in range(n)
+    ]
     best = max(range(n), key=lambda i: (expected[i], -i))
     return best, expected
 
@@ -119,9 +127,16 @@ class MbrResult:
 MBR_DEFAULTS = {"temperature": 1.0, "max_new_tokens": 48, "seed": 0}  # when no config is given
 
 
-def mbr_decode(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, prompt: Prompt,
-               config: DecodingConfig | None = None, *, n_samples: int = 8, similarity: str = "chrf",
-               **options) -> MbrResult:
+def mbr_decode(
+    model: torch.nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    prompt: Prompt,
+    config: DecodingConfig | None = None,
+    *,
+    n_samples: int = 8,
+    similarity: str = "chrf",
+    **options,
+) -> MbrResult:
     """Sample n_samples continuations (seeds seed, seed+1, ...) and return the MBR choice.
 
     config / options: how to sample (a DecodingConfig, or its options by name; default temperature=1.0,
@@ -131,14 +146,18 @@ def mbr_decode(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, promp
     """
     check_int("n_samples", n_samples, minimum=2)
     if not (callable(similarity) or similarity in SIMILARITIES):
-        raise ValueError(f"Unknown similarity {similarity!r}; choose one of: {', '.join(SIMILARITIES)}, "
-                         "or pass a function (hypothesis, reference) -> float.")
+        raise ValueError(
+            f"Unknown similarity {similarity!r}; choose one of: {', '.join(SIMILARITIES)}, "
+            "or pass a function (hypothesis, reference) -> float."
+        )
     request = check_request(model, tokenizer, prompt, config, options, "mbr_decode", MBR_DEFAULTS)
     config = request.config
     if not config.do_sample:
         raise ValueError("MBR compares samples: use temperature > 0.")
     seed = config.seed if config.seed is not None else int(torch.seed() % 2**31)
-    candidates = [generate_text(model, tokenizer, request.prompt_ids, config.replace(seed=seed + i)).strip()
-                  for i in range(n_samples)]
+    candidates = [
+        generate_text(model, tokenizer, request.prompt_ids, config.replace(seed=seed + i)).strip()
+        for i in range(n_samples)
+    ]
     index, expected = mbr_select(candidates, similarity)
     return MbrResult(candidates[index], index, candidates, expected)

@@ -66,7 +66,7 @@ def mirostat_v1_k(probs: torch.Tensor, mu: float) -> int:
     n = probs.shape[-1]
     if abs(e) < 1e-9:
         return n
-    k = ((e * 2 ** mu) / (1 - n ** (-e))) ** (1 / s)
+    k = ((e * 2**mu) / (1 - n ** (-e))) ** (1 / s)
     return int(min(max(round(k), 1), n)) if math.isfinite(k) else n
 
 
@@ -114,9 +114,18 @@ class MirostatRun:
 MIROSTAT_OPTIONS = ("max_new_tokens", "seed")  # the DecodingConfig options Mirostat uses
 
 
-def mirostat_generate(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, prompt: Prompt,
-                      config: DecodingConfig | None = None, *, tau: float = 3.0, eta: float = 0.1,
-                      version: int = 2, generator: torch.Generator | None = None, **options) -> MirostatRun:
+def mirostat_generate(
+    model: torch.nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    prompt: Prompt,
+    config: DecodingConfig | None = None,
+    *,
+    tau: float = 3.0,
+    eta: float = 0.1,
+    version: int = 2,
+    generator: torch.Generator | None = None,
+    **options,
+) -> MirostatRun:
     """Generate with Mirostat; the run keeps each step's surprise and mu for plotting.
 
     tau: target surprise in bits (> 0; llama.cpp's default is 5.0); eta: learning rate in (0, 1].
@@ -134,8 +143,11 @@ def mirostat_generate(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase
     truncate = mirostat_v2_filter if version == 2 else mirostat_v1_filter
     run, mu = MirostatRun(tau=tau), 2 * tau
     prompt_ids, max_new_tokens = request.prompt_ids, request.config.max_new_tokens
-    logits, cache = prefill(model, torch.tensor([prompt_ids], device=model_device(model)),
-                            max_length=len(prompt_ids) + max_new_tokens)
+    logits, cache = prefill(
+        model,
+        torch.tensor([prompt_ids], device=model_device(model)),
+        max_length=len(prompt_ids) + max_new_tokens,
+    )
     for index in range(max_new_tokens):
         kept_logits = truncate(logits.float().cpu(), mu)
         probs = kept_logits.softmax(dim=-1)
@@ -162,8 +174,13 @@ def _check_mirostat(tau: float, eta: float, version: int) -> None:
 
 def _check_only_mirostat_options(config: DecodingConfig) -> None:
     """Mirostat's truncation replaces temperature, top-k/p and the rest: refuse options it would ignore."""
-    ignored = [name for name in OPTION_NAMES if name not in MIROSTAT_OPTIONS
-               and getattr(config, name) != getattr(DEFAULT_CONFIG, name)]
+    ignored = [
+        name
+        for name in OPTION_NAMES
+        if name not in MIROSTAT_OPTIONS and getattr(config, name) != getattr(DEFAULT_CONFIG, name)
+    ]
     if ignored:
-        raise ValueError(f"mirostat_generate() uses only {', '.join(MIROSTAT_OPTIONS)} of the decoding options; "
-                         f"{', '.join(ignored)} would have no effect. Use labkit.generate for them.")
+        raise ValueError(
+            f"mirostat_generate() uses only {', '.join(MIROSTAT_OPTIONS)} of the decoding options; "
+            f"{', '.join(ignored)} would have no effect. Use labkit.generate for them."
+        )

@@ -70,8 +70,9 @@ RULES: dict[str, Rule] = {
     "typical_p": Rule(False, 0, 1, "in (0, 1] (1 turns it off)", low_open=True),
     "epsilon_cutoff": Rule(False, 0, 1, "in [0, 1) (0 turns it off)", high_open=True),
     "eta_cutoff": Rule(False, 0, 1, "in [0, 1) (0 turns it off)", high_open=True),
-    "repetition_penalty": Rule(False, 0, INF, "> 0 (1 is off, > 1 discourages repeats, < 1 encourages them)",
-                               low_open=True),
+    "repetition_penalty": Rule(
+        False, 0, INF, "> 0 (1 is off, > 1 discourages repeats, < 1 encourages them)", low_open=True
+    ),
     "presence_penalty": Rule(False, -2, 2, "in [-2, 2] (0 is off, > 0 discourages repeats)"),
     "frequency_penalty": Rule(False, -2, 2, "in [-2, 2] (0 is off, > 0 discourages repeats)"),
     "no_repeat_ngram_size": Rule(True, 0, INF, ">= 0 (0 turns it off)"),
@@ -93,8 +94,9 @@ def check_option(name: str, value: object) -> object:
     if rule.whole and (not is_int(value) or not rule.allows(value)):
         raise InvalidArgument(f"{name} must be an integer {rule.says}, got {value!r}.", name, value)
     if not rule.whole and (not is_number(value) or value != value):
-        raise InvalidArgument(f"{name} must be a number {rule.says}, got {value!r} ({type(value).__name__}).",
-                              name, value)
+        raise InvalidArgument(
+            f"{name} must be a number {rule.says}, got {value!r} ({type(value).__name__}).", name, value
+        )
     if not rule.whole and not rule.allows(value):
         raise InvalidArgument(f"{name} must be {rule.says}, got {value!r}.", name, value)
     return value

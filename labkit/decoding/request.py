@@ -40,7 +40,9 @@ class Step:
         if not isinstance(self.text, str):
             raise TypeError(f"text must be the token's new text (a string), got {type(self.text).__name__}.")
         if isinstance(self.logprob, bool) or not isinstance(self.logprob, (int, float)):
-            raise TypeError(f"logprob must be the token's log p (a float), got {type(self.logprob).__name__}.")
+            raise TypeError(
+                f"logprob must be the token's log p (a float), got {type(self.logprob).__name__}."
+            )
 
 
 @dataclass(frozen=True)
@@ -52,8 +54,9 @@ class Request:
     eos_ids: frozenset[int]
 
 
-def resolve_config(config: DecodingConfig | None, options: dict, caller: str,
-                   defaults: dict | None = None) -> DecodingConfig:
+def resolve_config(
+    config: DecodingConfig | None, options: dict, caller: str, defaults: dict | None = None
+) -> DecodingConfig:
     """The one DecodingConfig of a call: `config=...`, or options by name (over `defaults`), never both.
 
     Every decoding entry point calls this first, so every option is checked here and nowhere else.
@@ -63,21 +66,32 @@ def resolve_config(config: DecodingConfig | None, options: dict, caller: str,
     """
     unknown = sorted(set(options) - set(OPTION_NAMES))
     if unknown:
-        raise TypeError(f"{caller}() got unknown option(s) {', '.join(unknown)}; decoding options are: "
-                        f"{', '.join(OPTION_NAMES)}.")
+        raise TypeError(
+            f"{caller}() got unknown option(s) {', '.join(unknown)}; decoding options are: "
+            f"{', '.join(OPTION_NAMES)}."
+        )
     if config is None:
         return DecodingConfig(**{**(defaults or {}), **options})
     if not isinstance(config, DecodingConfig):
         raise TypeError(f"config must be a labkit DecodingConfig, got {type(config).__name__}.")
     if options:
-        raise ValueError(f"{caller}() got config= and also {', '.join(sorted(options))}: give the options either as "
-                         "config=DecodingConfig(...) or by name, not both (config.replace(...) changes one).")
+        raise ValueError(
+            f"{caller}() got config= and also {', '.join(sorted(options))}: give the options either as "
+            "config=DecodingConfig(...) or by name, not both (config.replace(...) changes one)."
+        )
     return config
 
 
-def check_request(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, prompt: Prompt,
-                  config: DecodingConfig | None, options: dict, caller: str,
-                  defaults: dict | None = None, max_model_len: int | None = None) -> Request:
+def check_request(
+    model: torch.nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    prompt: Prompt,
+    config: DecodingConfig | None,
+    options: dict,
+    caller: str,
+    defaults: dict | None = None,
+    max_model_len: int | None = None,
+) -> Request:
     """What every decoding entry point checks first: the options, the prompt, the context, the vocabulary.
 
     max_model_len: a serving engine's own limit on prompt + new tokens (its scheduler's), which may be
@@ -98,18 +112,23 @@ def check_request(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, pr
 def check_generator(generator: object) -> None:
     """Raise a TypeError unless generator is None or a torch.Generator."""
     if generator is not None and not isinstance(generator, torch.Generator):
-        raise TypeError(f"generator must be a torch.Generator (or None to use the config's seed), "
-                        f"got {type(generator).__name__}.")
+        raise TypeError(
+            f"generator must be a torch.Generator (or None to use the config's seed), "
+            f"got {type(generator).__name__}."
+        )
 
 
-def make_step(token_id: int, text: str, logits: torch.Tensor, finish: str | None, return_logits: bool) -> Step:
+def make_step(
+    token_id: int, text: str, logits: torch.Tensor, finish: str | None, return_logits: bool
+) -> Step:
     """A Step from the logits [V] the token was chosen from (kept on it only when asked for)."""
     logprob = float(torch.log_softmax(logits.float(), dim=-1)[token_id])
     return Step(token_id, text, logprob, finish, logits.float() if return_logits else None)
 
 
-def text_and_finish(token_id: int, last: bool, eos_ids: frozenset[int], text: TextStream,
-                    stopper: StopMatcher) -> tuple[str, str | None]:
+def text_and_finish(
+    token_id: int, last: bool, eos_ids: frozenset[int], text: TextStream, stopper: StopMatcher
+) -> tuple[str, str | None]:
     """The text a new token adds (a stop string is never emitted) and why generation ends with it, if it does."""
     finish = "eos" if token_id in eos_ids else ("length" if last else None)
     piece = "" if finish == "eos" else stopper.push(text.push(token_id))

@@ -24,6 +24,7 @@ NEG_INF = float("-inf")
 
 # --- choosing ------------------------------------------------------------------------------------
 
+
 def greedy(logits: torch.Tensor) -> torch.Tensor:
     """logits [B, V] -> token ids [B]: the most likely token (the lowest id on a tie, like argmax)."""
     if not isinstance(logits, torch.Tensor):
@@ -40,6 +41,7 @@ def sample(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
 
 # --- rescaling -----------------------------------------------------------------------------------
 
+
 def apply_temperature(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     """logits [B, V] / temperature. Below 1 sharpens the distribution, above 1 flattens it.
 
@@ -53,6 +55,7 @@ def apply_temperature(logits: torch.Tensor, temperature: float) -> torch.Tensor:
 
 
 # --- truncation: keep the head of the distribution, cut the tail ---------------------------------
+
 
 def _keep_at_least(remove: torch.Tensor, logits: torch.Tensor, min_tokens_to_keep: int) -> torch.Tensor:
     """Un-remove the min_tokens_to_keep highest logits (and every token tied with the last of them)."""
@@ -154,6 +157,7 @@ def eta_filter(logits: torch.Tensor, epsilon: float, min_tokens_to_keep: int = 1
 
 # --- penalties: they need the tokens seen so far, token_ids [B, T] ------------------------------
 
+
 def repetition_penalty(logits: torch.Tensor, token_ids: torch.Tensor, penalty: float) -> torch.Tensor:
     """CTRL's repetition penalty (Keskar et al. 2019): every token that occurs in token_ids [B, T] has
     its logit divided by `penalty` if positive, multiplied by it if negative (so it always becomes
@@ -166,8 +170,9 @@ def repetition_penalty(logits: torch.Tensor, token_ids: torch.Tensor, penalty: f
     return torch.where(seen, penalized, logits)
 
 
-def presence_frequency_penalty(logits: torch.Tensor, token_ids: torch.Tensor, presence: float = 0.0,
-                               frequency: float = 0.0) -> torch.Tensor:
+def presence_frequency_penalty(
+    logits: torch.Tensor, token_ids: torch.Tensor, presence: float = 0.0, frequency: float = 0.0
+) -> torch.Tensor:
     """OpenAI's penalties, counting the tokens in token_ids [B, T] (the *generated* tokens):
 
         logit[j] -= count[j] * frequency + (count[j] > 0) * presence
@@ -178,7 +183,9 @@ def presence_frequency_penalty(logits: torch.Tensor, token_ids: torch.Tensor, pr
         >>> presence_frequency_penalty(torch.zeros(1, 3), torch.tensor([[2, 2]]), 0.5, 0.25)
         tensor([[ 0.,  0., -1.]])
     """
-    counts = torch.zeros_like(logits).scatter_add(-1, token_ids, torch.ones_like(token_ids, dtype=logits.dtype))
+    counts = torch.zeros_like(logits).scatter_add(
+        -1, token_ids, torch.ones_like(token_ids, dtype=logits.dtype)
+    )
     return logits - counts * frequency - (counts > 0).to(logits.dtype) * presence
 
 
@@ -192,8 +199,8 @@ def no_repeat_ngram(logits: torch.Tensor, token_ids: torch.Tensor, n: int) -> to
     if token_ids.shape[-1] < n:
         return out
     for row, ids in enumerate(token_ids.tolist()):
-        prefix = tuple(ids[len(ids) - n + 1:])  # the n-1 most recent tokens
-        banned = [ids[i + n - 1] for i in range(len(ids) - n + 1) if tuple(ids[i:i + n - 1]) == prefix]
+        prefix = tuple(ids[len(ids) - n + 1 :])  # the n-1 most recent tokens
+        banned = [ids[i + n - 1] for i in range(len(ids) - n + 1) if tuple(ids[i : i + n - 1]) == prefix]
         out[row, banned] = NEG_INF
     return out
 
@@ -219,8 +226,9 @@ def ban_tokens(logits: torch.Tensor, token_ids: Iterable[int]) -> torch.Tensor:
     return out
 
 
-def min_new_tokens_filter(logits: torch.Tensor, n_generated: int, min_new_tokens: int,
-                          eos_token_ids: Iterable[int]) -> torch.Tensor:
+def min_new_tokens_filter(
+    logits: torch.Tensor, n_generated: int, min_new_tokens: int, eos_token_ids: Iterable[int]
+) -> torch.Tensor:
     """Mask the end-of-sequence token(s) while fewer than min_new_tokens tokens have been generated.
 
     Same as transformers' MinNewTokensLengthLogitsProcessor.

@@ -106,12 +106,23 @@ class Beams:
         running = torch.tensor([prompt_ids] * k)
         scores = torch.zeros(k)
         scores[1:] = -BIG
-        return cls(running, scores, [running[0].clone() for _ in range(k)], torch.full((k,), -BIG),
-                   torch.full((k,), -BIG), torch.zeros(k, dtype=torch.bool))
+        return cls(
+            running,
+            scores,
+            [running[0].clone() for _ in range(k)],
+            torch.full((k,), -BIG),
+            torch.full((k,), -BIG),
+            torch.zeros(k, dtype=torch.bool),
+        )
 
 
-def _merge_finished(beams: Beams, candidates: torch.Tensor, top_scores: torch.Tensor, just_finished: torch.Tensor,
-                    final_scores: torch.Tensor) -> torch.Tensor:
+def _merge_finished(
+    beams: Beams,
+    candidates: torch.Tensor,
+    top_scores: torch.Tensor,
+    just_finished: torch.Tensor,
+    final_scores: torch.Tensor,
+) -> torch.Tensor:
     """Keep the k best of the finished list and the candidates that just finished; return the chosen indices."""
     k = beams.finished_scores.shape[0]
     merged_scores = torch.cat([beams.finished_scores, final_scores + (~just_finished).float() * -BIG])
@@ -132,23 +143,39 @@ def _tree_row(parents, tokens, top_scores, ends, next_slots, best, just_finished
     def status(i: int) -> str:
         return "finished" if i in accepted else ("running" if i in slot_of and not ends[i] else "pruned")
 
-    return [BeamCandidate(int(parents[i]), int(tokens[i]), float(top_scores[i]), status(i),
-                          slot_of.get(i) if not ends[i] else None) for i in range(len(tokens))]
+    return [
+        BeamCandidate(
+            int(parents[i]),
+            int(tokens[i]),
+            float(top_scores[i]),
+            status(i),
+            slot_of.get(i) if not ends[i] else None,
+        )
+        for i in range(len(tokens))
+    ]
 
 
-def _still_open(beams: Beams, ends: torch.Tensor, generated: int, max_new_tokens: int, config: DecodingConfig) -> bool:
+def _still_open(
+    beams: Beams, ends: torch.Tensor, generated: int, max_new_tokens: int, config: DecodingConfig
+) -> bool:
     """Can a running beam still beat the worst finished one (transformers' heuristic), and is one open?"""
     lp, stopping = config.length_penalty, config.early_stopping
     best_length = max_new_tokens if (stopping == "never" and lp > 0) else generated
-    best_running = beams.running_scores[0] / (best_length ** lp)
+    best_running = beams.running_scores[0] / (best_length**lp)
     worst_finished = torch.where(beams.is_finished, beams.finished_scores.min(), torch.tensor(-BIG))
     beams.can_improve = beams.can_improve and bool((best_running > worst_finished).any())
     all_done = bool(beams.is_finished.all()) and stopping is True
     return beams.can_improve and not all_done and not bool(ends.all())
 
 
-def _advance(beams: Beams, logprobs: torch.Tensor, eos: torch.Tensor, generated: int, max_new_tokens: int,
-             config: DecodingConfig) -> tuple[list[BeamCandidate], torch.Tensor, torch.Tensor]:
+def _advance(
+    beams: Beams,
+    logprobs: torch.Tensor,
+    eos: torch.Tensor,
+    generated: int,
+    max_new_tokens: int,
+    config: DecodingConfig,
+) -> tuple[list[BeamCandidate], torch.Tensor, torch.Tensor]:
     """One step on logprobs [k, V]: returns (the step's tree row, ends [keep], parents of the new beams [k])."""
     k = config.num_beams
     keep = max(2, 1 + len(eos)) * k  # candidates looked at per step
@@ -170,8 +197,15 @@ def _advance(beams: Beams, logprobs: torch.Tensor, eos: torch.Tensor, generated:
     return row, ends, parents[next_slots]
 
 
-def beam_search(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, prompt: Prompt,
-                config: DecodingConfig | None = None, *, use_cache: bool = True, **options) -> BeamSearchResult:
+def beam_search(
+    model: torch.nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    prompt: Prompt,
+    config: DecodingConfig | None = None,
+    *,
+    use_cache: bool = True,
+    **options,
+) -> BeamSearchResult:
     """Beam search, as transformers' `generate(num_beams=..., do_sample=False)` does it.
 
     config / options: a DecodingConfig, or its options by name (default num_beams=4, max_new_tokens=32);
@@ -184,34 +218,51 @@ def beam_search(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, prom
     request = check_request(model, tokenizer, prompt, config, options, "beam_search", BEAM_DEFAULTS)
     config, prompt_ids = request.config, request.prompt_ids
     if config.do_sample:
-        raise ValueError(f"beam_search is deterministic; got temperature={config.temperature}. Use temperature=0.")
+        raise ValueError(
+            f"beam_search is deterministic; got temperature={config.temperature}. Use temperature=0."
+        )
     result = BeamSearchResult([], [], tuple(prompt_ids))
     if config.max_new_tokens == 0:
         return result
     eos = torch.tensor(sorted(request.eos_ids), dtype=torch.long)
     transforms = config.transforms(len(prompt_ids), request.eos_ids)
     beams = Beams.start(prompt_ids, config.num_beams)
-    logits, cache = prefill(model, beams.running.to(model_device(model)), None if use_cache else NoCache(),
-                            max_length=len(prompt_ids) + config.max_new_tokens)
+    logits, cache = prefill(
+        model,
+        beams.running.to(model_device(model)),
+        None if use_cache else NoCache(),
+        max_length=len(prompt_ids) + config.max_new_tokens,
+    )
     for generated in range(config.max_new_tokens):
-        logprobs = apply_transforms(torch.log_softmax(logits.float().cpu(), dim=-1), beams.running, transforms)
+        logprobs = apply_transforms(
+            torch.log_softmax(logits.float().cpu(), dim=-1), beams.running, transforms
+        )
         row, ends, beam_index = _advance(beams, logprobs, eos, generated, config.max_new_tokens, config)
         result.steps.append(row)
         if not _still_open(beams, ends, generated + 1, config.max_new_tokens, config):
             break
         reorder_cache(cache, beam_index)
         logits = decode_step(model, beams.running[:, -1].to(model_device(model)), cache)
-    result.hypotheses = [Hypothesis(tuple(seq[len(prompt_ids):].tolist()), float(logprob), float(score))
-                         for seq, score, logprob, done in zip(beams.finished, beams.finished_scores,
-                                                              beams.finished_logprobs, beams.is_finished) if done]
+    result.hypotheses = [
+        Hypothesis(tuple(seq[len(prompt_ids) :].tolist()), float(logprob), float(score))
+        for seq, score, logprob, done in zip(
+            beams.finished, beams.finished_scores, beams.finished_logprobs, beams.is_finished
+        )
+        if done
+    ]
     return result
 
 
-def best_sequence_steps(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, result: BeamSearchResult,
-                        request: Request, return_logits: bool = False) -> Iterator[Step]:
+def best_sequence_steps(
+    model: torch.nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    result: BeamSearchResult,
+    request: Request,
+    return_logits: bool = False,
+) -> Iterator[Step]:
     """The best sequence of a finished search as `Step`s, scored in one pass over it (for `generate`)."""
     prompt_ids, tokens = list(result.prompt_ids), list(result.best.token_ids)
-    token_logits = all_logits(model, prompt_ids + tokens)[len(prompt_ids) - 1:]
+    token_logits = all_logits(model, prompt_ids + tokens)[len(prompt_ids) - 1 :]
     text, stopper = TextStream(tokenizer, prompt_ids), StopMatcher(request.config.stop)
     for index, token_id in enumerate(tokens):
         piece, finish = text_and_finish(token_id, index == len(tokens) - 1, request.eos_ids, text, stopper)

@@ -50,8 +50,9 @@ def check_json_schema(schema: object, option: str = "json_schema") -> dict | Non
     if schema is True:
         return dict(ANY_JSON_OBJECT)
     if not isinstance(schema, dict):
-        raise ValueError(f"{option} must be a JSON schema (a dict), True for any JSON object, or None; "
-                         f"got {schema!r}.")
+        raise ValueError(
+            f"{option} must be a JSON schema (a dict), True for any JSON object, or None; got {schema!r}."
+        )
     try:
         text = json.dumps(schema, allow_nan=False)  # properties keep their order
     except (TypeError, ValueError) as error:
@@ -75,11 +76,14 @@ def check_grammar(grammar: object, json_schema: dict | None = None) -> str | Non
     if grammar is None:
         return None
     if not isinstance(grammar, str) or not grammar.strip():
-        raise ValueError(f"grammar must be a Lark grammar (text, e.g. 'start: \"yes\" | \"no\"') or None, "
-                         f"got {grammar!r}.")
+        raise ValueError(
+            f'grammar must be a Lark grammar (text, e.g. \'start: "yes" | "no"\') or None, got {grammar!r}.'
+        )
     if json_schema is not None:
-        raise ValueError("json_schema and grammar are two constraints on one answer: give one (a grammar can "
-                         "embed the schema as a rule: 'start: %json {...}').")
+        raise ValueError(
+            "json_schema and grammar are two constraints on one answer: give one (a grammar can "
+            "embed the schema as a rule: 'start: %json {...}')."
+        )
     compiled_lark(grammar)
     return grammar
 
@@ -112,7 +116,9 @@ def grammar_vocabulary(tokenizer: PreTrainedTokenizerBase) -> llguidance.LLToken
         try:
             vocabulary = llguidance.hf.from_tokenizer(tokenizer)
         except ValueError as error:
-            raise ValueError(f"json_schema and grammar need a fast (Rust) Hugging Face tokenizer: {error}.") from None
+            raise ValueError(
+                f"json_schema and grammar need a fast (Rust) Hugging Face tokenizer: {error}."
+            ) from None
         _VOCABULARIES[tokenizer] = vocabulary
     return vocabulary
 
@@ -127,8 +133,13 @@ def common_prefix_length(a: list[int], b: list[int]) -> int:
     return length
 
 
-def constraint_mask(json_schema: dict | None, grammar: str | None, vocabulary: llguidance.LLTokenizer | None,
-                    prompt_length: int, eos_token_ids: tuple[int, ...]) -> GrammarMask | None:
+def constraint_mask(
+    json_schema: dict | None,
+    grammar: str | None,
+    vocabulary: llguidance.LLTokenizer | None,
+    prompt_length: int,
+    eos_token_ids: tuple[int, ...],
+) -> GrammarMask | None:
     """The mask for DecodingConfig's json_schema or grammar (at most one is set); None when neither is."""
     if json_schema is not None:
         return JsonSchemaMask(json_schema, vocabulary, prompt_length, eos_token_ids)
@@ -154,17 +165,29 @@ class GrammarMask:
 
     option = "grammar"  # the DecodingConfig option it follows, named in its errors
 
-    def __init__(self, grammar: str, vocabulary: llguidance.LLTokenizer | None, prompt_length: int,
-                 eos_token_ids: tuple[int, ...]):
+    def __init__(
+        self,
+        grammar: str,
+        vocabulary: llguidance.LLTokenizer | None,
+        prompt_length: int,
+        eos_token_ids: tuple[int, ...],
+    ):
         self.source = grammar
         self.start(compiled_lark(grammar), vocabulary, prompt_length, eos_token_ids)
 
-    def start(self, compiled: str, vocabulary: llguidance.LLTokenizer | None, prompt_length: int,
-              eos_token_ids: tuple[int, ...]) -> None:
+    def start(
+        self,
+        compiled: str,
+        vocabulary: llguidance.LLTokenizer | None,
+        prompt_length: int,
+        eos_token_ids: tuple[int, ...],
+    ) -> None:
         """Keep the compiled grammar and the vocabulary; no row has a matcher yet."""
         if vocabulary is None:
-            raise ValueError(f"{self.option} needs the tokenizer's vocabulary: build the transforms from "
-                             "config.with_tokenizer(tokenizer) (labkit.generate and the Engine do).")
+            raise ValueError(
+                f"{self.option} needs the tokenizer's vocabulary: build the transforms from "
+                "config.with_tokenizer(tokenizer) (labkit.generate and the Engine do)."
+            )
         self.vocabulary, self.prompt_length, self.grammar = vocabulary, prompt_length, compiled
         self.eos_ids = tuple(eos_token_ids) or tuple(vocabulary.eos_tokens)
         self.matchers: list[llguidance.LLMatcher] = []
@@ -175,14 +198,18 @@ class GrammarMask:
         return f"grammar_mask(grammar={shown!r})"
 
     def __call__(self, logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
-        rows = [self.mask_row(row, logits[row], input_ids[row, self.prompt_length:].tolist())
-                for row in range(logits.shape[0])]
+        rows = [
+            self.mask_row(row, logits[row], input_ids[row, self.prompt_length :].tolist())
+            for row in range(logits.shape[0])
+        ]
         return torch.stack(rows)
 
     def mask_row(self, row: int, logits: torch.Tensor, generated: list[int]) -> torch.Tensor:
         """One row: logits [V] masked to what may follow `generated` (the row's new ids)."""
         matcher = None if any(token in self.eos_ids for token in generated) else self.advance(row, generated)
-        allowed = self.eos_only(logits.shape[-1]) if matcher is None else self.allowed(matcher, logits.shape[-1])
+        allowed = (
+            self.eos_only(logits.shape[-1]) if matcher is None else self.allowed(matcher, logits.shape[-1])
+        )
         masked = logits.masked_fill(~allowed, float("-inf"))
         if not masked.isfinite().any():
             masked = torch.zeros_like(logits).masked_fill(~allowed, float("-inf"))
@@ -199,12 +226,14 @@ class GrammarMask:
         if shared < len(consumed):
             matcher.rollback(len(consumed) - shared)
         taken = matcher.try_consume_tokens(generated[shared:])
-        self.consumed[row] = generated[:shared + taken]
+        self.consumed[row] = generated[: shared + taken]
         return matcher if shared + taken == len(generated) else None
 
     def allowed(self, matcher: llguidance.LLMatcher, vocab_size: int) -> torch.Tensor:
         """[V] bool: the tokens the matcher allows next, with the request's EOS ids when the grammar may end."""
-        bias = torch.frombuffer(bytearray(matcher.compute_logit_bias()), dtype=torch.uint8)  # 0 or 200 per token
+        bias = torch.frombuffer(
+            bytearray(matcher.compute_logit_bias()), dtype=torch.uint8
+        )  # 0 or 200 per token
         allowed = torch.zeros(vocab_size, dtype=torch.bool)
         shown = min(vocab_size, bias.shape[0])
         allowed[:shown] = bias[:shown] > 0
@@ -223,17 +252,24 @@ class GrammarMask:
 class JsonSchemaMask(GrammarMask):
     """A GrammarMask for a JSON schema: only JSON that fits it, then only EOS once the JSON is complete.
 
-        >>> mask = JsonSchemaMask({"enum": ["yes", "no"]}, grammar_vocabulary(tokenizer), 0, (2,))
-        >>> mask(torch.zeros(1, 49152), torch.empty(1, 0, dtype=torch.long)).isfinite().sum()  # 1: only '"'
+    >>> mask = JsonSchemaMask({"enum": ["yes", "no"]}, grammar_vocabulary(tokenizer), 0, (2,))
+    >>> mask(torch.zeros(1, 49152), torch.empty(1, 0, dtype=torch.long)).isfinite().sum()  # 1: only '"'
     """
 
     option = "json_schema"
 
-    def __init__(self, schema: dict, vocabulary: llguidance.LLTokenizer | None, prompt_length: int,
-                 eos_token_ids: tuple[int, ...]):
+    def __init__(
+        self,
+        schema: dict,
+        vocabulary: llguidance.LLTokenizer | None,
+        prompt_length: int,
+        eos_token_ids: tuple[int, ...],
+    ):
         if not isinstance(schema, (dict, bool)):
-            raise TypeError(f"schema must be a JSON schema (a dict such as {{'type': 'string'}}), "
-                            f"got {type(schema).__name__}.")
+            raise TypeError(
+                f"schema must be a JSON schema (a dict such as {{'type': 'string'}}), "
+                f"got {type(schema).__name__}."
+            )
         self.schema = schema
         self.start(compiled_grammar(json.dumps(schema)), vocabulary, prompt_length, eos_token_ids)
 

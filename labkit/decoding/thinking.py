@@ -50,8 +50,9 @@ from labkit.core.doors import check_record
 from labkit.core.text import chat_prompt
 
 NEG_INF = float("-inf")
-THINKING_INSTRUCTION = ("Before you answer, think step by step between {start} and {end}. "
-                        "After {end} give only the final answer.")
+THINKING_INSTRUCTION = (
+    "Before you answer, think step by step between {start} and {end}. After {end} give only the final answer."
+)
 Span = tuple[int, int | None]  # a thinking section's content: ids[first:stop]; stop None while it is open
 
 
@@ -68,8 +69,8 @@ class ThinkingTokens:
 class ThinkingFormat:
     """The text that opens and closes a thinking section, and what budget forcing writes instead of closing.
 
-        >>> ThinkingFormat().token_ids(tokenizer).end        # SmolLM2: '</' 'think' '>', ' </' 'think' '>'
-        ((9617, 17400, 46), (22577, 17400, 46))
+    >>> ThinkingFormat().token_ids(tokenizer).end        # SmolLM2: '</' 'think' '>', ' </' 'think' '>'
+    ((9617, 17400, 46), (22577, 17400, 46))
     """
 
     start: str = "<think>"  # opens the thinking section
@@ -82,11 +83,14 @@ class ThinkingFormat:
             if not isinstance(value, str) or not value.strip():
                 raise ValueError(f"ThinkingFormat's {name} must be a non-empty string, got {value!r}.")
         if self.start in self.end or self.end in self.start:
-            raise ValueError(f"ThinkingFormat's start and end markers must differ, neither inside the other; "
-                             f"got {self.start!r} and {self.end!r}.")
+            raise ValueError(
+                f"ThinkingFormat's start and end markers must differ, neither inside the other; "
+                f"got {self.start!r} and {self.end!r}."
+            )
 
     def token_ids(self, tokenizer: PreTrainedTokenizerBase) -> ThinkingTokens:
         """The markers' token ids in this tokenizer (each marker alone and after a space)."""
+
         def spellings(text: str) -> tuple[tuple[int, ...], ...]:
             found = [tuple(tokenizer.encode(t, add_special_tokens=False)) for t in (text, " " + text)]
             return tuple(dict.fromkeys(ids for ids in found if ids))
@@ -95,33 +99,42 @@ class ThinkingFormat:
         return ThinkingTokens(spellings(self.start), spellings(self.end), wait)
 
 
-def check_thinking_options(thinking_format: object, budget: object, minimum: object, json_schema: object,
-                           grammar: object = None) -> None:
+def check_thinking_options(
+    thinking_format: object, budget: object, minimum: object, json_schema: object, grammar: object = None
+) -> None:
     """DecodingConfig's checks of thinking_budget, thinking_min and thinking_format: a ValueError naming one."""
     if not isinstance(thinking_format, ThinkingFormat):
-        raise ValueError(f"thinking_format must be a labkit ThinkingFormat(start=..., end=...), "
-                         f"got {thinking_format!r}.")
+        raise ValueError(
+            f"thinking_format must be a labkit ThinkingFormat(start=..., end=...), got {thinking_format!r}."
+        )
     if budget is not None:
         check_int("thinking_budget", budget, minimum=0, note="thinking tokens; None turns it off")
     check_int("thinking_min", minimum, minimum=0, note="thinking tokens; 0 turns it off")
     if budget is not None and minimum > budget:
-        raise ValueError(f"thinking_min must be at most thinking_budget, got thinking_min={minimum} > "
-                         f"thinking_budget={budget}.")
+        raise ValueError(
+            f"thinking_min must be at most thinking_budget, got thinking_min={minimum} > "
+            f"thinking_budget={budget}."
+        )
     if budget is None and minimum == 0 and thinking_format != ThinkingFormat():
-        raise ValueError("thinking_format sets the markers of a thinking section, but acts only with "
-                         "thinking_budget or thinking_min; set one of them.")
+        raise ValueError(
+            "thinking_format sets the markers of a thinking section, but acts only with "
+            "thinking_budget or thinking_min; set one of them."
+        )
     for name, constraint in (("json_schema", json_schema), ("grammar", grammar)):
         if constraint is not None and (budget is not None or minimum > 0):
-            raise ValueError(f"{name} constrains the answer from the first token, leaving no room for a thinking "
-                             f"section; drop thinking_budget / thinking_min, or {name}.")
+            raise ValueError(
+                f"{name} constrains the answer from the first token, leaving no room for a thinking "
+                f"section; drop thinking_budget / thinking_min, or {name}."
+            )
 
 
 # --- reading the ids: where are the thinking sections? -----------------------------------------
 
+
 def marker_before(ids: Sequence[int], stop: int, spellings: Iterable[tuple[int, ...]]) -> int:
     """The length of the spelling that ids[:stop] ends with (0 if none)."""
     for spelling in spellings:
-        if stop >= len(spelling) and tuple(ids[stop - len(spelling):stop]) == spelling:
+        if stop >= len(spelling) and tuple(ids[stop - len(spelling) : stop]) == spelling:
             return len(spelling)
     return 0
 
@@ -153,8 +166,8 @@ def thinking_spans(ids: Sequence[int], tokens: ThinkingTokens, prompt_length: in
 def thinking_token_count(ids: Sequence[int], tokens: ThinkingTokens, prompt_length: int = 0) -> int:
     """How many generated tokens lie inside thinking sections (markers not counted).
 
-        >>> thinking_token_count(prompt_ids + generated, ThinkingFormat().token_ids(tokenizer), len(prompt_ids))
-        16
+    >>> thinking_token_count(prompt_ids + generated, ThinkingFormat().token_ids(tokenizer), len(prompt_ids))
+    16
     """
     spans = thinking_spans(ids, tokens, prompt_length)
     return sum((len(ids) if stop is None else stop) - first for first, stop in spans)
@@ -163,12 +176,13 @@ def thinking_token_count(ids: Sequence[int], tokens: ThinkingTokens, prompt_leng
 def begun(ids: Sequence[int], spelling: Sequence[int], most: int) -> int:
     """How many tokens of `spelling`, fewer than all of it and at most `most`, the ids end with (0 if none)."""
     for k in range(min(len(spelling) - 1, most), 0, -1):
-        if tuple(ids[len(ids) - k:]) == tuple(spelling[:k]):
+        if tuple(ids[len(ids) - k :]) == tuple(spelling[:k]):
             return k
     return 0
 
 
 # --- the transform -----------------------------------------------------------------------------
+
 
 def only(row: torch.Tensor, token_id: int) -> torch.Tensor:
     """row [V] with every logit but token_id's at -inf (its own kept, or 0 if an earlier transform banned it)."""
@@ -201,8 +215,10 @@ class ThinkingBudget:
 
     def __post_init__(self) -> None:
         if self.tokens is None:
-            raise ValueError("thinking_budget / thinking_min need the markers' token ids: build the transforms "
-                             "from config.with_tokenizer(tokenizer) (labkit.generate and the Engine do).")
+            raise ValueError(
+                "thinking_budget / thinking_min need the markers' token ids: build the transforms "
+                "from config.with_tokenizer(tokenizer) (labkit.generate and the Engine do)."
+            )
 
     def __repr__(self) -> str:
         return f"thinking_budget(budget={self.budget}, minimum={self.minimum})"
@@ -236,18 +252,24 @@ class ThinkingBudget:
 
 # --- prompting and reading results -------------------------------------------------------------
 
+
 def checked_format(thinking_format: object) -> ThinkingFormat:
     """thinking_format, or the default ThinkingFormat() for None; a TypeError for anything else."""
     if thinking_format is None:
         return ThinkingFormat()
     if not isinstance(thinking_format, ThinkingFormat):
-        raise TypeError(f"thinking_format must be a labkit ThinkingFormat, got {type(thinking_format).__name__}.")
+        raise TypeError(
+            f"thinking_format must be a labkit ThinkingFormat, got {type(thinking_format).__name__}."
+        )
     return thinking_format
 
 
-def thinking_prompt(tokenizer: PreTrainedTokenizerBase, messages: str | list[dict[str, str]],
-                    thinking_format: ThinkingFormat | None = None,
-                    instruction: str = THINKING_INSTRUCTION) -> list[int]:
+def thinking_prompt(
+    tokenizer: PreTrainedTokenizerBase,
+    messages: str | list[dict[str, str]],
+    thinking_format: ThinkingFormat | None = None,
+    instruction: str = THINKING_INSTRUCTION,
+) -> list[int]:
     """Token ids of a chat that asks for a thinking section and opens it: the answer starts inside it.
 
     messages: a question, or chat messages; a system message saying `instruction` (its {start} and {end}
@@ -262,16 +284,18 @@ def thinking_prompt(tokenizer: PreTrainedTokenizerBase, messages: str | list[dic
     if not isinstance(instruction, str):
         raise TypeError(f"instruction must be a string, got {type(instruction).__name__}.")
     messages = [{"role": "user", "content": messages}] if isinstance(messages, str) else messages
-    if isinstance(messages, list) and not (messages and isinstance(messages[0], dict)
-                                           and messages[0].get("role") == "system"):
+    if isinstance(messages, list) and not (
+        messages and isinstance(messages[0], dict) and messages[0].get("role") == "system"
+    ):
         system = instruction.format(start=markers.start, end=markers.end)
         messages = [{"role": "system", "content": system}, *messages]
     opened = tokenizer.encode(markers.start + "\n", add_special_tokens=False)
     return chat_prompt(tokenizer, messages) + opened
 
 
-def split_thinking(text: str, thinking_format: ThinkingFormat | None = None,
-                   opened: bool = False) -> tuple[str, str]:
+def split_thinking(
+    text: str, thinking_format: ThinkingFormat | None = None, opened: bool = False
+) -> tuple[str, str]:
     """(thinking, answer) of a generated text, each stripped of surrounding white space.
 
     The thinking runs from the start marker (from the text's beginning when `opened`: the prompt opened
@@ -293,4 +317,4 @@ def split_thinking(text: str, thinking_format: ThinkingFormat | None = None,
     stop = text.find(markers.end, first)
     if stop < 0:
         return text[first:].strip(), ""
-    return text[first:stop].strip(), text[stop + len(markers.end):].strip()
+    return text[first:stop].strip(), text[stop + len(markers.end) :].strip()

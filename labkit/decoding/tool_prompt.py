@@ -46,15 +46,20 @@ from labkit.core.text import chat_prompt
 from labkit.decoding.tools import ToolSpec, call_text
 
 ROLES = ("system", "user", "assistant", "tool")
-TOOLS_INTRO = "# Tools\n\nYou can call functions to answer. Their signatures, one JSON object a line, are inside " \
-              "<tools></tools>:\n<tools>\n"
-TOOLS_OUTRO = ("\n</tools>\n\nTo call one, answer with a <tool_call></tool_call> block for each call, holding a "
-               "JSON object with the function's name and its arguments:\n<tool_call>\n"
-               '{"name": <function name>, "arguments": <the arguments as a JSON object>}\n</tool_call>')
+TOOLS_INTRO = (
+    "# Tools\n\nYou can call functions to answer. Their signatures, one JSON object a line, are inside "
+    "<tools></tools>:\n<tools>\n"
+)
+TOOLS_OUTRO = (
+    "\n</tools>\n\nTo call one, answer with a <tool_call></tool_call> block for each call, holding a "
+    "JSON object with the function's name and its arguments:\n<tool_call>\n"
+    '{"name": <function name>, "arguments": <the arguments as a JSON object>}\n</tool_call>'
+)
 
 
-def tool_chat_prompt(tokenizer: PreTrainedTokenizerBase, messages: str | list[dict],
-                     tools: ToolSpec | object = None) -> list[int]:
+def tool_chat_prompt(
+    tokenizer: PreTrainedTokenizerBase, messages: str | list[dict], tools: ToolSpec | object = None
+) -> list[int]:
     """Token ids of a chat with tools, ready for the answer. messages are OpenAI's: system, user,
     assistant (content and/or tool_calls) and tool (tool_call_id, content) messages; tools is a
     ToolSpec or OpenAI's `tools` list (tool_choice "none" lists no tools).
@@ -75,7 +80,9 @@ def check_tool_messages(messages: object) -> dict[str, str]:
     """Check OpenAI's chat messages, tool turns included; return {call id: function name} of the
     assistant's calls. A ValueError names the message and field at fault (messages[3].tool_call_id)."""
     if not isinstance(messages, list) or not messages:
-        raise ValueError(f"messages must be a non-empty list of {{'role', 'content'}} dicts, got {messages!r}.")
+        raise ValueError(
+            f"messages must be a non-empty list of {{'role', 'content'}} dicts, got {messages!r}."
+        )
     calls: dict[str, str] = {}
     for index, message in enumerate(messages):
         where = f"messages[{index}]"
@@ -89,8 +96,10 @@ def check_tool_messages(messages: object) -> dict[str, str]:
         if has_calls:
             calls.update(check_calls(message["tool_calls"], f"{where}.tool_calls"))
         if message["role"] == "tool" and message.get("tool_call_id") not in calls:
-            raise ValueError(f"{where}.tool_call_id must be the id of an earlier assistant tool call "
-                             f"({', '.join(calls) or 'none made'}), got {message.get('tool_call_id')!r}.")
+            raise ValueError(
+                f"{where}.tool_call_id must be the id of an earlier assistant tool call "
+                f"({', '.join(calls) or 'none made'}), got {message.get('tool_call_id')!r}."
+            )
     return calls
 
 
@@ -103,13 +112,17 @@ def check_calls(tool_calls: object, where: str) -> dict[str, str]:
     for index, call in enumerate(tool_calls):
         function = call.get("function") if isinstance(call, dict) else None
         if not isinstance(function, dict) or not isinstance(call.get("id"), str):
-            raise ValueError(f'{where}[{index}] must be {{"id", "type": "function", "function": {{"name", '
-                             f'"arguments"}}}}, got {call!r}.')
+            raise ValueError(
+                f'{where}[{index}] must be {{"id", "type": "function", "function": {{"name", '
+                f'"arguments"}}}}, got {call!r}.'
+            )
         if not isinstance(function.get("name"), str):
             raise ValueError(f"{where}[{index}].function.name must be text, got {function.get('name')!r}.")
         if not isinstance(arguments_of(function), dict):
-            raise ValueError(f"{where}[{index}].function.arguments must be a JSON object (as text or a dict), "
-                             f"got {function.get('arguments')!r}.")
+            raise ValueError(
+                f"{where}[{index}].function.arguments must be a JSON object (as text or a dict), "
+                f"got {function.get('arguments')!r}."
+            )
         calls[call["id"]] = function["name"]
     return calls
 
@@ -138,7 +151,10 @@ def hermes_turn(message: dict) -> dict[str, str]:
     a tool's result as a user turn holding a <tool_response> block."""
     role, content = message["role"], message.get("content") or ""
     if role == "assistant" and message.get("tool_calls"):
-        blocks = [call_text(call["function"]["name"], arguments_of(call["function"])) for call in message["tool_calls"]]
+        blocks = [
+            call_text(call["function"]["name"], arguments_of(call["function"]))
+            for call in message["tool_calls"]
+        ]
         content = "\n".join(([content] if content else []) + blocks)
     if role == "tool":
         return {"role": "user", "content": f"<tool_response>\n{content}\n</tool_response>"}
@@ -163,21 +179,28 @@ def hermes_messages(messages: list[dict], spec: ToolSpec) -> list[dict[str, str]
     return rendered
 
 
-def template_prompt(tokenizer: PreTrainedTokenizerBase, messages: list[dict], spec: ToolSpec,
-                    calls: dict[str, str]) -> list[int]:
+def template_prompt(
+    tokenizer: PreTrainedTokenizerBase, messages: list[dict], spec: ToolSpec, calls: dict[str, str]
+) -> list[int]:
     """Token ids from a chat template that reads `tools`: calls' arguments as dicts (transformers' shape),
     tool messages with their function's name."""
     shaped = []
     for message in messages:
         message = dict(message)
         if message.get("tool_calls"):
-            message["tool_calls"] = [{**call, "function": {"name": call["function"]["name"],
-                                                           "arguments": arguments_of(call["function"])}}
-                                     for call in message["tool_calls"]]
+            message["tool_calls"] = [
+                {
+                    **call,
+                    "function": {
+                        "name": call["function"]["name"],
+                        "arguments": arguments_of(call["function"]),
+                    },
+                }
+                for call in message["tool_calls"]
+            ]
         if message["role"] == "tool":
             message["name"] = calls[message["tool_call_id"]]
         shaped.append(message)
     tools = [tool.to_openai() for tool in spec.offered] or None
     rendered = tokenizer.apply_chat_template(shaped, tools=tools, add_generation_prompt=True, tokenize=False)
     return tokenizer(rendered, add_special_tokens=False)["input_ids"]
-

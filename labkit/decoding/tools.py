@@ -74,11 +74,15 @@ class Tool:
             raise ValueError(f'{where}.type must be "function" (labkit calls functions only), got {got!r}.')
         function = tool.get("function")
         if not isinstance(function, dict):
-            raise ValueError(f'{where}.function must be an object {{"name", "description", "parameters"}}, '
-                             f"got {function!r}.")
+            raise ValueError(
+                f'{where}.function must be an object {{"name", "description", "parameters"}}, '
+                f"got {function!r}."
+            )
         name = function.get("name")
         if not isinstance(name, str) or not TOOL_NAME.fullmatch(name):
-            raise ValueError(f"{where}.function.name must be 1 to 64 letters, digits, '_' or '-', got {name!r}.")
+            raise ValueError(
+                f"{where}.function.name must be 1 to 64 letters, digits, '_' or '-', got {name!r}."
+            )
         description = function.get("description", "")
         if not isinstance(description, str):
             raise ValueError(f"{where}.function.description must be text, got {description!r}.")
@@ -87,8 +91,10 @@ class Tool:
 
     def to_openai(self) -> dict:
         """The tool as OpenAI's API writes it (and as the prompt shows it)."""
-        return {"type": "function", "function": {"name": self.name, "description": self.description,
-                                                 "parameters": self.parameters}}
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
+        }
 
 
 def check_parameters(parameters: object, where: str) -> dict:
@@ -99,8 +105,10 @@ def check_parameters(parameters: object, where: str) -> dict:
     if not isinstance(parameters, dict):
         raise ValueError(f"{where} must be a JSON schema of the arguments (an object), got {parameters!r}.")
     if parameters.get("type", "object") != "object":
-        raise ValueError(f'{where} must describe an object ("type": "object": arguments are named), '
-                         f"got type {parameters['type']!r}.")
+        raise ValueError(
+            f'{where} must describe an object ("type": "object": arguments are named), '
+            f"got type {parameters['type']!r}."
+        )
     checked = structured.check_json_schema({"type": "object", **parameters}, where)
     try:
         jsonschema.validators.validator_for(checked).check_schema(checked)
@@ -114,9 +122,13 @@ def check_tools(tools: object) -> tuple[Tool, ...]:
     if tools is None:
         return ()
     if isinstance(tools, (str, dict)) or not isinstance(tools, Iterable):
-        raise ValueError(f'tools must be a list of {{"type": "function", "function": {{...}}}} objects, got {tools!r}.')
-    checked = tuple(tool if isinstance(tool, Tool) else Tool.from_openai(tool, f"tools[{index}]")
-                    for index, tool in enumerate(tools))
+        raise ValueError(
+            f'tools must be a list of {{"type": "function", "function": {{...}}}} objects, got {tools!r}.'
+        )
+    checked = tuple(
+        tool if isinstance(tool, Tool) else Tool.from_openai(tool, f"tools[{index}]")
+        for index, tool in enumerate(tools)
+    )
     names = [tool.name for tool in checked]
     repeated = sorted({name for name in names if names.count(name) > 1})
     if repeated:
@@ -145,15 +157,21 @@ def check_tool_choice(choice: object, tools: Sequence[Tool]) -> ToolChoice:
         if choice == "required" and not tools:
             raise ValueError('tool_choice "required" needs tools to call, and tools is empty.')
         return ToolChoice(choice)
-    function = choice.get("function") if isinstance(choice, dict) and choice.get("type") == "function" else None
+    function = (
+        choice.get("function") if isinstance(choice, dict) and choice.get("type") == "function" else None
+    )
     name = function.get("name") if isinstance(function, dict) else None
     if not isinstance(name, str):
-        raise ValueError(f'tool_choice must be "none", "auto", "required" or {{"type": "function", "function": '
-                         f'{{"name": ...}}}}, got {choice!r}.')
+        raise ValueError(
+            f'tool_choice must be "none", "auto", "required" or {{"type": "function", "function": '
+            f'{{"name": ...}}}}, got {choice!r}.'
+        )
     offered = [tool.name for tool in tools]
     if name not in offered:
-        raise ValueError(f"tool_choice names the function {name!r}, which is not among tools "
-                         f"({', '.join(offered) or 'none given'}).")
+        raise ValueError(
+            f"tool_choice names the function {name!r}, which is not among tools "
+            f"({', '.join(offered) or 'none given'})."
+        )
     return ToolChoice("function", name)
 
 
@@ -168,7 +186,11 @@ class ToolCall:
 
     def to_openai(self) -> dict:
         """The call as an OpenAI message's `tool_calls` item."""
-        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments_json}}
+        return {
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": self.arguments_json},
+        }
 
 
 def new_call_id() -> str:
@@ -178,25 +200,35 @@ def new_call_id() -> str:
 
 def call_schema(tools: Sequence[Tool]) -> dict:
     """The JSON schema of one call to any of `tools`: {"name": its name, "arguments": its parameters}."""
-    calls = [{"type": "object", "properties": {"name": {"const": tool.name}, "arguments": tool.parameters},
-              "required": ["name", "arguments"], "additionalProperties": False} for tool in tools]
+    calls = [
+        {
+            "type": "object",
+            "properties": {"name": {"const": tool.name}, "arguments": tool.parameters},
+            "required": ["name", "arguments"],
+            "additionalProperties": False,
+        }
+        for tool in tools
+    ]
     return {"anyOf": calls, "x-guidance": structured.COMPILE_OPTIONS}
 
 
 def tool_call_grammar(tools: Sequence[Tool], choice: ToolChoice, parallel: bool = True) -> str | None:
     """The Lark grammar (DecodingConfig's `grammar`) for a tool choice; None for "none" or no tools.
 
-        >>> print(tool_call_grammar(tools, ToolChoice("required"), parallel=False))
-        start: call
-        call: "<tool_call>\\n" %json {"anyOf": [...]} "\\n</tool_call>"
+    >>> print(tool_call_grammar(tools, ToolChoice("required"), parallel=False))
+    start: call
+    call: "<tool_call>\\n" %json {"anyOf": [...]} "\\n</tool_call>"
     """
     if choice.mode == "none" or not tools:
         return None
     callable_tools = [tool for tool in tools if choice.mode != "function" or tool.name == choice.name]
     calls = "calls" if parallel else "call"
     start = f"start: TEXT | {calls}" if choice.mode == "auto" else f"start: {calls}"
-    rules = [start, 'calls: call ("\\n" call)*',
-             f'call: "{CALL_OPEN}\\n" %json {json.dumps(call_schema(callable_tools))} "\\n{CALL_CLOSE}"']
+    rules = [
+        start,
+        'calls: call ("\\n" call)*',
+        f'call: "{CALL_OPEN}\\n" %json {json.dumps(call_schema(callable_tools))} "\\n{CALL_CLOSE}"',
+    ]
     if choice.mode == "auto":
         rules.append(f"TEXT: {NO_CALL_TEXT}")
     return "\n".join(rules if parallel else [rules[0]] + rules[2:])
@@ -204,9 +236,14 @@ def tool_call_grammar(tools: Sequence[Tool], choice: ToolChoice, parallel: bool 
 
 def call_text(name: str, arguments: dict) -> str:
     """One call as the model writes it (and as an earlier call is shown to it in the prompt)."""
-    body = json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False,
-                      separators=(structured.COMPILE_OPTIONS["item_separator"],
-                                  structured.COMPILE_OPTIONS["key_separator"]))
+    body = json.dumps(
+        {"name": name, "arguments": arguments},
+        ensure_ascii=False,
+        separators=(
+            structured.COMPILE_OPTIONS["item_separator"],
+            structured.COMPILE_OPTIONS["key_separator"],
+        ),
+    )
     return f"{CALL_OPEN}\n{body}\n{CALL_CLOSE}"
 
 
@@ -217,7 +254,11 @@ def read_call(block: str, tools: dict[str, Tool]) -> ToolCall | None:
         call = json.loads(block)
     except json.JSONDecodeError:
         return None
-    if not isinstance(call, dict) or call.get("name") not in tools or not isinstance(call.get("arguments"), dict):
+    if (
+        not isinstance(call, dict)
+        or call.get("name") not in tools
+        or not isinstance(call.get("arguments"), dict)
+    ):
         return None
     tool = tools[call["name"]]
     if not jsonschema.validators.validator_for(tool.parameters)(tool.parameters).is_valid(call["arguments"]):
@@ -262,8 +303,9 @@ class ToolSpec:
     parallel: bool = True  # parallel_tool_calls: True allows one or more calls, False exactly one
 
     @classmethod
-    def from_openai(cls, tools: object = None, tool_choice: object = None,
-                    parallel_tool_calls: object = True) -> ToolSpec:
+    def from_openai(
+        cls, tools: object = None, tool_choice: object = None, parallel_tool_calls: object = True
+    ) -> ToolSpec:
         """Check OpenAI's three fields; a ValueError names the one at fault."""
         checked = check_tools(tools)
         if not isinstance(parallel_tool_calls, bool):

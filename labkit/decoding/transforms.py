@@ -36,12 +36,13 @@ class Transform:
     prompt_length: int = field(default=0, repr=False)
 
     @classmethod
-    def bind(cls, function: Callable[..., torch.Tensor], ids: str = "none", prompt_length: int = 0,
-             **options) -> Transform:
+    def bind(
+        cls, function: Callable[..., torch.Tensor], ids: str = "none", prompt_length: int = 0, **options
+    ) -> Transform:
         """`function` with its keyword `options` bound, named after it; `ids` as in the field above.
 
-            >>> Transform.bind(sampling.repetition_penalty, "all", penalty=1.1)
-            repetition_penalty(penalty=1.1)
+        >>> Transform.bind(sampling.repetition_penalty, "all", penalty=1.1)
+        repetition_penalty(penalty=1.1)
         """
         return cls(function.__name__, function, tuple(options.items()), ids, prompt_length)
 
@@ -50,7 +51,7 @@ class Transform:
         if self.ids == "all":
             return self.function(logits, input_ids, **kwargs)
         if self.ids == "generated":
-            return self.function(logits, input_ids[:, self.prompt_length:], **kwargs)
+            return self.function(logits, input_ids[:, self.prompt_length :], **kwargs)
         if self.ids == "count":
             return self.function(logits, input_ids.shape[-1] - self.prompt_length, **kwargs)
         return self.function(logits, **kwargs)
@@ -60,7 +61,9 @@ class Transform:
         return f"{self.name}({shown})"
 
 
-def apply_transforms(logits: torch.Tensor, input_ids: torch.Tensor, transforms: Iterable[Callable]) -> torch.Tensor:
+def apply_transforms(
+    logits: torch.Tensor, input_ids: torch.Tensor, transforms: Iterable[Callable]
+) -> torch.Tensor:
     """Run logits [B, V] through each transform in order; input_ids [B, T] are the tokens so far."""
     check_tensor("logits", logits, "[B, V] of scores", dims=2)
     check_items("transforms", transforms, "logits transforms (callables)", has=("__call__",))

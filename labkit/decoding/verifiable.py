@@ -59,8 +59,8 @@ class Item:
 def task_names(folder: Path = TASK_DIR) -> list[str]:
     """The tasks in `folder`: the names of its .jsonl files, sorted.
 
-        >>> task_names()
-        ['sums']
+    >>> task_names()
+    ['sums']
     """
     return sorted(path.stem for path in Path(folder).glob("*.jsonl"))
 
@@ -75,8 +75,10 @@ def load_task(name: str = "sums", folder: Path = TASK_DIR) -> list[Item]:
         120
     """
     if not Path(folder).is_dir():
-        raise FileNotFoundError(f"{folder} is missing. The tasks live in the repository's data/inference_compute/ "
-                                "folder: install labkit from a checkout with `pip install -e .` (as `make lab` does).")
+        raise FileNotFoundError(
+            f"{folder} is missing. The tasks live in the repository's data/inference_compute/ "
+            "folder: install labkit from a checkout with `pip install -e .` (as `make lab` does)."
+        )
     path = Path(folder) / f"{check_choice('name', name, tuple(task_names(folder)))}.jsonl"
     items, seen = [], set()
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
@@ -92,22 +94,26 @@ def load_task(name: str = "sums", folder: Path = TASK_DIR) -> list[Item]:
 def parse_item(line: str, where: str) -> Item:
     """One JSON line as an Item; a ValueError saying `where` and what is wrong otherwise.
 
-        >>> parse_item('{"question": "2 + 2", "answer": "4"}', "line 1")
-        Item(question='2 + 2', answer='4')
+    >>> parse_item('{"question": "2 + 2", "answer": "4"}', "line 1")
+    Item(question='2 + 2', answer='4')
     """
     try:
         record = json.loads(line)
     except json.JSONDecodeError as error:
         raise ValueError(f"{where}: not a JSON object ({error.msg}).") from None
     if not isinstance(record, dict) or set(record) != {"question", "answer"}:
-        raise ValueError(f"{where}: an item is a JSON object with exactly the keys 'question' and 'answer', "
-                         f"got {line.strip()[:80]!r}.")
+        raise ValueError(
+            f"{where}: an item is a JSON object with exactly the keys 'question' and 'answer', "
+            f"got {line.strip()[:80]!r}."
+        )
     question, answer = record["question"], record["answer"]
     if not isinstance(question, str) or not question.strip():
         raise ValueError(f"{where}: the question must be a non-empty string, got {question!r}.")
     if not isinstance(answer, str) or extract_answer(answer) != answer:
-        raise ValueError(f"{where}: the answer must be a number written as extract_answer reads it "
-                         f"(e.g. '55', '-3', '2.5'), got {answer!r}.")
+        raise ValueError(
+            f"{where}: the answer must be a number written as extract_answer reads it "
+            f"(e.g. '55', '-3', '2.5'), got {answer!r}."
+        )
     return Item(question, answer)
 
 
@@ -130,13 +136,16 @@ def task_prompt(item: Item) -> str:
 def task_messages(item: Item) -> list[dict[str, str]]:
     """The same worked examples as a chat, for an instruction-tuned model (pass it to `chat_prompt`).
 
-        >>> task_messages(Item("47 + 8", "55"))[-1]
-        {'role': 'user', 'content': 'What is 47 + 8?'}
+    >>> task_messages(Item("47 + 8", "55"))[-1]
+    {'role': 'user', 'content': 'What is 47 + 8?'}
     """
     check_item(item)
     messages = [{"role": "system", "content": CHAT_SYSTEM}]
     for question, answer in SHOTS:
-        messages += [{"role": "user", "content": f"What is {question}?"}, {"role": "assistant", "content": answer}]
+        messages += [
+            {"role": "user", "content": f"What is {question}?"},
+            {"role": "assistant", "content": answer},
+        ]
     return messages + [{"role": "user", "content": f"What is {item.question}?"}]
 
 
@@ -164,8 +173,8 @@ def extract_answer(text: str) -> str | None:
 def is_correct(item: Item, text: str) -> bool:
     """Whether the answer read from `text` is the item's answer.
 
-        >>> is_correct(Item("47 + 8", "55"), " 55")
-        True
+    >>> is_correct(Item("47 + 8", "55"), " 55")
+    True
     """
     check_item(item)
     return extract_answer(text) == item.answer

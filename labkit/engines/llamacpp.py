@@ -31,8 +31,13 @@ def gguf_path(model: str) -> Path:
     return known_model(model).locate_gguf()
 
 
-def load_llamacpp(model: str = "smollm2-135m", n_ctx: int = DEFAULT_CONTEXT, n_threads: int | None = None,
-                  logits_all: bool = False, flash_attn: bool = False):
+def load_llamacpp(
+    model: str = "smollm2-135m",
+    n_ctx: int = DEFAULT_CONTEXT,
+    n_threads: int | None = None,
+    logits_all: bool = False,
+    flash_attn: bool = False,
+):
     """llama.cpp's `Llama` on an embedded model's GGUF file, in this process (about 1 s).
 
     logits_all=True keeps every position's logits (llm.scores[:n_tokens, :vocab]) for comparisons.
@@ -51,8 +56,15 @@ def load_llamacpp(model: str = "smollm2-135m", n_ctx: int = DEFAULT_CONTEXT, n_t
     from llama_cpp import Llama
 
     threads = n_threads or default_threads()
-    return Llama(model_path=str(gguf_path(model)), n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads,
-                 logits_all=logits_all, flash_attn=flash_attn, verbose=False)
+    return Llama(
+        model_path=str(gguf_path(model)),
+        n_ctx=n_ctx,
+        n_threads=threads,
+        n_threads_batch=threads,
+        logits_all=logits_all,
+        flash_attn=flash_attn,
+        verbose=False,
+    )
 
 
 def server_environment() -> dict[str, str]:

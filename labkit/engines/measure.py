@@ -49,8 +49,12 @@ CONCURRENT_TOKENS = 32
 
 def check_runner(runner: object) -> object:
     """runner, if it answers chats as labkit.engines.runners' runners do; else a TypeError naming it."""
-    return check_record("runner", runner, "an engine runner (labkit.engines.runners, ServerRunner)",
-                        has=("name", "tokenizer", "answer", "ttft", "concurrent_rate", "top_tokens"))
+    return check_record(
+        "runner",
+        runner,
+        "an engine runner (labkit.engines.runners, ServerRunner)",
+        has=("name", "tokenizer", "answer", "ttft", "concurrent_rate", "top_tokens"),
+    )
 
 
 def median_of(run: Callable[[int], float], repeats: int) -> float:
@@ -63,8 +67,8 @@ def median_of(run: Callable[[int], float], repeats: int) -> float:
 def fresh(chat: list[dict], number: int) -> list[dict]:
     """`chat` behind a system message no earlier request had, so no engine finds its prompt cached.
 
-        >>> fresh([{"role": "user", "content": "Hi"}], 3)[0]
-        {'role': 'system', 'content': 'Request 3.'}
+    >>> fresh([{"role": "user", "content": "Hi"}], 3)[0]
+    {'role': 'system', 'content': 'Request 3.'}
     """
     return [{"role": "system", "content": f"Request {number}."}, *chat]
 
@@ -80,15 +84,19 @@ def answer_rate(runner, max_tokens: int = SPEED_TOKENS, number: int = 0) -> floa
 def greedy_tokens(runner, chats: Sequence[list[dict]], n: int = GREEDY_TOKENS) -> list[list[int]]:
     """The first n tokens of each greedy answer, as the tokenizer reads the answer text (the same for all)."""
     tokenize = runner.tokenizer
-    return [tokenize(runner.answer(chat, n).text, add_special_tokens=False)["input_ids"][:n] for chat in chats]
+    return [
+        tokenize(runner.answer(chat, n).text, add_special_tokens=False)["input_ids"][:n] for chat in chats
+    ]
 
 
 def one_token(loaded: tuple) -> None:
     """Answer one request of one token with a (model, tokenizer) pair: timed_load's warm-up for labkit and
     transformers, so that the weights they read lazily are in memory."""
     if not isinstance(loaded, (tuple, list)) or len(loaded) != 2:
-        raise TypeError(f"loaded must be a (model, tokenizer) pair, as load_model returns it, "
-                        f"got {type(loaded).__name__}.")
+        raise TypeError(
+            f"loaded must be a (model, tokenizer) pair, as load_model returns it, "
+            f"got {type(loaded).__name__}."
+        )
     model, tokenizer = loaded
     generate_ids(model, tokenizer, chat_prompt(tokenizer, "Hi"), max_new_tokens=1)
 
@@ -112,14 +120,23 @@ def timed_load(load: Callable[[], T], warm_up: Callable[[T], object]) -> tuple[T
 def decode_rate(model, tokenizer, prompt: str, new_tokens: int = 64) -> float:
     """Tokens/s of decoding alone: greedy, timed from the first new token (the prefill is over) to the last."""
     produced, first_at = 0, time.perf_counter()
-    for produced, _ in enumerate(generate(model, tokenizer, prompt, max_new_tokens=new_tokens + 1, temperature=0)):
+    for produced, _ in enumerate(
+        generate(model, tokenizer, prompt, max_new_tokens=new_tokens + 1, temperature=0)
+    ):
         if produced == 0:
             first_at = time.perf_counter()
     return produced / (time.perf_counter() - first_at)
 
 
-def measure(runner, startup_s: float, rss_bytes: int | None = None, repeats: int = 3,
-            chats: Sequence[list[dict]] = AGREEMENT_CHATS, notes: str = "", policy: str = "") -> EngineRow:
+def measure(
+    runner,
+    startup_s: float,
+    rss_bytes: int | None = None,
+    repeats: int = 3,
+    chats: Sequence[list[dict]] = AGREEMENT_CHATS,
+    notes: str = "",
+    policy: str = "",
+) -> EngineRow:
     """One EngineRow for `runner` (see the module doc); rss_bytes defaults to the runner's own, if it has one.
     policy: the OpenMP wait policy the engine's process runs under, as the table states it."""
     check_runner(runner)
@@ -132,5 +149,15 @@ def measure(runner, startup_s: float, rss_bytes: int | None = None, repeats: int
     concurrent = runner.concurrent_rate([question(i) for i in range(CONCURRENT_REQUESTS)], CONCURRENT_TOKENS)
     if rss_bytes is None and hasattr(runner, "rss_bytes"):
         rss_bytes = runner.rss_bytes()
-    return EngineRow(runner.name, startup_s, ttft, rate, concurrent, rss_bytes, greedy_tokens(runner, chats),
-                     runner.top_tokens(TOP_CHAT, TOP_K), notes, policy)
+    return EngineRow(
+        runner.name,
+        startup_s,
+        ttft,
+        rate,
+        concurrent,
+        rss_bytes,
+        greedy_tokens(runner, chats),
+        runner.top_tokens(TOP_CHAT, TOP_K),
+        notes,
+        policy,
+    )

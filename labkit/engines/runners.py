@@ -35,7 +35,9 @@ class Answer:
 
 def check_tokenizer(tokenizer: object) -> PreTrainedTokenizerBase:
     """tokenizer, if it is a transformers tokenizer; else a TypeError naming it."""
-    return check_record("tokenizer", tokenizer, "the model's tokenizer (as load_model returns it)", of=PreTrainedTokenizerBase)
+    return check_record(
+        "tokenizer", tokenizer, "the model's tokenizer (as load_model returns it)", of=PreTrainedTokenizerBase
+    )
 
 
 class TransformersRunner:
@@ -49,11 +51,23 @@ class TransformersRunner:
         self.model, self.tokenizer = model, tokenizer
 
     def _generate(self, ids: torch.Tensor, mask: torch.Tensor, max_tokens: int) -> torch.Tensor:
-        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
+        pad = (
+            self.tokenizer.pad_token_id
+            if self.tokenizer.pad_token_id is not None
+            else self.tokenizer.eos_token_id
+        )
         with torch.inference_mode():
-            out = self.model.generate(ids, attention_mask=mask, max_new_tokens=max_tokens, do_sample=False,
-                                      pad_token_id=pad, top_p=None, top_k=None, temperature=None)
-        return out[:, ids.shape[1]:]
+            out = self.model.generate(
+                ids,
+                attention_mask=mask,
+                max_new_tokens=max_tokens,
+                do_sample=False,
+                pad_token_id=pad,
+                top_p=None,
+                top_k=None,
+                temperature=None,
+            )
+        return out[:, ids.shape[1] :]
 
     def answer(self, messages: Messages, max_tokens: int) -> Answer:
         ids = torch.tensor([chat_prompt(self.tokenizer, messages)])
@@ -106,15 +120,31 @@ class LabkitRunner:
 
     def answer(self, messages: Messages, max_tokens: int) -> Answer:
         start = time.perf_counter()
-        steps = list(generate(self.model, self.tokenizer, chat_prompt(self.tokenizer, messages),
-                              max_new_tokens=max_tokens, temperature=0))
+        steps = list(
+            generate(
+                self.model,
+                self.tokenizer,
+                chat_prompt(self.tokenizer, messages),
+                max_new_tokens=max_tokens,
+                temperature=0,
+            )
+        )
         seconds = time.perf_counter() - start
         return Answer("".join(step.text for step in steps), len(steps), seconds)
 
     def ttft(self, messages: Messages) -> float:
         start = time.perf_counter()
-        next(iter(generate(self.model, self.tokenizer, chat_prompt(self.tokenizer, messages), max_new_tokens=1,
-                           temperature=0)))
+        next(
+            iter(
+                generate(
+                    self.model,
+                    self.tokenizer,
+                    chat_prompt(self.tokenizer, messages),
+                    max_new_tokens=1,
+                    temperature=0,
+                )
+            )
+        )
         return time.perf_counter() - start
 
     def top_tokens(self, messages: Messages, k: int) -> list[str]:
@@ -136,8 +166,9 @@ class LlamaCppRunner:
     NEUTRAL = {"temperature": 0.0, "repeat_penalty": 1.0}  # greedy, no repetition penalty
 
     def __init__(self, llm, tokenizer):
-        check_record("llm", llm, "llama.cpp's Llama (labkit.engines.load_llamacpp())",
-                     has=("create_chat_completion",))
+        check_record(
+            "llm", llm, "llama.cpp's Llama (labkit.engines.load_llamacpp())", has=("create_chat_completion",)
+        )
         check_tokenizer(tokenizer)
         self.llm, self.tokenizer = llm, tokenizer
 

@@ -26,8 +26,15 @@ from labkit.engines.runners import Answer, Messages, check_tokenizer
 class ServerRunner:
     """Greedy chat requests to an OpenAI-compatible server at `url` (its /v1 API)."""
 
-    def __init__(self, name: str, url: str, model: str, tokenizer, extra_body: dict | None = None,
-                 pid: int | None = None):
+    def __init__(
+        self,
+        name: str,
+        url: str,
+        model: str,
+        tokenizer,
+        extra_body: dict | None = None,
+        pid: int | None = None,
+    ):
         check_text("name", name, example="'llama-server'")
         check_text("url", url, example="'http://127.0.0.1:8080'")
         check_text("model", model, example="'smollm2-135m'")
@@ -36,19 +43,32 @@ class ServerRunner:
             check_int("pid", pid, minimum=1)
         self.name, self.model, self.tokenizer, self.pid = name, model, tokenizer, pid
         self.extra_body = extra_body or {}
-        self.client = openai.OpenAI(base_url=url.rstrip("/") + "/v1", api_key="none", max_retries=0, timeout=600)
+        self.client = openai.OpenAI(
+            base_url=url.rstrip("/") + "/v1", api_key="none", max_retries=0, timeout=600
+        )
 
     def answer(self, messages: Messages, max_tokens: int) -> Answer:
         start = time.perf_counter()
-        reply = self.client.chat.completions.create(model=self.model, messages=messages, max_tokens=max_tokens,
-                                                    temperature=0, extra_body=self.extra_body)
+        reply = self.client.chat.completions.create(
+            model=self.model,
+            messages=messages,
+            max_tokens=max_tokens,
+            temperature=0,
+            extra_body=self.extra_body,
+        )
         seconds = time.perf_counter() - start
         return Answer(reply.choices[0].message.content or "", reply.usage.completion_tokens, seconds)
 
     def ttft(self, messages: Messages) -> float:
         start = time.perf_counter()
-        stream = self.client.chat.completions.create(model=self.model, messages=messages, max_tokens=8,
-                                                     temperature=0, stream=True, extra_body=self.extra_body)
+        stream = self.client.chat.completions.create(
+            model=self.model,
+            messages=messages,
+            max_tokens=8,
+            temperature=0,
+            stream=True,
+            extra_body=self.extra_body,
+        )
         with stream:
             for chunk in stream:
                 if chunk.choices and chunk.choices[0].delta.content:
@@ -59,8 +79,14 @@ class ServerRunner:
         """The k most likely first answer tokens from the completions API's logprobs (None if not offered)."""
         prompt = self.tokenizer.decode(chat_prompt(self.tokenizer, messages))
         try:
-            reply = self.client.completions.create(model=self.model, prompt=prompt, max_tokens=1, temperature=0,
-                                                   logprobs=k, extra_body=self.extra_body)
+            reply = self.client.completions.create(
+                model=self.model,
+                prompt=prompt,
+                max_tokens=1,
+                temperature=0,
+                logprobs=k,
+                extra_body=self.extra_body,
+            )
         except openai.BadRequestError:
             return None
         logprobs = reply.choices[0].logprobs

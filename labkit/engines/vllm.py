@@ -25,32 +25,61 @@ DEFAULT_CONTEXT = 2048
 DEFAULT_KV_CACHE_GIB = 1  # 2048-token requests need 45 MB each for SmolLM2: room for ~22 at once
 DTYPES = ("float32", "bfloat16", "float16")  # what vLLM's CPU backend runs
 READY_TIMEOUT_S = 300.0  # measured: ready 49-79 s after launch on 2 cores, longer under load
-OUT_OF_MEMORY_HINTS = ("out of memory", "memoryerror", "cannot allocate memory", "insufficient memory",
-                       "less than requested memory")
+OUT_OF_MEMORY_HINTS = (
+    "out of memory",
+    "memoryerror",
+    "cannot allocate memory",
+    "insufficient memory",
+    "less than requested memory",
+)
 
 
-def vllm_server_command(python: Path, folder: Path, model: str, host: str, port: int, max_model_len: int,
-                        dtype: str) -> list[str]:
+def vllm_server_command(
+    python: Path, folder: Path, model: str, host: str, port: int, max_model_len: int, dtype: str
+) -> list[str]:
     """The vLLM API server on a local Hugging Face folder, served under labkit's model name."""
-    return [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(folder),
-            "--served-model-name", model, "--host", host, "--port", str(port), "--dtype", dtype,
-            "--max-model-len", str(max_model_len), "--enforce-eager", "--disable-log-stats"]
+    return [
+        str(python),
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(folder),
+        "--served-model-name",
+        model,
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--dtype",
+        dtype,
+        "--max-model-len",
+        str(max_model_len),
+        "--enforce-eager",
+        "--disable-log-stats",
+    ]
 
 
 def all_cores_env(cores: int | None = None) -> dict[str, str]:
     """vLLM's CPU settings for one OpenMP thread per core, bound in order, and no core kept for its API server.
 
-        >>> all_cores_env(2)
-        {'VLLM_CPU_OMP_THREADS_BIND': '0-1', 'VLLM_CPU_NUM_OF_RESERVED_CPU': '0'}
+    >>> all_cores_env(2)
+    {'VLLM_CPU_OMP_THREADS_BIND': '0-1', 'VLLM_CPU_NUM_OF_RESERVED_CPU': '0'}
     """
     cores = cores or os.cpu_count() or 1
     return {"VLLM_CPU_OMP_THREADS_BIND": f"0-{cores - 1}", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
 
 
-def start_vllm_server(model: str = "smollm2-135m", port: int = 0, max_model_len: int = DEFAULT_CONTEXT,
-                      kv_cache_gib: int = DEFAULT_KV_CACHE_GIB, dtype: str = "float32", host: str = "127.0.0.1",
-                      timeout: float = READY_TIMEOUT_S, wait_policy: str | None = None,
-                      all_cores: bool = False) -> ServerHandle:
+def start_vllm_server(
+    model: str = "smollm2-135m",
+    port: int = 0,
+    max_model_len: int = DEFAULT_CONTEXT,
+    kv_cache_gib: int = DEFAULT_KV_CACHE_GIB,
+    dtype: str = "float32",
+    host: str = "127.0.0.1",
+    timeout: float = READY_TIMEOUT_S,
+    wait_policy: str | None = None,
+    all_cores: bool = False,
+) -> ServerHandle:
     """Start vLLM's OpenAI server on labkit's safetensors cache of `model`; return once /v1/models answers.
 
     Offline (HF_HUB_OFFLINE=1); vLLM's and inductor's caches stay in .engines/cache. wait_policy:
@@ -74,8 +103,16 @@ def start_vllm_server(model: str = "smollm2-135m", port: int = 0, max_model_len:
     command = vllm_server_command(python, build_cache(model), model, host, port, max_model_len, dtype)
     cores = all_cores_env() if all_cores else {}
     env = {**os.environ, **engine_cache_env(), "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib), **policy, **cores}
-    return launch(command, "vllm-server-", f"http://{host}:{port}", timeout, health_path="/v1/models", env=env,
-                  own_session=True, explain=explain_failure)
+    return launch(
+        command,
+        "vllm-server-",
+        f"http://{host}:{port}",
+        timeout,
+        health_path="/v1/models",
+        env=env,
+        own_session=True,
+        explain=explain_failure,
+    )
 
 
 def explain_failure(message: str, log: Path) -> str:

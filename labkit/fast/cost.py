@@ -91,8 +91,12 @@ class StepCosts:
         """{term: seconds} of the prediction, in TERMS order. The wake-ups are carved out of the timed
         matmuls (which include them), never more than those: the sum stays the same."""
         wake_ups = min(self.parallel_calls * machine.wake_seconds, self.matmul_seconds)
-        return {"overhead": self.ops * self.op_seconds, "thread wake-ups": wake_ups,
-                "matmul kernels": self.matmul_seconds - wake_ups, "KV cache": self.kv_bytes / machine.read_bandwidth}
+        return {
+            "overhead": self.ops * self.op_seconds,
+            "thread wake-ups": wake_ups,
+            "matmul kernels": self.matmul_seconds - wake_ups,
+            "KV cache": self.kv_bytes / machine.read_bandwidth,
+        }
 
     def predicted_seconds(self, machine: Machine) -> float:
         return sum(self.terms(machine).values())
@@ -100,7 +104,10 @@ class StepCosts:
     def floors(self, machine: Machine) -> dict[str, float]:
         """What the matmul kernels cannot beat: reading the weights, and computing their FLOPs at the peak
         of their data type."""
-        return {"memory": self.weight_bytes / machine.read_bandwidth, "compute": self.flops / machine.peak(self.dtype)}
+        return {
+            "memory": self.weight_bytes / machine.read_bandwidth,
+            "compute": self.flops / machine.peak(self.dtype),
+        }
 
     def shares(self, machine: Machine) -> dict[str, float]:
         """Each floor as a share of the matmul kernels' term: {"memory": of the bandwidth the kernels
@@ -113,7 +120,11 @@ class StepCosts:
         terms = self.terms(machine)
         largest = max(terms, key=terms.get)
         if largest != "matmul kernels":
-            return {"overhead": "overhead-bound", "thread wake-ups": "wake-bound", "KV cache": "memory-bound"}[largest]
+            return {
+                "overhead": "overhead-bound",
+                "thread wake-ups": "wake-bound",
+                "KV cache": "memory-bound",
+            }[largest]
         shares = self.shares(machine)
         if shares["memory"] >= SHARE:
             return "memory-bound"
@@ -123,18 +134,20 @@ class StepCosts:
         """A few lines: each term, the floors and shares, prediction against measurement, the regime."""
         terms, floors, shares = self.terms(machine), self.floors(machine), self.shares(machine)
         predicted = self.predicted_seconds(machine)
-        return "\n".join([
-            f"overhead         {terms['overhead'] * 1e3:7.2f} ms  ({self.ops} ops x {self.op_seconds * 1e6:.1f} us)",
-            f"thread wake-ups  {terms['thread wake-ups'] * 1e3:7.2f} ms  ({self.parallel_calls} calls x "
-            f"{machine.wake_seconds * 1e6:.1f} us)",
-            f"matmul kernels   {terms['matmul kernels'] * 1e3:7.2f} ms  ({self.weight_bytes / 1e6:.0f} MB at "
-            f"{shares['memory']:.0%} of the read bandwidth, {self.flops / 1e9:.2f} GFLOP at {shares['compute']:.0%} "
-            f"of the {self.dtype} peak; floors: memory {floors['memory'] * 1e3:.2f} ms, compute "
-            f"{floors['compute'] * 1e3:.2f} ms)",
-            f"KV cache         {terms['KV cache'] * 1e3:7.2f} ms  ({self.kv_bytes / 1e6:.1f} MB)",
-            f"predicted        {predicted * 1e3:7.2f} ms, measured {self.measured_seconds * 1e3:.2f} ms "
-            f"({predicted / self.measured_seconds - 1:+.0%}): {self.regime(machine)}",
-        ])
+        return "\n".join(
+            [
+                f"overhead         {terms['overhead'] * 1e3:7.2f} ms  ({self.ops} ops x {self.op_seconds * 1e6:.1f} us)",
+                f"thread wake-ups  {terms['thread wake-ups'] * 1e3:7.2f} ms  ({self.parallel_calls} calls x "
+                f"{machine.wake_seconds * 1e6:.1f} us)",
+                f"matmul kernels   {terms['matmul kernels'] * 1e3:7.2f} ms  ({self.weight_bytes / 1e6:.0f} MB at "
+                f"{shares['memory']:.0%} of the read bandwidth, {self.flops / 1e9:.2f} GFLOP at {shares['compute']:.0%} "
+                f"of the {self.dtype} peak; floors: memory {floors['memory'] * 1e3:.2f} ms, compute "
+                f"{floors['compute'] * 1e3:.2f} ms)",
+                f"KV cache         {terms['KV cache'] * 1e3:7.2f} ms  ({self.kv_bytes / 1e6:.1f} MB)",
+                f"predicted        {predicted * 1e3:7.2f} ms, measured {self.measured_seconds * 1e3:.2f} ms "
+                f"({predicted / self.measured_seconds - 1:+.0%}): {self.regime(machine)}",
+            ]
+        )
 
 
 def linear_layers(model: nn.Module) -> list[nn.Module]:
@@ -167,6 +180,7 @@ def matmul_seconds(model: nn.Module, rows: int, repeats: int = 5) -> float:
     def run() -> None:
         for layer, x in zip(layers, inputs):
             layer(x)
+
     with torch.no_grad():
         return median_seconds(run, repeats)
 
@@ -174,7 +188,15 @@ def matmul_seconds(model: nn.Module, rows: int, repeats: int = 5) -> float:
 def kv_bytes_read(model: Llama, rows: int, context: int, tokens: int) -> int:
     """Keys and values one step reads: every layer's [rows, n_kv_heads, context + tokens, head_dim], twice."""
     c = model.config
-    return 2 * c.n_layers * rows * c.n_kv_heads * (context + tokens) * c.head_dim * model.embed_tokens.weight.element_size()
+    return (
+        2
+        * c.n_layers
+        * rows
+        * c.n_kv_heads
+        * (context + tokens)
+        * c.head_dim
+        * model.embed_tokens.weight.element_size()
+    )
 
 
 def linear_flops(model: nn.Module, rows: int) -> float:
@@ -188,8 +210,15 @@ def probe_model(config: LlamaConfig, steps: Sequence[str]) -> Llama:
     return optimize(Llama(small).eval(), steps)
 
 
-def per_op_seconds(config: LlamaConfig, steps: Sequence[str], rows: int, context: int, tokens: int,
-                   repeats: int = 5, how: str = "loop") -> float:
+def per_op_seconds(
+    config: LlamaConfig,
+    steps: Sequence[str],
+    rows: int,
+    context: int,
+    tokens: int,
+    repeats: int = 5,
+    how: str = "loop",
+) -> float:
     """Seconds per op of the probe's step outside its matmul kernels: (its median step time - its linear
     layers timed alone) / its op count. A kernel's fixed cost per call (a launch, a second thread woken)
     is in the matmul and wake-up terms already, timed on the real widths; left in here, it would be counted
@@ -200,7 +229,9 @@ def per_op_seconds(config: LlamaConfig, steps: Sequence[str], rows: int, context
     return max(outside_matmuls, 0.0) / count_ops(run)
 
 
-def compiled_probe_terms(model: Llama, steps: Sequence[str], context: int, repeats: int) -> tuple[float, float]:
+def compiled_probe_terms(
+    model: Llama, steps: Sequence[str], context: int, repeats: int
+) -> tuple[float, float]:
     """(seconds per kernel call, matmul seconds) of the compiled step: the compiled probe's step over its
     kernel calls, and what the real widths add to the probe's linear layers (see the module docstring)."""
     probe = probe_model(model.config, steps)
@@ -216,12 +247,21 @@ def check_step_shape(how: str, rows: int, context: int, tokens: int) -> None:
     check_int("context", context, minimum=0)
     check_int("tokens", tokens, minimum=1)
     if how not in HOWS or (how != "loop" and rows * tokens != 1):
-        raise ValueError(f"how must be one of {HOWS} (the static and compiled steps take 1 row x 1 token), got "
-                         f"{how!r} with rows={rows}, tokens={tokens}.")
+        raise ValueError(
+            f"how must be one of {HOWS} (the static and compiled steps take 1 row x 1 token), got "
+            f"{how!r} with rows={rows}, tokens={tokens}."
+        )
 
 
-def measure_step(model: Llama, steps: Sequence[str] = (), rows: int = 1, context: int = 64, tokens: int = 1,
-                 repeats: int = 5, how: str = "loop") -> StepCosts:
+def measure_step(
+    model: Llama,
+    steps: Sequence[str] = (),
+    rows: int = 1,
+    context: int = 64,
+    tokens: int = 1,
+    repeats: int = 5,
+    how: str = "loop",
+) -> StepCosts:
     """The terms of one forward pass of `model` (with labkit.fast `steps` already applied to it) over
     [rows, tokens] new tokens after `context` cached ones, and that pass timed whole. how: "loop"
     (labkit's forward with its KV cache), "static" (StaticDecoder's eager decode step, 1 row x 1 token;
@@ -245,10 +285,16 @@ def measure_step(model: Llama, steps: Sequence[str] = (), rows: int = 1, context
         ops, matmuls = count_ops(run), matmul_seconds(model, rows * tokens, repeats)
         op_seconds = per_op_seconds(model.config, steps, rows, context, tokens, repeats, how)
     return StepCosts(
-        ops=ops, op_seconds=op_seconds, matmul_seconds=matmuls, weight_bytes=weight_bytes_per_token(model),
-        kv_bytes=kv_bytes_read(model, rows, attended, tokens), flops=linear_flops(model, rows * tokens),
-        measured_seconds=median_seconds(run, repeats), dtype=compute_dtype(model),
-        parallel_calls=0 if how == "compiled" else len(linear_layers(model)))
+        ops=ops,
+        op_seconds=op_seconds,
+        matmul_seconds=matmuls,
+        weight_bytes=weight_bytes_per_token(model),
+        kv_bytes=kv_bytes_read(model, rows, attended, tokens),
+        flops=linear_flops(model, rows * tokens),
+        measured_seconds=median_seconds(run, repeats),
+        dtype=compute_dtype(model),
+        parallel_calls=0 if how == "compiled" else len(linear_layers(model)),
+    )
 
 
 def share_cell(share: float, terms: dict[str, float]) -> str:
@@ -266,17 +312,23 @@ def cost_table(named: dict[str, StepCosts], machine: Machine) -> str:
     check_table("named", named, "StepCosts (labkit.fast.cost.measure_step)", of=StepCosts)
     check_record("machine", machine, "a Machine (labkit.fast.machine.measure_machine)", of=Machine)
     width = max(len(name) for name in named) + 2
-    lines = [f"{'step':<{width}}{'ops':>6}{'us/op':>7}{'overhead':>9}{'wake':>6}{'matmuls':>8}{'KV':>6}"
-             f"{'predicted':>10}{'measured':>9}{'error':>6}{'bw':>5}{'peak':>5}  regime"]
+    lines = [
+        f"{'step':<{width}}{'ops':>6}{'us/op':>7}{'overhead':>9}{'wake':>6}{'matmuls':>8}{'KV':>6}"
+        f"{'predicted':>10}{'measured':>9}{'error':>6}{'bw':>5}{'peak':>5}  regime"
+    ]
     for name, costs in named.items():
         terms, shares = costs.terms(machine), costs.shares(machine)
         predicted = costs.predicted_seconds(machine)
-        lines.append(f"{name:<{width}}{costs.ops:>6}{costs.op_seconds * 1e6:>7.1f}{terms['overhead'] * 1e3:>9.1f}"
-                     f"{terms['thread wake-ups'] * 1e3:>6.1f}{terms['matmul kernels'] * 1e3:>8.1f}"
-                     f"{terms['KV cache'] * 1e3:>6.2f}{predicted * 1e3:>10.1f}{costs.measured_seconds * 1e3:>9.1f}"
-                     f"{predicted / costs.measured_seconds - 1:>+6.0%}{share_cell(shares['memory'], terms)}"
-                     f"{share_cell(shares['compute'], terms)}  {costs.regime(machine)}")
-    return "\n".join(lines) + ("\n(ms per decode step; overhead = ops x us/op; wake = linear layers x "
-                               f"{machine.wake_seconds * 1e6:.1f} us; matmuls: the kernels less their wake-ups; "
-                               "error = predicted / measured - 1; bw, peak: the memory and compute floors as "
-                               "shares of the matmuls)")
+        lines.append(
+            f"{name:<{width}}{costs.ops:>6}{costs.op_seconds * 1e6:>7.1f}{terms['overhead'] * 1e3:>9.1f}"
+            f"{terms['thread wake-ups'] * 1e3:>6.1f}{terms['matmul kernels'] * 1e3:>8.1f}"
+            f"{terms['KV cache'] * 1e3:>6.2f}{predicted * 1e3:>10.1f}{costs.measured_seconds * 1e3:>9.1f}"
+            f"{predicted / costs.measured_seconds - 1:>+6.0%}{share_cell(shares['memory'], terms)}"
+            f"{share_cell(shares['compute'], terms)}  {costs.regime(machine)}"
+        )
+    return "\n".join(lines) + (
+        "\n(ms per decode step; overhead = ops x us/op; wake = linear layers x "
+        f"{machine.wake_seconds * 1e6:.1f} us; matmuls: the kernels less their wake-ups; "
+        "error = predicted / measured - 1; bw, peak: the memory and compute floors as "
+        "shares of the matmuls)"
+    )

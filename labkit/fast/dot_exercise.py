@@ -77,15 +77,17 @@ class CompilerMissing(RuntimeError):
 class CompileError(RuntimeError):
     """The student's inner loop does not compile: the compiler's first error, at its line of inner_loop.
 
-        >>> build_matvec("dot += c[j] * w;")
-        Traceback (most recent call last):
-        CompileError: inner_loop does not compile, line 1: error: 'w' was not declared in this scope
-            dot += c[j] * w;
+    >>> build_matvec("dot += c[j] * w;")
+    Traceback (most recent call last):
+    CompileError: inner_loop does not compile, line 1: error: 'w' was not declared in this scope
+        dot += c[j] * w;
     """
 
 
 INNER_LOOP_MARKER = "// ---- the inner loop ----"  # TEMPLATE's line just above the student's first line
-COMPILER_ERROR = re.compile(r"main\.cpp:(\d+):\d+: error: (.+)")  # gcc's and clang's "file:line:col: error: ..."
+COMPILER_ERROR = re.compile(
+    r"main\.cpp:(\d+):\d+: error: (.+)"
+)  # gcc's and clang's "file:line:col: error: ..."
 
 
 def first_compile_error(build_log: str, main_cpp: str, inner_loop: str) -> str | None:
@@ -99,8 +101,10 @@ def first_compile_error(build_log: str, main_cpp: str, inner_loop: str) -> str |
     lines = inner_loop.splitlines()
     if 1 <= line <= len(lines):
         return f"inner_loop does not compile, line {line}: error: {message}\n    {lines[line - 1].strip()}"
-    return (f"inner_loop does not compile: error: {message} (just after the inner loop: check its braces, "
-            "brackets and semicolons)")
+    return (
+        f"inner_loop does not compile: error: {message} (just after the inner loop: check its braces, "
+        "brackets and semicolons)"
+    )
 
 
 def missing_tools() -> list[str]:
@@ -118,7 +122,9 @@ def build_matvec(inner_loop: str) -> Callable[[Q41Weight, torch.Tensor], torch.T
         raise ValueError("inner_loop must be C++ statements in a string, e.g. 'dot += ...;'.")
     missing = missing_tools()
     if missing:
-        raise CompilerMissing(f"{' and '.join(missing)} not found on the PATH: install g++ and ninja to build it")
+        raise CompilerMissing(
+            f"{' and '.join(missing)} not found on the PATH: install g++ and ninja to build it"
+        )
     source = TEMPLATE % inner_loop
     name = f"labkit_exercise_{hashlib.sha256(source.encode()).hexdigest()[:12]}"
     folder = cache_dir() / "extensions" / name
@@ -128,19 +134,33 @@ def build_matvec(inner_loop: str) -> Callable[[Q41Weight, torch.Tensor], torch.T
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            module = load_inline(name=name, cpp_sources=[source], functions=["matvec"], extra_cflags=["-O3"],
-                                 build_directory=str(folder), verbose=False)
+            module = load_inline(
+                name=name,
+                cpp_sources=[source],
+                functions=["matvec"],
+                extra_cflags=["-O3"],
+                build_directory=str(folder),
+                verbose=False,
+            )
         except RuntimeError as build_failed:
             main_cpp = folder / "main.cpp"
-            first = main_cpp.exists() and first_compile_error(str(build_failed), main_cpp.read_text(), inner_loop)
+            first = main_cpp.exists() and first_compile_error(
+                str(build_failed), main_cpp.read_text(), inner_loop
+            )
             if first:
                 raise CompileError(first) from None
             raise
 
     def matvec(weight: Q41Weight, x: torch.Tensor) -> torch.Tensor:
         qx, dx, sx = quantize_q8_1(x.reshape(1, -1))
-        return module.matvec(weight.codes, weight.scales.float(), weight.minimums.float(),
-                             qx[0].to(torch.int8), dx[0].contiguous(), sx[0].contiguous())
+        return module.matvec(
+            weight.codes,
+            weight.scales.float(),
+            weight.minimums.float(),
+            qx[0].to(torch.int8),
+            dx[0].contiguous(),
+            sx[0].contiguous(),
+        )
 
     return matvec
 

@@ -41,8 +41,10 @@ def stacked_linear(layers: list[nn.Module]) -> nn.Linear:
     plain = [layer for layer in layers if type(layer) is nn.Linear and layer.bias is None]
     if len(plain) < len(layers):
         kinds = ", ".join(type(layer).__name__ for layer in layers)
-        raise ValueError(f"Only plain bias-free nn.Linear layers can be fused, got: {kinds}. "
-                         "Fuse before quantizing: labkit.fast.optimize(model, steps=('fuse', 'int8')).")
+        raise ValueError(
+            f"Only plain bias-free nn.Linear layers can be fused, got: {kinds}. "
+            "Fuse before quantizing: labkit.fast.optimize(model, steps=('fuse', 'int8'))."
+        )
     with torch.no_grad():
         weight = torch.cat([layer.weight for layer in layers], dim=0)
     fused = nn.Linear(weight.shape[1], weight.shape[0], bias=False, device="meta")
@@ -64,16 +66,23 @@ class FusedAttention(nn.Module):
         self.qkv_proj = stacked_linear([a.q_proj, a.k_proj, a.v_proj])
         self.o_proj = a.o_proj
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                cache: Cache | None, layer: int, mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        cache: Cache | None,
+        layer: int,
+        mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """x [B, T, hidden] -> [B, T, hidden], exactly as `Attention.forward`."""
         c = self.config
         batch, new_tokens, _ = x.shape
         heads = c.n_heads + 2 * c.n_kv_heads
         qkv = self.qkv_proj(x).view(batch, new_tokens, heads, c.head_dim).transpose(1, 2)  # [B, heads, T, D]
-        qk = apply_rotary(qkv[:, :c.n_heads + c.n_kv_heads], cos, sin)  # q and k heads rotate alike
+        qk = apply_rotary(qkv[:, : c.n_heads + c.n_kv_heads], cos, sin)  # q and k heads rotate alike
         q, k = qk.split([c.n_heads, c.n_kv_heads], dim=1)
-        v = qkv[:, c.n_heads + c.n_kv_heads:]
+        v = qkv[:, c.n_heads + c.n_kv_heads :]
         return attend_and_project(q, k, v, self.o_proj, cache, layer, mask)
 
 
@@ -96,8 +105,10 @@ class FusedMLP(nn.Module):
 
 def is_fused(model: Llama) -> bool:
     """Whether every block of `model` already runs fused projections."""
-    return all(isinstance(block.self_attn, FusedAttention) and isinstance(block.mlp, FusedMLP)
-               for block in model.layers)
+    return all(
+        isinstance(block.self_attn, FusedAttention) and isinstance(block.mlp, FusedMLP)
+        for block in model.layers
+    )
 
 
 def fuse_projections(model: Llama) -> Llama:

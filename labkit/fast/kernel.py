@@ -60,8 +60,16 @@ def openmp_flags() -> tuple[str, ...]:
 
 def build_directory() -> Path:
     """Where the kernel for this source, these flags and this torch is built: one folder per version."""
-    key = "|".join([SOURCE.read_text(encoding="utf-8"), *CFLAGS, *openmp_flags(), torch.__version__, sys.version,
-                    platform.machine()])
+    key = "|".join(
+        [
+            SOURCE.read_text(encoding="utf-8"),
+            *CFLAGS,
+            *openmp_flags(),
+            torch.__version__,
+            sys.version,
+            platform.machine(),
+        ]
+    )
     return cache_dir() / "extensions" / f"labkit_q4_{hashlib.sha256(key.encode()).hexdigest()[:12]}"
 
 
@@ -79,16 +87,24 @@ def build_library() -> Path:
     if library.is_file():  # built before: loading it takes milliseconds
         return library
     if shutil.which(compiler) is None:
-        raise FileNotFoundError(f"no C++ compiler: {compiler!r} ($CXX, or c++ by default) is not on the PATH; "
-                                "install g++ (e.g. apt-get install g++)")
+        raise FileNotFoundError(
+            f"no C++ compiler: {compiler!r} ($CXX, or c++ by default) is not on the PATH; "
+            "install g++ (e.g. apt-get install g++)"
+        )
     from torch.utils import cpp_extension  # imports setuptools: only when compiling
 
     folder.mkdir(parents=True, exist_ok=True)
     with warnings.catch_warnings():  # torch's remarks on the compiler: a failure says what went wrong anyway
         warnings.simplefilter("ignore")
-        cpp_extension.load(name=folder.name, sources=[str(SOURCE)], extra_cflags=[*CFLAGS, *openmp_flags()],
-                           extra_ldflags=list(openmp_flags()),
-                           build_directory=str(folder), is_python_module=False, verbose=False)
+        cpp_extension.load(
+            name=folder.name,
+            sources=[str(SOURCE)],
+            extra_cflags=[*CFLAGS, *openmp_flags()],
+            extra_ldflags=list(openmp_flags()),
+            build_directory=str(folder),
+            is_python_module=False,
+            verbose=False,
+        )
     return library
 
 
@@ -111,8 +127,10 @@ def chosen_path(paths: tuple[str, ...]) -> str:
     if not wanted:
         return paths[-1]
     if wanted not in paths:
-        raise ValueError(f"{PATH_ENV_VAR}={wanted!r}: this CPU runs {', '.join(paths)} "
-                         f"(the kernel has {', '.join(PATHS)}). Unset it to use the fastest.")
+        raise ValueError(
+            f"{PATH_ENV_VAR}={wanted!r}: this CPU runs {', '.join(paths)} "
+            f"(the kernel has {', '.join(PATHS)}). Unset it to use the fastest."
+        )
     return wanted
 
 
@@ -149,8 +167,12 @@ def try_loading() -> KernelStatus:
         torch.ops.load_library(str(library))
     except BUILD_ERRORS as error:
         reason = short_reason(error)
-        warnings.warn(f"labkit's Q4_1 kernel is unavailable, so labkit falls back to torch's kernels "
-                      f"(dequantize, then matmul). Reason: {reason}", RuntimeWarning, stacklevel=3)
+        warnings.warn(
+            f"labkit's Q4_1 kernel is unavailable, so labkit falls back to torch's kernels "
+            f"(dequantize, then matmul). Reason: {reason}",
+            RuntimeWarning,
+            stacklevel=3,
+        )
         return KernelStatus(available=False, path=None, reason=reason)
     register_fake()
     paths = tuple(torch.ops.labkit.q4_1_paths().split(","))

@@ -65,16 +65,18 @@ class Machine:
 
     def describe(self) -> str:
         peaks = ", ".join(f"{dtype} {flops / 1e9:.0f}" for dtype, flops in self.peaks.items())
-        return (f"read bandwidth {self.read_bandwidth / 1e9:.1f} GB/s (sum of 256 MB, best of 5); matmul peak "
-                f"{peaks} GFLOP/s ({PEAK_SIZE}^3, best of 5); waking the other threads {self.wake_seconds * 1e6:.1f}"
-                f" us per parallel call (OMP_WAIT_POLICY={self.wait_policy}); {self.threads} threads")
+        return (
+            f"read bandwidth {self.read_bandwidth / 1e9:.1f} GB/s (sum of 256 MB, best of 5); matmul peak "
+            f"{peaks} GFLOP/s ({PEAK_SIZE}^3, best of 5); waking the other threads {self.wake_seconds * 1e6:.1f}"
+            f" us per parallel call (OMP_WAIT_POLICY={self.wait_policy}); {self.threads} threads"
+        )
 
 
 def matmul_peak(dtype: str, repeats: int = 5) -> float:
     """FLOP/s of the fastest of `repeats` [1024, 1024] @ [1024, 1024] products in `dtype`.
 
-        >>> matmul_peak("bfloat16") / 1e9
-        435.6
+    >>> matmul_peak("bfloat16") / 1e9
+    435.6
     """
     if dtype not in PEAK_DTYPES:
         raise ValueError(f"dtype must be one of {PEAK_DTYPES}, got {dtype!r}.")
@@ -84,7 +86,7 @@ def matmul_peak(dtype: str, repeats: int = 5) -> float:
     else:
         a = torch.randn(PEAK_SIZE, PEAK_SIZE, dtype=getattr(torch, dtype))
         product = lambda: a @ a  # noqa: E731
-    return 2 * PEAK_SIZE ** 3 / best_seconds(product, repeats)
+    return 2 * PEAK_SIZE**3 / best_seconds(product, repeats)
 
 
 def median_call_seconds(elements: int, threads: int, rounds: int = 7) -> float:

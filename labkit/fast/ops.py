@@ -31,15 +31,17 @@ class OpCounter(TorchDispatchMode):
 def count_ops(run: Callable[[], object]) -> int:
     """The number of aten ops one call of run() dispatches.
 
-        >>> count_ops(lambda: torch.ones(3) + 1)
-        2
+    >>> count_ops(lambda: torch.ones(3) + 1)
+    2
     """
     with torch.no_grad(), OpCounter() as counter:
         run()
     return counter.count
 
 
-KERNEL_CALL = re.compile(r"^\s+(?:\w+ = )?(?:cpp_fused_\w+|extern_kernels\.\w+|torch\.ops\.\w+\.\w+(?:\.\w+)?)\(", re.M)
+KERNEL_CALL = re.compile(
+    r"^\s+(?:\w+ = )?(?:cpp_fused_\w+|extern_kernels\.\w+|torch\.ops\.\w+\.\w+(?:\.\w+)?)\(", re.M
+)
 
 
 def kernel_calls(generated_code: str) -> int:
@@ -49,6 +51,6 @@ def kernel_calls(generated_code: str) -> int:
         >>> kernel_calls("def call(args):\n    cpp_fused_add_0(buf0)\n    buf1 = torch.ops.aten.mm.default(a, b)\n")
         2
     """
-    body = generated_code[generated_code.find("def call("):]
+    body = generated_code[generated_code.find("def call(") :]
     end = re.search(r"\n\S", body)  # the next top-level statement ends the function
-    return len(KERNEL_CALL.findall(body[:end.start()] if end else body))
+    return len(KERNEL_CALL.findall(body[: end.start()] if end else body))

@@ -32,8 +32,10 @@ STEPS: dict[str, tuple[str, Callable[[Llama], Llama]]] = {
     "fuse": ("fused QKV and gate/up projections", fuse_projections),
     "int8": ("int8 weight-only, head included", partial(quantize_weights, scheme="int8")),
     "int4": ("int4 groups of 32 weight-only, head int8", partial(quantize_weights, scheme="int4")),
-    "q4_1": ("int4 groups of 32 x int8 activations on labkit's kernel, head Q8_0",
-             partial(quantize_weights, scheme="q4_1")),
+    "q4_1": (
+        "int4 groups of 32 x int8 activations on labkit's kernel, head Q8_0",
+        partial(quantize_weights, scheme="q4_1"),
+    ),
     "bf16": ("bfloat16 for everything not quantized", to_bfloat16),
 }
 QUANTIZED = ("int8", "int4", "q4_1")  # at most one of these
@@ -50,8 +52,10 @@ def check_steps(steps: Sequence[str]) -> tuple[str, ...]:
     """
     allowed = ", ".join(STEPS)
     if isinstance(steps, str) or not isinstance(steps, Sequence):
-        raise ValueError(f"steps must be a tuple of step names, e.g. ('fuse', 'int8'), got {steps!r}. "
-                         f"Allowed, in this order: {allowed}.")
+        raise ValueError(
+            f"steps must be a tuple of step names, e.g. ('fuse', 'int8'), got {steps!r}. "
+            f"Allowed, in this order: {allowed}."
+        )
     unknown = [step for step in steps if step not in STEPS]
     if unknown:
         raise ValueError(f"Unknown steps {unknown}. Allowed, in this order: {allowed}.")

@@ -24,8 +24,16 @@ from labkit.quant.linear import QuantLinear, quantize_model
 
 WEIGHT_SCHEMES = {  # name -> (quantize_model scheme of the blocks' layers, group size, scheme of the head)
     "int8": ("int8", 32, "int8"),  # one scale per output channel (the group size is unused)
-    "int4": ("int4-asym", 32, "int8"),  # groups of 32 with a scale and a minimum each, head int8: GGUF Q4_1's mix
-    "q4_1": ("q4_1", 32, "q8_0"),  # the same grid on labkit's own integer kernel, head Q8_0: the GGUF's own mix
+    "int4": (
+        "int4-asym",
+        32,
+        "int8",
+    ),  # groups of 32 with a scale and a minimum each, head int8: GGUF Q4_1's mix
+    "q4_1": (
+        "q4_1",
+        32,
+        "q8_0",
+    ),  # the same grid on labkit's own integer kernel, head Q8_0: the GGUF's own mix
 }
 
 
@@ -82,4 +90,3 @@ def to_bfloat16(model: Llama) -> Llama:
             if param.is_floating_point() and param.dtype != torch.bfloat16:
                 param.data = param.data.to(torch.bfloat16)  # the same Parameter: tying survives
     return model
-

@@ -35,8 +35,9 @@ def current_policy() -> str:
     return os.environ.get("OMP_WAIT_POLICY", "ACTIVE").upper()
 
 
-def run_in_child(module: str, args: Sequence[str], policy: str, timeout: float = 1800,
-                 env: Mapping[str, str] | None = None) -> list[dict]:
+def run_in_child(
+    module: str, args: Sequence[str], policy: str, timeout: float = 1800, env: Mapping[str, str] | None = None
+) -> list[dict]:
     """Run `python -m module *args` with OMP_WAIT_POLICY=policy (and `env` added to this process's
     environment); the JSON objects it printed, one per line.
 
@@ -45,13 +46,18 @@ def run_in_child(module: str, args: Sequence[str], policy: str, timeout: float =
     if env is not None and not all(isinstance(k, str) and isinstance(v, str) for k, v in dict(env).items()):
         raise TypeError("env must map environment variable names (str) to values (str).")
     env = {**os.environ, **(env or {}), "OMP_WAIT_POLICY": check_policy(policy)}
-    done = subprocess.run([sys.executable, "-m", module, *args], env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    done = subprocess.run(
+        [sys.executable, "-m", module, *args], env=env, capture_output=True, text=True, timeout=timeout
+    )
     if done.returncode != 0:
-        raise RuntimeError(f"`python -m {module} {' '.join(args)}` under OMP_WAIT_POLICY={policy} failed "
-                           f"(exit {done.returncode}):\n{done.stderr[-3000:]}")
+        raise RuntimeError(
+            f"`python -m {module} {' '.join(args)}` under OMP_WAIT_POLICY={policy} failed "
+            f"(exit {done.returncode}):\n{done.stderr[-3000:]}"
+        )
     return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
 
 
-if __name__ == "__main__":  # the smallest child: says its policy and the SIMD path it was asked for (tests/fast)
+if (
+    __name__ == "__main__"
+):  # the smallest child: says its policy and the SIMD path it was asked for (tests/fast)
     print(json.dumps({"policy": current_policy(), "q4_path": os.environ.get("LABKIT_Q4_PATH")}))

@@ -25,16 +25,25 @@ from labkit.core.arguments import check_int
 from labkit.core.doors import check_record
 from labkit.fast.static import StaticDecoder
 
-MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::_weight_int8pack_mm", "aten::_weight_int4pack_mm_for_cpu")
-ATTENTION_OPS = ("aten::_scaled_dot_product_flash_attention_for_cpu", "aten::_scaled_dot_product_attention_math")
+MATMUL_OPS = (
+    "aten::mm",
+    "aten::addmm",
+    "aten::bmm",
+    "aten::_weight_int8pack_mm",
+    "aten::_weight_int4pack_mm_for_cpu",
+)
+ATTENTION_OPS = (
+    "aten::_scaled_dot_product_flash_attention_for_cpu",
+    "aten::_scaled_dot_product_attention_math",
+)
 KINDS = ("matmul kernels", "attention", "everything else")
 
 
 def kind_of(op_name: str) -> str:
     """The kind (one of KINDS) an aten op's time counts as.
 
-        >>> kind_of("aten::_weight_int4pack_mm_for_cpu")
-        'matmul kernels'
+    >>> kind_of("aten::_weight_int4pack_mm_for_cpu")
+    'matmul kernels'
     """
     if op_name in MATMUL_OPS:
         return KINDS[0]
@@ -66,7 +75,9 @@ def step_breakdown(decoder: StaticDecoder, steps: int = 8, warmup: int = 3) -> d
     check_int("steps", steps, minimum=1)
     check_int("warmup", warmup, minimum=0)
     if 4 + warmup + steps > decoder.max_length:
-        raise ValueError(f"The decoder holds {decoder.max_length} tokens; the profile needs {4 + warmup + steps}.")
+        raise ValueError(
+            f"The decoder holds {decoder.max_length} tokens; the profile needs {4 + warmup + steps}."
+        )
     token = torch.tensor([[decoder.prefill([1, 2, 3, 4])]], device=decoder.model.device)
     positions = iter(range(4, 4 + warmup + steps))
     with torch.no_grad():

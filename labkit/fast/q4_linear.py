@@ -73,10 +73,13 @@ def quantize_q4_1(weight: torch.Tensor) -> Q41Weight:
     """
     check_float_tensor(weight, "weight")
     if weight.dim() != 2 or weight.shape[1] % GROUP:
-        raise ValueError(f"weight must be [N, K] with K a multiple of {GROUP}, got shape {tuple(weight.shape)}.")
+        raise ValueError(
+            f"weight must be [N, K] with K a multiple of {GROUP}, got shape {tuple(weight.shape)}."
+        )
     q = quantize_groupwise(weight.detach(), bits=4, group_size=GROUP, symmetric=False)
-    return Q41Weight(codes=pack_q4_1(q.unpacked_codes()), scales=q.scales, minimums=q.minimums,
-                     shape=tuple(weight.shape))
+    return Q41Weight(
+        codes=pack_q4_1(q.unpacked_codes()), scales=q.scales, minimums=q.minimums, shape=tuple(weight.shape)
+    )
 
 
 def check_weight(weight: Q41Weight) -> None:
@@ -136,7 +139,9 @@ def check_activations(x: torch.Tensor, weight: Q41Weight) -> None:
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}.")
     if x.dtype not in KERNEL_DTYPES or x.device.type != "cpu":
-        raise TypeError(f"x must be a CPU tensor of float32, bfloat16 or float16, got {x.dtype} on {x.device}.")
+        raise TypeError(
+            f"x must be a CPU tensor of float32, bfloat16 or float16, got {x.dtype} on {x.device}."
+        )
     if x.dim() == 0 or x.shape[-1] != weight.shape[1]:
         raise ValueError(f"x must end in K={weight.shape[1]} values, got shape {tuple(x.shape)}.")
 
@@ -164,7 +169,9 @@ def kernel_path(path: str | None) -> str:
     if not status.available:
         raise RuntimeError(f"labkit's kernel is unavailable: {status.reason}")
     if path is not None and path not in status.paths:
-        raise ValueError(f"path={path!r} does not run here: choose one of {status.paths} (the kernel has {PATHS}).")
+        raise ValueError(
+            f"path={path!r} does not run here: choose one of {status.paths} (the kernel has {PATHS})."
+        )
     return path or status.path
 
 
@@ -199,7 +206,9 @@ class KernelLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x [..., in_features] -> [..., out_features], in x's dtype."""
         if x.shape[-1:] != (self.in_features,):
-            raise ValueError(f"x must end in in_features={self.in_features} values, got shape {tuple(x.shape)}.")
+            raise ValueError(
+                f"x must end in in_features={self.in_features} values, got shape {tuple(x.shape)}."
+            )
         if self.uses_kernel and x.dtype in KERNEL_DTYPES and x.device.type == "cpu":
             y = self.on_kernel(x)
         else:
@@ -213,9 +222,9 @@ class KernelLinear(nn.Module):
 class Q41Linear(KernelLinear):
     """y = x @ W.T + b with W in Q4_1 (see KernelLinear for the kernel and its fallback).
 
-        >>> layer = Q41Linear.from_linear(nn.Linear(64, 16))
-        >>> layer(torch.randn(2, 64)).shape
-        torch.Size([2, 16])
+    >>> layer = Q41Linear.from_linear(nn.Linear(64, 16))
+    >>> layer(torch.randn(2, 64)).shape
+    torch.Size([2, 16])
     """
 
     scheme = "q4_1"

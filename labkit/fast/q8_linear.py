@@ -39,7 +39,9 @@ class Q80Weight:
     @property
     def nbytes(self) -> int:
         """Bytes read per use: codes and scales (8.5 bits per weight)."""
-        return self.codes.numel() * self.codes.element_size() + self.scales.numel() * self.scales.element_size()
+        return (
+            self.codes.numel() * self.codes.element_size() + self.scales.numel() * self.scales.element_size()
+        )
 
 
 def quantize_q8_0(weight: torch.Tensor) -> Q80Weight:
@@ -51,7 +53,9 @@ def quantize_q8_0(weight: torch.Tensor) -> Q80Weight:
     """
     check_float_tensor(weight, "weight")
     if weight.dim() != 2 or weight.shape[1] % GROUP:
-        raise ValueError(f"weight must be [N, K] with K a multiple of {GROUP}, got shape {tuple(weight.shape)}.")
+        raise ValueError(
+            f"weight must be [N, K] with K a multiple of {GROUP}, got shape {tuple(weight.shape)}."
+        )
     rows, cols = weight.shape
     groups = weight.detach().float().reshape(rows, cols // GROUP, GROUP)
     scales = (groups.abs().amax(-1) / LIMIT).half()  # [N, G]
@@ -89,20 +93,22 @@ def q8_0_linear_reference(x: torch.Tensor, weight: Q80Weight) -> torch.Tensor:
 def q8_0_linear(x: torch.Tensor, weight: Q80Weight, path: str | None = None) -> torch.Tensor:
     """x [..., K] @ W.T on labkit's kernel -> [..., N] in x's dtype; path as in q4_linear.q4_1_linear.
 
-        >>> q8_0_linear(torch.randn(1, 576), quantize_q8_0(torch.randn(192, 576))).shape
-        torch.Size([1, 192])
+    >>> q8_0_linear(torch.randn(1, 576), quantize_q8_0(torch.randn(192, 576))).shape
+    torch.Size([1, 192])
     """
     check_weight(weight)
     check_activations(x, weight)
-    y = torch.ops.labkit.q8_0_linear(x.reshape(-1, weight.shape[1]), weight.codes, weight.scales, kernel_path(path))
+    y = torch.ops.labkit.q8_0_linear(
+        x.reshape(-1, weight.shape[1]), weight.codes, weight.scales, kernel_path(path)
+    )
     return y.reshape(*x.shape[:-1], weight.shape[0])
 
 
 class Q80Linear(KernelLinear):
     """y = x @ W.T + b with W in Q8_0 (see q4_linear.KernelLinear for the kernel and its fallback).
 
-        >>> Q80Linear.from_linear(nn.Linear(64, 16))(torch.randn(2, 64)).shape
-        torch.Size([2, 16])
+    >>> Q80Linear.from_linear(nn.Linear(64, 16))(torch.randn(2, 64)).shape
+    torch.Size([2, 16])
     """
 
     scheme = "q8_0"

@@ -47,8 +47,11 @@ def read_tensors(module: nn.Module) -> list[torch.Tensor]:
         if module.uses_kernel(probe):
             scales = module.scale_bf16 if module.scheme == "int8" else module.scale_and_zero
             return [module.codes, scales]
-        persistent = [b for name, b in module.named_buffers(recurse=False)
-                      if b is not None and name not in module._non_persistent_buffers_set]
+        persistent = [
+            b
+            for name, b in module.named_buffers(recurse=False)
+            if b is not None and name not in module._non_persistent_buffers_set
+        ]
         return persistent + list(module.parameters(recurse=False))
     return list(module.parameters(recurse=False)) + list(module.buffers(recurse=False))
 
@@ -74,8 +77,8 @@ def weight_bytes_per_token(model: nn.Module) -> int:
 def bandwidth_utilisation(bytes_per_token: float, tokens_per_second: float, bandwidth: float) -> float:
     """The share of the measured bandwidth a decode path uses: bytes/token x tokens/s / bandwidth.
 
-        >>> bandwidth_utilisation(538e6, 18.9, 26e9)
-        0.391...
+    >>> bandwidth_utilisation(538e6, 18.9, 26e9)
+    0.391...
     """
     if bandwidth <= 0:
         raise ValueError(f"bandwidth must be positive bytes/s, got {bandwidth!r}.")

@@ -103,17 +103,26 @@ def compiled_function(function):
 
         >>> step = compiled_function(decode_graph)    # labkit.serving.compiled_step: one per engine
     """
-    own_code = types.FunctionType(function.__code__.replace(), function.__globals__, function.__name__,
-                                  function.__defaults__, function.__closure__)
-    return torch.compile(own_code, fullgraph=True, dynamic=False,
-                         options={"guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe})
+    own_code = types.FunctionType(
+        function.__code__.replace(),
+        function.__globals__,
+        function.__name__,
+        function.__defaults__,
+        function.__closure__,
+    )
+    return torch.compile(
+        own_code,
+        fullgraph=True,
+        dynamic=False,
+        options={"guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe},
+    )
 
 
 def slots_for(needed: int, context: int) -> int:
     """The static cache length for `needed` tokens: rounded up to SLOT_MULTIPLE, at most `context`.
 
-        >>> slots_for(137, 8192)
-        192
+    >>> slots_for(137, 8192)
+    192
     """
     check_int("needed", needed, minimum=0)
     check_int("context", context, minimum=1)
@@ -145,7 +154,9 @@ class StaticDecoder:
         self.verify_step = compiled(self.verify) if compile else self.verify
         self.compile_seconds: dict[str, float] = {}
 
-    def run(self, token_ids: torch.Tensor, positions: torch.Tensor, every_position: bool = False) -> torch.Tensor:
+    def run(
+        self, token_ids: torch.Tensor, positions: torch.Tensor, every_position: bool = False
+    ) -> torch.Tensor:
         """token_ids [1, T] at positions [T] -> logits [1, vocab] of the last (or [T, vocab]), float32."""
         model = self.model
         self.cache.positions = positions
@@ -166,24 +177,33 @@ class StaticDecoder:
     def check_request(self, prompt_ids: Sequence[int], max_new_tokens: int) -> None:
         """A ValueError unless prompt_ids is a list of token ids in the vocabulary and max_new_tokens a whole
         number, with the prompt and the new tokens fitting the cache's slots."""
-        if isinstance(prompt_ids, (str, bytes)) or not isinstance(prompt_ids, Sequence) or not all(
-                isinstance(i, int) and not isinstance(i, bool) for i in prompt_ids):
-            raise ValueError(f"prompt_ids must be a list of token ids (ints), e.g. tokenizer(text)['input_ids'], "
-                             f"got {type(prompt_ids).__name__}: {str(prompt_ids)[:60]!r}.")
+        if (
+            isinstance(prompt_ids, (str, bytes))
+            or not isinstance(prompt_ids, Sequence)
+            or not all(isinstance(i, int) and not isinstance(i, bool) for i in prompt_ids)
+        ):
+            raise ValueError(
+                f"prompt_ids must be a list of token ids (ints), e.g. tokenizer(text)['input_ids'], "
+                f"got {type(prompt_ids).__name__}: {str(prompt_ids)[:60]!r}."
+            )
         check_token_ids(prompt_ids, self.model.config.vocab_size, "prompt")
         check_int("max_new_tokens", max_new_tokens, minimum=1)
         prompt_length = len(prompt_ids)
         if prompt_length < 1 or max_new_tokens < 1 or prompt_length + max_new_tokens > self.max_length:
-            raise ValueError(f"The prompt ({prompt_length} tokens) plus max_new_tokens ({max_new_tokens}) must fit "
-                             f"this decoder's {self.max_length} slots, with at least one of each; make a "
-                             f"StaticDecoder with max_length >= {prompt_length + max_new_tokens}.")
+            raise ValueError(
+                f"The prompt ({prompt_length} tokens) plus max_new_tokens ({max_new_tokens}) must fit "
+                f"this decoder's {self.max_length} slots, with at least one of each; make a "
+                f"StaticDecoder with max_length >= {prompt_length + max_new_tokens}."
+            )
 
     def prefill(self, prompt_ids: Sequence[int]) -> int:
         """The prompt in one eager pass (its length varies, so it is not compiled); the first new token id."""
         positions = torch.arange(len(prompt_ids), device=self.model.device)
         return int(self.run(torch.tensor([list(prompt_ids)], device=self.model.device), positions).argmax())
 
-    def generate(self, prompt_ids: Sequence[int], max_new_tokens: int, eos_id: int | None = None) -> list[int]:
+    def generate(
+        self, prompt_ids: Sequence[int], max_new_tokens: int, eos_id: int | None = None
+    ) -> list[int]:
         """Greedy: the prompt in one eager pass, then one (compiled) step per token; the new ids.
 
         Stops after max_new_tokens or at eos_id (included). Nothing in the loop but one call of the
@@ -199,12 +219,15 @@ class StaticDecoder:
             for position in range(len(prompt_ids), len(prompt_ids) + max_new_tokens - 1):
                 if new_ids[-1] == eos_id:
                     break
-                token, _ = self.timed("decode", self.step, token, torch.tensor([position], device=self.model.device))
+                token, _ = self.timed(
+                    "decode", self.step, token, torch.tensor([position], device=self.model.device)
+                )
                 new_ids.append(int(token))
         return new_ids
 
-    def generate_with_lookup(self, prompt_ids: Sequence[int], max_new_tokens: int, gamma: int = 4,
-                             eos_id: int | None = None) -> tuple[list[int], int]:
+    def generate_with_lookup(
+        self, prompt_ids: Sequence[int], max_new_tokens: int, gamma: int = 4, eos_id: int | None = None
+    ) -> tuple[list[int], int]:
         """Greedy with prompt-lookup speculation: (the new ids, the number of verify calls).
 
         Every call verifies gamma guesses after the last accepted token in one pass of T = gamma + 1
@@ -228,12 +251,14 @@ class StaticDecoder:
                 start = len(context) + len(new_ids) - 1  # position of the last accepted token
                 positions = torch.arange(start, start + gamma + 1).clamp(max=last_slot)  # beyond: never read
                 tokens = torch.tensor([[new_ids[-1]] + guesses])
-                kept, choice = accept_greedy(guesses, self.timed("verify", self.verify_step, tokens, positions).tolist())
+                kept, choice = accept_greedy(
+                    guesses, self.timed("verify", self.verify_step, tokens, positions).tolist()
+                )
                 new_ids += guesses[:kept] + [choice]
                 calls += 1
         new_ids = new_ids[:max_new_tokens]
         if eos_id in new_ids:
-            new_ids = new_ids[:new_ids.index(eos_id) + 1]
+            new_ids = new_ids[: new_ids.index(eos_id) + 1]
         return new_ids, calls
 
     def timed(self, name: str, step, *args):

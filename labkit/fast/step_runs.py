@@ -29,10 +29,14 @@ from labkit.fast.ops import kernel_calls
 from labkit.fast.static import StaticDecoder, slots_for
 
 
-def static_decoder(model: Llama, context: int, compile: bool = False) -> tuple[StaticDecoder, torch.Tensor, torch.Tensor]:
+def static_decoder(
+    model: Llama, context: int, compile: bool = False
+) -> tuple[StaticDecoder, torch.Tensor, torch.Tensor]:
     """A StaticDecoder after a prefilled random context of `context` tokens: (decoder, next token [1, 1],
     its position [1])."""
-    decoder = StaticDecoder(model, slots_for(context + 2, model.config.max_position_embeddings), compile=compile)
+    decoder = StaticDecoder(
+        model, slots_for(context + 2, model.config.max_position_embeddings), compile=compile
+    )
     with torch.no_grad():
         token = torch.tensor([[decoder.prefill(torch.randint(model.config.vocab_size, (context,)).tolist())]])
     return decoder, token, torch.tensor([context])
@@ -46,6 +50,7 @@ def static_step_run(model: Llama, context: int) -> Callable[[], None]:
     def run() -> None:
         with torch.no_grad():
             decoder.decode(token, position)
+
     return run
 
 
@@ -59,6 +64,7 @@ def compiled_step_run(model: Llama, context: int) -> tuple[Callable[[], None], i
     def run() -> None:
         with torch.no_grad():
             decoder.step(token, position)
+
     return run, sum(kernel_calls(text) for text in code)
 
 
@@ -76,4 +82,5 @@ def step_run(model: Llama, rows: int, context: int, tokens: int, how: str = "loo
         with torch.no_grad():
             forward(model, ids[:, context:], cache)
         crop_cache(cache, context)
+
     return run

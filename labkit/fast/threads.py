@@ -26,11 +26,11 @@ from labkit.core.arguments import check_int
 def thread_candidates(cores: int | None = None) -> tuple[int, ...]:
     """1, 2, 4, ... up to the number of logical cores, and that number itself.
 
-        >>> thread_candidates(6)
-        (1, 2, 4, 6)
+    >>> thread_candidates(6)
+    (1, 2, 4, 6)
     """
     cores = cores or os.cpu_count() or 1
-    powers = [2 ** i for i in range(cores.bit_length()) if 2 ** i <= cores]
+    powers = [2**i for i in range(cores.bit_length()) if 2**i <= cores]
     return tuple(sorted(set(powers) | {cores}))
 
 
@@ -56,8 +56,9 @@ def threads_set(count: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def fastest_thread_count(run: Callable[[], object], candidates: Sequence[int] | None = None,
-                         repeats: int = 3) -> tuple[int, dict[int, float]]:
+def fastest_thread_count(
+    run: Callable[[], object], candidates: Sequence[int] | None = None, repeats: int = 3
+) -> tuple[int, dict[int, float]]:
     """Time run() under each thread count: (the fastest count, {count: median seconds}).
 
     Each count gets one untimed warm-up call; then the counts take turns, `repeats` rounds, so that

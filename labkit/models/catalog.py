@@ -32,8 +32,22 @@ from labkit.models.catalog_model import (
 )
 from labkit.models.fit import DEFAULT_CONTEXT, KV_DTYPE, QUANTS, Fit, fit_table, fits_here, what_can_i_run
 
-__all__ = ["CATALOG_PATH", "DEFAULT_CONTEXT", "KINDS", "KV_DTYPE", "OPTIONAL_FIELDS", "QUANTS", "SCORE_FIELDS",
-           "CatalogModel", "Fit", "check_catalog_model", "fit_table", "fits_here", "load_catalog", "what_can_i_run"]
+__all__ = [
+    "CATALOG_PATH",
+    "DEFAULT_CONTEXT",
+    "KINDS",
+    "KV_DTYPE",
+    "OPTIONAL_FIELDS",
+    "QUANTS",
+    "SCORE_FIELDS",
+    "CatalogModel",
+    "Fit",
+    "check_catalog_model",
+    "fit_table",
+    "fits_here",
+    "load_catalog",
+    "what_can_i_run",
+]
 
 CATALOG_PATH = Path(__file__).resolve().parents[2] / "data" / "models" / "catalog.csv"
 
@@ -78,19 +92,33 @@ def _check_row(path: Path, line: int, model: CatalogModel) -> None:
     if not _MONTH.fullmatch(model.release_date):
         raise _fail(path, line, name, "release_date", f"is {model.release_date!r}", "allowed: YYYY-MM")
     if model.active_params_b > model.params_b:
-        raise _fail(path, line, name, "active_params_b", f"is {model.active_params_b} > params_b",
-                    "allowed: at most params_b (the total)")
+        raise _fail(
+            path,
+            line,
+            name,
+            "active_params_b",
+            f"is {model.active_params_b} > params_b",
+            "allowed: at most params_b (the total)",
+        )
     for key, (where, when) in model.sources().items():
         if not where or not _DAY.fullmatch(when):
-            raise _fail(path, line, name, key, "has no source or snapshot date",
-                        f"score_source needs '{key}=<where>' and score_date '{key}=YYYY-MM-DD'")
+            raise _fail(
+                path,
+                line,
+                name,
+                key,
+                "has no source or snapshot date",
+                f"score_source needs '{key}=<where>' and score_date '{key}=YYYY-MM-DD'",
+            )
 
 
 def _parse_row(path: Path, line: int, row: dict[str, str | None]) -> CatalogModel:
     extra = row.get(None)  # csv.DictReader puts the cells beyond the header's under the key None
     if extra:
-        raise ValueError(f"{path}, line {line}: model {_text(row, 'name') or '?'!r} has {len(extra)} more cell(s) "
-                         f"than the header ({extra[:3]}...); quote a cell that holds a comma.")
+        raise ValueError(
+            f"{path}, line {line}: model {_text(row, 'name') or '?'!r} has {len(extra)} more cell(s) "
+            f"than the header ({extra[:3]}...); quote a cell that holds a comma."
+        )
     values: dict[str, object] = {}
     for field in fields(CatalogModel):
         if field.name in _INT_FIELDS or field.name in _FLOAT_FIELDS:
@@ -120,14 +148,18 @@ def load_catalog(path: str | Path | None = None) -> list[CatalogModel]:
         required = [f.name for f in fields(CatalogModel) if f.name not in OPTIONAL_FIELDS]
         missing = [c for c in required if c not in (reader.fieldnames or [])]
         if missing:  # optional columns (scores, sources, notes) may be left out altogether
-            raise ValueError(f"{path}: the header lacks column(s) {', '.join(missing)}; "
-                             f"a catalog needs: {', '.join(required)}.")
+            raise ValueError(
+                f"{path}: the header lacks column(s) {', '.join(missing)}; "
+                f"a catalog needs: {', '.join(required)}."
+            )
         models, lines = [], {}
         for row in reader:
             model = _parse_row(path, reader.line_num, row)
             if model.name in lines:
-                raise ValueError(f"{path}, line {reader.line_num}: model {model.name!r} is in the catalog twice "
-                                 f"(also line {lines[model.name]}); each model gets one row.")
+                raise ValueError(
+                    f"{path}, line {reader.line_num}: model {model.name!r} is in the catalog twice "
+                    f"(also line {lines[model.name]}); each model gets one row."
+                )
             lines[model.name] = reader.line_num
             models.append(model)
     return models

@@ -58,17 +58,27 @@ class CatalogModel:
     def shape(self) -> ModelShape:
         """The model as a labkit.models.shapes.ModelShape, for the memory calculator.
 
-            >>> smol.shape().kv_bytes_per_token("fp16")  # SmolLM2-135M: 2 x 30 layers x 3 x 64 x 2 bytes
-            23040
+        >>> smol.shape().kv_bytes_per_token("fp16")  # SmolLM2-135M: 2 x 30 layers x 3 x 64 x 2 bytes
+        23040
         """
-        return ModelShape(self.name, self.params_b * 1e9, self.n_layers, self.n_heads, self.n_kv_heads,
-                          self.head_dim, self.context)
+        return ModelShape(
+            self.name,
+            self.params_b * 1e9,
+            self.n_layers,
+            self.n_heads,
+            self.n_kv_heads,
+            self.head_dim,
+            self.context,
+        )
 
     def sources(self) -> dict[str, tuple[str, str]]:
         """Where and when each given score was read: {"lmarena_elo": (source, "YYYY-MM-DD"), ...}."""
         where, when = _pairs(self.score_source), _pairs(self.score_date)
-        return {key: (where.get(key, ""), when.get(key, "")) for key in SCORE_FIELDS
-                if getattr(self, key) is not None}
+        return {
+            key: (where.get(key, ""), when.get(key, ""))
+            for key in SCORE_FIELDS
+            if getattr(self, key) is not None
+        }
 
 
 def _pairs(text: str) -> dict[str, str]:
@@ -80,5 +90,7 @@ def _pairs(text: str) -> dict[str, str]:
 def check_catalog_model(model: object, what: str = "model") -> None:
     """A ValueError unless `model` is a CatalogModel (a row of load_catalog()), e.g. not a model's name."""
     if not isinstance(model, CatalogModel):
-        raise ValueError(f"{what} must be a CatalogModel, a row of load_catalog(), got {type(model).__name__} "
-                         f"{model!r:.60}; to find one by name: next(m for m in load_catalog() if m.name == name).")
+        raise ValueError(
+            f"{what} must be a CatalogModel, a row of load_catalog(), got {type(model).__name__} "
+            f"{model!r:.60}; to find one by name: next(m for m in load_catalog() if m.name == name)."
+        )

@@ -30,8 +30,10 @@ def data_file(name: str) -> Path:
     """The path of data/eval/`name`, or a FileNotFoundError that says how to get the data."""
     path = DATA_DIR / name
     if not path.exists():
-        raise FileNotFoundError(f"{path} is missing. The evaluation data lives in the repository's data/eval/ "
-                                "folder: install labkit from a checkout with `pip install -e .` (as `make lab` does).")
+        raise FileNotFoundError(
+            f"{path} is missing. The evaluation data lives in the repository's data/eval/ "
+            "folder: install labkit from a checkout with `pip install -e .` (as `make lab` does)."
+        )
     return path
 
 
@@ -43,8 +45,9 @@ def eval_text() -> str:
 def eval_prompts(tokenizer: PreTrainedTokenizerBase) -> list[list[int]]:
     """The fixed prompt set as token ids: chat prompts through the chat template, then text prompts."""
     prompts = json.loads(data_file("prompts.json").read_text(encoding="utf-8"))
-    return ([chat_prompt(tokenizer, text) for text in prompts["chat"]]
-            + [encode_prompt(tokenizer, text) for text in prompts["text"]])
+    return [chat_prompt(tokenizer, text) for text in prompts["chat"]] + [
+        encode_prompt(tokenizer, text) for text in prompts["text"]
+    ]
 
 
 def eval_ids(tokenizer: PreTrainedTokenizerBase, max_tokens: int | None = None) -> torch.Tensor:

@@ -63,19 +63,31 @@ class Fit:
 
 def _quant_dtype(quant: str) -> str:
     if quant not in QUANTS:
-        raise ValueError(f"quant must be one of {', '.join(QUANTS)} (q4 = GGUF Q4_0, 4.5 bits per weight; "
-                         f"q4_1 = GGUF Q4_1, 5 bits per weight), got {quant!r}.")
+        raise ValueError(
+            f"quant must be one of {', '.join(QUANTS)} (q4 = GGUF Q4_0, 4.5 bits per weight; "
+            f"q4_1 = GGUF Q4_1, 5 bits per weight), got {quant!r}."
+        )
     return QUANTS[quant]
 
 
 def _non_negative(name: str, value: float) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (value >= 0 and math.isfinite(value)):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not (value >= 0 and math.isfinite(value))
+    ):
         raise ValueError(f"{name} must be a number of bytes >= 0, got {value!r}.")
 
 
-def fits_here(model: CatalogModel, memory_bytes: float, quant: str = "q4", context_tokens: int = DEFAULT_CONTEXT,
-              os_reserve_bytes: float = 0.0, runtime_overhead_bytes: float = 0.0,
-              bandwidth_bytes_per_s: float | None = None) -> Fit:
+def fits_here(
+    model: CatalogModel,
+    memory_bytes: float,
+    quant: str = "q4",
+    context_tokens: int = DEFAULT_CONTEXT,
+    os_reserve_bytes: float = 0.0,
+    runtime_overhead_bytes: float = 0.0,
+    bandwidth_bytes_per_s: float | None = None,
+) -> Fit:
     """Memory one model needs here, whether it fits, and its decode speed limit (batch 1).
 
     Weights: all parameters x bytes per weight of `quant` ("fp32", "fp16", "int8", "q4": 4.5 bits per
@@ -90,26 +102,52 @@ def fits_here(model: CatalogModel, memory_bytes: float, quant: str = "q4", conte
     """
     check_catalog_model(model)
     dtype = _quant_dtype(quant)
-    for name, value in [("memory_bytes", memory_bytes), ("os_reserve_bytes", os_reserve_bytes),
-                        ("runtime_overhead_bytes", runtime_overhead_bytes)]:
+    for name, value in [
+        ("memory_bytes", memory_bytes),
+        ("os_reserve_bytes", os_reserve_bytes),
+        ("runtime_overhead_bytes", runtime_overhead_bytes),
+    ]:
         _non_negative(name, value)
     check_int("context_tokens", context_tokens, minimum=1)
-    if bandwidth_bytes_per_s is not None and (isinstance(bandwidth_bytes_per_s, bool) or not isinstance(
-            bandwidth_bytes_per_s, (int, float)) or not bandwidth_bytes_per_s > 0):
-        raise ValueError(f"bandwidth_bytes_per_s must be > 0 bytes/s (or None), got {bandwidth_bytes_per_s!r}.")
+    if bandwidth_bytes_per_s is not None and (
+        isinstance(bandwidth_bytes_per_s, bool)
+        or not isinstance(bandwidth_bytes_per_s, (int, float))
+        or not bandwidth_bytes_per_s > 0
+    ):
+        raise ValueError(
+            f"bandwidth_bytes_per_s must be > 0 bytes/s (or None), got {bandwidth_bytes_per_s!r}."
+        )
     tokens = min(context_tokens, model.context)
     weights = weight_bytes(model.params_b * 1e9, dtype)
     kv = float(kv_cache_bytes(model.n_layers, model.n_kv_heads, model.head_dim, tokens, 1, KV_DTYPE))
     total = weights + kv + runtime_overhead_bytes
     per_token = weight_bytes(model.active_params_b * 1e9, dtype) + kv
     speed = None if bandwidth_bytes_per_s is None else bandwidth_bytes_per_s / per_token
-    return Fit(model.name, quant, tokens, weights, kv, runtime_overhead_bytes, os_reserve_bytes, total,
-               memory_bytes, total + os_reserve_bytes <= memory_bytes, per_token, speed)
+    return Fit(
+        model.name,
+        quant,
+        tokens,
+        weights,
+        kv,
+        runtime_overhead_bytes,
+        os_reserve_bytes,
+        total,
+        memory_bytes,
+        total + os_reserve_bytes <= memory_bytes,
+        per_token,
+        speed,
+    )
 
 
-def what_can_i_run(catalog: list[CatalogModel], memory_bytes: float, bandwidth_bytes_per_s: float | None = None,
-                   quants: tuple[str, ...] = ("fp16", "int8", "q4"), context_tokens: int = DEFAULT_CONTEXT,
-                   os_reserve_bytes: float = 0.0, runtime_overhead_bytes: float = 0.0) -> list[dict]:
+def what_can_i_run(
+    catalog: list[CatalogModel],
+    memory_bytes: float,
+    bandwidth_bytes_per_s: float | None = None,
+    quants: tuple[str, ...] = ("fp16", "int8", "q4"),
+    context_tokens: int = DEFAULT_CONTEXT,
+    os_reserve_bytes: float = 0.0,
+    runtime_overhead_bytes: float = 0.0,
+) -> list[dict]:
     """One row (a dict of `Fit`'s fields) per model x quantization, in catalog order.
 
     pandas is not a labkit dependency: `pandas.DataFrame(rows)` makes a table of it where pandas is installed.
@@ -119,24 +157,52 @@ def what_can_i_run(catalog: list[CatalogModel], memory_bytes: float, bandwidth_b
         ['HuggingFaceTB/SmolLM2-135M-Instruct', 'HuggingFaceTB/SmolLM2-360M-Instruct']
     """
     if isinstance(catalog, (str, CatalogModel)) or not isinstance(catalog, (list, tuple)):
-        raise ValueError(f"catalog must be a list of CatalogModel (load_catalog() returns one), got "
-                         f"{type(catalog).__name__}; for one model, pass [model].")
+        raise ValueError(
+            f"catalog must be a list of CatalogModel (load_catalog() returns one), got "
+            f"{type(catalog).__name__}; for one model, pass [model]."
+        )
     for index, model in enumerate(catalog):
         check_catalog_model(model, f"catalog[{index}]")
     if isinstance(quants, str) or not isinstance(quants, (list, tuple)):
         raise ValueError(f"quants must be a tuple of quantizations such as ('fp16', 'q4'), got {quants!r}.")
     for quant in quants:
         _quant_dtype(quant)
-    return [fits_here(model, memory_bytes, quant, context_tokens, os_reserve_bytes, runtime_overhead_bytes,
-                      bandwidth_bytes_per_s).as_dict()
-            for model in catalog for quant in quants]
+    return [
+        fits_here(
+            model,
+            memory_bytes,
+            quant,
+            context_tokens,
+            os_reserve_bytes,
+            runtime_overhead_bytes,
+            bandwidth_bytes_per_s,
+        ).as_dict()
+        for model in catalog
+        for quant in quants
+    ]
 
 
 def fit_table(rows: list[dict], only_fitting: bool = False) -> str:
     """what_can_i_run's rows as aligned text: model, quantization, GB needed, fits, decode bound in tokens/s."""
     check_items("rows", rows, "rows of what_can_i_run (dicts)", of=dict)
-    columns = [Column("model", 44, align="<"), Column("quant", 6), Column("GB", 8, ".2f"), Column("fits", 6),
-               Column("tok/s bound", 13, ".1f")]
-    return format_table(columns, [[row["model"], row["quant"], row["total_bytes"] / 1e9, "yes" if row["fits"] else "no",
-                                   "-" if row["max_tokens_per_s"] is None else row["max_tokens_per_s"]]
-                                  for row in rows if row["fits"] or not only_fitting])
+    columns = [
+        Column("model", 44, align="<"),
+        Column("quant", 6),
+        Column("GB", 8, ".2f"),
+        Column("fits", 6),
+        Column("tok/s bound", 13, ".1f"),
+    ]
+    return format_table(
+        columns,
+        [
+            [
+                row["model"],
+                row["quant"],
+                row["total_bytes"] / 1e9,
+                "yes" if row["fits"] else "no",
+                "-" if row["max_tokens_per_s"] is None else row["max_tokens_per_s"],
+            ]
+            for row in rows
+            if row["fits"] or not only_fitting
+        ],
+    )

@@ -31,10 +31,20 @@ GB = 10**9
 GiB = 2**30
 
 DTYPE_BYTES: dict[str, float] = {
-    "fp32": 4, "float32": 4, "tf32": 4,
-    "fp16": 2, "float16": 2, "half": 2, "bf16": 2, "bfloat16": 2,
-    "fp8": 1, "int8": 1, "q8_0": 1.0625,  # GGUF Q8_0: 32 int8 + one fp16 scale per block
-    "int4": 0.5, "nf4": 0.5, "q4_0": 0.5625,  # Q4_0: 32 4-bit values + one fp16 scale per block (4.5 bits)
+    "fp32": 4,
+    "float32": 4,
+    "tf32": 4,
+    "fp16": 2,
+    "float16": 2,
+    "half": 2,
+    "bf16": 2,
+    "bfloat16": 2,
+    "fp8": 1,
+    "int8": 1,
+    "q8_0": 1.0625,  # GGUF Q8_0: 32 int8 + one fp16 scale per block
+    "int4": 0.5,
+    "nf4": 0.5,
+    "q4_0": 0.5625,  # Q4_0: 32 4-bit values + one fp16 scale per block (4.5 bits)
     "q4_1": 0.625,  # Q4_1: 32 4-bit values + an fp16 scale and an fp16 minimum per block: 5 bits
 }
 
@@ -59,8 +69,10 @@ def check_size(name: str, value: float, whole: bool = True, minimum: int = 1, al
     """
     allowed = allowed or (f"a whole number >= {minimum}" if whole else "positive")
     if isinstance(value, bool) or not isinstance(value, numbers.Integral if whole else numbers.Real):
-        raise TypeError(f"{name} must be {allowed} ({'an int' if whole else 'a number'}), "
-                        f"got {type(value).__name__} {value!r}.")
+        raise TypeError(
+            f"{name} must be {allowed} ({'an int' if whole else 'a number'}), "
+            f"got {type(value).__name__} {value!r}."
+        )
     if not (value >= minimum if whole else math.isfinite(value) and value > 0):
         raise ValueError(f"{name} must be {allowed}, got {value!r}.")
 
@@ -68,7 +80,9 @@ def check_size(name: str, value: float, whole: bool = True, minimum: int = 1, al
 def check_tokens_and_batch(tokens: int, batch: int) -> None:
     """Raise unless tokens is a whole number >= 0 and batch one >= 1 (see check_size)."""
     check_size("tokens", tokens, minimum=0)
-    check_size("batch", batch, allowed="a whole number of sequences, at least 1 (batch=1 for a single request)")
+    check_size(
+        "batch", batch, allowed="a whole number of sequences, at least 1 (batch=1 for a single request)"
+    )
 
 
 def weight_bytes(n_params: float, dtype: str | torch.dtype = "fp16") -> float:
@@ -77,8 +91,14 @@ def weight_bytes(n_params: float, dtype: str | torch.dtype = "fp16") -> float:
     return n_params * bytes_per_element(dtype)
 
 
-def kv_cache_bytes(n_layers: int, n_kv_heads: int, head_dim: int, tokens: int, batch: int = 1,
-                   dtype: str | torch.dtype = "fp16") -> float:
+def kv_cache_bytes(
+    n_layers: int,
+    n_kv_heads: int,
+    head_dim: int,
+    tokens: int,
+    batch: int = 1,
+    dtype: str | torch.dtype = "fp16",
+) -> float:
     """Bytes of a KV cache: 2 (keys and values) x layers x KV heads x head dim x tokens x batch x bytes."""
     for name, value in [("n_layers", n_layers), ("n_kv_heads", n_kv_heads), ("head_dim", head_dim)]:
         check_size(name, value)

@@ -33,7 +33,12 @@ from labkit.table import Column, format_table
 RESERVES: dict[str, tuple[float, float, str, str]] = {
     "RAM": (0.0, 3e9, "3 GB", "the OS, a desktop, a browser and the runtime"),
     "unified": (0.25, 0.0, "25 %", "macOS gives the GPU about 75 % of unified memory by default"),
-    "VRAM": (0.10, 1e9, "10 % + 1 GB per GPU", "vLLM's gpu_memory_utilization=0.9; CUDA context and workspace"),
+    "VRAM": (
+        0.10,
+        1e9,
+        "10 % + 1 GB per GPU",
+        "vLLM's gpu_memory_utilization=0.9; CUDA context and workspace",
+    ),
     "budget": (0.0, 0.0, "nothing", "a plain budget of bytes"),
 }
 
@@ -41,8 +46,8 @@ RESERVES: dict[str, tuple[float, float, str, str]] = {
 def reserve_bytes(memory_bytes: float, kind: str) -> float:
     """Bytes the OS and the runtime keep out of one device of `kind` ("RAM", "unified", "VRAM", "budget").
 
-        >>> reserve_bytes(80e9, "VRAM") / 1e9  # 10 % + 1 GB
-        9.0
+    >>> reserve_bytes(80e9, "VRAM") / 1e9  # 10 % + 1 GB
+    9.0
     """
     if kind not in RESERVES:
         raise ValueError(f"kind must be one of {', '.join(RESERVES)}, got {kind!r}.")
@@ -65,7 +70,12 @@ class Hardware:
         check_int("devices", self.devices, minimum=1)
         for field in ("memory_bytes", "bandwidth_bytes_per_s"):
             value = getattr(self, field)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not math.isfinite(value)
+                or value < 0
+            ):
                 raise ValueError(f"{field} must be a number of bytes >= 0, got {value!r}.")
 
     @property
@@ -94,31 +104,50 @@ def _gpus(count: int) -> Hardware:
 
 # Published peak bandwidths: dual-channel DDR4-3200 51.2 GB/s and DDR5-5600 89.6 GB/s; M2 Max 400 GB/s;
 # RTX 4090 1,008 GB/s; H100 SXM 3.35 TB/s (an A100 80 GB has the same memory and 2.0 TB/s); H200 4.8 TB/s.
-HARDWARE: dict[str, Hardware] = {h.name: h for h in [
-    Hardware("laptop 8 GB", 8e9, "RAM", 51.2e9),
-    Hardware("laptop 16 GB", 16e9, "RAM", 51.2e9),
-    Hardware("laptop 32 GB", 32e9, "RAM", 89.6e9),
-    Hardware("Mac 64 GB", 64e9, "unified", 400e9),
-    Hardware("RTX 4090 24 GB", 24e9, "VRAM", 1.008e12),
-    Hardware("H100 80 GB", 80e9, "VRAM", 3.35e12),
-    Hardware("H200 141 GB", 141e9, "VRAM", 4.8e12),
-    _gpus(2), _gpus(4), _gpus(8),
-]}
+HARDWARE: dict[str, Hardware] = {
+    h.name: h
+    for h in [
+        Hardware("laptop 8 GB", 8e9, "RAM", 51.2e9),
+        Hardware("laptop 16 GB", 16e9, "RAM", 51.2e9),
+        Hardware("laptop 32 GB", 32e9, "RAM", 89.6e9),
+        Hardware("Mac 64 GB", 64e9, "unified", 400e9),
+        Hardware("RTX 4090 24 GB", 24e9, "VRAM", 1.008e12),
+        Hardware("H100 80 GB", 80e9, "VRAM", 3.35e12),
+        Hardware("H200 141 GB", 141e9, "VRAM", 4.8e12),
+        _gpus(2),
+        _gpus(4),
+        _gpus(8),
+    ]
+}
 
 
 def each(hardware: Hardware) -> str:
-    """"" for one device, "4 x " for four: what a per-device amount is prefixed with."""
+    """ "" for one device, "4 x " for four: what a per-device amount is prefixed with."""
     return "" if hardware.devices == 1 else f"{hardware.devices} x "
 
 
 def hardware_table(hardware: dict[str, Hardware] | None = None) -> str:
     """Memory, reserve, usable memory and bandwidth of each machine, RAM and VRAM apart, as a text table."""
     hardware = HARDWARE if hardware is None else hardware
-    columns = [Column("hardware", max(len("hardware"), *(len(name) for name in hardware)), align="<"),
-               Column("kind", 7, align="<"), Column("memory", 9), Column("reserve", 9), Column("usable", 9),
-               Column("bandwidth", 11)]
-    rows = [[name, h.kind, f"{each(h)}{h.memory_bytes / 1e9:.0f} GB", f"{each(h)}{h.reserve_bytes / 1e9:.1f} GB",
-             f"{h.usable_bytes / 1e9:.1f} GB", f"{h.bandwidth / 1e9:,.0f} GB/s"] for name, h in hardware.items()]
+    columns = [
+        Column("hardware", max(len("hardware"), *(len(name) for name in hardware)), align="<"),
+        Column("kind", 7, align="<"),
+        Column("memory", 9),
+        Column("reserve", 9),
+        Column("usable", 9),
+        Column("bandwidth", 11),
+    ]
+    rows = [
+        [
+            name,
+            h.kind,
+            f"{each(h)}{h.memory_bytes / 1e9:.0f} GB",
+            f"{each(h)}{h.reserve_bytes / 1e9:.1f} GB",
+            f"{h.usable_bytes / 1e9:.1f} GB",
+            f"{h.bandwidth / 1e9:,.0f} GB/s",
+        ]
+        for name, h in hardware.items()
+    ]
     lines = [format_table(columns, rows, gap="  ")]
     kinds = dict.fromkeys(h.kind for h in hardware.values())
     lines += [f"reserve for {kind}: {RESERVES[kind][2]} ({RESERVES[kind][3]})" for kind in kinds]

@@ -1,7 +1,7 @@
 """Load a model and its tokenizer: an embedded model from the local cache, a local folder, or a Hub id.
 
-    >>> model, tokenizer = load_model("smollm2-135m")                  # transformers' model
-    >>> model, tokenizer = load_model("smollm2-135m", impl="labkit")   # labkit's from-scratch Llama
+>>> model, tokenizer = load_model("smollm2-135m")                  # transformers' model
+>>> model, tokenizer = load_model("smollm2-135m", impl="labkit")   # labkit's from-scratch Llama
 """
 
 from __future__ import annotations
@@ -26,7 +26,9 @@ from labkit.models.registry import EMBEDDED_MODELS, build_cache, check_model_nam
 def pick_device(device: str | torch.device | None = None) -> torch.device:
     """`None` or "cpu" -> CPU (the default); "auto" -> CUDA, then MPS, then CPU; else as given."""
     if device is not None and not isinstance(device, (str, torch.device)):
-        raise TypeError(f"device must be a string such as 'cpu', 'cuda' or 'auto', got {type(device).__name__}.")
+        raise TypeError(
+            f"device must be a string such as 'cpu', 'cuda' or 'auto', got {type(device).__name__}."
+        )
     if device is None:
         return torch.device("cpu")
     if str(device) == "auto":
@@ -38,7 +40,9 @@ def pick_device(device: str | torch.device | None = None) -> torch.device:
     try:
         device = torch.device(device)
     except RuntimeError as error:
-        raise ValueError(f"Unknown device {device!r}: use 'cpu', 'cuda', 'cuda:0', 'mps' or 'auto'.") from error
+        raise ValueError(
+            f"Unknown device {device!r}: use 'cpu', 'cuda', 'cuda:0', 'mps' or 'auto'."
+        ) from error
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError("device='cuda' was asked for, but torch sees no CUDA GPU. Use 'cpu' or 'auto'.")
     if device.type == "mps" and not torch.backends.mps.is_available():
@@ -61,10 +65,14 @@ def pick_dtype(dtype: str | torch.dtype) -> torch.dtype:
 def check_model_source(name_or_path: object) -> None:
     """Raise unless name_or_path is an embedded model's name, a local folder, or a Hugging Face id ('org/name').
 
-        >>> check_model_source("smollm2-135m")
+    >>> check_model_source("smollm2-135m")
     """
     check_model_name(name_or_path)
-    if name_or_path not in EMBEDDED_MODELS and not Path(name_or_path).expanduser().is_dir() and "/" not in name_or_path:
+    if (
+        name_or_path not in EMBEDDED_MODELS
+        and not Path(name_or_path).expanduser().is_dir()
+        and "/" not in name_or_path
+    ):
         known_model(name_or_path)  # a bare unknown name: list the known ones
 
 
@@ -93,7 +101,9 @@ def _cached_tokenizer(folder: Path) -> PreTrainedTokenizerFast:
     it once in Rust takes about 1 s and gives the same token ids (tests/models/test_loading.py checks).
     """
     config = json.loads((folder / "tokenizer_config.json").read_text())
-    special_tokens = {key: value for key, value in config.items() if key.endswith("_token") and isinstance(value, str)}
+    special_tokens = {
+        key: value for key, value in config.items() if key.endswith("_token") and isinstance(value, str)
+    }
     template = folder / "chat_template.jinja"
     return PreTrainedTokenizerFast(
         tokenizer_file=str(folder / "tokenizer.json"),
@@ -165,4 +175,3 @@ class quiet_transformers:
     def __exit__(self, *exc: object) -> None:
         hf_logging.set_verbosity(self._verbosity)
         hf_logging.enable_progress_bar()
-

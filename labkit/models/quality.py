@@ -45,11 +45,14 @@ TASKS: list[tuple[str, str]] = [  # (question, a regular expression the answer's
 
 def scored_tokens(n_tokens: int, window: int) -> int:
     """How many tokens `perplexity` predicts in non-overlapping windows (each window's first is context)."""
-    return sum(min(window, n_tokens - start) - 1 for start in range(0, n_tokens - 1, window)
-               if n_tokens - start >= 2)
+    return sum(
+        min(window, n_tokens - start) - 1 for start in range(0, n_tokens - 1, window) if n_tokens - start >= 2
+    )
 
 
-def bits_per_byte(model: torch.nn.Module, tokenizer, text: str | None = None, window: int = BPB_WINDOW) -> float:
+def bits_per_byte(
+    model: torch.nn.Module, tokenizer, text: str | None = None, window: int = BPB_WINDOW
+) -> float:
     """Negative log-likelihood of `text` (default: data/eval's text) in bits per UTF-8 byte; lower is better."""
     check_model("model", model)
     check_tokenizer("tokenizer", tokenizer)
@@ -68,7 +71,11 @@ class TaskResult:
 
 def ask(model: torch.nn.Module, tokenizer, question: str, chat: bool) -> str:
     """The greedy answer's first non-empty line, asked through the chat template or as plain text."""
-    prompt = chat_prompt(tokenizer, question) if chat else encode_prompt(tokenizer, f"Question: {question}\nAnswer:")
+    prompt = (
+        chat_prompt(tokenizer, question)
+        if chat
+        else encode_prompt(tokenizer, f"Question: {question}\nAnswer:")
+    )
     text = generate_text(model, tokenizer, prompt, max_new_tokens=ANSWER_TOKENS, temperature=0)
     return next((line.strip() for line in text.splitlines() if line.strip()), "")
 

@@ -39,9 +39,24 @@ from labkit.models.hardware import HARDWARE, RESERVES, Hardware, hardware_table,
 from labkit.models.shapes import PRESETS, ModelShape, model_shape, shape_of
 from labkit.table import Column, format_table
 
-__all__ = ["DTYPE_BYTES", "GB", "GiB", "HARDWARE", "PRESETS", "Hardware", "ModelShape", "bytes_per_element",
-           "format_bytes", "hardware_table", "kv_cache_bytes", "memory_table", "model_shape", "reserve_bytes",
-           "shape_of", "weight_bytes"]
+__all__ = [
+    "DTYPE_BYTES",
+    "GB",
+    "GiB",
+    "HARDWARE",
+    "PRESETS",
+    "Hardware",
+    "ModelShape",
+    "bytes_per_element",
+    "format_bytes",
+    "hardware_table",
+    "kv_cache_bytes",
+    "memory_table",
+    "model_shape",
+    "reserve_bytes",
+    "shape_of",
+    "weight_bytes",
+]
 
 
 # The columns of memory_table: which kinds of memory each one picks its smallest fitting hardware from.
@@ -72,17 +87,24 @@ def _columns(shapes: list[ModelShape], groups: dict[str, list[Hardware]]) -> lis
     """memory_table's columns: the model, four sizes, one pick per group of hardware, and the note (last, so
     it takes the width it needs)."""
     sizes = [Column(title, 9) for title in ("weights", "KV/token", "KV cache", "total")]
-    picks = [Column(title, max(len(title), *(len(h.name) for h in group)), align="<")
-             for title, group in groups.items()]
-    return [Column("model", max(len("model"), *(len(s.name) for s in shapes)), align="<"), *sizes,
-            *(picks or [Column("", 0)]),  # no hardware at all: an empty column keeps the layout
-            Column("note", 0, align="<")]
+    picks = [
+        Column(title, max(len(title), *(len(h.name) for h in group)), align="<")
+        for title, group in groups.items()
+    ]
+    return [
+        Column("model", max(len("model"), *(len(s.name) for s in shapes)), align="<"),
+        *sizes,
+        *(picks or [Column("", 0)]),  # no hardware at all: an empty column keeps the layout
+        Column("note", 0, align="<"),
+    ]
 
 
 def _smallest(shape: ModelShape, total: float, machines: list[Hardware]) -> str:
     """The first machine (smallest usable memory) that holds `total` bytes of `shape`, or 'none'."""
-    return next((h.name for h in machines if total <= h.usable_bytes and h.splits(shape.n_heads, shape.n_kv_heads)),
-                "none")
+    return next(
+        (h.name for h in machines if total <= h.usable_bytes and h.splits(shape.n_heads, shape.n_kv_heads)),
+        "none",
+    )
 
 
 def _notes(shape: ModelShape, tokens: int) -> str:
@@ -92,26 +114,41 @@ def _notes(shape: ModelShape, tokens: int) -> str:
     return "; ".join(note for note in (shape.context_note(tokens), window) if note)
 
 
-def _footnotes(shapes: list[ModelShape], tokens: int, machines: list[Hardware], chosen: set[str]) -> list[str]:
+def _footnotes(
+    shapes: list[ModelShape], tokens: int, machines: list[Hardware], chosen: set[str]
+) -> list[str]:
     """What the notes mean and which reserves the fits assume, only for those that appear (chosen: the
     names of the machines the table picked)."""
     kinds = {h.kind for h in machines} - {"budget"}
     reserves = [f"{kind} {rule}" for kind, (_, _, rule, _) in RESERVES.items() if kind in kinds]
-    lines = [f"fits: total <= memory - reserve ({', '.join(reserves)}; see hardware_table)"] if reserves else []
+    lines = (
+        [f"fits: total <= memory - reserve ({', '.join(reserves)}; see hardware_table)"] if reserves else []
+    )
     if any(h.devices > 1 and h.name in chosen for h in machines):
-        lines.append("N x GPU: tensor parallel, each GPU holds 1/N of every layer (the heads must divide by N)")
+        lines.append(
+            "N x GPU: tensor parallel, each GPU holds 1/N of every layer (the heads must divide by N)"
+        )
     too_long = [s.name for s in shapes if s.context_note(tokens)]
     if too_long:
-        lines.append(f"> trained N: {tokens:,} tokens exceed the N the model was trained for "
-                     "(max_position_embeddings): answers may degrade")
+        lines.append(
+            f"> trained N: {tokens:,} tokens exceed the N the model was trained for "
+            "(max_position_embeddings): answers may degrade"
+        )
     if any(s.n_local_layers for s in shapes):
-        lines.append("window W (L/N): L of the N layers keep only the last W tokens: their cache stops growing at W")
+        lines.append(
+            "window W (L/N): L of the N layers keep only the last W tokens: their cache stops growing at W"
+        )
     return lines
 
 
-def memory_table(models: list[str | ModelShape] | None = None, tokens: int = 4096, batch: int = 1,
-                 weights_dtype: str = "fp16", kv_dtype: str | None = None,
-                 hardware: dict[str, float] | dict[str, Hardware] | None = None) -> str:
+def memory_table(
+    models: list[str | ModelShape] | None = None,
+    tokens: int = 4096,
+    batch: int = 1,
+    weights_dtype: str = "fp16",
+    kv_dtype: str | None = None,
+    hardware: dict[str, float] | dict[str, Hardware] | None = None,
+) -> str:
     """Weights, KV cache and total for each model, and the smallest hardware whose usable memory (after the
     OS and runtime reserve) holds it: CPU RAM or unified memory apart from GPU VRAM. A row whose `tokens`
     exceed the model's trained context is marked '> trained N', and a footnote says what that means.
@@ -132,8 +169,12 @@ def memory_table(models: list[str | ModelShape] | None = None, tokens: int = 409
         total = s.total_bytes(tokens, batch, weights_dtype, kv_dtype)
         picks = [_smallest(s, total, group) for group in groups.values()]
         chosen.update(picks)
-        sizes = [s.weight_bytes(weights_dtype), s.kv_bytes_per_token(kv_dtype),
-                 s.kv_cache_bytes(tokens, batch, kv_dtype), total]
+        sizes = [
+            s.weight_bytes(weights_dtype),
+            s.kv_bytes_per_token(kv_dtype),
+            s.kv_cache_bytes(tokens, batch, kv_dtype),
+            total,
+        ]
         rows.append([s.name, *map(format_bytes, sizes), *(picks or [""]), _notes(s, tokens)])
     table = format_table(_columns(shapes, groups), rows, gap="  ")
     lines = [f"weights {weights_dtype}, KV cache {kv_dtype}, {tokens:,} tokens x batch {batch}"]

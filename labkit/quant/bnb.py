@@ -47,7 +47,9 @@ def _import_bitsandbytes():
 def _config(mode: str) -> BitsAndBytesConfig:
     if mode == "int8":
         return BitsAndBytesConfig(load_in_8bit=True)
-    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=mode, bnb_4bit_compute_dtype=torch.float32)
+    return BitsAndBytesConfig(
+        load_in_4bit=True, bnb_4bit_quant_type=mode, bnb_4bit_compute_dtype=torch.float32
+    )
 
 
 @cache
@@ -60,7 +62,9 @@ def _probe(mode: str, device: str) -> str | None:
             linear = torch.nn.Linear(64, 64, bias=False)
             if mode == "int8":
                 layer = bnb.nn.Linear8bitLt(64, 64, bias=False, has_fp16_weights=False)
-                layer.weight = bnb.nn.Int8Params(linear.weight.data, requires_grad=False, has_fp16_weights=False)
+                layer.weight = bnb.nn.Int8Params(
+                    linear.weight.data, requires_grad=False, has_fp16_weights=False
+                )
             else:
                 layer = bnb.nn.Linear4bit(64, 64, bias=False, quant_type=mode, compute_dtype=torch.float32)
                 layer.weight = bnb.nn.Params4bit(linear.weight.data, requires_grad=False, quant_type=mode)
@@ -77,15 +81,16 @@ def _probe(mode: str, device: str) -> str | None:
 def bitsandbytes_support(device: str | torch.device | None = None) -> dict[str, str | None]:
     """For each mode in MODES: None if bitsandbytes runs it on this device, else the reason it does not.
 
-        >>> bitsandbytes_support()
-        {'int8': None, 'nf4': None, 'fp4': None}
+    >>> bitsandbytes_support()
+    {'int8': None, 'nf4': None, 'fp4': None}
     """
     device = str(pick_device(device))
     return {mode: _probe(mode, device) for mode in MODES}
 
 
-def load_bitsandbytes_model(name: str, mode: str = "nf4",
-                            device: str | torch.device | None = None) -> tuple[torch.nn.Module, PreTrainedTokenizerBase]:
+def load_bitsandbytes_model(
+    name: str, mode: str = "nf4", device: str | torch.device | None = None
+) -> tuple[torch.nn.Module, PreTrainedTokenizerBase]:
     """(model, tokenizer) of an embedded model loaded by transformers with bitsandbytes quantization.
 
     mode: "int8" (LLM.int8()), "nf4" or "fp4". The output head and embeddings stay in float32 (the
@@ -107,6 +112,7 @@ def load_bitsandbytes_model(name: str, mode: str = "nf4",
     # LLM.int8() computes in float16 and logs on every call that it casts the float32 input.
     logging.getLogger("bitsandbytes.autograd._functions").setLevel(logging.ERROR)
     with quiet_transformers():
-        model = AutoModelForCausalLM.from_pretrained(build_cache(name), quantization_config=_config(mode),
-                                                     device_map=device.type, dtype=torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(
+            build_cache(name), quantization_config=_config(mode), device_map=device.type, dtype=torch.float32
+        )
     return model.eval(), load_tokenizer(name)

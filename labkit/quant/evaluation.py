@@ -54,7 +54,10 @@ def model_nbytes(model: torch.nn.Module) -> int:
                 continue
             seen.add(id(tensor))
             total += tensor.numel() * tensor.element_size()
-            extras = [getattr(getattr(tensor, "quant_state", None), "absmax", None), getattr(tensor, "SCB", None)]
+            extras = [
+                getattr(getattr(tensor, "quant_state", None), "absmax", None),
+                getattr(tensor, "SCB", None),
+            ]
             for extra in extras:  # bitsandbytes: 4-bit block absmax, int8 row scales
                 if isinstance(extra, torch.Tensor) and id(extra) not in seen:
                     seen.add(id(extra))
@@ -62,8 +65,12 @@ def model_nbytes(model: torch.nn.Module) -> int:
     return total
 
 
-def greedy_runs(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, prompts: Sequence[Sequence[int]],
-                n_tokens: int = 24) -> list[list[int]]:
+def greedy_runs(
+    model: torch.nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: Sequence[Sequence[int]],
+    n_tokens: int = 24,
+) -> list[list[int]]:
     """The greedy continuation (up to n_tokens, or EOS) of each prompt."""
     return [generate_ids(model, tokenizer, list(prompt), max_new_tokens=n_tokens) for prompt in prompts]
 
@@ -75,13 +82,19 @@ def greedy_agreement(runs: Sequence[Sequence[int]], reference_runs: Sequence[Seq
         raise ValueError("runs and reference_runs need one continuation per prompt, for the same prompts.")
     shares = []
     for run, reference in zip(runs, reference_runs):
-        same = next((i for i, (a, b) in enumerate(zip(run, reference)) if a != b), min(len(run), len(reference)))
+        same = next(
+            (i for i, (a, b) in enumerate(zip(run, reference)) if a != b), min(len(run), len(reference))
+        )
         shares.append(1.0 if list(run) == list(reference) else same / max(len(reference), 1))
     return sum(shares) / len(shares)
 
 
-def decode_tokens_per_second(models: dict[str, torch.nn.Module], tokenizer: PreTrainedTokenizerBase,
-                             new_tokens: int = 64, repeats: int = 3) -> dict[str, float]:
+def decode_tokens_per_second(
+    models: dict[str, torch.nn.Module],
+    tokenizer: PreTrainedTokenizerBase,
+    new_tokens: int = 64,
+    repeats: int = 3,
+) -> dict[str, float]:
     """Median tokens/s of each model's batch-1 greedy decoding of DECODE_PROMPT, the models taking turns:
     one untimed warm-up round, then `repeats` rounds that each decode once with every model. Timed one
     after another, a model would carry whatever load the machine had while its turn lasted.
@@ -90,9 +103,13 @@ def decode_tokens_per_second(models: dict[str, torch.nn.Module], tokenizer: PreT
         {'fp32': 22.9, 'int8': 29.1}
     """
     prompt_ids = encode_prompt(tokenizer, DECODE_PROMPT)
-    runs = [lambda m=model: len(generate_ids(m, tokenizer, prompt_ids, max_new_tokens=new_tokens))
-            for model in models.values()]
-    rates = interleaved_tokens_per_second(runs, repeats, progress=lambda rounds: tqdm(rounds, desc="speed rounds"))
+    runs = [
+        lambda m=model: len(generate_ids(m, tokenizer, prompt_ids, max_new_tokens=new_tokens))
+        for model in models.values()
+    ]
+    rates = interleaved_tokens_per_second(
+        runs, repeats, progress=lambda rounds: tqdm(rounds, desc="speed rounds")
+    )
     return dict(zip(models, rates))
 
 
@@ -100,6 +117,7 @@ def _labkit_variant(scheme: str | None, dtype: str = "float32", **options) -> Ca
     def build() -> torch.nn.Module:
         model, _ = load_model(MODEL, dtype=dtype)
         return quantize_model(model, scheme, **options) if scheme else model
+
     return build
 
 
@@ -112,12 +130,23 @@ def _bnb_variant(mode: str) -> Callable[[], torch.nn.Module]:
 VARIANTS: dict[str, tuple[str, Callable[[], torch.nn.Module]]] = {
     "fp32": ("float32, the reference", _labkit_variant(None)),
     "bf16": ("bfloat16 weights and activations", _labkit_variant(None, dtype="bfloat16")),
-    "int8": ("labkit int8 per channel, fused kernel; head in fp32", _labkit_variant("int8", skip=("lm_head",))),
+    "int8": (
+        "labkit int8 per channel, fused kernel; head in fp32",
+        _labkit_variant("int8", skip=("lm_head",)),
+    ),
     "int8+head": ("labkit int8 per channel, head too", _labkit_variant("int8", skip=())),
-    "int4 g64": ("labkit int4 symmetric, groups of 64", _labkit_variant("int4", group_size=64, skip=("lm_head",))),
-    "int4 g32": ("labkit int4 symmetric, groups of 32", _labkit_variant("int4", group_size=32, skip=("lm_head",))),
-    "int4a g32": ("labkit int4 asymmetric, groups of 32 (GGUF Q4_1's grid)",
-                  _labkit_variant("int4-asym", group_size=32, skip=("lm_head",))),
+    "int4 g64": (
+        "labkit int4 symmetric, groups of 64",
+        _labkit_variant("int4", group_size=64, skip=("lm_head",)),
+    ),
+    "int4 g32": (
+        "labkit int4 symmetric, groups of 32",
+        _labkit_variant("int4", group_size=32, skip=("lm_head",)),
+    ),
+    "int4a g32": (
+        "labkit int4 asymmetric, groups of 32 (GGUF Q4_1's grid)",
+        _labkit_variant("int4-asym", group_size=32, skip=("lm_head",)),
+    ),
     "nf4": ("labkit NF4, blocks of 64", _labkit_variant("nf4", group_size=64, skip=("lm_head",))),
     "bnb int8": ("bitsandbytes LLM.int8()", _bnb_variant("int8")),
     "bnb nf4": ("bitsandbytes NF4, blocks of 64", _bnb_variant("nf4")),
@@ -137,9 +166,16 @@ class Result:
     note: str = ""  # why a variant is missing, if it is
 
 
-def evaluate(names: Sequence[str] = tuple(VARIANTS), max_tokens: int | None = None, window: int = 512,
-             agreement_tokens: int = 24, agreement_prompts: int | None = None, decode_tokens: int = 64,
-             repeats: int = 3, measure_speed: bool = True) -> list[Result]:
+def evaluate(
+    names: Sequence[str] = tuple(VARIANTS),
+    max_tokens: int | None = None,
+    window: int = 512,
+    agreement_tokens: int = 24,
+    agreement_prompts: int | None = None,
+    decode_tokens: int = 64,
+    repeats: int = 3,
+    measure_speed: bool = True,
+) -> list[Result]:
     """Measure each named variant on the same data, in one run. fp32 is always measured (first),
     since agreement is relative to it.
 
@@ -165,8 +201,16 @@ def evaluate(names: Sequence[str] = tuple(VARIANTS), max_tokens: int | None = No
             continue
         runs = greedy_runs(model, tokenizer, prompts, agreement_tokens)
         reference = reference or runs
-        results.append(Result(name, description, model_nbytes(model), perplexity(model, input_ids, window),
-                              greedy_agreement(runs, reference), math.nan))
+        results.append(
+            Result(
+                name,
+                description,
+                model_nbytes(model),
+                perplexity(model, input_ids, window),
+                greedy_agreement(runs, reference),
+                math.nan,
+            )
+        )
         if measure_speed:
             models[name] = model
         del model
@@ -176,9 +220,16 @@ def evaluate(names: Sequence[str] = tuple(VARIANTS), max_tokens: int | None = No
 
 # results_table's columns. A ratio cell is written with its "x" ("0.41x"); the agreement cell keeps a space
 # after its value, so the speed columns start one character right of it.
-RESULT_COLUMNS = [Column("variant", 11, align="<"), Column("MB", 8, ".1f"), Column("x fp32", 8),
-                  Column("perplexity", 12, ".3f"), Column("Δ ppl", 8, "+.1%"), Column("agreement", 11),
-                  Column("tok/s", 8, ".1f"), Column("x fp32", 8)]
+RESULT_COLUMNS = [
+    Column("variant", 11, align="<"),
+    Column("MB", 8, ".1f"),
+    Column("x fp32", 8),
+    Column("perplexity", 12, ".3f"),
+    Column("Δ ppl", 8, "+.1%"),
+    Column("agreement", 11),
+    Column("tok/s", 8, ".1f"),
+    Column("x fp32", 8),
+]
 
 
 def _result_row(result: Result, base: Result) -> str:
@@ -186,23 +237,31 @@ def _result_row(result: Result, base: Result) -> str:
     be built says why instead."""
     if result.note:
         return f"{result.name:<11}  unavailable: {result.note.split('.')[0]}"
-    cells = [result.name, result.nbytes / 1e6, f"{result.nbytes / base.nbytes:.2f}x", result.perplexity,
-             result.perplexity / base.perplexity - 1, f"{result.agreement:.0%} "]
+    cells = [
+        result.name,
+        result.nbytes / 1e6,
+        f"{result.nbytes / base.nbytes:.2f}x",
+        result.perplexity,
+        result.perplexity / base.perplexity - 1,
+        f"{result.agreement:.0%} ",
+    ]
     if not math.isnan(result.tokens_per_second):
         cells += [result.tokens_per_second, f"{result.tokens_per_second / base.tokens_per_second:.2f}x"]
-    return format_row(RESULT_COLUMNS[:len(cells)], cells)
+    return format_row(RESULT_COLUMNS[: len(cells)], cells)
 
 
 def results_table(results: Sequence[Result]) -> str:
     """A text table of results, with each variant's size and speed relative to fp32.
 
-        >>> fp32, int8 = Result("fp32", "", 538e6, 10.0, 1.0, 20.0), Result("int8", "", 219e6, 10.05, 0.9, 40.0)
-        >>> print(results_table([fp32, int8]))
-        variant          MB  x fp32  perplexity   Δ ppl  agreement   tok/s  x fp32
-        fp32          538.0   1.00x      10.000   +0.0%      100%     20.0   1.00x
-        int8          219.0   0.41x      10.050   +0.5%       90%     40.0   2.00x
+    >>> fp32, int8 = Result("fp32", "", 538e6, 10.0, 1.0, 20.0), Result("int8", "", 219e6, 10.05, 0.9, 40.0)
+    >>> print(results_table([fp32, int8]))
+    variant          MB  x fp32  perplexity   Δ ppl  agreement   tok/s  x fp32
+    fp32          538.0   1.00x      10.000   +0.0%      100%     20.0   1.00x
+    int8          219.0   0.41x      10.050   +0.5%       90%     40.0   2.00x
     """
-    check_items("results", results, "Result (labkit.quant.evaluation.evaluate)", has=("name", "nbytes", "perplexity"))
+    check_items(
+        "results", results, "Result (labkit.quant.evaluation.evaluate)", has=("name", "nbytes", "perplexity")
+    )
     base = next((r for r in results if r.name == "fp32"), results[0])
     titles = format_row(RESULT_COLUMNS, [column.title for column in RESULT_COLUMNS])
     return "\n".join([titles] + [_result_row(r, base) for r in results])

@@ -33,10 +33,14 @@ BLOCK_BYTES = {"Q8_0": 34, "Q4_0": 18, "Q4_1": 20}  # bytes per block
 
 def _check_kind(kind: str) -> None:
     if not isinstance(kind, str):
-        raise TypeError(f"kind must be a GGUF block format name ({', '.join(BLOCK_BYTES)}), got {type(kind).__name__}.")
+        raise TypeError(
+            f"kind must be a GGUF block format name ({', '.join(BLOCK_BYTES)}), got {type(kind).__name__}."
+        )
     if kind not in BLOCK_BYTES:
-        raise ValueError(f"Unsupported GGUF block format {kind!r}: kind must be one of {', '.join(BLOCK_BYTES)}, the "
-                         "formats labkit decodes. For the others (Q4_K, Q6_K, ...) use gguf.dequantize(data, qtype).")
+        raise ValueError(
+            f"Unsupported GGUF block format {kind!r}: kind must be one of {', '.join(BLOCK_BYTES)}, the "
+            "formats labkit decodes. For the others (Q4_K, Q6_K, ...) use gguf.dequantize(data, qtype)."
+        )
 
 
 def _as_blocks(raw: torch.Tensor | np.ndarray, kind: str, what: str = "raw") -> torch.Tensor:
@@ -45,12 +49,16 @@ def _as_blocks(raw: torch.Tensor | np.ndarray, kind: str, what: str = "raw") -> 
     if isinstance(raw, np.ndarray) and raw.dtype == np.uint8:
         raw = torch.from_numpy(np.ascontiguousarray(raw))
     if not isinstance(raw, torch.Tensor) or raw.dtype != torch.uint8:
-        raise TypeError(f"{what}: GGUF blocks are raw bytes: pass a uint8 tensor or array, "
-                        f"not {getattr(raw, 'dtype', type(raw).__name__)}.")
+        raise TypeError(
+            f"{what}: GGUF blocks are raw bytes: pass a uint8 tensor or array, "
+            f"not {getattr(raw, 'dtype', type(raw).__name__)}."
+        )
     size = BLOCK_BYTES[kind]
     if raw.numel() % size:
-        raise ValueError(f"{what} has {raw.numel()} bytes: not a whole number of {kind} blocks ({size} bytes each). "
-                         f"Pass a multiple of {size} bytes.")
+        raise ValueError(
+            f"{what} has {raw.numel()} bytes: not a whole number of {kind} blocks ({size} bytes each). "
+            f"Pass a multiple of {size} bytes."
+        )
     return raw.reshape(-1, size)
 
 
@@ -58,12 +66,15 @@ def _check_shape(shape, n_values: int, kind: str) -> tuple[int, ...]:
     """shape as a tuple of ints >= 1 whose product is n_values, the count of values the blocks decode to."""
     shape = (shape,) if isinstance(shape, numbers.Integral) else shape
     if not isinstance(shape, (tuple, list)) or not all(
-            isinstance(n, numbers.Integral) and not isinstance(n, bool) for n in shape):
+        isinstance(n, numbers.Integral) and not isinstance(n, bool) for n in shape
+    ):
         raise TypeError(f"shape must be a tuple of ints such as (rows, cols), got {shape!r}.")
     if any(n < 1 for n in shape) or math.prod(shape) != n_values:
-        raise ValueError(f"shape {tuple(shape)} holds {math.prod(shape)} values, but raw decodes to {n_values} "
-                         f"({n_values // BLOCK_VALUES} {kind} blocks of {BLOCK_VALUES}): pass sizes >= 1 "
-                         f"whose product is {n_values}.")
+        raise ValueError(
+            f"shape {tuple(shape)} holds {math.prod(shape)} values, but raw decodes to {n_values} "
+            f"({n_values // BLOCK_VALUES} {kind} blocks of {BLOCK_VALUES}): pass sizes >= 1 "
+            f"whose product is {n_values}."
+        )
     return tuple(int(n) for n in shape)
 
 
@@ -101,7 +112,9 @@ def decode_q4_1(raw: torch.Tensor | np.ndarray) -> torch.Tensor:
 DECODERS = {"Q8_0": decode_q8_0, "Q4_0": decode_q4_0, "Q4_1": decode_q4_1}
 
 
-def dequantize_gguf(raw: torch.Tensor | np.ndarray, kind: str, shape: tuple[int, ...] | None = None) -> torch.Tensor:
+def dequantize_gguf(
+    raw: torch.Tensor | np.ndarray, kind: str, shape: tuple[int, ...] | None = None
+) -> torch.Tensor:
     """Decode raw blocks of format `kind` to float32, reshaped to `shape` (torch order, rows last-dim)."""
     _check_kind(kind)
     values = DECODERS[kind](raw)
@@ -118,8 +131,9 @@ def read_gguf_tensor(source, name: str) -> tuple[np.ndarray, str, tuple[int, ...
     from gguf import GGUFReader  # imported here: reading the file is the only use
 
     if not isinstance(source, (str, os.PathLike, GGUFReader)):
-        raise TypeError(f"source must be a GGUF file's path or a gguf.GGUFReader open on it, "
-                        f"got {type(source).__name__}.")
+        raise TypeError(
+            f"source must be a GGUF file's path or a gguf.GGUFReader open on it, got {type(source).__name__}."
+        )
     check_text("name", name, example="'blk.0.attn_q.weight'")
     reader = source if isinstance(source, GGUFReader) else GGUFReader(source)
     filename = Path(getattr(reader.data, "filename", None) or "the GGUF file").name
@@ -135,8 +149,10 @@ def block_fields(raw_block: torch.Tensor | np.ndarray, kind: str) -> dict[str, o
     """One block's fields, for reading by eye: scale d (and minimum m) as floats, codes as ints."""
     block = _as_blocks(raw_block, kind, "raw_block")
     if block.shape[0] != 1:
-        raise ValueError(f"raw_block has {block.numel()} bytes ({block.shape[0]} {kind} blocks): block_fields "
-                         f"takes exactly one {kind} block ({BLOCK_BYTES[kind]} bytes).")
+        raise ValueError(
+            f"raw_block has {block.numel()} bytes ({block.shape[0]} {kind} blocks): block_fields "
+            f"takes exactly one {kind} block ({BLOCK_BYTES[kind]} bytes)."
+        )
     fields: dict[str, object] = {"d": float(_half(block[:, :2]))}
     if kind == "Q8_0":
         fields["codes"] = block[0, 2:].contiguous().view(torch.int8).tolist()

@@ -59,8 +59,12 @@ def int8_kernel_available() -> bool:
 
 def _int4_kernel_pack(codes: torch.Tensor, group_size: int) -> torch.Tensor | None:
     """codes uint8 [out, in] (0..15) in the CPU int4 kernel's own layout, or None where it does not apply."""
-    if (not hasattr(torch, "_weight_int4pack_mm_for_cpu") or group_size not in INT4_KERNEL_GROUP_SIZES
-            or codes.shape[0] % 16 or codes.device.type != "cpu"):
+    if (
+        not hasattr(torch, "_weight_int4pack_mm_for_cpu")
+        or group_size not in INT4_KERNEL_GROUP_SIZES
+        or codes.shape[0] % 16
+        or codes.device.type != "cpu"
+    ):
         return None
     try:
         return torch._convert_weight_to_int4pack_for_cpu(codes.to(torch.int32), 1)
@@ -88,7 +92,9 @@ class QuantLinear(nn.Module):
     the float weight on another machine rather than copying its state dict.
     """
 
-    def __init__(self, linear: nn.Linear, scheme: str = "int8", group_size: int = 64, use_kernels: bool = True):
+    def __init__(
+        self, linear: nn.Linear, scheme: str = "int8", group_size: int = 64, use_kernels: bool = True
+    ):
         super().__init__()
         if not isinstance(linear, nn.Linear):
             raise TypeError(f"linear: QuantLinear takes an nn.Linear, got {type(linear).__name__}.")
@@ -98,12 +104,16 @@ class QuantLinear(nn.Module):
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.scheme, self.group_size, self.use_kernels = scheme, group_size, use_kernels
         self.int4_kernel_layout = False  # True when `codes` is in the CPU int4 kernel's layout
-        self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach().clone(), requires_grad=False)
+        self.bias = (
+            None if linear.bias is None else nn.Parameter(linear.bias.detach().clone(), requires_grad=False)
+        )
         if scheme == "int8":
             codes, scale = absmax_quantize(weight, bits=8, granularity="channel")
             self.register_buffer("codes", codes.contiguous())  # int8 [out, in]
             self.register_buffer("scale", scale.reshape(-1))  # float32 [out]
-            self.register_buffer("scale_bf16", scale.reshape(-1).bfloat16(), persistent=False)  # for the kernel
+            self.register_buffer(
+                "scale_bf16", scale.reshape(-1).bfloat16(), persistent=False
+            )  # for the kernel
         elif scheme in ("int4", "int4-asym"):
             q = quantize_groupwise(weight, bits=4, group_size=group_size, symmetric=scheme == "int4")
             self.register_buffer("scales", q.scales)  # float16 [out, in/group_size]
@@ -113,17 +123,25 @@ class QuantLinear(nn.Module):
             self.register_buffer("codes", packed if packed is not None else q.codes)  # uint8 [out, in/2]
             if packed is not None:  # the kernel computes (q - 8) * scale + zero per group, in bfloat16
                 scales = q.scales.float().t()  # [in/group_size, out]
-                zeros = q.minimums.float().t() + 8 * scales if q.minimums is not None else torch.zeros_like(scales)
-                self.register_buffer("scale_and_zero", torch.stack([scales, zeros], -1).bfloat16().contiguous(),
-                                     persistent=False)
+                zeros = (
+                    q.minimums.float().t() + 8 * scales
+                    if q.minimums is not None
+                    else torch.zeros_like(scales)
+                )
+                self.register_buffer(
+                    "scale_and_zero",
+                    torch.stack([scales, zeros], -1).bfloat16().contiguous(),
+                    persistent=False,
+                )
         else:
             q = nf4_quantize(weight, block_size=group_size)
             self.register_buffer("codes", q.packed)  # uint8 [out * in / 2]
             self.register_buffer("absmax", q.absmax)  # float32 [out * in / group_size]
 
     @classmethod
-    def from_linear(cls, linear: nn.Linear, scheme: str = "int8", group_size: int = 64,
-                    use_kernels: bool = True) -> QuantLinear:
+    def from_linear(
+        cls, linear: nn.Linear, scheme: str = "int8", group_size: int = 64, use_kernels: bool = True
+    ) -> QuantLinear:
         """Quantize a trained nn.Linear. group_size: inputs per scale (int4) or values per block (NF4).
         use_kernels=False always takes the plain path (dequantize, then float32 matmul)."""
         return cls(linear, scheme=scheme, group_size=group_size, use_kernels=use_kernels)
@@ -135,12 +153,27 @@ class QuantLinear(nn.Module):
         if self.scheme in ("int4", "int4-asym"):
             codes = self.codes
             if self.int4_kernel_layout:
-                codes = pack_int4(_int4_kernel_codes(self.codes, self.in_features, self.group_size)).to(codes.device)
-            return dequantize_groupwise(GroupQuantized(
-                codes=codes, scales=self.scales, minimums=self.minimums, shape=(self.out_features, self.in_features),
-                bits=4, group_size=self.group_size))
-        return nf4_dequantize(NF4Tensor(packed=self.codes, absmax=self.absmax,
-                                        shape=(self.out_features, self.in_features), block_size=self.group_size))
+                codes = pack_int4(_int4_kernel_codes(self.codes, self.in_features, self.group_size)).to(
+                    codes.device
+                )
+            return dequantize_groupwise(
+                GroupQuantized(
+                    codes=codes,
+                    scales=self.scales,
+                    minimums=self.minimums,
+                    shape=(self.out_features, self.in_features),
+                    bits=4,
+                    group_size=self.group_size,
+                )
+            )
+        return nf4_dequantize(
+            NF4Tensor(
+                packed=self.codes,
+                absmax=self.absmax,
+                shape=(self.out_features, self.in_features),
+                block_size=self.group_size,
+            )
+        )
 
     def uses_kernel(self, x: torch.Tensor) -> bool:
         """Whether forward(x) runs a fused low-bit kernel (else it dequantizes the weight first)."""
@@ -151,7 +184,9 @@ class QuantLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x [..., in_features] -> [..., out_features], in x's dtype."""
         if x.shape[-1:] != (self.in_features,):
-            raise ValueError(f"x must end in in_features={self.in_features} values, got shape {tuple(x.shape)}.")
+            raise ValueError(
+                f"x must end in in_features={self.in_features} values, got shape {tuple(x.shape)}."
+            )
         bias = self.bias.to(x.dtype) if self.bias is not None else None
         if not self.uses_kernel(x):
             return F.linear(x, self.dequantized_weight().to(x.dtype), bias)
@@ -172,16 +207,25 @@ class QuantLinear(nn.Module):
 
     def extra_repr(self) -> str:
         group = f", group_size={self.group_size}" if self.scheme != "int8" else ""
-        return f"in_features={self.in_features}, out_features={self.out_features}, scheme={self.scheme!r}{group}"
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, scheme={self.scheme!r}{group}"
+        )
 
 
 def _skipped(name: str, skip: tuple[str, ...]) -> bool:
     """A module is skipped when a pattern matches its full dotted name or its last part."""
-    return any(fnmatchcase(name, pattern) or fnmatchcase(name.rsplit(".", 1)[-1], pattern) for pattern in skip)
+    return any(
+        fnmatchcase(name, pattern) or fnmatchcase(name.rsplit(".", 1)[-1], pattern) for pattern in skip
+    )
 
 
-def quantize_model(model: nn.Module, scheme: str = "int8", group_size: int = 64,
-                   skip: tuple[str, ...] | list[str] = DEFAULT_SKIP, use_kernels: bool = True) -> nn.Module:
+def quantize_model(
+    model: nn.Module,
+    scheme: str = "int8",
+    group_size: int = 64,
+    skip: tuple[str, ...] | list[str] = DEFAULT_SKIP,
+    use_kernels: bool = True,
+) -> nn.Module:
     """Replace every nn.Linear of `model` (in place) by a QuantLinear, except those in `skip`.
 
     skip: module names or shell-style patterns, matched against the full dotted name
@@ -197,13 +241,18 @@ def quantize_model(model: nn.Module, scheme: str = "int8", group_size: int = 64,
     if isinstance(skip, str):
         raise TypeError(f"skip must be a list or tuple of names, e.g. ({skip!r},), not a string.")
     skip = tuple(skip)
-    targets = [(name, module) for name, module in model.named_modules()
-               if isinstance(module, nn.Linear) and not _skipped(name, skip)]
+    targets = [
+        (name, module)
+        for name, module in model.named_modules()
+        if isinstance(module, nn.Linear) and not _skipped(name, skip)
+    ]
     if not targets:
         raise ValueError(f"No nn.Linear left to quantize in {type(model).__name__} with skip={skip}.")
     # Quantize every layer before swapping any in, so that a bad group_size leaves the model as it was.
-    layers = [(name, QuantLinear.from_linear(linear, scheme, group_size, use_kernels=use_kernels))
-              for name, linear in targets]
+    layers = [
+        (name, QuantLinear.from_linear(linear, scheme, group_size, use_kernels=use_kernels))
+        for name, linear in targets
+    ]
     for name, layer in layers:
         parent_name, _, child = name.rpartition(".")
         setattr(model.get_submodule(parent_name) if parent_name else model, child, layer)

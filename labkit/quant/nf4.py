@@ -23,12 +23,27 @@ from labkit.quant.schemes import check_float_tensor, check_size
 
 # The 16 NF4 levels exactly as bitsandbytes hard-codes them (float32). normal_float_levels() derives
 # them from the normal distribution; tests/quant/test_nf4.py checks that both agree.
-NF4_CODEBOOK = torch.tensor([
-    -1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453,
-    -0.28444138169288635, -0.18477343022823334, -0.09105003625154495, 0.0,
-    0.07958029955625534, 0.16093020141124725, 0.24611230194568634, 0.33791524171829224,
-    0.44070982933044434, 0.5626170039176941, 0.7229568362236023, 1.0,
-], dtype=torch.float32)
+NF4_CODEBOOK = torch.tensor(
+    [
+        -1.0,
+        -0.6961928009986877,
+        -0.5250730514526367,
+        -0.39491748809814453,
+        -0.28444138169288635,
+        -0.18477343022823334,
+        -0.09105003625154495,
+        0.0,
+        0.07958029955625534,
+        0.16093020141124725,
+        0.24611230194568634,
+        0.33791524171829224,
+        0.44070982933044434,
+        0.5626170039176941,
+        0.7229568362236023,
+        1.0,
+    ],
+    dtype=torch.float32,
+)
 
 ZERO_INDEX = 7  # NF4_CODEBOOK[7] == 0.0
 NF4_OFFSET = 0.9677083  # QLoRA's outermost quantile: the levels span N(0, 1) up to ~1.85 sigma
@@ -44,8 +59,9 @@ def normal_float_levels(offset: float = NF4_OFFSET) -> torch.Tensor:
     if isinstance(offset, bool) or not isinstance(offset, numbers.Real):
         raise TypeError(f"offset must be a float between 0.5 and 1, got {type(offset).__name__} {offset!r}.")
     if not 0.5 < offset < 1:
-        raise ValueError(f"offset must be a probability strictly between 0.5 and 1 (QLoRA: {NF4_OFFSET}), "
-                         f"got {offset!r}.")
+        raise ValueError(
+            f"offset must be a probability strictly between 0.5 and 1 (QLoRA: {NF4_OFFSET}), got {offset!r}."
+        )
     normal = torch.distributions.Normal(torch.tensor(0.0, dtype=torch.float64), 1.0)
     positive = normal.icdf(torch.linspace(offset, 0.5, 9, dtype=torch.float64)[:-1])  # 8 values
     negative = -normal.icdf(torch.linspace(offset, 0.5, 8, dtype=torch.float64)[:-1])  # 7 values
@@ -69,7 +85,7 @@ class NF4Tensor:
     def indices(self) -> torch.Tensor:
         """uint8 [n]: the level index of every value, unpacked."""
         pairs = torch.stack([self.packed >> 4, self.packed & 0x0F], dim=-1).flatten()
-        return pairs[:_numel(self.shape)]
+        return pairs[: _numel(self.shape)]
 
 
 def _numel(shape: tuple[int, ...]) -> int:
@@ -79,8 +95,10 @@ def _numel(shape: tuple[int, ...]) -> int:
 def _check_block_size(block_size: int) -> None:
     check_size(block_size, "block_size", minimum=BLOCK_SIZES[0])
     if block_size not in BLOCK_SIZES:
-        raise ValueError(f"Unsupported NF4 block_size {block_size!r}: choose one of {list(BLOCK_SIZES)} "
-                         "(64 is what bitsandbytes and QLoRA use).")
+        raise ValueError(
+            f"Unsupported NF4 block_size {block_size!r}: choose one of {list(BLOCK_SIZES)} "
+            "(64 is what bitsandbytes and QLoRA use)."
+        )
 
 
 def nf4_quantize(x: torch.Tensor, block_size: int = 64) -> NF4Tensor:
@@ -112,7 +130,9 @@ def nf4_quantize(x: torch.Tensor, block_size: int = 64) -> NF4Tensor:
 
 
 # Both levels of every possible byte, [256, 2]: one table lookup decodes a byte (two values) at once.
-_BYTE_TO_LEVELS = torch.stack([NF4_CODEBOOK[torch.arange(256) >> 4], NF4_CODEBOOK[torch.arange(256) & 0x0F]], dim=1)
+_BYTE_TO_LEVELS = torch.stack(
+    [NF4_CODEBOOK[torch.arange(256) >> 4], NF4_CODEBOOK[torch.arange(256) & 0x0F]], dim=1
+)
 
 
 def nf4_dequantize(q: NF4Tensor) -> torch.Tensor:

@@ -41,8 +41,10 @@ def check_float_tensor(x: torch.Tensor, what: str = "x") -> None:
     """Raise a TypeError naming the fix unless x is a non-empty floating-point tensor."""
     check_tensor(x, what)
     if not x.is_floating_point():
-        raise TypeError(f"{what} must be a floating-point tensor (float32, bfloat16, float16), got {x.dtype}: "
-                        "it looks quantized already. Convert with .float() if it holds real values.")
+        raise TypeError(
+            f"{what} must be a floating-point tensor (float32, bfloat16, float16), got {x.dtype}: "
+            "it looks quantized already. Convert with .float() if it holds real values."
+        )
     if x.numel() == 0:
         raise ValueError(f"{what} is empty: there is nothing to quantize.")
 
@@ -58,16 +60,20 @@ def check_size(value: int, what: str, minimum: int = 1) -> None:
 def check_bits(bits: int, allowed=INT_BITS) -> None:
     """Raise a ValueError unless bits is an int (not a bool) in `allowed`."""
     if isinstance(bits, bool) or not isinstance(bits, int) or bits not in allowed:
-        raise ValueError(f"Unsupported bit width bits={bits!r}: choose one of {list(allowed)}. "
-                         "(16 or 32 bits is not quantization: use .half() or .float().)")
+        raise ValueError(
+            f"Unsupported bit width bits={bits!r}: choose one of {list(allowed)}. "
+            "(16 or 32 bits is not quantization: use .half() or .float().)"
+        )
 
 
 def _check_granularity(x: torch.Tensor, granularity: str) -> None:
     if granularity not in GRANULARITIES:
         raise ValueError(f"granularity must be one of {GRANULARITIES}, not {granularity!r}.")
     if granularity == "channel" and x.dim() != 2:
-        raise ValueError(f"granularity='channel' takes a [out_features, in_features] weight, got shape "
-                         f"{tuple(x.shape)}. Use granularity='tensor' for other shapes.")
+        raise ValueError(
+            f"granularity='channel' takes a [out_features, in_features] weight, got shape "
+            f"{tuple(x.shape)}. Use granularity='tensor' for other shapes."
+        )
 
 
 def _reduce(x: torch.Tensor, granularity: str, fn) -> torch.Tensor:
@@ -80,7 +86,9 @@ def qmax_symmetric(bits: int) -> int:
     return 2 ** (bits - 1) - 1
 
 
-def absmax_quantize(x: torch.Tensor, bits: int = 8, granularity: str = "tensor") -> tuple[torch.Tensor, torch.Tensor]:
+def absmax_quantize(
+    x: torch.Tensor, bits: int = 8, granularity: str = "tensor"
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Symmetric (absmax) quantization. x -> (codes int8 shaped like x, scale float32).
 
     scale is 0-d for granularity="tensor", [rows, 1] for "channel" (x [out, in]).
@@ -106,8 +114,10 @@ def _check_fits(codes: torch.Tensor, other: torch.Tensor, what: str) -> None:
     try:
         torch.broadcast_shapes(codes.shape, other.shape)
     except RuntimeError:
-        raise ValueError(f"{what} of shape {tuple(other.shape)} does not fit codes of shape {tuple(codes.shape)}: "
-                         f"pass the {what} the quantize function returned (0-d, or [rows, 1] per channel).") from None
+        raise ValueError(
+            f"{what} of shape {tuple(other.shape)} does not fit codes of shape {tuple(codes.shape)}: "
+            f"pass the {what} the quantize function returned (0-d, or [rows, 1] per channel)."
+        ) from None
 
 
 def absmax_dequantize(codes: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
@@ -116,8 +126,9 @@ def absmax_dequantize(codes: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     return codes.float() * scale
 
 
-def zeropoint_quantize(x: torch.Tensor, bits: int = 8,
-                       granularity: str = "tensor") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def zeropoint_quantize(
+    x: torch.Tensor, bits: int = 8, granularity: str = "tensor"
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Asymmetric (zero-point) quantization. x -> (codes uint8 in 0..2^b-1, scale, zero_point).
 
     The range [min, max] (widened to include 0, so that 0.0 is exact) maps onto all 2^b codes; the
@@ -129,7 +140,7 @@ def zeropoint_quantize(x: torch.Tensor, bits: int = 8,
     check_float_tensor(x)
     check_bits(bits)
     _check_granularity(x, granularity)
-    levels = 2 ** bits - 1
+    levels = 2**bits - 1
     x32 = x.float()
     low = torch.clamp(_reduce(x32, granularity, torch.amin), max=0.0)
     high = torch.clamp(_reduce(x32, granularity, torch.amax), min=0.0)
@@ -157,7 +168,9 @@ def pack_int4(codes: torch.Tensor) -> torch.Tensor:
     """
     _check_uint8(codes, "codes")
     if codes.dim() == 0 or codes.shape[-1] % 2:
-        raise ValueError(f"pack_int4 needs codes with an even last dimension, got shape {tuple(codes.shape)}.")
+        raise ValueError(
+            f"pack_int4 needs codes with an even last dimension, got shape {tuple(codes.shape)}."
+        )
     if codes.numel() and int(codes.max()) > 15:
         raise ValueError(f"pack_int4 takes codes in 0..15, got a {int(codes.max())}.")
     return codes[..., 0::2] | (codes[..., 1::2] << 4)
@@ -166,7 +179,9 @@ def pack_int4(codes: torch.Tensor) -> torch.Tensor:
 def _check_uint8(x: torch.Tensor, what: str) -> None:
     check_tensor(x, what)
     if x.dtype != torch.uint8:
-        raise TypeError(f"{what} must be a uint8 tensor (4-bit codes, two per byte when packed), got {x.dtype}.")
+        raise TypeError(
+            f"{what} must be a uint8 tensor (4-bit codes, two per byte when packed), got {x.dtype}."
+        )
 
 
 def unpack_int4(packed: torch.Tensor) -> torch.Tensor:
@@ -224,8 +239,9 @@ class GroupQuantized:
         return unpack_int4(self.codes) if self.bits == 4 else self.codes
 
 
-def quantize_groupwise(w: torch.Tensor, bits: int = 4, group_size: int = 64,
-                       symmetric: bool = True) -> GroupQuantized:
+def quantize_groupwise(
+    w: torch.Tensor, bits: int = 4, group_size: int = 64, symmetric: bool = True
+) -> GroupQuantized:
     """Quantize w [rows, cols] with one scale (and minimum) per group of `group_size` columns.
 
     symmetric: absmax per group, codes -qmax..qmax stored with an offset of 2^(b-1).
@@ -245,8 +261,10 @@ def quantize_groupwise(w: torch.Tensor, bits: int = 4, group_size: int = 64,
     check_size(group_size, "group_size", minimum=2)
     if cols % group_size:
         divisors = [g for g in range(16, cols + 1, 16) if cols % g == 0] or [cols]
-        raise ValueError(f"group_size={group_size!r} does not divide the {cols} columns of the weight. "
-                         f"Choose a divisor of {cols}, e.g. {divisors}.")
+        raise ValueError(
+            f"group_size={group_size!r} does not divide the {cols} columns of the weight. "
+            f"Choose a divisor of {cols}, e.g. {divisors}."
+        )
     groups = w.float().reshape(rows, cols // group_size, group_size)
     if symmetric:
         qmax = qmax_symmetric(bits)
@@ -255,21 +273,29 @@ def quantize_groupwise(w: torch.Tensor, bits: int = 4, group_size: int = 64,
         codes = torch.clamp(torch.round(groups / scales.float()[..., None]), -qmax, qmax) + 2 ** (bits - 1)
         minimums = None
     else:
-        levels = 2 ** bits - 1
+        levels = 2**bits - 1
         minimums = _round_down(groups.amin(-1), GROUP_SCALE_DTYPE)  # stored at or below the true minimum
         scales = round_scale_up((groups.amax(-1) - minimums.float()) / levels, GROUP_SCALE_DTYPE)
         scales = torch.where(scales > 0, scales, torch.ones_like(scales))
         codes = torch.round((groups - minimums.float()[..., None]) / scales.float()[..., None])
         codes = torch.clamp(codes, 0, levels)
     codes = codes.to(torch.uint8).reshape(rows, cols)
-    return GroupQuantized(codes=pack_int4(codes) if bits == 4 else codes, scales=scales, minimums=minimums,
-                          shape=(rows, cols), bits=bits, group_size=group_size)
+    return GroupQuantized(
+        codes=pack_int4(codes) if bits == 4 else codes,
+        scales=scales,
+        minimums=minimums,
+        shape=(rows, cols),
+        bits=bits,
+        group_size=group_size,
+    )
 
 
 def dequantize_groupwise(q: GroupQuantized) -> torch.Tensor:
     """float32 [rows, cols]: (q - 2^(b-1)) * scale (symmetric) or q * scale + minimum (asymmetric)."""
     if not isinstance(q, GroupQuantized):
-        raise TypeError(f"q must be a GroupQuantized (what quantize_groupwise returns), got {type(q).__name__}.")
+        raise TypeError(
+            f"q must be a GroupQuantized (what quantize_groupwise returns), got {type(q).__name__}."
+        )
     rows, cols = q.shape
     codes = q.unpacked_codes().float().reshape(rows, cols // q.group_size, q.group_size)
     if q.minimums is None:
@@ -277,8 +303,9 @@ def dequantize_groupwise(q: GroupQuantized) -> torch.Tensor:
     return (codes * q.scales.float()[..., None] + q.minimums.float()[..., None]).reshape(rows, cols)
 
 
-def bits_per_weight(bits: int, group_size: int | None = None, symmetric: bool = True,
-                    scale_bits: int = 16) -> float:
+def bits_per_weight(
+    bits: int, group_size: int | None = None, symmetric: bool = True, scale_bits: int = 16
+) -> float:
     """Average storage per weight: the code plus its share of the group's scale (and minimum).
 
     The default is what quantize_groupwise stores: float16 scales (and float16 minimums).
@@ -302,7 +329,7 @@ def quantization_error(w: torch.Tensor, restored: torch.Tensor) -> dict[str, flo
     check_tensor(restored, "restored")
     if restored.shape != w.shape:
         raise ValueError(f"restored must have w's shape {tuple(w.shape)}, got {tuple(restored.shape)}.")
-    diff = (restored.float() - w.float())
+    diff = restored.float() - w.float()
     return {
         "max_abs": float(diff.abs().max()),
         "mean_abs": float(diff.abs().mean()),

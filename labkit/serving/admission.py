@@ -49,21 +49,30 @@ class EngineLoad:
         """The load of the engine `scheduler` schedules for, read from its queues and its block manager."""
         manager, allocator = scheduler.block_manager, scheduler.block_manager.allocator
         free_seats = scheduler.config.max_num_seqs - scheduler.seats_used
-        return cls(len(scheduler.running), len(scheduler.waiting), free_seats, allocator.n_used,
-                   manager.n_cached_free, allocator.n_blocks, manager.hit_rate)
+        return cls(
+            len(scheduler.running),
+            len(scheduler.waiting),
+            free_seats,
+            allocator.n_used,
+            manager.n_cached_free,
+            allocator.n_blocks,
+            manager.hit_rate,
+        )
 
 
 def check_prompt_list(prompts: object) -> None:
     """Refuse prompts unless it is a list (or tuple) of prompts, a batch; one string is a single prompt.
 
-        >>> check_prompt_list("Hi")
-        Traceback (most recent call last):
-        ValueError: prompts must be a list of prompts (one string, token ids or messages each), got str (wrap ...
+    >>> check_prompt_list("Hi")
+    Traceback (most recent call last):
+    ValueError: prompts must be a list of prompts (one string, token ids or messages each), got str (wrap ...
     """
     if isinstance(prompts, str) or not isinstance(prompts, (list, tuple)):
         hint = " (wrap one prompt as [prompt])" if isinstance(prompts, str) else ""
-        raise ValueError(f"prompts must be a list of prompts (one string, token ids or messages each), got "
-                         f"{type(prompts).__name__}{hint}.")
+        raise ValueError(
+            f"prompts must be a list of prompts (one string, token ids or messages each), got "
+            f"{type(prompts).__name__}{hint}."
+        )
 
 
 def check_samples(n: object, max_num_seqs: int) -> None:
@@ -76,30 +85,36 @@ def check_samples(n: object, max_num_seqs: int) -> None:
     """
     check_int("n", n, minimum=1, note="samples of the prompt")
     if n > max_num_seqs:
-        raise ValueError(f"n={n} samples share one prefill, so they need {n} seats at once; this engine has "
-                         f"max_num_seqs={max_num_seqs}. Ask for fewer, or create it with more seats.")
+        raise ValueError(
+            f"n={n} samples share one prefill, so they need {n} seats at once; this engine has "
+            f"max_num_seqs={max_num_seqs}. Ask for fewer, or create it with more seats."
+        )
 
 
 def check_logprobs(logprobs: object) -> None:
     """Refuse logprobs unless it is None (not recorded) or 0 to MAX_LOGPROBS alternatives per token.
 
-        >>> check_logprobs(2), check_logprobs(None)
-        (None, None)
+    >>> check_logprobs(2), check_logprobs(None)
+    (None, None)
     """
     if logprobs is not None:
-        check_int("logprobs", logprobs, minimum=0, maximum=MAX_LOGPROBS, note="alternatives per token, or None")
+        check_int(
+            "logprobs", logprobs, minimum=0, maximum=MAX_LOGPROBS, note="alternatives per token, or None"
+        )
 
 
 def refuse_beams(config: DecodingConfig) -> None:
     """Refuse a config with num_beams > 1: the engine's samples are independent, beams are not.
 
-        >>> refuse_beams(DecodingConfig(num_beams=4))
-        Traceback (most recent call last):
-        ValueError: The engine samples (n independent samples per request); for beam search use ...
+    >>> refuse_beams(DecodingConfig(num_beams=4))
+    Traceback (most recent call last):
+    ValueError: The engine samples (n independent samples per request); for beam search use ...
     """
     if config.num_beams > 1:
-        raise ValueError("The engine samples (n independent samples per request); for beam search use "
-                         "labkit.generate(model, tokenizer, prompt, num_beams=...).")
+        raise ValueError(
+            "The engine samples (n independent samples per request); for beam search use "
+            "labkit.generate(model, tokenizer, prompt, num_beams=...)."
+        )
 
 
 def check_queue_room(load: EngineLoad, max_waiting: int | None) -> None:
@@ -109,5 +124,7 @@ def check_queue_room(load: EngineLoad, max_waiting: int | None) -> None:
         >>> check_queue_room(EngineLoad(2, 3, 6, 10, 0, 64, 0.0), max_waiting=0)   # 3 waiting, 6 seats free
     """
     if max_waiting is not None and load.waiting - load.free_seats >= max_waiting:
-        raise EngineBusy(f"The server is busy: {load.running} requests running and {load.waiting} "
-                         f"waiting (at most {max_waiting} may wait). Try again shortly.")
+        raise EngineBusy(
+            f"The server is busy: {load.running} requests running and {load.waiting} "
+            f"waiting (at most {max_waiting} may wait). Try again shortly."
+        )

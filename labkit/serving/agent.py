@@ -48,20 +48,31 @@ class AgentTurn:
 def require_call_grammar(spec: ToolSpec) -> str:
     """The spec's grammar, if it requires a call each turn; a ValueError otherwise."""
     if not isinstance(spec, ToolSpec) or spec.choice.mode not in ("required", "function"):
-        raise ValueError("spec must be a ToolSpec whose tool_choice requires a call (\"required\" or a named "
-                         "function), so that every turn calls a tool.")
+        raise ValueError(
+            'spec must be a ToolSpec whose tool_choice requires a call ("required" or a named '
+            "function), so that every turn calls a tool."
+        )
     return spec.grammar()
 
 
-def agent_loop(engine: Engine, tokenizer: PreTrainedTokenizerBase, messages: list[dict], spec: ToolSpec,
-               run_tool: Callable[[ToolCall], str], user_turns: Sequence[str | None], **options) -> list[AgentTurn]:
+def agent_loop(
+    engine: Engine,
+    tokenizer: PreTrainedTokenizerBase,
+    messages: list[dict],
+    spec: ToolSpec,
+    run_tool: Callable[[ToolCall], str],
+    user_turns: Sequence[str | None],
+    **options,
+) -> list[AgentTurn]:
     """One turn per entry of `user_turns`: that user message is appended to the chat (None: none, the model
     goes on from the last tool result), the model must call a tool, the tool runs, and the call and its
     result are appended. Starts from `messages` (OpenAI's shape, not changed); stops early at a turn whose
     text holds no call. options: every turn's decoding options (greedy, CALL_TOKENS new tokens by default).
     """
     if isinstance(user_turns, str) or not isinstance(user_turns, Sequence) or not user_turns:
-        raise ValueError(f"user_turns must be a non-empty list of user messages (or None), got {user_turns!r}.")
+        raise ValueError(
+            f"user_turns must be a non-empty list of user messages (or None), got {user_turns!r}."
+        )
     if not isinstance(engine, Engine):
         raise TypeError(f"engine must be a labkit serving Engine, got {type(engine).__name__}.")
     grammar, chat, done = require_call_grammar(spec), list(messages), []
@@ -80,12 +91,16 @@ def agent_loop(engine: Engine, tokenizer: PreTrainedTokenizerBase, messages: lis
         if call is None:
             break
         call_id = f"call_turn{index}"
-        chat += [{"role": "assistant", "content": None, "tool_calls": [{**call.to_openai(), "id": call_id}]},
-                 {"role": "tool", "tool_call_id": call_id, "content": result}]
+        chat += [
+            {"role": "assistant", "content": None, "tool_calls": [{**call.to_openai(), "id": call_id}]},
+            {"role": "tool", "tool_call_id": call_id, "content": result},
+        ]
     return done
 
 
-def cold_ttft(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, prompt_ids: list[int], **options) -> float:
+def cold_ttft(
+    model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, prompt_ids: list[int], **options
+) -> float:
     """Seconds to the first token of `prompt_ids` on a fresh engine, where every prompt token is prefilled;
     options: the turn's decoding options (its grammar, so that both pay for the same mask).
 
@@ -105,7 +120,11 @@ def describe_turns(turns: list[AgentTurn]) -> str:
     check_items("turns", turns, "AgentTurn (from agent_loop)", of=AgentTurn)
     lines = []
     for index, turn in enumerate(turns, start=1):
-        call = f"calls {turn.call.name}({turn.call.arguments_json}) -> {turn.result}" if turn.call else "no call"
-        lines.append(f"turn {index}: {len(turn.prompt_ids):4} prompt tokens, {turn.cached_tokens:4} from the prefix "
-                     f"cache, TTFT {turn.ttft_s * 1e3:6.0f} ms; {call}")
+        call = (
+            f"calls {turn.call.name}({turn.call.arguments_json}) -> {turn.result}" if turn.call else "no call"
+        )
+        lines.append(
+            f"turn {index}: {len(turn.prompt_ids):4} prompt tokens, {turn.cached_tokens:4} from the prefix "
+            f"cache, TTFT {turn.ttft_s * 1e3:6.0f} ms; {call}"
+        )
     return "\n".join(lines)

@@ -34,15 +34,19 @@ def slot_index(table: list[int], positions: list[int], block_size: int) -> list[
     return [table[p // block_size] * block_size + p % block_size for p in positions]
 
 
-def row_ends(pool: BlockPool, block_tables: list[list[int]], starts: list[int], n_new: list[int]) -> list[int]:
+def row_ends(
+    pool: BlockPool, block_tables: list[list[int]], starts: list[int], n_new: list[int]
+) -> list[int]:
     """Each row's length after this pass (start + n_new), once every row's table is checked to hold it."""
     if not (len(block_tables) == len(starts) == len(n_new)) or min(n_new, default=0) < 1:
         raise ValueError("Give one block table, start and n_new >= 1 per row.")
     ends = [s + n for s, n in zip(starts, n_new)]
     for table, end in zip(block_tables, ends):
         if len(table) * pool.block_size < end:
-            raise ValueError(f"A block table of {len(table)} blocks holds {len(table) * pool.block_size} tokens; "
-                             f"this pass needs {end}. Allocate its blocks first.")
+            raise ValueError(
+                f"A block table of {len(table)} blocks holds {len(table) * pool.block_size} tokens; "
+                f"this pass needs {end}. Allocate its blocks first."
+            )
     return ends
 
 
@@ -57,10 +61,14 @@ class BatchKV:
         steps = torch.arange(self.new_tokens)
         last = torch.tensor(n_new)[:, None] - 1
         self.valid = (steps[None, :] <= last).to(device)  # [B, T] real (not padding) tokens
-        self.positions = (torch.tensor(starts)[:, None] + torch.minimum(steps[None, :], last)).to(device)  # [B, T]
+        self.positions = (torch.tensor(starts)[:, None] + torch.minimum(steps[None, :], last)).to(
+            device
+        )  # [B, T]
         writes = [slot_index(t, list(range(s, e)), size) for t, s, e in zip(block_tables, starts, ends)]
         self.write_slots = torch.tensor([x for row in writes for x in row], device=device)  # [sum n_new]
-        reads = [slot_index(t, list(range(e)), size) + [0] * (self.total - e) for t, e in zip(block_tables, ends)]
+        reads = [
+            slot_index(t, list(range(e)), size) + [0] * (self.total - e) for t, e in zip(block_tables, ends)
+        ]
         self.read_slots = torch.tensor(reads, device=device)  # [B, S]; padding reads slot 0, masked
 
     @property
@@ -70,7 +78,9 @@ class BatchKV:
     def layout(self, new_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(positions [B, T] long, mask [B, 1, T, S] additive float): key s is visible iff s <= query position."""
         if new_tokens != self.new_tokens:
-            raise ValueError(f"This batch was laid out for {self.new_tokens} tokens per row, got {new_tokens}.")
+            raise ValueError(
+                f"This batch was laid out for {self.new_tokens} tokens per row, got {new_tokens}."
+            )
         keys = torch.arange(self.total, device=self.positions.device)
         hidden = keys[None, None, :] > self.positions[:, :, None]  # [B, T, S]
         mask = torch.zeros(hidden.shape, device=hidden.device).masked_fill(hidden, float("-inf"))
@@ -78,7 +88,9 @@ class BatchKV:
 
     def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Store the real rows of k, v [B, H, T, D]; return every row's keys, values [B, H, S, D]."""
-        return self._store_and_read(self.pool.keys[layer], k), self._store_and_read(self.pool.values[layer], v)
+        return self._store_and_read(self.pool.keys[layer], k), self._store_and_read(
+            self.pool.values[layer], v
+        )
 
     def _store_and_read(self, blocks: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
         heads, n_blocks, size, dim = blocks.shape
@@ -102,12 +114,16 @@ class PackedKV:
         key_position = torch.cat([torch.arange(e) for e in ends])  # [S]
         visible = (key_row[None, :] == token_row[:, None]) & (key_position[None, :] <= positions[:, None])
         self.positions = positions[None].to(device)  # [1, N]
-        self.mask = torch.zeros(visible.shape).masked_fill(~visible, float("-inf"))[None, None].to(device)  # [1, 1, N, S]
+        self.mask = (
+            torch.zeros(visible.shape).masked_fill(~visible, float("-inf"))[None, None].to(device)
+        )  # [1, 1, N, S]
         writes = [slot_index(t, list(range(s, e)), size) for t, s, e in zip(block_tables, starts, ends)]
         self.write_slots = torch.tensor([x for row in writes for x in row], device=device)  # [N]
         reads = [slot_index(t, list(range(e)), size) for t, e in zip(block_tables, ends)]
         self.read_slots = torch.tensor([x for row in reads for x in row], device=device)  # [S]
-        self.last = (torch.tensor(n_new).cumsum(0) - 1).to(device)  # [R] each row's last token in the sequence
+        self.last = (torch.tensor(n_new).cumsum(0) - 1).to(
+            device
+        )  # [R] each row's last token in the sequence
 
     def layout(self, new_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(positions [1, N] long, mask [1, 1, N, S] additive float): a token sees its own row's keys up to itself."""
@@ -117,7 +133,9 @@ class PackedKV:
 
     def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Store k, v [1, H, N, D]; return every row's keys, values end to end [1, H, S, D]."""
-        return self._store_and_read(self.pool.keys[layer], k), self._store_and_read(self.pool.values[layer], v)
+        return self._store_and_read(self.pool.keys[layer], k), self._store_and_read(
+            self.pool.values[layer], v
+        )
 
     def _store_and_read(self, blocks: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
         heads, n_blocks, size, dim = blocks.shape

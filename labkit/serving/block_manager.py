@@ -50,7 +50,7 @@ def chain_hashes(token_ids: Ids[int], block_size: int) -> list[tuple[int, tuple[
     """(chain hash, tokens) of every full block among the first len - 1 tokens, in order."""
     out, previous = [], NO_HASH
     for start in range(0, len(token_ids) - 1 - block_size + 1, block_size):
-        tokens = tuple(token_ids[start:start + block_size])
+        tokens = tuple(token_ids[start : start + block_size])
         previous = hash((previous, tokens))
         out.append((previous, tokens))
     return out
@@ -66,11 +66,15 @@ class BlockManager:
         self.holders: dict[int, EngineRequest] = {}  # request_id -> sequence holding blocks
         self.hash_to_block: dict[int, int] = {}  # chain hash -> block whose tokens it names
         self.block_hash: dict[int, tuple[int, tuple[int, ...]]] = {}  # block -> (its chain hash, its tokens)
-        self.published: dict[int, tuple[int, int]] = {}  # request_id -> (blocks named so far, last chain hash)
+        self.published: dict[
+            int, tuple[int, int]
+        ] = {}  # request_id -> (blocks named so far, last chain hash)
         self.lookups = 0  # full prompt blocks looked up in the prefix cache
         self.hits = 0  # ... and found there (in use by another sequence, or free and still named)
         self.evictions = 0  # names dropped because their free block was handed out fresh
-        self.copies: list[tuple[int, int]] = []  # (shared, private) pairs to copy before the next forward pass
+        self.copies: list[
+            tuple[int, int]
+        ] = []  # (shared, private) pairs to copy before the next forward pass
 
     @property
     def hit_rate(self) -> float:
@@ -116,10 +120,14 @@ class BlockManager:
     def allocate(self, seq: EngineRequest) -> None:
         """Give seq blocks for all its tokens: its cached prefix blocks shared or reused, the rest fresh."""
         if seq.request_id in self.holders or seq.block_table:
-            raise ValueError(f"Request {seq.request_id} already holds blocks {seq.block_table}; free them first.")
+            raise ValueError(
+                f"Request {seq.request_id} already holds blocks {seq.block_table}; free them first."
+            )
         if not self.can_allocate(seq.token_ids):
-            raise ValueError(f"Request {seq.request_id} needs {self.blocks_needed(seq.token_ids)} blocks; "
-                             f"{self.allocator.n_free} are free. Ask can_allocate() first.")
+            raise ValueError(
+                f"Request {seq.request_id} needs {self.blocks_needed(seq.token_ids)} blocks; "
+                f"{self.allocator.n_free} are free. Ask can_allocate() first."
+            )
         self.lookups += len(chain_hashes(seq.token_ids, self.block_size))
         table = [self._take_cached(block) for block in self.cached_prefix(seq.token_ids)]
         hits = len(table)
@@ -133,7 +141,11 @@ class BlockManager:
 
     def _take_cached(self, block: int) -> int:
         """A named block for one more table: shared if in use, taken back from the free blocks if not."""
-        return self.allocator.share(block) if self.allocator.ref_counts[block] > 0 else self.allocator.reuse(block)
+        return (
+            self.allocator.share(block)
+            if self.allocator.ref_counts[block] > 0
+            else self.allocator.reuse(block)
+        )
 
     def _fresh(self) -> int:
         """The least recently freed block, its old name (if any) evicted."""
@@ -148,7 +160,9 @@ class BlockManager:
         """child (a sample of parent's prompt, no blocks yet) shares every block of parent, reference counts
         + 1, and its cached tokens and names; no copy now (copy on write later, see `append_slot`)."""
         if child.request_id in self.holders or child.block_table or parent.request_id not in self.holders:
-            raise ValueError(f"Fork a sequence that holds blocks into one that holds none; got {parent} -> {child}.")
+            raise ValueError(
+                f"Fork a sequence that holds blocks into one that holds none; got {parent} -> {child}."
+            )
         child.block_table = [self.allocator.share(block) for block in parent.block_table]
         child.num_cached_tokens = parent.num_cached_tokens
         self.holders[child.request_id] = child
@@ -163,7 +177,7 @@ class BlockManager:
         named, previous = self.published[seq.request_id]
         ids = seq.token_ids
         for index in range(named, computed_tokens // self.block_size):
-            tokens = tuple(ids[index * self.block_size:(index + 1) * self.block_size])
+            tokens = tuple(ids[index * self.block_size : (index + 1) * self.block_size])
             previous = hash((previous, tokens))
             block = seq.block_table[index]
             if previous not in self.hash_to_block and block not in self.block_hash:
@@ -215,16 +229,23 @@ class BlockManager:
         self.allocator.check()
         counts = Counter(block for seq in self.holders.values() for block in seq.block_table)
         for block in range(self.allocator.n_blocks):
-            assert self.allocator.ref_counts[block] == counts[block], \
+            assert self.allocator.ref_counts[block] == counts[block], (
                 f"block {block}: reference count {self.allocator.ref_counts[block]}, held by {counts[block]} tables"
+            )
         for chain_hash, block in self.hash_to_block.items():
-            assert self.block_hash.get(block, (None,))[0] == chain_hash, f"hash entry of block {block} is stale"
+            assert self.block_hash.get(block, (None,))[0] == chain_hash, (
+                f"hash entry of block {block} is stale"
+            )
             assert len(self.block_hash[block][1]) == self.block_size, f"named block {block} is not full"
         assert len(self.block_hash) == len(self.hash_to_block), "block names are not one to one"
         assert set(self.published) == set(self.holders), "a name record for a sequence that holds no blocks"
         for seq in self.holders.values():
-            assert seq.num_cached_tokens <= len(seq.block_table) * self.block_size, f"{seq}: cached past its table"
-            assert len(seq.block_table) <= math.ceil(len(seq) / self.block_size), f"{seq}: more blocks than tokens"
+            assert seq.num_cached_tokens <= len(seq.block_table) * self.block_size, (
+                f"{seq}: cached past its table"
+            )
+            assert len(seq.block_table) <= math.ceil(len(seq) / self.block_size), (
+                f"{seq}: more blocks than tokens"
+            )
         self.check_shared_blocks()
 
     def check_shared_blocks(self) -> None:

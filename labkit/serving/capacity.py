@@ -25,8 +25,12 @@ import math
 
 from labkit.core.arguments import check_int
 
-DEFAULT_TOKENS_PER_SEQ = 1024  # the default pool holds this many tokens per sequence (or the context, if less)
-DEFAULT_CHUNKED_BUDGET = 256  # tokens per step with chunked prefill, unless max_num_batched_tokens says otherwise
+DEFAULT_TOKENS_PER_SEQ = (
+    1024  # the default pool holds this many tokens per sequence (or the context, if less)
+)
+DEFAULT_CHUNKED_BUDGET = (
+    256  # tokens per step with chunked prefill, unless max_num_batched_tokens says otherwise
+)
 
 
 def default_budget(budget: int | None, chunked_prefill: bool, context: int, max_num_seqs: int) -> int:
@@ -39,14 +43,20 @@ def default_budget(budget: int | None, chunked_prefill: bool, context: int, max_
 def default_blocks(max_num_seqs: int, context: int, block_size: int) -> int:
     """KV blocks for DEFAULT_TOKENS_PER_SEQ tokens a seat (the context, if shorter), rounded up.
 
-        >>> default_blocks(max_num_seqs=4, context=512, block_size=16)    # 4 x 512 tokens
-        128
+    >>> default_blocks(max_num_seqs=4, context=512, block_size=16)    # 4 x 512 tokens
+    128
     """
     return math.ceil(max_num_seqs * min(context, DEFAULT_TOKENS_PER_SEQ) / block_size)
 
 
-def check_sizes(max_num_seqs: object, block_size: object, n_blocks: object, max_num_batched_tokens: object,
-                step_history: object, max_waiting: object) -> None:
+def check_sizes(
+    max_num_seqs: object,
+    block_size: object,
+    n_blocks: object,
+    max_num_batched_tokens: object,
+    step_history: object,
+    max_waiting: object,
+) -> None:
     """Refuse, by name, a size the Engine cannot take: max_num_seqs, block_size, n_blocks and
     max_num_batched_tokens are whole numbers from 1, step_history and max_waiting from 0; the last four
     may be None (their default).
@@ -57,7 +67,11 @@ def check_sizes(max_num_seqs: object, block_size: object, n_blocks: object, max_
     """
     check_int("max_num_seqs", max_num_seqs, minimum=1)
     check_int("block_size", block_size, minimum=1)
-    for name, value in (("n_blocks", n_blocks), ("max_num_batched_tokens", max_num_batched_tokens),
-                        ("step_history", step_history), ("max_waiting", max_waiting)):
+    for name, value in (
+        ("n_blocks", n_blocks),
+        ("max_num_batched_tokens", max_num_batched_tokens),
+        ("step_history", step_history),
+        ("max_waiting", max_waiting),
+    ):
         if value is not None:  # None: the default
             check_int(name, value, minimum=0 if name in ("step_history", "max_waiting") else 1)

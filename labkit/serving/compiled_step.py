@@ -41,8 +41,8 @@ MIN_CONTEXT = 2  # S of at least 2: dynamo would specialize a length-1 dimension
 def batch_sizes(max_batch: int) -> tuple[int, ...]:
     """The padded batch sizes: powers of two below max_batch, and max_batch itself.
 
-        >>> batch_sizes(16), batch_sizes(6)
-        ((1, 2, 4, 8, 16), (1, 2, 4, 6))
+    >>> batch_sizes(16), batch_sizes(6)
+    ((1, 2, 4, 8, 16), (1, 2, 4, 6))
     """
     check_int("max_batch", max_batch, minimum=1)
     sizes = [1 << i for i in range(max_batch.bit_length()) if 1 << i < max_batch]
@@ -78,13 +78,21 @@ class PoolReader:
         """k, v [B, H, 1, D] -> every key and value the new tokens see, [B, H, S + 1, D]."""
         self.new_keys.append(k)
         self.new_values.append(v)
-        return (torch.cat([self.gather(self.keys, layer), k], dim=2),
-                torch.cat([self.gather(self.values, layer), v], dim=2))
+        return (
+            torch.cat([self.gather(self.keys, layer), k], dim=2),
+            torch.cat([self.gather(self.values, layer), v], dim=2),
+        )
 
 
-def decode_graph(model: Llama, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor,
-                 read_slots: torch.Tensor, keys: torch.Tensor,
-                 values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def decode_graph(
+    model: Llama,
+    ids: torch.Tensor,
+    positions: torch.Tensor,
+    mask: torch.Tensor,
+    read_slots: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The function compiled: ids [B, 1] at positions [B, 1], mask [B, 1, 1, S + 1] (additive), read_slots
     [B, S] -> (logits [B, V] float32, new keys and values [L, B, H, 1, D])."""
     cache = PoolReader(keys, values, read_slots)
@@ -105,7 +113,7 @@ def read_slots(tables: list[list[int]], seen: torch.Tensor, length: int, block_s
     width = -(-length // block_size)  # blocks that hold `length` positions
     table = torch.zeros(len(seen), width, dtype=torch.long)
     for row, blocks in enumerate(tables):
-        table[row, :min(len(blocks), width)] = torch.tensor(blocks[:width], dtype=torch.long)
+        table[row, : min(len(blocks), width)] = torch.tensor(blocks[:width], dtype=torch.long)
     positions = torch.arange(length)
     slots = table[:, positions // block_size] * block_size + positions % block_size
     return slots.masked_fill(positions[None, :] >= seen.cpu()[:, None], 0).to(seen.device)
@@ -147,7 +155,9 @@ class CompiledDecode:
         self.steps += 1
         return self.inputs_and_run([row[0] for row in rows], tables, starts, size)
 
-    def inputs_and_run(self, tokens: list[int], tables: list[list[int]], starts: list[int], size: int) -> torch.Tensor:
+    def inputs_and_run(
+        self, tokens: list[int], tables: list[list[int]], starts: list[int], size: int
+    ) -> torch.Tensor:
         """Lay the rows out padded to `size`, run the graph, write the real rows' keys and values."""
         device, block_size, real = self.model.device, self.pool.block_size, len(tokens)
         length = max([MIN_CONTEXT, *starts])
@@ -155,22 +165,30 @@ class CompiledDecode:
         seen = torch.tensor(starts + [0] * pad, device=device)  # [size]: past tokens each row sees
         read = read_slots(tables, seen, length, block_size)
         columns = torch.arange(length + 1, device=device)
-        hidden = (columns[None, :] >= seen[:, None]) & (columns[None, :] < length)  # the new key, last, is seen
-        mask = torch.zeros(size, 1, 1, length + 1, device=device).masked_fill(hidden[:, None, None], float("-inf"))
+        hidden = (columns[None, :] >= seen[:, None]) & (
+            columns[None, :] < length
+        )  # the new key, last, is seen
+        mask = torch.zeros(size, 1, 1, length + 1, device=device).masked_fill(
+            hidden[:, None, None], float("-inf")
+        )
         ids = torch.tensor(tokens + [0] * pad, device=device)[:, None]
         torch._dynamo.mark_dynamic(read, 1)
         torch._dynamo.mark_dynamic(mask, 3)
         with torch.no_grad():
-            logits, new_keys, new_values = self.graph(self.model, ids, seen[:, None], mask, read,
-                                                      self.pool.keys, self.pool.values)
+            logits, new_keys, new_values = self.graph(
+                self.model, ids, seen[:, None], mask, read, self.pool.keys, self.pool.values
+            )
         if real:
             self.write(new_keys[:, :real], new_values[:, :real], tables, starts)
         return logits[:real].cpu()
 
-    def write(self, keys: torch.Tensor, values: torch.Tensor, tables: list[list[int]], starts: list[int]) -> None:
+    def write(
+        self, keys: torch.Tensor, values: torch.Tensor, tables: list[list[int]], starts: list[int]
+    ) -> None:
         """Each row's new keys and values [L, B, H, 1, D] into its slot at position starts[b], in every layer."""
-        slots = torch.tensor([slot_index(t, [s], self.pool.block_size)[0] for t, s in zip(tables, starts)],
-                             device=keys.device)
+        slots = torch.tensor(
+            [slot_index(t, [s], self.pool.block_size)[0] for t, s in zip(tables, starts)], device=keys.device
+        )
         for pool, new in ((self.pool.keys, keys), (self.pool.values, values)):
             layers, heads, n_blocks, block_size, dim = pool.shape
             flat = pool.view(layers, heads, n_blocks * block_size, dim)  # a view: the writes land in the pool

@@ -45,7 +45,9 @@ class BlockTables:
         check_items("free", self.free, "free block numbers (int)", of=int)
 
     @classmethod
-    def with_prompt(cls, name: str, prompt: Sequence[int], n_blocks: int = 8, block_size: int = 4) -> BlockTables:
+    def with_prompt(
+        cls, name: str, prompt: Sequence[int], n_blocks: int = 8, block_size: int = 4
+    ) -> BlockTables:
         """A pool of n_blocks empty blocks, with one sequence `name` holding `prompt`."""
         check_text("name", name, example="'a'")
         check_items("prompt", prompt, "token ids (int)", of=int)
@@ -88,13 +90,22 @@ class BlockTables:
         each block, a held block also on the free list, a block that holds more than block_size tokens, or a
         block that is neither held nor free."""
         held = Counter(block for table in self.tables.values() for block in table)
-        found = [f"block {b} is counted {self.refs[b]} times but {held[b]} table(s) hold it"
-                 for b in range(len(self.blocks)) if self.refs[b] != held[b]]
+        found = [
+            f"block {b} is counted {self.refs[b]} times but {held[b]} table(s) hold it"
+            for b in range(len(self.blocks))
+            if self.refs[b] != held[b]
+        ]
         found += [f"block {b} is held and free at once" for b in self.free if held[b]]
-        found += [f"block {b} holds {len(tokens)} tokens, more than {self.block_size}"
-                  for b, tokens in enumerate(self.blocks) if len(tokens) > self.block_size]
-        found += [f"block {b} is neither held nor free (leaked)" for b in range(len(self.blocks))
-                  if not held[b] and b not in self.free]
+        found += [
+            f"block {b} holds {len(tokens)} tokens, more than {self.block_size}"
+            for b, tokens in enumerate(self.blocks)
+            if len(tokens) > self.block_size
+        ]
+        found += [
+            f"block {b} is neither held nor free (leaked)"
+            for b in range(len(self.blocks))
+            if not held[b] and b not in self.free
+        ]
         return found
 
 

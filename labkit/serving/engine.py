@@ -86,15 +86,28 @@ class Engine:
     start-up (`compile_seconds`; labkit.serving.compiled_step).
     """
 
-    def __init__(self, model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, max_num_seqs: int = 8,
-                 n_blocks: int | None = None, block_size: int = 16, max_num_batched_tokens: int | None = None,
-                 chunked_prefill: bool = False, prefill_chunk: int | None = None, max_waiting: int | None = None,
-                 record_logits: bool = False, clock: Callable[[], float] = time.perf_counter,
-                 step_history: int | None = None, compile_decode: bool = False):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        tokenizer: PreTrainedTokenizerBase,
+        max_num_seqs: int = 8,
+        n_blocks: int | None = None,
+        block_size: int = 16,
+        max_num_batched_tokens: int | None = None,
+        chunked_prefill: bool = False,
+        prefill_chunk: int | None = None,
+        max_waiting: int | None = None,
+        record_logits: bool = False,
+        clock: Callable[[], float] = time.perf_counter,
+        step_history: int | None = None,
+        compile_decode: bool = False,
+    ):
         require_llama(model)  # a transformers model is refused before anything is allocated
         if not isinstance(tokenizer, PreTrainedTokenizerBase):
-            raise TypeError(f"tokenizer must be the model's tokenizer (as load_model returns it), got "
-                            f"{type(tokenizer).__name__}.")
+            raise TypeError(
+                f"tokenizer must be the model's tokenizer (as load_model returns it), got "
+                f"{type(tokenizer).__name__}."
+            )
         context = context_length(model)
         check_sizes(max_num_seqs, block_size, n_blocks, max_num_batched_tokens, step_history, max_waiting)
         if n_blocks is None:
@@ -113,27 +126,38 @@ class Engine:
         self.record_logits = record_logits  # keep each token's logits [V] on its EngineRequest (tests, plots)
         self.requests: dict[int, EngineRequest] = {}  # every request added and not yet released, by id
         self.request_ids = itertools.count()
-        self.step_metrics: deque[StepMetrics] = deque(maxlen=step_history)  # the last step_history steps (all)
+        self.step_metrics: deque[StepMetrics] = deque(
+            maxlen=step_history
+        )  # the last step_history steps (all)
         self.last_batch: ScheduledBatch | None = None  # what the last step ran: rows, tokens each, kind
 
     def step_description(self) -> str:
         """How its decode steps run, as a start-up line or /health says it.
 
-            >>> Engine(model, tokenizer, max_num_seqs=4, compile_decode=True).step_description()
-            'compiled for batch sizes 1, 2, 4 (compiled at start-up in 31.0 s), other steps eager'
+        >>> Engine(model, tokenizer, max_num_seqs=4, compile_decode=True).step_description()
+        'compiled for batch sizes 1, 2, 4 (compiled at start-up in 31.0 s), other steps eager'
         """
         if not self.compile_seconds:
             return "eager"
         sizes = ", ".join(map(str, self.compile_seconds))
         seconds = sum(self.compile_seconds.values())
-        return f"compiled for batch sizes {sizes} (compiled at start-up in {seconds:.1f} s), other steps eager"
+        return (
+            f"compiled for batch sizes {sizes} (compiled at start-up in {seconds:.1f} s), other steps eager"
+        )
 
     def load(self) -> EngineLoad:
         """Seats, queue and KV blocks right now (`EngineLoad`)."""
         return EngineLoad.of(self.scheduler)
 
-    def add_request(self, prompt: Prompt, config: DecodingConfig | None = None, arrival_s: float | None = None,
-                    n: int = 1, logprobs: int | None = None, **options) -> int:
+    def add_request(
+        self,
+        prompt: Prompt,
+        config: DecodingConfig | None = None,
+        arrival_s: float | None = None,
+        n: int = 1,
+        logprobs: int | None = None,
+        **options,
+    ) -> int:
         """Queue a prompt with its own decoding options; return its request id (sample 0's when n > 1).
 
         n: samples of the prompt, prefilled once; sample i draws with seed + i and has its own request id
@@ -147,12 +171,26 @@ class Engine:
         """
         check_samples(n, self.config.max_num_seqs)
         check_logprobs(logprobs)
-        request = check_request(self.model, self.tokenizer, prompt, config, options, "add_request",
-                                max_model_len=self.config.max_model_len)  # the one context check
+        request = check_request(
+            self.model,
+            self.tokenizer,
+            prompt,
+            config,
+            options,
+            "add_request",
+            max_model_len=self.config.max_model_len,
+        )  # the one context check
         refuse_beams(request.config)
         check_queue_room(self.load(), self.max_waiting)
-        seq = EngineRequest(next(self.request_ids), request.prompt_ids, request.config, request.eos_ids,
-                            self.tokenizer, self.clock() if arrival_s is None else arrival_s, logprobs=logprobs)
+        seq = EngineRequest(
+            next(self.request_ids),
+            request.prompt_ids,
+            request.config,
+            request.eos_ids,
+            self.tokenizer,
+            self.clock() if arrival_s is None else arrival_s,
+            logprobs=logprobs,
+        )
         samples = [seq, *seq.add_samples([next(self.request_ids) for _ in range(n - 1)])]
         if request.config.max_new_tokens == 0:  # nothing to generate: done on arrival, as in generate()
             finish_on_arrival(seq)
@@ -163,8 +201,10 @@ class Engine:
 
     def _request(self, request_id: int) -> EngineRequest:
         if request_id not in self.requests:
-            raise KeyError(f"No request with id {request_id!r}: ids come from add_request (and samples), and a "
-                           "released request is forgotten.")
+            raise KeyError(
+                f"No request with id {request_id!r}: ids come from add_request (and samples), and a "
+                "released request is forgotten."
+            )
         return self.requests[request_id]
 
     def samples(self, request_id: int) -> list[int]:
@@ -177,15 +217,19 @@ class Engine:
         """Each generated token's `TokenLogprob` so far (log_softmax of the raw logits, float32)."""
         seq = self._request(request_id)
         if seq.n_logprobs is None:
-            raise ValueError(f"Request {request_id} was added without logprobs: pass logprobs=0 (the chosen "
-                             f"token's alone) to {MAX_LOGPROBS} (with that many alternatives) to add_request.")
+            raise ValueError(
+                f"Request {request_id} was added without logprobs: pass logprobs=0 (the chosen "
+                f"token's alone) to {MAX_LOGPROBS} (with that many alternatives) to add_request."
+            )
         return list(seq.logprobs)
 
     def abort(self, request_id: int) -> None:
         """Stop a request now and free its blocks; a finished (or already aborted) one is left as it is.
         Sample 0's id (the one add_request returned) stops every sample; a later sample's id, that one alone."""
         seq, now = self._request(request_id), self.clock()
-        for sample in reversed([seq, *seq.siblings]):  # later samples first: those still to fork leave sample 0
+        for sample in reversed(
+            [seq, *seq.siblings]
+        ):  # later samples first: those still to fork leave sample 0
             if not sample.is_done:
                 self.scheduler.finish(sample, Status.ABORTED)
                 sample.finish_reason, sample.finish_s = "abort", now
@@ -200,8 +244,10 @@ class Engine:
         if seq is None or busy is not None:
             who = "it is" if busy is seq else f"its sample {busy.request_id} is" if busy else ""
             state = "no such request" if seq is None else f"{who} still {busy.status.name.lower()}"
-            raise KeyError(f"Only a finished or aborted request can be released ({request_id!r}: {state}); "
-                           "abort it first.")
+            raise KeyError(
+                f"Only a finished or aborted request can be released ({request_id!r}: {state}); "
+                "abort it first."
+            )
         for sample in group:
             del self.requests[sample.request_id]
         return seq
@@ -220,8 +266,16 @@ class Engine:
             seq.scheduled_s = start if seq.scheduled_s is None else seq.scheduled_s
         logits = self.runner.run(batch.seqs, batch.n_new, batch.copies)  # [B, V]
         outputs = self._postprocess(batch, logits)
-        self.step_metrics.append(StepMetrics(batch.kind, len(batch.seqs), batch.n_tokens,
-                                             self.pool.allocator.n_used, len(batch.preempted), self.clock() - start))
+        self.step_metrics.append(
+            StepMetrics(
+                batch.kind,
+                len(batch.seqs),
+                batch.n_tokens,
+                self.pool.allocator.n_used,
+                len(batch.preempted),
+                self.clock() - start,
+            )
+        )
         return outputs
 
     def _postprocess(self, batch: ScheduledBatch, logits: torch.Tensor) -> list[Output]:
@@ -236,7 +290,7 @@ class Engine:
             forked = self.scheduler.fork(seq)  # none, unless seq is sample 0 of n and its prompt just ended
             for sample in (seq, *forked):  # forked before any sample finishes and lets go of the blocks
                 sample.scheduled_s = seq.scheduled_s
-                outputs.append(self._choose(sample, logits[row:row + 1], now))
+                outputs.append(self._choose(sample, logits[row : row + 1], now))
         return outputs
 
     def _choose(self, seq: EngineRequest, logits: torch.Tensor, now: float) -> Output:
@@ -257,10 +311,12 @@ class Engine:
             outputs += self.step()
         return outputs
 
-    def generate_batch(self, prompts: list[Prompt], config: DecodingConfig | None = None, **options) -> list[str]:
+    def generate_batch(
+        self, prompts: list[Prompt], config: DecodingConfig | None = None, **options
+    ) -> list[str]:
         """Every prompt with the same options, batched; the generated texts in prompt order.
 
-            >>> Engine(model, tokenizer).generate_batch(["Hi", "The sea"], max_new_tokens=8)
+        >>> Engine(model, tokenizer).generate_batch(["Hi", "The sea"], max_new_tokens=8)
         """
         check_prompt_list(prompts)
         ids = [self.add_request(prompt, config, **options) for prompt in prompts]

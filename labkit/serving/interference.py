@@ -40,9 +40,16 @@ class InterferenceRun:
         return max(self.gaps_ms)
 
 
-def interference_run(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, short_prompts: list,
-                     long_prompt, chunked: bool, budget: int = 64, arrival_step: int = 4,
-                     max_new_tokens: int = 24) -> InterferenceRun:
+def interference_run(
+    model: torch.nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    short_prompts: list,
+    long_prompt,
+    chunked: bool,
+    budget: int = 64,
+    arrival_step: int = 4,
+    max_new_tokens: int = 24,
+) -> InterferenceRun:
     """Start the short prompts, add the long one before step `arrival_step`, step until all are done.
 
     chunked: chunked prefill with `budget` tokens per step; else prefill first (the default engine).
@@ -65,26 +72,38 @@ def interference_run(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase,
             token_times.get(request_id, []).append(now)
         step += 1
     if long_id is None:
-        raise ValueError(f"The short answers finished in {step} steps, before step {arrival_step}: ask for "
-                         "more max_new_tokens or an earlier arrival_step.")
+        raise ValueError(
+            f"The short answers finished in {step} steps, before step {arrival_step}: ask for "
+            "more max_new_tokens or an earlier arrival_step."
+        )
     steps = list(engine.step_metrics)
     gaps = [(b - a) * 1e3 for times in token_times.values() for a, b in zip(times, times[1:])]
     name = f"chunked prefill, {budget} tokens a step" if chunked else "prefill first (no chunks)"
-    return InterferenceRun(name, tuple(m.kind for m in steps), tuple(m.duration_s * 1e3 for m in steps),
-                           tuple(m.n_tokens for m in steps), tuple(gaps), engine.metrics(long_id).ttft_s * 1e3,
-                           arrival_step)
+    return InterferenceRun(
+        name,
+        tuple(m.kind for m in steps),
+        tuple(m.duration_s * 1e3 for m in steps),
+        tuple(m.n_tokens for m in steps),
+        tuple(gaps),
+        engine.metrics(long_id).ttft_s * 1e3,
+        arrival_step,
+    )
 
 
 def interference_table(runs: list[InterferenceRun]) -> str:
     """One row per run: the short answers' gap between tokens (p50, p95, longest) and the long prompt's TTFT.
 
-        >>> print(interference_table([without_chunks, with_chunks]))
+    >>> print(interference_table([without_chunks, with_chunks]))
     """
     check_items("runs", runs, "InterferenceRun (from interference_run)", of=InterferenceRun)
     width = max(len(run.name) for run in runs)
-    lines = [f"{'engine':<{width}}  {'gap p50 ms':>10}  {'gap p95 ms':>10}  {'longest ms':>10}  {'long TTFT ms':>12}  "
-             f"{'steps':>5}"]
+    lines = [
+        f"{'engine':<{width}}  {'gap p50 ms':>10}  {'gap p95 ms':>10}  {'longest ms':>10}  {'long TTFT ms':>12}  "
+        f"{'steps':>5}"
+    ]
     for run in runs:
-        lines.append(f"{run.name:<{width}}  {percentile(run.gaps_ms, 50):>10.0f}  {percentile(run.gaps_ms, 95):>10.0f}  "
-                     f"{run.longest_gap_ms:>10.0f}  {run.long_ttft_ms:>12.0f}  {len(run.step_ms):>5}")
+        lines.append(
+            f"{run.name:<{width}}  {percentile(run.gaps_ms, 50):>10.0f}  {percentile(run.gaps_ms, 95):>10.0f}  "
+            f"{run.longest_gap_ms:>10.0f}  {run.long_ttft_ms:>12.0f}  {len(run.step_ms):>5}"
+        )
     return "\n".join(lines)

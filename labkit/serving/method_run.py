@@ -51,7 +51,9 @@ class Method:
         check_text("name", self.name, example="'self-consistency'")
         check_callable("prompt", self.prompt, "a function of an item that returns its prompt")
         check_table("options", self.options, "decoding options by name")
-        check_callable("read_answer", self.read_answer, "a function of a text that returns its answer or None")
+        check_callable(
+            "read_answer", self.read_answer, "a function of a text that returns its answer or None"
+        )
 
 
 @dataclass(frozen=True)
@@ -85,7 +87,9 @@ class MethodRun:
 
     def check_n(self, n: int | None) -> int:
         """n, if it is between 1 and the run's samples per item; the run's n for None."""
-        return self.n if n is None else check_int("n", n, minimum=1, maximum=self.n, note="samples in this run")
+        return (
+            self.n if n is None else check_int("n", n, minimum=1, maximum=self.n, note="samples in this run")
+        )
 
     def tokens_per_item(self, n: int | None = None) -> float:
         """Mean generated tokens per item over its first n samples (all by default): what n samples cost."""
@@ -104,9 +108,11 @@ class MethodRun:
 
     def describe(self) -> str:
         """One line: the method, items, samples, tokens and speed."""
-        return (f"{self.method}: {len(self.items)} items x {self.n} sample(s), {self.prompt_tokens:,} prompt tokens, "
-                f"{self.generated_tokens:,} generated ({self.tokens_per_item():.1f} per item) in {self.wall_s:.1f} s, "
-                f"{self.tokens_per_s:.0f} tokens/s, at most {self.peak_blocks} KV blocks")
+        return (
+            f"{self.method}: {len(self.items)} items x {self.n} sample(s), {self.prompt_tokens:,} prompt tokens, "
+            f"{self.generated_tokens:,} generated ({self.tokens_per_item():.1f} per item) in {self.wall_s:.1f} s, "
+            f"{self.tokens_per_s:.0f} tokens/s, at most {self.peak_blocks} KV blocks"
+        )
 
 
 def answer_after_thinking(text: str) -> str | None:
@@ -123,14 +129,21 @@ def answer_after_thinking(text: str) -> str | None:
 def check_items(items: object) -> list[Item]:
     """items as a list of Items (from verifiable.load_task); a TypeError or ValueError otherwise."""
     if not isinstance(items, Sequence) or isinstance(items, (str, Item)) or not items:
-        raise ValueError(f"items must be a non-empty list of Items (verifiable.load_task), got {items!r:.60}.")
+        raise ValueError(
+            f"items must be a non-empty list of Items (verifiable.load_task), got {items!r:.60}."
+        )
     for item in items:
         check_item(item)
     return list(items)
 
 
-def run_method(engine: Engine, items: Sequence[Item], method: Method, n: int = 1,
-               progress: Callable[[int], object] | None = None) -> MethodRun:
+def run_method(
+    engine: Engine,
+    items: Sequence[Item],
+    method: Method,
+    n: int = 1,
+    progress: Callable[[int], object] | None = None,
+) -> MethodRun:
     """Ask the engine for n samples of every item at once (each item prefilled once) and collect them.
 
     engine: a fresh Engine (a used one keeps earlier prompts' blocks in its prefix cache) with at least n
@@ -143,9 +156,13 @@ def run_method(engine: Engine, items: Sequence[Item], method: Method, n: int = 1
     if not isinstance(engine, Engine):
         raise TypeError(f"engine must be a labkit serving Engine, got {type(engine).__name__}.")
     if not isinstance(method, Method):
-        raise TypeError(f"method must be a Method(name, prompt, options, read_answer), got {type(method).__name__}.")
+        raise TypeError(
+            f"method must be a Method(name, prompt, options, read_answer), got {type(method).__name__}."
+        )
     items = check_items(items)
-    check_int("n", n, minimum=1, maximum=engine.config.max_num_seqs, note="samples per item, at most the seats")
+    check_int(
+        "n", n, minimum=1, maximum=engine.config.max_num_seqs, note="samples per item, at most the seats"
+    )
     start, first_step = engine.clock(), len(engine.step_metrics)
     heads = [engine.add_request(method.prompt(item), n=n, logprobs=0, **method.options) for item in items]
     texts: dict[int, str] = {sample: "" for head in heads for sample in engine.samples(head)}
@@ -156,13 +173,25 @@ def run_method(engine: Engine, items: Sequence[Item], method: Method, n: int = 1
         if progress is not None:
             progress(sum(finish is not None for *_, finish in outputs))
     wall_s = engine.clock() - start
-    collected = tuple(ItemSamples(item, tuple(collect(engine, sample, texts[sample], method.read_answer)
-                                              for sample in engine.samples(head)))
-                      for item, head in zip(items, heads))
+    collected = tuple(
+        ItemSamples(
+            item,
+            tuple(
+                collect(engine, sample, texts[sample], method.read_answer) for sample in engine.samples(head)
+            ),
+        )
+        for item, head in zip(items, heads)
+    )
     steps = list(engine.step_metrics)[first_step:]
-    return MethodRun(method.name, n, collected, sum(len(engine.requests[head].prompt_ids) for head in heads),
-                     sum(s.n_tokens for one in collected for s in one.samples), wall_s,
-                     max((step.blocks_used for step in steps), default=0))
+    return MethodRun(
+        method.name,
+        n,
+        collected,
+        sum(len(engine.requests[head].prompt_ids) for head in heads),
+        sum(s.n_tokens for one in collected for s in one.samples),
+        wall_s,
+        max((step.blocks_used for step in steps), default=0),
+    )
 
 
 def collect(engine: Engine, request_id: int, text: str, read_answer: Callable[[str], str | None]) -> Sample:
@@ -183,8 +212,14 @@ class FrontierPoint:
     note: str = ""  # what the plot writes beside the point instead of n (a thinking budget: "budget 16")
 
 
-def frontier(run: MethodRun, ns: Sequence[int] = NS, choosers: dict[str, Chooser] | None = None,
-             with_oracle: bool = True, method: str | None = None, note: str = "") -> list[FrontierPoint]:
+def frontier(
+    run: MethodRun,
+    ns: Sequence[int] = NS,
+    choosers: dict[str, Chooser] | None = None,
+    with_oracle: bool = True,
+    method: str | None = None,
+    note: str = "",
+) -> list[FrontierPoint]:
     """Every chooser (CHOOSERS by default) and the oracle (pass@n) scored on the first n samples of `run`,
     for each n in `ns` that the run has; a run of 1 sample gives one point, named `method` (the run's own
     name by default) with `note` beside it.
@@ -194,10 +229,14 @@ def frontier(run: MethodRun, ns: Sequence[int] = NS, choosers: dict[str, Chooser
     """
     check_record("run", run, "a MethodRun (from run_method)", of=MethodRun)
     if run.n == 1:
-        return [FrontierPoint(method or run.method, 1, run.tokens_per_item(1), run.accuracy(first_answer), note)]
+        return [
+            FrontierPoint(method or run.method, 1, run.tokens_per_item(1), run.accuracy(first_answer), note)
+        ]
     points = []
     for name, choose in (CHOOSERS if choosers is None else choosers).items():
-        points += [FrontierPoint(name, n, run.tokens_per_item(n), run.accuracy(choose, n)) for n in ns if n <= run.n]
+        points += [
+            FrontierPoint(name, n, run.tokens_per_item(n), run.accuracy(choose, n)) for n in ns if n <= run.n
+        ]
     if with_oracle:
         points += [FrontierPoint(ORACLE, n, run.tokens_per_item(n), run.pass_at(n)) for n in ns if n <= run.n]
     return points
@@ -213,6 +252,8 @@ def frontier_table(points: Sequence[FrontierPoint]) -> str:
     """The points as a table: method, n, tokens per item, accuracy [95 % interval] (right of total)."""
     doors.check_items("points", points, "FrontierPoint (from frontier)", of=FrontierPoint)
     lines = [f"{'method':<24}{'n':>3}{'tokens/item':>12}  accuracy [95 % interval]"]
-    lines += [f"{p.method:<24}{p.n:>3}{p.tokens_per_item:>12.1f}  {p.accuracy}{'  ' + p.note if p.note else ''}"
-              for p in points]
+    lines += [
+        f"{p.method:<24}{p.n:>3}{p.tokens_per_item:>12.1f}  {p.accuracy}{'  ' + p.note if p.note else ''}"
+        for p in points
+    ]
     return "\n".join(lines)

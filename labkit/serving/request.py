@@ -74,8 +74,8 @@ class TokenLogprob:
 def token_logprob(logits: torch.Tensor, token_id: int, k: int) -> TokenLogprob:
     """logits [V] (the model's raw scores) -> the chosen token's log-probability and the top k, in float32.
 
-        >>> token_logprob(torch.tensor([2.0, 0.0, 1.0]), 2, k=1)
-        TokenLogprob(token_id=2, logprob=-1.41..., top=((0, -0.41...),))
+    >>> token_logprob(torch.tensor([2.0, 0.0, 1.0]), 2, k=1)
+    TokenLogprob(token_id=2, logprob=-1.41..., top=((0, -0.41...),))
     """
     logprobs = torch.log_softmax(logits.float(), dim=-1)  # [V]
     values, ids = logprobs.topk(k)  # sorted, most likely first
@@ -84,7 +84,11 @@ def token_logprob(logits: torch.Tensor, token_id: int, k: int) -> TokenLogprob:
 
 def sample_generator(config: DecodingConfig, sample_index: int) -> torch.Generator:
     """Sample i's generator: seeded with seed + i (vLLM V1's child seeds), or unseeded without a seed."""
-    return config.generator() if config.seed is None else torch.Generator().manual_seed(config.seed + sample_index)
+    return (
+        config.generator()
+        if config.seed is None
+        else torch.Generator().manual_seed(config.seed + sample_index)
+    )
 
 
 class EngineRequest:
@@ -94,15 +98,26 @@ class EngineRequest:
     of one); logprobs: None, or how many alternatives each token's `TokenLogprob` lists (0 to 20).
     """
 
-    def __init__(self, request_id: int, prompt_ids: list[int], config: DecodingConfig, eos_ids: frozenset[int],
-                 tokenizer: PreTrainedTokenizerBase, arrival_s: float, sample_index: int = 0,
-                 group_id: int | None = None, logprobs: int | None = None):
+    def __init__(
+        self,
+        request_id: int,
+        prompt_ids: list[int],
+        config: DecodingConfig,
+        eos_ids: frozenset[int],
+        tokenizer: PreTrainedTokenizerBase,
+        arrival_s: float,
+        sample_index: int = 0,
+        group_id: int | None = None,
+        logprobs: int | None = None,
+    ):
         self.request_id = request_id
         self.prompt_ids = list(prompt_ids)
         self.config = config
         self.eos_ids = eos_ids
         self.tokenizer = tokenizer
-        self.sample_index = sample_index  # which of its group's samples: its generator is seeded with seed + i
+        self.sample_index = (
+            sample_index  # which of its group's samples: its generator is seeded with seed + i
+        )
         self.group_id = request_id if group_id is None else group_id  # the request id of its group's sample 0
         self.siblings: list[EngineRequest] = []  # on sample 0: samples 1..n-1, in index order
         self.unforked: list[EngineRequest] = []  # on sample 0 until its prompt is prefilled: siblings to fork
@@ -120,7 +135,9 @@ class EngineRequest:
         self.first_token_s: float | None = None
         self.finish_s: float | None = None
         self.logits: list[torch.Tensor] = []  # [V] per token, only when the engine records them
-        self.n_logprobs = logprobs  # None: no log-probabilities; k: each token's and the k most likely tokens'
+        self.n_logprobs = (
+            logprobs  # None: no log-probabilities; k: each token's and the k most likely tokens'
+        )
         self.logprobs: list[TokenLogprob] = []  # one per generated token when n_logprobs is not None
 
     @property
@@ -149,9 +166,20 @@ class EngineRequest:
         """
         if self.sample_index != 0 or self.siblings or self.output_ids:
             raise ValueError(f"Only a new request (sample 0, no sample yet) can take samples; {self} cannot.")
-        self.siblings = [EngineRequest(request_id, self.prompt_ids, self.config, self.eos_ids, self.tokenizer,
-                                       self.arrival_s, index, self.request_id, self.n_logprobs)
-                         for index, request_id in enumerate(request_ids, start=1)]
+        self.siblings = [
+            EngineRequest(
+                request_id,
+                self.prompt_ids,
+                self.config,
+                self.eos_ids,
+                self.tokenizer,
+                self.arrival_s,
+                index,
+                self.request_id,
+                self.n_logprobs,
+            )
+            for index, request_id in enumerate(request_ids, start=1)
+        ]
         self.unforked = list(self.siblings)
         return self.siblings
 
@@ -164,13 +192,15 @@ class EngineRequest:
         """The ids the next forward pass feeds: the first n tokens not yet cached (all of them by default:
         a whole prompt, or the last token when decoding); a chunk of a prompt when n is smaller."""
         end = len(self) if n is None else self.num_cached_tokens + n
-        return self.token_ids[self.num_cached_tokens:end]
+        return self.token_ids[self.num_cached_tokens : end]
 
     def choose_next(self, logits: torch.Tensor) -> tuple[int, str, str | None]:
         """Choose this request's next token from its logits [1, V] as `labkit.generate` would (its own
         transforms, `choose`, its seeded generator) and append it, with its `TokenLogprob` when asked; (token
         id, the text it adds, the finish reason: "eos", "length", "stop", or None while it goes on)."""
-        token_id = int(choose(logits, self.config.temperature, self.generator, self.transforms, self.token_ids)[0])
+        token_id = int(
+            choose(logits, self.config.temperature, self.generator, self.transforms, self.token_ids)[0]
+        )
         if self.n_logprobs is not None:  # only when asked: a log_softmax over the vocabulary per token
             self.logprobs.append(token_logprob(logits[0], token_id, self.n_logprobs))
         self.output_ids.append(token_id)
@@ -180,15 +210,24 @@ class EngineRequest:
 
     def metrics(self) -> EngineRequestMetrics:
         """Times of a finished or aborted request (nan where an event never happened)."""
+
         def since(moment: float | None, start: float | None) -> float:
             return math.nan if moment is None or start is None else moment - start
 
         n = len(self.output_ids)
         tpot = since(self.finish_s, self.first_token_s) / (n - 1) if n > 1 else math.nan
-        return EngineRequestMetrics(len(self.prompt_ids), n, since(self.scheduled_s, self.arrival_s),
-                              since(self.first_token_s, self.arrival_s), tpot,
-                              since(self.finish_s, self.arrival_s), self.finish_reason)
+        return EngineRequestMetrics(
+            len(self.prompt_ids),
+            n,
+            since(self.scheduled_s, self.arrival_s),
+            since(self.first_token_s, self.arrival_s),
+            tpot,
+            since(self.finish_s, self.arrival_s),
+            self.finish_reason,
+        )
 
     def __repr__(self) -> str:
-        return (f"EngineRequest({self.request_id}, {self.status.value}, {len(self.prompt_ids)} prompt + "
-                f"{len(self.output_ids)} new tokens, cached {self.num_cached_tokens}, blocks {self.block_table})")
+        return (
+            f"EngineRequest({self.request_id}, {self.status.value}, {len(self.prompt_ids)} prompt + "
+            f"{len(self.output_ids)} new tokens, cached {self.num_cached_tokens}, blocks {self.block_table})"
+        )

@@ -68,11 +68,15 @@ def results_table(results: list[RunResult]) -> str:
     """
     check_items("results", results, "RunResult (from the run_* functions)", of=RunResult)
     width = max(len("runner"), *(len(r.name) for r in results))
-    lines = [f"{'runner':<{width}}  {'requests':>8}  {'tokens/s':>8}  {'TTFT p50 ms':>11}  {'TTFT p95 ms':>11}  "
-             f"{'TPOT p50 ms':>11}  {'TPOT p95 ms':>11}  {'wall s':>6}  {'wasted':>6}  {'vs first':>8}"]
+    lines = [
+        f"{'runner':<{width}}  {'requests':>8}  {'tokens/s':>8}  {'TTFT p50 ms':>11}  {'TTFT p95 ms':>11}  "
+        f"{'TPOT p50 ms':>11}  {'TPOT p95 ms':>11}  {'wall s':>6}  {'wasted':>6}  {'vs first':>8}"
+    ]
     for r in results:
         wasted = f"{r.waste.share:.0%}" if r.waste is not None else "-"
-        lines.append(f"{r.name:<{width}}  {len(r.token_ids):>8}  {r.tokens_per_s:>8.1f}  {r.ttft_p50 * 1e3:>11.0f}  "
-                     f"{r.ttft_p95 * 1e3:>11.0f}  {r.tpot_p50 * 1e3:>11.1f}  {r.tpot_p95 * 1e3:>11.1f}  "
-                     f"{r.wall_s:>6.2f}  {wasted:>6}  {r.tokens_per_s / results[0].tokens_per_s:>7.2f}x")
+        lines.append(
+            f"{r.name:<{width}}  {len(r.token_ids):>8}  {r.tokens_per_s:>8.1f}  {r.ttft_p50 * 1e3:>11.0f}  "
+            f"{r.ttft_p95 * 1e3:>11.0f}  {r.tpot_p50 * 1e3:>11.1f}  {r.tpot_p95 * 1e3:>11.1f}  "
+            f"{r.wall_s:>6.2f}  {wasted:>6}  {r.tokens_per_s / results[0].tokens_per_s:>7.2f}x"
+        )
     return "\n".join(lines)

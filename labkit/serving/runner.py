@@ -36,8 +36,12 @@ class BatchRunner:
         require_llama(model)
         self.model, self.pool, self.compiled = model, pool, compiled
 
-    def run(self, seqs: tuple[EngineRequest, ...] | list[EngineRequest],
-            n_new: tuple[int, ...] | list[int] | None = None, copies: tuple[tuple[int, int], ...] = ()) -> torch.Tensor:
+    def run(
+        self,
+        seqs: tuple[EngineRequest, ...] | list[EngineRequest],
+        n_new: tuple[int, ...] | list[int] | None = None,
+        copies: tuple[tuple[int, int], ...] = (),
+    ) -> torch.Tensor:
         """Feed each sequence its next `n_new[i]` uncached tokens (all of them by default); return the logits
         after each row's last one, [B, V] float32 (CPU). copies: (shared, private) block pairs copied first,
         in every layer (copy on write: a sample's first write after its fork).
@@ -57,8 +61,9 @@ class BatchRunner:
         return forward_padded(self.model, self.pool, rows, tables, starts)
 
 
-def forward_padded(model: Llama, pool: BlockPool, rows: list[list[int]], tables: list[list[int]],
-                   starts: list[int]) -> torch.Tensor:
+def forward_padded(
+    model: Llama, pool: BlockPool, rows: list[list[int]], tables: list[list[int]], starts: list[int]
+) -> torch.Tensor:
     """Rows of new token ids right-padded to the longest, [B, T], over a `BatchKV`: the logits after each
     row's last one, [B, V] float32 (CPU). Row b continues the starts[b] tokens in its block table.
 
@@ -72,20 +77,22 @@ def forward_padded(model: Llama, pool: BlockPool, rows: list[list[int]], tables:
     return forward_laid_out(model, ids, BatchKV(pool, tables, starts, n_new), last)
 
 
-def forward_packed(model: Llama, pool: BlockPool, rows: list[list[int]], tables: list[list[int]],
-                   starts: list[int]) -> torch.Tensor:
+def forward_packed(
+    model: Llama, pool: BlockPool, rows: list[list[int]], tables: list[list[int]], starts: list[int]
+) -> torch.Tensor:
     """The same rows end to end, [1, N] with N = the sum of their lengths, over a `PackedKV`: [B, V] float32 (CPU).
 
-        >>> forward_packed(model, pool, [[5], [1, 2, 3]], tables=[[0], [1]], starts=[3, 0]).shape
-        torch.Size([2, 49152])
+    >>> forward_packed(model, pool, [[5], [1, 2, 3]], tables=[[0], [1]], starts=[3, 0]).shape
+    torch.Size([2, 49152])
     """
     cache = PackedKV(pool, tables, starts, [len(row) for row in rows])
     ids = torch.tensor([[t for row in rows for t in row]], device=model.device)  # [1, N]
     return forward_laid_out(model, ids, cache, cache.last)
 
 
-def forward_laid_out(model: Llama, ids: torch.Tensor, cache: BatchKV | PackedKV,
-                     logits_at: torch.Tensor) -> torch.Tensor:
+def forward_laid_out(
+    model: Llama, ids: torch.Tensor, cache: BatchKV | PackedKV, logits_at: torch.Tensor
+) -> torch.Tensor:
     """model on ids [B, T] at the positions and under the mask of the cache's layout: the logits [B, V]
     float32 (CPU) at logits_at [B], one index into T per row."""
     positions, mask = cache.layout(ids.shape[1])

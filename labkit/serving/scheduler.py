@@ -56,15 +56,21 @@ class SchedulerConfig:
     max_num_batched_tokens: int = 512  # at most this many tokens fed in one forward pass (the step's budget)
     max_model_len: int = 512  # prompt + new tokens must fit (<= the model's context; check_request checks it)
     chunked_prefill: bool = False  # split prompts across steps, beside the running decodes (vLLM V1)
-    prefill_chunk: int | None = None  # with chunked_prefill: at most this many prompt tokens per sequence per step
+    prefill_chunk: int | None = (
+        None  # with chunked_prefill: at most this many prompt tokens per sequence per step
+    )
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "prefill_chunk"):
-            if getattr(self, name) is not None or name != "prefill_chunk":  # prefill_chunk None: the whole budget
+            if (
+                getattr(self, name) is not None or name != "prefill_chunk"
+            ):  # prefill_chunk None: the whole budget
                 check_int(name, getattr(self, name), minimum=1)
         if self.max_num_batched_tokens < self.max_num_seqs:
-            raise ValueError(f"max_num_batched_tokens={self.max_num_batched_tokens} must be at least "
-                             f"max_num_seqs={self.max_num_seqs}: a decode step feeds one token per sequence.")
+            raise ValueError(
+                f"max_num_batched_tokens={self.max_num_batched_tokens} must be at least "
+                f"max_num_seqs={self.max_num_seqs}: a decode step feeds one token per sequence."
+            )
         if not isinstance(self.chunked_prefill, bool):
             raise ValueError(f"chunked_prefill must be True or False, got {self.chunked_prefill!r}.")
         if self.prefill_chunk is not None and not self.chunked_prefill:
@@ -88,7 +94,9 @@ class ScheduledBatch:
     n_new: tuple[int, ...]  # tokens each row feeds this step
     n_decode: int = 0  # the first n_decode rows decode; the others prefill
     preempted: tuple[EngineRequest, ...] = ()  # sequences sent back to the waiting queue by this schedule
-    copies: tuple[tuple[int, int], ...] = ()  # (shared, private) blocks to copy before the pass (copy on write)
+    copies: tuple[
+        tuple[int, int], ...
+    ] = ()  # (shared, private) blocks to copy before the pass (copy on write)
 
     @property
     def n_tokens(self) -> int:
@@ -96,7 +104,7 @@ class ScheduledBatch:
 
     @property
     def kind(self) -> str:
-        """"decode" (one token per row), "prefill" (prompts only) or "mixed" (both in one forward pass)."""
+        """ "decode" (one token per row), "prefill" (prompts only) or "mixed" (both in one forward pass)."""
         return "decode" if self.n_decode == len(self.seqs) else "prefill" if self.n_decode == 0 else "mixed"
 
     @property
@@ -124,18 +132,26 @@ class Scheduler:
         where it was made (check_request, against max_model_len): not again here."""
         c, manager = self.config, self.block_manager
         if seq.seats > c.max_num_seqs:
-            raise ValueError(f"This request's {seq.seats} samples share one prefill, so they need {seq.seats} seats at "
-                             f"once; max_num_seqs is {c.max_num_seqs}.")
-        blocks = max(math.ceil(seq.max_length / manager.block_size),
-                     math.ceil(len(seq) / manager.block_size) + len(seq.unforked))  # a group's admission
+            raise ValueError(
+                f"This request's {seq.seats} samples share one prefill, so they need {seq.seats} seats at "
+                f"once; max_num_seqs is {c.max_num_seqs}."
+            )
+        blocks = max(
+            math.ceil(seq.max_length / manager.block_size),
+            math.ceil(len(seq) / manager.block_size) + len(seq.unforked),
+        )  # a group's admission
         if blocks > manager.allocator.n_blocks:
             samples = f", {seq.seats} samples" if seq.unforked else ""
-            raise ValueError(f"This request needs up to {blocks} blocks of {manager.block_size} tokens (prompt "
-                             f"{len(seq.prompt_ids)} + {seq.config.max_new_tokens} new{samples}); the whole pool has "
-                             f"{manager.allocator.n_blocks}. Create the engine with more blocks, or ask for less.")
+            raise ValueError(
+                f"This request needs up to {blocks} blocks of {manager.block_size} tokens (prompt "
+                f"{len(seq.prompt_ids)} + {seq.config.max_new_tokens} new{samples}); the whole pool has "
+                f"{manager.allocator.n_blocks}. Create the engine with more blocks, or ask for less."
+            )
         if not c.chunked_prefill and seq.max_length - 1 > c.max_num_batched_tokens:
-            raise ValueError(f"This request may need {seq.max_length - 1} tokens in one forward pass (a recomputed "
-                             f"prompt + new tokens); max_num_batched_tokens is {c.max_num_batched_tokens}.")
+            raise ValueError(
+                f"This request may need {seq.max_length - 1} tokens in one forward pass (a recomputed "
+                f"prompt + new tokens); max_num_batched_tokens is {c.max_num_batched_tokens}."
+            )
         seq.status = Status.WAITING
         self.waiting.append(seq)
 
@@ -181,8 +197,13 @@ class Scheduler:
             chunks.append(self._chunk(seq, budget))
             prefills.append(seq)
             budget -= chunks[-1]
-        while (not preempted and budget > 0 and self.waiting and self._seats_for_next()
-               and self.block_manager.can_admit(self.waiting[0])):
+        while (
+            not preempted
+            and budget > 0
+            and self.waiting
+            and self._seats_for_next()
+            and self.block_manager.can_admit(self.waiting[0])
+        ):
             prefills.append(self._admit())
             chunks.append(self._chunk(prefills[-1], budget))
             self.block_manager.publish(prefills[-1], prefills[-1].num_cached_tokens + chunks[-1])
@@ -202,8 +223,13 @@ class Scheduler:
         self.running.append(seq)
         return seq
 
-    def _batch(self, decodes: list[EngineRequest], prefills: list[EngineRequest], chunks: list[int],
-               preempted: tuple[EngineRequest, ...]) -> ScheduledBatch:
+    def _batch(
+        self,
+        decodes: list[EngineRequest],
+        prefills: list[EngineRequest],
+        chunks: list[int],
+        preempted: tuple[EngineRequest, ...],
+    ) -> ScheduledBatch:
         """The step's batch; each row's blocks are named as computed by its end (prefix cache).
 
         Within one step a later row may read blocks an earlier row computes: each layer writes every
@@ -211,8 +237,9 @@ class Scheduler:
         seqs, n_new = decodes + prefills, [1] * len(decodes) + chunks
         for seq, n in zip(seqs, n_new):
             self.block_manager.publish(seq, seq.num_cached_tokens + n)
-        return ScheduledBatch(tuple(seqs), tuple(n_new), len(decodes), preempted,
-                              tuple(self.block_manager.take_copies()))
+        return ScheduledBatch(
+            tuple(seqs), tuple(n_new), len(decodes), preempted, tuple(self.block_manager.take_copies())
+        )
 
     def _reserve_decode_slots(self) -> tuple[EngineRequest, ...]:
         """A slot for each decoding sequence's next token; when the pool is full, preempt the newest."""
@@ -265,14 +292,24 @@ class Scheduler:
 
     def check(self) -> None:
         """Raise AssertionError unless the invariants of the module doc hold."""
-        assert all(s.status is Status.WAITING and not s.block_table for s in self.waiting), "a bad waiting sequence"
-        assert all(s.status is Status.RUNNING and s.block_table for s in self.running), "a bad running sequence"
+        assert all(s.status is Status.WAITING and not s.block_table for s in self.waiting), (
+            "a bad waiting sequence"
+        )
+        assert all(s.status is Status.RUNNING and s.block_table for s in self.running), (
+            "a bad running sequence"
+        )
         assert not {id(s) for s in self.waiting} & {id(s) for s in self.running}, "a sequence waits and runs"
         assert self.seats_used <= self.config.max_num_seqs, f"{self.seats_used} seats taken"
         for head in (*self.waiting, *self.running):
             assert not (head.unforked and head.output_ids), f"{head} has output but did not fork"
             for child in head.unforked:
-                assert child.status is Status.WAITING and not child.block_table, f"a bad unforked sample {child}"
-                assert child not in self.waiting and child not in self.running, f"{child} is queued before its fork"
-        assert set(self.block_manager.holders) == {s.request_id for s in self.running}, "blocks held by a non-runner"
+                assert child.status is Status.WAITING and not child.block_table, (
+                    f"a bad unforked sample {child}"
+                )
+                assert child not in self.waiting and child not in self.running, (
+                    f"{child} is queued before its fork"
+                )
+        assert set(self.block_manager.holders) == {s.request_id for s in self.running}, (
+            "blocks held by a non-runner"
+        )
         self.block_manager.check()

@@ -45,7 +45,7 @@ class NoPrefixCache(BlockManager):
 def without_prefix_cache(engine: Engine) -> Engine:
     """The engine, before its first request, with its prefix cache turned off; returned for chaining.
 
-        >>> engine = without_prefix_cache(Engine(model, tokenizer, max_num_seqs=16))
+    >>> engine = without_prefix_cache(Engine(model, tokenizer, max_num_seqs=16))
     """
     if engine.requests or engine.step_metrics:
         raise ValueError("Turn the prefix cache off before the engine's first request.")
@@ -70,13 +70,16 @@ class SharingRun:
         return self.generated_tokens / self.wall_s
 
     def describe(self) -> str:
-        return (f"{self.label:<38}{self.prompt_tokens_computed:>8,} prompt tokens computed  {self.peak_blocks:>4} "
-                f"KV blocks at most  {self.generated_tokens:>4} tokens in {self.wall_s:5.2f} s: "
-                f"{self.tokens_per_s:5.1f} tokens/s")
+        return (
+            f"{self.label:<38}{self.prompt_tokens_computed:>8,} prompt tokens computed  {self.peak_blocks:>4} "
+            f"KV blocks at most  {self.generated_tokens:>4} tokens in {self.wall_s:5.2f} s: "
+            f"{self.tokens_per_s:5.1f} tokens/s"
+        )
 
 
-def engine_for_samples(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, prompt_tokens: int,
-                       new_tokens: int, n: int) -> Engine:
+def engine_for_samples(
+    model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, prompt_tokens: int, new_tokens: int, n: int
+) -> Engine:
     """A fresh engine with n seats and KV blocks (of BLOCK_SIZE tokens) for n whole samples: each sample's
     prompt and new tokens, plus one block for its copy on first write.
 
@@ -87,7 +90,9 @@ def engine_for_samples(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBas
     return Engine(model, tokenizer, max_num_seqs=n, block_size=BLOCK_SIZE, n_blocks=n * per_sample)
 
 
-def run_requests(engine: Engine, label: str, prompt: Prompt, seeds: Sequence[int], n: int, options: dict) -> SharingRun:
+def run_requests(
+    engine: Engine, label: str, prompt: Prompt, seeds: Sequence[int], n: int, options: dict
+) -> SharingRun:
     """Add one request per seed (each with n samples), step until done, and measure the run."""
     start = engine.clock()
     heads = [engine.add_request(prompt, n=n, seed=seed, **options) for seed in seeds]
@@ -97,14 +102,24 @@ def run_requests(engine: Engine, label: str, prompt: Prompt, seeds: Sequence[int
         texts[request_id] += piece
     wall_s = engine.clock() - start
     steps = list(engine.step_metrics)
-    return SharingRun(label, tuple(texts[sample] for sample in samples),
-                      sum(step.n_tokens for step in steps if step.kind == "prefill"),
-                      sum(len(engine.requests[sample].output_ids) for sample in samples),
-                      max(step.blocks_used for step in steps), wall_s)
+    return SharingRun(
+        label,
+        tuple(texts[sample] for sample in samples),
+        sum(step.n_tokens for step in steps if step.kind == "prefill"),
+        sum(len(engine.requests[sample].output_ids) for sample in samples),
+        max(step.blocks_used for step in steps),
+        wall_s,
+    )
 
 
-def sharing_costs(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, prompt: Prompt, n: int = 16,
-                  seed: int = 0, **options) -> tuple[SharingRun, SharingRun]:
+def sharing_costs(
+    model: torch.nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    prompt: Prompt,
+    n: int = 16,
+    seed: int = 0,
+    **options,
+) -> tuple[SharingRun, SharingRun]:
     """(one request with n samples, n separate requests with the prefix cache off), each on a fresh engine
     with n seats; options: the decoding options of every sample (a temperature above 0 to differ).
 
@@ -113,10 +128,21 @@ def sharing_costs(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, pr
     """
     check_int("n", n, minimum=1, note="samples of the prompt")
     check_int("seed", seed, minimum=0)
-    sizes = (len(encode_prompt(tokenizer, prompt)), resolve_config(None, options, "sharing_costs").max_new_tokens, n)
-    shared = run_requests(engine_for_samples(model, tokenizer, *sizes), f"1 request, n={n} (one prefill)", prompt,
-                          [seed], n, options)
+    sizes = (
+        len(encode_prompt(tokenizer, prompt)),
+        resolve_config(None, options, "sharing_costs").max_new_tokens,
+        n,
+    )
+    shared = run_requests(
+        engine_for_samples(model, tokenizer, *sizes),
+        f"1 request, n={n} (one prefill)",
+        prompt,
+        [seed],
+        n,
+        options,
+    )
     alone = without_prefix_cache(engine_for_samples(model, tokenizer, *sizes))
-    separate = run_requests(alone, f"{n} separate requests, no prefix cache", prompt, range(seed, seed + n), 1,
-                            options)
+    separate = run_requests(
+        alone, f"{n} separate requests, no prefix cache", prompt, range(seed, seed + n), 1, options
+    )
     return shared, separate

@@ -41,8 +41,8 @@ from labkit.serving.runner import forward_padded, require_llama
 class Waste:
     """Token slots a static batch fed to the model, and how many of them did no work.
 
-        >>> Waste(fed=10, padding=2, idle=3).share
-        0.5
+    >>> Waste(fed=10, padding=2, idle=3).share
+    0.5
     """
 
     fed: int = 0  # batch rows x tokens per row, every forward pass
@@ -65,20 +65,40 @@ class Waste:
 class StaticBatch:
     """A padded batch of prompts stepped together until its longest answer is done (see the module doc)."""
 
-    def __init__(self, model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, prompts: Sequence[Prompt],
-                 configs: Sequence[DecodingConfig], block_size: int = 16):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        tokenizer: PreTrainedTokenizerBase,
+        prompts: Sequence[Prompt],
+        configs: Sequence[DecodingConfig],
+        block_size: int = 16,
+    ):
         require_llama(model)
         if not prompts or len(prompts) != len(configs):
-            raise ValueError(f"Give one DecodingConfig per prompt, at least one: got {len(prompts)} prompts "
-                             f"and {len(configs)} configs.")
-        requests = [check_request(model, tokenizer, p, c, {}, "StaticBatch") for p, c in zip(prompts, configs)]
+            raise ValueError(
+                f"Give one DecodingConfig per prompt, at least one: got {len(prompts)} prompts "
+                f"and {len(configs)} configs."
+            )
+        requests = [
+            check_request(model, tokenizer, p, c, {}, "StaticBatch") for p, c in zip(prompts, configs)
+        ]
         if any(r.config.num_beams > 1 for r in requests):
-            raise ValueError("A static batch samples one sequence per request; for beam search use labkit.generate.")
-        longest, most_new = max(len(r.prompt_ids) for r in requests), max(r.config.max_new_tokens for r in requests)
-        check_context(longest, most_new, context_length(model))  # a finished row runs on as far as the longest
+            raise ValueError(
+                "A static batch samples one sequence per request; for beam search use labkit.generate."
+            )
+        longest, most_new = (
+            max(len(r.prompt_ids) for r in requests),
+            max(r.config.max_new_tokens for r in requests),
+        )
+        check_context(
+            longest, most_new, context_length(model)
+        )  # a finished row runs on as far as the longest
         per_row = math.ceil((longest + most_new) / block_size)
         self.model = model
-        self.rows = [EngineRequest(b, r.prompt_ids, r.config, r.eos_ids, tokenizer, 0.0) for b, r in enumerate(requests)]
+        self.rows = [
+            EngineRequest(b, r.prompt_ids, r.config, r.eos_ids, tokenizer, 0.0)
+            for b, r in enumerate(requests)
+        ]
         for row in self.rows:
             row.status = Status.FINISHED if row.config.max_new_tokens == 0 else Status.RUNNING
         self.pool = BlockPool.for_model(model, per_row * len(requests), block_size)
@@ -107,7 +127,7 @@ class StaticBatch:
         live = [not row.is_done for row in self.rows]
         self.waste += slot_waste([len(f) for f in feeds], live)
         self.cached = [c + len(f) for c, f in zip(self.cached, feeds)]
-        return [(b, self.choose(row, logits[b:b + 1])) for b, row in enumerate(self.rows) if live[b]]
+        return [(b, self.choose(row, logits[b : b + 1])) for b, row in enumerate(self.rows) if live[b]]
 
     @staticmethod
     def choose(row: EngineRequest, logits: torch.Tensor) -> int:
@@ -140,8 +160,8 @@ def planned_waste(prompt_lengths: Sequence[int], output_lengths: Sequence[int]) 
 def slot_waste(n_fed: list[int], live: list[bool]) -> Waste:
     """The slots of one forward pass of B rows padded to max(n_fed): padding of live rows, all of finished ones.
 
-        >>> slot_waste([5, 3, 1], [True, True, False])
-        Waste(fed=15, padding=2, idle=5)
+    >>> slot_waste([5, 3, 1], [True, True, False])
+    Waste(fed=15, padding=2, idle=5)
     """
     width = max(n_fed)
     padding = sum(width - n for n, alive in zip(n_fed, live) if alive)

@@ -41,9 +41,14 @@ from labkit.serving.static_batch import StaticBatch, Waste
 BLOCK_SIZE = 16  # tokens per KV block of the engines these runners make
 
 QUESTIONS = (
-    "What is the capital of France?", "Name three primary colors.", "Why is the sky blue?",
-    "Give me a synonym for happy.", "How many legs does a spider have?", "What is photosynthesis?",
-    "Write a haiku about the autumn moon over a quiet lake.", "Explain in simple words what a neural network is.",
+    "What is the capital of France?",
+    "Name three primary colors.",
+    "Why is the sky blue?",
+    "Give me a synonym for happy.",
+    "How many legs does a spider have?",
+    "What is photosynthesis?",
+    "Write a haiku about the autumn moon over a quiet lake.",
+    "Explain in simple words what a neural network is.",
     "What are the main differences between a cat and a dog as pets?",
     "Suggest a name for a small bakery that sells bread and cakes in a seaside town.",
     "List some healthy snacks that are easy to take to work or school.",
@@ -68,8 +73,14 @@ class WorkItem:
     arrival_s: float  # seconds after the run starts when it arrives (0 for all when arriving together)
 
 
-def make_workload(tokenizer: PreTrainedTokenizerBase, n_requests: int = 16, staggered: bool = False, seed: int = 0,
-                  max_new_tokens: tuple[int, int] = (16, 64), mean_gap_s: float = 0.1) -> list[WorkItem]:
+def make_workload(
+    tokenizer: PreTrainedTokenizerBase,
+    n_requests: int = 16,
+    staggered: bool = False,
+    seed: int = 0,
+    max_new_tokens: tuple[int, int] = (16, 64),
+    mean_gap_s: float = 0.1,
+) -> list[WorkItem]:
     """n_requests chat requests: varied questions and max_new_tokens in [low, high]; a seed reproduces it.
 
     staggered: Poisson arrivals, gaps drawn from an exponential of mean `mean_gap_s` (the first at 0).
@@ -80,8 +91,10 @@ def make_workload(tokenizer: PreTrainedTokenizerBase, n_requests: int = 16, stag
     low, high = max_new_tokens
     check_int("n_requests", n_requests, minimum=1)
     if not 1 <= low <= high or mean_gap_s <= 0:
-        raise ValueError(f"Need 1 <= low <= high in max_new_tokens={max_new_tokens!r} and mean_gap_s > 0 "
-                         f"(got {mean_gap_s!r}).")
+        raise ValueError(
+            f"Need 1 <= low <= high in max_new_tokens={max_new_tokens!r} and mean_gap_s > 0 "
+            f"(got {mean_gap_s!r})."
+        )
     rng = random.Random(seed)
     rounds = math.ceil(n_requests / len(QUESTIONS))  # each question once per round, in a shuffled order
     questions = [q for _ in range(rounds) for q in rng.sample(QUESTIONS, len(QUESTIONS))]
@@ -106,7 +119,10 @@ class Timeline:
     def __init__(self, name: str, workload: list[WorkItem]):
         self.name, self.workload = name, workload
         self.tokens: list[list[int]] = [[] for _ in workload]
-        self.first, self.last = [math.nan] * len(workload), [math.nan] * len(workload)  # token times, per request
+        self.first, self.last = (
+            [math.nan] * len(workload),
+            [math.nan] * len(workload),
+        )  # token times, per request
         self.start = time.perf_counter()
 
     def now(self) -> float:
@@ -128,11 +144,20 @@ class Timeline:
     def result(self, waste: Waste | None = None) -> RunResult:
         wall = max(self.last)
         arrivals = [item.arrival_s for item in self.workload]
-        tpot = tuple((last - first) / (len(ids) - 1) for first, last, ids in zip(self.first, self.last, self.tokens)
-                     if len(ids) > 1)
-        return RunResult(self.name, wall, sum(len(ids) for ids in self.tokens),
-                         tuple(first - arrival for first, arrival in zip(self.first, arrivals)), tpot,
-                         tuple(tuple(ids) for ids in self.tokens), waste)
+        tpot = tuple(
+            (last - first) / (len(ids) - 1)
+            for first, last, ids in zip(self.first, self.last, self.tokens)
+            if len(ids) > 1
+        )
+        return RunResult(
+            self.name,
+            wall,
+            sum(len(ids) for ids in self.tokens),
+            tuple(first - arrival for first, arrival in zip(self.first, arrivals)),
+            tpot,
+            tuple(tuple(ids) for ids in self.tokens),
+            waste,
+        )
 
 
 def arrival_order(workload: list[WorkItem]) -> list[int]:
@@ -145,23 +170,35 @@ def item_config(config: DecodingConfig | None, item: WorkItem) -> DecodingConfig
     return (config or DecodingConfig()).replace(max_new_tokens=item.max_new_tokens)
 
 
-def run_one_at_a_time(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, workload: list[WorkItem],
-                      config: DecodingConfig | None = None) -> RunResult:
+def run_one_at_a_time(
+    model: torch.nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    workload: list[WorkItem],
+    config: DecodingConfig | None = None,
+) -> RunResult:
     """`labkit.generate` per request, in arrival order, each waiting for the one before (batch 1).
 
-        >>> run_one_at_a_time(model, tokenizer, make_workload(tokenizer, 4)).tokens_per_s
+    >>> run_one_at_a_time(model, tokenizer, make_workload(tokenizer, 4)).tokens_per_s
     """
     check_run(model, tokenizer, workload)
     line = Timeline("one at a time", workload)
     for index in arrival_order(workload):
         line.wait_until(workload[index].arrival_s)
-        for step in generate(model, tokenizer, workload[index].prompt_ids, item_config(config, workload[index])):
+        for step in generate(
+            model, tokenizer, workload[index].prompt_ids, item_config(config, workload[index])
+        ):
             line.record(index, step.token_id)
     return line.result()
 
 
-def make_engine(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, workload: list[WorkItem],
-                max_num_seqs: int, chunked_prefill: bool = False, max_num_batched_tokens: int | None = None) -> Engine:
+def make_engine(
+    model: torch.nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    workload: list[WorkItem],
+    max_num_seqs: int,
+    chunked_prefill: bool = False,
+    max_num_batched_tokens: int | None = None,
+) -> Engine:
     """An Engine whose pool holds every request of the workload at its longest: nothing is ever preempted.
 
     chunked_prefill: passed on with `max_num_batched_tokens` (the per-step token budget).
@@ -169,20 +206,29 @@ def make_engine(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, work
         >>> make_engine(model, tokenizer, workload, 16, chunked_prefill=True, max_num_batched_tokens=64)
     """
     blocks = sum(math.ceil((len(item.prompt_ids) + item.max_new_tokens) / BLOCK_SIZE) for item in workload)
-    return Engine(model, tokenizer, max_num_seqs=max_num_seqs, n_blocks=blocks, block_size=BLOCK_SIZE,
-                  max_num_batched_tokens=max_num_batched_tokens, chunked_prefill=chunked_prefill)
+    return Engine(
+        model,
+        tokenizer,
+        max_num_seqs=max_num_seqs,
+        n_blocks=blocks,
+        block_size=BLOCK_SIZE,
+        max_num_batched_tokens=max_num_batched_tokens,
+        chunked_prefill=chunked_prefill,
+    )
 
 
 def serve(engine: Engine, line: Timeline, config: DecodingConfig | None) -> None:
     """Feed the workload to the engine as requests arrive (continuous batching), step it, record every token.
 
-        >>> serve(make_engine(model, tokenizer, workload, 16), Timeline("continuous", workload), None)
+    >>> serve(make_engine(model, tokenizer, workload, 16), Timeline("continuous", workload), None)
     """
     workload, pending, index_of = line.workload, deque(arrival_order(line.workload)), {}
     while pending or engine.has_unfinished():
         while pending and workload[pending[0]].arrival_s <= line.now():
             index = pending.popleft()
-            index_of[engine.add_request(workload[index].prompt_ids, item_config(config, workload[index]))] = index
+            index_of[engine.add_request(workload[index].prompt_ids, item_config(config, workload[index]))] = (
+                index
+            )
         if engine.has_unfinished():
             for request_id, token_id, _, _ in engine.step():
                 line.record(index_of[request_id], token_id)
@@ -190,20 +236,34 @@ def serve(engine: Engine, line: Timeline, config: DecodingConfig | None) -> None
             line.wait_until(workload[pending[0]].arrival_s)
 
 
-def run_static_batches(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, workload: list[WorkItem],
-                       batch_size: int = 4, config: DecodingConfig | None = None) -> RunResult:
+def run_static_batches(
+    model: torch.nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    workload: list[WorkItem],
+    batch_size: int = 4,
+    config: DecodingConfig | None = None,
+) -> RunResult:
     """Real static batches (`StaticBatch`): the next batch_size requests, in arrival order, start together once
     all of them arrived and the previous batch ended; padded, each runs until its longest answer is done.
 
         >>> run_static_batches(model, tokenizer, make_workload(tokenizer, 8), batch_size=4).waste.share
     """
     check_run(model, tokenizer, workload)
-    line, order, waste = Timeline(f"static, {batch_size} seats, padded", workload), arrival_order(workload), Waste()
+    line, order, waste = (
+        Timeline(f"static, {batch_size} seats, padded", workload),
+        arrival_order(workload),
+        Waste(),
+    )
     for first in range(0, len(order), batch_size):
-        chosen = order[first:first + batch_size]
+        chosen = order[first : first + batch_size]
         line.wait_until(workload[chosen[-1]].arrival_s)
-        batch = StaticBatch(model, tokenizer, [workload[i].prompt_ids for i in chosen],
-                            [item_config(config, workload[i]) for i in chosen], BLOCK_SIZE)
+        batch = StaticBatch(
+            model,
+            tokenizer,
+            [workload[i].prompt_ids for i in chosen],
+            [item_config(config, workload[i]) for i in chosen],
+            BLOCK_SIZE,
+        )
         while not batch.done:
             for row, token_id in batch.step():
                 line.record(chosen[row], token_id)
@@ -211,9 +271,16 @@ def run_static_batches(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBas
     return line.result(waste)
 
 
-def run_continuous(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, workload: list[WorkItem],
-                   max_num_seqs: int = 16, config: DecodingConfig | None = None, *, chunked_prefill: bool = False,
-                   max_num_batched_tokens: int | None = None) -> RunResult:
+def run_continuous(
+    model: torch.nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    workload: list[WorkItem],
+    max_num_seqs: int = 16,
+    config: DecodingConfig | None = None,
+    *,
+    chunked_prefill: bool = False,
+    max_num_batched_tokens: int | None = None,
+) -> RunResult:
     """The Engine with continuous batching: each request joins the running batch when it arrives.
 
     chunked_prefill, max_num_batched_tokens: the Engine's options (a prompt chunk per step, under a token budget).
@@ -223,5 +290,9 @@ def run_continuous(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, w
     check_run(model, tokenizer, workload)
     chunked = f", chunked {max_num_batched_tokens or 'default'}/step" if chunked_prefill else ""
     line = Timeline(f"continuous, {max_num_seqs} seats{chunked}", workload)
-    serve(make_engine(model, tokenizer, workload, max_num_seqs, chunked_prefill, max_num_batched_tokens), line, config)
+    serve(
+        make_engine(model, tokenizer, workload, max_num_seqs, chunked_prefill, max_num_batched_tokens),
+        line,
+        config,
+    )
     return line.result()

@@ -35,18 +35,22 @@ from labkit.timing import interleaved_seconds
 
 def _pass(model: nn.Module, n_tokens: int, context: int) -> Callable[[], None]:
     """A run() of one forward pass over n_tokens new tokens after `context` cached ones (random ids)."""
-    ids = torch.randint(0, vocab_size(model), (context + n_tokens,), generator=torch.Generator().manual_seed(0))
+    ids = torch.randint(
+        0, vocab_size(model), (context + n_tokens,), generator=torch.Generator().manual_seed(0)
+    )
     sequence = CachedSequence(model, context + n_tokens)
     sequence.run(ids[:context].tolist())
 
     def run() -> None:
         sequence.crop(context)  # forget the new tokens, as a rejected draft is rolled back
         sequence.run(ids[context:].tolist())
+
     return run
 
 
-def verification_costs(model: nn.Module, n_tokens: Sequence[int], context: int = 64,
-                       repeats: int = 5) -> dict[int, float]:
+def verification_costs(
+    model: nn.Module, n_tokens: Sequence[int], context: int = 64, repeats: int = 5
+) -> dict[int, float]:
     """v(n): the median time of one pass over n new tokens / the median time of a 1-token decode step.
 
     n_tokens: the pass sizes to measure (a verification of gamma drafts is gamma + 1 tokens). Every
@@ -65,8 +69,14 @@ def verification_costs(model: nn.Module, n_tokens: Sequence[int], context: int =
     return {n: medians[n] / medians[1] for n in sizes if n in n_tokens or n == 1}
 
 
-def draft_cost(drafter: Drafter, target: nn.Module, tokenizer: PreTrainedTokenizerBase | None,
-               context_ids: Sequence[int], gamma: int, repeats: int = 5) -> float:
+def draft_cost(
+    drafter: Drafter,
+    target: nn.Module,
+    tokenizer: PreTrainedTokenizerBase | None,
+    context_ids: Sequence[int],
+    gamma: int,
+    repeats: int = 5,
+) -> float:
     """c: the drafter's seconds per guess / the target's seconds per 1-token decode step (medians).
 
     Times drafter.propose(context_ids, gamma) as speculative_generate calls it (greedy policy), against
@@ -87,15 +97,18 @@ def draft_cost(drafter: Drafter, target: nn.Module, tokenizer: PreTrainedTokeniz
     def target_step() -> None:
         sequence.crop(len(context) - 1)
         sequence.run(context[-1:])
-    guess, step = interleaved_seconds([lambda: drafter.propose(context, gamma), target_step], repeats, warmup=True)
+
+    guess, step = interleaved_seconds(
+        [lambda: drafter.propose(context, gamma), target_step], repeats, warmup=True
+    )
     return statistics.median(guess) / gamma / statistics.median(step)
 
 
 def predicted_speedup(alpha: float, gamma: int, draft_cost: float, verify_cost: float) -> float:
     """E(alpha, gamma) / (gamma c + v): speed-up over plain decoding when every round proposes gamma drafts.
 
-        >>> predicted_speedup(0.8, 4, draft_cost=0.0, verify_cost=1.0)   # free draft, free verification
-        3.3616
+    >>> predicted_speedup(0.8, 4, draft_cost=0.0, verify_cost=1.0)   # free draft, free verification
+    3.3616
     """
     check_number("alpha", alpha, minimum=0, maximum=1)
     check_int("gamma", gamma, minimum=0)
@@ -117,8 +130,10 @@ def rounds_speedup(steps: Sequence[DraftStep], draft_cost: float, verify_costs: 
         raise ValueError("rounds_speedup needs at least one round (SpeculativeStats.steps).")
     missing = sorted({len(s.proposed) + 1 for s in steps} - set(verify_costs))
     if missing:
-        raise ValueError(f"verify_costs has no cost for passes of {missing} tokens; measure them with "
-                         f"verification_costs(model, {missing}).")
+        raise ValueError(
+            f"verify_costs has no cost for passes of {missing} tokens; measure them with "
+            f"verification_costs(model, {missing})."
+        )
     tokens = sum(step.accepted + 1 for step in steps)
     cost = sum(len(step.proposed) * draft_cost + verify_costs[len(step.proposed) + 1] for step in steps)
     return tokens / cost

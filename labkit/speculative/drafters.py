@@ -42,10 +42,14 @@ class PromptLookupDrafter:
         check_int("max_ngram_size", max_ngram_size, minimum=1)
         check_int("min_ngram_size", min_ngram_size, minimum=1)
         if min_ngram_size > max_ngram_size:
-            raise ValueError(f"min_ngram_size ({min_ngram_size}) must be <= max_ngram_size ({max_ngram_size}).")
+            raise ValueError(
+                f"min_ngram_size ({min_ngram_size}) must be <= max_ngram_size ({max_ngram_size})."
+            )
         self.max_ngram_size, self.min_ngram_size = max_ngram_size, min_ngram_size
 
-    def prepare(self, target: nn.Module, tokenizer: PreTrainedTokenizerBase | None, policy: SamplingPolicy) -> None:
+    def prepare(
+        self, target: nn.Module, tokenizer: PreTrainedTokenizerBase | None, policy: SamplingPolicy
+    ) -> None:
         """Nothing to check: it proposes token ids the target already saw."""
 
     def propose(self, context_ids: list[int], gamma: int) -> tuple[list[int], None]:
@@ -53,8 +57,8 @@ class PromptLookupDrafter:
         for n in range(min(self.max_ngram_size, len(ids) - 1), self.min_ngram_size - 1, -1):
             suffix = ids[-n:]
             for start in range(len(ids) - n - 1, -1, -1):  # most recent first; never the suffix itself
-                if ids[start:start + n] == suffix:
-                    return ids[start + n:start + n + gamma], None
+                if ids[start : start + n] == suffix:
+                    return ids[start + n : start + n + gamma], None
         return [], None
 
     def __repr__(self) -> str:
@@ -68,15 +72,21 @@ class ModelDrafter:
     tokenizer: the draft's tokenizer, compared with the target's (they must give the same ids).
     """
 
-    def __init__(self, model: nn.Module, tokenizer: PreTrainedTokenizerBase | None = None, name: str | None = None):
+    def __init__(
+        self, model: nn.Module, tokenizer: PreTrainedTokenizerBase | None = None, name: str | None = None
+    ):
         if not isinstance(model, nn.Module) or not hasattr(model, "config"):
-            raise TypeError(f"model must be a causal LM (labkit's Llama or a transformers model), got "
-                            f"{type(model).__name__}. Load one with labkit.load_model(name).")
+            raise TypeError(
+                f"model must be a causal LM (labkit's Llama or a transformers model), got "
+                f"{type(model).__name__}. Load one with labkit.load_model(name)."
+            )
         self.model, self.tokenizer = model, tokenizer
         self.name = name or type(model).__name__
         self.policy, self.sequence = SamplingPolicy(), None
 
-    def prepare(self, target: nn.Module, tokenizer: PreTrainedTokenizerBase | None, policy: SamplingPolicy) -> None:
+    def prepare(
+        self, target: nn.Module, tokenizer: PreTrainedTokenizerBase | None, policy: SamplingPolicy
+    ) -> None:
         check_compatible(target, self.model, tokenizer, self.tokenizer)
         self.policy, self.sequence = policy, None
 
@@ -118,24 +128,39 @@ def _parameter(model: nn.Module) -> torch.Tensor:
     return next(model.parameters())
 
 
-def check_compatible(target: nn.Module, draft: nn.Module, target_tokenizer: PreTrainedTokenizerBase | None = None,
-                     draft_tokenizer: PreTrainedTokenizerBase | None = None) -> None:
+def check_compatible(
+    target: nn.Module,
+    draft: nn.Module,
+    target_tokenizer: PreTrainedTokenizerBase | None = None,
+    draft_tokenizer: PreTrainedTokenizerBase | None = None,
+) -> None:
     """Raise a clear ValueError if `draft` cannot draft for `target`: vocabulary, tokenizer, device, dtype."""
     if vocab_size(draft) != vocab_size(target):
-        raise ValueError(f"The draft model's vocabulary has {vocab_size(draft)} tokens, the target's "
-                         f"{vocab_size(target)}: token ids would mean different things. Use a draft from the same "
-                         "family (same tokenizer), or PromptLookupDrafter().")
-    if draft_tokenizer is not None and target_tokenizer is not None and \
-            draft_tokenizer.get_vocab() != target_tokenizer.get_vocab():
-        raise ValueError("The draft's tokenizer maps tokens to different ids than the target's. Use a draft that "
-                         "shares the target's tokenizer (e.g. a smaller model of the same family).")
+        raise ValueError(
+            f"The draft model's vocabulary has {vocab_size(draft)} tokens, the target's "
+            f"{vocab_size(target)}: token ids would mean different things. Use a draft from the same "
+            "family (same tokenizer), or PromptLookupDrafter()."
+        )
+    if (
+        draft_tokenizer is not None
+        and target_tokenizer is not None
+        and draft_tokenizer.get_vocab() != target_tokenizer.get_vocab()
+    ):
+        raise ValueError(
+            "The draft's tokenizer maps tokens to different ids than the target's. Use a draft that "
+            "shares the target's tokenizer (e.g. a smaller model of the same family)."
+        )
     d, t = _parameter(draft), _parameter(target)
     if d.device != t.device:
-        raise ValueError(f"The draft model is on {d.device}, the target on {t.device}. Move the draft: "
-                         f"draft_model.to('{t.device}').")
+        raise ValueError(
+            f"The draft model is on {d.device}, the target on {t.device}. Move the draft: "
+            f"draft_model.to('{t.device}')."
+        )
     if d.dtype != t.dtype:
-        raise ValueError(f"The draft model is {d.dtype}, the target {t.dtype}. Load both in one dtype, e.g. "
-                         f"draft_model.to({t.dtype}).")
+        raise ValueError(
+            f"The draft model is {d.dtype}, the target {t.dtype}. Load both in one dtype, e.g. "
+            f"draft_model.to({t.dtype})."
+        )
 
 
 def early_exit_model(model: nn.Module, n_layers: int) -> Llama:
@@ -160,10 +185,12 @@ def early_exit_model(model: nn.Module, n_layers: int) -> Llama:
 def early_exit_drafter(model: nn.Module, n_layers: int) -> ModelDrafter:
     """A ModelDrafter on `early_exit_model(model, n_layers)`.
 
-        >>> speculative_generate(model, tokenizer, prompt, drafter=early_exit_drafter(model, 8), gamma=3)
+    >>> speculative_generate(model, tokenizer, prompt, drafter=early_exit_drafter(model, 8), gamma=3)
     """
     draft = early_exit_model(model, n_layers)
-    return ModelDrafter(draft, name=f"early exit after {n_layers} of {as_llama(model).config.n_layers} layers")
+    return ModelDrafter(
+        draft, name=f"early exit after {n_layers} of {as_llama(model).config.n_layers} layers"
+    )
 
 
 def drafter_names(drafters: Sequence) -> list[str]:

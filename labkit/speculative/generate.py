@@ -32,14 +32,15 @@ from labkit.timing import clock
 class Drafter(Protocol):
     """What speculative_generate needs from a drafter (labkit.speculative.drafters has three)."""
 
-    def prepare(self, target: nn.Module, tokenizer: PreTrainedTokenizerBase | None, policy: SamplingPolicy) -> None:
+    def prepare(
+        self, target: nn.Module, tokenizer: PreTrainedTokenizerBase | None, policy: SamplingPolicy
+    ) -> None:
         """Called once before generating: raise a clear error if the drafter cannot serve this target."""
 
     def propose(self, context_ids: list[int], gamma: int) -> tuple[list[int], torch.Tensor | None]:
         """Up to gamma draft tokens after context_ids, and their distributions q [n, V] (None: one-hot).
         gamma = 0 proposes nothing: speculative_generate calls it so during the prefill, where a model
         drafter reads the prompt into its cache."""
-
 
 
 @dataclass(frozen=True)
@@ -123,10 +124,18 @@ class SpeculativeResult:
     stats: SpeculativeStats
 
 
-def speculative_generate(target: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, prompt: Prompt,
-                         config: DecodingConfig | None = None, *, drafter: Drafter | None = None, gamma: int = 4,
-                         adaptive: bool = False, generator: torch.Generator | None = None,
-                         **options) -> SpeculativeResult:
+def speculative_generate(
+    target: torch.nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    prompt: Prompt,
+    config: DecodingConfig | None = None,
+    *,
+    drafter: Drafter | None = None,
+    gamma: int = 4,
+    adaptive: bool = False,
+    generator: torch.Generator | None = None,
+    **options,
+) -> SpeculativeResult:
     """Generate with a drafter and the target (labkit's Llama, or any causal LM).
 
     config / options: as in `labkit.generate` (max_new_tokens, temperature, top_k, top_p, penalties, seed);
@@ -145,42 +154,67 @@ def speculative_generate(target: torch.nn.Module, tokenizer: PreTrainedTokenizer
     check_generator(generator)
     config, prompt_ids = request.config, request.prompt_ids
     if config.num_beams > 1 or config.stop:
-        raise ValueError("speculative_generate() samples or decodes greedily without stop strings; "
-                         "num_beams must be 1 and stop empty.")
-    policy = SamplingPolicy(config.transforms(len(prompt_ids), request.eos_ids), config.temperature,
-                            generator if generator is not None else config.generator())
+        raise ValueError(
+            "speculative_generate() samples or decodes greedily without stop strings; "
+            "num_beams must be 1 and stop empty."
+        )
+    policy = SamplingPolicy(
+        config.transforms(len(prompt_ids), request.eos_ids),
+        config.temperature,
+        generator if generator is not None else config.generator(),
+    )
     drafter.prepare(target, tokenizer, policy)  # checks vocabulary, device, dtype before any work
     start = clock()
-    sequence = CachedSequence(target, min(len(prompt_ids) + config.max_new_tokens + gamma + 1, context_length(target)))
+    sequence = CachedSequence(
+        target, min(len(prompt_ids) + config.max_new_tokens + gamma + 1, context_length(target))
+    )
     if len(prompt_ids) > 1:  # the prefill; the last prompt token goes in with the first drafts
         sequence.run(prompt_ids[:-1])
         drafter.propose(prompt_ids[:-1], 0)  # a model drafter reads the prompt now too; no draft
     stats = SpeculativeStats(gamma=gamma, prefill_s=clock() - start)
-    out = _rounds(sequence, drafter, policy, prompt_ids, config.max_new_tokens, request.eos_ids, adaptive, stats)
+    out = _rounds(
+        sequence, drafter, policy, prompt_ids, config.max_new_tokens, request.eos_ids, adaptive, stats
+    )
     stats.new_tokens, stats.wall_s = len(out), clock() - start
     text = tokenizer.decode([t for t in out if t not in request.eos_ids])
     return SpeculativeResult(out, text, stats)
 
 
-def _rounds(sequence: CachedSequence, drafter: Drafter, policy: SamplingPolicy, prompt_ids: list[int],
-            max_new_tokens: int, eos_ids: frozenset[int], adaptive: bool, stats: SpeculativeStats) -> list[int]:
+def _rounds(
+    sequence: CachedSequence,
+    drafter: Drafter,
+    policy: SamplingPolicy,
+    prompt_ids: list[int],
+    max_new_tokens: int,
+    eos_ids: frozenset[int],
+    adaptive: bool,
+    stats: SpeculativeStats,
+) -> list[int]:
     """Draft-then-verify rounds after the prefill until max_new_tokens or an end-of-sequence token; each
     round recorded in `stats` (whose `gamma` is the most drafts per round). Returns the new token ids."""
     out, draft_length = [], stats.gamma
     while len(out) < max_new_tokens and not (out and out[-1] in eos_ids):
-        step = _draft_and_verify(sequence, drafter, policy, prompt_ids + out, max_new_tokens - len(out), draft_length)
+        step = _draft_and_verify(
+            sequence, drafter, policy, prompt_ids + out, max_new_tokens - len(out), draft_length
+        )
         stats.record(step)
         if adaptive and step.proposed:  # transformers' "heuristic" schedule
             draft_length = min(stats.gamma, draft_length + 2) if step.bonus else max(1, draft_length - 1)
-        for new in step.proposed[:step.accepted] + (step.token,):
+        for new in step.proposed[: step.accepted] + (step.token,):
             out.append(new)
             if new in eos_ids:
                 break
     return out
 
 
-def _draft_and_verify(sequence: CachedSequence, drafter: Drafter, policy: SamplingPolicy, context: list[int],
-                      remaining: int, draft_length: int) -> DraftStep:
+def _draft_and_verify(
+    sequence: CachedSequence,
+    drafter: Drafter,
+    policy: SamplingPolicy,
+    context: list[int],
+    remaining: int,
+    draft_length: int,
+) -> DraftStep:
     """One round: the drafter proposes, ONE target pass scores every draft and the bonus, the rule decides."""
     room = remaining - 1  # the target always adds one token of its own
     drafts, q = drafter.propose(context, min(draft_length, room)) if room > 0 else ([], None)
@@ -189,18 +223,26 @@ def _draft_and_verify(sequence: CachedSequence, drafter: Drafter, policy: Sampli
     if policy.is_greedy:
         n, token = verify_greedy(policy.logits(logits, context, drafts), drafts)
     else:
-        n, token = verify(policy.probs(logits, context, drafts), drafts, None if q is None else q[:len(drafts)],
-                          policy.generator)
+        n, token = verify(
+            policy.probs(logits, context, drafts),
+            drafts,
+            None if q is None else q[: len(drafts)],
+            policy.generator,
+        )
     sequence.crop(len(context) + n)  # roll back the rejected drafts' keys and values
     return DraftStep(tuple(drafts), n, token, n == len(drafts))
 
 
 def _check_arguments(target, drafter, gamma: int) -> None:
     if not isinstance(target, torch.nn.Module) or not hasattr(target, "config"):
-        raise TypeError(f"target must be a causal LM (labkit's Llama or a transformers model), got "
-                        f"{type(target).__name__}. Load one with labkit.load_model(...).")
+        raise TypeError(
+            f"target must be a causal LM (labkit's Llama or a transformers model), got "
+            f"{type(target).__name__}. Load one with labkit.load_model(...)."
+        )
     if not isinstance(drafter, Drafter):
-        raise TypeError(f"drafter must have propose(context_ids, gamma) and prepare(target, tokenizer, policy), got "
-                        f"{type(drafter).__name__}. Use one from labkit.speculative.drafters, e.g. "
-                        "PromptLookupDrafter().")
+        raise TypeError(
+            f"drafter must have propose(context_ids, gamma) and prepare(target, tokenizer, policy), got "
+            f"{type(drafter).__name__}. Use one from labkit.speculative.drafters, e.g. "
+            "PromptLookupDrafter()."
+        )
     check_int("gamma", gamma, minimum=1, note="draft tokens per target call")

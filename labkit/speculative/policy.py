@@ -1,7 +1,7 @@
 """The decoding policy a target and its drafter share in speculative decoding.
 
-    >>> policy = SamplingPolicy(config.transforms(len(prompt_ids), eos_ids), config.temperature, generator)
-    >>> policy.probs(logits, context_ids)       # [n, V] after the same transforms as labkit.generate
+>>> policy = SamplingPolicy(config.transforms(len(prompt_ids), eos_ids), config.temperature, generator)
+>>> policy.probs(logits, context_ids)       # [n, V] after the same transforms as labkit.generate
 """
 
 from __future__ import annotations
@@ -26,13 +26,19 @@ class SamplingPolicy:
     def is_greedy(self) -> bool:
         return self.temperature == 0
 
-    def logits(self, logits: torch.Tensor, context: Sequence[int], drafts: Sequence[int] = ()) -> torch.Tensor:
+    def logits(
+        self, logits: torch.Tensor, context: Sequence[int], drafts: Sequence[int] = ()
+    ) -> torch.Tensor:
         """logits [n, V] -> transformed [n, V] (float32, CPU); row i follows context + drafts[:i]."""
         logits = logits.float().cpu()
         if not self.transforms:
             return logits
-        rows = [apply_transforms(logits[i:i + 1], torch.tensor([list(context) + list(drafts[:i])]), self.transforms)
-                for i in range(logits.shape[0])]
+        rows = [
+            apply_transforms(
+                logits[i : i + 1], torch.tensor([list(context) + list(drafts[:i])]), self.transforms
+            )
+            for i in range(logits.shape[0])
+        ]
         return torch.cat(rows)
 
     def probs(self, logits: torch.Tensor, context: Sequence[int], drafts: Sequence[int] = ()) -> torch.Tensor:

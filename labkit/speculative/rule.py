@@ -36,8 +36,9 @@ def residual_distribution(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     return torch.where(mass > 0, residual / mass.clamp(min=1e-30), p)
 
 
-def accept_or_resample(p: torch.Tensor, q: torch.Tensor, draft_tokens: torch.Tensor,
-                       generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+def accept_or_resample(
+    p: torch.Tensor, q: torch.Tensor, draft_tokens: torch.Tensor, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Keep or replace each draft token: p, q [B, V] target and draft probabilities, draft_tokens [B] ~ q.
 
     Returns (accepted [B] bool, token [B]): the draft token where accepted, else a residual draw.
@@ -48,7 +49,9 @@ def accept_or_resample(p: torch.Tensor, q: torch.Tensor, draft_tokens: torch.Ten
     p_x = p.gather(-1, draft_tokens[:, None]).squeeze(-1)
     q_x = q.gather(-1, draft_tokens[:, None]).squeeze(-1)
     u = torch.rand(p_x.shape, generator=generator)
-    accepted = u * q_x < p_x  # u < min(1, p(x) / q(x)), written without dividing (Leviathan et al. 2023, Alg. 1)
+    accepted = (
+        u * q_x < p_x
+    )  # u < min(1, p(x) / q(x)), written without dividing (Leviathan et al. 2023, Alg. 1)
     tokens = draft_tokens.clone()
     if not bool(accepted.all()):
         rejected = ~accepted
@@ -56,8 +59,9 @@ def accept_or_resample(p: torch.Tensor, q: torch.Tensor, draft_tokens: torch.Ten
     return accepted, tokens
 
 
-def rule_frequencies(p: torch.Tensor, q: torch.Tensor, draws: int,
-                     generator: torch.Generator) -> tuple[float, torch.Tensor]:
+def rule_frequencies(
+    p: torch.Tensor, q: torch.Tensor, draws: int, generator: torch.Generator
+) -> tuple[float, torch.Tensor]:
     """Run the accept/resample rule on `draws` drafts x ~ q, for p, q [V]: (the share of drafts kept, the
     frequency of each output token [V]). Section 3 of notebook 09 compares the frequencies with p.
 
@@ -70,8 +74,12 @@ def rule_frequencies(p: torch.Tensor, q: torch.Tensor, draws: int,
     return accepted.float().mean().item(), torch.bincount(tokens, minlength=p.shape[-1]).float() / draws
 
 
-def verify(target_probs: torch.Tensor, draft_tokens: Sequence[int], draft_probs: torch.Tensor | None,
-           generator: torch.Generator) -> tuple[int, int]:
+def verify(
+    target_probs: torch.Tensor,
+    draft_tokens: Sequence[int],
+    draft_probs: torch.Tensor | None,
+    generator: torch.Generator,
+) -> tuple[int, int]:
     """One verification: target_probs [n+1, V] (row i scores draft token i; row n is the bonus row),
     draft_probs [n, V], or None for a deterministic drafter (then q is one-hot on each draft token, so a
     draft is kept with probability p(x) and the residual is p with x zeroed, renormalized).
@@ -83,10 +91,12 @@ def verify(target_probs: torch.Tensor, draft_tokens: Sequence[int], draft_probs:
     if draft_probs is None:
         draft_probs = F.one_hot(tokens, target_probs.shape[-1]).to(target_probs.dtype)
     for i in range(n):
-        accepted, token = accept_or_resample(target_probs[i:i + 1], draft_probs[i:i + 1], tokens[i:i + 1], generator)
+        accepted, token = accept_or_resample(
+            target_probs[i : i + 1], draft_probs[i : i + 1], tokens[i : i + 1], generator
+        )
         if not bool(accepted[0]):
             return i, int(token[0])
-    return n, int(sample(target_probs[n:n + 1], generator)[0])  # every draft kept: a bonus token from p
+    return n, int(sample(target_probs[n : n + 1], generator)[0])  # every draft kept: a bonus token from p
 
 
 def verify_greedy(target_logits: torch.Tensor, draft_tokens: Sequence[int]) -> tuple[int, int]:
@@ -114,8 +124,8 @@ def accept_greedy(draft_tokens: Sequence[int], choices: Sequence[int]) -> tuple[
 def expected_tokens_per_step(alpha: float, gamma: int) -> float:
     """E[tokens per target call] = (1 - alpha^(gamma+1)) / (1 - alpha) (Leviathan et al. 2023, eq. 1).
 
-        >>> expected_tokens_per_step(0.8, 4)
-        3.3616...
+    >>> expected_tokens_per_step(0.8, 4)
+    3.3616...
     """
     check_number("alpha", alpha, minimum=0, maximum=1)
     check_int("gamma", gamma, minimum=0)

@@ -84,12 +84,18 @@ def nearest_name(names: dict[float, str], position: float) -> str:
 def describe_bars(ax: Axes, bars: BarContainer) -> str:
     """'3 bars: ' and each bar's label and length (the first MAX_BARS), e.g. "'Paris' 0.82"."""
     patches = list(bars.patches)
-    horizontal = bool(patches) and all(p.get_height() < 1 and p.get_width() != 0 for p in patches) and \
-        len({round(p.get_x(), 9) for p in patches}) == 1 and len({round(p.get_y(), 9) for p in patches}) > 1
+    horizontal = (
+        bool(patches)
+        and all(p.get_height() < 1 and p.get_width() != 0 for p in patches)
+        and len({round(p.get_x(), 9) for p in patches}) == 1
+        and len({round(p.get_y(), 9) for p in patches}) > 1
+    )
     names = tick_names(ax, horizontal)
     parts = []
     for patch in patches[:MAX_BARS]:
-        position = patch.get_y() + patch.get_height() / 2 if horizontal else patch.get_x() + patch.get_width() / 2
+        position = (
+            patch.get_y() + patch.get_height() / 2 if horizontal else patch.get_x() + patch.get_width() / 2
+        )
         length = patch.get_width() if horizontal else patch.get_height()
         name = nearest_name(names, position)
         parts.append(f"{name} {number(length)}".strip())
@@ -100,18 +106,22 @@ def describe_bars(ax: Axes, bars: BarContainer) -> str:
 
 
 def describe_line(line) -> str:
-    """"measured: 6 points, x 1 to 32, y 12.5 to 3.1" for one named line."""
+    """ "measured: 6 points, x 1 to 32, y 12.5 to 3.1" for one named line."""
     xs, ys = np.asarray(line.get_xdata(), dtype=float), np.asarray(line.get_ydata(), dtype=float)
     if xs.size == 0:
         return ""
-    return (f"{line.get_label()}: {xs.size} points, x {number(xs[0])} to {number(xs[-1])}, "
-            f"y {number(ys[0])} to {number(ys[-1])}")
+    return (
+        f"{line.get_label()}: {xs.size} points, x {number(xs[0])} to {number(xs[-1])}, "
+        f"y {number(ys[0])} to {number(ys[-1])}"
+    )
 
 
 def describe_axes(ax: Axes) -> str:
     """One panel in words: its title, its axes and what is drawn on it."""
     head = ax.get_title() or ax.get_title(loc="left")
-    axes = [f"{name} axis: {label}" for name, label in (("x", ax.get_xlabel()), ("y", ax.get_ylabel())) if label]
+    axes = [
+        f"{name} axis: {label}" for name, label in (("x", ax.get_xlabel()), ("y", ax.get_ylabel())) if label
+    ]
     parts = [", ".join(axes)] if axes else []
     named_lines = [line for line in ax.get_lines() if not line.get_label().startswith("_")]
     parts += [text for text in map(describe_line, named_lines[:MAX_LINES]) if text]
@@ -123,8 +133,10 @@ def describe_axes(ax: Axes) -> str:
     parts += [describe_bars(ax, bars) for bars in ax.containers if isinstance(bars, BarContainer)]
     for image in (artist for artist in ax.get_images() if isinstance(artist, AxesImage)):
         values = np.asarray(image.get_array(), dtype=float)
-        parts.append(f"a heatmap of {values.shape[0]} by {values.shape[1]} cells, values "
-                     f"{number(np.nanmin(values))} to {number(np.nanmax(values))}")
+        parts.append(
+            f"a heatmap of {values.shape[0]} by {values.shape[1]} cells, values "
+            f"{number(np.nanmin(values))} to {number(np.nanmax(values))}"
+        )
     points = sum(len(c.get_offsets()) for c in ax.collections if hasattr(c, "get_offsets"))
     if points and not ax.get_images():
         parts.append(f"{points} marked points")
@@ -171,6 +183,7 @@ def with_alt_text(lead: str) -> Callable[[Callable], Callable]:
         >>> @with_alt_text("Bar chart of each step's share of the time")
         ... def plot_breakdown(shares): ...
     """
+
     def decorate(plot: Callable) -> Callable:
         @functools.wraps(plot)
         def plot_with_alt_text(*args, **kwargs):
@@ -178,8 +191,10 @@ def with_alt_text(lead: str) -> Callable[[Callable], Callable]:
             if figure_of(drawn) is not None:
                 set_alt_text(drawn, lead)
             return drawn
+
         plot_with_alt_text.alt_text_lead = lead
         return plot_with_alt_text
+
     return decorate
 
 
@@ -198,6 +213,7 @@ def fallback_alt_text(fig: Figure) -> str | None:
 def png_with_alt(render_png: Callable[[Figure], object]) -> Callable[[Figure], object]:
     """Wrap IPython's PNG formatter for Figures: a figure returns (png, {"alt": ...}), with the text
     set_alt_text gave it or, for a figure made outside labkit.viz, fallback_alt_text."""
+
     def render(fig: Figure):
         png = render_png(fig)
         text = alt_text(fig) or fallback_alt_text(fig)
@@ -205,6 +221,7 @@ def png_with_alt(render_png: Callable[[Figure], object]) -> Callable[[Figure], o
             return png
         data, metadata = png if isinstance(png, tuple) else (png, {})  # retina PNGs come with their size
         return data, {**metadata, "alt": text}
+
     render.labkit_alt = True
     return render
 
@@ -220,6 +237,7 @@ def show_alt_text_in_outputs(formats: Iterable[str] = ("image/png",)) -> bool:
     if shell is None:
         return False
     import matplotlib.pyplot as plt
+
     if Figure not in shell.display_formatter.formatters["image/png"].type_printers and not plt.get_fignums():
         plt.switch_backend(plt.get_backend())  # pyplot sets up its backend, and its formatter, at the first
         # figure; with no figure open yet (switching closes them all), set it up now so there is one to wrap

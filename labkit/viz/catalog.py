@@ -1,7 +1,7 @@
 """The model zoo picture for notebook 12: when each open-weight model came out, and how big it is.
 
-    >>> from labkit.models import load_catalog
-    >>> fig = plot_model_zoo(load_catalog())
+>>> from labkit.models import load_catalog
+>>> fig = plot_model_zoo(load_catalog())
 """
 
 from __future__ import annotations
@@ -42,14 +42,18 @@ def labelled(catalog: Sequence[CatalogModel]) -> list[CatalogModel]:
     return list(largest.values())
 
 
-@with_alt_text("Scatter plot of open models: release date against total parameters on a log scale, coloured by family")
+@with_alt_text(
+    "Scatter plot of open models: release date against total parameters on a log scale, coloured by family"
+)
 def plot_model_zoo(catalog: Sequence[CatalogModel], ax: Axes | None = None) -> Figure:
     """Release date (x) against total parameters (y, log scale: 0.1B to 700B), one point per model,
     coloured by family; mixture-of-experts models are diamonds. Returns the Figure, sized for a slide.
 
         >>> fig = plot_model_zoo(load_catalog())
     """
-    check_items("catalog", catalog, "CatalogModel (labkit.models.load_catalog)", has=("family", "params_b", "is_moe"))
+    check_items(
+        "catalog", catalog, "CatalogModel (labkit.models.load_catalog)", has=("family", "params_b", "is_moe")
+    )
     if not catalog:
         raise ValueError("The catalog is empty: nothing to plot. Load one with labkit.models.load_catalog().")
     if ax is None:
@@ -62,16 +66,32 @@ def plot_model_zoo(catalog: Sequence[CatalogModel], ax: Axes | None = None) -> F
         for moe, marker in [(False, DENSE_MARKER), (True, MOE_MARKER)]:
             group = [m for m in members if m.is_moe == moe]
             if group:
-                ax.scatter([release_day(m) for m in group], [m.params_b for m in group], marker=marker, s=48,
-                           color=colors[index % len(colors)], edgecolor="black", linewidth=0.5,
-                           label=family if not moe or len(group) == len(members) else None, zorder=3)
+                ax.scatter(
+                    [release_day(m) for m in group],
+                    [m.params_b for m in group],
+                    marker=marker,
+                    s=48,
+                    color=colors[index % len(colors)],
+                    edgecolor="black",
+                    linewidth=0.5,
+                    label=family if not moe or len(group) == len(members) else None,
+                    zorder=3,
+                )
     for index, model in enumerate(sorted(labelled(catalog), key=lambda m: m.params_b)):
-        ax.annotate(short_name(model), (release_day(model), model.params_b), fontsize=7,
-                    xytext=(5, 4 if index % 2 == 0 else -11), textcoords="offset points")  # alternate: fewer overlaps
+        ax.annotate(
+            short_name(model),
+            (release_day(model), model.params_b),
+            fontsize=7,
+            xytext=(5, 4 if index % 2 == 0 else -11),
+            textcoords="offset points",
+        )  # alternate: fewer overlaps
     ax.set_yscale("log")
     ax.margins(x=0.08)  # room for the labels of the newest models
-    ax.set(xlabel="release date", ylabel="parameters (billions, log scale)",
-           title="Open-weight models: size over time (diamonds: mixture of experts, total size)")
+    ax.set(
+        xlabel="release date",
+        ylabel="parameters (billions, log scale)",
+        title="Open-weight models: size over time (diamonds: mixture of experts, total size)",
+    )
     ax.grid(True, which="major", axis="y", alpha=0.3)
     ax.spines[["top", "right"]].set_visible(False)
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False, fontsize=8, title="family")

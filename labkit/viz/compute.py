@@ -36,8 +36,13 @@ def point_label(point: FrontierPoint) -> str:
     return point.note or (f"n={point.n}" if point.n > 1 else "")
 
 
-def annotate_points(ax, group: Sequence[FrontierPoint], accuracies: Sequence[float], color: str,
-                    written: set[tuple[float, str]]) -> None:
+def annotate_points(
+    ax,
+    group: Sequence[FrontierPoint],
+    accuracies: Sequence[float],
+    color: str,
+    written: set[tuple[float, str]],
+) -> None:
     """Label one method's points: a note beside its point (at its accuracy, in %), in the method's colour;
     an n along the top of the axes, once per position: `written` holds the (tokens, label) pairs already
     there, shared by every method, so methods at the same n and tokens do not write it twice.
@@ -47,23 +52,43 @@ def annotate_points(ax, group: Sequence[FrontierPoint], accuracies: Sequence[flo
     for point, accuracy in zip(group, accuracies):
         px = point.tokens_per_item
         if point.note:
-            ax.annotate(point.note, (px, accuracy), xytext=(5, -3), textcoords="offset points", fontsize=7,
-                        color=color)
+            ax.annotate(
+                point.note,
+                (px, accuracy),
+                xytext=(5, -3),
+                textcoords="offset points",
+                fontsize=7,
+                color=color,
+            )
         elif point_label(point) and (round(px, 3), point_label(point)) not in written:
             written.add((round(px, 3), point_label(point)))
-            ax.annotate(point_label(point), (px, 1), xycoords=("data", "axes fraction"), xytext=(0, -10),
-                        textcoords="offset points", fontsize=7, color="dimgray", ha="center")
+            ax.annotate(
+                point_label(point),
+                (px, 1),
+                xycoords=("data", "axes fraction"),
+                xytext=(0, -10),
+                textcoords="offset points",
+                fontsize=7,
+                color="dimgray",
+                ha="center",
+            )
 
 
-@with_alt_text("Line chart of accuracy in percent against generated tokens per item, one line per method, with 95 % "
-               "intervals")
+@with_alt_text(
+    "Line chart of accuracy in percent against generated tokens per item, one line per method, with 95 % "
+    "intervals"
+)
 def plot_frontier(points: Sequence[FrontierPoint], title: str = "", ax=None):
     """Accuracy (%) against generated tokens per item (log axis): a line per method through its points (markers
     alone for a method whose points carry notes, such as thinking budgets), each with its 95 % Wilson interval
     as an error bar. A point's n is written once per position along the top, a note beside its point.
     Returns the Axes."""
-    check_items("points", points, "FrontierPoint (labkit.serving.method_run.frontier)",
-                has=("method", "tokens_per_item", "accuracy"))
+    check_items(
+        "points",
+        points,
+        "FrontierPoint (labkit.serving.method_run.frontier)",
+        has=("method", "tokens_per_item", "accuracy"),
+    )
     if not points:
         raise ValueError("Give at least one FrontierPoint (labkit.serving.method_run.frontier).")
     if ax is None:
@@ -76,13 +101,28 @@ def plot_frontier(points: Sequence[FrontierPoint], title: str = "", ax=None):
         above = [100 * (p.accuracy.interval[1] - p.accuracy.rate) for p in group]
         color, marker = OKABE_ITO[index % len(OKABE_ITO)], MARKERS[index % len(MARKERS)]
         style = "none" if any(p.note for p in group) else "-"
-        ax.errorbar(x, y, yerr=[below, above], color=color, marker=marker, ls=style, capsize=3, lw=1.5, ms=7,
-                    label=method)
+        ax.errorbar(
+            x,
+            y,
+            yerr=[below, above],
+            color=color,
+            marker=marker,
+            ls=style,
+            capsize=3,
+            lw=1.5,
+            ms=7,
+            label=method,
+        )
         annotate_points(ax, group, y, color, written)
     ax.set_xscale("log")
     plain_log_ticks(ax.xaxis)
-    ax.set(xlabel="generated tokens per item (log scale)", ylabel="accuracy (%)", ylim=(0, 104), title=title,
-           yticks=range(0, 101, 20))
+    ax.set(
+        xlabel="generated tokens per item (log scale)",
+        ylabel="accuracy (%)",
+        ylim=(0, 104),
+        title=title,
+        yticks=range(0, 101, 20),
+    )
     ax.grid(alpha=0.3)
     ax.legend(frameon=False, fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
     ax.spines[["top", "right"]].set_visible(False)

@@ -42,7 +42,9 @@ class Snapshot:
     finished: tuple[int, ...]  # finished during this step
     block_tables: dict[int, tuple[int, ...]]  # request id -> its blocks (running requests, after the step)
     blocks_used: int  # pool blocks in use after the step
-    prefilled: tuple[int, ...] = ()  # requests of the batch that fed (a chunk of) their prompt; the others decoded
+    prefilled: tuple[
+        int, ...
+    ] = ()  # requests of the batch that fed (a chunk of) their prompt; the others decoded
 
 
 @dataclass(frozen=True)
@@ -78,12 +80,20 @@ def run_traced(engine: Engine, requests: Sequence[tuple], arrivals: Sequence[int
         metrics, ran = engine.step_metrics[-1], engine.last_batch
         batch = tuple(seq.request_id for seq in ran.seqs)
         preempted = tuple(s.request_id for s in scheduler.waiting if s.request_id in was_running)
-        snapshots.append(Snapshot(
-            step, metrics.kind, batch, preempted, tuple(s.request_id for s in scheduler.waiting),
-            tuple(s.request_id for s in scheduler.running),
-            tuple(i for i, _, _, reason in outputs if reason is not None),
-            {s.request_id: tuple(s.block_table) for s in scheduler.running}, metrics.blocks_used,
-            tuple(seq.request_id for seq in ran.seqs[ran.n_decode:])))
+        snapshots.append(
+            Snapshot(
+                step,
+                metrics.kind,
+                batch,
+                preempted,
+                tuple(s.request_id for s in scheduler.waiting),
+                tuple(s.request_id for s in scheduler.running),
+                tuple(i for i, _, _, reason in outputs if reason is not None),
+                {s.request_id: tuple(s.block_table) for s in scheduler.running},
+                metrics.blocks_used,
+                tuple(seq.request_id for seq in ran.seqs[ran.n_decode :]),
+            )
+        )
     return Trace(tuple(snapshots), arrived, engine.pool.allocator.n_blocks, engine.block_manager.block_size)
 
 
@@ -98,8 +108,10 @@ def format_trace(trace: Trace, first: int | None = None) -> str:
         events += [f"#{i} arrives" for i, step in trace.arrivals.items() if step == s.step]
         batch = " ".join(f"#{i}" for i in s.batch)
         waiting = " ".join(f"#{i}" for i in s.waiting) or "-"
-        lines.append(f"{s.step:>4}  {s.kind:<7}  {batch:<20}  {waiting:<11}  {s.blocks_used:>3}/{trace.n_blocks:<3} "
-                     f"{', '.join(events)}".rstrip())
+        lines.append(
+            f"{s.step:>4}  {s.kind:<7}  {batch:<20}  {waiting:<11}  {s.blocks_used:>3}/{trace.n_blocks:<3} "
+            f"{', '.join(events)}".rstrip()
+        )
     if first is not None and first < len(trace.snapshots):
         lines.append(f"... {len(trace.snapshots) - first} more steps")
     return "\n".join(lines)
@@ -119,8 +131,9 @@ def timeline_states(trace: Trace) -> dict[int, list[str | None]]:
     return states
 
 
-@with_alt_text("Timeline grid of requests by engine steps: waiting, prefill, decode or paused, with preemptions "
-               "crossed")
+@with_alt_text(
+    "Timeline grid of requests by engine steps: waiting, prefill, decode or paused, with preemptions crossed"
+)
 def draw_timeline(trace: Trace, upto: int | None = None, ax=None):
     """Rows = requests, columns = engine steps: waiting, prefill, decode, or paused while others prefill;
     a red cross where a request was preempted. `upto` draws a cursor at that step. Returns the Axes."""
@@ -128,7 +141,9 @@ def draw_timeline(trace: Trace, upto: int | None = None, ax=None):
     states = timeline_states(trace)
     n_steps = len(trace.snapshots)
     if ax is None:
-        _, ax = plt.subplots(figsize=(min(12, 2.5 + 0.16 * n_steps), 0.4 * len(states) + 1.3), layout="constrained")
+        _, ax = plt.subplots(
+            figsize=(min(12, 2.5 + 0.16 * n_steps), 0.4 * len(states) + 1.3), layout="constrained"
+        )
     for row, (request_id, row_states) in enumerate(states.items()):
         for step, state in enumerate(row_states):
             if state is not None:
@@ -150,8 +165,10 @@ def draw_timeline(trace: Trace, upto: int | None = None, ax=None):
     return ax
 
 
-@with_alt_text("Diagram of the engine's block tables after one step: each running request's KV cache blocks, shared "
-               "blocks outlined")
+@with_alt_text(
+    "Diagram of the engine's block tables after one step: each running request's KV cache blocks, shared "
+    "blocks outlined"
+)
 def draw_engine_blocks(trace: Trace, step: int, ax=None):
     """The block tables after `step`, as the engine holds them: one row per running request, its i-th box
     the pool block that holds its tokens 16i..16i+15 (block size 16), labelled with that block's number and
@@ -166,26 +183,45 @@ def draw_engine_blocks(trace: Trace, step: int, ax=None):
     rows = sorted(s.block_tables)
     width = max((len(table) for table in s.block_tables.values()), default=1)
     if ax is None:
-        _, ax = plt.subplots(figsize=(min(11, max(7.5, 2.5 + 0.7 * width)), 1.1 + 0.35 * max(len(rows), 1)),
-                             layout="constrained")
+        _, ax = plt.subplots(
+            figsize=(min(11, max(7.5, 2.5 + 0.7 * width)), 1.1 + 0.35 * max(len(rows), 1)),
+            layout="constrained",
+        )
     palette = plt.get_cmap("tab10")
     for y, request_id in enumerate(rows):
         for i, block in enumerate(s.block_tables[request_id]):
             shared = holders[block] > 1
-            ax.add_patch(Rectangle((i, y), 0.92, 0.8, facecolor=palette(request_id % 10), alpha=0.75,
-                                   edgecolor="black", lw=2.2 if shared else 0.6))
+            ax.add_patch(
+                Rectangle(
+                    (i, y),
+                    0.92,
+                    0.8,
+                    facecolor=palette(request_id % 10),
+                    alpha=0.75,
+                    edgecolor="black",
+                    lw=2.2 if shared else 0.6,
+                )
+            )
             ax.text(i + 0.46, y + 0.4, str(block), ha="center", va="center", fontsize=8)
     ax.set_xlim(-0.1, width + 0.1)
     ax.set_ylim(len(rows) if rows else 1, -0.2)
     ax.set_yticks([y + 0.4 for y in range(len(rows))], [f"#{r}" for r in rows])
-    ax.set_xticks([i + 0.46 for i in range(width)], [f"{i * trace.block_size}-{(i + 1) * trace.block_size - 1}" for i in range(width)])
+    ax.set_xticks(
+        [i + 0.46 for i in range(width)],
+        [f"{i * trace.block_size}-{(i + 1) * trace.block_size - 1}" for i in range(width)],
+    )
     ax.tick_params(length=0, labelsize=8)
-    ax.set_xlabel("the request's tokens; in each box, the number of the pool block that holds them", fontsize=8)
+    ax.set_xlabel(
+        "the request's tokens; in each box, the number of the pool block that holds them", fontsize=8
+    )
     for side in ax.spines.values():
         side.set_visible(False)
     shared = sum(count > 1 for count in holders.values())
-    ax.set_title(f"after step {step} ({s.kind}): {s.blocks_used} of {trace.n_blocks} blocks of {trace.block_size} "
-                 f"tokens in use, {shared} shared (thick edge)", fontsize=9)
+    ax.set_title(
+        f"after step {step} ({s.kind}): {s.blocks_used} of {trace.n_blocks} blocks of {trace.block_size} "
+        f"tokens in use, {shared} shared (thick edge)",
+        fontsize=9,
+    )
     return ax
 
 
@@ -197,8 +233,9 @@ class EngineStepper(widgets.VBox):
 
     def __init__(self, trace: Trace, step: int = 0):
         self.trace = trace
-        self.slider = widgets.IntSlider(value=step, min=0, max=len(trace.snapshots) - 1, description="step",
-                                        continuous_update=False)
+        self.slider = widgets.IntSlider(
+            value=step, min=0, max=len(trace.snapshots) - 1, description="step", continuous_update=False
+        )
         self.text, self.chart = widgets.HTML(), widgets.Image(format="png")
         self._figure = Figure(figsize=(10, 4.6), layout="constrained")
         self._axes = self._figure.subplots(2, 1, height_ratios=[3, 1.4])

@@ -20,11 +20,17 @@ from labkit.viz.palette import BLUE, BLUISH_GREEN, ORANGE, REDDISH_PURPLE
 
 STEP_COLOUR, PEER_COLOUR = "tab:blue", "tab:orange"
 # Okabe-Ito (labkit.viz.palette): tab10's red and green, side by side in one bar, merge for red-green colour blindness.
-TERM_COLOURS = {"overhead": REDDISH_PURPLE, "thread wake-ups": ORANGE, "matmul kernels": BLUE, "KV cache": BLUISH_GREEN}
+TERM_COLOURS = {
+    "overhead": REDDISH_PURPLE,
+    "thread wake-ups": ORANGE,
+    "matmul kernels": BLUE,
+    "KV cache": BLUISH_GREEN,
+}
 
 
-@with_alt_text("Two bar charts: tokens per second of each decoding path, and the share of memory bandwidth each one "
-               "uses")
+@with_alt_text(
+    "Two bar charts: tokens per second of each decoding path, and the share of memory bandwidth each one uses"
+)
 def plot_staircase(rows: Sequence, bandwidth: float, llama_cpp=None) -> Figure:
     """Left: tokens/s of each path (GPT-fast's staircase, top to bottom), llama.cpp as a line. Right:
     the share of measured memory bandwidth each path uses (bytes per token x tokens/s / bandwidth).
@@ -32,13 +38,18 @@ def plot_staircase(rows: Sequence, bandwidth: float, llama_cpp=None) -> Figure:
     rows: objects with `label`, `tokens_per_second`, `bytes_per_token` (labkit.benchmarks.fast.Row),
     in the order the steps were taken; llama_cpp: one more such row, or None when it is not installed.
     """
-    rows = check_items("rows", rows, "Row (labkit.benchmarks.fast): label, tokens_per_second, bytes_per_token",
-                       has=("label", "tokens_per_second", "bytes_per_token"))
+    rows = check_items(
+        "rows",
+        rows,
+        "Row (labkit.benchmarks.fast): label, tokens_per_second, bytes_per_token",
+        has=("label", "tokens_per_second", "bytes_per_token"),
+    )
     shown = list(rows) + ([llama_cpp] if llama_cpp is not None else [])
     labels = [row.label for row in shown][::-1]
     colours = ([PEER_COLOUR] if llama_cpp is not None else []) + [STEP_COLOUR] * len(rows)
-    fig, (speed, share) = plt.subplots(1, 2, figsize=(11, 0.45 * len(shown) + 1.6), sharey=True,
-                                       gridspec_kw={"width_ratios": [3, 2]})
+    fig, (speed, share) = plt.subplots(
+        1, 2, figsize=(11, 0.45 * len(shown) + 1.6), sharey=True, gridspec_kw={"width_ratios": [3, 2]}
+    )
     rates = [row.tokens_per_second for row in shown][::-1]
     speed.barh(labels, rates, color=colours)
     for y, rate in enumerate(rates):
@@ -48,7 +59,9 @@ def plot_staircase(rows: Sequence, bandwidth: float, llama_cpp=None) -> Figure:
         speed.axvline(llama_cpp.tokens_per_second / 2, color=PEER_COLOUR, linestyle=":", linewidth=1)
     speed.set_xlim(0, max(rates) * 1.18)
     speed.set_xlabel("tokens/s, batch 1 (dashed: llama.cpp; dotted: half of it)")
-    uses = [bandwidth_utilisation(row.bytes_per_token, row.tokens_per_second, bandwidth) for row in shown][::-1]
+    uses = [bandwidth_utilisation(row.bytes_per_token, row.tokens_per_second, bandwidth) for row in shown][
+        ::-1
+    ]
     share.barh(labels, [100 * use for use in uses], color=colours)
     for y, use in enumerate(uses):
         share.text(100 * use, y, f" {use:.0%}", va="center", fontsize=9)
@@ -62,7 +75,9 @@ def plot_staircase(rows: Sequence, bandwidth: float, llama_cpp=None) -> Figure:
 @with_alt_text("Stacked bar chart: the fractions of a decode step's CPU time by kind, one bar per path")
 def plot_breakdown(breakdowns: Mapping[str, Mapping[str, float]]) -> Figure:
     """One stacked bar per path: the fractions of a decode step's CPU time by kind (labkit.fast.profile)."""
-    check_table("breakdowns", breakdowns, "{kind: fraction} dicts (labkit.fast.profile.step_breakdown)", of=Mapping)
+    check_table(
+        "breakdowns", breakdowns, "{kind: fraction} dicts (labkit.fast.profile.step_breakdown)", of=Mapping
+    )
     fig, ax = plt.subplots(figsize=(9, 0.6 * len(breakdowns) + 1.4))
     names = list(breakdowns)[::-1]
     kinds = list(next(iter(breakdowns.values())))
@@ -72,8 +87,15 @@ def plot_breakdown(breakdowns: Mapping[str, Mapping[str, float]]) -> Figure:
         bars = ax.barh(names, widths, left=left, label=kind)
         for bar, width in zip(bars, widths):
             if width > 6:
-                ax.text(bar.get_x() + width / 2, bar.get_y() + bar.get_height() / 2, f"{width:.0f} %",
-                        ha="center", va="center", color="white", fontsize=9)
+                ax.text(
+                    bar.get_x() + width / 2,
+                    bar.get_y() + bar.get_height() / 2,
+                    f"{width:.0f} %",
+                    ha="center",
+                    va="center",
+                    color="white",
+                    fontsize=9,
+                )
         left = [a + b for a, b in zip(left, widths)]
     ax.set_xlim(0, 100)
     ax.set_xlabel("% of one decode step's profiled CPU time")
@@ -82,8 +104,10 @@ def plot_breakdown(breakdowns: Mapping[str, Mapping[str, float]]) -> Figure:
     return fig
 
 
-@with_alt_text("Stacked bar chart: each step's predicted milliseconds split into overhead, thread wake-ups, matmul "
-               "kernels and KV cache, with the measured time marked")
+@with_alt_text(
+    "Stacked bar chart: each step's predicted milliseconds split into overhead, thread wake-ups, matmul "
+    "kernels and KV cache, with the measured time marked"
+)
 def plot_cost_waterfall(costs: Mapping[str, object], machine) -> Figure:
     """One bar per step, top to bottom: its predicted ms split into the cost model's terms (overhead,
     thread wake-ups, matmul kernels, KV cache), a black mark at the ms it measured, and its regime at
@@ -91,8 +115,12 @@ def plot_cost_waterfall(costs: Mapping[str, object], machine) -> Figure:
 
     costs: {step name: labkit.fast.cost.StepCosts}; machine: the labkit.fast.cost.Machine they are read on.
     """
-    check_table("costs", costs, "StepCosts (labkit.fast.cost.measure_step)",
-                has=("terms", "measured_seconds", "regime"))
+    check_table(
+        "costs",
+        costs,
+        "StepCosts (labkit.fast.cost.measure_step)",
+        has=("terms", "measured_seconds", "regime"),
+    )
     names = list(costs)[::-1]
     terms = {name: costs[name].terms(machine) for name in names}
     fig, ax = plt.subplots(figsize=(11, 0.5 * len(names) + 1.6))

@@ -22,13 +22,19 @@ from labkit.viz.axes import plain_log_ticks
 FIRST_TOKEN, DECODING = "#d9a441", "#4caf50"
 
 
-@with_alt_text("Three line charts against concurrency: output tokens per second, time to first token and time per "
-               "output token (p50 and p95)")
+@with_alt_text(
+    "Three line charts against concurrency: output tokens per second, time to first token and time per "
+    "output token (p50 and p95)"
+)
 def plot_load_sweep(results: Sequence[LoadResult], seats: int | None = None, axes=None):
     """Left: output tokens/s by concurrency (and perfect scaling from the first level); middle: TTFT p50 and
     p95; right: TPOT p50 and p95. `seats`: the server's max_num_seqs, drawn as a dashed line. Returns the Axes."""
-    check_items("results", results, "LoadResult (labkit.serving.http.load.sweep)",
-                has=("concurrency", "tokens_per_s", "quantile"))
+    check_items(
+        "results",
+        results,
+        "LoadResult (labkit.serving.http.load.sweep)",
+        has=("concurrency", "tokens_per_s", "quantile"),
+    )
     if not results:
         raise ValueError("Give at least one LoadResult (from labkit.serving.http.load.sweep).")
     if axes is None:
@@ -37,14 +43,24 @@ def plot_load_sweep(results: Sequence[LoadResult], seats: int | None = None, axe
     left, middle, right = axes
     rates = [r.tokens_per_s for r in results]
     left.plot(levels, rates, "o-", color="tab:green", label="measured")
-    left.plot(levels, [rates[0] * c / levels[0] for c in levels], ":", color="gray", label="if it scaled perfectly")
+    left.plot(
+        levels, [rates[0] * c / levels[0] for c in levels], ":", color="gray", label="if it scaled perfectly"
+    )
     left.set(ylabel="output tokens / s", title="throughput", yscale="log")
     plain_log_ticks(left.yaxis)  # 20, 50, 100, 200 rather than a lone 10²
     left.legend(frameon=False, fontsize=8)
-    for ax, metric, title in ((middle, "ttft_s", "time to first token"), (right, "tpot_s", "time per output token")):
+    for ax, metric, title in (
+        (middle, "ttft_s", "time to first token"),
+        (right, "tpot_s", "time per output token"),
+    ):
         for q, style in ((50, "o-"), (95, "s--")):
-            ax.plot(levels, [r.quantile(metric, q) * 1e3 for r in results], style, color="tab:purple",
-                    label=f"p{q}")
+            ax.plot(
+                levels,
+                [r.quantile(metric, q) * 1e3 for r in results],
+                style,
+                color="tab:purple",
+                label=f"p{q}",
+            )
         ax.set(ylabel="ms", title=title, ylim=(0, None))
         ax.legend(frameon=False, fontsize=8)
     for ax in axes:
@@ -59,11 +75,15 @@ def plot_load_sweep(results: Sequence[LoadResult], seats: int | None = None, axe
     return axes
 
 
-@with_alt_text("Timeline of requests: each one's wait for its first token, then its decoding, as horizontal bars")
+@with_alt_text(
+    "Timeline of requests: each one's wait for its first token, then its decoding, as horizontal bars"
+)
 def plot_request_timeline(result: LoadResult, ax=None):
     """Each request of one level as a bar from when it was sent: waiting for its first token (queue +
     prefill), then decoding until its last token. Returns the Axes."""
-    check_record("result", result, "a LoadResult (labkit.serving.http.load.sweep)", has=("requests", "concurrency"))
+    check_record(
+        "result", result, "a LoadResult (labkit.serving.http.load.sweep)", has=("requests", "concurrency")
+    )
     timed = sorted((r for r in result.requests if not math.isnan(r.e2e_s)), key=lambda r: r.sent_s)
     if not timed:
         raise ValueError("No request of this level received any text.")
@@ -74,11 +94,21 @@ def plot_request_timeline(result: LoadResult, ax=None):
         sent = r.sent_s - start
         ax.barh(row, r.ttft_s, left=sent, color=FIRST_TOKEN, height=0.8)
         ax.barh(row, r.e2e_s - r.ttft_s, left=sent + r.ttft_s, color=DECODING, height=0.8)
-    ax.set(xlabel="seconds since the first request was sent", ylabel="request (in the order sent)",
-           title=f"{result.concurrency} concurrent clients, {len(timed)} requests")
+    ax.set(
+        xlabel="seconds since the first request was sent",
+        ylabel="request (in the order sent)",
+        title=f"{result.concurrency} concurrent clients, {len(timed)} requests",
+    )
     ax.invert_yaxis()
     ax.set_yticks([])
-    ax.legend(handles=[Patch(color=FIRST_TOKEN, label="waiting for the first token (queue + prefill)"),
-                       Patch(color=DECODING, label="decoding")], frameon=False, fontsize=8, loc="lower right")
+    ax.legend(
+        handles=[
+            Patch(color=FIRST_TOKEN, label="waiting for the first token (queue + prefill)"),
+            Patch(color=DECODING, label="decoding"),
+        ],
+        frameon=False,
+        fontsize=8,
+        loc="lower right",
+    )
     ax.spines[["top", "right"]].set_visible(False)
     return ax

@@ -1,8 +1,8 @@
 """Pictures of one forward pass (notebook 02): where a position's attention goes, by layer and head.
 
-    >>> weights = all_attention_weights(trace_forward(model, input_ids))       # [L, H, T, T]
-    >>> plot_attention_heatmaps({"to 'The'": weights[:, :, -1, 0], "to ' France'": weights[:, :, -1, 3]})
-    >>> plot_head_attention(weights[23, 4, -1], tokens, title="layer 23, head 4")
+>>> weights = all_attention_weights(trace_forward(model, input_ids))       # [L, H, T, T]
+>>> plot_attention_heatmaps({"to 'The'": weights[:, :, -1, 0], "to ' France'": weights[:, :, -1, 3]})
+>>> plot_head_attention(weights[23, 4, -1], tokens, title="layer 23, head 4")
 """
 
 from __future__ import annotations
@@ -21,11 +21,15 @@ from labkit.viz.tokens import drawable
 
 
 @with_alt_text("Heatmaps of attention weights, layers across and heads down, on one scale from 0 to 1")
-def plot_attention_heatmaps(panels: dict[str, torch.Tensor], figsize: tuple[float, float] = (10, 4.2)) -> Figure:
+def plot_attention_heatmaps(
+    panels: dict[str, torch.Tensor], figsize: tuple[float, float] = (10, 4.2)
+) -> Figure:
     """One heatmap per entry of panels (title -> attention weights [n_layers, n_heads]), stacked,
     layers across and heads down, on one colour scale from 0 to 1."""
     check_table("panels", panels, "attention weights [n_layers, n_heads] (tensors)", of=torch.Tensor)
-    fig, axes = plt.subplots(len(panels), 1, figsize=figsize, layout="constrained", sharex=True, squeeze=False)
+    fig, axes = plt.subplots(
+        len(panels), 1, figsize=figsize, layout="constrained", sharex=True, squeeze=False
+    )
     image = None
     for ax, (title, weights) in zip(axes[:, 0], panels.items()):
         weights = weights.detach().float().cpu()  # [L, H]
@@ -40,8 +44,13 @@ def plot_attention_heatmaps(panels: dict[str, torch.Tensor], figsize: tuple[floa
 
 
 @with_alt_text("Bar chart of one attention head's weights over the tokens it can see")
-def plot_head_attention(weights: torch.Tensor, tokens: Sequence[str], title: str = "",
-                        highlight: int | None = None, ax: Axes | None = None) -> Axes:
+def plot_head_attention(
+    weights: torch.Tensor,
+    tokens: Sequence[str],
+    title: str = "",
+    highlight: int | None = None,
+    ax: Axes | None = None,
+) -> Axes:
     """Bars of one head's attention weights [T] over the tokens it can see; bar `highlight` in orange."""
     check_tensor("weights", weights, "[T] of one head's attention weights", dims=1)
     if ax is None:

@@ -1,7 +1,7 @@
 """Memory pictures for notebook 07: weights + KV cache against the memory available, and a slider.
 
-    >>> plot_memory_by_context("llama-3.1-8b", memory_bytes=24e9, reserve_bytes=3.4e9)
-    >>> context_slider("llama-3.1-8b", memory_gb=24, reserve_gb=3.4)
+>>> plot_memory_by_context("llama-3.1-8b", memory_bytes=24e9, reserve_bytes=3.4e9)
+>>> context_slider("llama-3.1-8b", memory_gb=24, reserve_gb=3.4)
 """
 
 from __future__ import annotations
@@ -27,11 +27,23 @@ def mark_memory(ax, memory_bytes: float, reserve_bytes: float, limit: int | None
     usable = memory_bytes - reserve_bytes
     ax.axhline(memory_bytes / GB, color="crimson", lw=1.5, label=f"memory: {memory_bytes / GB:.0f} GB")
     if reserve_bytes > 0:
-        ax.axhline(usable / GB, color="crimson", ls="--", lw=1,
-                   label=f"usable: {usable / GB:.1f} GB (reserve {reserve_bytes / GB:.1f} GB)")
+        ax.axhline(
+            usable / GB,
+            color="crimson",
+            ls="--",
+            lw=1,
+            label=f"usable: {usable / GB:.1f} GB (reserve {reserve_bytes / GB:.1f} GB)",
+        )
     if limit is not None:
         ax.axvline(limit, color="crimson", ls=":", lw=1)
-        ax.text(limit, memory_bytes / GB, f" runs out at {limit:,} tokens", color="crimson", va="bottom", fontsize=8)
+        ax.text(
+            limit,
+            memory_bytes / GB,
+            f" runs out at {limit:,} tokens",
+            color="crimson",
+            va="bottom",
+            fontsize=8,
+        )
 
 
 def label_memory_axes(ax, name: str, right: int, top_gb: float) -> None:
@@ -48,11 +60,20 @@ def label_memory_axes(ax, name: str, right: int, top_gb: float) -> None:
     ax.spines[["top", "right"]].set_visible(False)
 
 
-@with_alt_text("Line chart of memory for weights plus KV cache as the context grows, against the memory available")
-def plot_memory_by_context(model: str | ModelShape, memory_bytes: float, batch: int = 1,
-                           weights_dtype: str = "fp16", kv_dtype: str | None = None,
-                           context: int | None = None, max_tokens: int | None = None, ax=None,
-                           reserve_bytes: float = 0.0):
+@with_alt_text(
+    "Line chart of memory for weights plus KV cache as the context grows, against the memory available"
+)
+def plot_memory_by_context(
+    model: str | ModelShape,
+    memory_bytes: float,
+    batch: int = 1,
+    weights_dtype: str = "fp16",
+    kv_dtype: str | None = None,
+    context: int | None = None,
+    max_tokens: int | None = None,
+    ax=None,
+    reserve_bytes: float = 0.0,
+):
     """Weights + KV cache as the context grows (a linear x axis: the cache grows linearly with tokens, and
     flattens in sliding-window layers past their window), against the memory and what the OS and runtime
     leave of it (memory - reserve_bytes).
@@ -61,19 +82,30 @@ def plot_memory_by_context(model: str | ModelShape, memory_bytes: float, batch: 
     the model's own context; past it, a grey band marks tokens the model was not trained for).
     Returns the matplotlib Axes.
     """
-    check_record("model", model, "a model name such as 'smollm2-135m' or a ModelShape (labkit.models.model_shape)",
-                 of=(str, ModelShape))
+    check_record(
+        "model",
+        model,
+        "a model name such as 'smollm2-135m' or a ModelShape (labkit.models.model_shape)",
+        of=(str, ModelShape),
+    )
     shape = model_shape(model) if isinstance(model, str) else model
     kv_dtype = weights_dtype if kv_dtype is None else kv_dtype
     right = max_tokens or shape.context
-    tokens = sorted({int(t) for t in torch.linspace(0, right, 200).tolist()} | {min(shape.sliding_window, right)})
+    tokens = sorted(
+        {int(t) for t in torch.linspace(0, right, 200).tolist()} | {min(shape.sliding_window, right)}
+    )
     weights = shape.weight_bytes(weights_dtype) / GB
     kv = [shape.kv_cache_bytes(t, batch, kv_dtype) / GB for t in tokens]
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 3.4), layout="constrained")
-    ax.stackplot(tokens, [weights] * len(tokens), kv, labels=[f"weights ({weights_dtype})",
-                                                                f"KV cache ({kv_dtype}, batch {batch})"],
-                 colors=["#9ec5fe", "#ffb36b"], alpha=0.9)
+    ax.stackplot(
+        tokens,
+        [weights] * len(tokens),
+        kv,
+        labels=[f"weights ({weights_dtype})", f"KV cache ({kv_dtype}, batch {batch})"],
+        colors=["#9ec5fe", "#ffb36b"],
+        alpha=0.9,
+    )
     usable = memory_bytes - reserve_bytes
     limit = shape.max_tokens(usable, batch, weights_dtype, kv_dtype) if usable > 0 else 0
     mark_memory(ax, memory_bytes, reserve_bytes, limit if 0 < limit < right else None)
@@ -96,17 +128,33 @@ class ContextSlider(widgets.VBox):
     `chart` (Image, PNG).
     """
 
-    def __init__(self, model: str | ModelShape = "llama-3.1-8b", memory_gb: float = 24, batch: int = 1,
-                 weights_dtype: str = "fp16", kv_dtype: str | None = None, reserve_gb: float = 0.0):
+    def __init__(
+        self,
+        model: str | ModelShape = "llama-3.1-8b",
+        memory_gb: float = 24,
+        batch: int = 1,
+        weights_dtype: str = "fp16",
+        kv_dtype: str | None = None,
+        reserve_gb: float = 0.0,
+    ):
         self.shape = model_shape(model) if isinstance(model, str) else model
         self.weights_dtype, self.kv_dtype = weights_dtype, weights_dtype if kv_dtype is None else kv_dtype
         step = max(self.shape.context // 128, 1)
-        self.slider = widgets.IntSlider(value=self.shape.context // 4 // step * step or step, min=step,
-                                        max=self.shape.context, step=step, description="context",
-                                        continuous_update=False)
+        self.slider = widgets.IntSlider(
+            value=self.shape.context // 4 // step * step or step,
+            min=step,
+            max=self.shape.context,
+            step=step,
+            description="context",
+            continuous_update=False,
+        )
         self.batch = widgets.BoundedIntText(value=batch, min=1, max=1024, description="batch")
-        self.memory_gb = widgets.BoundedFloatText(value=memory_gb, min=1, max=100_000, description="memory GB")
-        self.reserve_gb = widgets.BoundedFloatText(value=reserve_gb, min=0, max=100_000, description="reserve GB")
+        self.memory_gb = widgets.BoundedFloatText(
+            value=memory_gb, min=1, max=100_000, description="memory GB"
+        )
+        self.reserve_gb = widgets.BoundedFloatText(
+            value=reserve_gb, min=0, max=100_000, description="reserve GB"
+        )
         self.text, self.chart = widgets.HTML(), widgets.Image(format="png")
         self._figure = Figure(figsize=(7, 3.4), layout="constrained")
         self._ax = self._figure.add_subplot()
@@ -131,13 +179,23 @@ class ContextSlider(widgets.VBox):
         tokens, batch, memory = self.slider.value, self.batch.value, self.memory_gb.value * GB
         kv = self.shape.kv_cache_bytes(tokens, batch, self.kv_dtype)
         verdict = "fits" if self.fits() else "does <b>not</b> fit"
-        self.text.value = (f"<b>{self.shape.name}</b>, {tokens:,} tokens x batch {batch}: weights "
-                           f"{format_bytes(self.shape.weight_bytes(self.weights_dtype))} + KV cache "
-                           f"{format_bytes(kv)} = <b>{format_bytes(self.total_bytes())}</b>: {verdict} in the "
-                           f"{format_bytes(self.usable_bytes())} left of {memory / GB:,.0f} GB")
+        self.text.value = (
+            f"<b>{self.shape.name}</b>, {tokens:,} tokens x batch {batch}: weights "
+            f"{format_bytes(self.shape.weight_bytes(self.weights_dtype))} + KV cache "
+            f"{format_bytes(kv)} = <b>{format_bytes(self.total_bytes())}</b>: {verdict} in the "
+            f"{format_bytes(self.usable_bytes())} left of {memory / GB:,.0f} GB"
+        )
         self._ax.clear()
-        plot_memory_by_context(self.shape, memory, batch, self.weights_dtype, self.kv_dtype, context=tokens,
-                               ax=self._ax, reserve_bytes=min(self.reserve_gb.value * GB, memory))
+        plot_memory_by_context(
+            self.shape,
+            memory,
+            batch,
+            self.weights_dtype,
+            self.kv_dtype,
+            context=tokens,
+            ax=self._ax,
+            reserve_bytes=min(self.reserve_gb.value * GB, memory),
+        )
         buffer = io.BytesIO()
         self._figure.savefig(buffer, format="png", dpi=80)
         self.chart.value = buffer.getvalue()
@@ -147,8 +205,14 @@ class ContextSlider(widgets.VBox):
         return f"ContextSlider({self.shape.name}; run the notebook to move the slider)"
 
 
-def context_slider(model: str | ModelShape = "llama-3.1-8b", memory_gb: float = 24, batch: int = 1,
-                   weights_dtype: str = "fp16", kv_dtype: str | None = None, reserve_gb: float = 0.0):
+def context_slider(
+    model: str | ModelShape = "llama-3.1-8b",
+    memory_gb: float = 24,
+    batch: int = 1,
+    weights_dtype: str = "fp16",
+    kv_dtype: str | None = None,
+    reserve_gb: float = 0.0,
+):
     """A context-length slider showing weights + KV cache against `memory_gb` minus `reserve_gb` (what the
     OS and runtime keep: see labkit.models.hardware), and where it runs out.
 

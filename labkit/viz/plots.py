@@ -40,15 +40,35 @@ REST_COLOR = "tab:gray"  # the bar that holds the mass of every token not drawn 
 REST_ID = -1  # the token id of that bar (no real token has it)
 
 __all__ = [  # this module's figures, and the names notebooks and tests reach through it (defined beside it)
-    "CHOSEN_COLOR", "CUT_COLOR", "KEPT_COLOR", "OTHER_COLOR", "RENORMALIZED_COLOR", "REST_COLOR", "REST_ID",
-    "TokenCandidate", "as_probs", "drawable", "percent", "plot_generation_steps", "plot_kept_vs_cut",
-    "plot_next_token_distribution", "plot_step_confidence", "plot_surprise", "step_logits", "token_label",
+    "CHOSEN_COLOR",
+    "CUT_COLOR",
+    "KEPT_COLOR",
+    "OTHER_COLOR",
+    "RENORMALIZED_COLOR",
+    "REST_COLOR",
+    "REST_ID",
+    "TokenCandidate",
+    "as_probs",
+    "drawable",
+    "percent",
+    "plot_generation_steps",
+    "plot_kept_vs_cut",
+    "plot_next_token_distribution",
+    "plot_step_confidence",
+    "plot_surprise",
+    "step_logits",
+    "token_label",
     "top_candidates",
 ]
 
 
-def candidates_to_draw(probs: torch.Tensor, tokenizer: PreTrainedTokenizerBase, top_k: int, chosen: int | None,
-                       tokens: list[int] | None) -> list[TokenCandidate]:
+def candidates_to_draw(
+    probs: torch.Tensor,
+    tokenizer: PreTrainedTokenizerBase,
+    top_k: int,
+    chosen: int | None,
+    tokens: list[int] | None,
+) -> list[TokenCandidate]:
     """The bars of `plot_next_token_distribution`, top to bottom, for probabilities [V]: the top_k candidates
     (or the given `tokens`, in order, then a bar "every other token" for the rest of the mass), and the
     `chosen` token at the bottom when it is not among them.
@@ -56,8 +76,11 @@ def candidates_to_draw(probs: torch.Tensor, tokenizer: PreTrainedTokenizerBase, 
         >>> [c.label for c in candidates_to_draw(probs, tokenizer, 10, None, tokens=[7042])]
         ["' Paris'", 'every other token']
     """
-    candidates = (top_candidates(probs, tokenizer, top_k) if tokens is None else
-                  [TokenCandidate(t, token_label(tokenizer, t), float(probs[t])) for t in tokens])
+    candidates = (
+        top_candidates(probs, tokenizer, top_k)
+        if tokens is None
+        else [TokenCandidate(t, token_label(tokenizer, t), float(probs[t])) for t in tokens]
+    )
     if chosen is not None and all(c.token_id != chosen for c in candidates):
         candidates.append(TokenCandidate(chosen, token_label(tokenizer, chosen), float(probs[chosen])))
     if tokens is not None:  # the rest of the mass, so both panels of a comparison sum to 1
@@ -73,8 +96,10 @@ def add_candidate_bars(ax: Axes, candidates: Sequence[TokenCandidate], chosen: i
         >>> add_candidate_bars(ax, top_candidates(probs, tokenizer, 5), chosen=int(probs.argmax()))
     """
     rows = range(len(candidates))[::-1]  # the first candidate drawn at the top
-    colors = [CHOSEN_COLOR if c.token_id == chosen else REST_COLOR if c.token_id == REST_ID else OTHER_COLOR
-              for c in candidates]
+    colors = [
+        CHOSEN_COLOR if c.token_id == chosen else REST_COLOR if c.token_id == REST_ID else OTHER_COLOR
+        for c in candidates
+    ]
     bars = ax.barh(list(rows), [c.prob for c in candidates], color=colors)
     ax.set_yticks(list(rows), [drawable(c.label) for c in candidates])
     ax.bar_label(bars, labels=[percent(c.prob) for c in candidates], padding=3, fontsize=8)
@@ -106,8 +131,12 @@ def plot_next_token_distribution(
         >>> ax = plot_next_token_distribution(probs, tokenizer, chosen=int(probs.argmax()))
         >>> ax = plot_next_token_distribution(frequencies, tokenizer, tokens=probs.topk(6).indices.tolist())
     """
-    check_tensor("probs_or_logits", probs_or_logits, "[V] (or [1, V]) of one position's probabilities or logits",
-                 dims=(1, 2))
+    check_tensor(
+        "probs_or_logits",
+        probs_or_logits,
+        "[V] (or [1, V]) of one position's probabilities or logits",
+        dims=(1, 2),
+    )
     probs = as_probs(probs_or_logits)
     chosen = None if chosen is None else int(chosen)
     if chosen is not None and not 0 <= chosen < probs.shape[0]:
@@ -115,8 +144,9 @@ def plot_next_token_distribution(
     if tokens is not None:
         tokens = [int(t) for t in tokens]
         if not tokens or len(set(tokens)) != len(tokens) or not all(0 <= t < probs.shape[0] for t in tokens):
-            raise ValueError(f"tokens must be distinct token ids in [0, {probs.shape[0]}), at least one; "
-                             f"got {tokens}.")
+            raise ValueError(
+                f"tokens must be distinct token ids in [0, {probs.shape[0]}), at least one; got {tokens}."
+            )
     candidates = candidates_to_draw(probs, tokenizer, top_k, chosen, tokens)
     if ax is None:
         _, ax = plt.subplots(figsize=(6, 0.3 * len(candidates) + 1.0), layout="constrained")
@@ -148,20 +178,32 @@ def plot_generation_steps(
         raise ValueError("No steps to plot: the generation produced no tokens.")
     shown = list(steps)[:max_steps]
     n_rows = -(-len(shown) // n_cols)
-    fig, axes = plt.subplots(n_rows, n_cols, figsize=(4.2 * n_cols, (0.25 * top_k + 1.1) * n_rows),
-                             squeeze=False, layout="constrained")
+    fig, axes = plt.subplots(
+        n_rows,
+        n_cols,
+        figsize=(4.2 * n_cols, (0.25 * top_k + 1.1) * n_rows),
+        squeeze=False,
+        layout="constrained",
+    )
     for index, (ax, step) in enumerate(zip(axes.flat, shown)):
-        plot_next_token_distribution(step_logits(step), tokenizer, top_k=top_k, chosen=step.token_id, ax=ax,
-                                     title=f"step {index + 1}: {token_label(tokenizer, step.token_id)}")
+        plot_next_token_distribution(
+            step_logits(step),
+            tokenizer,
+            top_k=top_k,
+            chosen=step.token_id,
+            ax=ax,
+            title=f"step {index + 1}: {token_label(tokenizer, step.token_id)}",
+        )
         ax.set_xlabel("")
-    for ax in list(axes.flat)[len(shown):]:
+    for ax in list(axes.flat)[len(shown) :]:
         ax.set_visible(False)
     return fig
 
 
 @with_alt_text("Bar chart of each generated token's probability when chosen, beside the runner-up's")
-def plot_step_confidence(steps: Sequence[Step], tokenizer: PreTrainedTokenizerBase,
-                         ax: Axes | None = None) -> Axes:
+def plot_step_confidence(
+    steps: Sequence[Step], tokenizer: PreTrainedTokenizerBase, ax: Axes | None = None
+) -> Axes:
     """One bar per generated token: the probability it had when chosen, and the runner-up's.
 
     Low bars are where the model hesitated, the places where sampling could take another road.
@@ -182,10 +224,21 @@ def plot_step_confidence(steps: Sequence[Step], tokenizer: PreTrainedTokenizerBa
         _, ax = plt.subplots(figsize=(max(6.0, 0.55 * len(steps)), 3.2), layout="constrained")
     positions = range(len(steps))
     ax.bar([p - 0.2 for p in positions], chosen, width=0.4, color=CHOSEN_COLOR, label="chosen token")
-    ax.bar([p + 0.2 for p in positions], runner_up, width=0.4, color=OTHER_COLOR, alpha=0.5,
-           label="best other token")
-    ax.set_xticks(list(positions), [drawable(token_label(tokenizer, s.token_id)) for s in steps], rotation=60,
-                  ha="right", fontsize=8)
+    ax.bar(
+        [p + 0.2 for p in positions],
+        runner_up,
+        width=0.4,
+        color=OTHER_COLOR,
+        alpha=0.5,
+        label="best other token",
+    )
+    ax.set_xticks(
+        list(positions),
+        [drawable(token_label(tokenizer, s.token_id)) for s in steps],
+        rotation=60,
+        ha="right",
+        fontsize=8,
+    )
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("probability")
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)

@@ -29,8 +29,8 @@ from IPython.display import display
 def _format(value: object, unit: str) -> str:
     """A value as the student would write it: whole numbers with thousands separators, others to 4 figures.
 
-        >>> _format(134515008, ""), _format(0.0423, " s"), _format(1234.5, " ms"), _format("int4", "")
-        ('134,515,008', '0.0423 s', '1,234 ms', 'int4')
+    >>> _format(134515008, ""), _format(0.0423, " s"), _format(1234.5, " ms"), _format("int4", "")
+    ('134,515,008', '0.0423 s', '1,234 ms', 'int4')
     """
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return f"{value}{unit}"
@@ -66,15 +66,21 @@ class Verdict:
     def __repr__(self) -> str:
         if self.guess is None:
             return f"{NO_GUESS} · measured {_format(self.measured, self.unit)} (make a guess above, then run this again)"
-        return (f"you predicted {_format(self.guess, self.unit)} · measured {_format(self.measured, self.unit)}:"
-                f" {self.comparison()}")
+        return (
+            f"you predicted {_format(self.guess, self.unit)} · measured {_format(self.measured, self.unit)}:"
+            f" {self.comparison()}"
+        )
 
     def _repr_markdown_(self) -> str:
         if self.guess is None:
-            return (f"{NO_GUESS.capitalize()} · measured **{_format(self.measured, self.unit)}** "
-                    f"(make a guess above, then run this again)")
-        return (f"You predicted **{_format(self.guess, self.unit)}** · measured "
-                f"**{_format(self.measured, self.unit)}**: {self.comparison()}")
+            return (
+                f"{NO_GUESS.capitalize()} · measured **{_format(self.measured, self.unit)}** "
+                f"(make a guess above, then run this again)"
+            )
+        return (
+            f"You predicted **{_format(self.guess, self.unit)}** · measured "
+            f"**{_format(self.measured, self.unit)}**: {self.comparison()}"
+        )
 
 
 def _guess_widget(default: float | int | str | None, choices: list[str] | None) -> widgets.Widget:
@@ -82,8 +88,11 @@ def _guess_widget(default: float | int | str | None, choices: list[str] | None) 
     one: a number box cannot be empty, and an empty box is what says "no guess yet")."""
     if choices is not None:
         return widgets.ToggleButtons(options=choices, value=default)
-    return widgets.Text(value="" if default is None else _format(default, "").replace(",", ""),
-                        placeholder=PLACEHOLDER, layout=widgets.Layout(width="12em"))
+    return widgets.Text(
+        value="" if default is None else _format(default, "").replace(",", ""),
+        placeholder=PLACEHOLDER,
+        layout=widgets.Layout(width="12em"),
+    )
 
 
 class Prediction:
@@ -95,15 +104,23 @@ class Prediction:
     `reveal(measured)` compares it.
     """
 
-    def __init__(self, question: str, default: float | int | str | None = None, *,
-                 choices: Sequence[str] | None = None, unit: str = ""):
+    def __init__(
+        self,
+        question: str,
+        default: float | int | str | None = None,
+        *,
+        choices: Sequence[str] | None = None,
+        unit: str = "",
+    ):
         if not isinstance(question, str) or not question.strip():
             raise ValueError("question must be the sentence the student answers, e.g. 'How many tokens?'.")
         if choices is not None:
             choices = list(choices)
             if len(choices) < 2 or (default is not None and default not in choices):
-                raise ValueError(f"choices must hold at least two options, and default must be None or one of"
-                                 f" them; got choices={choices!r}, default={default!r}.")
+                raise ValueError(
+                    f"choices must hold at least two options, and default must be None or one of"
+                    f" them; got choices={choices!r}, default={default!r}."
+                )
         elif default is not None and (isinstance(default, bool) or not isinstance(default, (int, float))):
             raise ValueError(f"default must be None, a number, or one of `choices`; got {default!r}.")
         self.question, self.default, self.unit = question, default, unit

@@ -27,9 +27,14 @@ def final_bar_text(state: dict, model_id: str) -> str | None:
     A tqdm bar is an HBox of [HTML label, FloatProgress, HTML counts]; None for any other widget.
     """
     box = state.get(model_id, {})
-    children = [state.get(ref.removeprefix("IPY_MODEL_"), {}) for ref in box.get("state", {}).get("children", [])]
+    children = [
+        state.get(ref.removeprefix("IPY_MODEL_"), {}) for ref in box.get("state", {}).get("children", [])
+    ]
     if box.get("model_name") != "HBoxModel" or [c.get("model_name") for c in children] != [
-            "HTMLModel", "FloatProgressModel", "HTMLModel"]:
+        "HTMLModel",
+        "FloatProgressModel",
+        "HTMLModel",
+    ]:
         return None
     label, bar, counts = (c["state"] for c in children)
     filled = round(10 * bar.get("value", 0) / bar["max"]) if bar.get("max") else 0

@@ -51,8 +51,9 @@ def round_trips(weight: torch.Tensor, group_size: int = 64) -> dict[str, torch.T
 
 
 @with_alt_text("Histograms of the round-trip quantization error of each scheme, on a log count scale")
-def plot_error_histograms(weight: torch.Tensor, restored: Mapping[str, torch.Tensor],
-                          ax: Axes | None = None, bins: int = 120) -> Axes:
+def plot_error_histograms(
+    weight: torch.Tensor, restored: Mapping[str, torch.Tensor], ax: Axes | None = None, bins: int = 120
+) -> Axes:
     """Histogram (log counts) of the round-trip error w~ - w of each scheme, on one shared axis."""
     check_tensor("weight", weight, "of one weight matrix's values")
     check_table("restored", restored, "round-trip weights (tensors, from round_trips)", of=torch.Tensor)
@@ -61,17 +62,27 @@ def plot_error_histograms(weight: torch.Tensor, restored: Mapping[str, torch.Ten
     edges = torch.linspace(-largest, largest, bins + 1)
     for index, (name, values) in enumerate(restored.items()):
         error = (values - weight).flatten()
-        ax.stairs(torch.histogram(error, edges).hist.numpy(), edges.numpy(), label=name, linewidth=1.4,
-                  color=series_colour(index))  # Okabe-Ito: overlaid outlines told apart by colour alone
-    ax.set(yscale="log", xlabel="round-trip error (restored - original)", ylabel="weights",
-           title="quantization error on one weight matrix")
+        ax.stairs(
+            torch.histogram(error, edges).hist.numpy(),
+            edges.numpy(),
+            label=name,
+            linewidth=1.4,
+            color=series_colour(index),
+        )  # Okabe-Ito: overlaid outlines told apart by colour alone
+    ax.set(
+        yscale="log",
+        xlabel="round-trip error (restored - original)",
+        ylabel="weights",
+        title="quantization error on one weight matrix",
+    )
     ax.legend(frameon=False, fontsize=8)
     return ax
 
 
 @with_alt_text("Histogram of a weight matrix's values on a log count scale, with its outliers marked")
-def plot_weight_distribution(weight: torch.Tensor, ax: Axes | None = None, bins: int = 200,
-                             outlier_sigmas: float = 6.0) -> Axes:
+def plot_weight_distribution(
+    weight: torch.Tensor, ax: Axes | None = None, bins: int = 200, outlier_sigmas: float = 6.0
+) -> Axes:
     """Histogram (log counts) of a weight's values, with the outliers beyond `outlier_sigmas` std marked."""
     check_tensor("weight", weight, "of one weight matrix's values")
     ax = _axes(ax, (8, 3.2))
@@ -81,10 +92,18 @@ def plot_weight_distribution(weight: torch.Tensor, ax: Axes | None = None, bins:
     outliers = values[values.abs() > outlier_sigmas * std]
     for sign in (-1, 1):
         ax.axvline(sign * outlier_sigmas * std, color="tab:red", linestyle="--", linewidth=1)
-    ax.plot(outliers.numpy(), [1] * len(outliers), "v", color="tab:red",
-            label=f"{len(outliers)} outliers beyond {outlier_sigmas:g} std")
-    ax.set(xlabel="weight value", ylabel="count", title=f"{values.numel():,} weights, std {std:.4f}, "
-           f"max |w| {float(values.abs().max()):.3f}")
+    ax.plot(
+        outliers.numpy(),
+        [1] * len(outliers),
+        "v",
+        color="tab:red",
+        label=f"{len(outliers)} outliers beyond {outlier_sigmas:g} std",
+    )
+    ax.set(
+        xlabel="weight value",
+        ylabel="count",
+        title=f"{values.numel():,} weights, std {std:.4f}, max |w| {float(values.abs().max()):.3f}",
+    )
     ax.legend(frameon=False)
     return ax
 
@@ -105,7 +124,9 @@ def plot_levels(ax: Axes | None = None) -> Axes:
     return ax
 
 
-def group_size_errors(weight: torch.Tensor, group_sizes: Sequence[int], bits: int = 4) -> dict[str, list[float]]:
+def group_size_errors(
+    weight: torch.Tensor, group_sizes: Sequence[int], bits: int = 4
+) -> dict[str, list[float]]:
     """Relative RMS error of int4 symmetric, int4 asymmetric and NF4 for each group size."""
     check_tensor("weight", weight, "[rows, cols] of one weight matrix", dims=2)
     out: dict[str, list[float]] = {"int4 symmetric": [], "int4 asymmetric": [], "nf4": []}
@@ -113,21 +134,31 @@ def group_size_errors(weight: torch.Tensor, group_sizes: Sequence[int], bits: in
         for name, symmetric in (("int4 symmetric", True), ("int4 asymmetric", False)):
             restored = dequantize_groupwise(quantize_groupwise(weight, bits, g, symmetric=symmetric))
             out[name].append(quantization_error(weight, restored)["relative_rms"])
-        out["nf4"].append(quantization_error(weight, nf4_dequantize(nf4_quantize(weight, g)))["relative_rms"]
-                          if g in (32, 64, 128, 256, 512, 1024) else float("nan"))
+        out["nf4"].append(
+            quantization_error(weight, nf4_dequantize(nf4_quantize(weight, g)))["relative_rms"]
+            if g in (32, 64, 128, 256, 512, 1024)
+            else float("nan")
+        )
     return out
 
 
 @with_alt_text("Line chart of quantization error against the group size, one line per scheme")
-def plot_group_size_errors(group_sizes: Sequence[int], errors: Mapping[str, Sequence[float]],
-                           ax: Axes | None = None) -> Axes:
+def plot_group_size_errors(
+    group_sizes: Sequence[int], errors: Mapping[str, Sequence[float]], ax: Axes | None = None
+) -> Axes:
     check_items("group_sizes", group_sizes, "group sizes (whole numbers)", of=Integral)
-    check_table("errors", errors, "errors by group size (lists of numbers, from group_size_errors)", of=Sequence)
+    check_table(
+        "errors", errors, "errors by group size (lists of numbers, from group_size_errors)", of=Sequence
+    )
     ax = _axes(ax, (7, 3.2))
     for name, values in errors.items():
         ax.plot(group_sizes, values, "o-", label=name)
-    ax.set(xscale="log", xlabel="group size (weights sharing one scale)", ylabel="relative RMS error",
-           title="smaller groups follow the weights more closely")
+    ax.set(
+        xscale="log",
+        xlabel="group size (weights sharing one scale)",
+        ylabel="relative RMS error",
+        title="smaller groups follow the weights more closely",
+    )
     ax.set_xticks(list(group_sizes), [str(g) for g in group_sizes])
     ax.legend(frameon=False)
     return ax
@@ -164,8 +195,12 @@ def plot_size_vs_perplexity(results: Sequence, ax: Axes | None = None) -> Axes:
     Variants with the same size and perplexity share one point and one label ("nf4 = bnb nf4"); labels
     are spread vertically so that none overlaps another.
     """
-    check_items("results", results, "Result (labkit.quant.evaluation.evaluate)",
-                has=("name", "nbytes", "perplexity", "note"))
+    check_items(
+        "results",
+        results,
+        "Result (labkit.quant.evaluation.evaluate)",
+        has=("name", "nbytes", "perplexity", "note"),
+    )
     ax = _axes(ax, (9, 3.6))
     points: dict[tuple[float, float], list] = {}
     for r in results:
@@ -177,34 +212,53 @@ def plot_size_vs_perplexity(results: Sequence, ax: Axes | None = None) -> Axes:
     ppls = [ppl for _, ppl in points]
     gap = 0.09 * (max(ppls) - min(ppls) or 1.0)
     for ((mb, ppl), same), label_y in zip(points.items(), spread_labels(ppls, gap)):
-        ax.annotate(" = ".join(r.name for r in same), (mb, ppl), xytext=(mb + 12, label_y), fontsize=9,
-                    va="center", arrowprops=dict(arrowstyle="-", color="0.6", lw=0.8))
+        ax.annotate(
+            " = ".join(r.name for r in same),
+            (mb, ppl),
+            xytext=(mb + 12, label_y),
+            fontsize=9,
+            va="center",
+            arrowprops=dict(arrowstyle="-", color="0.6", lw=0.8),
+        )
     ax.set_ylim(min(ppls) - gap, max(ppls) + gap)
     ax.set_xlim(right=max(mb for mb, _ in points) * 1.15)  # room for the rightmost label
-    ax.set(xlabel="model size (MB)", ylabel="perplexity (lower is better)",
-           title="size vs perplexity (blue: labkit, orange: bitsandbytes only)")
+    ax.set(
+        xlabel="model size (MB)",
+        ylabel="perplexity (lower is better)",
+        title="size vs perplexity (blue: labkit, orange: bitsandbytes only)",
+    )
     return ax
 
 
-def error_memory(weight: torch.Tensor, bits: int, group_size: int, symmetric: bool = True,
-                 n_weights: int = 106_168_320) -> dict[str, float]:
+def error_memory(
+    weight: torch.Tensor, bits: int, group_size: int, symmetric: bool = True, n_weights: int = 106_168_320
+) -> dict[str, float]:
     """Round-trip error on `weight` and the size of `n_weights` weights (default: SmolLM2 without its
     embeddings) stored with `bits`-bit codes and one float16 scale per group."""
     restored = dequantize_groupwise(quantize_groupwise(weight, bits, group_size, symmetric=symmetric))
     per_weight = bits_per_weight(bits, group_size, symmetric)
-    return {**quantization_error(weight, restored), "bits_per_weight": per_weight,
-            "megabytes": n_weights * per_weight / 8 / 1e6}
+    return {
+        **quantization_error(weight, restored),
+        "bits_per_weight": per_weight,
+        "megabytes": n_weights * per_weight / 8 / 1e6,
+    }
 
 
-def error_memory_table(weight: torch.Tensor, bits: Sequence[int] = (8, 6, 4, 3, 2),
-                       group_sizes: Sequence[int] = (32, 64, 128), symmetric: bool = True) -> str:
+def error_memory_table(
+    weight: torch.Tensor,
+    bits: Sequence[int] = (8, 6, 4, 3, 2),
+    group_sizes: Sequence[int] = (32, 64, 128),
+    symmetric: bool = True,
+) -> str:
     """The slider's numbers for a grid of settings, as text (the static fallback of quant_slider)."""
     check_tensor("weight", weight, "[rows, cols] of one weight matrix", dims=2)
     lines = [f"{'bits':>4}{'group':>7}{'bits/weight':>13}{'MB':>8}{'rel. RMS error':>16}"]
     for b in bits:
         for g in group_sizes:
             s = error_memory(weight, b, g, symmetric)
-            lines.append(f"{b:>4}{g:>7}{s['bits_per_weight']:>13.2f}{s['megabytes']:>8.1f}{s['relative_rms']:>15.2%}")
+            lines.append(
+                f"{b:>4}{g:>7}{s['bits_per_weight']:>13.2f}{s['megabytes']:>8.1f}{s['relative_rms']:>15.2%}"
+            )
     return "\n".join(lines)
 
 
@@ -217,11 +271,14 @@ class QuantSlider(widgets.VBox):
             group_sizes = [g for g in (16, 32, 64, 128, 256, 512) if cols % g == 0 and g < cols] + [cols]
         sizes = [g for g in group_sizes if cols % g == 0]
         if not sizes:
-            raise ValueError(f"None of the group sizes {list(group_sizes)} divides the {cols} columns of the weight.")
+            raise ValueError(
+                f"None of the group sizes {list(group_sizes)} divides the {cols} columns of the weight."
+            )
         self.weight = weight.detach().float()
         self.bits = widgets.IntSlider(value=4, min=2, max=8, description="bits")
-        self.group_size = widgets.SelectionSlider(options=sizes, value=64 if 64 in sizes else sizes[0],
-                                                  description="group")
+        self.group_size = widgets.SelectionSlider(
+            options=sizes, value=64 if 64 in sizes else sizes[0], description="group"
+        )
         self.symmetric = widgets.Checkbox(value=True, description="symmetric")
         self.text = widgets.HTML()
         self.chart = widgets.Image(format="png")
@@ -235,9 +292,11 @@ class QuantSlider(widgets.VBox):
     def update(self) -> None:
         bits, g, symmetric = self.bits.value, self.group_size.value, self.symmetric.value
         stats = error_memory(self.weight, bits, g, symmetric)
-        self.text.value = (f"<b>{stats['bits_per_weight']:.2f} bits per weight</b> &nbsp; SmolLM2's layers: "
-                           f"<b>{stats['megabytes']:.0f} MB</b> (float32: 425 MB) &nbsp; relative RMS error "
-                           f"<b>{stats['relative_rms']:.2%}</b>, max |error| {stats['max_abs']:.4f}")
+        self.text.value = (
+            f"<b>{stats['bits_per_weight']:.2f} bits per weight</b> &nbsp; SmolLM2's layers: "
+            f"<b>{stats['megabytes']:.0f} MB</b> (float32: 425 MB) &nbsp; relative RMS error "
+            f"<b>{stats['relative_rms']:.2%}</b>, max |error| {stats['max_abs']:.4f}"
+        )
         restored = dequantize_groupwise(quantize_groupwise(self.weight, bits, g, symmetric=symmetric))
         self._ax.clear()
         self._ax.hist((restored - self.weight).flatten().numpy(), bins=100, log=True, color="tab:blue")

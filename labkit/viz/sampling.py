@@ -33,8 +33,9 @@ CUT_COLOR = "lightgray"  # a token it masks
 RENORMALIZED_COLOR = "tab:orange"  # the kept tokens' probability after renormalising
 
 
-def label_token_axis(ax: Axes, places: list[int], labels: list[str], limits: tuple[float, float], *,
-                     columns: bool, log: bool) -> None:
+def label_token_axis(
+    ax: Axes, places: list[int], labels: list[str], limits: tuple[float, float], *, columns: bool, log: bool
+) -> None:
     """The token names along the category axis (x for columns, y for rows) and the probability scale,
     linear or logarithmic, within `limits` along the other.
 
@@ -49,11 +50,21 @@ def label_token_axis(ax: Axes, places: list[int], labels: list[str], limits: tup
         ax.set(xscale="log" if log else "linear", xlim=limits, xlabel="probability")
 
 
-@with_alt_text("Bar chart of the top tokens: which a sampling rule keeps and which it cuts, and the kept ones' "
-               "probabilities after renormalising")
-def plot_kept_vs_cut(logits: torch.Tensor, transformed: torch.Tensor, tokenizer: PreTrainedTokenizerBase,
-                     top_k: int = 15, ax: Axes | None = None, title: str | None = None, *, log: bool = False,
-                     columns: bool = False) -> Axes:
+@with_alt_text(
+    "Bar chart of the top tokens: which a sampling rule keeps and which it cuts, and the kept ones' "
+    "probabilities after renormalising"
+)
+def plot_kept_vs_cut(
+    logits: torch.Tensor,
+    transformed: torch.Tensor,
+    tokenizer: PreTrainedTokenizerBase,
+    top_k: int = 15,
+    ax: Axes | None = None,
+    title: str | None = None,
+    *,
+    log: bool = False,
+    columns: bool = False,
+) -> Axes:
     """The top_k tokens of the original distribution [V]: kept ones in blue, cut ones in grey, and
     (in orange) the probability each kept token has after the cut, renormalised.
 
@@ -65,7 +76,9 @@ def plot_kept_vs_cut(logits: torch.Tensor, transformed: torch.Tensor, tokenizer:
         >>> plot_kept_vs_cut(logits, after, tokenizer, top_k=40, log=True, columns=True)
     """
     check_tensor("logits", logits, "[V] (or [1, V]) of one position's scores", dims=(1, 2))
-    check_tensor("transformed", transformed, "[V] (or [1, V]) of the scores after a sampling rule", dims=(1, 2))
+    check_tensor(
+        "transformed", transformed, "[V] (or [1, V]) of the scores after a sampling rule", dims=(1, 2)
+    )
     before, after = as_probs(logits), torch.softmax(transformed.detach().float().cpu().reshape(-1), dim=-1)
     kept = torch.isfinite(transformed.detach().reshape(-1).cpu())
     values, ids = before.topk(min(top_k, before.shape[0]))
@@ -77,15 +90,22 @@ def plot_kept_vs_cut(logits: torch.Tensor, transformed: torch.Tensor, tokenizer:
     survivors = [(place, float(after[i])) for place, i in zip(places, ids) if kept[i]]
     bars = ax.bar if columns else ax.barh
     bars(places, values.tolist(), 0.8, color=colors, label="before (blue: kept, grey: cut)")
-    bars([place for place, _ in survivors], [p for _, p in survivors], 0.3, color=RENORMALIZED_COLOR,
-         label="after, renormalised")
+    bars(
+        [place for place, _ in survivors],
+        [p for _, p in survivors],
+        0.3,
+        color=RENORMALIZED_COLOR,
+        label="after, renormalised",
+    )
     top = max(float(values.max()), float(after[kept].max()))
     limits = (float(values.min()) / 2, min(1.0, top * 2)) if log else (0, min(1.0, top * 1.15 + 0.02))
     labels = [drawable(token_label(tokenizer, int(i))) for i in ids]
     label_token_axis(ax, places, labels, limits, columns=columns, log=log)
     n_kept = int(kept.sum())
-    ax.set_title(drawable(title or "") + f"{' · ' if title else ''}{n_kept:,} of {kept.numel():,} tokens kept",
-                 fontsize=10)
+    ax.set_title(
+        drawable(title or "") + f"{' · ' if title else ''}{n_kept:,} of {kept.numel():,} tokens kept",
+        fontsize=10,
+    )
     ax.legend(loc="upper right" if columns else "lower right", fontsize=8, frameon=False)
     ax.spines[["top", "right"]].set_visible(False)
     return ax
@@ -117,8 +137,8 @@ def plot_surprise(runs: dict, tau: float | None = None, ax: Axes | None = None) 
 def nudged(xs: Sequence[float], step: float = NUDGE) -> list[float]:
     """x positions where runs of values closer than `step` are spread `step` apart, centred on their mean.
 
-        >>> nudged([0.5, 0.88, 0.885])
-        [0.5, 0.8725, 0.8925]
+    >>> nudged([0.5, 0.88, 0.885])
+    [0.5, 0.8725, 0.8925]
     """
     order = sorted(range(len(xs)), key=lambda i: xs[i])
     out, group = list(xs), []
@@ -133,11 +153,16 @@ def nudged(xs: Sequence[float], step: float = NUDGE) -> list[float]:
     return out
 
 
-@with_alt_text("Scatter plot of sampling settings: diversity (distinct-2) against the judge's bits per byte, with "
-               "intervals")
-def plot_diversity_quality(results: Sequence[SettingResult], ax: Axes | None = None,
-                           xlabel: str = "diversity (distinct-2 over all samples)",
-                           ylabel: str = "judge's bits per byte (lower: more likely)") -> Axes:
+@with_alt_text(
+    "Scatter plot of sampling settings: diversity (distinct-2) against the judge's bits per byte, with "
+    "intervals"
+)
+def plot_diversity_quality(
+    results: Sequence[SettingResult],
+    ax: Axes | None = None,
+    xlabel: str = "diversity (distinct-2 over all samples)",
+    ylabel: str = "judge's bits per byte (lower: more likely)",
+) -> Axes:
     """One point per setting: x its distinct-2, y the judge's mean bits per byte with its 95% interval
     (thick bar) and interquartile range (thin bar). Settings are named in a legend beside the axes,
     so no label can cover a point or another label; points with almost the same distinct-2 are nudged
@@ -145,8 +170,12 @@ def plot_diversity_quality(results: Sequence[SettingResult], ax: Axes | None = N
 
         >>> plot_diversity_quality(measure_settings(model, tokenizer, prompt, settings, judge, judge_tokenizer))
     """
-    check_items("results", results, "SettingResult (labkit.decoding.diversity.measure_settings)",
-                has=("distinct_2", "q1", "q3"))
+    check_items(
+        "results",
+        results,
+        "SettingResult (labkit.decoding.diversity.measure_settings)",
+        has=("distinct_2", "q1", "q3"),
+    )
     if not results:
         raise ValueError("No settings to plot: pass the list that measure_settings returned.")
     if ax is None:
@@ -155,13 +184,25 @@ def plot_diversity_quality(results: Sequence[SettingResult], ax: Axes | None = N
         color = series_colour(index)  # Okabe-Ito: the settings differ by colour alone
         ax.vlines(x, r.q1, r.q3, color=color, lw=1, alpha=0.6)
         ax.vlines(x, r.low, r.high, color=color, lw=4, alpha=0.9)
-        ax.scatter([x], [r.mean], color=color, marker=MARKERS[index % len(MARKERS)], s=60, zorder=3,
-                   edgecolor="black", linewidth=0.5, label=drawable(f"{r.name}: {r.mean:.2f} bits/byte"))
+        ax.scatter(
+            [x],
+            [r.mean],
+            color=color,
+            marker=MARKERS[index % len(MARKERS)],
+            s=60,
+            zorder=3,
+            edgecolor="black",
+            linewidth=0.5,
+            label=drawable(f"{r.name}: {r.mean:.2f} bits/byte"),
+        )
     ax.invert_yaxis()
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
-    ax.set_title("point: mean over the samples; thick bar: its 95% interval; thin bar: interquartile range\n"
-                 f"(points less than {NUDGE} apart in distinct-2 are spread sideways)", fontsize=9)
+    ax.set_title(
+        "point: mean over the samples; thick bar: its 95% interval; thin bar: interquartile range\n"
+        f"(points less than {NUDGE} apart in distinct-2 are spread sideways)",
+        fontsize=9,
+    )
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     ax.spines[["top", "right"]].set_visible(False)
     return ax

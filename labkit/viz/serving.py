@@ -34,8 +34,19 @@ from labkit.viz.engine_trace import (
 STEP_COLORS = {"prefill": STATE_COLORS["prefill"], "decode": STATE_COLORS["decode"], "mixed": "#f0a030"}
 
 __all__ = [  # this module's figures, and the engine trace's names that notebook 10 reaches through it
-    "EngineStepper", "STATE_COLORS", "STEP_COLORS", "Snapshot", "Trace", "draw_engine_blocks", "draw_slot_grid",
-    "draw_timeline", "engine_stepper", "format_trace", "plot_comparison", "plot_step_times", "run_traced",
+    "EngineStepper",
+    "STATE_COLORS",
+    "STEP_COLORS",
+    "Snapshot",
+    "Trace",
+    "draw_engine_blocks",
+    "draw_slot_grid",
+    "draw_timeline",
+    "engine_stepper",
+    "format_trace",
+    "plot_comparison",
+    "plot_step_times",
+    "run_traced",
     "timeline_states",
 ]
 
@@ -60,15 +71,25 @@ def draw_slot_grid(output_lengths: Sequence[int], labels: Sequence[str] | None =
     ax.tick_params(which="minor", length=0)
     ax.set_xlabel("decode step")
     useful = sum(output_lengths)
-    ax.set_title(f"{useful} useful token slots, {rows * steps - useful} idle ({1 - useful / (rows * steps):.0%} of "
-                 f"the batch's work wasted)", fontsize=9)
-    ax.legend(handles=[Patch(color="#4caf50", label="useful"), Patch(color="#d9d9d9", label="idle (wasted)")],
-              loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False, fontsize=8)
+    ax.set_title(
+        f"{useful} useful token slots, {rows * steps - useful} idle ({1 - useful / (rows * steps):.0%} of "
+        f"the batch's work wasted)",
+        fontsize=9,
+    )
+    ax.legend(
+        handles=[Patch(color="#4caf50", label="useful"), Patch(color="#d9d9d9", label="idle (wasted)")],
+        loc="upper left",
+        bbox_to_anchor=(1.0, 1.0),
+        frameon=False,
+        fontsize=8,
+    )
     return ax
 
 
-@with_alt_text("Three bar charts comparing scenarios: throughput, time to first token and time per output token "
-               "(p50, whiskers to p95)")
+@with_alt_text(
+    "Three bar charts comparing scenarios: throughput, time to first token and time per output token "
+    "(p50, whiskers to p95)"
+)
 def plot_comparison(results: Mapping[str, Sequence], axes=None):
     """results: scenario name -> RunResults (name, tokens_per_s, ttft_p50/p95, tpot_p50/p95). Three panels:
     throughput, TTFT and TPOT (bars p50, whiskers up to p95), one group per scenario. Returns the Axes."""
@@ -80,41 +101,60 @@ def plot_comparison(results: Mapping[str, Sequence], axes=None):
     names = list(dict.fromkeys(r.name for runs in results.values() for r in runs))
     width = 0.8 / len(names)
     palette = plt.get_cmap("tab10")
-    panels = [("tokens / s (all requests)", "tokens_per_s", None, 1),
-              ("TTFT, s (p50, whisker p95)", "ttft_p50", "ttft_p95", 1),
-              ("TPOT, ms (p50, whisker p95)", "tpot_p50", "tpot_p95", 1e3)]
+    panels = [
+        ("tokens / s (all requests)", "tokens_per_s", None, 1),
+        ("TTFT, s (p50, whisker p95)", "ttft_p50", "ttft_p95", 1),
+        ("TPOT, ms (p50, whisker p95)", "tpot_p50", "tpot_p95", 1e3),
+    ]
     for ax, (title, p50, p95, scale) in zip(axes, panels):
         for group, runs in enumerate(results.values()):
             for r in runs:
                 x = group + (names.index(r.name) - (len(names) - 1) / 2) * width
                 low = getattr(r, p50) * scale
-                ax.bar(x, low, width * 0.9, color=palette(names.index(r.name)),
-                       label=r.name if group == 0 else None)
+                ax.bar(
+                    x,
+                    low,
+                    width * 0.9,
+                    color=palette(names.index(r.name)),
+                    label=r.name if group == 0 else None,
+                )
                 if p95 is not None:
                     ax.plot([x, x], [low, getattr(r, p95) * scale], color="black", lw=1)
         ax.set_xticks(range(len(results)), list(results))
         ax.set_title(title, fontsize=10)
         ax.spines[["top", "right"]].set_visible(False)
     handles, labels = axes[0].get_legend_handles_labels()
-    axes[0].figure.legend(handles, labels, loc="outside lower center", ncols=min(len(names), 3), frameon=False,
-                          fontsize=8)
+    axes[0].figure.legend(
+        handles, labels, loc="outside lower center", ncols=min(len(names), 3), frameon=False, fontsize=8
+    )
     return axes
 
 
-@with_alt_text("Bar charts of each engine step's time, coloured by its kind, with the long prompt's arrival marked")
+@with_alt_text(
+    "Bar charts of each engine step's time, coloured by its kind, with the long prompt's arrival marked"
+)
 def plot_step_times(runs: Sequence, axes=None):
     """One panel per `InterferenceRun` (labkit.serving.interference): a bar per engine step, its height the
     step's time, its colour its kind; a line where the long prompt arrived. Returns the Axes."""
     check_items("runs", runs, "InterferenceRun (labkit.serving.interference)", has=("step_kinds", "step_ms"))
     if axes is None:
-        _, axes = plt.subplots(1, len(runs), figsize=(5.5 * len(runs), 3.2), sharey=True, layout="constrained")
+        _, axes = plt.subplots(
+            1, len(runs), figsize=(5.5 * len(runs), 3.2), sharey=True, layout="constrained"
+        )
     axes = list(axes) if len(runs) > 1 else [axes]
     for ax, run in zip(axes, runs):
         colors = [STEP_COLORS[kind] for kind in run.step_kinds]
         ax.bar(range(len(run.step_ms)), run.step_ms, width=0.9, color=colors)
         ax.axvline(run.arrival_step - 0.5, color="black", lw=1, ls="--")
-        ax.annotate("long prompt arrives", (run.arrival_step - 0.5, 1), xycoords=("data", "axes fraction"),
-                    xytext=(4, -2), textcoords="offset points", fontsize=8, va="top")
+        ax.annotate(
+            "long prompt arrives",
+            (run.arrival_step - 0.5, 1),
+            xycoords=("data", "axes fraction"),
+            xytext=(4, -2),
+            textcoords="offset points",
+            fontsize=8,
+            va="top",
+        )
         ax.set(title=run.name, xlabel="engine step")
         ax.spines[["top", "right"]].set_visible(False)
     axes[0].set_ylabel("ms per step")

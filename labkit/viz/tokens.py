@@ -68,8 +68,10 @@ def _font_charmap() -> frozenset[int]:
 def step_logits(step: Step) -> torch.Tensor:
     """The logits [V] a step was chosen from; a clear error when the stream was made without them."""
     if step.logits is None:
-        raise ValueError("This Step carries no logits: generate with return_logits=True to draw distributions, "
-                         "e.g. labkit.generate(model, tokenizer, prompt, return_logits=True).")
+        raise ValueError(
+            "This Step carries no logits: generate with return_logits=True to draw distributions, "
+            "e.g. labkit.generate(model, tokenizer, prompt, return_logits=True)."
+        )
     return step.logits
 
 
@@ -101,12 +103,13 @@ def percent(prob: float) -> str:
     return f"{prob:.1%}" if prob >= 0.001 else "<0.1%"
 
 
-def top_candidates(probs_or_logits: torch.Tensor, tokenizer: PreTrainedTokenizerBase,
-                   top_k: int = 10) -> list[TokenCandidate]:
+def top_candidates(
+    probs_or_logits: torch.Tensor, tokenizer: PreTrainedTokenizerBase, top_k: int = 10
+) -> list[TokenCandidate]:
     """The top_k most likely next tokens of one distribution [V], most likely first.
 
-        >>> top_candidates(step.logits, tokenizer, top_k=3)[0].label
-        "' Paris'"
+    >>> top_candidates(step.logits, tokenizer, top_k=3)[0].label
+    "' Paris'"
     """
     check_int("top_k", top_k, minimum=1)
     probs = as_probs(probs_or_logits)

@@ -9,8 +9,14 @@ import pytest
 def test_quick_run_prints_json_ratios_and_agreeing_outputs(bench_quick_run):
     run = bench_quick_run("batching")
     names = {record["bench"] for record in run.records}
-    per_scenario = ["batching_vs_one_at_a_time", "batching_vs_static_same_seats", "batching_4_vs_2_seats",
-                    "batching_ttft_p50", "batching_chunked_prefill", "batching_chunked_prefill_tpot_p95"]
+    per_scenario = [
+        "batching_vs_one_at_a_time",
+        "batching_vs_static_same_seats",
+        "batching_4_vs_2_seats",
+        "batching_ttft_p50",
+        "batching_chunked_prefill",
+        "batching_chunked_prefill_tpot_p95",
+    ]
     assert names == {f"{name}_{scenario}" for name in per_scenario for scenario in ("together", "staggered")}
     assert {record["metric"] for record in run.records} == {"tokens_per_second", "seconds"}
     assert "outputs agree: yes" in run.stdout and "machine:" in run.stdout

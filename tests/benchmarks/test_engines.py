@@ -15,15 +15,23 @@ def row(engine, policy, batch1, concurrent=None):
     return EngineRow(engine, 1.0, 0.1, batch1, concurrent, None, policy=policy)
 
 
-TRIES = [row("transformers", "PASSIVE", 24.4, 61.3), row("llama.cpp", "PASSIVE", 45.7),
-         row("labkit server", "PASSIVE", 22.6, 67.8), row("transformers", "ACTIVE", 35.0, 70.1),
-         row("llama.cpp", "ACTIVE", 150.2), row("labkit server", "ACTIVE", 20.0, 40.0)]
+TRIES = [
+    row("transformers", "PASSIVE", 24.4, 61.3),
+    row("llama.cpp", "PASSIVE", 45.7),
+    row("labkit server", "PASSIVE", 22.6, 67.8),
+    row("transformers", "ACTIVE", 35.0, 70.1),
+    row("llama.cpp", "ACTIVE", 150.2),
+    row("labkit server", "ACTIVE", 20.0, 40.0),
+]
 
 
 def test_each_engine_keeps_its_fastest_try_at_batch_1_in_the_order_engines_came():
     kept = engines.fastest_rows(TRIES)
-    assert [(r.engine, r.policy) for r in kept] == [("transformers", "ACTIVE"), ("llama.cpp", "ACTIVE"),
-                                                    ("labkit server", "PASSIVE")]
+    assert [(r.engine, r.policy) for r in kept] == [
+        ("transformers", "ACTIVE"),
+        ("llama.cpp", "ACTIVE"),
+        ("labkit server", "PASSIVE"),
+    ]
     assert engines.fastest_rows(TRIES[:3]) == TRIES[:3]  # one policy: every try is kept
 
 
@@ -74,8 +82,12 @@ def test_the_child_prints_its_row_with_the_policy_it_ran_under(monkeypatch, caps
     monkeypatch.setattr(engines_child, "load_runner", lambda engine: (FakeRunner(), 0.25, 1000))
     assert engines_child.main(["transformers", "--repeats", "1"]) == 0
     printed = EngineRow(**json.loads(capsys.readouterr().out))  # what measure_in_child reads back
-    assert (printed.engine, printed.policy, printed.startup_s, printed.rss_bytes) == ("transformers", "ACTIVE",
-                                                                                      0.25, 1000)
+    assert (printed.engine, printed.policy, printed.startup_s, printed.rss_bytes) == (
+        "transformers",
+        "ACTIVE",
+        0.25,
+        1000,
+    )
     assert printed.tokens_per_s == 128.0 and printed.concurrent_tokens_per_s == 123.0  # 64 tokens in 0.5 s
     assert len(printed.greedy_tokens) == len(AGREEMENT_CHATS) and printed.top_tokens == ["The", "L"]
 
@@ -85,5 +97,8 @@ def test_the_decode_child_prints_its_rate_and_policy(monkeypatch, capsys):
     monkeypatch.setattr(engines_child, "load_model", lambda name: ("model", "tokenizer"))
     monkeypatch.setattr(engines_child, "decode_rate", lambda model, tokenizer, prompt, tokens: 2.0 * tokens)
     engines_child.main(["decode", "--model", "gemma3-270m", "--tokens", "8"])
-    assert json.loads(capsys.readouterr().out) == {"model": "gemma3-270m", "tokens_per_second": 16.0,
-                                                   "policy": "PASSIVE"}
+    assert json.loads(capsys.readouterr().out) == {
+        "model": "gemma3-270m",
+        "tokens_per_second": 16.0,
+        "policy": "PASSIVE",
+    }

@@ -15,14 +15,23 @@ TARGET = Target(ttft_s=1.0, tpot_s=0.1)
 
 
 def timing(ttft_s: float, tpot_s: float, tokens: int = 5, text: str = "a") -> StreamTiming:
-    return StreamTiming(text, tokens, sent_s=0.0, first_frame_s=ttft_s, ttft_s=ttft_s,
-                        e2e_s=ttft_s + (0.0 if math.isnan(tpot_s) else tpot_s * (tokens - 1)))
+    return StreamTiming(
+        text,
+        tokens,
+        sent_s=0.0,
+        first_frame_s=ttft_s,
+        ttft_s=ttft_s,
+        e2e_s=ttft_s + (0.0 if math.isnan(tpot_s) else tpot_s * (tokens - 1)),
+    )
 
 
-def level(tokens_per_s: float, ttfts: list[float], concurrency: int = 0, rate: float = math.nan) -> LoadResult:
+def level(
+    tokens_per_s: float, ttfts: list[float], concurrency: int = 0, rate: float = math.nan
+) -> LoadResult:
     requests = tuple(timing(t, 0.05) for t in ttfts)
-    return LoadResult(concurrency, requests, sum(r.output_tokens for r in requests) / tokens_per_s,
-                      arrival_rate=rate)
+    return LoadResult(
+        concurrency, requests, sum(r.output_tokens for r in requests) / tokens_per_s, arrival_rate=rate
+    )
 
 
 def test_goodput_counts_only_the_requests_within_the_target():
@@ -33,18 +42,36 @@ def test_goodput_counts_only_the_requests_within_the_target():
 
 
 def test_the_goodput_aim_is_taken_at_the_highest_rate_the_best_peer_meets():
-    peer = [level(50, [0.2] * 4, concurrency=8), level(50, [0.2] * 10, rate=1.0), level(50, [0.2] * 9 + [5.0], rate=2.0),
-            level(50, [5.0] * 10, rate=4.0)]
-    mine = [level(60, [0.2] * 4, concurrency=8), level(60, [0.2] * 10, rate=1.0), level(60, [0.2] * 10, rate=2.0),
-            level(60, [0.2] * 10, rate=4.0)]
+    peer = [
+        level(50, [0.2] * 4, concurrency=8),
+        level(50, [0.2] * 10, rate=1.0),
+        level(50, [0.2] * 9 + [5.0], rate=2.0),
+        level(50, [5.0] * 10, rate=4.0),
+    ]
+    mine = [
+        level(60, [0.2] * 4, concurrency=8),
+        level(60, [0.2] * 10, rate=1.0),
+        level(60, [0.2] * 10, rate=2.0),
+        level(60, [0.2] * 10, rate=4.0),
+    ]
     assert bench.highest_rate_met(peer, TARGET) == 2.0  # 90 % met at 2 req/s, none at 4
-    slower = [level(40, [0.2] * 4, concurrency=8), level(40, [0.2] * 10, rate=1.0),
-              level(40, [0.2] * 8 + [5.0] * 2, rate=2.0), level(40, [5.0] * 10, rate=4.0)]
+    slower = [
+        level(40, [0.2] * 4, concurrency=8),
+        level(40, [0.2] * 10, rate=1.0),
+        level(40, [0.2] * 8 + [5.0] * 2, rate=2.0),
+        level(40, [5.0] * 10, rate=4.0),
+    ]
     results = {"labkit server, fuse+q4_1": mine, "peer": peer, "peer, other threads": slower}
-    records = bench.aim_records(results, [("labkit server, fuse+q4_1", ("peer", "peer, other threads"))], TARGET)
-    assert [r["bench"] for r in records] == [  # every level; no goodput ratio at 4 req/s, where no peer met it
-        "serve_labkit_fuse_q4_1_vs_peer_clients8", "serve_labkit_fuse_q4_1_goodput_vs_peer_rate1",
-        "serve_labkit_fuse_q4_1_goodput_vs_peer_rate2"]
+    records = bench.aim_records(
+        results, [("labkit server, fuse+q4_1", ("peer", "peer, other threads"))], TARGET
+    )
+    assert [
+        r["bench"] for r in records
+    ] == [  # every level; no goodput ratio at 4 req/s, where no peer met it
+        "serve_labkit_fuse_q4_1_vs_peer_clients8",
+        "serve_labkit_fuse_q4_1_goodput_vs_peer_rate1",
+        "serve_labkit_fuse_q4_1_goodput_vs_peer_rate2",
+    ]
     assert records[0]["ratio"] == pytest.approx(1.2)  # against the faster of the peer's two settings
     # all ten met, in a shorter wall time (60 vs 50 tokens/s), against nine of ten
     assert records[2]["ratio"] == pytest.approx((10 / (50 / 60)) / 9, abs=1e-3)
@@ -70,4 +97,7 @@ def test_quick_run_prints_the_table_and_json_ratios(bench_quick_run):
     for name in (LABKIT_FLOAT32, FASTEST_LABKIT):
         assert f"  {name}: " in run.stdout  # its settings line
     if os.environ.get("CI") == "true":  # CI builds llama-server (make engines): its rows must be there
-        assert "llama-server: skipped" not in run.stdout and "serve_labkit_fuse_q4_1_vs_llama_server_clients4" in run.benches
+        assert (
+            "llama-server: skipped" not in run.stdout
+            and "serve_labkit_fuse_q4_1_vs_llama_server_clients4" in run.benches
+        )

@@ -15,8 +15,11 @@ def test_step_cost_of_a_model_against_itself_is_about_one():
 def test_quick_run_prints_json_ratios(bench_quick_run):
     run = bench_quick_run("speculative")
     assert run.benches == [
-        "speculative_extractive_prompt_lookup", "speculative_extractive_early_exit_k=4",
-        "speculative_open-ended_prompt_lookup", "speculative_open-ended_early_exit_k=4"]
+        "speculative_extractive_prompt_lookup",
+        "speculative_extractive_early_exit_k=4",
+        "speculative_open-ended_prompt_lookup",
+        "speculative_open-ended_early_exit_k=4",
+    ]
     table = [line for line in run.stdout.splitlines() if line.startswith(("extractive", "open-ended"))]
     assert len(table) == 6 and all(line.endswith("True") for line in table)  # every run = plain greedy tokens
     assert "aims: prompt lookup >= 1.8x" in run.stdout

@@ -26,18 +26,29 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
 # Headless, no GPU, and nothing that phones home: the page must only talk to the local JupyterLab.
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-INSTALL_HINT = ("install Chromium with `sudo apt-get install chromium chromium-driver` and playwright "
-                "with `pip install playwright` (or `pip install -e '.[test]'`)")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+INSTALL_HINT = (
+    "install Chromium with `sudo apt-get install chromium chromium-driver` and playwright "
+    "with `pip install playwright` (or `pip install -e '.[test]'`)"
+)
 LAB_START_TIMEOUT_S = 90
 # The user settings the tests run JupyterLab with (a fresh folder, so a student's own settings never
 # apply). Autosave is off so running cells in the browser never rewrites the committed notebooks, and
 # JupyterLab asks no website for news or updates.
 LAB_SETTINGS = {
     "@jupyterlab/docmanager-extension/plugin.jupyterlab-settings": {"autosave": False},
-    "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false",
-                                                                         "checkForUpdates": False},
+    "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {
+        "fetchNews": "false",
+        "checkForUpdates": False,
+    },
 }
 
 
@@ -81,8 +92,9 @@ class Lab:
 
     def api(self, path: str, method: str = "GET") -> object:
         """Call the server's REST API and return the decoded JSON answer (None when empty)."""
-        request = urllib.request.Request(f"{self.url}/api/{path}", method=method,
-                                         headers={"Authorization": f"token {self.token}"})
+        request = urllib.request.Request(
+            f"{self.url}/api/{path}", method=method, headers={"Authorization": f"token {self.token}"}
+        )
         with urllib.request.urlopen(request, timeout=10) as answer:
             body = answer.read()
         return json.loads(body) if body else None
@@ -102,19 +114,34 @@ def start_lab(folder: Path, root: Path = ROOT) -> Lab:
     unless told otherwise); its settings, workspaces, checkpoints and log live in `folder`."""
     settings = folder / "settings"
     write_lab_settings(settings)
-    env = dict(os.environ, HF_HUB_OFFLINE="1", JUPYTERLAB_SETTINGS_DIR=str(settings),
-               JUPYTERLAB_WORKSPACES_DIR=str(folder / "workspaces"))
+    env = dict(
+        os.environ,
+        HF_HUB_OFFLINE="1",
+        JUPYTERLAB_SETTINGS_DIR=str(settings),
+        JUPYTERLAB_WORKSPACES_DIR=str(folder / "workspaces"),
+    )
     port, token = free_port(), secrets.token_hex(16)
-    command = [sys.executable, "-m", "jupyter", "lab", "--no-browser", f"--port={port}", "--ServerApp.ip=127.0.0.1",
-               f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
-               f"--FileCheckpoints.checkpoint_dir={folder / 'checkpoints'}",  # none written into the repository
-               "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate", "--LabApp.news_url=None"]
+    command = [
+        sys.executable,
+        "-m",
+        "jupyter",
+        "lab",
+        "--no-browser",
+        f"--port={port}",
+        "--ServerApp.ip=127.0.0.1",
+        f"--IdentityProvider.token={token}",
+        f"--ServerApp.root_dir={root}",
+        f"--FileCheckpoints.checkpoint_dir={folder / 'checkpoints'}",  # none written into the repository
+        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        "--LabApp.news_url=None",
+    ]
     if os.geteuid() == 0:  # JupyterLab refuses to run as root unless told it is on purpose
         command.append("--allow-root")
     log = folder / "jupyterlab.log"
     with log.open("wb") as output:
-        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=output, stderr=subprocess.STDOUT,
-                                   start_new_session=True)  # its own process group, stopped as one
+        process = subprocess.Popen(
+            command, cwd=ROOT, env=env, stdout=output, stderr=subprocess.STDOUT, start_new_session=True
+        )  # its own process group, stopped as one
     lab = Lab(f"http://127.0.0.1:{port}", token, process, log)
     wait_until_ready(lab)
     return lab
@@ -178,8 +205,12 @@ def browser_context(tmp_path_factory):
     driver = sync_playwright().start()
     try:
         context = driver.chromium.launch_persistent_context(
-            tmp_path_factory.mktemp("chromium-profile"), executable_path=str(CHROMIUM), headless=True,
-            args=CHROMIUM_ARGS, viewport={"width": 1400, "height": 1000})
+            tmp_path_factory.mktemp("chromium-profile"),
+            executable_path=str(CHROMIUM),
+            headless=True,
+            args=CHROMIUM_ARGS,
+            viewport={"width": 1400, "height": 1000},
+        )
     except Error as error:
         driver.stop()
         missing_browser(f"Chromium at {CHROMIUM} does not start ({error.message.splitlines()[0]})")

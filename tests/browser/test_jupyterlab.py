@@ -34,6 +34,7 @@ HARMLESS_CONSOLE_ERRORS: list[re.Pattern] = []
 
 # --- reading the notebooks -----------------------------------------------------------------------
 
+
 def notebook_cells(notebook: str) -> list[dict]:
     """The cells of notebooks/`notebook` as committed."""
     return json.loads((NOTEBOOKS / notebook).read_text())["cells"]
@@ -41,25 +42,35 @@ def notebook_cells(notebook: str) -> list[dict]:
 
 def cell_index(notebook: str, source_start: str) -> int:
     """The index of the one code cell of `notebook` whose source starts with `source_start`."""
-    found = [i for i, cell in enumerate(notebook_cells(notebook))
-             if cell["cell_type"] == "code" and "".join(cell["source"]).startswith(source_start)]
+    found = [
+        i
+        for i, cell in enumerate(notebook_cells(notebook))
+        if cell["cell_type"] == "code" and "".join(cell["source"]).startswith(source_start)
+    ]
     assert len(found) == 1, f"expected one code cell of {notebook} starting {source_start!r}, found {found}"
     return found[0]
 
 
 def saved_text(notebook: str, index: int) -> str:
     """The text a code cell printed, as committed."""
-    return "".join("".join(output["text"]) for output in notebook_cells(notebook)[index]["outputs"]
-                   if output["output_type"] == "stream")
+    return "".join(
+        "".join(output["text"])
+        for output in notebook_cells(notebook)[index]["outputs"]
+        if output["output_type"] == "stream"
+    )
 
 
 def saved_image_count(notebook: str) -> int:
     """How many PNG pictures the committed outputs of `notebook` hold."""
-    return sum("image/png" in output.get("data", {})
-               for cell in notebook_cells(notebook) for output in cell.get("outputs", []))
+    return sum(
+        "image/png" in output.get("data", {})
+        for cell in notebook_cells(notebook)
+        for output in cell.get("outputs", [])
+    )
 
 
 # --- driving JupyterLab --------------------------------------------------------------------------
+
 
 def wait_until_open(page: Page, notebook: str) -> Locator:
     """Wait until the visible notebook shows all the cells of `notebook` and its kernel is idle.
@@ -69,8 +80,9 @@ def wait_until_open(page: Page, notebook: str) -> Locator:
     panel = page.locator(".jp-NotebookPanel:visible")
     cells = panel.locator(".jp-Notebook-cell")
     expect(cells).to_have_count(len(notebook_cells(notebook)), timeout=OPEN_TIMEOUT_MS)
-    expect(panel.locator(".jp-Notebook-ExecutionIndicator")).to_have_attribute("data-status", "idle",
-                                                                               timeout=OPEN_TIMEOUT_MS)
+    expect(panel.locator(".jp-Notebook-ExecutionIndicator")).to_have_attribute(
+        "data-status", "idle", timeout=OPEN_TIMEOUT_MS
+    )
     return cells
 
 
@@ -161,6 +173,7 @@ def assert_no_console_errors(console_errors: list[str]) -> None:
 
 # --- the tests -----------------------------------------------------------------------------------
 
+
 def test_notebook_00_opens_with_its_saved_text_and_pictures(page, lab, console_errors):
     notebook = "00_setup_and_tour.ipynb"
     cells = open_notebook(page, lab, notebook)
@@ -194,8 +207,11 @@ def test_notebook_04_temperature_slider_redraws_the_plot(page, lab, console_erro
     notebook = "04_sampling.ipynb"
     cells = open_notebook(page, lab, notebook)
     explorer_cell = cell_index(notebook, "widgets.sampling_explorer(")
-    run_cells(page, cells, [cell_index(notebook, "import labkit"), cell_index(notebook, "def next_logits("),
-                            explorer_cell])  # the imports and model, the prompts, the explorer
+    run_cells(
+        page,
+        cells,
+        [cell_index(notebook, "import labkit"), cell_index(notebook, "def next_logits("), explorer_cell],
+    )  # the imports and model, the prompts, the explorer
     explorer = cells.nth(explorer_cell).locator(".jp-OutputArea")
     assert_temperature_slider_redraws(explorer)
     assert_no_console_errors(console_errors)
@@ -205,8 +221,15 @@ def test_notebook_02_stepper_steps_through_the_generation(page, lab, console_err
     notebook = "02_the_generation_loop.ipynb"
     cells = open_notebook(page, lab, notebook)
     stepper_cell = cell_index(notebook, "widgets.generation_stepper(")
-    run_cells(page, cells, [cell_index(notebook, "import matplotlib"),
-                            cell_index(notebook, 'question = "What is the capital of France?"'), stepper_cell])
+    run_cells(
+        page,
+        cells,
+        [
+            cell_index(notebook, "import matplotlib"),
+            cell_index(notebook, 'question = "What is the capital of France?"'),
+            stepper_cell,
+        ],
+    )
     stepper = cells.nth(stepper_cell).locator(".jp-OutputArea")
     step, image = slider(stepper, "step"), stepper.locator("img")
     status = stepper.locator(".widget-html").filter(has_text=re.compile(r"step \d+ of \d+"))
@@ -226,8 +249,15 @@ def test_notebook_08_bits_slider_redraws_the_error_histogram(page, lab, console_
     notebook = "08_quantization.ipynb"
     cells = open_notebook(page, lab, notebook)
     slider_cell = cell_index(notebook, "quant_plots.quant_slider(weight)")
-    run_cells(page, cells, [cell_index(notebook, "import matplotlib"),
-                            cell_index(notebook, "weight = model.model.layers[3]"), slider_cell])
+    run_cells(
+        page,
+        cells,
+        [
+            cell_index(notebook, "import matplotlib"),
+            cell_index(notebook, "weight = model.model.layers[3]"),
+            slider_cell,
+        ],
+    )
     quant = cells.nth(slider_cell).locator(".jp-OutputArea")
     bits, summary, image = slider(quant, "bits"), quant.locator(".widget-html"), quant.locator("img")
     expect(summary).to_contain_text("4.25 bits per weight")  # int4 in groups of 64: 4 + 16/64

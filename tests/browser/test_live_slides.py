@@ -59,17 +59,28 @@ def present(tmp_path_factory) -> Iterator[str]:
     """`make present` on a free port of 127.0.0.1 (its set-up steps taken as done: the test suite runs
     after them); yields the server's address."""
     if not (VENDOR / ".complete").exists():
-        message = "slides/vendor/ is missing: run `make slides-vendor` once (it unpacks reveal.js & co. from npm)"
+        message = (
+            "slides/vendor/ is missing: run `make slides-vendor` once (it unpacks reveal.js & co. from npm)"
+        )
         if os.environ.get("CI") == "true":
             pytest.fail(f"the live-slides test must run in CI, but {message}", pytrace=False)
         pytest.skip(message)
     port = free_port()
     log = tmp_path_factory.mktemp("present") / "voila.log"
-    command = ["make", "--no-print-directory", "-o", "cache", "-o", "slides/vendor/.complete", "present",
-               f"PRESENT_OPTIONS=--port={port} --Voila.ip=127.0.0.1"]
+    command = [
+        "make",
+        "--no-print-directory",
+        "-o",
+        "cache",
+        "-o",
+        "slides/vendor/.complete",
+        "present",
+        f"PRESENT_OPTIONS=--port={port} --Voila.ip=127.0.0.1",
+    ]
     with log.open("wb") as output:
-        process = subprocess.Popen(command, cwd=ROOT, stdout=output, stderr=subprocess.STDOUT,
-                                   start_new_session=True)  # its own process group, stopped as one
+        process = subprocess.Popen(
+            command, cwd=ROOT, stdout=output, stderr=subprocess.STDOUT, start_new_session=True
+        )  # its own process group, stopped as one
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + START_TIMEOUT_S
     while True:
@@ -96,8 +107,9 @@ def test_notebook_04_live_slides_temperature_slider_redraws_the_plot(page, prese
     expect(page.locator(".reveal.ready")).to_be_attached()
     cells = json.loads((ROOT / "notebooks" / NOTEBOOK).read_text())["cells"]
     sections = page.locator(".reveal .slides > section")
-    expect(sections).to_have_count(sum(c["metadata"].get("slideshow", {}).get("slide_type") == "slide"
-                                       for c in cells))
+    expect(sections).to_have_count(
+        sum(c["metadata"].get("slideshow", {}).get("slide_type") == "slide" for c in cells)
+    )
     expect(page.locator(".reveal .slides > section.present h1").first).to_contain_text("04 · Sampling")
     expect(page.locator(".reveal mjx-container").first).to_be_attached()  # the formulas are typeset
 
@@ -117,5 +129,7 @@ def test_notebook_04_live_slides_temperature_slider_redraws_the_plot(page, prese
 
     remote = [url for url in requests if not url.startswith(LOCAL_PREFIXES)]
     assert not remote, f"requests left the machine: {remote}"
-    assert any(url.endswith(FONT_AWESOME_CSS) for url in requests), "Font Awesome did not come from slides/vendor/"
+    assert any(url.endswith(FONT_AWESOME_CSS) for url in requests), (
+        "Font Awesome did not come from slides/vendor/"
+    )
     assert_no_console_errors(console_errors)

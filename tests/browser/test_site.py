@@ -18,9 +18,22 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 AXE = ROOT / "build" / "vendor" / "axe-core-4.14.1" / "axe.min.js"  # the version the Makefile pins
 LOCAL_SCHEMES = ("file:", "data:", "blob:", "about:")
 PAGES = ["02_the_generation_loop", "04_sampling", "10_batching"]
-SEARCHED = ["tokenizer", "beam search", "temperature", "KV cache", "prefill", "quantization", "NF4",
-            "speculative decoding", "continuous batching", "goodput"]
-PHONE = {"width": 375, "height": 812}  # a phone's screen in CSS pixels (an iPhone's, the narrowest common one)
+SEARCHED = [
+    "tokenizer",
+    "beam search",
+    "temperature",
+    "KV cache",
+    "prefill",
+    "quantization",
+    "NF4",
+    "speculative decoding",
+    "continuous batching",
+    "goodput",
+]
+PHONE = {
+    "width": 375,
+    "height": 812,
+}  # a phone's screen in CSS pixels (an iPhone's, the narrowest common one)
 # What a reader could scroll sideways: the document, or a box around the article that scrolls (Furo's
 # .content does, and the document does not); wide code and tables scroll inside their own boxes, which is fine.
 SIDEWAYS_SCROLL = """() => {
@@ -40,8 +53,10 @@ def site(course_site) -> Path:
 def axe_violations(tab, axe: Path) -> list[dict]:
     """axe-core's violations on the tab's page: [{id, impact, nodes}] (nodes: how many elements)."""
     tab.add_script_tag(path=str(axe))
-    return tab.evaluate("async () => (await axe.run(document)).violations"
-                        ".map(v => ({id: v.id, impact: v.impact, nodes: v.nodes.length}))")
+    return tab.evaluate(
+        "async () => (await axe.run(document)).violations"
+        ".map(v => ({id: v.id, impact: v.impact, nodes: v.nodes.length}))"
+    )
 
 
 @pytest.fixture
@@ -78,7 +93,9 @@ def test_the_offline_search_finds_a_course_term_where_it_is_taught(tab, site, te
     tab.goto((site / "search.html").as_uri() + f"?q={term.replace(' ', '+')}")
     results = tab.locator("#search-results ul.search li a")
     results.first.wait_for(timeout=20_000)
-    hrefs = [href.split("?")[0].split("#")[0] for href in results.evaluate_all("links => links.map(a => a.href)")]
+    hrefs = [
+        href.split("?")[0].split("#")[0] for href in results.evaluate_all("links => links.map(a => a.href)")
+    ]
     assert (site / f"{GLOSSARY[term].notebook}.html").as_uri() in hrefs
     results.first.click()
     tab.wait_for_load_state()
@@ -89,14 +106,20 @@ def test_the_offline_search_finds_a_course_term_where_it_is_taught(tab, site, te
 def test_a_glossary_link_opens_the_notebook_at_the_section_that_teaches_the_term(tab, site):
     entry = GLOSSARY["KV cache"]
     tab.goto((site / "glossary.html").as_uri())
-    tab.locator("dt", has=tab.get_by_text("KV cache", exact=True)).locator("xpath=following-sibling::dd[1]//a").click()
+    tab.locator("dt", has=tab.get_by_text("KV cache", exact=True)).locator(
+        "xpath=following-sibling::dd[1]//a"
+    ).click()
     tab.wait_for_load_state()
     anchor = tab.url.split("#")[1]
     assert tab.url.split("#")[0] == (site / f"{entry.notebook}.html").as_uri()
     assert tab.locator(f"section[id='{anchor}'] > h2").first.inner_text().startswith(entry.section)
     # The browser scrolls to the section once the images above it have their heights: wait for that.
-    tab.wait_for_function("id => { const top = document.getElementById(id).getBoundingClientRect().top;"
-                          " return top >= 0 && top < window.innerHeight / 2; }", arg=anchor, timeout=20_000)
+    tab.wait_for_function(
+        "id => { const top = document.getElementById(id).getBoundingClientRect().top;"
+        " return top >= 0 && top < window.innerHeight / 2; }",
+        arg=anchor,
+        timeout=20_000,
+    )
 
 
 def test_axe_finds_no_violation_on_any_page(tab, site, record_property, site_vendor):

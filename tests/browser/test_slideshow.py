@@ -61,9 +61,16 @@ ON_SCREEN = re.compile(r"\bjp-deck-mod-onscreen\b")
 
 def deck_notebook() -> dict:
     """CELLS as an nbformat 4 notebook with a Python kernel."""
-    cells = [{"cell_type": kind, "id": f"cell-{index}", "metadata": {"slideshow": {"slide_type": slide_type}},
-              "source": source, **({"execution_count": None, "outputs": []} if kind == "code" else {})}
-             for index, (kind, slide_type, source) in enumerate(CELLS)]
+    cells = [
+        {
+            "cell_type": kind,
+            "id": f"cell-{index}",
+            "metadata": {"slideshow": {"slide_type": slide_type}},
+            "source": source,
+            **({"execution_count": None, "outputs": []} if kind == "code" else {}),
+        }
+        for index, (kind, slide_type, source) in enumerate(CELLS)
+    ]
     for cell in cells[SOLUTION_HEADING:]:
         mark_solution(cell)  # as labkit.course.solutions marks the course's: a tag and slide type skip
     kernel = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
@@ -92,8 +99,9 @@ def test_deck_mode_presents_the_notebook_and_its_slider_reruns(page, lab, consol
     expect(cells).to_have_count(len(CELLS), timeout=OPEN_TIMEOUT_MS)
     # The status bar, not the toolbar's execution indicator: that reads "idle" before a kernel is attached,
     # and a cell run then does nothing.
-    expect(page.locator(".jp-StatusBar-Widget")).to_contain_text("Python 3 (ipykernel) | Idle",
-                                                                 timeout=OPEN_TIMEOUT_MS)
+    expect(page.locator(".jp-StatusBar-Widget")).to_contain_text(
+        "Python 3 (ipykernel) | Idle", timeout=OPEN_TIMEOUT_MS
+    )
     # Run the slider's cell (not with run_cells: interact's Output widget nests a second output area).
     prompt = cells.nth(SLIDER).locator(".jp-InputPrompt")
     prompt.click()
@@ -139,8 +147,9 @@ def test_deck_mode_presents_the_notebook_and_its_slider_reruns(page, lab, consol
     expect(panel).not_to_have_class(re.compile(r"\bjp-Deck\b"))
     expect(cells.nth(SKIPPED)).to_be_visible()
 
-    assert any(url.startswith(f"{lab.url}/lab/extensions/jupyterlab-slideshow/") for url in requests), \
+    assert any(url.startswith(f"{lab.url}/lab/extensions/jupyterlab-slideshow/") for url in requests), (
         "jupyterlab-slideshow was not loaded from the local JupyterLab"
+    )
     remote = [url for url in requests if not url.startswith(allowed)]
     assert not remote, f"requests left the local JupyterLab: {remote}"
     assert_no_console_errors(console_errors)

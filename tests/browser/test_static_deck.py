@@ -27,8 +27,24 @@ def deck(tmp_path_factory) -> Path:
         pytest.skip(message)
     folder = tmp_path_factory.mktemp("deck")
     (folder / "vendor").symlink_to(VENDOR)
-    subprocess.run([sys.executable, "-m", "jupyter", "nbconvert", "--config", "slides/offline_decks.py", "--to",
-                    "slides", "--output-dir", str(folder), str(NOTEBOOK)], check=True, capture_output=True, cwd=ROOT)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "jupyter",
+            "nbconvert",
+            "--config",
+            "slides/offline_decks.py",
+            "--to",
+            "slides",
+            "--output-dir",
+            str(folder),
+            str(NOTEBOOK),
+        ],
+        check=True,
+        capture_output=True,
+        cwd=ROOT,
+    )
     return folder / f"{NOTEBOOK.stem}.slides.html"
 
 
@@ -41,10 +57,16 @@ def test_a_static_deck_renders_offline(browser_context, deck):
     try:
         page.goto(deck.as_uri())
         page.locator(".reveal.ready").wait_for(timeout=30_000)  # reveal.js loaded through require.js
-        page.locator(".MathJax_CHTML").first.wait_for(state="attached", timeout=30_000)  # MathJax typeset the formulas
-        page.locator(".widget-slider").first.wait_for(state="attached", timeout=30_000)  # widgets drawn from saved state
-        slides = sum(cell["metadata"].get("slideshow", {}).get("slide_type") == "slide"
-                     for cell in json.loads(NOTEBOOK.read_text())["cells"])
+        page.locator(".MathJax_CHTML").first.wait_for(
+            state="attached", timeout=30_000
+        )  # MathJax typeset the formulas
+        page.locator(".widget-slider").first.wait_for(
+            state="attached", timeout=30_000
+        )  # widgets drawn from saved state
+        slides = sum(
+            cell["metadata"].get("slideshow", {}).get("slide_type") == "slide"
+            for cell in json.loads(NOTEBOOK.read_text())["cells"]
+        )
         assert page.locator(".reveal .slides > section").count() >= slides
     finally:
         page.close()

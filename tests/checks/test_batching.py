@@ -11,9 +11,14 @@ from labkit.checks.batching import BATCH_LIMITS
 def test_kv_blocks(capsys):
     lengths, size = [37, 5, 16, 71], 16
     assert checks.check_kv_blocks(3 + 1 + 1 + 5, lengths, size)  # the worked solution: ceil per sequence
-    for wrong, hint in [(math.ceil(129 / 16), "round up each sequence on its own"), (2 + 0 + 1 + 4, "round up, not down"),
-                        (129, "number of tokens"), (129 / 16, "whole blocks"), (11, "is not it"),
-                        ("ten", "give a number")]:
+    for wrong, hint in [
+        (math.ceil(129 / 16), "round up each sequence on its own"),
+        (2 + 0 + 1 + 4, "round up, not down"),
+        (129, "number of tokens"),
+        (129 / 16, "whole blocks"),
+        (11, "is not it"),
+        ("ten", "give a number"),
+    ]:
         assert not checks.check_kv_blocks(wrong, lengths, size)
         assert hint in capsys.readouterr().out
     assert not checks.check_kv_blocks(None, lengths, size)
@@ -32,7 +37,10 @@ def test_wasted_slots(capsys):
     wrongs = [
         (lambda p, o: sum(max(o) - x for x in o), "not the prompts' padding"),
         (lambda p, o: sum(max(p) - x for x in p), "not the idle decode slots"),
-        (lambda p, o: sum(max(a + b for a, b in zip(p, o)) - a - b for a, b in zip(p, o)), "padded separately"),
+        (
+            lambda p, o: sum(max(a + b for a, b in zip(p, o)) - a - b for a, b in zip(p, o)),
+            "padded separately",
+        ),
         (lambda p, o: 0, "Add two counts"),
         (lambda p, o: 1 / 0, "raised ZeroDivisionError"),
     ]
@@ -69,14 +77,20 @@ def ignores_seats(prompt_lengths, free_blocks, block_size, free_seats):
 
 
 def rounds_down(prompt_lengths, free_blocks, block_size, free_seats):
-    return admit([(p // block_size) * block_size for p in prompt_lengths], free_blocks, block_size, free_seats)
+    return admit(
+        [(p // block_size) * block_size for p in prompt_lengths], free_blocks, block_size, free_seats
+    )
 
 
 def test_fcfs_admission(capsys):
     assert checks.check_fcfs_admission(admit)
     assert "Correct" in capsys.readouterr().out
-    for fn, hint in [(skips_ahead, "FIRST request that does not fit"), (ignores_seats, "at most free_seats"),
-                     (rounds_down, "ceil(n / block_size)"), (lambda *a: [], "gave []")]:
+    for fn, hint in [
+        (skips_ahead, "FIRST request that does not fit"),
+        (ignores_seats, "at most free_seats"),
+        (rounds_down, "ceil(n / block_size)"),
+        (lambda *a: [], "gave []"),
+    ]:
         assert not checks.check_fcfs_admission(fn)
         assert hint in capsys.readouterr().out
     assert not checks.check_fcfs_admission(lambda *a: 1 / 0)
@@ -85,8 +99,10 @@ def test_fcfs_admission(capsys):
     assert "Not attempted yet" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("step_64_s, limited_by", [(0.055, "shared work"), (0.08, "both"), (0.095, "per-row work"),
-                                                   (0.11, "per-row work")])
+@pytest.mark.parametrize(
+    "step_64_s, limited_by",
+    [(0.055, "shared work"), (0.08, "both"), (0.095, "per-row work"), (0.11, "per-row work")],
+)
 def test_batch_gain_is_the_ratio_of_measured_rates_and_a_checked_reading(capsys, step_64_s, limited_by):
     step_32_s = 0.05
     gain = (64 / step_64_s) / (32 / step_32_s)
@@ -98,9 +114,13 @@ def test_batch_gain_is_the_ratio_of_measured_rates_and_a_checked_reading(capsys,
         assert "does not fit your measurement" in capsys.readouterr().out
     assert not checks.check_batch_gain(gain, "memory", step_32_s, step_64_s)
     assert "choose one of" in capsys.readouterr().out
-    for wrong, hint in [(step_64_s / step_32_s, "how much longer the step got"), (1 / gain, "upside down"),
-                        (100 * gain, "not a percentage"), ("twice", "give a number"),
-                        (gain * 1.5, "not what your two measurements give")]:
+    for wrong, hint in [
+        (step_64_s / step_32_s, "how much longer the step got"),
+        (1 / gain, "upside down"),
+        (100 * gain, "not a percentage"),
+        ("twice", "give a number"),
+        (gain * 1.5, "not what your two measurements give"),
+    ]:
         assert not checks.check_batch_gain(wrong, limited_by, step_32_s, step_64_s, rows=32, more_rows=64)
         assert hint in capsys.readouterr().out
     assert not checks.check_batch_gain(None, limited_by, step_32_s, step_64_s)

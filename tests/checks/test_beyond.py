@@ -31,7 +31,9 @@ def test_mirostat_step_with_labkit_pieces_does_not_count(capsys):
 
 
 def test_mbr_select_of_labkit_does_not_count(capsys):
-    assert not checks.check_mbr_select(lambda candidates, similarity: candidates[mbr_select(candidates, similarity)[0]])
+    assert not checks.check_mbr_select(
+        lambda candidates, similarity: candidates[mbr_select(candidates, similarity)[0]]
+    )
     assert "does not count" in capsys.readouterr().out
 
 

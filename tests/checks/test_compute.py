@@ -41,9 +41,12 @@ def my_vote(texts):
 
 def test_the_vote_passes_when_written_and_not_when_borrowed(capsys):
     assert said(capsys, checks.check_majority_vote, my_vote)[0]
-    for borrowed in (majority_answer, lambda t: majority_answer(t),
-                     lambda t: Counter(map(extract_answer, t)).most_common(1)[0][0],
-                     lambda t: self_consistency([Sample(x, extract_answer(x), 1, 0.0) for x in t])):
+    for borrowed in (
+        majority_answer,
+        lambda t: majority_answer(t),
+        lambda t: Counter(map(extract_answer, t)).most_common(1)[0][0],
+        lambda t: self_consistency([Sample(x, extract_answer(x), 1, 0.0) for x in t]),
+    ):
         passed, out = said(capsys, checks.check_majority_vote, borrowed)
         assert not passed and OWN in out
 
@@ -80,10 +83,14 @@ def test_copy_on_write_is_judged_by_what_each_sequence_reads(capsys):
     assert not passed and OWN in out
 
 
-@pytest.mark.parametrize("greedy, voted, sampled, why", [
-    (Accuracy(5, 60), Accuracy(4, 60), Accuracy(27, 60), "outvoted"),
-    (Accuracy(5, 60), Accuracy(30, 60), Accuracy(40, 60), "voting works"),
-    (Accuracy(5, 60), Accuracy(6, 60), Accuracy(9, 60), "rarely sampled")])
+@pytest.mark.parametrize(
+    "greedy, voted, sampled, why",
+    [
+        (Accuracy(5, 60), Accuracy(4, 60), Accuracy(27, 60), "outvoted"),
+        (Accuracy(5, 60), Accuracy(30, 60), Accuracy(40, 60), "voting works"),
+        (Accuracy(5, 60), Accuracy(6, 60), Accuracy(9, 60), "rarely sampled"),
+    ],
+)
 def test_the_reason_follows_the_three_accuracies(greedy, voted, sampled, why):
     assert why_voting(voted, greedy, sampled) == why and why in WHY
 
@@ -92,9 +99,13 @@ def test_the_frontier_reading_takes_points_interval_and_reason_in_turn(capsys):
     greedy, voted, sampled = Accuracy(5, 60), Accuracy(4, 60), Accuracy(27, 60)
     gain = 100 * (voted.rate - greedy.rate)
     assert said(capsys, checks.check_frontier_reading, gain, False, "outvoted", greedy, voted, sampled)[0]
-    passed, out = said(capsys, checks.check_frontier_reading, gain / 100, False, "outvoted", greedy, voted, sampled)
+    passed, out = said(
+        capsys, checks.check_frontier_reading, gain / 100, False, "outvoted", greedy, voted, sampled
+    )
     assert not passed and "percentage points" in out
     passed, out = said(capsys, checks.check_frontier_reading, gain, True, "outvoted", greedy, voted, sampled)
     assert not passed and "compare the intervals" in out
-    passed, out = said(capsys, checks.check_frontier_reading, gain, False, "rarely sampled", greedy, voted, sampled)
+    passed, out = said(
+        capsys, checks.check_frontier_reading, gain, False, "rarely sampled", greedy, voted, sampled
+    )
     assert not passed and "does not fit your measurement" in out

@@ -42,8 +42,10 @@ def test_beam_step_hints_grow(capsys):
 @pytest.fixture(scope="module")
 def searches(tiny_hf, tokenizer):
     """The best hypotheses of the 4-beam, 30-token search of PROMPT, without and with repeats blocked."""
-    return tuple(beam_search(tiny_hf, tokenizer, PROMPT, num_beams=4, max_new_tokens=30, **extra).best
-                 for extra in ({}, {"no_repeat_ngram_size": 3}))
+    return tuple(
+        beam_search(tiny_hf, tokenizer, PROMPT, num_beams=4, max_new_tokens=30, **extra).best
+        for extra in ({}, {"no_repeat_ngram_size": 3})
+    )
 
 
 def test_blocking_cost_accepts_only_the_real_blocked_search(tiny_hf, tokenizer, searches, capsys):
@@ -54,7 +56,9 @@ def test_blocking_cost_accepts_only_the_real_blocked_search(tiny_hf, tokenizer, 
     assert "Not attempted" in capsys.readouterr().out
     assert checks.check_blocking_cost(ratio, looping, blocked, *args)
     assert "nats" in capsys.readouterr().out
-    made_up = Hypothesis(blocked.token_ids, blocked.logprob - 3.0, blocked.score)  # an invented log-probability
+    made_up = Hypothesis(
+        blocked.token_ids, blocked.logprob - 3.0, blocked.score
+    )  # an invented log-probability
     for wrong in (made_up, looping, blocked.logprob):
         gap = looping.logprob - getattr(wrong, "logprob", wrong)
         assert not checks.check_blocking_cost(math.exp(gap), looping, wrong, *args)

@@ -33,8 +33,13 @@ def test_decode_bound(capsys):
     right = 50e9 / (8e9 * 4.5 / 8)
     assert checks.check_decode_bound(right, params_b=8.0, bits_per_weight=4.5, bandwidth_gb_s=50)
     assert "11.1 tokens/s" in capsys.readouterr().out
-    hints = {right / 8: "divide the bits per weight by 8", 1 / right: "upside down",
-             right * 1.073741824: "GB = 1e9", 3.0: "is not it", "fast": "give a number"}
+    hints = {
+        right / 8: "divide the bits per weight by 8",
+        1 / right: "upside down",
+        right * 1.073741824: "GB = 1e9",
+        3.0: "is not it",
+        "fast": "give a number",
+    }
     for answer, hint in hints.items():
         assert not checks.check_decode_bound(answer, params_b=8.0, bits_per_weight=4.5, bandwidth_gb_s=50)
         assert hint in capsys.readouterr().out
@@ -62,9 +67,13 @@ def test_thread_speedup_is_the_ratio_of_measured_rates_and_a_checked_reading(cap
     for other in set(THREAD_LIMITS) - {limited_by}:
         assert not checks.check_thread_speedup(two_threads / 135.0, other, rates)
         assert "does not fit your measurement" in capsys.readouterr().out
-    for wrong, hint in [(135.0 / two_threads, "upside down"), (100 * two_threads / 135.0, "not a percentage"),
-                        (two_threads - 135.0, "difference in tokens/s"), ("twice", "give a number"),
-                        (two_threads / 135.0 * 1.3, "not what your two measurements give")]:
+    for wrong, hint in [
+        (135.0 / two_threads, "upside down"),
+        (100 * two_threads / 135.0, "not a percentage"),
+        (two_threads - 135.0, "difference in tokens/s"),
+        ("twice", "give a number"),
+        (two_threads / 135.0 * 1.3, "not what your two measurements give"),
+    ]:
         assert not checks.check_thread_speedup(wrong, limited_by, rates)
         assert hint in capsys.readouterr().out
     assert not checks.check_thread_speedup(None, limited_by, rates)

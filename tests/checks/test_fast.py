@@ -19,16 +19,20 @@ def accepted_guesses(guesses, chosen):  # the worked solution
     accepted = 0
     while accepted < len(guesses) and guesses[accepted] == chosen[accepted]:
         accepted += 1
-    return accepted, chosen[:accepted + 1]
+    return accepted, chosen[: accepted + 1]
 
 
 def test_bandwidth_use(capsys):
     assert checks.check_bandwidth_use(bandwidth_use)
     assert "Correct" in capsys.readouterr().out
-    hints = {lambda b, r, w: 100 * b * r / w: "percentage", lambda b, r, w: w / (b * r): "upside down",
-             lambda b, r, w: b / w: "left out the tokens/s", lambda b, r, w: b * r: "which is not it",
-             lambda b, r, w: f"{b * r / w:.0%}": "should return a number",
-             lambda b, r, w: b / 0: "raised ZeroDivisionError"}
+    hints = {
+        lambda b, r, w: 100 * b * r / w: "percentage",
+        lambda b, r, w: w / (b * r): "upside down",
+        lambda b, r, w: b / w: "left out the tokens/s",
+        lambda b, r, w: b * r: "which is not it",
+        lambda b, r, w: f"{b * r / w:.0%}": "should return a number",
+        lambda b, r, w: b / 0: "raised ZeroDivisionError",
+    }
     for wrong, hint in hints.items():
         assert not checks.check_bandwidth_use(wrong)
         assert hint in capsys.readouterr().out
@@ -45,15 +49,20 @@ def test_break_even_tokens():
 def test_compile_break_even(capsys):
     assert checks.check_compile_break_even(compile_break_even)
     assert "Correct" in capsys.readouterr().out
-    assert checks.check_compile_break_even(lambda s, e, c: math.ceil(compile_break_even(s, e, c))
-                                           if c > e else math.inf)  # whole tokens are fine
+    assert checks.check_compile_break_even(
+        lambda s, e, c: math.ceil(compile_break_even(s, e, c)) if c > e else math.inf
+    )  # whole tokens are fine
     capsys.readouterr()
-    hints = {lambda s, e, c: s / (c - e): "subtracted tokens per second",
-             lambda s, e, c: s / (1 / e - 1 / c): "divided by zero",  # the equal rates case
-             lambda s, e, c: s / (1 / e - 1 / c) if c != e else math.inf: "pays the compile time back",  # slower
-             lambda s, e, c: s / (1 / c - 1 / e): "sign is flipped", lambda s, e, c: (1 / e - 1 / c) / s: "upside down",
-             lambda s, e, c: s * e: "which is not it", lambda s, e, c: None: "should return a number",
-             lambda s, e, c: s / e[0]: "raised TypeError"}
+    hints = {
+        lambda s, e, c: s / (c - e): "subtracted tokens per second",
+        lambda s, e, c: s / (1 / e - 1 / c): "divided by zero",  # the equal rates case
+        lambda s, e, c: s / (1 / e - 1 / c) if c != e else math.inf: "pays the compile time back",  # slower
+        lambda s, e, c: s / (1 / c - 1 / e): "sign is flipped",
+        lambda s, e, c: (1 / e - 1 / c) / s: "upside down",
+        lambda s, e, c: s * e: "which is not it",
+        lambda s, e, c: None: "should return a number",
+        lambda s, e, c: s / e[0]: "raised TypeError",
+    }
     for wrong, hint in hints.items():
         assert not checks.check_compile_break_even(wrong)
         assert hint in capsys.readouterr().out
@@ -67,7 +76,7 @@ def test_accepted_guesses(capsys):
 
     def every_match(guesses, chosen):
         accepted = sum(g == c for g, c in zip(guesses, chosen))
-        return accepted, chosen[:accepted + 1]
+        return accepted, chosen[: accepted + 1]
 
     def no_own_token(guesses, chosen):
         accepted, tokens = accepted_guesses(guesses, chosen)
@@ -75,8 +84,9 @@ def test_accepted_guesses(capsys):
 
     def keeps_guess(guesses, chosen):
         accepted, _ = accepted_guesses(guesses, chosen)
-        return accepted, guesses[:accepted] + chosen[accepted:accepted + 1] if accepted == len(guesses) \
-            else guesses[:accepted + 1]
+        return accepted, guesses[:accepted] + chosen[accepted : accepted + 1] if accepted == len(
+            guesses
+        ) else guesses[: accepted + 1]
 
     def counts_own_token(guesses, chosen):
         accepted, tokens = accepted_guesses(guesses, chosen)
@@ -85,9 +95,14 @@ def test_accepted_guesses(capsys):
     def no_empty_case(guesses, chosen):
         return accepted_guesses(guesses, chosen) if guesses else guesses[0]
 
-    hints = {every_match: "every matching position", no_own_token: "own next token", keeps_guess: "rejected guess",
-             counts_own_token: "not a guess", no_empty_case: "With no guesses",
-             lambda guesses, chosen: len(guesses): "should return a pair"}
+    hints = {
+        every_match: "every matching position",
+        no_own_token: "own next token",
+        keeps_guess: "rejected guess",
+        counts_own_token: "not a guess",
+        no_empty_case: "With no guesses",
+        lambda guesses, chosen: len(guesses): "should return a pair",
+    }
     for wrong, hint in hints.items():
         assert not checks.check_accepted_guesses(wrong)
         assert hint in capsys.readouterr().out
@@ -110,6 +125,7 @@ def loop_in_python(inner):
         q = qx.reshape(k // 32, 32)
         dots = inner(packed & 15, packed >> 4, q[:, :16], q[:, 16:])  # [N, G]
         return (weight.scales.float() * dx * dots + weight.minimums.float() * sx).sum(-1)
+
     return matvec
 
 
@@ -137,10 +153,12 @@ def test_q4_inner_loop_compiles_the_solution_and_skips_without_a_compiler(capsys
 def test_q4_inner_loop_hints(capsys):
     right = loop_in_python(lambda low, high, q0, q1: (low * q0 + high * q1).sum(-1))
     assert checks.judge_matvec(right) and "Correct" in capsys.readouterr().out
-    hints = {"swapped": lambda low, high, q0, q1: (high * q0 + low * q1).sum(-1),
-             "only the low nibbles": lambda low, high, q0, q1: (low * q0).sum(-1),
-             "only the high nibbles": lambda low, high, q0, q1: (high * q1).sum(-1),
-             "off by": lambda low, high, q0, q1: ((low + 16 * high) * q0).sum(-1)}  # the whole byte times q[j]
+    hints = {
+        "swapped": lambda low, high, q0, q1: (high * q0 + low * q1).sum(-1),
+        "only the low nibbles": lambda low, high, q0, q1: (low * q0).sum(-1),
+        "only the high nibbles": lambda low, high, q0, q1: (high * q1).sum(-1),
+        "off by": lambda low, high, q0, q1: ((low + 16 * high) * q0).sum(-1),
+    }  # the whole byte times q[j]
     for hint, inner in hints.items():
         assert not checks.judge_matvec(loop_in_python(inner))
         assert hint in capsys.readouterr().out, hint

@@ -36,8 +36,10 @@ def test_token_count(tokenizer, capsys):
 
 def test_chat_string(tokenizer, capsys):
     messages = [{"role": "user", "content": "Hi"}]
-    right = ("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face"
-             "<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
+    right = (
+        "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face"
+        "<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+    )
     assert checks.check_chat_string(right, tokenizer, messages)
     assert not checks.check_chat_string("<|im_start|>user\nHi<|im_end|>\n", tokenizer, messages)
     assert "differ from character 12" in capsys.readouterr().out
@@ -56,11 +58,15 @@ def test_weight_traffic(tiny_hf, capsys, measured):
     assert "MB per second" in capsys.readouterr().out
     assert not checks.check_weight_traffic(gigabytes, tiny_hf, 20.0)
     assert "once per token" in capsys.readouterr().out
-    assert not checks.check_weight_traffic(gigabytes * 20, tiny_hf, 20.0)  # the number alone is not the exercise
+    assert not checks.check_weight_traffic(
+        gigabytes * 20, tiny_hf, 20.0
+    )  # the number alone is not the exercise
     assert "limited_by" in capsys.readouterr().out
 
 
-def test_weight_traffic_interpretation_is_checked_against_this_machine(tiny_hf, capsys, measured, monkeypatch):
+def test_weight_traffic_interpretation_is_checked_against_this_machine(
+    tiny_hf, capsys, measured, monkeypatch
+):
     traffic = checks.count_parameters(tiny_hf) * 4 * 20.0 / 1e9
     monkeypatch.setattr(foundation, "memory_read_bandwidth", lambda: traffic * 1e9 * 10)  # 10 % of the memory
     assert not checks.check_weight_traffic(traffic, tiny_hf, 20.0, limited_by="memory")

@@ -43,7 +43,7 @@ def test_greedy_loop(smollm2, capsys):
         ids = list(prompt_ids)
         for _ in range(n_tokens):
             ids.append(int(model(torch.tensor([ids])).logits[0, -1].argmax()))
-        return ids[len(prompt_ids):]
+        return ids[len(prompt_ids) :]
 
     def forgets_to_append(model, prompt_ids, n_tokens):
         return [int(model(torch.tensor([prompt_ids])).logits[0, -1].argmax())] * n_tokens
@@ -81,7 +81,9 @@ def test_cache_speedup_checks_the_times_against_its_own_run(tiny_hf, capsys, mon
     assert "other way round" in capsys.readouterr().out
     assert not checks.check_cache_speedup(4.5, 6.0, 1.5, tiny_hf, prompt, gap="grow")
     assert "time saved" in capsys.readouterr().out
-    assert not checks.check_cache_speedup(12.0, 60.0, 5.0, tiny_hf, prompt, gap="grow")  # invented, 10x too slow
+    assert not checks.check_cache_speedup(
+        12.0, 60.0, 5.0, tiny_hf, prompt, gap="grow"
+    )  # invented, 10x too slow
     assert "3 times off" in capsys.readouterr().out
 
 

@@ -11,8 +11,14 @@ def test_kv_cache_bytes(capsys):
     right = 2 * 30 * 3 * 64 * 1000 * 4 * 2
     assert checks.check_kv_cache_bytes(right, smollm2, tokens=1000, batch=4, dtype="fp16")
     assert checks.check_kv_cache_bytes(right, "smollm2-135m", tokens=1000, batch=4, dtype="fp16")
-    for wrong, hint in [(right // 2, "factor 2"), (right * 3, "key/value heads"), (right // 4, "each with its own"),
-                        (right / 1e6, "megabytes"), (right + 1000, "is not it"), ("lots", "give a number")]:
+    for wrong, hint in [
+        (right // 2, "factor 2"),
+        (right * 3, "key/value heads"),
+        (right // 4, "each with its own"),
+        (right / 1e6, "megabytes"),
+        (right + 1000, "is not it"),
+        ("lots", "give a number"),
+    ]:
         assert not checks.check_kv_cache_bytes(wrong, smollm2, tokens=1000, batch=4, dtype="fp16")
         assert hint in capsys.readouterr().out
     assert not checks.check_kv_cache_bytes(None, smollm2, 1000, 4)
@@ -64,8 +70,13 @@ def test_growing_cache(tiny, capsys):
 
 def test_arithmetic_intensity(capsys):
     assert checks.check_arithmetic_intensity(4.0, batch=8, bytes_per_weight=4)
-    for wrong, hint in [(2.0, "2 FLOPs"), (0.25, "not bytes divided by FLOPs"), (0.5, "grow with the batch"),
-                        (16, "not 1"), (7, "is not it")]:
+    for wrong, hint in [
+        (2.0, "2 FLOPs"),
+        (0.25, "not bytes divided by FLOPs"),
+        (0.5, "grow with the batch"),
+        (16, "not 1"),
+        (7, "is not it"),
+    ]:
         assert not checks.check_arithmetic_intensity(wrong, batch=8, bytes_per_weight=4)
         assert hint in capsys.readouterr().out
 
@@ -125,7 +136,9 @@ WITH = [0.05] * 5
 def test_context_token_cost_checks_the_times_and_the_reading(tiny, capsys, monkeypatch):
     from labkit.checks import kvcache
 
-    monkeypatch.setattr(kvcache, "step_seconds_without_cache", lambda *a: 0.5)  # the checker's own step at 256
+    monkeypatch.setattr(
+        kvcache, "step_seconds_without_cache", lambda *a: 0.5
+    )  # the checker's own step at 256
     args = (POSITIONS, WITHOUT, WITH, tiny, None)
     assert not checks.check_context_token_cost(1.7, *args)
     assert "why" in capsys.readouterr().out
@@ -144,6 +157,7 @@ def test_context_token_cost_times_a_step_for_real(tiny, capsys):
     """A made-up step of 100 s fails against the checker's real timing of the tiny model (milliseconds)."""
     prompt = torch.tensor([[1, 504, 3575, 282] * 8])
     invented = [100.0 + p for p in POSITIONS[:2]]
-    assert not checks.check_context_token_cost(1000.0, [16, 32], invented, [0.05, 0.05], tiny, prompt,
-                                               why="shared_pass")
+    assert not checks.check_context_token_cost(
+        1000.0, [16, 32], invented, [0.05, 0.05], tiny, prompt, why="shared_pass"
+    )
     assert "3 times off" in capsys.readouterr().out

@@ -48,7 +48,9 @@ from labkit.models.catalog import fits_here, load_catalog
 from labkit.models.sizing import GB, model_shape
 from labkit.speculative.rule import expected_tokens_per_step
 
-CHECKERS = sorted(name for name in dir(checks) if name.startswith("check_") and callable(getattr(checks, name)))
+CHECKERS = sorted(
+    name for name in dir(checks) if name.startswith("check_") and callable(getattr(checks, name))
+)
 
 Fixture = Callable[[str], Any]  # request.getfixturevalue
 LLAMA_8B = "meta-llama/Llama-3.1-8B-Instruct"
@@ -77,12 +79,17 @@ class Recorder:
         self.fn, self.calls = fn, []
 
     def __call__(self, *args):
-        self.calls.append(tuple(a.clone() if isinstance(a, torch.Tensor) else
-                                list(a) if isinstance(a, list) else a for a in args))
+        self.calls.append(
+            tuple(
+                a.clone() if isinstance(a, torch.Tensor) else list(a) if isinstance(a, list) else a
+                for a in args
+            )
+        )
         return self.fn(*args)
 
 
 # --- the ways a message might write a value ---------------------------------------------------------
+
 
 def number_forms(x: float) -> set[str]:
     if math.isnan(x):
@@ -93,7 +100,9 @@ def number_forms(x: float) -> set[str]:
     if float(x).is_integer():
         forms |= {str(int(x)), f"{int(x):,}"}
     else:  # rounded forms that still say the value (within 5 %), and percentages
-        forms |= {text for d in (1, 2, 3) for text in [f"{x:.{d}f}"] if math.isclose(float(text), x, rel_tol=0.05)}
+        forms |= {
+            text for d in (1, 2, 3) for text in [f"{x:.{d}f}"] if math.isclose(float(text), x, rel_tol=0.05)
+        }
         forms |= {f"{x:.0%}", f"{x:.1%}", f"{x:.2%}"}
     if abs(x) >= 100:
         forms |= {f"{x:,.0f}", f"{x:,.1f}", f"{x:.0f}"}
@@ -167,12 +176,20 @@ def giveaways(text: str, expected: Any, also: Sequence[Any], answer: Any, inputs
     their text is taken out first, and a number that is itself an input is not searched for."""
     for shown_input in sorted(set().union(*(input_texts(i) for i in inputs)), key=len, reverse=True):
         text = text.replace(shown_input, " ")
-    scalar_inputs = set().union(*(number_forms(i) for i in plain(list(inputs))
-                                  if isinstance(i, (int, float)) and not isinstance(i, bool)))
+    scalar_inputs = set().union(
+        *(
+            number_forms(i)
+            for i in plain(list(inputs))
+            if isinstance(i, (int, float)) and not isinstance(i, bool)
+        )
+    )
     forms = forms_of(expected).union(*(forms_of(a) for a in also))
     if isinstance(expected, str):  # a string answer: no 12 characters of it that the student did not write
-        forms |= {expected[i:i + 12] for i in range(len(expected) - 11)
-                  if expected[i:i + 12] not in (answer if isinstance(answer, str) else "")}
+        forms |= {
+            expected[i : i + 12]
+            for i in range(len(expected) - 11)
+            if expected[i : i + 12] not in (answer if isinstance(answer, str) else "")
+        }
     if isinstance(expected, (int, float)) and isinstance(answer, (int, float)) and math.isfinite(expected):
         gap = answer - expected  # "off by +1"
         forms |= {f"{gap:+g}", f"{gap:+,}", f"{gap:+,.1f}"}
@@ -180,6 +197,7 @@ def giveaways(text: str, expected: Any, also: Sequence[Any], answer: Any, inputs
 
 
 # --- right answers (the worked solutions) and plausible wrong ones ----------------------------------------
+
 
 def numeric(right: float, rel_tol: float = 0.0, args: tuple = ()) -> Case:
     """A number: right + 1 (or, with a tolerance, just outside it) and right x 2 are wrong."""
@@ -199,7 +217,7 @@ def greedy(model, prompt_ids, n_tokens, rank=0):
     ids = list(prompt_ids)
     for _ in range(n_tokens):
         ids.append(int(model(torch.tensor([ids])).logits[0, -1].topk(rank + 1).indices[rank]))
-    return ids[len(prompt_ids):]
+    return ids[len(prompt_ids) :]
 
 
 def cached_greedy(model, prompt_ids, n_tokens, rank=0):  # prefill once, then one token per forward pass
@@ -215,22 +233,28 @@ def chat_cases(fixture: Fixture) -> list[Case]:
     chat = [{"role": "user", "content": "Name a prime number."}, {"role": "assistant", "content": "7"}]
     tokenizer = fixture("tokenizer")
     right = tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
-    no_system = right[:12] + right[right.index("<|im_start|>user") + 12:]
-    no_assistant_turn = right[:-len("<|im_start|>assistant\n")]
+    no_system = right[:12] + right[right.index("<|im_start|>user") + 12 :]
+    no_assistant_turn = right[: -len("<|im_start|>assistant\n")]
     return [Case(right, [no_system, right.replace("\n", " ", 3), no_assistant_turn], (tokenizer, chat))]
 
 
 def own_distinct_n(texts, n):  # the student's own: labkit's distinct_n does not count
-    grams = [tuple(w[i:i + n]) for text in texts for w in [text.split()] for i in range(len(w) - n + 1)]
+    grams = [tuple(w[i : i + n]) for text in texts for w in [text.split()] for i in range(len(w) - n + 1)]
     return len(set(grams)) / len(grams) if grams else 0.0
 
 
 def blocking_cases(fixture: Fixture) -> list[Case]:
     """The 4-beam search of a prompt without and with no_repeat_ngram_size=3, on the tiny model."""
     model, tokenizer, prompt = fixture("tiny_hf"), fixture("tokenizer"), [1, 504, 3575]
-    looping, blocked = (beam_search(model, tokenizer, prompt, num_beams=4, max_new_tokens=30, **extra).best
-                        for extra in ({}, {"no_repeat_ngram_size": 3}))
-    return [numeric(math.exp(looping.logprob - blocked.logprob), 0.02, (looping, blocked, model, tokenizer, prompt))]
+    looping, blocked = (
+        beam_search(model, tokenizer, prompt, num_beams=4, max_new_tokens=30, **extra).best
+        for extra in ({}, {"no_repeat_ngram_size": 3})
+    )
+    return [
+        numeric(
+            math.exp(looping.logprob - blocked.logprob), 0.02, (looping, blocked, model, tokenizer, prompt)
+        )
+    ]
 
 
 def top_k(logits, k):
@@ -246,7 +270,9 @@ def top_p(logits, p, include_crossing=True, unsorted_mask=False):
     before = probs.cumsum(-1) - (probs if include_crossing else 0)
     if unsorted_mask:  # the mask in sorted order, applied to the logits in vocabulary order
         return logits.masked_fill(before >= p, -math.inf)
-    return logits.masked_fill(torch.zeros_like(logits, dtype=torch.bool).scatter(-1, order, before >= p), -math.inf)
+    return logits.masked_fill(
+        torch.zeros_like(logits, dtype=torch.bool).scatter(-1, order, before >= p), -math.inf
+    )
 
 
 def kept_count(calls):  # how many tokens the right top-k keeps in the first row
@@ -278,16 +304,28 @@ def growing_cache_class(shared_layers=False, return_new=False):
 
         def advance(self, n_tokens):
             self.length += n_tokens
+
     return GrowingCache
 
 
 def growing_cache_cases(fixture: Fixture) -> list[Case]:
     tiny = fixture("tiny")
     ids = greedy_decode(tiny, torch.tensor([[1, 504, 3575, 282, 4649, 314]]), 8, NoCache())[0]
-    return [Case(growing_cache_class(), [growing_cache_class(shared_layers=True), KVCache], (tiny,),
-                 expected=lambda calls: ids),
-            Case(growing_cache_class(), [growing_cache_class(return_new=True)], (tiny,),
-                 expected=lambda calls: "(1, 2, 4, 4)", also=lambda calls: ["4 keys", "[B, H, 4, D]"])]
+    return [
+        Case(
+            growing_cache_class(),
+            [growing_cache_class(shared_layers=True), KVCache],
+            (tiny,),
+            expected=lambda calls: ids,
+        ),
+        Case(
+            growing_cache_class(),
+            [growing_cache_class(return_new=True)],
+            (tiny,),
+            expected=lambda calls: "(1, 2, 4, 4)",
+            also=lambda calls: ["4 keys", "[B, H, 4, D]"],
+        ),
+    ]
 
 
 def absmax_int8(w, rounding=torch.round):
@@ -307,9 +345,13 @@ Q4_BLOCK[:4] = np.array([0.01, -0.05], dtype=np.float16).view(np.uint8)
 
 def accept_rule(p, q, drafts, generator, flip=False, resample_from_p=False):
     p_x, q_x = p.gather(-1, drafts[:, None]).squeeze(-1), q.gather(-1, drafts[:, None]).squeeze(-1)
-    accepted = torch.rand(p_x.shape, generator=generator) < ((q_x / p_x) if flip else (p_x / q_x)).clamp(max=1)
+    accepted = torch.rand(p_x.shape, generator=generator) < ((q_x / p_x) if flip else (p_x / q_x)).clamp(
+        max=1
+    )
     left = p if resample_from_p else (p - q).clamp(min=0)
-    return accepted, torch.where(accepted, drafts, torch.multinomial(left, 1, generator=generator).squeeze(-1))
+    return accepted, torch.where(
+        accepted, drafts, torch.multinomial(left, 1, generator=generator).squeeze(-1)
+    )
 
 
 def residual(p, q, flip=False):
@@ -321,13 +363,15 @@ def lookup(context, gamma, most_recent=True):
     for n in range(min(3, len(context) - 1), 0, -1):
         starts = range(len(context) - n - 1, -1, -1) if most_recent else range(len(context) - n)
         for start in starts:
-            if context[start:start + n] == context[-n:]:
-                return context[start + n:start + n + gamma]
+            if context[start : start + n] == context[-n:]:
+                return context[start + n : start + n + gamma]
     return []
 
 
 def wasted_slots(prompt_lengths, output_lengths):
-    return sum(max(prompt_lengths) - p for p in prompt_lengths) + sum(max(output_lengths) - o for o in output_lengths)
+    return sum(max(prompt_lengths) - p for p in prompt_lengths) + sum(
+        max(output_lengths) - o for o in output_lengths
+    )
 
 
 def padding_left_out(calls):  # the part an answer without the prompts' padding misses
@@ -355,7 +399,7 @@ def client_metrics(sent_s, arrivals_s, one_token_tpot=math.nan):
 
 def parse_events(raw):  # the student's own: labkit's parse_sse does not count
     payloads = [line[5:].strip() for line in raw.splitlines() if line.startswith("data:")]
-    return [json.loads(p) for p in payloads[:payloads.index("[DONE]") if "[DONE]" in payloads else None]]
+    return [json.loads(p) for p in payloads[: payloads.index("[DONE]") if "[DONE]" in payloads else None]]
 
 
 def parse_events_needing_space(raw):  # misses the events written 'data:{...}'
@@ -367,8 +411,15 @@ def shared_start(a, b, n):  # the student's own: labkit's greedy_agreement does 
 
 
 def step_costs(measured_seconds):  # a float32 step whose matmul kernels outweigh its overhead
-    return StepCosts(ops=2486, op_seconds=2.5e-6, matmul_seconds=0.032, weight_bytes=538_000_000, kv_bytes=1_500_000,
-                     flops=2.7e8, measured_seconds=measured_seconds)
+    return StepCosts(
+        ops=2486,
+        op_seconds=2.5e-6,
+        matmul_seconds=0.032,
+        weight_bytes=538_000_000,
+        kv_bytes=1_500_000,
+        flops=2.7e8,
+        measured_seconds=measured_seconds,
+    )
 
 
 def matches(a, b, n=None):  # every position that matches, not only the shared start
@@ -381,8 +432,9 @@ def surprise_cut(logits, mu):  # the student's own Mirostat v2 cut: labkit's doe
     return logits.masked_fill(remove, -math.inf)
 
 
-def mirostat_step(logits, tau, eta, mu, generator, bits=True, surprise_after_cut=True, sign=1, cut=True,
-                  labkit_cut=False):
+def mirostat_step(
+    logits, tau, eta, mu, generator, bits=True, surprise_after_cut=True, sign=1, cut=True, labkit_cut=False
+):
     probs = ((mirostat_v2_filter if labkit_cut else surprise_cut)(logits, mu) if cut else logits).softmax(-1)
     token = int(sample(probs, generator)[0])
     p = (probs if surprise_after_cut else logits.softmax(-1))[0, token]
@@ -391,8 +443,12 @@ def mirostat_step(logits, tau, eta, mu, generator, bits=True, surprise_after_cut
 
 def mbr_choice(candidates, similarity, with_itself=False, sign=1, mean=sum, swapped=False):
     def agreement(i):
-        return sign * mean(similarity(*((candidates[j], candidates[i]) if swapped else (candidates[i], candidates[j])))
-                           for j in range(len(candidates)) if with_itself or j != i)
+        return sign * mean(
+            similarity(*((candidates[j], candidates[i]) if swapped else (candidates[i], candidates[j])))
+            for j in range(len(candidates))
+            if with_itself or j != i
+        )
+
     return candidates[max(range(len(candidates)), key=lambda i: (agreement(i), -i))]
 
 
@@ -405,11 +461,11 @@ def accepted_guesses(guesses, chosen):
     accepted = 0
     while accepted < len(guesses) and guesses[accepted] == chosen[accepted]:
         accepted += 1
-    return accepted, chosen[:accepted + 1]
+    return accepted, chosen[: accepted + 1]
 
 
 def every_match_accepted(guesses, chosen):
-    return matches(guesses, chosen), chosen[:matches(guesses, chosen) + 1]
+    return matches(guesses, chosen), chosen[: matches(guesses, chosen) + 1]
 
 
 def own_token_counted(guesses, chosen):
@@ -430,19 +486,29 @@ MATVEC_CALLS: list[tuple] = []  # (weight, x) of each call of the stand-in for a
 
 def inner_loop_cases(fixture: Fixture) -> list[Case]:
     """check_q4_inner_loop without a minute of compiling: each C++ loop above maps to what it computes."""
+
     def computing(codes_of):
         def matvec(weight, x):
             MATVEC_CALLS.append((weight, x))
             codes = codes_of(unpack_q4_1(weight.codes))
             return q4_1_linear_reference(x[None], fast_checks.with_codes(weight, codes))[0]
+
         return matvec
 
-    loops = {INNER_LOOP: computing(lambda c: c), CODES_PLUS_ONE: computing(lambda c: c + 1),
-             NIBBLES_SWAPPED: computing(lambda c: c.reshape(len(c), -1, 2, 16).flip(2).reshape(c.shape))}
+    loops = {
+        INNER_LOOP: computing(lambda c: c),
+        CODES_PLUS_ONE: computing(lambda c: c + 1),
+        NIBBLES_SWAPPED: computing(lambda c: c.reshape(len(c), -1, 2, 16).flip(2).reshape(c.shape)),
+    }
     fixture("monkeypatch").setattr(fast_checks, "build_matvec", loops.__getitem__)
     MATVEC_CALLS.clear()
-    return [Case(INNER_LOOP, [NIBBLES_SWAPPED, CODES_PLUS_ONE],
-                 expected=lambda calls: q4_1_linear_reference(MATVEC_CALLS[-1][1][None], MATVEC_CALLS[-1][0])[0])]
+    return [
+        Case(
+            INNER_LOOP,
+            [NIBBLES_SWAPPED, CODES_PLUS_ONE],
+            expected=lambda calls: q4_1_linear_reference(MATVEC_CALLS[-1][1][None], MATVEC_CALLS[-1][0])[0],
+        )
+    ]
 
 
 def memory_needed_gb() -> float:
@@ -454,11 +520,22 @@ PROMPT, CONTINUATION = [1, 504, 3575], [282, 4649]
 TEXT = "Tokenizers split text into pieces."
 TAIL_LOGITS = torch.tensor([0.4, 0.3, 0.15, 0.1, 0.03, 0.02]).log()  # top_p=0.9 cuts the last two
 TAIL_STEPS = [Step(token, "", float(TAIL_LOGITS[token]), None, TAIL_LOGITS) for token in (0, 4, 1, 2)]
-MIROSTAT_RUN = MirostatRun([7] * 14, [MirostatStep(7, s, 12.0, 50) for s in [6.0] * 10 + [2.5, 3.0, 2.0, 3.3]], 5.0)
-POSITIONS = [16, 64, 128, 192, 256]  # step times in seconds without and with a KV cache, 1.7 ms per token of context
+MIROSTAT_RUN = MirostatRun(
+    [7] * 14, [MirostatStep(7, s, 12.0, 50) for s in [6.0] * 10 + [2.5, 3.0, 2.0, 3.3]], 5.0
+)
+POSITIONS = [
+    16,
+    64,
+    128,
+    192,
+    256,
+]  # step times in seconds without and with a KV cache, 1.7 ms per token of context
 STEP_TIMES = (POSITIONS, [0.08 + 0.0017 * p for p in POSITIONS], [0.05 + 0.00001 * p for p in POSITIONS])
 
-def vote(texts, strip_zeros=True, first_wins=True):  # the student's own: labkit's majority_answer does not count
+
+def vote(
+    texts, strip_zeros=True, first_wins=True
+):  # the student's own: labkit's majority_answer does not count
     answers = []
     for text in texts:
         found = re.findall(r"(?<![\w.])[-+]?\d[\d,]*(?:\.\d+)?", text)
@@ -490,119 +567,256 @@ FRONTIER = (Accuracy(5, 60), Accuracy(4, 60), Accuracy(27, 60))  # greedy, the v
 CASES: dict[str, Sequence[Case] | Callable[[Fixture], Sequence[Case]]] = {
     # foundation, notebooks 00-02
     "check_parameter_count": lambda f: [numeric(checks.count_parameters(f("tiny_hf")), args=(f("tiny_hf"),))],
-    "check_model_megabytes": lambda f: [numeric(checks.count_parameters(f("tiny_hf")) * 4 / 1e6, 0.01,
-                                                (f("tiny_hf"),))],
-    "check_token_count": lambda f: [numeric(len(f("tokenizer")(TEXT, add_special_tokens=False)["input_ids"]),
-                                            args=(f("tokenizer"), TEXT))],
+    "check_model_megabytes": lambda f: [
+        numeric(checks.count_parameters(f("tiny_hf")) * 4 / 1e6, 0.01, (f("tiny_hf"),))
+    ],
+    "check_token_count": lambda f: [
+        numeric(len(f("tokenizer")(TEXT, add_special_tokens=False)["input_ids"]), args=(f("tokenizer"), TEXT))
+    ],
     "check_chat_string": chat_cases,
-    "check_next_token_probs": lambda f: [Case(next_token_probs, [flattened_probs], (f("tiny_hf"), f("tokenizer")))],
+    "check_next_token_probs": lambda f: [
+        Case(next_token_probs, [flattened_probs], (f("tiny_hf"), f("tokenizer")))
+    ],
     # a write-exercise: labkit's own loop under another name is a miss too
-    "check_greedy_loop": lambda f: [Case(cached_greedy, [lambda m, ids, n: cached_greedy(m, ids, n, rank=1),
-                                                         greedy,  # right tokens, the whole sequence every step
-                                                         lambda m, ids, n: greedy_decode(
-                                                             m, torch.tensor([ids]), n, NoCache())[0][0].tolist()],
-                                         (f("tiny_hf"), f("tokenizer")))],
-    "check_weight_traffic": lambda f: [  # a memory reading 1 TB/s: 20 tokens/s of the tiny model are not limited by it
-        f("monkeypatch").setattr(foundation_checks, "memory_read_bandwidth", lambda: 1e12),
-        f("monkeypatch").setattr(foundation_checks, "decode_tokens_per_second", lambda model: 20.0),
-        numeric(checks.count_parameters(f("tiny_hf")) * 4 * 20.0 / 1e9, 0.03, (f("tiny_hf"), 20.0, "other"))][2:],
-    "check_context_ratio": lambda f: [numeric(4.0, 0.02, (TEXT, (f("tokenizer"), 32768), (f("tokenizer"), 8192),
-                                                  "context"))],
-    "check_cache_speedup": lambda f: [  # the checker's own re-timing agrees with the student's 6.4 s and 1.6 s
-        f("monkeypatch").setattr(generation_checks, "loop_seconds", lambda *a: (6.0, 1.5)),
-        numeric(6.4 / 1.6, 0.03, (6.4, 1.6, f("tiny_hf"), [1, 504, 3575], 16, "grow"))][1:],
+    "check_greedy_loop": lambda f: [
+        Case(
+            cached_greedy,
+            [
+                lambda m, ids, n: cached_greedy(m, ids, n, rank=1),
+                greedy,  # right tokens, the whole sequence every step
+                lambda m, ids, n: greedy_decode(m, torch.tensor([ids]), n, NoCache())[0][0].tolist(),
+            ],
+            (f("tiny_hf"), f("tokenizer")),
+        )
+    ],
+    "check_weight_traffic": lambda f: (
+        [  # a memory reading 1 TB/s: 20 tokens/s of the tiny model are not limited by it
+            f("monkeypatch").setattr(foundation_checks, "memory_read_bandwidth", lambda: 1e12),
+            f("monkeypatch").setattr(foundation_checks, "decode_tokens_per_second", lambda model: 20.0),
+            numeric(
+                checks.count_parameters(f("tiny_hf")) * 4 * 20.0 / 1e9, 0.03, (f("tiny_hf"), 20.0, "other")
+            ),
+        ][2:]
+    ),
+    "check_context_ratio": lambda f: [
+        numeric(4.0, 0.02, (TEXT, (f("tokenizer"), 32768), (f("tokenizer"), 8192), "context"))
+    ],
+    "check_cache_speedup": lambda f: (
+        [  # the checker's own re-timing agrees with the student's 6.4 s and 1.6 s
+            f("monkeypatch").setattr(generation_checks, "loop_seconds", lambda *a: (6.0, 1.5)),
+            numeric(6.4 / 1.6, 0.03, (6.4, 1.6, f("tiny_hf"), [1, 504, 3575], 16, "grow")),
+        ][1:]
+    ),
     # decoding, notebooks 03-05
-    "check_top_k_filter": [Case(top_k, [top_k_without_ties, lambda logits, k: top_k_filter(logits, k)],
-                                also=kept_count)],
-    "check_top_p_filter": [Case(top_p, [lambda logits, p: top_p(logits, p, include_crossing=False),
-                                        lambda logits, p: top_p(logits, p, unsorted_mask=True),
-                                        lambda logits, p: top_p_filter(logits, p)], also=kept_mass)],
-    "check_sequence_logprob": lambda f: [numeric(continuation_logprob(f("tiny_hf"), PROMPT, CONTINUATION), 1e-3,
-                                                 (f("tiny_hf"), PROMPT, CONTINUATION))],
-    "check_beam_step": [Case(beam_step, [lambda s, lp, k: beam_step(s, lp, k, add_scores=False),
-                                         lambda s, lp, k: labkit_beam_step(s, lp, k)])],
+    "check_top_k_filter": [
+        Case(top_k, [top_k_without_ties, lambda logits, k: top_k_filter(logits, k)], also=kept_count)
+    ],
+    "check_top_p_filter": [
+        Case(
+            top_p,
+            [
+                lambda logits, p: top_p(logits, p, include_crossing=False),
+                lambda logits, p: top_p(logits, p, unsorted_mask=True),
+                lambda logits, p: top_p_filter(logits, p),
+            ],
+            also=kept_mass,
+        )
+    ],
+    "check_sequence_logprob": lambda f: [
+        numeric(
+            continuation_logprob(f("tiny_hf"), PROMPT, CONTINUATION),
+            1e-3,
+            (f("tiny_hf"), PROMPT, CONTINUATION),
+        )
+    ],
+    "check_beam_step": [
+        Case(
+            beam_step,
+            [
+                lambda s, lp, k: beam_step(s, lp, k, add_scores=False),
+                lambda s, lp, k: labkit_beam_step(s, lp, k),
+            ],
+        )
+    ],
     "check_blocking_cost": blocking_cases,
-    "check_distinct_n": [Case(own_distinct_n, [lambda texts, n: sum(own_distinct_n([t], n) for t in texts) / len(texts),
-                                               lambda texts, n: len(set(texts)) / len(texts),
-                                               lambda texts, n: distinct_n(texts, n)])],
-    "check_tail_share": [Case(0.25, [1.25, 0.5, 0.75, 25.0, 0.05], (TAIL_STEPS, 0.9))],  # 1 of 4 steps in the tail
-    "check_mirostat_step": [Case(mirostat_step, [lambda *a: mirostat_step(*a, bits=False),
-                                                 lambda *a: mirostat_step(*a, surprise_after_cut=False),
-                                                 lambda *a: mirostat_step(*a, sign=-1),
-                                                 lambda *a: mirostat_step(*a, cut=False),
-                                                 lambda *a: mirostat_step(*a, labkit_cut=True)])],
-    "check_mbr_select": [Case(mbr_choice, [lambda c, s: mbr_choice(c, s, with_itself=True),
-                                           lambda c, s: mbr_choice(c, s, sign=-1),
-                                           lambda c, s: mbr_choice(c, s, mean=max),
-                                           lambda c, s: mbr_choice(c, s, swapped=True),
-                                           lambda c, s: c.index(mbr_choice(c, s)),
-                                           lambda c, s: c[mbr_select(c, s)[0]]])],
-    "check_mean_surprise": [numeric(2.7, args=(MIROSTAT_RUN, 10, False, "cut_only")),
-                            Case(2.7, [70.8 / 14, 5.0, 2.7 * math.log(2)], (MIROSTAT_RUN, 10, False, "cut_only"))],
+    "check_distinct_n": [
+        Case(
+            own_distinct_n,
+            [
+                lambda texts, n: sum(own_distinct_n([t], n) for t in texts) / len(texts),
+                lambda texts, n: len(set(texts)) / len(texts),
+                lambda texts, n: distinct_n(texts, n),
+            ],
+        )
+    ],
+    "check_tail_share": [
+        Case(0.25, [1.25, 0.5, 0.75, 25.0, 0.05], (TAIL_STEPS, 0.9))
+    ],  # 1 of 4 steps in the tail
+    "check_mirostat_step": [
+        Case(
+            mirostat_step,
+            [
+                lambda *a: mirostat_step(*a, bits=False),
+                lambda *a: mirostat_step(*a, surprise_after_cut=False),
+                lambda *a: mirostat_step(*a, sign=-1),
+                lambda *a: mirostat_step(*a, cut=False),
+                lambda *a: mirostat_step(*a, labkit_cut=True),
+            ],
+        )
+    ],
+    "check_mbr_select": [
+        Case(
+            mbr_choice,
+            [
+                lambda c, s: mbr_choice(c, s, with_itself=True),
+                lambda c, s: mbr_choice(c, s, sign=-1),
+                lambda c, s: mbr_choice(c, s, mean=max),
+                lambda c, s: mbr_choice(c, s, swapped=True),
+                lambda c, s: c.index(mbr_choice(c, s)),
+                lambda c, s: c[mbr_select(c, s)[0]],
+            ],
+        )
+    ],
+    "check_mean_surprise": [
+        numeric(2.7, args=(MIROSTAT_RUN, 10, False, "cut_only")),
+        Case(2.7, [70.8 / 14, 5.0, 2.7 * math.log(2)], (MIROSTAT_RUN, 10, False, "cut_only")),
+    ],
     # KV cache, notebooks 06-07
-    "check_kv_cache_bytes": [numeric(model_shape("smollm2-135m").kv_cache_bytes(4096, 8, "fp16"),
-                                     args=("smollm2-135m", 4096, 8, "fp16"))],
+    "check_kv_cache_bytes": [
+        numeric(
+            model_shape("smollm2-135m").kv_cache_bytes(4096, 8, "fp16"),
+            args=("smollm2-135m", 4096, 8, "fp16"),
+        )
+    ],
     "check_growing_cache": growing_cache_cases,
     "check_arithmetic_intensity": [numeric(2 * 6 / 4, 0.02, (6, 4))],
-    "check_ttft_tpot": [Case(lambda t: (t[0], (t[-1] - t[0]) / (len(t) - 1)),
-                             [lambda t: (t[0], (t[-1] - t[0]) / len(t)), lambda t: (t[1], 0.1)])],
-    "check_max_context": [numeric(model_shape("llama-3.1-8b").max_tokens(80 * GB, 8, "fp16"), 0.01,
-                                  ("llama-3.1-8b", 80, 8, "fp16")),
-                          Case(0, [1, 1000], ("llama-3.1-70b", 80, 1, "fp16"))],  # the weights alone do not fit
+    "check_ttft_tpot": [
+        Case(
+            lambda t: (t[0], (t[-1] - t[0]) / (len(t) - 1)),
+            [lambda t: (t[0], (t[-1] - t[0]) / len(t)), lambda t: (t[1], 0.1)],
+        )
+    ],
+    "check_max_context": [
+        numeric(
+            model_shape("llama-3.1-8b").max_tokens(80 * GB, 8, "fp16"), 0.01, ("llama-3.1-8b", 80, 8, "fp16")
+        ),
+        Case(0, [1, 1000], ("llama-3.1-70b", 80, 1, "fp16")),
+    ],  # the weights alone do not fit
     "check_context_token_cost": lambda f: [  # the checker's own step at position 256 agrees with STEP_TIMES
         f("monkeypatch").setattr(kvcache_checks, "step_seconds_without_cache", lambda *a: 0.5),
-        numeric(1.7, 0.1, STEP_TIMES + (f("tiny"), None, "shared_pass")),  # and a whole step shared among its tokens:
-        Case(1.7, [STEP_TIMES[1][-1] * 1e3 / 257], STEP_TIMES + (f("tiny"), None, "shared_pass"))][1:],
-    "check_bfloat16_speedup": [numeric(0.0612 / 0.0493, 0.03, ("kernel work", step_costs(0.0612), step_costs(0.0493)))],
+        numeric(
+            1.7, 0.1, STEP_TIMES + (f("tiny"), None, "shared_pass")
+        ),  # and a whole step shared among its tokens:
+        Case(1.7, [STEP_TIMES[1][-1] * 1e3 / 257], STEP_TIMES + (f("tiny"), None, "shared_pass")),
+    ][1:],
+    "check_bfloat16_speedup": [
+        numeric(0.0612 / 0.0493, 0.03, ("kernel work", step_costs(0.0612), step_costs(0.0493)))
+    ],
     # quantization, notebook 08
     "check_absmax_quantize": [Case(absmax_int8, [lambda w: absmax_int8(w, torch.ceil)])],
     "check_quantized_megabytes": [numeric(106_168_320 * 4.5 / 8 / 1e6, 0.005, (106_168_320, 4, 32))],
     "check_q4_1_decoder": [Case(decode_block, [lambda raw: decode_block(raw, with_d=False)], (Q4_BLOCK,))],
-    "check_ceiling_share": [numeric(21.0 * 40_400 / 2.0e6, 0.05, ("other work", 21.0, torch.nn.Linear(100, 100),
-                                                                  2.0e6))],  # 40,400 bytes of weights and bias
+    "check_ceiling_share": [
+        numeric(21.0 * 40_400 / 2.0e6, 0.05, ("other work", 21.0, torch.nn.Linear(100, 100), 2.0e6))
+    ],  # 40,400 bytes of weights and bias
     # speculative decoding, notebook 09
-    "check_expected_tokens": [Case(lambda a, g: sum(a ** i for i in range(g + 1)),
-                                   [lambda a, g: sum(a ** i for i in range(g)) + a ** g / 2])],
-    "check_residual": [Case(residual, [lambda p, q: residual(p, q, flip=True),
-                                       lambda p, q: (p - q).abs() / (p - q).abs().sum()])],
-    "check_prompt_lookup": [Case(lookup,
-                                 [lambda c, g: lookup(c, g, most_recent=False), lambda c, g: c[-g:]])],
-    "check_accept_rule": [Case(accept_rule, [lambda *a: accept_rule(*a, flip=True),
-                                                    lambda *a: accept_rule(*a, resample_from_p=True)])],
-    "check_predicted_speedup": [numeric(expected_tokens_per_step(0.76, 4) / (4 * 0.05 + 1.74), 0.02,
-                                        (True, SimpleNamespace(acceptance_rate=0.76, proposed=120), 4, 0.05, 1.74))],
+    "check_expected_tokens": [
+        Case(
+            lambda a, g: sum(a**i for i in range(g + 1)),
+            [lambda a, g: sum(a**i for i in range(g)) + a**g / 2],
+        )
+    ],
+    "check_residual": [
+        Case(
+            residual,
+            [lambda p, q: residual(p, q, flip=True), lambda p, q: (p - q).abs() / (p - q).abs().sum()],
+        )
+    ],
+    "check_prompt_lookup": [
+        Case(lookup, [lambda c, g: lookup(c, g, most_recent=False), lambda c, g: c[-g:]])
+    ],
+    "check_accept_rule": [
+        Case(
+            accept_rule,
+            [lambda *a: accept_rule(*a, flip=True), lambda *a: accept_rule(*a, resample_from_p=True)],
+        )
+    ],
+    "check_predicted_speedup": [
+        numeric(
+            expected_tokens_per_step(0.76, 4) / (4 * 0.05 + 1.74),
+            0.02,
+            (True, SimpleNamespace(acceptance_rate=0.76, proposed=120), 4, 0.05, 1.74),
+        )
+    ],
     # batching, notebook 10
     "check_kv_blocks": [numeric(3 + 1 + 1 + 5, args=([37, 5, 16, 71], 16))],
-    "check_wasted_slots": [Case(wasted_slots, [lambda p, o: sum(max(o) - x for x in o)], also=padding_left_out),
-                           Case(wasted_slots, [lambda p, o: wasted_slots(p, o) + 1])],
-    "check_fcfs_admission": [Case(admit, [lambda *a: admit(*a, skip_ahead=True),
-                                          lambda p, blocks, size, seats: admit(p, blocks, size, len(p))])],
+    "check_wasted_slots": [
+        Case(wasted_slots, [lambda p, o: sum(max(o) - x for x in o)], also=padding_left_out),
+        Case(wasted_slots, [lambda p, o: wasted_slots(p, o) + 1]),
+    ],
+    "check_fcfs_admission": [
+        Case(
+            admit,
+            [
+                lambda *a: admit(*a, skip_ahead=True),
+                lambda p, blocks, size, seats: admit(p, blocks, size, len(p)),
+            ],
+        )
+    ],
     "check_batch_gain": [numeric(2 * 0.05 / 0.08, 0.03, ("both", 0.05, 0.08, 32, 64))],
     # serving, notebook 11
-    "check_client_metrics": [Case(client_metrics, [lambda s, a: (a[-1] - s, 0.1),
-                                                   lambda s, a: client_metrics(s, a, one_token_tpot=0.0),
-                                                   lambda s, a: (a[0] - s, 1.5 * (a[-1] - s) / len(a))])],
+    "check_client_metrics": [
+        Case(
+            client_metrics,
+            [
+                lambda s, a: (a[-1] - s, 0.1),
+                lambda s, a: client_metrics(s, a, one_token_tpot=0.0),
+                lambda s, a: (a[0] - s, 1.5 * (a[-1] - s) / len(a)),
+            ],
+        )
+    ],
     "check_sse_parser": [Case(parse_events, [parse_events_needing_space])],
     "check_littles_law": [numeric(16 / 2.5, 1e-3, (16, 2.5))],
-    "check_streaming_gain": [numeric(1.8 / 0.12, 0.03, ("first token", 1.8, SimpleNamespace(ttft_s=0.12, e2e_s=1.85)))],
+    "check_streaming_gain": [
+        numeric(1.8 / 0.12, 0.03, ("first token", 1.8, SimpleNamespace(ttft_s=0.12, e2e_s=1.85)))
+    ],
     # running locally, notebook 12
     "check_greedy_agreement": [Case(shared_start, [matches, lambda a, b, n: min(len(a), len(b), n)])],
     "check_decode_bound": [numeric(50e9 / (8e9 * 4.5 / 8), 0.02, (8.0, 4.5, 50))],
     "check_memory_needed": lambda f: [numeric(memory_needed_gb(), 0.03, (LLAMA_8B, "q4", 8192))],
     "check_thread_speedup": [numeric(45.0 / 135.0, 0.03, ("wake-ups", {1: 135.0, 2: 45.0}))],
     # how fast, notebook 13
-    "check_bandwidth_use": [Case(lambda b, r, w: b * r / w, [lambda b, r, w: 100 * b * r / w,
-                                                             lambda b, r, w: b * r / w / 2])],
-    "check_compile_break_even": [Case(compile_break_even, [lambda s, e, c: s * e,
-                                                           lambda s, e, c: s / (1 / e - 1 / c) if c != e else math.inf,
-                                                           lambda s, e, c: s / (1 / e - 1 / c)])],
-    "check_accepted_guesses": [Case(accepted_guesses, [every_match_accepted, own_token_counted, own_token_left_out])],
+    "check_bandwidth_use": [
+        Case(lambda b, r, w: b * r / w, [lambda b, r, w: 100 * b * r / w, lambda b, r, w: b * r / w / 2])
+    ],
+    "check_compile_break_even": [
+        Case(
+            compile_break_even,
+            [
+                lambda s, e, c: s * e,
+                lambda s, e, c: s / (1 / e - 1 / c) if c != e else math.inf,
+                lambda s, e, c: s / (1 / e - 1 / c),
+            ],
+        )
+    ],
+    "check_accepted_guesses": [
+        Case(accepted_guesses, [every_match_accepted, own_token_counted, own_token_left_out])
+    ],
     "check_q4_inner_loop": inner_loop_cases,
     # spending compute, notebook 14
-    "check_majority_vote": [Case(vote, [lambda t: max(t, key=t.count), lambda t: vote(t, strip_zeros=False),
-                                        lambda t: vote(t, first_wins=False)])],
-    "check_copy_on_write": [Case(cow_append, [lambda *a: cow_append(*a, copy=False),
-                                              lambda *a: cow_append(*a, release=False)])],
+    "check_majority_vote": [
+        Case(
+            vote,
+            [
+                lambda t: max(t, key=t.count),
+                lambda t: vote(t, strip_zeros=False),
+                lambda t: vote(t, first_wins=False),
+            ],
+        )
+    ],
+    "check_copy_on_write": [
+        Case(cow_append, [lambda *a: cow_append(*a, copy=False), lambda *a: cow_append(*a, release=False)])
+    ],
     "check_frontier_reading": [numeric(100 * (4 - 5) / 60, 0.01, (False, "outvoted", *FRONTIER))],
 }
 
@@ -617,8 +831,10 @@ def run(capsys, checker: Callable, answer: Any, args: tuple) -> tuple[Any, str]:
 
 def test_every_checker_has_a_wrong_answer_case():
     assert len(CHECKERS) >= 30, CHECKERS  # the discovery found the checkers
-    assert sorted(CASES) == CHECKERS, (f"without a case: {sorted(set(CHECKERS) - set(CASES))}; "
-                                       f"no such checker: {sorted(set(CASES) - set(CHECKERS))}")
+    assert sorted(CASES) == CHECKERS, (
+        f"without a case: {sorted(set(CHECKERS) - set(CASES))}; "
+        f"no such checker: {sorted(set(CASES) - set(CHECKERS))}"
+    )
 
 
 @pytest.mark.parametrize("name", CHECKERS)

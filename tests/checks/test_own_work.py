@@ -83,9 +83,18 @@ def test_labkits_own_answer_under_another_name_does_not_count(capsys, name):
     assert passed is False and OWN in out, out
 
 
-def step_costs(measured_s: float, ops: int = 2486, op_s: float = 2.5e-6, matmul_s: float = 0.032) -> StepCosts:
-    return StepCosts(ops=ops, op_seconds=op_s, matmul_seconds=matmul_s, weight_bytes=538_000_000,
-                     kv_bytes=1_500_000, flops=2.7e8, measured_seconds=measured_s)
+def step_costs(
+    measured_s: float, ops: int = 2486, op_s: float = 2.5e-6, matmul_s: float = 0.032
+) -> StepCosts:
+    return StepCosts(
+        ops=ops,
+        op_seconds=op_s,
+        matmul_seconds=matmul_s,
+        weight_bytes=538_000_000,
+        kv_bytes=1_500_000,
+        flops=2.7e8,
+        measured_seconds=measured_s,
+    )
 
 
 MODEL = torch.nn.Linear(100, 100)  # 40,400 bytes: the checker reads them off the model itself
@@ -97,18 +106,54 @@ STREAM = SimpleNamespace(ttft_s=0.072, e2e_s=2.701)
 # checker, the right (number, interpretation), the measurement objects, the choices, an invented number
 # (a plausible round value the student did not measure), the interpretations that are wrong here
 MEASURED = {
-    "check_bfloat16_speedup": (0.040 / 0.0387, "kernel work", (F32, BF16), prefill.STEP_LIMITS, 1.5,
-                               ["reading weights", "overhead"]),
-    "check_ceiling_share": (30.8 * 40_400 / 48.8e6, "other work", (30.8, MODEL, 48.8e6), quant.CEILING_LIMITS, 0.5,
-                            ["reading weights"]),
-    "check_predicted_speedup": (SPEEDUP, True, (STATS, 4, 0.0002, 1.675), {"pays": "", "worth": "", "faster": ""},
-                                2.0, [False]),
-    "check_batch_gain": (2 * 0.1242 / 0.1757, "both", (0.1242, 0.1757, 32, 64), batching.BATCH_LIMITS, 1.8,
-                         ["shared work", "per-row work"]),
-    "check_streaming_gain": (2.748 / 0.072, "first token", (2.748, STREAM), serving.STREAMING_CHANGES, 30.0,
-                             ["last token", "both"]),
-    "check_thread_speedup": (42.7 / 118.5, "wake-ups", ({1: 118.5, 2: 42.7},), engines.THREAD_LIMITS, 0.5,
-                             ["work", "even"]),
+    "check_bfloat16_speedup": (
+        0.040 / 0.0387,
+        "kernel work",
+        (F32, BF16),
+        prefill.STEP_LIMITS,
+        1.5,
+        ["reading weights", "overhead"],
+    ),
+    "check_ceiling_share": (
+        30.8 * 40_400 / 48.8e6,
+        "other work",
+        (30.8, MODEL, 48.8e6),
+        quant.CEILING_LIMITS,
+        0.5,
+        ["reading weights"],
+    ),
+    "check_predicted_speedup": (
+        SPEEDUP,
+        True,
+        (STATS, 4, 0.0002, 1.675),
+        {"pays": "", "worth": "", "faster": ""},
+        2.0,
+        [False],
+    ),
+    "check_batch_gain": (
+        2 * 0.1242 / 0.1757,
+        "both",
+        (0.1242, 0.1757, 32, 64),
+        batching.BATCH_LIMITS,
+        1.8,
+        ["shared work", "per-row work"],
+    ),
+    "check_streaming_gain": (
+        2.748 / 0.072,
+        "first token",
+        (2.748, STREAM),
+        serving.STREAMING_CHANGES,
+        30.0,
+        ["last token", "both"],
+    ),
+    "check_thread_speedup": (
+        42.7 / 118.5,
+        "wake-ups",
+        ({1: 118.5, 2: 42.7},),
+        engines.THREAD_LIMITS,
+        0.5,
+        ["work", "even"],
+    ),
 }
 
 
@@ -119,7 +164,9 @@ def test_measured_answers_come_from_the_measurement_and_the_reading_is_checked(c
     passed, out = verdict_of(capsys, checker, right, reading, *measured)
     assert passed is True, out
     text = out.lower()
-    assert not [c for c in choices if c.lower() in text] and not [m for m in choices.values() if m and m in out], out
+    assert not [c for c in choices if c.lower() in text] and not [
+        m for m in choices.values() if m and m in out
+    ], out
     passed, out = verdict_of(capsys, checker, invented, reading, *measured)
     assert passed is False and "not attempted" not in out.lower(), out
     for wrong in wrong_readings:
@@ -132,10 +179,15 @@ def test_measured_answers_come_from_the_measurement_and_the_reading_is_checked(c
 
 
 def test_the_bfloat16_reading_follows_the_measured_terms(capsys):
-    overhead_heavy = step_costs(0.040, ops=20_000, op_s=2.5e-6, matmul_s=0.01)  # 50 ms of overhead, 10 of kernels
-    assert verdict_of(capsys, checks.check_bfloat16_speedup, 1.03, "overhead", overhead_heavy, step_costs(0.0388))[0]
-    assert verdict_of(capsys, checks.check_bfloat16_speedup, 1.9, "reading weights", step_costs(0.038),
-                      step_costs(0.02))[0]
+    overhead_heavy = step_costs(
+        0.040, ops=20_000, op_s=2.5e-6, matmul_s=0.01
+    )  # 50 ms of overhead, 10 of kernels
+    assert verdict_of(
+        capsys, checks.check_bfloat16_speedup, 1.03, "overhead", overhead_heavy, step_costs(0.0388)
+    )[0]
+    assert verdict_of(
+        capsys, checks.check_bfloat16_speedup, 1.9, "reading weights", step_costs(0.038), step_costs(0.02)
+    )[0]
 
 
 # checker, a wrong answer that matches no known mistake, the checker's other arguments

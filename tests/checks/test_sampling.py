@@ -24,15 +24,18 @@ def top_p(logits, p):
 
 
 def own_distinct_n(texts, n):
-    grams = [tuple(w[i:i + n]) for text in texts for w in [text.split()] for i in range(len(w) - n + 1)]
+    grams = [tuple(w[i : i + n]) for text in texts for w in [text.split()] for i in range(len(w) - n + 1)]
     return len(set(grams)) / len(grams) if grams else 0.0
 
 
-@pytest.mark.parametrize("checker, own, labkit_version", [
-    (checks.check_top_k_filter, top_k, sampling.top_k_filter),
-    (checks.check_top_p_filter, top_p, sampling.top_p_filter),
-    (checks.check_distinct_n, own_distinct_n, diversity.distinct_n),
-])
+@pytest.mark.parametrize(
+    "checker, own, labkit_version",
+    [
+        (checks.check_top_k_filter, top_k, sampling.top_k_filter),
+        (checks.check_top_p_filter, top_p, sampling.top_p_filter),
+        (checks.check_distinct_n, own_distinct_n, diversity.distinct_n),
+    ],
+)
 def test_labkit_version_under_another_name_does_not_count(checker, own, labkit_version, capsys):
     assert checker(own)
     capsys.readouterr()

@@ -51,10 +51,15 @@ def test_sse_parser(capsys):
     assert "Correct" in capsys.readouterr().out
     wrongs = [
         (lambda raw: [line[6:] for line in raw.splitlines() if line.startswith("data: {")], "not strings"),
-        (lambda raw: [json.loads(line[5:]) for line in raw.splitlines() if line.startswith("data:")], "raised"),
+        (
+            lambda raw: [json.loads(line[5:]) for line in raw.splitlines() if line.startswith("data:")],
+            "raised",
+        ),
         (lambda raw: [json.loads(line[6:]) for line in raw.splitlines() if line], "skip the other lines"),
-        (lambda raw: [json.loads(line[6:]) for line in raw.splitlines() if line.startswith("data: {")],
-         "'data:' without the space"),
+        (
+            lambda raw: [json.loads(line[6:]) for line in raw.splitlines() if line.startswith("data: {")],
+            "'data:' without the space",
+        ),
     ]
     for fn, hint in wrongs:
         assert not checks.check_sse_parser(fn)
@@ -66,8 +71,13 @@ def test_sse_parser(capsys):
 def test_littles_law(capsys):
     assert checks.check_littles_law(16 / 2.5, in_flight=16, latency_s=2.5)
     assert "16 / 2.5 s" in capsys.readouterr().out
-    for wrong, hint in [(40, "requests x seconds"), (2.5 / 16, "upside down"), (0.4, "one client's rate"),
-                        (3, "is not it"), ("six", "give a number")]:
+    for wrong, hint in [
+        (40, "requests x seconds"),
+        (2.5 / 16, "upside down"),
+        (0.4, "one client's rate"),
+        (3, "is not it"),
+        ("six", "give a number"),
+    ]:
         assert not checks.check_littles_law(wrong, in_flight=16, latency_s=2.5)
         assert hint in capsys.readouterr().out
     assert not checks.check_littles_law(None, 16, 2.5)
@@ -76,16 +86,23 @@ def test_littles_law(capsys):
 
 @pytest.mark.parametrize("streamed_e2e, sooner", [(1.85, "first token"), (1.0, "both")])
 def test_streaming_gain_is_the_whole_answers_time_over_the_streamed_ttft(capsys, streamed_e2e, sooner):
-    whole, streamed = 1.8, SimpleNamespace(ttft_s=0.12, e2e_s=streamed_e2e)  # seconds, as notebook 11 measures them
+    whole, streamed = (
+        1.8,
+        SimpleNamespace(ttft_s=0.12, e2e_s=streamed_e2e),
+    )  # seconds, as notebook 11 measures them
     assert checks.check_streaming_gain(15.0, sooner, whole, streamed)
     out = capsys.readouterr().out
     assert not any(name in out or meaning in out for name, meaning in STREAMING_CHANGES.items()), out
     for other in set(STREAMING_CHANGES) - {sooner}:
         assert not checks.check_streaming_gain(15.0, other, whole, streamed)
         assert "does not fit your measurement" in capsys.readouterr().out
-    for wrong, hint in [(0.12 / whole, "upside down"), (1500, "not a percentage"),
-                        (1 - 0.12 / whole, "share of the wait"), (20.0, "not what your two measurements give"),
-                        ("soon", "give a number")] + [(streamed_e2e / 0.12, "with itself")] * (streamed_e2e < 1.7):
+    for wrong, hint in [
+        (0.12 / whole, "upside down"),
+        (1500, "not a percentage"),
+        (1 - 0.12 / whole, "share of the wait"),
+        (20.0, "not what your two measurements give"),
+        ("soon", "give a number"),
+    ] + [(streamed_e2e / 0.12, "with itself")] * (streamed_e2e < 1.7):
         assert not checks.check_streaming_gain(wrong, sooner, whole, streamed)
         assert hint in capsys.readouterr().out
     assert not checks.check_streaming_gain(None, sooner, whole, streamed)

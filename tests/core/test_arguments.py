@@ -21,31 +21,72 @@ BAD_COUNTS = [0, -2, 1.5, "2", True]  # thread counts, seats: whole numbers of 1
 BAD_MODELS = ["no-such-model", "", None, 3, ["smollm2-135m"]]
 
 LAUNCHERS = {
-    "start_server": (start_server, {
-        "model": BAD_MODELS, "host": BAD_HOSTS, "port": BAD_PORTS,
-        "timeout": [t for t in BAD_TIMEOUTS if t is not None],  # None: the default, longer with compile
-        "max_num_seqs": BAD_COUNTS, "max_waiting": [-1, 1.5, "8", True], "api_key": ["", 42],
-        "optimize": ["fuse,int4", ("warp",), ("int8", "int4")], "env": ["OMP_WAIT_POLICY=ACTIVE", {"A": 1}],
-        "chunked_prefill": ["yes", 1, None], "max_num_batched_tokens": [0, 4, 256.0, "256", True],
-        "compile": ["yes", 1, None]}),
-    "start_llama_server": (start_llama_server, {
-        "model": BAD_MODELS, "host": BAD_HOSTS, "port": BAD_PORTS, "timeout": BAD_TIMEOUTS,
-        "n_threads": BAD_COUNTS, "slots": BAD_COUNTS, "n_ctx": [0, 8, 2048.0, "2048"]}),
-    "start_vllm_server": (start_vllm_server, {
-        "model": BAD_MODELS, "host": BAD_HOSTS, "port": BAD_PORTS, "timeout": BAD_TIMEOUTS,
-        "max_model_len": [0, 8, 512.0], "kv_cache_gib": [0, 1.5, "1"], "dtype": ["fp8", None, "int4"],
-        "all_cores": ["yes", 1, None]}),
-    "load_llamacpp": (load_llamacpp, {"model": BAD_MODELS, "n_threads": BAD_COUNTS, "n_ctx": [0, 8, 2048.0],
-                                      "flash_attn": ["on", 1, None], "logits_all": ["yes", 0]}),
+    "start_server": (
+        start_server,
+        {
+            "model": BAD_MODELS,
+            "host": BAD_HOSTS,
+            "port": BAD_PORTS,
+            "timeout": [t for t in BAD_TIMEOUTS if t is not None],  # None: the default, longer with compile
+            "max_num_seqs": BAD_COUNTS,
+            "max_waiting": [-1, 1.5, "8", True],
+            "api_key": ["", 42],
+            "optimize": ["fuse,int4", ("warp",), ("int8", "int4")],
+            "env": ["OMP_WAIT_POLICY=ACTIVE", {"A": 1}],
+            "chunked_prefill": ["yes", 1, None],
+            "max_num_batched_tokens": [0, 4, 256.0, "256", True],
+            "compile": ["yes", 1, None],
+        },
+    ),
+    "start_llama_server": (
+        start_llama_server,
+        {
+            "model": BAD_MODELS,
+            "host": BAD_HOSTS,
+            "port": BAD_PORTS,
+            "timeout": BAD_TIMEOUTS,
+            "n_threads": BAD_COUNTS,
+            "slots": BAD_COUNTS,
+            "n_ctx": [0, 8, 2048.0, "2048"],
+        },
+    ),
+    "start_vllm_server": (
+        start_vllm_server,
+        {
+            "model": BAD_MODELS,
+            "host": BAD_HOSTS,
+            "port": BAD_PORTS,
+            "timeout": BAD_TIMEOUTS,
+            "max_model_len": [0, 8, 512.0],
+            "kv_cache_gib": [0, 1.5, "1"],
+            "dtype": ["fp8", None, "int4"],
+            "all_cores": ["yes", 1, None],
+        },
+    ),
+    "load_llamacpp": (
+        load_llamacpp,
+        {
+            "model": BAD_MODELS,
+            "n_threads": BAD_COUNTS,
+            "n_ctx": [0, 8, 2048.0],
+            "flash_attn": ["on", 1, None],
+            "logits_all": ["yes", 0],
+        },
+    ),
 }
-CASES = [(name, argument, value) for name, (_, bad) in LAUNCHERS.items()
-         for argument, values in bad.items() for value in values]
+CASES = [
+    (name, argument, value)
+    for name, (_, bad) in LAUNCHERS.items()
+    for argument, values in bad.items()
+    for value in values
+]
 
 
 @pytest.fixture
 def no_process_may_start(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError(f"a process was started for an invalid call: {args[0] if args else kwargs}")
+
     monkeypatch.setattr(launcher_module.subprocess, "Popen", refuse)
 
 
@@ -74,8 +115,11 @@ def test_the_checks_say_what_is_allowed():
         check_int("n", True, minimum=1)
     with pytest.raises(ValueError, match=r"n must be a whole number of at most 8, got 9"):
         check_int("n", 9, maximum=8)
-    with pytest.raises(ValueError, match=r"^n_layers must be a whole number from 1 to 30 \(the model's layers\), "
-                                         r"got 31\.$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^n_layers must be a whole number from 1 to 30 \(the model's layers\), "
+        r"got 31\.$",
+    ):
         check_int("n_layers", 31, minimum=1, maximum=30, note="the model's layers")
     with pytest.raises(ValueError, match=r"t must be a number of seconds above 0, got -1"):
         check_seconds("t", -1)

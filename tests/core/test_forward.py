@@ -58,6 +58,7 @@ def from_scratch(model, ids):
 
 # --- parity: both implementations, every cache path -------------------------------------------------
 
+
 def test_both_implementations_give_the_same_logits_without_a_cache(tiny, tiny_hf):
     ids = random_ids(2, 7)
     logits = forward(tiny, ids)
@@ -66,10 +67,16 @@ def test_both_implementations_give_the_same_logits_without_a_cache(tiny, tiny_hf
     assert_close(forward(tiny, ids, keep=2), logits[:, -2:], "keep=2 is the last two positions")
 
 
-@pytest.mark.parametrize("impl, cache_kind", [
-    ("labkit", "fresh"), ("labkit", "nocache"), ("labkit", "paged"),
-    ("transformers", "fresh"), ("transformers", "nocache"),
-])
+@pytest.mark.parametrize(
+    "impl, cache_kind",
+    [
+        ("labkit", "fresh"),
+        ("labkit", "nocache"),
+        ("labkit", "paged"),
+        ("transformers", "fresh"),
+        ("transformers", "nocache"),
+    ],
+)
 def test_prefill_and_decode_match_the_uncached_transformers_logits(tiny, tiny_hf, impl, cache_kind):
     ids = random_ids(2, 9, seed=1)  # 5 prompt tokens, then 4 decode steps
     reference = forward(tiny_hf, ids)  # [2, 9, V], every position at once
@@ -116,7 +123,9 @@ def test_reorder_then_decode_equals_the_reordered_sequences_from_scratch(tiny, t
     assert not torch.allclose(logits[1], logits[2]), "rows 1 and 2 were fed different tokens"
     more = torch.tensor([44, 55, 66])  # one step further: nothing of row 2's write leaked into row 1
     logits = decode_step(model, more, cache)
-    assert_close(logits, from_scratch(model, torch.cat([expected_ids, more[:, None]], dim=1)), "one step later")
+    assert_close(
+        logits, from_scratch(model, torch.cat([expected_ids, more[:, None]], dim=1)), "one step later"
+    )
 
 
 def test_paged_reorder_shares_blocks_copies_on_write_and_leaks_nothing(tiny):
@@ -137,7 +146,9 @@ def test_paged_reorder_shares_blocks_copies_on_write_and_leaks_nothing(tiny):
     logits = decode_step(tiny, torch.tensor([11, 22, 33]), cache)  # position 6 lands in the shared 2nd block
     pool.allocator.check()
     first, last = zip(*[(table[0], table[1]) for table in cache.block_tables])
-    assert first[1] == first[2] and pool.allocator.is_shared(first[1]), "the untouched first block stays shared"
+    assert first[1] == first[2] and pool.allocator.is_shared(first[1]), (
+        "the untouched first block stays shared"
+    )
     assert len(set(last)) == 3, "each row now writes into its own copy of the last block"
     assert pool.allocator.n_used == len(cache.blocks())
     expected = from_scratch(tiny, torch.cat([prompts[REORDER], torch.tensor([[11], [22], [33]])], dim=1))
@@ -150,6 +161,7 @@ def test_paged_reorder_shares_blocks_copies_on_write_and_leaks_nothing(tiny):
 
 # --- crop (speculative decoding) ----------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("kind", ["kv", "paged", "nocache", "dynamic"])
 @pytest.mark.parametrize("length", [4, 3, 0])
 def test_crop_then_decode_equals_the_shorter_sequence_from_scratch(tiny, tiny_hf, kind, length):
@@ -159,8 +171,11 @@ def test_crop_then_decode_equals_the_shorter_sequence_from_scratch(tiny, tiny_hf
     crop_cache(cache, length)
     token = torch.tensor([77])
     logits = decode_step(model, token, cache)
-    assert_close(logits, from_scratch(model, torch.cat([ids[:, :length], token[:, None]], dim=1)),
-                 f"crop to {length}, then one token")
+    assert_close(
+        logits,
+        from_scratch(model, torch.cat([ids[:, :length], token[:, None]], dim=1)),
+        f"crop to {length}, then one token",
+    )
 
 
 @pytest.mark.parametrize("length, blocks_left", [(4, 1), (3, 1), (5, 2), (0, 0)])
@@ -191,8 +206,11 @@ def test_bad_crop_length_is_a_value_error_naming_length(tiny, tiny_hf, kind, len
 
 
 @pytest.mark.parametrize("kind", ["kv", "paged", "nocache", "dynamic"])
-@pytest.mark.parametrize("indices", [[0, 1], [0, 1, 3], [-1, 0, 1], [0.0, 1.0, 2.0]],
-                         ids=["wrong-length", "out-of-range", "negative", "float"])
+@pytest.mark.parametrize(
+    "indices",
+    [[0, 1], [0, 1, 3], [-1, 0, 1], [0.0, 1.0, 2.0]],
+    ids=["wrong-length", "out-of-range", "negative", "float"],
+)
 def test_bad_reorder_indices_are_a_value_error_naming_indices(tiny, tiny_hf, kind, indices):
     cache = prefilled(kind, tiny, tiny_hf)
     with pytest.raises(ValueError, match="indices"):
@@ -212,6 +230,7 @@ def test_a_rejected_crop_or_reorder_leaves_the_paged_cache_intact(tiny):
 
 
 # --- CachedSequence ---------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("impl, cache_type", [("labkit", "KVCache"), ("transformers", "NoCache")])
 def test_cached_sequence_run_crop_run_equals_one_run_over_the_final_ids(tiny, tiny_hf, impl, cache_type):
@@ -234,14 +253,21 @@ def test_cached_sequence_run_crop_run_equals_one_run_over_the_final_ids(tiny, ti
 
 # --- the wrong kind of cache -----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("impl, cache_kind", [
-    ("transformers", "kv"), ("transformers", "paged"),
-    ("labkit", "dynamic"),
-])
+
+@pytest.mark.parametrize(
+    "impl, cache_kind",
+    [
+        ("transformers", "kv"),
+        ("transformers", "paged"),
+        ("labkit", "dynamic"),
+    ],
+)
 def test_a_cache_of_the_other_implementation_is_a_clear_type_error(tiny, tiny_hf, impl, cache_kind):
     model = tiny_hf if impl == "transformers" else tiny
-    cache = {"kv": lambda: tiny.new_cache(1, 8),
-             "paged": lambda: BlockPool.for_model(tiny, n_blocks=4, block_size=BLOCK_SIZE).new_cache(),
-             "dynamic": lambda: DynamicCache(config=tiny_hf.config)}[cache_kind]()
+    cache = {
+        "kv": lambda: tiny.new_cache(1, 8),
+        "paged": lambda: BlockPool.for_model(tiny, n_blocks=4, block_size=BLOCK_SIZE).new_cache(),
+        "dynamic": lambda: DynamicCache(config=tiny_hf.config),
+    }[cache_kind]()
     with pytest.raises(TypeError, match=f"{type(cache).__name__}.*impl="):
         prefill(model, random_ids(1, 3), cache)

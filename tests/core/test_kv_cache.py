@@ -30,8 +30,11 @@ def test_tiny_cached_equals_recomputed(tiny, batch):
 
 def test_tiny_generate_with_and_without_cache(tiny, tokenizer):
     cached = list(labkit.generate(tiny, tokenizer, "Once upon a time", max_new_tokens=12, return_logits=True))
-    recomputed = list(labkit.generate(tiny, tokenizer, "Once upon a time", max_new_tokens=12, use_cache=False,
-                                      return_logits=True))
+    recomputed = list(
+        labkit.generate(
+            tiny, tokenizer, "Once upon a time", max_new_tokens=12, use_cache=False, return_logits=True
+        )
+    )
     assert [s.token_id for s in cached] == [s.token_id for s in recomputed]
     assert max((a.logits - b.logits).abs().max().item() for a, b in zip(cached, recomputed)) < TINY_ATOL
 
@@ -39,8 +42,9 @@ def test_tiny_generate_with_and_without_cache(tiny, tokenizer):
 @pytest.mark.slow
 def test_smollm2_cached_equals_recomputed(smollm2_labkit, tokenizer):
     input_ids = torch.tensor([labkit.chat_prompt(tokenizer, "Name three rivers in Europe.")])
-    cached_ids, cached_logits = greedy_decode(smollm2_labkit, input_ids, 16,
-                                              smollm2_labkit.new_cache(1, input_ids.shape[1] + 16))
+    cached_ids, cached_logits = greedy_decode(
+        smollm2_labkit, input_ids, 16, smollm2_labkit.new_cache(1, input_ids.shape[1] + 16)
+    )
     recomputed_ids, recomputed_logits = greedy_decode(smollm2_labkit, input_ids, 16, cache=NoCache())
     assert torch.equal(cached_ids, recomputed_ids)
     assert (cached_logits - recomputed_logits).abs().max() < REAL_MODEL_ATOL
@@ -82,7 +86,9 @@ def test_zero_or_negative_batch_is_a_clear_error(tiny, batch):
 
 
 def test_zero_max_length_is_a_clear_error(tiny):
-    with pytest.raises(ValueError, match=r"max_length must be a whole number of 1 or more \(room for the prompt "):
+    with pytest.raises(
+        ValueError, match=r"max_length must be a whole number of 1 or more \(room for the prompt "
+    ):
         tiny.new_cache(1, 0)
 
 
@@ -95,7 +101,9 @@ def test_overflowing_the_cache_says_how_large_to_make_it(tiny):
     cache = tiny.new_cache(1, 6)
     with torch.no_grad():
         tiny(random_ids(1, 5), cache)
-        with pytest.raises(ValueError, match=r"holds 6 tokens; 5 are stored and 2 more do not fit.*at least 7"):
+        with pytest.raises(
+            ValueError, match=r"holds 6 tokens; 5 are stored and 2 more do not fit.*at least 7"
+        ):
             tiny(random_ids(1, 2), cache)
     assert cache.length == 5  # nothing was silently dropped or half-written into the count
 

@@ -47,7 +47,9 @@ def test_cached_forward_equals_full_forward():
     with torch.no_grad():
         full = model(input_ids)
         cache = model.new_cache(max_length=12)
-        pieces = [model(input_ids[:, :5], cache)] + [model(input_ids[:, i:i + 1], cache) for i in range(5, 12)]
+        pieces = [model(input_ids[:, :5], cache)] + [
+            model(input_ids[:, i : i + 1], cache) for i in range(5, 12)
+        ]
     assert cache.length == 12
     assert torch.allclose(torch.cat(pieces, dim=1), full, atol=TINY_ATOL)
 

@@ -46,8 +46,9 @@ def test_smollm2_paged_equals_contiguous(smollm2_labkit, tokenizer):
     model = smollm2_labkit
     input_ids = torch.tensor([labkit.chat_prompt(tokenizer, "Write a haiku about the sea.")])
     n_new = 16
-    contiguous_ids, contiguous_logits = greedy_decode(model, input_ids, n_new,
-                                                      model.new_cache(1, input_ids.shape[1] + n_new))
+    contiguous_ids, contiguous_logits = greedy_decode(
+        model, input_ids, n_new, model.new_cache(1, input_ids.shape[1] + n_new)
+    )
     pool = BlockPool.for_model(model, n_blocks=8, block_size=16)
     paged_ids, paged_logits = greedy_decode(model, input_ids, n_new, pool.new_cache())
     assert torch.equal(paged_ids, contiguous_ids)
@@ -90,7 +91,9 @@ def test_no_free_blocks_is_a_clear_error_and_changes_nothing(tiny):
     with torch.no_grad():
         tiny(random_ids(1, 10), cache)
         other = pool.new_cache()
-        with pytest.raises(NoFreeBlocksError, match=r"has 0 free blocks of 4 tokens.*more blocks \(n_blocks > 3\)"):
+        with pytest.raises(
+            NoFreeBlocksError, match=r"has 0 free blocks of 4 tokens.*more blocks \(n_blocks > 3\)"
+        ):
             tiny(random_ids(1, 2), other)
     assert other.block_tables == [[]] and other.length == 0
     assert pool.allocator.n_used == 3
@@ -105,12 +108,18 @@ def test_sequence_longer_than_its_cache_is_a_clear_error(tiny):
     assert pool.allocator.n_used == 0
 
 
-@pytest.mark.parametrize("arguments, message", [
-    ({"batch_size": 0}, "batch_size must be a whole number of 1 or more, got 0"),
-    ({"batch_size": -1}, "batch_size must be a whole number of 1 or more, got -1"),
-    ({"batch_size": True}, "batch_size must be a whole number of 1 or more, got True"),
-    ({"max_length": 0}, r"max_length must be a whole number of 1 or more \(or None for the pool's capacity\), got 0"),
-])
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        ({"batch_size": 0}, "batch_size must be a whole number of 1 or more, got 0"),
+        ({"batch_size": -1}, "batch_size must be a whole number of 1 or more, got -1"),
+        ({"batch_size": True}, "batch_size must be a whole number of 1 or more, got True"),
+        (
+            {"max_length": 0},
+            r"max_length must be a whole number of 1 or more \(or None for the pool's capacity\), got 0",
+        ),
+    ],
+)
 def test_bad_cache_arguments(tiny, arguments, message):
     with pytest.raises(ValueError, match=message):
         BlockPool.for_model(tiny, n_blocks=2).new_cache(**arguments)
@@ -119,7 +128,9 @@ def test_bad_cache_arguments(tiny, arguments, message):
 def test_bad_pool_arguments(tiny):
     with pytest.raises(ValueError, match="n_blocks must be a whole number of 1 or more, got 0"):
         BlockPool.for_model(tiny, n_blocks=0)
-    with pytest.raises(ValueError, match=r"block_size must be a whole number of 1 or more \(tokens per block\), got 0"):
+    with pytest.raises(
+        ValueError, match=r"block_size must be a whole number of 1 or more \(tokens per block\), got 0"
+    ):
         BlockPool.for_model(tiny, n_blocks=2, block_size=0)
 
 
@@ -148,8 +159,11 @@ def test_block_tables_as_text_and_picture(tiny):
         b = a.fork()
         tiny(random_ids(1, 1), b)
     text = format_block_tables({"A": a, "B": b})
-    assert text.splitlines() == ["A  length   6  blocks [0, 1]", "B  length   7  blocks [0, 2]",
-                                 "pool: 6 blocks of 4 tokens; used 0:x2 1 2; free 3"]
+    assert text.splitlines() == [
+        "A  length   6  blocks [0, 1]",
+        "B  length   7  blocks [0, 2]",
+        "pool: 6 blocks of 4 tokens; used 0:x2 1 2; free 3",
+    ]
     ax = draw_block_tables({"A": a, "B": b})
     assert len(ax.patches) == 6 + 4
 

@@ -12,13 +12,17 @@ ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = {path.name[:2]: path for path in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))}
 TOUR_HEADING = re.compile(r"## \d+\. The tour\b")
 TITLE = re.compile(r"# (?P<number>\d\d) · (?P<title>[^:\n]+)")  # "# 03 · Deterministic decoding: greedy, ..."
-HEADING_NUMBER = re.compile(r"^#{2,4} (\d+(?:\.\d+)*)\.? ", re.MULTILINE)  # "## 5. The ..." or "### 8.3 The ..."
+HEADING_NUMBER = re.compile(
+    r"^#{2,4} (\d+(?:\.\d+)*)\.? ", re.MULTILINE
+)  # "## 5. The ..." or "### 8.3 The ..."
 
 # A list of numbers: "07", "07 and 10", "02, 06", "08-13", "2 (by hand) and 6 (the GGUF block)", "8.3".
 LISTED = r"\d+(?:\.\d+)*(?:(?: \([^)]*\))?(?:, | and | or |-|–)\d+(?:\.\d+)*)*"
 SECTION = r"(?:[Ss]ection |§ ?)(?P<section>\d+(?:\.\d+)*)"
 SECTION_OF_NOTEBOOK = [
-    re.compile(r"\b[Nn]otebook (?P<notebook>\d\d)(?:, |'s | )" + SECTION),  # notebook 10, section 1; notebook 12 §8.3
+    re.compile(
+        r"\b[Nn]otebook (?P<notebook>\d\d)(?:, |'s | )" + SECTION
+    ),  # notebook 10, section 1; notebook 12 §8.3
     re.compile(r"\b" + SECTION + r",? of [Nn]otebook (?P<notebook>\d\d)"),  # section 4 of notebook 10
 ]
 NOTEBOOKS_NAMED = re.compile(rf"\b[Nn]otebooks? (?P<listed>{LISTED})")
@@ -40,7 +44,9 @@ def markdown_cells(path: Path) -> list[tuple[int, str]]:
 def title(path: Path) -> str:
     """A notebook's title as its first heading gives it, up to any colon: "Deterministic decoding"."""
     match = TITLE.match(markdown_cells(path)[0][1])
-    assert match and match["number"] == path.name[:2], f"{path.name} does not open with '# {path.name[:2]} · Title'"
+    assert match and match["number"] == path.name[:2], (
+        f"{path.name} does not open with '# {path.name[:2]} · Title'"
+    )
     return match["title"].strip()
 
 
@@ -51,8 +57,11 @@ def section_numbers(path: Path) -> set[str]:
 
 def table_rows(text: str) -> list[list[str]]:
     """The cells of each row of the first markdown table in `text`, header and rule left out."""
-    rows = [[cell.strip() for cell in line.strip().strip("|").split("|")]
-            for line in text.splitlines() if line.lstrip().startswith("|")]
+    rows = [
+        [cell.strip() for cell in line.strip().strip("|").split("|")]
+        for line in text.splitlines()
+        if line.lstrip().startswith("|")
+    ]
     return [row for row in rows[1:] if not all(set(cell) <= set("-: ") for cell in row)]
 
 
@@ -102,38 +111,65 @@ def references(text: str, here: str, where: str) -> list[Reference]:
 
 def all_references() -> list[Reference]:
     """Every reference in the markdown of every notebook."""
-    return [reference for number, path in NOTEBOOKS.items() for i, text in markdown_cells(path)
-            for reference in references(" ".join(text.split()), number, f"{path.name} cell {i}")]
+    return [
+        reference
+        for number, path in NOTEBOOKS.items()
+        for i, text in markdown_cells(path)
+        for reference in references(" ".join(text.split()), number, f"{path.name} cell {i}")
+    ]
 
 
 def test_tour_readme_and_disk_list_the_same_notebooks():
     on_disk = sorted(NOTEBOOKS)
-    assert [row[0] for row in tour_rows()] == on_disk, "notebook 00's tour should list every notebook, in order"
-    assert [row[0] for row in curriculum_rows()] == on_disk, "README's curriculum should list every notebook, in order"
+    assert [row[0] for row in tour_rows()] == on_disk, (
+        "notebook 00's tour should list every notebook, in order"
+    )
+    assert [row[0] for row in curriculum_rows()] == on_disk, (
+        "README's curriculum should list every notebook, in order"
+    )
 
 
 def test_readme_curriculum_names_each_notebook_file():
     named = {row[0]: row[1].strip("`") for row in curriculum_rows()}
-    wrong = [f"{number}: {name!r}, not {NOTEBOOKS[number].stem!r}" for number, name in named.items()
-             if number in NOTEBOOKS and name != NOTEBOOKS[number].stem]
+    wrong = [
+        f"{number}: {name!r}, not {NOTEBOOKS[number].stem!r}"
+        for number, name in named.items()
+        if number in NOTEBOOKS and name != NOTEBOOKS[number].stem
+    ]
     assert not wrong, "README's curriculum names notebooks that are not on disk:\n" + "\n".join(wrong)
 
 
 def test_tour_names_each_notebook_by_its_title():
-    wrong = [f"{number}: {name!r}, its title is {title(NOTEBOOKS[number])!r}" for number, name, *_ in tour_rows()
-             if number in NOTEBOOKS and name != title(NOTEBOOKS[number])]
+    wrong = [
+        f"{number}: {name!r}, its title is {title(NOTEBOOKS[number])!r}"
+        for number, name, *_ in tour_rows()
+        if number in NOTEBOOKS and name != title(NOTEBOOKS[number])
+    ]
     assert not wrong, "notebook 00's tour names notebooks otherwise than their titles:\n" + "\n".join(wrong)
 
 
 def test_the_reference_finder_reads_every_form():
     """The patterns this file relies on, so that a check below cannot pass by finding nothing."""
-    text = ("notebook 07, notebooks 08-10 and notebooks 02, 06; notebook 10, section 1; section 4 of notebook 11;"
-            " notebook 12 §8.3; sections 2 (by hand) and 6")
+    text = (
+        "notebook 07, notebooks 08-10 and notebooks 02, 06; notebook 10, section 1; section 4 of notebook 11;"
+        " notebook 12 §8.3; sections 2 (by hand) and 6"
+    )
     assert [(r.notebook, r.section) for r in references(text, "05", "here")] == [
-        ("10", "1"), ("12", "8.3"), ("11", "4"), ("07", None), ("08", None), ("09", None), ("10", None),
-        ("02", None), ("06", None), ("05", "2"), ("05", "6")]
-    assert HEADING_NUMBER.findall("## 5. Load\n### 8.3 Base vs instruct\n### Reading the table\n## Exercise 1") == [
-        "5", "8.3"]
+        ("10", "1"),
+        ("12", "8.3"),
+        ("11", "4"),
+        ("07", None),
+        ("08", None),
+        ("09", None),
+        ("10", None),
+        ("02", None),
+        ("06", None),
+        ("05", "2"),
+        ("05", "6"),
+    ]
+    assert HEADING_NUMBER.findall(
+        "## 5. Load\n### 8.3 Base vs instruct\n### Reading the table\n## Exercise 1"
+    ) == ["5", "8.3"]
 
 
 def test_every_notebook_named_in_the_text_exists():
@@ -143,7 +179,11 @@ def test_every_notebook_named_in_the_text_exists():
 
 def test_every_section_named_in_the_text_exists_in_its_notebook():
     sections = {number: section_numbers(path) for number, path in NOTEBOOKS.items()}
-    broken = [f"{reference.where} (notebook {reference.notebook} has no section {reference.section})"
-              for reference in all_references() if reference.section
-              and reference.notebook in NOTEBOOKS and reference.section not in sections[reference.notebook]]
+    broken = [
+        f"{reference.where} (notebook {reference.notebook} has no section {reference.section})"
+        for reference in all_references()
+        if reference.section
+        and reference.notebook in NOTEBOOKS
+        and reference.section not in sections[reference.notebook]
+    ]
     assert not broken, "references to sections that do not exist:\n" + "\n".join(broken)

@@ -10,7 +10,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-PREDICTION = re.compile(r"^(\w+) = Prediction\(", re.MULTILINE)  # guess_params = Prediction("How many ...", ...)
+PREDICTION = re.compile(
+    r"^(\w+) = Prediction\(", re.MULTILINE
+)  # guess_params = Prediction("How many ...", ...)
 NOTE_WORDS = ("predict", "guess")
 NEAR = 2  # cells: how far from the prediction (before) or its reveal (after) the instructor's note may sit
 
@@ -30,24 +32,38 @@ def predictions(notebook_cells: list[dict]) -> list[tuple[str, int, int | None]]
         if cell["cell_type"] != "code":
             continue
         for name in PREDICTION.findall(source(cell)):
-            reveal = next((k for k in range(i + 1, len(notebook_cells)) if notebook_cells[k]["cell_type"] == "code"
-                           and f"{name}.reveal(" in source(notebook_cells[k])), None)
+            reveal = next(
+                (
+                    k
+                    for k in range(i + 1, len(notebook_cells))
+                    if notebook_cells[k]["cell_type"] == "code"
+                    and f"{name}.reveal(" in source(notebook_cells[k])
+                ),
+                None,
+            )
             found.append((name, i, reveal))
     return found
 
 
 def is_instructor_note(cell: dict) -> bool:
-    return (cell["cell_type"] == "markdown" and cell["metadata"].get("slideshow", {}).get("slide_type") == "notes"
-            and any(word in source(cell).lower() for word in NOTE_WORDS))
+    return (
+        cell["cell_type"] == "markdown"
+        and cell["metadata"].get("slideshow", {}).get("slide_type") == "notes"
+        and any(word in source(cell).lower() for word in NOTE_WORDS)
+    )
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_two_predictions_each_revealed_after_it_is_asked(path):
     notebook_cells = cells(path)
     found = predictions(notebook_cells)
-    assert len(found) >= 2, f"{path.name} asks for {len(found)} prediction(s); every notebook asks for at least two"
+    assert len(found) >= 2, (
+        f"{path.name} asks for {len(found)} prediction(s); every notebook asks for at least two"
+    )
     for name, asked, revealed in found:
-        assert revealed is not None, f"{path.name}: {name} is asked in cell {asked} but never revealed after it"
+        assert revealed is not None, (
+            f"{path.name}: {name} is asked in cell {asked} but never revealed after it"
+        )
         tags = notebook_cells[asked]["metadata"].get("tags", [])
         assert "solution" not in tags, f"{path.name}: {name} is asked inside a worked solution"
 
@@ -61,4 +77,5 @@ def test_each_prediction_has_an_instructor_note(path):
         near = list(range(max(0, asked - NEAR), asked)) + list(range(revealed + 1, revealed + 1 + NEAR))
         assert any(is_instructor_note(notebook_cells[k]) for k in near if k < len(notebook_cells)), (
             f"{path.name}: no instructor note (slide type 'notes', saying what a room usually predicts) within "
-            f"{NEAR} cells before {name} is asked (cell {asked}) or after it is revealed (cell {revealed})")
+            f"{NEAR} cells before {name} is asked (cell {asked}) or after it is revealed (cell {revealed})"
+        )

@@ -56,8 +56,10 @@ ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 LISTED = ROOT / "data" / "prose_numbers.toml"
 
-UNIT = (r"(?:GB/s|TB/s|MB/s|tokens?/s|tok/s|tokens per second|GFLOP/s|TFLOP/s|ms|us|µs|μs|ns|seconds?|"
-        r"minutes?|s|[KMGT]i?B|bytes?|bits?|%|(?:x|×)(?!\s*\d))")
+UNIT = (
+    r"(?:GB/s|TB/s|MB/s|tokens?/s|tok/s|tokens per second|GFLOP/s|TFLOP/s|ms|us|µs|μs|ns|seconds?|"
+    r"minutes?|s|[KMGT]i?B|bytes?|bits?|%|(?:x|×)(?!\s*\d))"
+)
 VALUE = r"\d{1,3}(?:,\d{3})+(?!\d|,\d)|\d+(?:\.\d+)?"
 NUMBER = re.compile(rf"(?<![\w.,])(?<![A-Za-z]-)({VALUE})(?:\s?({UNIT}))?(?!\w)(?![.,]\d)")
 RANGE = re.compile(rf"({VALUE})\s?(?:-|–|to)\s?(?:{VALUE})\s?({UNIT})(?!\w)")
@@ -71,13 +73,20 @@ NOT_RESULTS = [  # spans blanked before numbers are read; each is a rule of the 
     re.compile(r"(?:⏱️|\*\*Time:?\*\*:?)\s*about\s*\**\d+\s*minutes", re.IGNORECASE),  # the session time
     re.compile(rf"guess (?:is|of) (?:about |around )?(?:{VALUE})(?:\s?(?:-|–|to)\s?(?:{VALUE}))?"),  # a guess
 ]
-OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-             ast.Pow: operator.pow, ast.USub: operator.neg}
+OPERATORS = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.Pow: operator.pow,
+    ast.USub: operator.neg,
+}
 
 
 @dataclass(frozen=True)
 class ProseNumber:
     """One number in a notebook's prose, with where it stands."""
+
     text: str  # as written, without its unit: "134,515,008"
     unit: str  # "" when it has none
     cell: str  # the markdown cell's id
@@ -113,7 +122,7 @@ def sentence_at(text: str, start: int, end: int) -> str:
     """The sentence around text[start:end], on one line."""
     left = max(text.rfind(". ", 0, start), text.rfind("\n\n", 0, start), text.rfind("\n- ", 0, start))
     right = min((i for i in (text.find(". ", end), text.find("\n\n", end)) if i >= 0), default=len(text))
-    return " ".join(text[left + 1:right + 1].split())
+    return " ".join(text[left + 1 : right + 1].split())
 
 
 def numbers_in(text: str, cell: str = "") -> list[ProseNumber]:
@@ -134,8 +143,12 @@ def numbers_in(text: str, cell: str = "") -> list[ProseNumber]:
 
 def prose_numbers(notebook: dict) -> list[ProseNumber]:
     """Every prose number of every markdown cell, in order."""
-    return [number for cell in notebook["cells"] if cell["cell_type"] == "markdown"
-            for number in numbers_in(source(cell), cell.get("id", "?"))]
+    return [
+        number
+        for cell in notebook["cells"]
+        if cell["cell_type"] == "markdown"
+        for number in numbers_in(source(cell), cell.get("id", "?"))
+    ]
 
 
 def printed_numbers(notebook: dict) -> list[Decimal]:
@@ -189,12 +202,16 @@ def derivation_problems(entry: dict, printed: list[Decimal]) -> list[str]:
         if isinstance(node, ast.Constant):
             written = ast.get_source_segment(expression, node)
             if not (written in given or is_power_of_ten(node.value) or is_printed(written, printed)):
-                problems.append(f"{entry['number']} = {expression}: operand {written} is not printed; "
-                                "list it under `given` with what it is")
+                problems.append(
+                    f"{entry['number']} = {expression}: operand {written} is not printed; "
+                    "list it under `given` with what it is"
+                )
     result = Decimal(repr(evaluate(tree)))
     tolerance = Decimal(entry["to_nearest"]) / 2 if "to_nearest" in entry else half_step(entry["number"])
     if abs(result - Decimal(entry["number"].replace(",", ""))) > tolerance * Decimal("1.000001"):
-        problems.append(f"{entry['number']} = {expression} gives {float(result):.6g}, which does not round to it")
+        problems.append(
+            f"{entry['number']} = {expression} gives {float(result):.6g}, which does not round to it"
+        )
     return problems
 
 
@@ -208,8 +225,11 @@ def unsupported(notebook: dict, derived: list[dict], facts: list[dict]) -> list[
     """The prose numbers that are neither printed, nor listed, nor a setting the code makes."""
     printed, settings = printed_numbers(notebook), code_literals(notebook)
     listed = {Decimal(entry["number"].replace(",", "")) for entry in derived + facts}
-    return [number for number in prose_numbers(notebook)
-            if not is_printed(number.text, printed) and number.value not in listed | settings]
+    return [
+        number
+        for number in prose_numbers(notebook)
+        if not is_printed(number.text, printed) and number.value not in listed | settings
+    ]
 
 
 def report(name: str, numbers: list[ProseNumber]) -> str:
@@ -228,8 +248,10 @@ LISTED_NUMBERS = tomllib.loads(LISTED.read_text(encoding="utf-8"))
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_every_prose_number_is_printed_or_derived(path):
     missing = unsupported(load(path), *listed_for(path.stem, LISTED_NUMBERS))
-    assert not missing, ("prose numbers found in no saved output: correct the sentence, or list the number in "
-                         f"{LISTED.relative_to(ROOT)} with its derivation or source:\n" + report(path.name, missing))
+    assert not missing, (
+        "prose numbers found in no saved output: correct the sentence, or list the number in "
+        f"{LISTED.relative_to(ROOT)} with its derivation or source:\n" + report(path.name, missing)
+    )
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -238,9 +260,14 @@ def test_listed_numbers_follow_from_outputs_and_still_stand_in_the_prose(path):
     derived, facts = listed_for(path.stem, LISTED_NUMBERS)
     printed, written = printed_numbers(notebook), {number.value for number in prose_numbers(notebook)}
     problems = [problem for entry in derived for problem in derivation_problems(entry, printed)]
-    problems += [f"fact {entry['number']} has no source" for entry in facts if not entry.get("source", "").strip()]
-    problems += [f"{entry['number']} is listed but no longer in the prose" for entry in derived + facts
-                 if Decimal(entry["number"].replace(",", "")) not in written]
+    problems += [
+        f"fact {entry['number']} has no source" for entry in facts if not entry.get("source", "").strip()
+    ]
+    problems += [
+        f"{entry['number']} is listed but no longer in the prose"
+        for entry in derived + facts
+        if Decimal(entry["number"].replace(",", "")) not in written
+    ]
     assert not problems, f"{path.name}:\n" + "\n".join(problems)
 
 
@@ -250,30 +277,48 @@ def test_every_listed_notebook_exists():
 
 # --- the check itself ----------------------------------------------------------------------------------
 
+
 def demo_notebook(prose: str, printed: str, code: str = "print(result)") -> dict:
-    return {"cells": [{"cell_type": "markdown", "id": "lesson-1", "metadata": {}, "source": prose},
-                      {"cell_type": "code", "id": "code-1", "metadata": {}, "source": code,
-                       "outputs": [{"output_type": "stream", "name": "stdout", "text": printed}]}]}
+    return {
+        "cells": [
+            {"cell_type": "markdown", "id": "lesson-1", "metadata": {}, "source": prose},
+            {
+                "cell_type": "code",
+                "id": "code-1",
+                "metadata": {},
+                "source": code,
+                "outputs": [{"output_type": "stream", "name": "stdout", "text": printed}],
+            },
+        ]
+    }
 
 
 def test_a_wrong_prose_number_fails_with_notebook_cell_sentence_and_number():
-    notebook = demo_notebook("Intro.\n\nThe cached loop ran 18.9x faster. That is all.",
-                             "cached 0.52 s, uncached 9.67 s: 18.6x\n")
+    notebook = demo_notebook(
+        "Intro.\n\nThe cached loop ran 18.9x faster. That is all.", "cached 0.52 s, uncached 9.67 s: 18.6x\n"
+    )
     missing = unsupported(notebook, [], [])
     assert [(n.text, n.unit, n.cell) for n in missing] == [("18.9", "x", "lesson-1")]
-    assert report("99_demo.ipynb", missing) == "99_demo.ipynb cell lesson-1: 18.9x in: The cached loop ran 18.9x faster."
+    assert (
+        report("99_demo.ipynb", missing)
+        == "99_demo.ipynb cell lesson-1: 18.9x in: The cached loop ran 18.9x faster."
+    )
 
 
 def test_printed_numbers_match_at_the_prose_precision_with_separators_and_units():
-    notebook = demo_notebook("It ran 18.6x faster, in 9.7 s, at 10 % of 134,515,008 weights and 0.3 ms less.",
-                             "18.63x in 9.67 s; 10.4 %; 134515008 weights; delta -0.3 ms\n")
+    notebook = demo_notebook(
+        "It ran 18.6x faster, in 9.7 s, at 10 % of 134,515,008 weights and 0.3 ms less.",
+        "18.63x in 9.67 s; 10.4 %; 134515008 weights; delta -0.3 ms\n",
+    )
     assert unsupported(notebook, [], []) == []
     assert [n.text for n in unsupported(demo_notebook("It took 9.61 s.", "9.67 s\n"), [], [])] == ["9.61"]
 
 
 def test_rules_leave_out_code_names_sections_times_guesses_and_settings():
-    prose = ("## 2.1 Setup\n\n⏱️ About **60 minutes**. SmolLM2-135M in Q4_1 has 30 layers (Kwon et al. 2023); "
-             "see §8.3 and section 4.2. Run `top_p=0.95`. A common guess is 80-90 %. The prompt has 1,024 tokens.")
+    prose = (
+        "## 2.1 Setup\n\n⏱️ About **60 minutes**. SmolLM2-135M in Q4_1 has 30 layers (Kwon et al. 2023); "
+        "see §8.3 and section 4.2. Run `top_p=0.95`. A common guess is 80-90 %. The prompt has 1,024 tokens."
+    )
     assert unsupported(demo_notebook(prose, "nothing\n", code="generate(prompt_tokens=1024)"), [], []) == []
 
 
@@ -281,12 +326,23 @@ def test_a_derivation_must_use_printed_operands_and_round_to_the_prose_number():
     printed = printed_numbers(demo_notebook("", "65 tokens against 23 tokens\n"))
     assert derivation_problems({"number": "2.8", "expr": "65 / 23"}, printed) == []
     assert derivation_problems({"number": "2.9", "expr": "65 / 23"}, printed) == [
-        "2.9 = 65 / 23 gives 2.82609, which does not round to it"]
+        "2.9 = 65 / 23 gives 2.82609, which does not round to it"
+    ]
     assert len(derivation_problems({"number": "2.8", "expr": "64.9 / 23"}, printed)) == 1
     given = {"number": "260", "expr": "65 * 4 * 1000 / 1e3", "given": {"4": "bytes per float32 weight"}}
     assert derivation_problems(given, printed) == []
-    assert derivation_problems({"number": "1,700", "expr": "16 * 65 + 650", "to_nearest": "100",
-                                "given": {"16": "new tokens", "650": "a sum"}}, printed) == []
+    assert (
+        derivation_problems(
+            {
+                "number": "1,700",
+                "expr": "16 * 65 + 650",
+                "to_nearest": "100",
+                "given": {"16": "new tokens", "650": "a sum"},
+            },
+            printed,
+        )
+        == []
+    )
 
 
 def test_listed_numbers_excuse_only_their_own_value():

@@ -47,25 +47,45 @@ def counts(notebook_cells: list[dict]) -> tuple[int, int, int]:
 
 
 def rule_minutes(slides: int, exercises: int, predictions: int) -> int:
-    return MINUTES_PER_SLIDE * slides + MINUTES_PER_EXERCISE * exercises + MINUTES_PER_PREDICTION * predictions
+    return (
+        MINUTES_PER_SLIDE * slides + MINUTES_PER_EXERCISE * exercises + MINUTES_PER_PREDICTION * predictions
+    )
 
 
 def stated_minutes(notebook_cells: list[dict]) -> int:
-    found = [int(m[1]) for cell in notebook_cells[:OPENING] if cell["cell_type"] == "markdown"
-             for m in STATED.finditer(source(cell))]
+    found = [
+        int(m[1])
+        for cell in notebook_cells[:OPENING]
+        if cell["cell_type"] == "markdown"
+        for m in STATED.finditer(source(cell))
+    ]
     assert len(found) == 1, f"expected one stated time ('⏱️ About **N minutes**') in the first {OPENING} cells"
     return found[0]
 
 
 def test_the_rule_counts_a_small_notebook():
-    notebook = [{"cell_type": "markdown", "metadata": {"slideshow": {"slide_type": "slide"}},
-                 "source": "# 99 · A title\n\n⏱️ About **15 minutes**."},
-                {"cell_type": "code", "metadata": {"slideshow": {"slide_type": "subslide"}},
-                 "source": 'guess = Prediction("How many?")\nguess'},
-                {"cell_type": "markdown", "metadata": {"slideshow": {"slide_type": "slide"}},
-                 "source": "## Exercise 1: count them"},
-                {"cell_type": "markdown", "metadata": {"slideshow": {"slide_type": "subslide"}, "tags": ["solution"]},
-                 "source": "### Exercise 1: worked solution"}]
+    notebook = [
+        {
+            "cell_type": "markdown",
+            "metadata": {"slideshow": {"slide_type": "slide"}},
+            "source": "# 99 · A title\n\n⏱️ About **15 minutes**.",
+        },
+        {
+            "cell_type": "code",
+            "metadata": {"slideshow": {"slide_type": "subslide"}},
+            "source": 'guess = Prediction("How many?")\nguess',
+        },
+        {
+            "cell_type": "markdown",
+            "metadata": {"slideshow": {"slide_type": "slide"}},
+            "source": "## Exercise 1: count them",
+        },
+        {
+            "cell_type": "markdown",
+            "metadata": {"slideshow": {"slide_type": "subslide"}, "tags": ["solution"]},
+            "source": "### Exercise 1: worked solution",
+        },
+    ]
     assert counts(notebook) == (3, 1, 1)
     assert rule_minutes(*counts(notebook)) == 10
     assert stated_minutes(notebook) == 15
@@ -79,18 +99,23 @@ def test_stated_time_follows_the_rule(path):
     stated = stated_minutes(notebook_cells)
     assert abs(stated - rule) <= TOLERANCE * rule, (
         f"{path.name} states {stated} minutes; {slides} slides, {exercises} exercises and {predictions} predictions "
-        f"take {rule} by the rule (1 a slide, 5 an exercise, 2 a prediction): state about {5 * round(rule / 5)}")
+        f"take {rule} by the rule (1 a slide, 5 an exercise, 2 a prediction): state about {5 * round(rule / 5)}"
+    )
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_opening_note_says_how_deck_mode_runs_the_set_up(path):
     """Deck mode (jupyterlab-slideshow) runs no cell by itself and never shows `skip` cells, where every
     notebook's set-up sits: the first instructor note must send the presenter through Run All Cells."""
-    notes = [source(cell) for cell in cells(path)[:OPENING]
-             if slide_type(cell) == "notes" and source(cell).startswith("Instructor:")]
+    notes = [
+        source(cell)
+        for cell in cells(path)[:OPENING]
+        if slide_type(cell) == "notes" and source(cell).startswith("Instructor:")
+    ]
     assert notes, f"{path.name} has no opening instructor note"
     note = notes[0]
-    assert "Run All Cells" in note and "Start Deck" in note, \
+    assert "Run All Cells" in note and "Start Deck" in note, (
         f"{path.name}: the opening note does not say to run all cells before Start Deck"
+    )
     assert "when you reach it" not in note, f"{path.name}: deck mode does not run a cell when you reach it"
     assert "recorded predictions" not in note, f"{path.name}: the saved reveals record no prediction"

@@ -52,8 +52,11 @@ def hidden_lines(notebooks: list[dict]) -> set[str]:
     """Lines the student copies hide (solutions, instructor notes, verdicts and reveals saved in the
     instructor's copies) and do not also show elsewhere (one notebook may print a table another one's
     checker prints), each long enough not to appear by chance."""
-    shown = " ".join(text(cell) + "\n" + output_text(cell)
-                     for notebook in notebooks for cell in student_copy(notebook)["cells"])
+    shown = " ".join(
+        text(cell) + "\n" + output_text(cell)
+        for notebook in notebooks
+        for cell in student_copy(notebook)["cells"]
+    )
     shown = " ".join(shown.split())
     hidden = []
     for cell in (cell for notebook in notebooks for cell in notebook["cells"]):
@@ -98,10 +101,20 @@ def test_every_figure_has_an_alt_text_and_widgets_show_their_fallbacks(site):
 def test_every_saved_figure_carries_its_own_alternative_text(path):
     """Every image a notebook saved has the alt labkit.viz gave it (not the site's "Figure:" stand-in):
     a notebook re-executed since labkit.viz.alt (`make notebooks`) describes every figure it shows."""
-    outputs = [output for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]
-               for output in cell.get("outputs", []) if "image/png" in output.get("data", {})]
-    missing = [i for i, output in enumerate(outputs) if not output.get("metadata", {}).get("image/png", {}).get("alt")]
-    assert not missing, f"{path.name}: figures {missing} of {len(outputs)} were saved without an alt: re-execute it"
+    outputs = [
+        output
+        for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]
+        for output in cell.get("outputs", [])
+        if "image/png" in output.get("data", {})
+    ]
+    missing = [
+        i
+        for i, output in enumerate(outputs)
+        if not output.get("metadata", {}).get("image/png", {}).get("alt")
+    ]
+    assert not missing, (
+        f"{path.name}: figures {missing} of {len(outputs)} were saved without an alt: re-execute it"
+    )
 
 
 def test_nothing_is_loaded_from_the_internet_and_formulas_are_typeset_by_the_sites_own_mathjax(site):
@@ -115,7 +128,9 @@ def test_nothing_is_loaded_from_the_internet_and_formulas_are_typeset_by_the_sit
 
 def heading_text(fragment: str) -> str:
     """A heading's text as the notebook writes it: tags dropped, entities decoded, no typographic quotes."""
-    return html.unescape(re.sub(r"<[^>]+>", "", fragment)).replace("\u2019", "'").replace("\u201c", '"').strip()
+    return (
+        html.unescape(re.sub(r"<[^>]+>", "", fragment)).replace("\u2019", "'").replace("\u201c", '"').strip()
+    )
 
 
 def test_each_glossary_term_links_to_the_section_that_teaches_it(site):
@@ -128,15 +143,22 @@ def test_each_glossary_term_links_to_the_section_that_teaches_it(site):
         link = re.search(rf'href="{entry.notebook}\.html#([\w-]+)"', entries[html.escape(name, quote=False)])
         assert link, name
         page = (site / f"{entry.notebook}.html").read_text(encoding="utf-8")
-        heading = re.search(rf'<section id="{link.group(1)}">\s*<h[1-6]>(.*?)<a class="headerlink"', page, re.DOTALL)
+        heading = re.search(
+            rf'<section id="{link.group(1)}">\s*<h[1-6]>(.*?)<a class="headerlink"', page, re.DOTALL
+        )
         assert heading and heading_text(heading.group(1)) == entry.section, name
 
 
 def test_every_link_of_the_glossary_resolves_to_an_id_on_its_page(site):
-    links = re.findall(r'href="([\w.-]+\.html)#([^"]+)"', (site / "glossary.html").read_text(encoding="utf-8"))
+    links = re.findall(
+        r'href="([\w.-]+\.html)#([^"]+)"', (site / "glossary.html").read_text(encoding="utf-8")
+    )
     assert len(links) >= len(GLOSSARY)
-    missing = [f"{page}#{anchor}" for page, anchor in links
-               if f'id="{anchor}"' not in (site / page).read_text(encoding="utf-8")]
+    missing = [
+        f"{page}#{anchor}"
+        for page, anchor in links
+        if f'id="{anchor}"' not in (site / page).read_text(encoding="utf-8")
+    ]
     assert missing == []
 
 

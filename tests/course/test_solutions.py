@@ -18,8 +18,13 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 DECK_NOTEBOOK = ROOT / "notebooks" / "00_setup_and_tour.ipynb"
 CHECKER_CALL = re.compile(r"\bcheck_\w+\(")
 # Each exercise's answer as its worked solution printed it before solutions were saved without outputs.
-ANSWERS = {"00": ["134,515,008", "538 MB"], "05": ["pick 0"], "06": ["754,974,720"], "07": ["60,977"],
-           "08": ["56.4 MB"]}
+ANSWERS = {
+    "00": ["134,515,008", "538 MB"],
+    "05": ["pick 0"],
+    "06": ["754,974,720"],
+    "07": ["60,977"],
+    "08": ["56.4 MB"],
+}
 
 
 def cells(path: Path) -> list[dict]:
@@ -31,8 +36,9 @@ def worked_solutions(notebook_cells: list[dict]) -> list[tuple[dict, list[dict]]
     found = []
     for i, cell in enumerate(notebook_cells):
         if cell["cell_type"] == "markdown" and "".join(cell["source"]).lstrip("# ").lower().startswith(
-                "worked solution"):
-            following = notebook_cells[i + 1:]
+            "worked solution"
+        ):
+            following = notebook_cells[i + 1 :]
             end = next((k for k, c in enumerate(following) if c["cell_type"] != "code"), len(following))
             found.append((cell, following[:end]))
     return found
@@ -47,17 +53,27 @@ def test_worked_solutions_are_marked_and_saved_without_outputs(path):
     solutions = worked_solutions(cells(path))
     assert solutions, f"{path.name} has no worked solution"
     for heading, code_cells in solutions:
-        assert tagged_solution(heading), f"{path.name}: heading {heading['id']} is not tagged {SOLUTION_TAG!r}"
-        skipped = [cell["id"] for cell in [heading, *code_cells]
-                   if cell["metadata"].get("slideshow", {}).get("slide_type") != "skip"]
-        assert not skipped, f"{path.name}: solution cells {skipped} would show in deck mode: give them slide type skip"
+        assert tagged_solution(heading), (
+            f"{path.name}: heading {heading['id']} is not tagged {SOLUTION_TAG!r}"
+        )
+        skipped = [
+            cell["id"]
+            for cell in [heading, *code_cells]
+            if cell["metadata"].get("slideshow", {}).get("slide_type") != "skip"
+        ]
+        assert not skipped, (
+            f"{path.name}: solution cells {skipped} would show in deck mode: give them slide type skip"
+        )
         assert code_cells, f"{path.name}: heading {heading['id']} has no code under it"
         for cell in code_cells:
             lines = "".join(cell["source"]).splitlines()
             assert tagged_solution(cell) and "nbval-ignore-output" in cell["metadata"]["tags"], cell["id"]
             assert (lines[0], lines[-1]) == (BEGIN, END), f"{path.name}: cell {cell['id']} lacks the markers"
-    unmarked = [cell["id"] for cell in cells(path) if tagged_solution(cell)
-                and (cell.get("outputs") or cell.get("execution_count") is not None)]
+    unmarked = [
+        cell["id"]
+        for cell in cells(path)
+        if tagged_solution(cell) and (cell.get("outputs") or cell.get("execution_count") is not None)
+    ]
     assert not unmarked, f"{path.name}: solution cells saved with outputs: {unmarked}"
 
 
@@ -67,7 +83,9 @@ def test_hide_solutions_drops_an_output_that_a_run_saved(tmp_path):
     notebook = json.loads((ROOT / "notebooks" / "06_kv_cache.ipynb").read_text(encoding="utf-8"))
     copy.write_text(json.dumps(notebook, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     assert hide_solutions(copy) == 0
-    solution = next(cell for cell in notebook["cells"] if tagged_solution(cell) and cell["cell_type"] == "code")
+    solution = next(
+        cell for cell in notebook["cells"] if tagged_solution(cell) and cell["cell_type"] == "code"
+    )
     solution["outputs"] = [{"name": "stdout", "output_type": "stream", "text": ["754,974,720 bytes\n"]}]
     solution["execution_count"] = 7
     copy.write_text(json.dumps(notebook, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
@@ -91,8 +109,11 @@ def test_student_copy_has_no_solution_and_no_answer(path, student_copies):
     assert "BEGIN SOLUTION" not in text and not worked_solutions(json.loads(text)["cells"])
     given_away = [answer for answer in ANSWERS.get(path.name[:2], []) if answer in text]
     assert not given_away, f"{copy.name} still shows the answer(s) {given_away}"
-    checker_outputs = [cell.id for cell in notebook.cells if cell.cell_type == "code"
-                       and CHECKER_CALL.search(cell.source) and cell.outputs]
+    checker_outputs = [
+        cell.id
+        for cell in notebook.cells
+        if cell.cell_type == "code" and CHECKER_CALL.search(cell.source) and cell.outputs
+    ]
     assert not checker_outputs, f"{copy.name}: checker cells keep their saved verdict: {checker_outputs}"
 
 
@@ -100,12 +121,23 @@ def test_student_copy_has_no_solution_and_no_answer(path, student_copies):
 def test_student_copy_keeps_every_other_cell_and_output(path, student_copies):
     original = cells(path)
     kept = {cell["id"]: cell for cell in cells(student_copies[path.name])}
-    removed = [cell["id"] for cell in original if cell["id"] not in kept
-               and not tagged_solution(cell) and not "".join(cell["source"]).startswith("Instructor:")]
+    removed = [
+        cell["id"]
+        for cell in original
+        if cell["id"] not in kept
+        and not tagged_solution(cell)
+        and not "".join(cell["source"]).startswith("Instructor:")
+    ]
     assert not removed, f"cells that are neither solutions nor instructor notes were removed: {removed}"
-    changed = [cell["id"] for cell in original if cell["id"] in kept and cell["cell_type"] == "code"
-               and not CHECKER_CALL.search("".join(cell["source"])) and not is_reveal_cell(cell)
-               and kept[cell["id"]]["outputs"] != cell["outputs"]]
+    changed = [
+        cell["id"]
+        for cell in original
+        if cell["id"] in kept
+        and cell["cell_type"] == "code"
+        and not CHECKER_CALL.search("".join(cell["source"]))
+        and not is_reveal_cell(cell)
+        and kept[cell["id"]]["outputs"] != cell["outputs"]
+    ]
     assert not changed, f"outputs that give nothing away were changed: {changed}"
 
 

@@ -33,13 +33,17 @@ def copies(tmp_path_factory) -> dict[str, str]:
 def visible_text(notebook_text: str) -> str:
     """Every cell's source and saved outputs, as a student would see them (metadata left out)."""
     cells = json.loads(notebook_text)["cells"]
-    return json.dumps([{key: cell.get(key) for key in ("source", "outputs")} for cell in cells], ensure_ascii=False)
+    return json.dumps(
+        [{key: cell.get(key) for key in ("source", "outputs")} for cell in cells], ensure_ascii=False
+    )
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_no_answer_reveal_or_note_reaches_a_student_copy(path, copies):
     text = visible_text(copies[path.name])
-    found = {what: pattern.search(text).group(0) for what, pattern in GIVEAWAYS.items() if pattern.search(text)}
+    found = {
+        what: pattern.search(text).group(0) for what, pattern in GIVEAWAYS.items() if pattern.search(text)
+    }
     assert not found, f"the student copy of {path.name} shows {found}"
 
 
@@ -55,13 +59,21 @@ def test_each_prediction_keeps_its_question_and_box(path, copies):
 
 # Where labkit's own answer stays in view above its exercise, and why: (notebook, name) -> reason.
 IN_VIEW = {
-    ("02_the_generation_loop", "generate"): "the loop sections 4-7 teach (steps, stops, streaming) and the one "
-                                            "Exercise 2's cached loop is compared with",
-    ("05_beyond_the_basics", "mbr_decode"): "section 3's MBR run, the six answers Exercise 2's solution picks "
-                                             "from again; Exercise 2 asks for the choice inside it (mbr_select), "
-                                             "which is never called in view",
-    ("09_speculative_decoding", "PromptLookupDrafter"): "the drafter every section runs; Exercise 3 asks for its "
-                                                        "propose, which is never called in view",
+    (
+        "02_the_generation_loop",
+        "generate",
+    ): "the loop sections 4-7 teach (steps, stops, streaming) and the one "
+    "Exercise 2's cached loop is compared with",
+    (
+        "05_beyond_the_basics",
+        "mbr_decode",
+    ): "section 3's MBR run, the six answers Exercise 2's solution picks "
+    "from again; Exercise 2 asks for the choice inside it (mbr_select), "
+    "which is never called in view",
+    (
+        "09_speculative_decoding",
+        "PromptLookupDrafter",
+    ): "the drafter every section runs; Exercise 3 asks for its propose, which is never called in view",
 }
 # Notebooks that still show an exercise's reference above it ("A lab a student can do alone"): strict, so
 # the entry must go once the notebook is fixed.
@@ -75,11 +87,21 @@ def exercise_references() -> dict[str, set[str]]:
     found: dict[str, set[str]] = {}
     for path in sorted((ROOT / "labkit" / "checks").glob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        module = {t.id: node.value for node in tree.body if isinstance(node, ast.Assign)
-                  for t in node.targets if isinstance(t, ast.Name)}
+        module = {
+            t.id: node.value
+            for node in tree.body
+            if isinstance(node, ast.Assign)
+            for t in node.targets
+            if isinstance(t, ast.Name)
+        }
         for function in (node for node in tree.body if isinstance(node, ast.FunctionDef)):
-            local = {t.id: node.value for node in ast.walk(function) if isinstance(node, ast.Assign)
-                     for t in node.targets if isinstance(t, ast.Name)}
+            local = {
+                t.id: node.value
+                for node in ast.walk(function)
+                if isinstance(node, ast.Assign)
+                for t in node.targets
+                if isinstance(t, ast.Name)
+            }
             for call in ast.walk(function):
                 if isinstance(call, ast.Call) and getattr(call.func, "id", None) == "run_own":
                     for keyword in (k for k in call.keywords if k.arg == "references"):
@@ -88,7 +110,8 @@ def exercise_references() -> dict[str, set[str]]:
                             value = local.get(value.id, module.get(value.id))
                         parts = [ast.unparse(item).split(".") for item in getattr(value, "elts", [])]
                         found.setdefault(function.name, set()).update(
-                            p[-2] if p[-1] == "__init__" else p[-1] for p in parts)
+                            p[-2] if p[-1] == "__init__" else p[-1] for p in parts
+                        )
     return found
 
 
@@ -100,8 +123,12 @@ def references_above_exercises(notebook: dict) -> set[tuple[str, str, str]]:
     cells = [cell for cell in student_copy(notebook)["cells"] if cell["cell_type"] == "code"]
     for index, cell in enumerate(cells):
         for checker in re.findall(r"\b(check_\w+)\(", "".join(cell["source"])):
-            shown |= {(above["id"], name, checker) for above in cells[:index] for name in references.get(checker, ())
-                      if re.search(rf"\b{re.escape(name)}\b", "".join(above["source"]))}
+            shown |= {
+                (above["id"], name, checker)
+                for above in cells[:index]
+                for name in references.get(checker, ())
+                if re.search(rf"\b{re.escape(name)}\b", "".join(above["source"]))
+            }
     return shown
 
 
@@ -110,17 +137,23 @@ def test_exercise_references_are_read_from_the_checkers():
     assert references["check_top_p_filter"] == {"top_p_filter"}
     assert {"generate", "generate_ids"} <= references["check_greedy_loop"]  # through LABKIT_LOOPS
     assert references["check_prompt_lookup"] == {"PromptLookupDrafter", "propose"}  # a local list
-    uses = {name for path in (ROOT / "labkit" / "checks").glob("*.py")
-            for name in re.findall(r"^def (check_\w+)\((?:(?!^def ).)*?run_own\(", path.read_text(), re.M | re.S)}
-    assert uses <= set(references), f"checkers calling run_own whose references were not read: {uses - set(references)}"
+    uses = {
+        name
+        for path in (ROOT / "labkit" / "checks").glob("*.py")
+        for name in re.findall(r"^def (check_\w+)\((?:(?!^def ).)*?run_own\(", path.read_text(), re.M | re.S)
+    }
+    assert uses <= set(references), (
+        f"checkers calling run_own whose references were not read: {uses - set(references)}"
+    )
 
 
 def not_yet(path: Path):
     """The notebook, expected to fail (strictly) while NOT_YET lists it."""
     if path.stem not in NOT_YET:
         return path
-    return pytest.param(path, marks=pytest.mark.xfail(strict=True, reason=f"shows {NOT_YET[path.stem]} above "
-                                                                           "its exercise"))
+    return pytest.param(
+        path, marks=pytest.mark.xfail(strict=True, reason=f"shows {NOT_YET[path.stem]} above its exercise")
+    )
 
 
 @pytest.mark.parametrize("path", [not_yet(path) for path in NOTEBOOKS], ids=lambda p: p.stem)
@@ -130,15 +163,21 @@ def test_no_exercise_reference_is_in_view_above_its_exercise(path):
     shown = references_above_exercises(json.loads(path.read_text(encoding="utf-8")))
     allowed = {name for notebook, name in IN_VIEW if notebook == path.stem}
     unexpected = sorted(entry for entry in shown if entry[1] not in allowed)
-    assert not unexpected, f"{path.name} shows an exercise's reference above it (cell id, name, checker): {unexpected}"
-    assert allowed <= {name for _, name, _ in shown}, f"IN_VIEW lists what {path.name} no longer shows: remove it"
+    assert not unexpected, (
+        f"{path.name} shows an exercise's reference above it (cell id, name, checker): {unexpected}"
+    )
+    assert allowed <= {name for _, name, _ in shown}, (
+        f"IN_VIEW lists what {path.name} no longer shows: remove it"
+    )
 
 
 def test_a_copy_the_student_worked_in_is_kept(tmp_path, capsys):
     first, second = NOTEBOOKS[:2]
     write_student_copies([first, second], tmp_path)
     mine = tmp_path / first.name
-    mine.write_text(mine.read_text(encoding="utf-8").replace("answer = None", "answer = 42", 1), encoding="utf-8")
+    mine.write_text(
+        mine.read_text(encoding="utf-8").replace("answer = None", "answer = 42", 1), encoding="utf-8"
+    )
     rewritten = write_student_copies([first, second], tmp_path)
     assert rewritten == [tmp_path / second.name]
     assert "answer = 42" in mine.read_text(encoding="utf-8")
@@ -164,7 +203,10 @@ def makefile_variable(name: str) -> str:
 
 def test_make_lab_opens_the_student_copy_and_make_teach_the_instructors():
     student_dir, first = makefile_variable("STUDENT_DIR"), makefile_variable("FIRST_NOTEBOOK")
-    assert makefile_variable("FIRST_STUDENT_NOTEBOOK") == "$(STUDENT_DIR)/$(notdir $(FIRST_NOTEBOOK))" and student_dir == "student"
+    assert (
+        makefile_variable("FIRST_STUDENT_NOTEBOOK") == "$(STUDENT_DIR)/$(notdir $(FIRST_NOTEBOOK))"
+        and student_dir == "student"
+    )
     assert "$(FIRST_STUDENT_NOTEBOOK)" in recipe("lab") and "$(FIRST_NOTEBOOK)" not in recipe("lab")
     assert "$(FIRST_NOTEBOOK)" in recipe("teach") and first.startswith("notebooks/")
     lab_rule = re.search(r"^lab:(.*)$", (ROOT / "Makefile").read_text(), re.M).group(1)

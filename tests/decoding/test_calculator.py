@@ -25,17 +25,39 @@ def call_text(expression: str) -> str:
     return f"<tool_call>\n{call}\n</tool_call>"
 
 
-@pytest.mark.parametrize("expression, value", [
-    ("24 + 5", "29"), ("(1 + 2) * 3 / 4", "2.25"), ("7 / 3", "2.333333"), ("-3 - 4", "-7"), ("0.1 + 0.2", "0.3"),
-    ("10 / 4 * 2", "5"), (" 2*(3+4) ", "14"), ("1 - 1", "0"), ("+5", "5")])
+@pytest.mark.parametrize(
+    "expression, value",
+    [
+        ("24 + 5", "29"),
+        ("(1 + 2) * 3 / 4", "2.25"),
+        ("7 / 3", "2.333333"),
+        ("-3 - 4", "-7"),
+        ("0.1 + 0.2", "0.3"),
+        ("10 / 4 * 2", "5"),
+        (" 2*(3+4) ", "14"),
+        ("1 - 1", "0"),
+        ("+5", "5"),
+    ],
+)
 def test_evaluate_is_exact_and_writes_answers_as_the_task_does(expression, value):
     assert evaluate(expression) == value
 
 
-@pytest.mark.parametrize("expression, match", [
-    ("__import__('os').system('true')", "not Call"), ("x + 1", "not Name"), ("2 ** 10", "not BinOp"),
-    ("(1).real", "not Attribute"), ("1 / 0", "division by zero"), ("1 +", "not arithmetic"),
-    ("1 + 1" * 20, f"1 to {MAX_LENGTH}"), ("", "1 to"), ("'a' + 'b'", "not Constant"), ("[1, 2]", "not List")])
+@pytest.mark.parametrize(
+    "expression, match",
+    [
+        ("__import__('os').system('true')", "not Call"),
+        ("x + 1", "not Name"),
+        ("2 ** 10", "not BinOp"),
+        ("(1).real", "not Attribute"),
+        ("1 / 0", "division by zero"),
+        ("1 +", "not arithmetic"),
+        ("1 + 1" * 20, f"1 to {MAX_LENGTH}"),
+        ("", "1 to"),
+        ("'a' + 'b'", "not Constant"),
+        ("[1, 2]", "not List"),
+    ],
+)
 def test_evaluate_refuses_everything_but_arithmetic(expression, match):
     with pytest.raises(ValueError, match=match):
         evaluate(expression)
@@ -73,7 +95,13 @@ def test_messages_show_one_worked_call_per_shot_then_ask(tokenizer):
 def test_smollm2_copies_the_sum_into_a_required_call(smollm2):
     model, tokenizer = smollm2
     for item in load_task("sums")[:3]:
-        text = labkit.generate_text(model, tokenizer, calculator_prompt(tokenizer, f"What is {item.question}?"),
-                                    grammar=CALCULATOR.grammar(), max_new_tokens=40, temperature=0)
+        text = labkit.generate_text(
+            model,
+            tokenizer,
+            calculator_prompt(tokenizer, f"What is {item.question}?"),
+            grammar=CALCULATOR.grammar(),
+            max_new_tokens=40,
+            temperature=0,
+        )
         assert json.loads(text.split("\n")[1])["arguments"]["expression"] == item.question
         assert calculator_answer(text) == item.answer

@@ -43,7 +43,10 @@ PROMPT = "Once upon a time, in a small village,"
         ({"num_beams": 4, "temperature": 1.0, "top_p": 0.9}, r"num_beams=4.*top_p=0.9"),
         ({"top_k": 50}, r"top_k=50 only acts when sampling, but temperature=0 means greedy"),
         ({"length_penalty": 2.0}, r"length_penalty=2.0 only acts in beam search; set num_beams > 1"),
-        ({"num_beams": 2, "num_return_sequences": 3}, r"num_return_sequences must be an integer in \[1, num_beams=2\]"),
+        (
+            {"num_beams": 2, "num_return_sequences": 3},
+            r"num_return_sequences must be an integer in \[1, num_beams=2\]",
+        ),
         ({"seed": "one"}, r"seed must be an integer from -2\*\*63 to 2\*\*63 - 1"),
     ],
 )
@@ -72,13 +75,37 @@ def test_config_is_frozen_and_replace_validates():
 
 
 def test_transforms_come_in_transformers_order():
-    config = DecodingConfig(temperature=0.7, top_k=40, top_p=0.9, min_p=0.05, typical_p=0.95, epsilon_cutoff=1e-4,
-                            eta_cutoff=1e-3, repetition_penalty=1.2, presence_penalty=0.1, no_repeat_ngram_size=3,
-                            logit_bias={5: 1.0}, banned_tokens=(7,), min_new_tokens=2)
+    config = DecodingConfig(
+        temperature=0.7,
+        top_k=40,
+        top_p=0.9,
+        min_p=0.05,
+        typical_p=0.95,
+        epsilon_cutoff=1e-4,
+        eta_cutoff=1e-3,
+        repetition_penalty=1.2,
+        presence_penalty=0.1,
+        no_repeat_ngram_size=3,
+        logit_bias={5: 1.0},
+        banned_tokens=(7,),
+        min_new_tokens=2,
+    )
     names = [t.name for t in config.transforms(prompt_length=3, eos_token_ids={2})]
-    assert names == ["logit_bias", "repetition_penalty", "presence_frequency_penalty", "no_repeat_ngram", "ban_tokens",
-                     "min_new_tokens_filter", "apply_temperature", "top_k_filter", "top_p_filter", "min_p_filter",
-                     "typical_filter", "epsilon_filter", "eta_filter"]
+    assert names == [
+        "logit_bias",
+        "repetition_penalty",
+        "presence_frequency_penalty",
+        "no_repeat_ngram",
+        "ban_tokens",
+        "min_new_tokens_filter",
+        "apply_temperature",
+        "top_k_filter",
+        "top_p_filter",
+        "min_p_filter",
+        "typical_filter",
+        "epsilon_filter",
+        "eta_filter",
+    ]
     assert repr(config.transforms(3, {2})[1]) == "repetition_penalty(penalty=1.2)"
     assert [t.name for t in DecodingConfig().transforms()] == []  # greedy: nothing to do
 
@@ -87,7 +114,9 @@ PIPELINES = [
     DecodingConfig(temperature=0.7, top_k=40, top_p=0.9),
     DecodingConfig(temperature=1.3, min_p=0.1, repetition_penalty=1.3),
     DecodingConfig(temperature=0.9, typical_p=0.8, no_repeat_ngram_size=2, min_new_tokens=8),
-    DecodingConfig(temperature=1.0, epsilon_cutoff=3e-4, eta_cutoff=1e-3, logit_bias={11: 3.0}, banned_tokens=(5,)),
+    DecodingConfig(
+        temperature=1.0, epsilon_cutoff=3e-4, eta_cutoff=1e-3, logit_bias={11: 3.0}, banned_tokens=(5,)
+    ),
     DecodingConfig(repetition_penalty=0.8, no_repeat_ngram_size=3),  # greedy: penalties only
 ]
 
@@ -114,7 +143,7 @@ def hf_sample(model, prompt_ids, seed, **kwargs):
     torch.manual_seed(seed)  # transformers draws from the global generator; ours is seeded alike
     with torch.no_grad():
         out = model.generate(input_ids, attention_mask=torch.ones_like(input_ids), **kwargs)
-    return out[0, len(prompt_ids):].tolist()
+    return out[0, len(prompt_ids) :].tolist()
 
 
 @pytest.mark.slow
@@ -136,8 +165,9 @@ def test_seeded_sampling_is_reproducible_and_seeds_differ(tokenizer):
 
     assert run(1) == run(1)
     assert run(1) != run(2)
-    assert labkit.generate_ids(model, tokenizer, "Hi", max_new_tokens=20, temperature=1.0, top_k=200, top_p=0.95,
-                               seed=1) == run(1)
+    assert labkit.generate_ids(
+        model, tokenizer, "Hi", max_new_tokens=20, temperature=1.0, top_k=200, top_p=0.95, seed=1
+    ) == run(1)
 
 
 def test_banned_tokens_and_min_new_tokens_act_in_generate(tokenizer):

@@ -39,7 +39,7 @@ def test_mirostat_update_moves_mu_against_the_error():
 
 def test_zipf_fit_recovers_the_exponent_and_v1_keeps_k_tokens():
     ranks = torch.arange(1, 1001, dtype=torch.float64)
-    probs = ranks ** -1.2
+    probs = ranks**-1.2
     probs = (probs / probs.sum()).float()
     assert zipf_exponent(probs) == pytest.approx(1.2, abs=1e-3)
     k = mirostat_v1_k(probs, mu=4.0)
@@ -63,8 +63,10 @@ def test_mirostat_holds_the_surprise_near_tau(smollm2):
 def test_mirostat_is_seeded_and_checks_its_arguments(tokenizer):
     model = labkit.tiny_model("labkit")
     first = mirostat_generate(model, tokenizer, "Hi", tau=8.0, max_new_tokens=10, seed=1, version=1)
-    assert first.token_ids == mirostat_generate(model, tokenizer, "Hi", tau=8.0, max_new_tokens=10, seed=1,
-                                                version=1).token_ids
+    assert (
+        first.token_ids
+        == mirostat_generate(model, tokenizer, "Hi", tau=8.0, max_new_tokens=10, seed=1, version=1).token_ids
+    )
     assert len(first.steps) == 10 and all(s.kept >= 1 for s in first.steps)
     with pytest.raises(ValueError, match="tau must be a target surprise in bits > 0"):
         mirostat_generate(model, tokenizer, "Hi", tau=0.0)
@@ -149,7 +151,7 @@ def own_distinct(texts: list[str], n: int) -> float:
     grams = []
     for text in texts:
         words = text.split()
-        grams += [tuple(words[i:i + n]) for i in range(len(words) - n + 1)]
+        grams += [tuple(words[i : i + n]) for i in range(len(words) - n + 1)]
     return len(set(grams)) / len(grams) if grams else 0.0
 
 

@@ -16,9 +16,10 @@ NEW_TOKENS = 24
 def hf_greedy(model, prompt_ids, new_tokens):
     input_ids = torch.tensor([prompt_ids])
     with torch.no_grad():
-        out = model.generate(input_ids, attention_mask=torch.ones_like(input_ids),
-                             max_new_tokens=new_tokens, do_sample=False)
-    return out[0, len(prompt_ids):].tolist()
+        out = model.generate(
+            input_ids, attention_mask=torch.ones_like(input_ids), max_new_tokens=new_tokens, do_sample=False
+        )
+    return out[0, len(prompt_ids) :].tolist()
 
 
 @pytest.mark.slow
@@ -53,7 +54,9 @@ def test_tiny_greedy_matches_transformers_generate(tokenizer):
 def test_gemma_base_model_through_the_same_loop(gemma3):
     model, tokenizer = gemma3
     prompt_ids = tokenizer("The capital of France is")["input_ids"]
-    assert labkit.generate_ids(model, tokenizer, prompt_ids, max_new_tokens=8) == hf_greedy(model, prompt_ids, 8)
+    assert labkit.generate_ids(model, tokenizer, prompt_ids, max_new_tokens=8) == hf_greedy(
+        model, prompt_ids, 8
+    )
 
 
 def test_max_new_tokens_ends_with_length(tokenizer):
@@ -93,8 +96,9 @@ def test_seeded_sampling_is_reproducible_and_seeds_differ(tokenizer):
     assert sampled(7) == sampled(7)
     assert sampled(7) != sampled(8)
     generator = torch.Generator().manual_seed(7)
-    assert labkit.generate_ids(model, tokenizer, "Hi", max_new_tokens=20, temperature=1.0,
-                               generator=generator) == sampled(7)
+    assert labkit.generate_ids(
+        model, tokenizer, "Hi", max_new_tokens=20, temperature=1.0, generator=generator
+    ) == sampled(7)
 
 
 def test_low_temperature_sampling_becomes_greedy(tokenizer):
@@ -144,7 +148,10 @@ def gemma3_tokenizer():
 def test_chat_prompt_uses_the_tokenizers_own_template(tokenizer):
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
     text = tokenizer.decode(labkit.chat_prompt(tokenizer, messages))
-    assert text == "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+    assert (
+        text
+        == "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+    )
 
 
 @pytest.mark.slow
@@ -153,7 +160,8 @@ def test_decoding_without_cache_gives_the_same_tokens_and_logits(smollm2, smollm
     model = smollm2_labkit if impl == "labkit" else smollm2[0]
     tokenizer = smollm2[1]
     cached = list(labkit.generate(model, tokenizer, PROMPTS[2], max_new_tokens=16, return_logits=True))
-    recomputed = list(labkit.generate(model, tokenizer, PROMPTS[2], max_new_tokens=16, use_cache=False,
-                                      return_logits=True))
+    recomputed = list(
+        labkit.generate(model, tokenizer, PROMPTS[2], max_new_tokens=16, use_cache=False, return_logits=True)
+    )
     assert [s.token_id for s in cached] == [s.token_id for s in recomputed]
     assert max((a.logits - b.logits).abs().max().item() for a, b in zip(cached, recomputed)) < 1e-3

@@ -12,41 +12,49 @@ from labkit.decoding.option_rules import RULES, check_option
 from labkit.decoding.thinking import ThinkingFormat
 
 
-@pytest.mark.parametrize("options, parameter", [
-    ({"top_p": 1.5, "temperature": 1.0}, "top_p"),
-    ({"temperature": "hot"}, "temperature"),
-    ({"max_new_tokens": -1}, "max_new_tokens"),
-    ({"repetition_penalty": math.nan}, "repetition_penalty"),
-    ({"logit_bias": {5: 300}}, "logit_bias"),
-    ({"stop": [""]}, "stop"),
-    ({"stop": "."}, "stop"),
-    ({"banned_tokens": [-1]}, "banned_tokens"),
-    ({"seed": 1.5}, "seed"),
-    ({"seed": 2**64}, "seed"),  # torch's seeds are 64 bits
-    ({"early_stopping": "sometimes"}, "early_stopping"),
-    ({"num_beams": 2, "num_return_sequences": 3}, "num_return_sequences"),
-    ({"json_schema": "not a schema"}, "json_schema"),
-    ({"grammar": 5}, "grammar"),
-    ({"thinking_budget": -1}, "thinking_budget"),
-    ({"thinking_budget": 2, "thinking_min": 5}, "thinking_budget"),
-    ({"thinking_format": ThinkingFormat(start="<t>", end="</t>")}, "thinking_min"),
-])
+@pytest.mark.parametrize(
+    "options, parameter",
+    [
+        ({"top_p": 1.5, "temperature": 1.0}, "top_p"),
+        ({"temperature": "hot"}, "temperature"),
+        ({"max_new_tokens": -1}, "max_new_tokens"),
+        ({"repetition_penalty": math.nan}, "repetition_penalty"),
+        ({"logit_bias": {5: 300}}, "logit_bias"),
+        ({"stop": [""]}, "stop"),
+        ({"stop": "."}, "stop"),
+        ({"banned_tokens": [-1]}, "banned_tokens"),
+        ({"seed": 1.5}, "seed"),
+        ({"seed": 2**64}, "seed"),  # torch's seeds are 64 bits
+        ({"early_stopping": "sometimes"}, "early_stopping"),
+        ({"num_beams": 2, "num_return_sequences": 3}, "num_return_sequences"),
+        ({"json_schema": "not a schema"}, "json_schema"),
+        ({"grammar": 5}, "grammar"),
+        ({"thinking_budget": -1}, "thinking_budget"),
+        ({"thinking_budget": 2, "thinking_min": 5}, "thinking_budget"),
+        ({"thinking_format": ThinkingFormat(start="<t>", end="</t>")}, "thinking_min"),
+    ],
+)
 def test_a_bad_value_names_its_option_and_keeps_the_value(options, parameter):
     with pytest.raises(InvalidArgument) as caught:
         DecodingConfig(**options)
     assert caught.value.parameter == parameter
     given, kept = options.get(parameter, 0), caught.value.value  # thinking_min: its default, 0
-    assert kept is given or kept == given or list(kept) == given  # lists are kept as the tuples the config holds
+    assert (
+        kept is given or kept == given or list(kept) == given
+    )  # lists are kept as the tuples the config holds
     assert isinstance(caught.value, ValueError)  # every `except ValueError` still catches it
 
 
-@pytest.mark.parametrize("options, parameter", [
-    ({"top_k": 5}, "top_k"),  # a sampling option with greedy decoding
-    ({"num_beams": 2, "temperature": 0.5}, "temperature"),  # sampling with beams
-    ({"length_penalty": 2.0}, "length_penalty"),  # a beam option without beams
-    ({"json_schema": True, "min_new_tokens": 3}, "min_new_tokens"),
-    ({"json_schema": True, "thinking_budget": 8}, "thinking_budget"),
-])
+@pytest.mark.parametrize(
+    "options, parameter",
+    [
+        ({"top_k": 5}, "top_k"),  # a sampling option with greedy decoding
+        ({"num_beams": 2, "temperature": 0.5}, "temperature"),  # sampling with beams
+        ({"length_penalty": 2.0}, "length_penalty"),  # a beam option without beams
+        ({"json_schema": True, "min_new_tokens": 3}, "min_new_tokens"),
+        ({"json_schema": True, "thinking_budget": 8}, "thinking_budget"),
+    ],
+)
 def test_options_that_do_not_combine_name_the_one_that_would_have_no_effect(options, parameter):
     with pytest.raises(InvalidArgument) as caught:
         DecodingConfig(**options)
@@ -54,7 +62,9 @@ def test_options_that_do_not_combine_name_the_one_that_would_have_no_effect(opti
 
 
 def test_the_messages_are_unchanged_and_start_with_the_option():
-    with pytest.raises(InvalidArgument, match=r"^top_k must be an integer >= 0 \(0 turns it off\), got -1\.$"):
+    with pytest.raises(
+        InvalidArgument, match=r"^top_k must be an integer >= 0 \(0 turns it off\), got -1\.$"
+    ):
         DecodingConfig(top_k=-1)
 
 

@@ -23,9 +23,13 @@ def random_logits(seed=0, batch=3, vocab=V):
 
 def tied_logits():
     """Rows with many exact ties and some tokens already at -inf."""
-    logits = torch.tensor([[2.0, 2.0, 2.0, 1.0, 1.0, 0.0, 0.0, 0.0] * 8,
-                           [5.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0] * 8,
-                           [0.0] * V])
+    logits = torch.tensor(
+        [
+            [2.0, 2.0, 2.0, 1.0, 1.0, 0.0, 0.0, 0.0] * 8,
+            [5.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0] * 8,
+            [0.0] * V,
+        ]
+    )
     logits[0, 40:] = float("-inf")
     logits[1, ::3] = float("-inf")
     return logits
@@ -49,16 +53,38 @@ def logit_sets():
 # (labkit transform, transformers processor) pairs, for each parameter value worth trying.
 TRUNCATIONS = [
     *[(lambda x, k=k: sampling.top_k_filter(x, k), hf.TopKLogitsWarper(k)) for k in (1, 2, 5, 50, V, 10 * V)],
-    *[(lambda x, p=p: sampling.top_p_filter(x, p), hf.TopPLogitsWarper(p)) for p in (1e-9, 0.1, 0.5, 0.9, 0.999, 1.0)],
+    *[
+        (lambda x, p=p: sampling.top_p_filter(x, p), hf.TopPLogitsWarper(p))
+        for p in (1e-9, 0.1, 0.5, 0.9, 0.999, 1.0)
+    ],
     *[(lambda x, p=p: sampling.min_p_filter(x, p), hf.MinPLogitsWarper(p)) for p in (0.0, 0.05, 0.5, 1.0)],
-    *[(lambda x, m=m: sampling.typical_filter(x, m), hf.TypicalLogitsWarper(m)) for m in (1e-6, 0.2, 0.9, 0.999)],
-    *[(lambda x, e=e: sampling.epsilon_filter(x, e), hf.EpsilonLogitsWarper(e)) for e in (1e-6, 3e-4, 0.05, 0.9)],
+    *[
+        (lambda x, m=m: sampling.typical_filter(x, m), hf.TypicalLogitsWarper(m))
+        for m in (1e-6, 0.2, 0.9, 0.999)
+    ],
+    *[
+        (lambda x, e=e: sampling.epsilon_filter(x, e), hf.EpsilonLogitsWarper(e))
+        for e in (1e-6, 3e-4, 0.05, 0.9)
+    ],
     *[(lambda x, e=e: sampling.eta_filter(x, e), hf.EtaLogitsWarper(e)) for e in (1e-6, 3e-4, 0.05, 0.9)],
-    *[(lambda x, t=t: sampling.apply_temperature(x, t), hf.TemperatureLogitsWarper(t)) for t in (1e-4, 0.7, 1.0, 50.0)],
-    *[(lambda x, k=k: sampling.top_k_filter(x, 3, min_tokens_to_keep=k), hf.TopKLogitsWarper(3, min_tokens_to_keep=k))
-      for k in (1, 7)],
-    *[(lambda x, k=k: sampling.top_p_filter(x, 0.3, min_tokens_to_keep=k), hf.TopPLogitsWarper(0.3, min_tokens_to_keep=k))
-      for k in (1, 7)],
+    *[
+        (lambda x, t=t: sampling.apply_temperature(x, t), hf.TemperatureLogitsWarper(t))
+        for t in (1e-4, 0.7, 1.0, 50.0)
+    ],
+    *[
+        (
+            lambda x, k=k: sampling.top_k_filter(x, 3, min_tokens_to_keep=k),
+            hf.TopKLogitsWarper(3, min_tokens_to_keep=k),
+        )
+        for k in (1, 7)
+    ],
+    *[
+        (
+            lambda x, k=k: sampling.top_p_filter(x, 0.3, min_tokens_to_keep=k),
+            hf.TopPLogitsWarper(0.3, min_tokens_to_keep=k),
+        )
+        for k in (1, 7)
+    ],
 ]
 NAMES = [type(processor).__name__ + "-" + str(i) for i, (_, processor) in enumerate(TRUNCATIONS)]
 
@@ -103,7 +129,9 @@ def test_no_repeat_ngram_equals_transformers(n):
 
 
 def test_no_repeat_ngram_bans_what_followed_the_last_tokens():
-    out = sampling.no_repeat_ngram(torch.zeros(1, 10), torch.tensor([[1, 2, 3, 1, 2]]), 3)  # "1 2" was followed by 3
+    out = sampling.no_repeat_ngram(
+        torch.zeros(1, 10), torch.tensor([[1, 2, 3, 1, 2]]), 3
+    )  # "1 2" was followed by 3
     assert torch.isinf(out[0, 3]) and torch.isfinite(out[0, [0, 1, 2, 4]]).all()
 
 
@@ -125,7 +153,9 @@ def test_min_new_tokens_equals_transformers(generated):
     ids = torch.cat([PROMPT_IDS, torch.ones(3, generated, dtype=torch.long)], dim=1)
     processor = hf.MinNewTokensLengthLogitsProcessor(PROMPT_IDS.shape[1], 3, [2, 7])
     logits = random_logits(6)
-    assert torch.equal(sampling.min_new_tokens_filter(logits, generated, 3, [2, 7]), processor(ids, logits.clone()))
+    assert torch.equal(
+        sampling.min_new_tokens_filter(logits, generated, 3, [2, 7]), processor(ids, logits.clone())
+    )
 
 
 def test_presence_and_frequency_penalties_follow_openais_formula():
@@ -154,7 +184,8 @@ def test_greedy_and_sample_are_the_only_choosers():
 # --- invariants (hypothesis) ---------------------------------------------------------------------
 
 finite_logits = st.lists(st.floats(-30, 30, allow_nan=False, width=32), min_size=2, max_size=40).map(
-    lambda values: torch.tensor([values]))
+    lambda values: torch.tensor([values])
+)
 probability = st.floats(0.001, 1.0)
 
 ALL_TRANSFORMS = {
@@ -166,7 +197,9 @@ ALL_TRANSFORMS = {
     "eta": lambda x, q: sampling.eta_filter(x, min(q, 0.999)),
     "temperature": lambda x, q: sampling.apply_temperature(x, q),
     "repetition": lambda x, q: sampling.repetition_penalty(x, torch.tensor([[0, 1]]), 1 + 10 * q),
-    "presence_frequency": lambda x, q: sampling.presence_frequency_penalty(x, torch.tensor([[0, 0]]), 2 * q, 2 * q),
+    "presence_frequency": lambda x, q: sampling.presence_frequency_penalty(
+        x, torch.tensor([[0, 0]]), 2 * q, 2 * q
+    ),
     "no_repeat_ngram": lambda x, q: sampling.no_repeat_ngram(x, torch.tensor([[0, 1, 0]]), 2),
 }
 
@@ -222,8 +255,12 @@ def test_temperature_keeps_the_ranking(logits, t):
 
 def test_truncation_never_changes_the_logits_it_keeps():
     logits = random_logits(8)
-    for transform in (lambda x: sampling.top_k_filter(x, 5), lambda x: sampling.top_p_filter(x, 0.8),
-                      lambda x: sampling.min_p_filter(x, 0.1), lambda x: sampling.typical_filter(x, 0.5)):
+    for transform in (
+        lambda x: sampling.top_k_filter(x, 5),
+        lambda x: sampling.top_p_filter(x, 0.8),
+        lambda x: sampling.min_p_filter(x, 0.1),
+        lambda x: sampling.typical_filter(x, 0.5),
+    ):
         out = transform(logits)
         kept = torch.isfinite(out)
         assert torch.equal(out[kept], logits[kept]) and math.isinf(float(out[~kept].max()))

@@ -31,13 +31,19 @@ def hf_beams(model, prompt_ids, **kwargs):
     """transformers' n-best list: (generated ids up to and including EOS, score), best first."""
     input_ids = torch.tensor([prompt_ids])
     with torch.no_grad():
-        out = model.generate(input_ids, attention_mask=torch.ones_like(input_ids), do_sample=False,
-                             num_return_sequences=kwargs["num_beams"], output_scores=True,
-                             return_dict_in_generate=True, **kwargs)
+        out = model.generate(
+            input_ids,
+            attention_mask=torch.ones_like(input_ids),
+            do_sample=False,
+            num_return_sequences=kwargs["num_beams"],
+            output_scores=True,
+            return_dict_in_generate=True,
+            **kwargs,
+        )
     eos = model.generation_config.eos_token_id
     rows = []
-    for row, score in zip(out.sequences[:, len(prompt_ids):].tolist(), out.sequences_scores.tolist()):
-        rows.append((row[:row.index(eos) + 1] if eos in row else row, score))
+    for row, score in zip(out.sequences[:, len(prompt_ids) :].tolist(), out.sequences_scores.tolist()):
+        rows.append((row[: row.index(eos) + 1] if eos in row else row, score))
     return rows
 
 
@@ -48,11 +54,14 @@ def assert_same_beams(result, expected):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("question, num_beams", [
-    ("What is the capital of France?", 2),
-    ("Write a haiku about the sea.", 3),
-    ("Give me three tips for learning to code.", 4),
-])
+@pytest.mark.parametrize(
+    "question, num_beams",
+    [
+        ("What is the capital of France?", 2),
+        ("Write a haiku about the sea.", 3),
+        ("Give me three tips for learning to code.", 4),
+    ],
+)
 def test_beam_search_equals_transformers_on_smollm2(smollm2, question, num_beams):
     model, tokenizer = smollm2
     prompt_ids = labkit.chat_prompt(tokenizer, question)
@@ -69,16 +78,27 @@ def test_beam_search_on_labkit_llama_equals_transformers(smollm2, smollm2_labkit
     assert list(result.best.token_ids) == expected[0][0]
 
 
-@pytest.mark.parametrize("num_beams, length_penalty, early_stopping", [
-    (2, 1.0, False), (3, 0.0, "never"), (3, 2.0, True), (4, -1.0, False), (3, 1.5, "never"), (5, 1.0, True)])
-def test_beam_search_options_equal_transformers_on_a_tiny_model(tokenizer, num_beams, length_penalty, early_stopping):
+@pytest.mark.parametrize(
+    "num_beams, length_penalty, early_stopping",
+    [(2, 1.0, False), (3, 0.0, "never"), (3, 2.0, True), (4, -1.0, False), (3, 1.5, "never"), (5, 1.0, True)],
+)
+def test_beam_search_options_equal_transformers_on_a_tiny_model(
+    tokenizer, num_beams, length_penalty, early_stopping
+):
     model = eos_happy_tiny_model()
     prompt_ids = tokenizer("Hello there")["input_ids"]
-    config = DecodingConfig(num_beams=num_beams, max_new_tokens=8, length_penalty=length_penalty,
-                            early_stopping=early_stopping)
+    config = DecodingConfig(
+        num_beams=num_beams, max_new_tokens=8, length_penalty=length_penalty, early_stopping=early_stopping
+    )
     result = beam_search(model, tokenizer, prompt_ids, config=config)
-    expected = hf_beams(model, prompt_ids, num_beams=num_beams, max_new_tokens=8, length_penalty=length_penalty,
-                        early_stopping=early_stopping)
+    expected = hf_beams(
+        model,
+        prompt_ids,
+        num_beams=num_beams,
+        max_new_tokens=8,
+        length_penalty=length_penalty,
+        early_stopping=early_stopping,
+    )
     assert_same_beams(result, expected)
 
 
@@ -86,7 +106,11 @@ def test_beam_search_with_penalties_and_no_cache_equals_transformers(tokenizer):
     model = eos_happy_tiny_model()
     prompt_ids = tokenizer("Hello there")["input_ids"]
     config = DecodingConfig(num_beams=3, max_new_tokens=8, repetition_penalty=1.5, no_repeat_ngram_size=2)
-    expected = hf_beams(model, prompt_ids, **{k: v for k, v in config.hf_kwargs().items() if k not in ("do_sample", "num_return_sequences")})
+    expected = hf_beams(
+        model,
+        prompt_ids,
+        **{k: v for k, v in config.hf_kwargs().items() if k not in ("do_sample", "num_return_sequences")},
+    )
     assert_same_beams(beam_search(model, tokenizer, prompt_ids, config=config), expected)
     assert_same_beams(beam_search(model, tokenizer, prompt_ids, config=config, use_cache=False), expected)
     labkit_model = labkit.Llama.from_hf(model)
@@ -104,7 +128,9 @@ def eos_happy_tiny_model():
 
 def test_beam_tree_records_every_step_and_the_best_path(tokenizer):
     model = eos_happy_tiny_model()
-    result = beam_search(model, tokenizer, tokenizer("Hello there")["input_ids"], num_beams=3, max_new_tokens=6)
+    result = beam_search(
+        model, tokenizer, tokenizer("Hello there")["input_ids"], num_beams=3, max_new_tokens=6
+    )
     assert all(len(step) == 6 for step in result.steps)  # 2 x num_beams candidates per step
     assert all(sum(c.status == "running" for c in step) <= 3 for step in result.steps)
     finished = [c for step in result.steps for c in step if c.status == "finished"]
@@ -115,13 +141,16 @@ def test_beam_tree_records_every_step_and_the_best_path(tokenizer):
 def test_generate_with_num_beams_yields_the_best_beam(tokenizer):
     model = eos_happy_tiny_model()
     prompt_ids = tokenizer("Hello there")["input_ids"]
-    steps = list(labkit.generate(model, tokenizer, prompt_ids, config=DecodingConfig(num_beams=3, max_new_tokens=8)))
+    steps = list(
+        labkit.generate(model, tokenizer, prompt_ids, config=DecodingConfig(num_beams=3, max_new_tokens=8))
+    )
     best = beam_search(model, tokenizer, prompt_ids, num_beams=3, max_new_tokens=8).best
     assert [s.token_id for s in steps] == list(best.token_ids)
     assert steps[-1].finish_reason in ("eos", "length")
 
 
 # --- exact MAP -----------------------------------------------------------------------------------
+
 
 class DigitTokenizer:
     """A stand-in tokenizer for an 8-token vocabulary: token i is the digit i, 0 is EOS."""
@@ -137,9 +166,18 @@ class DigitTokenizer:
 
 def toy_model(seed):
     torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=8, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64,
-                         bos_token_id=1, eos_token_id=0, pad_token_id=0)
+    config = LlamaConfig(
+        vocab_size=8,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=64,
+        bos_token_id=1,
+        eos_token_id=0,
+        pad_token_id=0,
+    )
     model = LlamaForCausalLM(config).eval()
     with torch.no_grad():
         model.lm_head.weight.mul_(8)  # peaked distributions, so beam search and the mode can differ
@@ -196,7 +234,9 @@ def beam_beats_greedy():
     for seed in range(50):
         model = toy_model(seed)
         greedy = greedy_search(model, DigitTokenizer(), PROMPT, max_new_tokens=4)
-        result = beam_search(model, DigitTokenizer(), PROMPT, num_beams=2, max_new_tokens=4, length_penalty=0.0)
+        result = beam_search(
+            model, DigitTokenizer(), PROMPT, num_beams=2, max_new_tokens=4, length_penalty=0.0
+        )
         if result.best.logprob > greedy.logprob + 0.1 and len(greedy.token_ids) == 4:
             return model, greedy, result
     raise AssertionError("no toy model where beam search beats greedy")
@@ -204,9 +244,13 @@ def beam_beats_greedy():
 
 def test_empty_answer_logprob_is_the_probability_of_eos_first():
     model, tokenizer = toy_model(0), DigitTokenizer()
-    assert empty_answer_logprob(model, tokenizer, PROMPT) == pytest.approx(sequence_logprob(model, PROMPT, [0]))
+    assert empty_answer_logprob(model, tokenizer, PROMPT) == pytest.approx(
+        sequence_logprob(model, PROMPT, [0])
+    )
     model.generation_config.eos_token_id = [0, 7]  # two EOS tokens: either one ends the answer
-    both = math.log(math.exp(sequence_logprob(model, PROMPT, [0])) + math.exp(sequence_logprob(model, PROMPT, [7])))
+    both = math.log(
+        math.exp(sequence_logprob(model, PROMPT, [0])) + math.exp(sequence_logprob(model, PROMPT, [7]))
+    )
     assert empty_answer_logprob(model, tokenizer, PROMPT) == pytest.approx(both, abs=1e-5)
 
 
@@ -216,8 +260,9 @@ def test_first_divergence_finds_the_step_and_scores_both_sequences():
     split = first_divergence(model, PROMPT, first, second)
     assert (split.step, split.first_token, split.second_token) == (2, 4, 6)
     assert split.first_logprob == pytest.approx(token_logprobs_of(model, PROMPT, first)[1])
-    assert split.second_logprob == pytest.approx(sequence_logprob(model, PROMPT, [3, 6]) -
-                                                 sequence_logprob(model, PROMPT, [3]), abs=1e-5)
+    assert split.second_logprob == pytest.approx(
+        sequence_logprob(model, PROMPT, [3, 6]) - sequence_logprob(model, PROMPT, [3]), abs=1e-5
+    )
     assert split.first_total == pytest.approx(sequence_logprob(model, PROMPT, first), abs=1e-5)
     assert split.second_total == pytest.approx(sequence_logprob(model, PROMPT, second), abs=1e-5)
     with pytest.raises(ValueError, match="never differ"):

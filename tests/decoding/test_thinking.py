@@ -28,10 +28,12 @@ OPENED = [5, 6, 1, 2, 3]  # a prompt that ends by opening the section
 
 def scripted(prefers):
     """A 'model' whose logits [V] favour prefers(ids) by 5 over every other token (logit 1)."""
+
     def logits_for(ids):
         row = torch.ones(VOCAB)
         row[prefers(ids)] = 6.0
         return row
+
     return logits_for
 
 
@@ -40,7 +42,7 @@ def run(transform, prompt, model, steps):
     ids = list(prompt)
     for _ in range(steps):
         ids.append(int(transform(model(ids)[None], torch.tensor([ids]))[0].argmax()))
-    return ids[len(prompt):]
+    return ids[len(prompt) :]
 
 
 def budget(n=None, minimum=0, prompt=OPENED):
@@ -49,10 +51,11 @@ def budget(n=None, minimum=0, prompt=OPENED):
 
 def closes_at(generated, end=(4, 2, 3)):
     """Where the end marker first begins in generated (None if it never does)."""
-    return next((i for i in range(len(generated)) if tuple(generated[i:i + len(end)]) == end), None)
+    return next((i for i in range(len(generated)) if tuple(generated[i : i + len(end)]) == end), None)
 
 
 # --- the budget --------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("n", [0, 1, 5])
 def test_budget_forces_the_end_marker_after_exactly_n_thinking_tokens(n):
@@ -109,7 +112,9 @@ def test_the_model_closing_early_is_left_alone():
 
 
 def test_a_reopened_section_gets_only_what_is_left_of_the_budget():
-    reopens = scripted(lambda ids: {10: 1, 11: 2, 12: 3}.get(len(ids), WORD))  # '<think>' again after '</think>'
+    reopens = scripted(
+        lambda ids: {10: 1, 11: 2, 12: 3}.get(len(ids), WORD)
+    )  # '<think>' again after '</think>'
     generated = run(budget(2), OPENED, reopens, 12)
     assert generated == [WORD, WORD, 4, 2, 3, 1, 2, 3, 4, 2, 3, WORD]
     assert thinking_token_count(OPENED + generated, TOKENS, len(OPENED)) == 2
@@ -123,6 +128,7 @@ def test_rows_of_a_batch_are_independent():
 
 
 # --- budget forcing (s1): "Wait" instead of the end -----------------------------------------------
+
 
 def wants_to_close(ids):
     """Prefers to end the thinking section: the end marker's first token, then the rest of it."""
@@ -162,6 +168,7 @@ def test_the_budget_overrules_a_wait_being_written():
 
 # --- the format, the config and the loop -----------------------------------------------------------
 
+
 def test_smollm2_spells_the_markers_with_several_tokens(tokenizer):
     tokens = ThinkingFormat().token_ids(tokenizer)
     assert all(len(spelling) == 3 for spelling in tokens.start + tokens.end)
@@ -173,7 +180,10 @@ def test_config_builds_the_transform_once_it_knows_the_tokenizer(tokenizer):
     config = DecodingConfig(thinking_budget=16, thinking_min=4)
     with pytest.raises(ValueError, match="with_tokenizer"):
         config.transforms(10, {2})
-    assert repr(config.with_tokenizer(tokenizer).transforms(10, {2})) == "[thinking_budget(budget=16, minimum=4)]"
+    assert (
+        repr(config.with_tokenizer(tokenizer).transforms(10, {2}))
+        == "[thinking_budget(budget=16, minimum=4)]"
+    )
     assert DecodingConfig().with_tokenizer(tokenizer).transforms(10, {2}) == []
 
 
@@ -184,11 +194,14 @@ def test_generate_and_the_engine_force_the_end_marker_alike(tiny, tokenizer, one
     alone = labkit.generate_ids(tiny, tokenizer, prompt, **options)
     assert tuple(alone[4:7]) == end
     engine = Engine(tiny, tokenizer, max_num_seqs=4)
-    ids = [engine.add_request(prompt, **options), engine.add_request(prompt, max_new_tokens=10),
-           engine.add_request(prompt, temperature=1.0, seed=0, **options)]
+    ids = [
+        engine.add_request(prompt, **options),
+        engine.add_request(prompt, max_new_tokens=10),
+        engine.add_request(prompt, temperature=1.0, seed=0, **options),
+    ]
     engine.run_until_done()
     budgeted, free, sampled = (engine.release(i).output_ids for i in ids)
-    assert budgeted == alone and end not in {tuple(free[i:i + 3]) for i in range(len(free))}
+    assert budgeted == alone and end not in {tuple(free[i : i + 3]) for i in range(len(free))}
     assert tuple(sampled[4:7]) == end
 
 
@@ -202,18 +215,34 @@ def test_split_thinking_reads_the_text():
 
 # --- bad input ---------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("options, message", [
-    ({"thinking_budget": -1}, "thinking_budget must be a whole number of 0 or more"),
-    ({"thinking_budget": 2.5}, "thinking_budget must be a whole number"),
-    ({"thinking_budget": True}, "thinking_budget must be a whole number"),
-    ({"thinking_min": -3}, "thinking_min must be a whole number of 0 or more"),
-    ({"thinking_min": "8"}, "thinking_min must be a whole number"),
-    ({"thinking_budget": 4, "thinking_min": 8}, "thinking_min must be at most thinking_budget"),
-    ({"thinking_format": "<think>", "thinking_budget": 4}, "thinking_format must be a labkit ThinkingFormat"),
-    ({"thinking_format": ThinkingFormat("<t>", "</t>")}, "acts only with thinking_budget or thinking_min"),
-    ({"thinking_budget": 4, "json_schema": True}, "json_schema constrains the answer from the first token"),
-    ({"thinking_min": 2, "grammar": 'start: "yes" | "no"'}, "grammar constrains the answer from the first token"),
-])
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"thinking_budget": -1}, "thinking_budget must be a whole number of 0 or more"),
+        ({"thinking_budget": 2.5}, "thinking_budget must be a whole number"),
+        ({"thinking_budget": True}, "thinking_budget must be a whole number"),
+        ({"thinking_min": -3}, "thinking_min must be a whole number of 0 or more"),
+        ({"thinking_min": "8"}, "thinking_min must be a whole number"),
+        ({"thinking_budget": 4, "thinking_min": 8}, "thinking_min must be at most thinking_budget"),
+        (
+            {"thinking_format": "<think>", "thinking_budget": 4},
+            "thinking_format must be a labkit ThinkingFormat",
+        ),
+        (
+            {"thinking_format": ThinkingFormat("<t>", "</t>")},
+            "acts only with thinking_budget or thinking_min",
+        ),
+        (
+            {"thinking_budget": 4, "json_schema": True},
+            "json_schema constrains the answer from the first token",
+        ),
+        (
+            {"thinking_min": 2, "grammar": 'start: "yes" | "no"'},
+            "grammar constrains the answer from the first token",
+        ),
+    ],
+)
 def test_bad_options_are_refused_naming_them(options, message):
     with pytest.raises(ValueError, match=message):
         DecodingConfig(**options)
@@ -224,13 +253,16 @@ def test_generate_refuses_a_bad_budget_when_called(tiny, tokenizer):
         labkit.generate(tiny, tokenizer, "Hi", thinking_budget=-2)
 
 
-@pytest.mark.parametrize("fields, message", [
-    ({"start": ""}, "start must be a non-empty string"),
-    ({"end": 3}, "end must be a non-empty string"),
-    ({"wait": "  "}, "wait must be a non-empty string"),
-    ({"start": "<think>", "end": "<think>"}, "must differ"),
-    ({"start": "think", "end": "/think"}, "must differ"),
-])
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        ({"start": ""}, "start must be a non-empty string"),
+        ({"end": 3}, "end must be a non-empty string"),
+        ({"wait": "  "}, "wait must be a non-empty string"),
+        ({"start": "<think>", "end": "<think>"}, "must differ"),
+        ({"start": "think", "end": "/think"}, "must differ"),
+    ],
+)
 def test_bad_formats_are_refused(fields, message):
     with pytest.raises(ValueError, match=message):
         ThinkingFormat(**fields)
@@ -246,6 +278,7 @@ def test_reading_helpers_refuse_wrong_types(tokenizer):
 
 
 # --- the real model ----------------------------------------------------------------------------
+
 
 def thought(generated, tokenizer):
     """Thinking tokens of a generation whose prompt opened the section: those before the first end marker

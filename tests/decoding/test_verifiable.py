@@ -33,6 +33,7 @@ def write_task(folder, lines):
 
 # --- the bundled data ----------------------------------------------------------------------------------
 
+
 def test_sums_are_many_distinct_and_right(sums):
     assert len(sums) >= 100
     assert len({item.question for item in sums}) == len(sums)
@@ -52,11 +53,27 @@ def test_the_bundled_tasks_are_listed():
 
 # --- reading an answer out of text -----------------------------------------------------------------------
 
-@pytest.mark.parametrize("text, expected", [
-    (" 55", "55"), ("55\n", "55"), ("The answer is 42.", "42"), ("47 + 8 = 55", "55"),
-    ("It costs 1,200 dollars.", "1200"), ("-3", "-3"), ("+5", "5"), ("42.0", "42"), ("2.50", "2.5"),
-    ("007", "7"), ("10-3", "3"), ("-0", "0"), ("no idea", None), ("", None), ("H2O", None),
-])
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        (" 55", "55"),
+        ("55\n", "55"),
+        ("The answer is 42.", "42"),
+        ("47 + 8 = 55", "55"),
+        ("It costs 1,200 dollars.", "1200"),
+        ("-3", "-3"),
+        ("+5", "5"),
+        ("42.0", "42"),
+        ("2.50", "2.5"),
+        ("007", "7"),
+        ("10-3", "3"),
+        ("-0", "0"),
+        ("no idea", None),
+        ("", None),
+        ("H2O", None),
+    ],
+)
 def test_extract_answer_reads_the_last_number(text, expected):
     assert extract_answer(text) == expected
 
@@ -76,6 +93,7 @@ def test_majority_answer_counts_votes_of_texts_with_a_number():
 
 # --- the stated prompt -----------------------------------------------------------------------------------
 
+
 def test_task_prompt_is_worked_sums_then_the_question():
     prompt = task_prompt(Item("47 + 8", "55"))
     assert prompt == "6 + 3 = 9\n23 + 14 = 37\n48 + 7 = 55\n71 + 5 = 76\n47 + 8 ="
@@ -92,6 +110,7 @@ def test_task_messages_render_through_smollm2_chat_template(tokenizer):
 
 # --- bad input ---------------------------------------------------------------------------------------------
 
+
 def test_unknown_task_names_the_argument_and_the_tasks():
     with pytest.raises(ValueError, match=r"name must be one of .*'sums'.*got 'gsm8k'"):
         load_task("gsm8k")
@@ -104,15 +123,21 @@ def test_missing_folder_says_where_the_data_lives(tmp_path):
         load_task("sums", folder=tmp_path / "absent")
 
 
-@pytest.mark.parametrize("line, message", [
-    ("not json", "line 2: not a JSON object"),
-    ('["2 + 2", "4"]', "exactly the keys 'question' and 'answer'"),
-    ('{"question": "2 + 2", "answer": "4", "extra": 1}', "exactly the keys"),
-    ('{"question": "", "answer": "4"}', "the question must be a non-empty string"),
-    ('{"question": "2 + 2", "answer": 4}', "the answer must be a number written as extract_answer reads it"),
-    ('{"question": "2 + 2", "answer": "4.0"}', "got '4.0'"),
-    ('{"question": "1 + 1", "answer": "2"}', "line 2: the question '1 \\+ 1' appears twice"),
-])
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("not json", "line 2: not a JSON object"),
+        ('["2 + 2", "4"]', "exactly the keys 'question' and 'answer'"),
+        ('{"question": "2 + 2", "answer": "4", "extra": 1}', "exactly the keys"),
+        ('{"question": "", "answer": "4"}', "the question must be a non-empty string"),
+        (
+            '{"question": "2 + 2", "answer": 4}',
+            "the answer must be a number written as extract_answer reads it",
+        ),
+        ('{"question": "2 + 2", "answer": "4.0"}', "got '4.0'"),
+        ('{"question": "1 + 1", "answer": "2"}', "line 2: the question '1 \\+ 1' appears twice"),
+    ],
+)
 def test_malformed_items_are_refused_with_their_line(tmp_path, line, message):
     folder = write_task(tmp_path, [json.dumps({"question": "1 + 1", "answer": "2"}), line])
     with pytest.raises(ValueError, match=message):
@@ -120,20 +145,30 @@ def test_malformed_items_are_refused_with_their_line(tmp_path, line, message):
 
 
 def test_a_well_formed_file_of_ones_own_loads(tmp_path):
-    folder = write_task(tmp_path, [json.dumps({"question": "How many legs do 3 dogs have?", "answer": "12"}), ""])
+    folder = write_task(
+        tmp_path, [json.dumps({"question": "How many legs do 3 dogs have?", "answer": "12"}), ""]
+    )
     assert load_task("mine", folder=folder) == [Item("How many legs do 3 dogs have?", "12")]
 
 
-@pytest.mark.parametrize("call", [
-    lambda: extract_answer(None), lambda: is_correct("47 + 8", "55"), lambda: is_correct({"answer": "55"}, "55"),
-    lambda: task_prompt("47 + 8"), lambda: task_messages(None), lambda: majority_answer("55"),
-])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: extract_answer(None),
+        lambda: is_correct("47 + 8", "55"),
+        lambda: is_correct({"answer": "55"}, "55"),
+        lambda: task_prompt("47 + 8"),
+        lambda: task_messages(None),
+        lambda: majority_answer("55"),
+    ],
+)
 def test_wrong_types_are_refused(call):
     with pytest.raises(TypeError, match="must be"):
         call()
 
 
 # --- the real model --------------------------------------------------------------------------------------
+
 
 @pytest.mark.slow
 def test_gemma_answers_three_sums_with_the_stated_prompt(gemma3, sums):
@@ -143,7 +178,8 @@ def test_gemma_answers_three_sums_with_the_stated_prompt(gemma3, sums):
     chosen = [item for item in sums if item.question in ("18 + 3", "16 + 9", "65 + 9")]
     assert len(chosen) == 3
     for item in chosen:
-        text = labkit.generate_text(model, tokenizer, task_prompt(item), max_new_tokens=24, temperature=0,
-                                    stop=list(STOP))
+        text = labkit.generate_text(
+            model, tokenizer, task_prompt(item), max_new_tokens=24, temperature=0, stop=list(STOP)
+        )
         assert is_correct(item, text), (item, text)
         assert text.strip() == item.answer  # the prompt alone makes the model stop after the number

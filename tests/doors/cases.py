@@ -12,11 +12,25 @@ import door  # tests/doors/conftest.py puts this folder on sys.path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 
-FOLDERS = ["top", "benchmarks", "core", "course", "decoding", "engines", "fast", "models", "quant", "serving",
-           "speculative", "viz"]
+FOLDERS = [
+    "top",
+    "benchmarks",
+    "core",
+    "course",
+    "decoding",
+    "engines",
+    "fast",
+    "models",
+    "quant",
+    "serving",
+    "speculative",
+    "viz",
+]
 TABLES = {folder: importlib.import_module(f"cases_{folder}") for folder in FOLDERS}
 CASES: list[door.Door] = [case for table in TABLES.values() for case in table.CASES]
-NO_ARGUMENT: dict[str, str] = {name: why for table in TABLES.values() for name, why in table.NO_ARGUMENT.items()}
+NO_ARGUMENT: dict[str, str] = {
+    name: why for table in TABLES.values() for name, why in table.NO_ARGUMENT.items()
+}
 
 # The older tests whose registries feed these names bad input (each checked to hold the name's function).
 REUSED = {
@@ -47,4 +61,6 @@ def registry(reference: str) -> object:
 def holds(table: object, function: object) -> bool:
     """Whether a registry (a dict of functions, or of (function, bad values) pairs) holds function."""
     values = table.values() if isinstance(table, dict) else table
-    return any(value is function or (isinstance(value, tuple) and value and value[0] is function) for value in values)
+    return any(
+        value is function or (isinstance(value, tuple) and value and value[0] is function) for value in values
+    )

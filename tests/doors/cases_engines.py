@@ -22,10 +22,18 @@ CASES = [
     wrong("labkit.engines.runners.TransformersRunner", words=("model",)),
     wrong("labkit.engines.server_runner.ServerRunner", words=("name",)),
     wrong("labkit.engines.server_runner.process_tree_rss", words=("pid",)),
-    Door("labkit.engines.server_runner.process_tree_rss", lambda kit: process_tree_rss(-1), ValueError,
-         ("pid must be a whole number of 1 or more", "got -1")),
-    Door("labkit.engines.llama_server.LlamaServerSettings", lambda kit: LlamaServerSettings("smollm2-135m", slots=0),
-         ValueError, ("slots must be a whole number of 1 or more", "got 0")),
+    Door(
+        "labkit.engines.server_runner.process_tree_rss",
+        lambda kit: process_tree_rss(-1),
+        ValueError,
+        ("pid must be a whole number of 1 or more", "got -1"),
+    ),
+    Door(
+        "labkit.engines.llama_server.LlamaServerSettings",
+        lambda kit: LlamaServerSettings("smollm2-135m", slots=0),
+        ValueError,
+        ("slots must be a whole number of 1 or more", "got 0"),
+    ),
 ]
 
 NO_ARGUMENT = {  # name -> why it has no bad-input case

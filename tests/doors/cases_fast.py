@@ -27,10 +27,17 @@ def compile_student_loop(inner_loop: str):
 CASES = [
     # a negative count, and a thread count of 0 refused at the call, not when the block is entered
     Door("labkit.fast.static.slots_for", lambda kit: slots_for(-5, 8192), ValueError, ("needed", "-5")),
-    Door("labkit.fast.threads.using_threads", lambda kit: using_threads(0), ValueError, ("count", "1 or more")),
+    Door(
+        "labkit.fast.threads.using_threads", lambda kit: using_threads(0), ValueError, ("count", "1 or more")
+    ),
     # the compiler's first error and its line of the student's loop, not the build log (a real compile, ~20 s)
-    Door("labkit.fast.dot_exercise.build_matvec", lambda kit: compile_student_loop("dot += c[j];\ndot += c[j] * w;"),
-         CompileError, ("inner_loop does not compile, line 2: error:", "dot += c[j] * w;"), slow=True),
+    Door(
+        "labkit.fast.dot_exercise.build_matvec",
+        lambda kit: compile_student_loop("dot += c[j];\ndot += c[j] * w;"),
+        CompileError,
+        ("inner_loop does not compile, line 2: error:", "dot += c[j] * w;"),
+        slow=True,
+    ),
     wrong("labkit.fast.cost.cost_table", words=("named",)),
     wrong("labkit.fast.cost.measure_step", words=("model",)),
     wrong("labkit.fast.dot_exercise.build_matvec", words=("inner_loop",)),

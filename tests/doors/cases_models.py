@@ -11,9 +11,18 @@ from labkit.models.footprint import format_bytes
 
 CASES = [
     # a number left as text: a catalog row edited by hand, bytes read from a log
-    Door("labkit.models.catalog_model.CatalogModel", lambda kit: replace(load_catalog()[0], params_b="8"),
-         TypeError, ("params_b must be float", "got str")),
-    Door("labkit.models.footprint.format_bytes", lambda kit: format_bytes("1e9"), ValueError, ("n_bytes", "'1e9'")),
+    Door(
+        "labkit.models.catalog_model.CatalogModel",
+        lambda kit: replace(load_catalog()[0], params_b="8"),
+        TypeError,
+        ("params_b must be float", "got str"),
+    ),
+    Door(
+        "labkit.models.footprint.format_bytes",
+        lambda kit: format_bytes("1e9"),
+        ValueError,
+        ("n_bytes", "'1e9'"),
+    ),
     wrong("labkit.models.catalog_model.CatalogModel", words=()),
     wrong("labkit.models.eval_data.eval_ids", words=("tokenizer",)),
     wrong("labkit.models.fit.Fit", words=()),

@@ -8,8 +8,12 @@ from labkit.speculative.rule import expected_tokens_per_step
 
 CASES = [
     # an acceptance rate given in percent
-    Door("labkit.speculative.rule.expected_tokens_per_step", lambda kit: expected_tokens_per_step(80, 4), ValueError,
-         ("alpha", "<= 1", "80")),
+    Door(
+        "labkit.speculative.rule.expected_tokens_per_step",
+        lambda kit: expected_tokens_per_step(80, 4),
+        ValueError,
+        ("alpha", "<= 1", "80"),
+    ),
     wrong("labkit.speculative.cost.draft_cost", words=("drafter",)),
     wrong("labkit.speculative.cost.predicted_speedup", words=("alpha",)),
     wrong("labkit.speculative.cost.rounds_speedup", words=("steps",)),

@@ -12,11 +12,24 @@ from labkit.viz.quant import round_trips
 CASES = [
     # realistic slips: a layer's [T, T] attention where one head's row goes, a list where the weight goes,
     # batch sizes read as text from a CSV
-    Door("labkit.viz.inside.plot_head_attention", lambda kit: plot_head_attention(torch.rand(3, 3), list("abc")),
-         ValueError, ("weights", "[T]", "(3, 3)")),
-    Door("labkit.viz.quant.round_trips", lambda kit: round_trips([[0.1, 0.2]]), TypeError, ("weight", "got list")),
-    Door("labkit.viz.batch.plot_batch_sweep", lambda kit: plot_batch_sweep(["1", "8"], [0.01, 0.02]), TypeError,
-         ("batches[0] is str",)),
+    Door(
+        "labkit.viz.inside.plot_head_attention",
+        lambda kit: plot_head_attention(torch.rand(3, 3), list("abc")),
+        ValueError,
+        ("weights", "[T]", "(3, 3)"),
+    ),
+    Door(
+        "labkit.viz.quant.round_trips",
+        lambda kit: round_trips([[0.1, 0.2]]),
+        TypeError,
+        ("weight", "got list"),
+    ),
+    Door(
+        "labkit.viz.batch.plot_batch_sweep",
+        lambda kit: plot_batch_sweep(["1", "8"], [0.01, 0.02]),
+        TypeError,
+        ("batches[0] is str",),
+    ),
     wrong("labkit.viz.batch.plot_batch_sweep", words=("batches",)),
     wrong("labkit.viz.batch.plot_weights_by_batch", words=("costs",)),
     wrong("labkit.viz.catalog.plot_model_zoo", words=("catalog",)),

@@ -46,19 +46,28 @@ class Wrong:
 
 def required(function: Callable) -> list[str]:
     """The names of function's arguments that have no default (self and cls left out)."""
-    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    return [p.name for p in inspect.signature(function).parameters.values()
-            if p.default is p.empty and p.kind in kinds and p.name not in ("self", "cls")]
+    kinds = (
+        inspect.Parameter.POSITIONAL_ONLY,
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        inspect.Parameter.KEYWORD_ONLY,
+    )
+    return [
+        p.name
+        for p in inspect.signature(function).parameters.values()
+        if p.default is p.empty and p.kind in kinds and p.name not in ("self", "cls")
+    ]
 
 
 def every_argument_wrong(name: str) -> Callable[[Kit], object]:
     """The bad call of `name` (a qualified name) with a Wrong() for each of its required arguments."""
+
     def call(kit: Kit) -> object:
         function = resolve(name)
         result = function(**{argument: Wrong() for argument in required(function)})
         if inspect.iscoroutine(result):
             result.close()
         return next(result) if inspect.isgenerator(result) else result
+
     return call
 
 

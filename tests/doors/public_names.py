@@ -59,8 +59,11 @@ def resolve(dotted: str) -> object:
 def folder_exports() -> dict[str, str]:
     """Every name in the __all__ of labkit and of each labkit package below it: dotted name -> source."""
     found: dict[str, str] = {}
-    packages = [labkit.__name__] + [info.name for info in pkgutil.walk_packages(labkit.__path__, "labkit.")
-                                    if info.ispkg and not info.name.startswith(LEFT_OUT)]
+    packages = [labkit.__name__] + [
+        info.name
+        for info in pkgutil.walk_packages(labkit.__path__, "labkit.")
+        if info.ispkg and not info.name.startswith(LEFT_OUT)
+    ]
     for package in packages:
         for name in getattr(importlib.import_module(package), "__all__", ()):
             found.setdefault(f"{package}.{name}", f"{package}.__all__")
@@ -98,8 +101,13 @@ def notebook_names(notebook: Path) -> set[str]:
                     found.add(f"{node.module}.{alias.name}")
                     aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}"
             elif isinstance(node, ast.Import):
-                aliases.update({alias.asname: alias.name for alias in node.names
-                                if alias.asname and alias.name.startswith("labkit")})
+                aliases.update(
+                    {
+                        alias.asname: alias.name
+                        for alias in node.names
+                        if alias.asname and alias.name.startswith("labkit")
+                    }
+                )
         for node in ast.walk(tree):
             path = called_path(node) if isinstance(node, ast.Call) else []
             if path and path[0] in aliases:
@@ -120,7 +128,9 @@ def public_names(root: Path = ROOT) -> dict[str, str]:
         if dotted.startswith(LEFT_OUT) or dotted == "labkit.checks":
             continue
         obj, owner = resolve(dotted), resolve(dotted.rpartition(".")[0])
-        if isinstance(obj, types.ModuleType) or not (is_labkit_code(obj) or isinstance(owner, types.ModuleType)):
+        if isinstance(obj, types.ModuleType) or not (
+            is_labkit_code(obj) or isinstance(owner, types.ModuleType)
+        ):
             continue  # a module imported whole, or a method of a plain value (EMBEDDED_MODELS.items)
         name = qualified(obj, dotted)
         doors.setdefault(name, source)

@@ -23,6 +23,7 @@ def param(case):
 def no_process_may_start(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError(f"a process was started for an invalid call: {args[0] if args else kwargs}")
+
     monkeypatch.setattr(subprocess, "Popen", refuse)
 
 
@@ -38,7 +39,9 @@ def test_a_bad_call_is_refused_at_the_door(request, case):
         case.call(Kit(request))
     error = raised.value
     assert isinstance(error, case.error), f"{case.name} raised {type(error).__name__}: {error}"
-    assert raised_in(error).is_relative_to(LABKIT), f"{case.name} failed deep inside, in {raised_in(error)}: {error}"
+    assert raised_in(error).is_relative_to(LABKIT), (
+        f"{case.name} failed deep inside, in {raised_in(error)}: {error}"
+    )
     message = str(error.args[0] if isinstance(error, KeyError) and error.args else error)
     missing = [words for words in case.words if words not in message]
     assert not missing, f"{case.name}'s message lacks {missing}: {message}"

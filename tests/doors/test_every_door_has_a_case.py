@@ -15,21 +15,29 @@ def table_of(name: str) -> str:
 
 def test_every_public_name_has_a_bad_input_case():
     covered = {case.name for case in CASES} | set(NO_ARGUMENT) | set(REUSED)
-    lacking = [f"{name} (from {source}): add a case to {table_of(name)}'s CASES, e.g. wrong({name!r}, "
-               f"words=('<argument>',)), or put it in NO_ARGUMENT with the reason it needs none"
-               for name, source in sorted(public_names().items()) if name not in covered]
+    lacking = [
+        f"{name} (from {source}): add a case to {table_of(name)}'s CASES, e.g. wrong({name!r}, "
+        f"words=('<argument>',)), or put it in NO_ARGUMENT with the reason it needs none"
+        for name, source in sorted(public_names().items())
+        if name not in covered
+    ]
     assert not lacking, f"{len(lacking)} public name(s) without a bad-input case:\n" + "\n".join(lacking)
 
 
 def test_every_reused_registry_holds_its_function():
     loaded = {reference: registry(reference) for reference in set(REUSED.values())}
-    wrong = [f"{name}: not in {reference}" for name, reference in REUSED.items()
-             if not holds(loaded[reference], resolve(name))]
+    wrong = [
+        f"{name}: not in {reference}"
+        for name, reference in REUSED.items()
+        if not holds(loaded[reference], resolve(name))
+    ]
     assert not wrong, wrong
 
 
 def test_every_case_names_a_labkit_function_or_class():
-    for name in {case.name for case in CASES} | {name for name, why in NO_ARGUMENT.items() if "constant" not in why}:
+    for name in {case.name for case in CASES} | {
+        name for name, why in NO_ARGUMENT.items() if "constant" not in why
+    }:
         assert callable(resolve(name)), name
 
 

@@ -19,7 +19,9 @@ def test_greedy_agreement_counts_the_shared_start_only():
 
 
 def test_topk_agreement_is_the_shared_share_of_the_reference():
-    assert topk_agreement(["The", "L", "La", "Al", "Le"], ["L", "The", "La", "Le", "Al"]) == 1.0  # order aside
+    assert (
+        topk_agreement(["The", "L", "La", "Al", "Le"], ["L", "The", "La", "Le", "Al"]) == 1.0
+    )  # order aside
     assert topk_agreement([1, 2, 3, 4, 5], [1, 2, 6, 7, 8]) == 0.4
     with pytest.raises(ValueError, match="reference_top is empty"):
         topk_agreement([], [1])
@@ -59,8 +61,11 @@ def test_a_missing_llamacpp_says_to_run_make_engines(monkeypatch):
     import importlib.util
 
     real_find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "llama_cpp" else real_find_spec(name, *a))
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "llama_cpp" else real_find_spec(name, *a),
+    )
     with pytest.raises(EngineNotInstalled, match="llama-cpp-python 0.3.36.*make engines"):
         require_llamacpp()
 
@@ -87,9 +92,14 @@ def test_a_llama_server_states_and_sets_its_wait_policy(monkeypatch):
 
     monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
     default = LlamaServerSettings("smollm2-135m", slots=8, threads=2)
-    assert default.describe().endswith("OpenMP default wait") and "OMP_WAIT_POLICY" not in default.environment()
+    assert (
+        default.describe().endswith("OpenMP default wait") and "OMP_WAIT_POLICY" not in default.environment()
+    )
     active = LlamaServerSettings("smollm2-135m", slots=8, threads=2, wait_policy="ACTIVE")
-    assert active.describe().endswith("OMP_WAIT_POLICY=ACTIVE") and active.environment()["OMP_WAIT_POLICY"] == "ACTIVE"
+    assert (
+        active.describe().endswith("OMP_WAIT_POLICY=ACTIVE")
+        and active.environment()["OMP_WAIT_POLICY"] == "ACTIVE"
+    )
 
 
 def test_an_unknown_wait_policy_is_refused_before_a_server_starts(tmp_path, monkeypatch):
@@ -105,11 +115,16 @@ def test_a_timed_load_counts_the_load_not_the_warm_up_and_the_memory_both_add(mo
 
     from labkit.engines import measure as measure_module
 
-    clock, memory, calls = iter([10.0, 12.5, 99.0]), iter([100, 700]), []  # a fake clock and memory: no timing
+    clock, memory, calls = (
+        iter([10.0, 12.5, 99.0]),
+        iter([100, 700]),
+        [],
+    )  # a fake clock and memory: no timing
     monkeypatch.setattr(measure_module, "time", SimpleNamespace(perf_counter=lambda: next(clock)))
     monkeypatch.setattr(measure_module, "current_memory_bytes", lambda: next(memory))
-    loaded, seconds, rss = measure_module.timed_load(lambda: calls.append("load") or "model",
-                                                     lambda model: calls.append(f"warm {model}"))
+    loaded, seconds, rss = measure_module.timed_load(
+        lambda: calls.append("load") or "model", lambda model: calls.append(f"warm {model}")
+    )
     assert loaded == "model" and calls == ["load", "warm model"]
     assert seconds == 2.5 and rss == 600  # the clock is read around the load only; memory after the warm-up
 
@@ -131,8 +146,20 @@ def test_the_first_tokens_alternatives_are_read_in_the_completions_shape_and_in_
     from labkit.engines.server_runner import first_top_logprobs
 
     completions = Logprobs(tokens=[" Paris"], top_logprobs=[{" Paris": -0.26, " the": -2.7}])
-    chat_shape = Logprobs.model_validate({"content": [{"token": " Paris", "logprob": -0.25, "top_logprobs": [
-        {"token": " Paris", "logprob": -0.25}, {"token": " the", "logprob": -2.8}]}]})
+    chat_shape = Logprobs.model_validate(
+        {
+            "content": [
+                {
+                    "token": " Paris",
+                    "logprob": -0.25,
+                    "top_logprobs": [
+                        {"token": " Paris", "logprob": -0.25},
+                        {"token": " the", "logprob": -2.8},
+                    ],
+                }
+            ]
+        }
+    )
     assert first_top_logprobs(completions) == {" Paris": -0.26, " the": -2.7}
     assert first_top_logprobs(chat_shape) == {" Paris": -0.25, " the": -2.8}
     assert first_top_logprobs(Logprobs()) == {}

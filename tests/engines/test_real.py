@@ -117,6 +117,7 @@ def last_logits(model, ids: list[int]) -> torch.Tensor:
 
 # --- llama.cpp in-process vs transformers -------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def llamacpp_scores():
     """llama.cpp's `Llama` on the GGUF file, keeping every position's logits."""
@@ -150,6 +151,7 @@ def test_llamacpp_next_token_logits_agree_with_transformers(llamacpp_scores, smo
 
 # --- llama.cpp's own server, llama-server ----------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def llama_server():
     need_llama_server()
@@ -169,7 +171,8 @@ def test_llama_server_answers_exactly_like_llamacpp_in_process(llama_server, lla
     # identical text, near-ties or not (FRANCE_CHAT has one).
     for messages in (HAIKU_CHAT, FRANCE_CHAT):
         reply = client(llama_server).chat.completions.create(
-            model=MODEL, messages=messages, max_tokens=32, temperature=0, extra_body={"repeat_penalty": 1.0})
+            model=MODEL, messages=messages, max_tokens=32, temperature=0, extra_body={"repeat_penalty": 1.0}
+        )
         local = llamacpp_llm.create_chat_completion(messages, max_tokens=32, **GREEDY)
         assert reply.choices[0].message.content == local["choices"][0]["message"]["content"]
         assert reply.choices[0].finish_reason == local["choices"][0]["finish_reason"]
@@ -187,17 +190,24 @@ def test_llama_server_refuses_bad_requests_and_keeps_serving(llama_server):
     assert error.value.status_code == 400
     with pytest.raises(openai.BadRequestError):
         api.chat.completions.create(model=MODEL, messages=HAIKU_CHAT, max_tokens=4, temperature="hot")
-    reply = api.chat.completions.create(model=MODEL, messages=HAIKU_CHAT, max_tokens=8, temperature=0,
-                                        extra_body={"repeat_penalty": 1.0})
+    reply = api.chat.completions.create(
+        model=MODEL, messages=HAIKU_CHAT, max_tokens=8, temperature=0, extra_body={"repeat_penalty": 1.0}
+    )
     assert reply.choices[0].message.content and reply.usage.completion_tokens == 8
 
 
 def stream_chat(api: openai.OpenAI, messages, max_tokens: int) -> tuple[str, str | None, int]:
     """(the streamed text, the finish_reason of the last choice chunk, the output tokens the usage chunk counts)."""
     text, finish, tokens = "", None, -1
-    stream = api.chat.completions.create(model=MODEL, messages=messages, max_tokens=max_tokens, temperature=0,
-                                         stream=True, stream_options={"include_usage": True},
-                                         extra_body={"repeat_penalty": 1.0})
+    stream = api.chat.completions.create(
+        model=MODEL,
+        messages=messages,
+        max_tokens=max_tokens,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+        extra_body={"repeat_penalty": 1.0},
+    )
     with stream:
         for chunk in stream:
             if chunk.choices:
@@ -217,8 +227,10 @@ def test_llama_server_completes_eight_concurrent_streams_whole(llama_server):
     with ThreadPoolExecutor(len(chats)) as pool:
         streamed = list(pool.map(lambda chat: stream_chat(api, chat, 12), chats))
     assert all(text for text, _, _ in streamed)
-    assert all(finish == "stop" and 0 < tokens <= 12 or finish == "length" and tokens == 12
-               for _, finish, tokens in streamed), streamed
+    assert all(
+        finish == "stop" and 0 < tokens <= 12 or finish == "length" and tokens == 12
+        for _, finish, tokens in streamed
+    ), streamed
 
 
 def test_llama_server_stop_frees_its_port_and_leaves_no_process():
@@ -228,7 +240,9 @@ def test_llama_server_stop_frees_its_port_and_leaves_no_process():
     client(server).chat.completions.create(model=MODEL, messages=HAIKU_CHAT, max_tokens=2, temperature=0)
     server.stop()
     assert_fully_stopped(server, processes)
-    with start_llama_server(MODEL, slots=2, port=port_of(server)) as again:  # a restart on the same port works
+    with start_llama_server(
+        MODEL, slots=2, port=port_of(server)
+    ) as again:  # a restart on the same port works
         assert MODEL in [model.id for model in client(again).models.list().data]
 
 
@@ -236,8 +250,9 @@ def test_llama_server_on_a_busy_port_is_refused_before_starting(monkeypatch):
     need_llama_server()
     launched = []
     real_popen = subprocess.Popen
-    monkeypatch.setattr(subprocess, "Popen",
-                        lambda *args, **kwargs: launched.append(args) or real_popen(*args, **kwargs))
+    monkeypatch.setattr(
+        subprocess, "Popen", lambda *args, **kwargs: launched.append(args) or real_popen(*args, **kwargs)
+    )
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
@@ -248,6 +263,7 @@ def test_llama_server_on_a_busy_port_is_refused_before_starting(monkeypatch):
 
 
 # --- vLLM's server ------------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def vllm_server():
@@ -260,8 +276,14 @@ def vllm_server():
 
 def vllm_chat(server, messages, max_tokens: int, top_logprobs: int = 0):
     return client(server).chat.completions.create(
-        model=MODEL, messages=messages, max_tokens=max_tokens, temperature=0, logprobs=True,
-        top_logprobs=top_logprobs or None, extra_body={"return_tokens_as_token_ids": True})
+        model=MODEL,
+        messages=messages,
+        max_tokens=max_tokens,
+        temperature=0,
+        logprobs=True,
+        top_logprobs=top_logprobs or None,
+        extra_body={"return_tokens_as_token_ids": True},
+    )
 
 
 def token_id(token: str) -> int:
@@ -277,7 +299,9 @@ def test_vllm_first_token_distribution_matches_transformers(vllm_server, smollm2
     reference = last_logits(model, ids).log_softmax(-1)
     reply = vllm_chat(vllm_server, FRANCE_CHAT, max_tokens=1, top_logprobs=5)
     assert reply.usage.prompt_tokens == len(ids)  # vLLM rendered the same chat template
-    top = {token_id(entry.token): entry.logprob for entry in reply.choices[0].logprobs.content[0].top_logprobs}
+    top = {
+        token_id(entry.token): entry.logprob for entry in reply.choices[0].logprobs.content[0].top_logprobs
+    }
     assert len(top) == 5
     values = reference.topk(6).values
     if values[4] - values[5] > 0.3:  # a clear 5th place: the sets must be equal
@@ -292,9 +316,18 @@ def test_vllm_greedy_answer_matches_transformers(vllm_server, smollm2):
     model, tokenizer = smollm2
     ids = torch.tensor([chat_prompt(tokenizer, OCEAN_CHAT)])
     with torch.inference_mode():
-        out = model.generate(ids, max_new_tokens=8, do_sample=False, output_scores=True, return_dict_in_generate=True,
-                             pad_token_id=tokenizer.eos_token_id, top_p=None, top_k=None, temperature=None)
-    expected = out.sequences[0, ids.shape[1]:].tolist()
+        out = model.generate(
+            ids,
+            max_new_tokens=8,
+            do_sample=False,
+            output_scores=True,
+            return_dict_in_generate=True,
+            pad_token_id=tokenizer.eos_token_id,
+            top_p=None,
+            top_k=None,
+            temperature=None,
+        )
+    expected = out.sequences[0, ids.shape[1] :].tolist()
     margins = [margin(scores[0]) for scores in out.scores]
     assert margins[0] > 1.0 and min(margins) > 0.3, f"the reference path must have no near-tie: {margins}"
     reply = vllm_chat(vllm_server, OCEAN_CHAT, max_tokens=8)
@@ -342,14 +375,19 @@ def test_vllm_that_cannot_start_says_why_and_leaves_no_process(monkeypatch):
 
 # --- the benchmark ------------------------------------------------------------------------------------
 
+
 def test_bench_engines_quick_prints_one_ratio_per_peer(bench_quick_run):
     need_llamacpp()
     need_llama_server()
     need_vllm()
     run = bench_quick_run("engines", timeout=1200)  # also checks the fields, peer > 0 and the ratio to 0.01
     assert run.benches == [
-        "engines_batch1_vs_transformers", "engines_batch1_vs_llamacpp", "engines_batch1_vs_vLLM",
-        "engines_concurrent8_vs_llama-server", "engines_concurrent8_vs_vLLM"]
+        "engines_batch1_vs_transformers",
+        "engines_batch1_vs_llamacpp",
+        "engines_batch1_vs_vLLM",
+        "engines_concurrent8_vs_llama-server",
+        "engines_concurrent8_vs_vLLM",
+    ]
     for record in run.records:
         assert record["metric"] == "tokens_per_second"
         assert record["labkit"] > 0

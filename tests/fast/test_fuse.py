@@ -66,8 +66,10 @@ def test_fused_layers_stack_the_original_weights(pair):
     attention, mlp = reference.layers[1].self_attn, reference.layers[1].mlp
     fused_attention, fused_mlp = fused.layers[1].self_attn, fused.layers[1].mlp
     assert isinstance(fused_attention, FusedAttention) and isinstance(fused_mlp, FusedMLP) and is_fused(fused)
-    assert torch.equal(fused_attention.qkv_proj.weight,
-                       torch.cat([attention.q_proj.weight, attention.k_proj.weight, attention.v_proj.weight]))
+    assert torch.equal(
+        fused_attention.qkv_proj.weight,
+        torch.cat([attention.q_proj.weight, attention.k_proj.weight, attention.v_proj.weight]),
+    )
     assert torch.equal(fused_mlp.gate_up_proj.weight, torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]))
     assert torch.equal(fused_attention.o_proj.weight, attention.o_proj.weight)
     linears = [m for m in fused.modules() if isinstance(m, nn.Linear)]

@@ -36,7 +36,7 @@ from labkit.fast.q4_linear import (
 )
 
 FLOAT32_SUMS = 1e-5  # relative to sum_g |term_g|: the float32 sums over at most 48 groups
-BF16_STEP = 2.0 ** -7  # one bfloat16 rounding step, relative to |y|
+BF16_STEP = 2.0**-7  # one bfloat16 rounding step, relative to |y|
 SHAPES = [(1, 7, 32), (2, 13, 64), (3, 100, 576), (5, 37, 1536), (4, 576, 576)]  # (M, N, K)
 
 
@@ -85,8 +85,12 @@ def rounding_bound(x: torch.Tensor, weight) -> torch.Tensor:
     """[M, N]: the most that rounding x to int8 per group can change x @ W~.T (see the module docstring)."""
     m, k = x.shape
     absmax = x.double().reshape(m, k // GROUP, GROUP).abs().amax(-1)  # [M, G]
-    w_abs = dequantize_q4_1(weight).double().abs().reshape(weight.shape[0], k // GROUP, GROUP).sum(-1)  # [N, G]
-    return absmax / 254 @ w_abs.T + FLOAT32_SUMS * (x.double().abs() @ dequantize_q4_1(weight).double().abs().T)
+    w_abs = (
+        dequantize_q4_1(weight).double().abs().reshape(weight.shape[0], k // GROUP, GROUP).sum(-1)
+    )  # [N, G]
+    return absmax / 254 @ w_abs.T + FLOAT32_SUMS * (
+        x.double().abs() @ dequantize_q4_1(weight).double().abs().T
+    )
 
 
 def random_case(m: int, n: int, k: int, dtype=torch.float32, seed: int = 0):
@@ -129,9 +133,13 @@ def test_real_smollm2_layers(status, smollm2_labkit, tokenizer):
     block = model.layers[15]
     layers = {"q_proj": block.self_attn.q_proj, "down_proj": block.mlp.down_proj}
     inputs = {}
-    hooks = [layer.register_forward_hook(lambda module, args, out, name=name: inputs.__setitem__(name, args[0]))
-             for name, layer in layers.items()]
-    ids = tokenizer("The capital of France is Paris, and the capital of Italy is", return_tensors="pt").input_ids
+    hooks = [
+        layer.register_forward_hook(lambda module, args, out, name=name: inputs.__setitem__(name, args[0]))
+        for name, layer in layers.items()
+    ]
+    ids = tokenizer(
+        "The capital of France is Paris, and the capital of Italy is", return_tensors="pt"
+    ).input_ids
     with torch.no_grad():
         model(ids)
     for hook in hooks:
@@ -143,18 +151,24 @@ def test_real_smollm2_layers(status, smollm2_labkit, tokenizer):
         assert_same_arithmetic(y, q4_1_linear_reference(x, weight), x, weight)
         exact = x.double() @ dequantize_q4_1(weight).double().T
         assert ((y.double() - exact).abs() <= rounding_bound(x, weight)).all(), name
-        original = x @ linear.weight.detach().T  # SmolLM2's weights are dequantized Q4_1: requantizing is close
+        original = (
+            x @ linear.weight.detach().T
+        )  # SmolLM2's weights are dequantized Q4_1: requantizing is close
         assert (y - original).norm() < 0.05 * original.norm(), name
 
 
 @pytest.mark.parametrize("path", ["avx2", "avx512"])
 def test_every_simd_path_agrees_with_scalar(status, path):
     if path not in status.paths:
-        pytest.skip(f"this CPU cannot run the {path} path (it runs {', '.join(status.paths)}); "
-                    "avx512 needs avx512f, avx512bw and avx512vnni")
+        pytest.skip(
+            f"this CPU cannot run the {path} path (it runs {', '.join(status.paths)}); "
+            "avx512 needs avx512f, avx512bw and avx512vnni"
+        )
     for m, n, k in SHAPES:
         x, weight = random_case(m, n, k, seed=2)
-        assert_same_arithmetic(q4_1_linear(x, weight, path=path), q4_1_linear(x, weight, path="scalar"), x, weight)
+        assert_same_arithmetic(
+            q4_1_linear(x, weight, path=path), q4_1_linear(x, weight, path="scalar"), x, weight
+        )
 
 
 def test_path_from_environment(status, reloaded, monkeypatch):
@@ -183,7 +197,9 @@ def test_q41linear_on_kernel(status):
     layer = Q41Linear.from_linear(linear)
     x = torch.randn(3, 64)
     assert layer.uses_kernel
-    assert_same_arithmetic(layer(x) - linear.bias, q4_1_linear_reference(x, layer.q4_weight), x, layer.q4_weight)
+    assert_same_arithmetic(
+        layer(x) - linear.bias, q4_1_linear_reference(x, layer.q4_weight), x, layer.q4_weight
+    )
     assert layer(x.double()).dtype == torch.float64  # a dtype the kernel does not take: the fallback
 
 
@@ -243,8 +259,9 @@ print(status.reason)
 
 def test_missing_compiler_in_a_fresh_process(tmp_path):
     env = {**os.environ, "CXX": str(tmp_path / "no-such-compiler"), "LABKIT_CACHE": str(tmp_path / "cache")}
-    done = subprocess.run([sys.executable, "-c", FALLBACK_SCRIPT], env=env, capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", FALLBACK_SCRIPT], env=env, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     summary, reason = done.stdout.splitlines()[:2]
     assert summary == "False False True 1", done.stdout

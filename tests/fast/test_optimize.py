@@ -16,20 +16,28 @@ def test_optimize_applies_the_steps_in_order_and_returns_the_model():
     assert optimize(model, ("fuse", "int8", "bf16")) is model
     assert is_fused(model) and isinstance(model.lm_head, QuantLinear)
     assert model.embed_tokens.weight.dtype == torch.bfloat16
-    assert optimize(labkit.tiny_model(impl="labkit"), ()).layers[0].self_attn.q_proj.weight.dtype == torch.float32
+    assert (
+        optimize(labkit.tiny_model(impl="labkit"), ()).layers[0].self_attn.q_proj.weight.dtype
+        == torch.float32
+    )
     assert list(STEPS) == ["fuse", "int8", "int4", "q4_1", "bf16"]
     q4 = optimize(labkit.tiny_model(impl="labkit"), ("fuse", "q4_1"))
-    assert type(q4.layers[0].mlp.down_proj).__name__ == "Q41Linear" and type(q4.lm_head).__name__ == "Q80Linear"
+    assert (
+        type(q4.layers[0].mlp.down_proj).__name__ == "Q41Linear" and type(q4.lm_head).__name__ == "Q80Linear"
+    )
 
 
-@pytest.mark.parametrize("steps,message", [
-    (("fuse", "int3"), r"Unknown steps \[.int3.\]. Allowed, in this order: fuse, int8, int4, q4_1, bf16"),
-    ("fuse", "a tuple of step names"),
-    (("fuse", "fuse"), "once"),
-    (("int8", "int4"), "at most one of int8, int4, q4_1"),
-    (("int8", "fuse"), "in this order: fuse, int8, int4, q4_1, bf16"),
-    (("bf16", "int4"), "in this order"),
-])
+@pytest.mark.parametrize(
+    "steps,message",
+    [
+        (("fuse", "int3"), r"Unknown steps \[.int3.\]. Allowed, in this order: fuse, int8, int4, q4_1, bf16"),
+        ("fuse", "a tuple of step names"),
+        (("fuse", "fuse"), "once"),
+        (("int8", "int4"), "at most one of int8, int4, q4_1"),
+        (("int8", "fuse"), "in this order: fuse, int8, int4, q4_1, bf16"),
+        (("bf16", "int4"), "in this order"),
+    ],
+)
 def test_bad_steps_are_refused_with_what_is_allowed(steps, message):
     with pytest.raises(ValueError, match=message):
         optimize(labkit.tiny_model(impl="labkit"), steps)
@@ -47,10 +55,16 @@ def test_check_steps_returns_a_tuple():
 def test_weight_bytes_per_token_counts_what_one_decode_step_reads():
     model = labkit.tiny_model(impl="labkit")
     c = model.config
-    layer = c.hidden_size * (c.n_heads + 2 * c.n_kv_heads) * c.head_dim + c.n_heads * c.head_dim * c.hidden_size \
-        + 3 * c.hidden_size * c.intermediate_size + 2 * c.hidden_size
+    layer = (
+        c.hidden_size * (c.n_heads + 2 * c.n_kv_heads) * c.head_dim
+        + c.n_heads * c.head_dim * c.hidden_size
+        + 3 * c.hidden_size * c.intermediate_size
+        + 2 * c.hidden_size
+    )
     head = c.vocab_size * c.hidden_size  # the tied embedding, read whole as the head
-    expected = 4 * (c.n_layers * layer + head + c.hidden_size + c.hidden_size)  # + final norm + one embedding row
+    expected = 4 * (
+        c.n_layers * layer + head + c.hidden_size + c.hidden_size
+    )  # + final norm + one embedding row
     assert weight_bytes_per_token(model) == expected
     assert weight_bytes_per_token(optimize(model, ("fuse",))) == expected  # the same bytes, fewer calls
     int8 = weight_bytes_per_token(optimize(labkit.tiny_model(impl="labkit"), ("int8",)))
@@ -66,10 +80,16 @@ def test_bandwidth_is_measured_and_utilisation_is_bytes_times_rate_over_it():
 
 
 def test_thread_candidates_and_the_probe_restore_the_thread_count():
-    assert thread_candidates(6) == (1, 2, 4, 6) and thread_candidates(1) == (1,) and thread_candidates(8)[-1] == 8
+    assert (
+        thread_candidates(6) == (1, 2, 4, 6)
+        and thread_candidates(1) == (1,)
+        and thread_candidates(8)[-1] == 8
+    )
     before = torch.get_num_threads()
     seen = []
-    best, seconds = fastest_thread_count(lambda: seen.append(torch.get_num_threads()), candidates=(1, 2), repeats=2)
+    best, seconds = fastest_thread_count(
+        lambda: seen.append(torch.get_num_threads()), candidates=(1, 2), repeats=2
+    )
     assert best in (1, 2) and set(seconds) == {1, 2} and seen.count(1) == seen.count(2) == 3
     assert torch.get_num_threads() == before
     with using_threads(1):

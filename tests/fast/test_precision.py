@@ -25,12 +25,23 @@ from labkit.quant.linear import QuantLinear
 # step -> the largest relative perplexity change allowed against float32 (measured: int8 -0.2 %,
 # int4 +0.2 %, bf16 +0.1 %, int4 + bf16 -0.2 %, q4_1 (int8 activations too, head Q8_0) +0.6 %, q4_1 + bf16 +0.8 %;
 # symmetric int4 of groups of 32 would be +52 %)
-PERPLEXITY_BOUNDS = {("fuse", "int8"): 0.01, ("fuse", "int4"): 0.02, ("fuse", "bf16"): 0.01,
-                     ("fuse", "int4", "bf16"): 0.02, ("fuse", "q4_1"): 0.02, ("fuse", "q4_1", "bf16"): 0.02}
+PERPLEXITY_BOUNDS = {
+    ("fuse", "int8"): 0.01,
+    ("fuse", "int4"): 0.02,
+    ("fuse", "bf16"): 0.01,
+    ("fuse", "int4", "bf16"): 0.02,
+    ("fuse", "q4_1"): 0.02,
+    ("fuse", "q4_1", "bf16"): 0.02,
+}
 # step -> relative error of tiny()'s logits allowed (measured: 1.0 %, 9.7 %, 0.6 %, 9.7 %, 9.7 %): random
 # Gaussian weights have no structure for 16 levels to follow, but a wrong scale or layout gives ~100 %
-TINY_RELATIVE_ERROR = {("fuse", "int8"): 0.02, ("fuse", "int4"): 0.15, ("fuse", "bf16"): 0.01,
-                       ("fuse", "int4", "bf16"): 0.15, ("fuse", "q4_1"): 0.15}
+TINY_RELATIVE_ERROR = {
+    ("fuse", "int8"): 0.02,
+    ("fuse", "int4"): 0.15,
+    ("fuse", "bf16"): 0.01,
+    ("fuse", "int4", "bf16"): 0.15,
+    ("fuse", "q4_1"): 0.15,
+}
 STABLE_MARGIN = 1.0  # logits; about 3x the widest margin any step flipped here
 NEW_TOKENS = 32
 
@@ -38,8 +49,10 @@ NEW_TOKENS = 32
 def test_quantize_weights_quantizes_the_head_too_and_keeps_the_embedding():
     model = quantize_weights(labkit.tiny_model(impl="labkit"), "int4")
     assert isinstance(model.lm_head, QuantLinear) and model.lm_head.scheme == "int8"
-    assert all(isinstance(m.q_proj, QuantLinear) and m.q_proj.scheme == "int4-asym" and m.q_proj.group_size == 32
-               for m in (block.self_attn for block in model.layers))
+    assert all(
+        isinstance(m.q_proj, QuantLinear) and m.q_proj.scheme == "int4-asym" and m.q_proj.group_size == 32
+        for m in (block.self_attn for block in model.layers)
+    )
     assert model.embed_tokens.weight.dtype == torch.float32  # a lookup reads one row: no need to shrink it
     assert not any(type(m) is torch.nn.Linear for m in model.modules())
     with pytest.raises(ValueError, match="choose one of: int8, int4"):
@@ -63,7 +76,9 @@ def test_steps_on_a_labkit_copy_leave_the_transformers_peer_as_it_was():
     before = {name: p.clone() for name, p in hf_model.state_dict().items()}
     optimize(labkit.Llama.from_hf(hf_model), ("fuse", "int8", "bf16"))
     after = hf_model.state_dict()
-    assert all(after[name].dtype == torch.float32 and torch.equal(before[name], after[name]) for name in before)
+    assert all(
+        after[name].dtype == torch.float32 and torch.equal(before[name], after[name]) for name in before
+    )
 
 
 @pytest.mark.parametrize("steps", list(TINY_RELATIVE_ERROR))
@@ -86,7 +101,7 @@ def float32_reference(smollm2):
         tokens, _ = greedy_decode(model, input_ids, NEW_TOKENS, model.new_cache(1, len(prompt) + NEW_TOKENS))
         sequence = torch.cat([input_ids, tokens], dim=1)
         sequences.append((sequence, len(prompt)))
-        logits.append(forward(model, sequence)[0, len(prompt) - 1:-1])  # [NEW_TOKENS, V]
+        logits.append(forward(model, sequence)[0, len(prompt) - 1 : -1])  # [NEW_TOKENS, V]
     return perplexity(model, eval_ids(tokenizer, 1024)), sequences, logits
 
 
@@ -100,7 +115,7 @@ def test_smollm2_perplexity_and_greedy_agreement(smollm2, float32_reference, ste
     assert abs(ppl / reference_ppl - 1) < PERPLEXITY_BOUNDS[steps], (ppl, reference_ppl)
     compared = 0
     for (sequence, prompt_length), expected in zip(sequences, reference_logits):
-        logits = forward(model, sequence)[0, prompt_length - 1:-1]
+        logits = forward(model, sequence)[0, prompt_length - 1 : -1]
         top2 = expected.topk(2, dim=-1).values
         stable = (top2[:, 0] - top2[:, 1]) >= STABLE_MARGIN
         assert torch.equal(logits.argmax(-1)[stable], expected.argmax(-1)[stable])

@@ -12,7 +12,9 @@ def test_the_child_runs_under_the_policy_it_was_given_and_its_json_lines_come_ba
 
 
 def test_the_child_gets_the_environment_it_was_given_and_its_policy_wins():
-    rows = run_in_child("labkit.fast.processes", [], "PASSIVE", env={"LABKIT_Q4_PATH": "avx2", "OMP_WAIT_POLICY": "ACTIVE"})
+    rows = run_in_child(
+        "labkit.fast.processes", [], "PASSIVE", env={"LABKIT_Q4_PATH": "avx2", "OMP_WAIT_POLICY": "ACTIVE"}
+    )
     assert rows == [{"policy": "PASSIVE", "q4_path": "avx2"}]
     with pytest.raises(TypeError, match="env must map"):
         run_in_child("labkit.fast.processes", [], "PASSIVE", env={"LABKIT_Q4_PATH": 2})

@@ -22,7 +22,13 @@ from labkit.fast.q8_linear import (
 )
 
 FLOAT32_SUMS = 1e-5  # relative to sum_g |term_g|: float32 sums over at most 48 groups
-SHAPES = [(1, 7, 32), (2, 13, 96), (3, 100, 576), (5, 37, 1536), (1, 1000, 576)]  # (M, N, K): 1, 3, 18, 48 groups
+SHAPES = [
+    (1, 7, 32),
+    (2, 13, 96),
+    (3, 100, 576),
+    (5, 37, 1536),
+    (1, 1000, 576),
+]  # (M, N, K): 1, 3, 18, 48 groups
 
 
 @pytest.fixture(scope="module")
@@ -45,8 +51,11 @@ def summation_bound(x: torch.Tensor, weight) -> torch.Tensor:
     """[M, N]: FLOAT32_SUMS times sum over groups of |d * dx * integer dot|."""
     qx, dx, _ = quantize_q8_1(x)
     n, k = weight.shape
-    dots = torch.einsum("mgj,ngj->mng", qx.double().reshape(len(x), k // GROUP, GROUP),
-                        weight.codes.double().reshape(n, k // GROUP, GROUP))
+    dots = torch.einsum(
+        "mgj,ngj->mng",
+        qx.double().reshape(len(x), k // GROUP, GROUP),
+        weight.codes.double().reshape(n, k // GROUP, GROUP),
+    )
     return FLOAT32_SUMS * (weight.scales.double()[None] * dx.double()[:, None] * dots).abs().sum(-1)
 
 
@@ -101,8 +110,9 @@ def test_real_head_is_within_activation_rounding(status, smollm2_labkit, tokeniz
     weight = quantize_q8_0(model.lm_head.weight.detach())
     original = hidden @ model.lm_head.weight.detach().T
     y = q8_0_linear(hidden, weight)
-    assert ((y.double() - q8_0_linear_reference(hidden, weight).double()).abs()
-            <= summation_bound(hidden, weight)).all()
+    assert (
+        (y.double() - q8_0_linear_reference(hidden, weight).double()).abs() <= summation_bound(hidden, weight)
+    ).all()
     assert (y - original).norm() < 0.02 * original.norm()
 
 

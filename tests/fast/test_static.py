@@ -18,9 +18,13 @@ NEAR_TIE = 1e-3  # logits closer than this may swap places between summation ord
 
 def agrees_with_reference(model, prompt_ids: list[int], new_ids: list[int]) -> None:
     """Each new id is the ordinary (uncached, full-sequence) forward pass's greedy choice, up to near-ties."""
-    logits = all_logits(model, prompt_ids + new_ids)[len(prompt_ids) - 1:-1]  # [new, V]: the step choosing each id
+    logits = all_logits(model, prompt_ids + new_ids)[
+        len(prompt_ids) - 1 : -1
+    ]  # [new, V]: the step choosing each id
     for step, (row, chosen) in enumerate(zip(logits, new_ids)):
-        assert row.max() - row[chosen] <= NEAR_TIE, f"step {step}: chose {chosen}, reference {int(row.argmax())}"
+        assert row.max() - row[chosen] <= NEAR_TIE, (
+            f"step {step}: chose {chosen}, reference {int(row.argmax())}"
+        )
 
 
 def assert_steps_agree(eager: StaticDecoder, compiled: StaticDecoder, token_id: int) -> None:
@@ -74,7 +78,7 @@ def test_stops_at_eos_and_includes_it(tiny):
     free = decoder.generate([5, 17, 300], max_new_tokens=10)
     eos = free[3]
     stopped = decoder.generate([5, 17, 300], max_new_tokens=10, eos_id=eos)
-    assert stopped == free[:free.index(eos) + 1]
+    assert stopped == free[: free.index(eos) + 1]
     looked, _ = decoder.generate_with_lookup([5, 17, 300], max_new_tokens=10, eos_id=eos)
     assert looked == stopped
 
@@ -90,7 +94,9 @@ def test_prompt_lookup_keeps_the_greedy_output_in_fewer_calls():
     looked, calls = decoder.generate_with_lookup(prompt, max_new_tokens=24, gamma=4)
     agrees_with_reference(model, prompt, looked)
     assert len(looked) == 24
-    assert calls < 24 - 1  # some guesses from the prompt were accepted (the first token comes from the prefill)
+    assert (
+        calls < 24 - 1
+    )  # some guesses from the prompt were accepted (the first token comes from the prefill)
     agrees_with_reference(model, prompt, plain)  # both follow the reference (equal, up to near-ties)
 
 
@@ -116,7 +122,9 @@ def test_each_compiled_decoder_runs_its_own_model():
     plain = labkit.tiny_model(impl="labkit")
     fused = optimize(labkit.tiny_model(impl="labkit"), ("fuse", "int8"))
     for model in (plain, fused, plain):
-        assert_steps_agree(StaticDecoder(model, max_length=64), StaticDecoder(model, max_length=64, compile=True), 17)
+        assert_steps_agree(
+            StaticDecoder(model, max_length=64), StaticDecoder(model, max_length=64, compile=True), 17
+        )
 
 
 def test_bad_requests_say_what_is_allowed(tiny):
@@ -132,22 +140,28 @@ def test_bad_requests_say_what_is_allowed(tiny):
     with pytest.raises(ValueError, match="at least one"):
         decoder.generate([], max_new_tokens=4)
     for gamma in (0, 2.0, True):
-        with pytest.raises(ValueError, match=r"gamma must be a whole number of 1 or more \(guesses per verify call\)"):
+        with pytest.raises(
+            ValueError, match=r"gamma must be a whole number of 1 or more \(guesses per verify call\)"
+        ):
             decoder.generate_with_lookup([1, 2], max_new_tokens=4, gamma=gamma)
 
 
 # --- bad input: refused before any model work ---------------------------------------------------------
 
-@pytest.mark.parametrize("prompt_ids, max_new_tokens, message", [
-    ("Hello there", 4, "prompt_ids must be a list of token ids"),  # text where ids are expected
-    ([1, 2, 1.5], 4, "prompt_ids must be a list of token ids"),
-    ([1, 2, 10**9], 4, r"outside the vocabulary \[0, "),
-    ([1, -3], 4, r"outside the vocabulary \[0, "),
-    ([1, 2, 3], 2.5, "max_new_tokens must be a whole number of 1 or more, got 2.5"),
-    ([1, 2, 3], 0, "max_new_tokens must be a whole number of 1 or more, got 0"),
-    ([], 4, "at least one of each"),
-    (list(range(1, 40)), 30, "must fit this decoder's 64 slots"),
-])
+
+@pytest.mark.parametrize(
+    "prompt_ids, max_new_tokens, message",
+    [
+        ("Hello there", 4, "prompt_ids must be a list of token ids"),  # text where ids are expected
+        ([1, 2, 1.5], 4, "prompt_ids must be a list of token ids"),
+        ([1, 2, 10**9], 4, r"outside the vocabulary \[0, "),
+        ([1, -3], 4, r"outside the vocabulary \[0, "),
+        ([1, 2, 3], 2.5, "max_new_tokens must be a whole number of 1 or more, got 2.5"),
+        ([1, 2, 3], 0, "max_new_tokens must be a whole number of 1 or more, got 0"),
+        ([], 4, "at least one of each"),
+        (list(range(1, 40)), 30, "must fit this decoder's 64 slots"),
+    ],
+)
 def test_static_decoder_checks_a_request_before_running_it(tiny, prompt_ids, max_new_tokens, message):
     decoder = StaticDecoder(tiny, 64)
     for generate in (decoder.generate, decoder.generate_with_lookup):

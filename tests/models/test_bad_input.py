@@ -11,9 +11,11 @@ from labkit.models import sizing
 
 # --- load_model: refused before anything heavy is touched -------------------------------------------------
 
+
 @pytest.fixture
 def nothing_heavy(monkeypatch):
     """Converting, reading weights or a tokenizer would mean the bad argument was checked too late."""
+
     def heavy(*args, **kwargs):
         raise AssertionError("load_model touched a model or tokenizer before checking its arguments")
 
@@ -26,24 +28,48 @@ def nothing_heavy(monkeypatch):
 
 
 @pytest.mark.usefixtures("nothing_heavy")
-@pytest.mark.parametrize("arguments, error, match", [
-    pytest.param({"name_or_path": None}, TypeError, "model name must be a non-empty string", id="name-None"),
-    pytest.param({"name_or_path": 3}, TypeError, "model name must be a non-empty string.* got 3", id="name-int"),
-    pytest.param({"name_or_path": "  "}, TypeError, "model name must be a non-empty string", id="name-blank"),
-    pytest.param({"name_or_path": "no-such-model"}, KeyError, "Unknown embedded model 'no-such-model'. Known names: "
-                 "smollm2-135m, gemma3-270m", id="name-unknown"),
-    pytest.param({"device": "gpu"}, ValueError, "Unknown device 'gpu'", id="device-gpu"),
-    pytest.param({"device": 0}, TypeError, "device must be a string", id="device-int"),
-    pytest.param({"device": "mps"}, ValueError, "device='mps'", id="device-mps", marks=pytest.mark.skipif(
-        torch.backends.mps.is_available(), reason="this machine has MPS")),
-    pytest.param({"dtype": "float64"}, ValueError, "Unsupported dtype 'float64'. Allowed: float32, bfloat16, float16",
-                 id="dtype-float64"),
-    pytest.param({"dtype": torch.int8}, ValueError, "Unsupported dtype torch.int8", id="dtype-int8"),
-    pytest.param({"dtype": "fp16"}, ValueError, "Unsupported dtype 'fp16'", id="dtype-fp16"),
-    pytest.param({"dtype": None}, ValueError, "Unsupported dtype None", id="dtype-None"),
-    pytest.param({"impl": "hf"}, ValueError, "impl must be 'transformers' or 'labkit', not 'hf'", id="impl-hf"),
-    pytest.param({"impl": None}, ValueError, "impl must be 'transformers' or 'labkit'", id="impl-None"),
-])
+@pytest.mark.parametrize(
+    "arguments, error, match",
+    [
+        pytest.param(
+            {"name_or_path": None}, TypeError, "model name must be a non-empty string", id="name-None"
+        ),
+        pytest.param(
+            {"name_or_path": 3}, TypeError, "model name must be a non-empty string.* got 3", id="name-int"
+        ),
+        pytest.param(
+            {"name_or_path": "  "}, TypeError, "model name must be a non-empty string", id="name-blank"
+        ),
+        pytest.param(
+            {"name_or_path": "no-such-model"},
+            KeyError,
+            "Unknown embedded model 'no-such-model'. Known names: smollm2-135m, gemma3-270m",
+            id="name-unknown",
+        ),
+        pytest.param({"device": "gpu"}, ValueError, "Unknown device 'gpu'", id="device-gpu"),
+        pytest.param({"device": 0}, TypeError, "device must be a string", id="device-int"),
+        pytest.param(
+            {"device": "mps"},
+            ValueError,
+            "device='mps'",
+            id="device-mps",
+            marks=pytest.mark.skipif(torch.backends.mps.is_available(), reason="this machine has MPS"),
+        ),
+        pytest.param(
+            {"dtype": "float64"},
+            ValueError,
+            "Unsupported dtype 'float64'. Allowed: float32, bfloat16, float16",
+            id="dtype-float64",
+        ),
+        pytest.param({"dtype": torch.int8}, ValueError, "Unsupported dtype torch.int8", id="dtype-int8"),
+        pytest.param({"dtype": "fp16"}, ValueError, "Unsupported dtype 'fp16'", id="dtype-fp16"),
+        pytest.param({"dtype": None}, ValueError, "Unsupported dtype None", id="dtype-None"),
+        pytest.param(
+            {"impl": "hf"}, ValueError, "impl must be 'transformers' or 'labkit', not 'hf'", id="impl-hf"
+        ),
+        pytest.param({"impl": None}, ValueError, "impl must be 'transformers' or 'labkit'", id="impl-None"),
+    ],
+)
 def test_load_model_refuses_bad_arguments_before_loading(arguments, error, match):
     arguments = {"name_or_path": "smollm2-135m", **arguments}
     with pytest.raises(error, match=match):
@@ -67,20 +93,33 @@ def test_tiny_model_refuses_an_unknown_impl():
 LLAMA = sizing.PRESETS["llama-3.1-8b"]
 
 
-@pytest.mark.parametrize("memory_bytes,error", [(0, ValueError), (-24e9, ValueError), (float("inf"), ValueError),
-                                                (float("nan"), ValueError), ("24GB", TypeError), (True, TypeError)])
+@pytest.mark.parametrize(
+    "memory_bytes,error",
+    [
+        (0, ValueError),
+        (-24e9, ValueError),
+        (float("inf"), ValueError),
+        (float("nan"), ValueError),
+        ("24GB", TypeError),
+        (True, TypeError),
+    ],
+)
 def test_max_tokens_refuses_a_bad_memory_budget(memory_bytes, error):
     with pytest.raises(error, match="memory_bytes must be positive"):
         LLAMA.max_tokens(memory_bytes)
 
 
-@pytest.mark.parametrize("batch,error", [(0, ValueError), (-2, ValueError), (1.5, TypeError), (True, TypeError)])
+@pytest.mark.parametrize(
+    "batch,error", [(0, ValueError), (-2, ValueError), (1.5, TypeError), (True, TypeError)]
+)
 def test_max_tokens_checks_the_batch_even_when_the_weights_do_not_fit(batch, error):
     with pytest.raises(error, match="batch must be a whole number of sequences, at least 1"):
         LLAMA.max_tokens(1e9, batch=batch)  # 1 GB: the weights alone do not fit, max_tokens would be 0
 
 
-@pytest.mark.parametrize("tokens,error", [(-1, ValueError), (2.5, TypeError), ("8k", TypeError), (False, TypeError)])
+@pytest.mark.parametrize(
+    "tokens,error", [(-1, ValueError), (2.5, TypeError), ("8k", TypeError), (False, TypeError)]
+)
 def test_token_counts_are_checked(tokens, error):
     match = "tokens must be a whole number >= 0"
     with pytest.raises(error, match=match):
@@ -93,7 +132,9 @@ def test_token_counts_are_checked(tokens, error):
         sizing.memory_table(["llama-3.1-8b"], tokens=tokens)
 
 
-@pytest.mark.parametrize("batch,error", [(0, ValueError), (-1, ValueError), (2.0, TypeError), (None, TypeError)])
+@pytest.mark.parametrize(
+    "batch,error", [(0, ValueError), (-1, ValueError), (2.0, TypeError), (None, TypeError)]
+)
 def test_batch_sizes_are_checked(batch, error):
     match = "batch must be a whole number of sequences, at least 1"
     with pytest.raises(error, match=match):
@@ -102,8 +143,17 @@ def test_batch_sizes_are_checked(batch, error):
         sizing.memory_table(["llama-3.1-8b"], batch=batch)
 
 
-@pytest.mark.parametrize("n_params,error", [(0, ValueError), (-7e9, ValueError), (float("nan"), ValueError),
-                                            ("7B", TypeError), (None, TypeError), (True, TypeError)])
+@pytest.mark.parametrize(
+    "n_params,error",
+    [
+        (0, ValueError),
+        (-7e9, ValueError),
+        (float("nan"), ValueError),
+        ("7B", TypeError),
+        (None, TypeError),
+        (True, TypeError),
+    ],
+)
 def test_parameter_counts_are_checked(n_params, error):
     with pytest.raises(error, match="n_params must be positive"):
         sizing.weight_bytes(n_params)
@@ -112,7 +162,9 @@ def test_parameter_counts_are_checked(n_params, error):
 
 
 @pytest.mark.parametrize("field", ["n_layers", "n_heads", "n_kv_heads", "head_dim", "context"])
-@pytest.mark.parametrize("value,error", [(0, ValueError), (-2, ValueError), (2.5, TypeError), (True, TypeError)])
+@pytest.mark.parametrize(
+    "value,error", [(0, ValueError), (-2, ValueError), (2.5, TypeError), (True, TypeError)]
+)
 def test_model_shape_refuses_bad_sizes(field, value, error):
     sizes = {"n_layers": 2, "n_heads": 2, "n_kv_heads": 2, "head_dim": 8, "context": 128, field: value}
     with pytest.raises(error, match=rf"^{field} must be a whole number >= 1"):

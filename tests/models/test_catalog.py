@@ -100,23 +100,33 @@ def test_every_score_has_a_source_and_a_snapshot_date(catalog):
 def test_architectures_agree_with_the_sizing_presets(catalog):
     for name, preset in SAME_AS_PRESET.items():
         ours, theirs = by_name(catalog, name).shape(), sizing.PRESETS[preset]
-        assert (ours.n_layers, ours.n_heads, ours.n_kv_heads, ours.head_dim) == \
-            (theirs.n_layers, theirs.n_heads, theirs.n_kv_heads, theirs.head_dim), name
+        assert (ours.n_layers, ours.n_heads, ours.n_kv_heads, ours.head_dim) == (
+            theirs.n_layers,
+            theirs.n_heads,
+            theirs.n_kv_heads,
+            theirs.head_dim,
+        ), name
         assert (ours.context == theirs.context) != (name in CONTEXT_DIFFERS), name
         assert ours.n_params == pytest.approx(theirs.n_params, rel=0.01), name
 
 
 def test_a_missing_field_names_the_file_line_model_and_field(tmp_path):
     path = write_catalog(tmp_path, lambda rows: rows[2].update(n_layers=""))  # the 3rd row is on line 4
-    with pytest.raises(ValueError, match=r"catalog\.csv, line 4: model '.+': field 'n_layers' is empty; "
-                                         r"it is required, allowed: a whole number >= 1"):
+    with pytest.raises(
+        ValueError,
+        match=r"catalog\.csv, line 4: model '.+': field 'n_layers' is empty; "
+        r"it is required, allowed: a whole number >= 1",
+    ):
         load_catalog(path)
 
 
 def test_a_word_where_a_number_belongs_is_refused(tmp_path):
     path = write_catalog(tmp_path, lambda rows: rows[0].update(params_b="lots"))
-    with pytest.raises(ValueError, match=r"line 2: model 'HuggingFaceTB/SmolLM2-135M-Instruct': field "
-                                         r"'params_b' is 'lots', not a number; allowed: a positive number"):
+    with pytest.raises(
+        ValueError,
+        match=r"line 2: model 'HuggingFaceTB/SmolLM2-135M-Instruct': field "
+        r"'params_b' is 'lots', not a number; allowed: a positive number",
+    ):
         load_catalog(path)
 
 
@@ -183,7 +193,9 @@ def test_bad_arguments_say_what_is_allowed(catalog):
 
 
 def test_a_name_where_a_catalog_entry_or_list_belongs_is_refused(catalog):
-    with pytest.raises(ValueError, match="model must be a CatalogModel, a row of load_catalog\\(\\), got str"):
+    with pytest.raises(
+        ValueError, match="model must be a CatalogModel, a row of load_catalog\\(\\), got str"
+    ):
         fits_here(SMOLLM2, 8e9)
     with pytest.raises(ValueError, match="catalog must be a list of CatalogModel .* got str"):
         what_can_i_run(SMOLLM2, memory_bytes=8e9)  # was: one lookup per character

@@ -69,11 +69,17 @@ def test_tensor_parallel_needs_heads_that_divide_by_the_gpus():
 
 def test_a_context_longer_than_trained_is_marked_with_a_message():
     llama2, llama3 = memory.PRESETS["llama-2-7b"], memory.PRESETS["llama-3.1-8b"]
-    assert (llama2.context, llama2.context_note(4096), llama2.context_note(4097)) == (4096, "", "> trained 4,096")
+    assert (llama2.context, llama2.context_note(4096), llama2.context_note(4097)) == (
+        4096,
+        "",
+        "> trained 4,096",
+    )
     table = memory.memory_table([llama2, llama3], tokens=8192)
     assert row(table, "llama-2-7b").endswith("> trained 4,096")
     assert "trained" not in row(table, "llama-3.1-8b")
-    assert "> trained N: 8,192 tokens exceed the N the model was trained for (max_position_embeddings)" in table
+    assert (
+        "> trained N: 8,192 tokens exceed the N the model was trained for (max_position_embeddings)" in table
+    )
     assert "trained" not in memory.memory_table([llama2, llama3], tokens=4096)
 
 
@@ -108,9 +114,17 @@ def test_model_shape_refuses_a_half_given_window():
 
 
 def test_shape_of_reads_the_layer_pattern_of_a_gemma3_config():
-    config = transformers.Gemma3TextConfig(num_hidden_layers=18, num_attention_heads=4, num_key_value_heads=1,
-                                           head_dim=256, hidden_size=640, intermediate_size=2048,
-                                           sliding_window=512, max_position_embeddings=32768, vocab_size=262144)
+    config = transformers.Gemma3TextConfig(
+        num_hidden_layers=18,
+        num_attention_heads=4,
+        num_key_value_heads=1,
+        head_dim=256,
+        hidden_size=640,
+        intermediate_size=2048,
+        sliding_window=512,
+        max_position_embeddings=32768,
+        vocab_size=262144,
+    )
     shape = memory.shape_of(config, "gemma-3-270m")
     assert (shape.sliding_window, shape.n_local_layers) == (512, 15)
 

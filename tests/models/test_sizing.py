@@ -34,7 +34,10 @@ def test_gguf_block_formats_count_their_scales_and_minimums():
 
 def test_kv_formula():
     # 2 x layers x KV heads x head dim x tokens x batch x bytes
-    assert memory.kv_cache_bytes(32, 8, 128, tokens=1000, batch=4, dtype="fp16") == 2 * 32 * 8 * 128 * 1000 * 4 * 2
+    assert (
+        memory.kv_cache_bytes(32, 8, 128, tokens=1000, batch=4, dtype="fp16")
+        == 2 * 32 * 8 * 128 * 1000 * 4 * 2
+    )
     assert memory.PRESETS["llama-2-7b"].kv_bytes_per_token("fp16") == 512 * 1024  # the classic 0.5 MiB/token
     assert memory.PRESETS["llama-3.1-8b"].kv_bytes_per_token("fp16") == 128 * 1024
 
@@ -136,8 +139,9 @@ def test_table_plot_and_slider():
 def test_memory_table_layout_stays_as_the_notebooks_print_it():
     """Notebooks 06 and 07 print memory_table in their saved outputs: the columns line up, a row without a note
     ends at its last pick, and the footnotes say what the notes mean."""
-    table = memory.memory_table(["llama-2-7b", "smollm2-135m", "gemma-3-270m"], tokens=8192,
-                                hardware={"my GPU": 24e9})
+    table = memory.memory_table(
+        ["llama-2-7b", "smollm2-135m", "gemma-3-270m"], tokens=8192, hardware={"my GPU": 24e9}
+    )
     assert table.splitlines() == [
         "weights fp16, KV cache fp16, 8,192 tokens x batch 1",
         "model           weights   KV/token   KV cache      total  smallest that fits  note",
@@ -154,4 +158,3 @@ def test_plot_shades_the_context_a_model_was_not_trained_for():
     ax = viz_memory.plot_memory_by_context("llama-2-7b", 80 * memory.GB, max_tokens=16384)
     assert ax.get_xlim() == (0, 16384)
     assert any("beyond trained 4,096" in text.get_text() for text in ax.get_legend().get_texts())
-

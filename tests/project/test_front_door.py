@@ -63,7 +63,9 @@ def test_ci_lints_before_the_tests_and_the_linter_is_configured_and_installed():
 
 def test_the_longest_files_listed_for_make_test_exist_and_make_test_shares_files_whole():
     """tests/conftest.py hands these files out first; a renamed notebook would silently lose its place."""
-    listed = re.search(r"^LONGEST_FIRST = \[\n(.*?)^\]", (ROOT / "tests" / "conftest.py").read_text(), re.M | re.S)
+    listed = re.search(
+        r"^LONGEST_FIRST = \[\n(.*?)^\]", (ROOT / "tests" / "conftest.py").read_text(), re.M | re.S
+    )
     paths = re.findall(r'"([^"]+)"', listed.group(1))
     missing = [path for path in paths if not (ROOT / path).is_file()]
     assert len(paths) >= 5 and not missing, f"LONGEST_FIRST names files that do not exist: {missing}"

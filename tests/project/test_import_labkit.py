@@ -32,7 +32,9 @@ print(json.dumps({"loaded": loaded, "unresolved": unresolved, "checks": checks._
 @pytest.fixture(scope="module")
 def fresh_import():
     """What a fresh `import labkit` loaded, and which public names then failed to resolve."""
-    done = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=300, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=300, check=False
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 

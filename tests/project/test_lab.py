@@ -40,8 +40,14 @@ def lab_server():
     """Run `make lab` headless; yield (base url, the server's log once it is up)."""
     port = free_port()
     options = f"--no-browser --port={port} --ServerApp.token={TOKEN} --ServerApp.ip=127.0.0.1"
-    process = subprocess.Popen(["make", "lab", f"LAB_OPTIONS={options}"], cwd=ROOT, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    process = subprocess.Popen(
+        ["make", "lab", f"LAB_OPTIONS={options}"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     log: list[str] = []
     threading.Thread(target=lambda: log.extend(iter(process.stdout.readline, "")), daemon=True).start()
     base = f"http://127.0.0.1:{port}"

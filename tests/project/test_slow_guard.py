@@ -13,7 +13,7 @@ from pathlib import Path
 
 TESTS = Path(__file__).resolve().parents[1]
 
-GUARDED_SUITE = '''
+GUARDED_SUITE = """
 import pytest
 from transformers import AutoModelForCausalLM
 
@@ -53,7 +53,7 @@ def test_marked_loads(saved_tiny):
 
 def test_unmarked_builds_the_tiny_model():
     labkit.tiny_model("transformers")
-'''
+"""
 
 
 def outcomes(summary: str) -> dict[str, str]:
@@ -72,9 +72,25 @@ def test_the_guard_fails_unmarked_real_model_tests_and_only_those(tmp_path):
     (suite / "pytest.ini").write_text("[pytest]\nmarkers =\n    slow: uses a real model\n")
     (suite / "conftest.py").write_text((TESTS / "conftest.py").read_text())
     (suite / "test_guarded.py").write_text(GUARDED_SUITE)
-    run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:nbval", "-rA",
-                          "--basetemp", str(tmp_path / "base"), str(suite)],
-                         capture_output=True, text=True, cwd=suite, timeout=300)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:nbval",
+            "-rA",
+            "--basetemp",
+            str(tmp_path / "base"),
+            str(suite),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=suite,
+        timeout=300,
+    )
     assert outcomes(run.stdout) == {
         "test_unmarked_uses_the_fixture": "ERROR",  # failed at set-up
         "test_marked_uses_the_fixture": "PASSED",
@@ -82,8 +98,15 @@ def test_the_guard_fails_unmarked_real_model_tests_and_only_those(tmp_path):
         "test_marked_loads": "PASSED",
         "test_unmarked_builds_the_tiny_model": "PASSED",
     }, run.stdout[-4000:] + run.stderr[-2000:]
-    assert "test_unmarked_uses_the_fixture uses the real model fixture(s) smollm2 but is not marked slow" in run.stdout
-    assert "test_unmarked_loads loaded a real model but is not marked slow: " \
-           "LlamaForCausalLM.from_pretrained(" in run.stdout
+    assert (
+        "test_unmarked_uses_the_fixture uses the real model fixture(s) smollm2 but is not marked slow"
+        in run.stdout
+    )
+    assert (
+        "test_unmarked_loads loaded a real model but is not marked slow: "
+        "LlamaForCausalLM.from_pretrained(" in run.stdout
+    )
     set_up_for = {path.name for path in (tmp_path / "base").glob("smollm2-set-up-for-*")}
-    assert set_up_for == {"smollm2-set-up-for-test_marked_uses_the_fixture"}  # the unmarked test stopped before
+    assert set_up_for == {
+        "smollm2-set-up-for-test_marked_uses_the_fixture"
+    }  # the unmarked test stopped before

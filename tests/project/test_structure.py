@@ -225,16 +225,25 @@ def test_no_folder_imports_a_folder_that_imports_it():
     for component in found:
         for here in component:
             lines += [f"  {why}" for there in component for why in graph.get(here, {}).get(there, [])[:3]]
-    assert not found, ("labkit folders that import each other:\n" + "\n".join(" <-> ".join(c) for c in found)
-                       + "\nthrough:\n" + "\n".join(lines))
+    assert not found, (
+        "labkit folders that import each other:\n"
+        + "\n".join(" <-> ".join(c) for c in found)
+        + "\nthrough:\n"
+        + "\n".join(lines)
+    )
 
 
 def test_folder_cycle_through_a_function_level_import_is_found(tmp_path):
     package = tmp_path / "labkit"
-    files = {"__init__.py": "", "a/__init__.py": "", "b/__init__.py": "", "b/c/__init__.py": "",
-             "a/top.py": "from labkit.b.c.low import g\n",
-             "b/c/low.py": "def g():\n    from labkit.a import top  # late, still an edge\n",
-             "b/mid.py": "from labkit.b.c import low\n"}
+    files = {
+        "__init__.py": "",
+        "a/__init__.py": "",
+        "b/__init__.py": "",
+        "b/c/__init__.py": "",
+        "a/top.py": "from labkit.b.c.low import g\n",
+        "b/c/low.py": "def g():\n    from labkit.a import top  # late, still an edge\n",
+        "b/mid.py": "from labkit.b.c import low\n",
+    }
     for name, text in files.items():
         (package / name).parent.mkdir(parents=True, exist_ok=True)
         (package / name).write_text(text)

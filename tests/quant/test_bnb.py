@@ -15,8 +15,10 @@ def test_every_mode_runs_on_this_cpu():
 
 def test_an_unsupported_mode_fails_with_a_message_naming_the_fix(monkeypatch):
     monkeypatch.setattr(bnb, "_probe", lambda mode, device: "NotImplementedError: no kernel for this device")
-    with pytest.raises(bnb.BitsAndBytesUnavailable,
-                       match=r"cannot run mode 'nf4' on cpu: NotImplementedError.*quantize_model.*device='cuda'"):
+    with pytest.raises(
+        bnb.BitsAndBytesUnavailable,
+        match=r"cannot run mode 'nf4' on cpu: NotImplementedError.*quantize_model.*device='cuda'",
+    ):
         bnb.load_bitsandbytes_model("smollm2-135m", "nf4")
 
 
@@ -28,7 +30,9 @@ def test_bad_arguments():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode,layer_class,max_megabytes", [("int8", "Linear8bitLt", 230), ("nf4", "Linear4bit", 175)])
+@pytest.mark.parametrize(
+    "mode,layer_class,max_megabytes", [("int8", "Linear8bitLt", 230), ("nf4", "Linear4bit", 175)]
+)
 def test_smollm2_loads_quantized_and_answers(mode, layer_class, max_megabytes):
     model, tokenizer = bnb.load_bitsandbytes_model("smollm2-135m", mode)
     assert type(model.model.layers[0].mlp.down_proj).__name__ == layer_class
@@ -44,6 +48,7 @@ def test_labkit_nf4_weights_equal_bitsandbytes_nf4_weights():
     from bitsandbytes.functional import dequantize_4bit
 
     from labkit.quant.nf4 import nf4_dequantize, nf4_quantize
+
     model, _ = bnb.load_bitsandbytes_model("smollm2-135m", "nf4")
     reference, _ = labkit.load_model("smollm2-135m")
     weight = model.model.layers[5].mlp.up_proj.weight

@@ -42,8 +42,11 @@ def test_model_nbytes_counts_tied_weights_once_and_quantized_weights_small():
     fp32 = evaluation.model_nbytes(model)
     assert fp32 == 4 * sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
     quantize_model(model, "int8")
-    linear_params = sum(m.weight.numel() for m in labkit.tiny_model("transformers").model.layers.modules()
-                        if isinstance(m, torch.nn.Linear))
+    linear_params = sum(
+        m.weight.numel()
+        for m in labkit.tiny_model("transformers").model.layers.modules()
+        if isinstance(m, torch.nn.Linear)
+    )
     assert fp32 - evaluation.model_nbytes(model) > 0.74 * 3 * linear_params  # 4 bytes -> ~1 byte each
 
 
@@ -53,9 +56,11 @@ def test_evaluate_rejects_unknown_variants():
 
 
 def test_results_table_formats_rows_and_missing_variants():
-    rows = [evaluation.Result("fp32", "", 538e6, 10.0, 1.0, 20.0),
-            evaluation.Result("int8", "", 219e6, 10.05, 0.9, 40.0),
-            evaluation.Result("bnb nf4", "", math.nan, math.nan, math.nan, math.nan, note="No kernel. Use x.")]
+    rows = [
+        evaluation.Result("fp32", "", 538e6, 10.0, 1.0, 20.0),
+        evaluation.Result("int8", "", 219e6, 10.05, 0.9, 40.0),
+        evaluation.Result("bnb nf4", "", math.nan, math.nan, math.nan, math.nan, note="No kernel. Use x."),
+    ]
     table = evaluation.results_table(rows)
     assert "0.41x" in table and "+0.5%" in table and "2.00x" in table and "unavailable: No kernel" in table
 
@@ -63,9 +68,11 @@ def test_results_table_formats_rows_and_missing_variants():
 def test_results_table_layout_stays_as_notebook_08_prints_it():
     """Each column lines up under its title; a variant timed for no speed stops after its agreement, and one
     that could not be built says why."""
-    rows = [evaluation.Result("fp32", "", 538e6, 10.0, 1.0, 20.0),
-            evaluation.Result("int8", "", 219e6, 10.05, 0.9, math.nan),
-            evaluation.Result("bnb nf4", "", math.nan, math.nan, math.nan, math.nan, note="No kernel. Use x.")]
+    rows = [
+        evaluation.Result("fp32", "", 538e6, 10.0, 1.0, 20.0),
+        evaluation.Result("int8", "", 219e6, 10.05, 0.9, math.nan),
+        evaluation.Result("bnb nf4", "", math.nan, math.nan, math.nan, math.nan, note="No kernel. Use x."),
+    ]
     assert evaluation.results_table(rows).splitlines() == [
         "variant          MB  x fp32  perplexity   Δ ppl  agreement   tok/s  x fp32",
         "fp32          538.0   1.00x      10.000   +0.0%      100%     20.0   1.00x",
@@ -79,9 +86,14 @@ def test_decode_speeds_time_the_variants_in_turns(monkeypatch):
     machine's load mid-way hits every variant alike."""
     calls = []
     monkeypatch.setattr(evaluation, "encode_prompt", lambda tokenizer, text: [1, 2, 3])
-    monkeypatch.setattr(evaluation, "generate_ids",
-                        lambda model, tokenizer, ids, max_new_tokens: calls.append(model) or [0] * max_new_tokens)
-    speeds = evaluation.decode_tokens_per_second({"fp32": "a", "int8": "b", "nf4": "c"}, None, new_tokens=4, repeats=3)
+    monkeypatch.setattr(
+        evaluation,
+        "generate_ids",
+        lambda model, tokenizer, ids, max_new_tokens: calls.append(model) or [0] * max_new_tokens,
+    )
+    speeds = evaluation.decode_tokens_per_second(
+        {"fp32": "a", "int8": "b", "nf4": "c"}, None, new_tokens=4, repeats=3
+    )
     assert calls == ["a", "b", "c"] * 4
     assert list(speeds) == ["fp32", "int8", "nf4"] and all(rate > 0 for rate in speeds.values())
 

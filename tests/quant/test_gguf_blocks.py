@@ -16,11 +16,20 @@ def reader():
 
 def same_bits(labkit_values: torch.Tensor, gguf_values: np.ndarray) -> bool:
     """Equal as float32 bit patterns (so -0.0 vs 0.0 or NaN payloads would count as different)."""
-    return np.array_equal(labkit_values.numpy().view(np.uint32), gguf_values.astype(np.float32).view(np.uint32))
+    return np.array_equal(
+        labkit_values.numpy().view(np.uint32), gguf_values.astype(np.float32).view(np.uint32)
+    )
 
 
-@pytest.mark.parametrize("name,kind", [("blk.0.ffn_down.weight", "Q4_1"), ("blk.29.attn_v.weight", "Q4_1"),
-                                       ("blk.7.attn_q.weight", "Q4_1"), ("token_embd.weight", "Q8_0")])
+@pytest.mark.parametrize(
+    "name,kind",
+    [
+        ("blk.0.ffn_down.weight", "Q4_1"),
+        ("blk.29.attn_v.weight", "Q4_1"),
+        ("blk.7.attn_q.weight", "Q4_1"),
+        ("token_embd.weight", "Q8_0"),
+    ],
+)
 def test_the_embedded_files_blocks_decode_like_gguf(reader, name, kind):
     raw, found_kind, shape = gguf_blocks.read_gguf_tensor(reader, name)
     assert found_kind == kind
@@ -47,7 +56,7 @@ def test_blocks_made_by_gguf_quantize_decode_like_gguf(kind, seed):
     decoded = gguf_blocks.dequantize_gguf(raw, kind, x.shape)
     assert same_bits(decoded, gguf.dequantize(raw, qtype))
     tolerance = {"Q8_0": 0.01, "Q4_0": 0.2, "Q4_1": 0.2}[kind]  # relative RMS error of the format
-    assert float(np.sqrt(((decoded.numpy() - x) ** 2).mean() / (x ** 2).mean())) < tolerance
+    assert float(np.sqrt(((decoded.numpy() - x) ** 2).mean() / (x**2).mean())) < tolerance
 
 
 def test_a_q4_1_block_by_hand(reader):

@@ -61,12 +61,18 @@ def test_int4_kernel_is_skipped_where_it_does_not_apply(x):
 def test_dequantized_weights_are_the_quant_functions_round_trips():
     layer = linear(bias=False)
     w = layer.weight.detach()
-    assert torch.equal(QuantLinear.from_linear(layer, "int8").dequantized_weight(),
-                       quant.absmax_dequantize(*quant.absmax_quantize(w, 8, "channel")))
-    assert torch.equal(QuantLinear.from_linear(layer, "int4", group_size=32).dequantized_weight(),
-                       quant.dequantize_groupwise(quant.quantize_groupwise(w, 4, 32, symmetric=True)))
-    assert torch.equal(QuantLinear.from_linear(layer, "nf4", group_size=64).dequantized_weight(),
-                       nf4_dequantize(nf4_quantize(w, 64)))
+    assert torch.equal(
+        QuantLinear.from_linear(layer, "int8").dequantized_weight(),
+        quant.absmax_dequantize(*quant.absmax_quantize(w, 8, "channel")),
+    )
+    assert torch.equal(
+        QuantLinear.from_linear(layer, "int4", group_size=32).dequantized_weight(),
+        quant.dequantize_groupwise(quant.quantize_groupwise(w, 4, 32, symmetric=True)),
+    )
+    assert torch.equal(
+        QuantLinear.from_linear(layer, "nf4", group_size=64).dequantized_weight(),
+        nf4_dequantize(nf4_quantize(w, 64)),
+    )
 
 
 def test_int8_slow_path_is_exact_and_fast_path_agrees_to_bfloat16_precision(x):
@@ -86,8 +92,10 @@ def test_quantized_outputs_stay_close_to_the_float_layer(x):
     layer = linear()
     with torch.no_grad():
         reference = layer(x)
-        errors = {s: float((QuantLinear.from_linear(layer, s, 64)(x) - reference).norm() / reference.norm())
-                  for s in SCHEMES}
+        errors = {
+            s: float((QuantLinear.from_linear(layer, s, 64)(x) - reference).norm() / reference.norm())
+            for s in SCHEMES
+        }
     assert errors["int8"] < 0.02  # the outlier row's scale is coarse, and the kernel rounds x to bfloat16
     assert max(errors["int4"], errors["int4-asym"], errors["nf4"]) < 0.15
     assert errors["int8"] < min(errors["int4"], errors["nf4"])
@@ -118,23 +126,32 @@ def test_quantize_model_skips_the_head_by_default(fresh_tiny_hf):
     quantize_model(fresh_tiny_hf, "int8")
     layers = quantized_layers(fresh_tiny_hf)
     assert len(layers) == n_linear - 1 and "lm_head" not in layers
-    assert isinstance(fresh_tiny_hf.lm_head, nn.Linear) and isinstance(fresh_tiny_hf.model.embed_tokens, nn.Embedding)
+    assert isinstance(fresh_tiny_hf.lm_head, nn.Linear) and isinstance(
+        fresh_tiny_hf.model.embed_tokens, nn.Embedding
+    )
     assert isinstance(fresh_tiny_hf.model.layers[0].mlp.down_proj, QuantLinear)
 
 
 def test_skip_list_takes_names_and_patterns(fresh_tiny_hf):
     quantize_model(fresh_tiny_hf, "nf4", skip=("lm_head", "*.mlp.*", "model.layers.1.self_attn.q_proj"))
     names = set(quantized_layers(fresh_tiny_hf))
-    assert names == {"model.layers.0.self_attn.q_proj", "model.layers.0.self_attn.k_proj",
-                     "model.layers.0.self_attn.v_proj", "model.layers.0.self_attn.o_proj",
-                     "model.layers.1.self_attn.k_proj", "model.layers.1.self_attn.v_proj",
-                     "model.layers.1.self_attn.o_proj"}
+    assert names == {
+        "model.layers.0.self_attn.q_proj",
+        "model.layers.0.self_attn.k_proj",
+        "model.layers.0.self_attn.v_proj",
+        "model.layers.0.self_attn.o_proj",
+        "model.layers.1.self_attn.k_proj",
+        "model.layers.1.self_attn.v_proj",
+        "model.layers.1.self_attn.o_proj",
+    }
 
 
 def test_empty_skip_list_quantizes_the_head_too(fresh_tiny_hf):
     quantize_model(fresh_tiny_hf, "int8", skip=())
     assert isinstance(fresh_tiny_hf.lm_head, QuantLinear)
-    assert isinstance(fresh_tiny_hf.model.embed_tokens, nn.Embedding)  # embeddings are not nn.Linear: never swapped
+    assert isinstance(
+        fresh_tiny_hf.model.embed_tokens, nn.Embedding
+    )  # embeddings are not nn.Linear: never swapped
 
 
 def test_quantize_model_bad_arguments(fresh_tiny_hf):
@@ -149,7 +166,9 @@ def test_quantize_model_bad_arguments(fresh_tiny_hf):
 @pytest.mark.parametrize("scheme", list(SCHEMES))
 def test_tiny_model_logits_stay_close(scheme):
     reference = labkit.tiny_model("transformers", seed=0)
-    model = quantize_model(labkit.tiny_model("transformers", seed=0), scheme, group_size=32 if "int4" in scheme else 64)
+    model = quantize_model(
+        labkit.tiny_model("transformers", seed=0), scheme, group_size=32 if "int4" in scheme else 64
+    )
     ids = torch.tensor([[1, 50, 600, 7000, 42]])
     with torch.no_grad():
         expected, got = reference(ids).logits, model(ids).logits

@@ -26,8 +26,17 @@ def test_codebook_comes_from_normal_quantiles():
 
 
 # Row lengths that are multiples of the block size, as in every weight of the course models.
-@pytest.mark.parametrize("shape,block_size", [((128, 256), 64), ((576, 1536), 64), ((192, 576), 64),
-                                              ((64, 512), 128), ((16, 2048), 2048), ((32, 96), 32)])
+@pytest.mark.parametrize(
+    "shape,block_size",
+    [
+        ((128, 256), 64),
+        ((576, 1536), 64),
+        ((192, 576), 64),
+        ((64, 512), 128),
+        ((16, 2048), 2048),
+        ((32, 96), 32),
+    ],
+)
 def test_codes_absmax_and_values_match_bitsandbytes(shape, block_size):
     w = sample(shape)
     packed, state = bnb.quantize_4bit(w, blocksize=block_size, quant_type="nf4")

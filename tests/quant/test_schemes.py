@@ -45,7 +45,7 @@ def test_zeropoint_round_trip_and_exact_zero(bits, granularity):
     w = weight() + 0.01  # shifted: an asymmetric range
     w[0, 0] = 0.0
     codes, scale, zero = quant.zeropoint_quantize(w, bits=bits, granularity=granularity)
-    assert codes.dtype == torch.uint8 and int(codes.max()) <= 2 ** bits - 1
+    assert codes.dtype == torch.uint8 and int(codes.max()) <= 2**bits - 1
     restored = quant.zeropoint_dequantize(codes, scale, zero)
     assert bool(((restored - w).abs() <= scale / 2 * (1 + 1e-5) + 1e-7).all())
     assert float(restored[0, 0]) == 0.0  # zero is exactly representable
@@ -87,8 +87,12 @@ def test_groupwise_int4_round_trip(symmetric, group_size):
 
 def test_smaller_groups_give_smaller_error():
     w = weight(cols=512, outlier=0.4)
-    errors = [quant.quantization_error(w, quant.dequantize_groupwise(quant.quantize_groupwise(w, 4, g)))["relative_rms"]
-              for g in (512, 128, 32)]
+    errors = [
+        quant.quantization_error(w, quant.dequantize_groupwise(quant.quantize_groupwise(w, 4, g)))[
+            "relative_rms"
+        ]
+        for g in (512, 128, 32)
+    ]
     assert errors[0] > errors[1] > errors[2]
 
 
@@ -109,10 +113,14 @@ def test_asymmetric_groups_re_encode_gguf_q4_1_weights_without_loss():
     asymmetric scheme finds the same grid, so re-quantizing them changes (almost) nothing."""
     import gguf
     import numpy as np
+
     rng = np.random.default_rng(0)
     original = (rng.standard_normal((32, 256)) * 0.02).astype(np.float32)
-    q4_1 = torch.from_numpy(gguf.dequantize(gguf.quantize(original, gguf.GGMLQuantizationType.Q4_1),
-                                            gguf.GGMLQuantizationType.Q4_1))
+    q4_1 = torch.from_numpy(
+        gguf.dequantize(
+            gguf.quantize(original, gguf.GGMLQuantizationType.Q4_1), gguf.GGMLQuantizationType.Q4_1
+        )
+    )
     asymmetric = quant.dequantize_groupwise(quant.quantize_groupwise(q4_1, 4, 32, symmetric=False))
     symmetric = quant.dequantize_groupwise(quant.quantize_groupwise(q4_1, 4, 32, symmetric=True))
     assert quant.quantization_error(q4_1, asymmetric)["relative_rms"] < 0.01
@@ -138,7 +146,9 @@ def test_groupwise_error_bound_holds_for_any_scale(rows, group_size, magnitude, 
 def test_all_zero_input_round_trips():
     zeros = torch.zeros(4, 64)
     assert torch.equal(quant.absmax_dequantize(*quant.absmax_quantize(zeros, granularity="channel")), zeros)
-    assert torch.equal(quant.dequantize_groupwise(quant.quantize_groupwise(zeros, 4, 32, symmetric=False)), zeros)
+    assert torch.equal(
+        quant.dequantize_groupwise(quant.quantize_groupwise(zeros, 4, 32, symmetric=False)), zeros
+    )
 
 
 @pytest.mark.parametrize("bits", [1, 9, 16, 4.0])
@@ -150,7 +160,9 @@ def test_unsupported_bit_widths_are_refused(bits):
 
 
 def test_group_size_that_does_not_divide_names_the_divisors():
-    with pytest.raises(ValueError, match=r"group_size=48 does not divide the 256 columns.*\[16, 32, 64, 128, 256\]"):
+    with pytest.raises(
+        ValueError, match=r"group_size=48 does not divide the 256 columns.*\[16, 32, 64, 128, 256\]"
+    ):
         quant.quantize_groupwise(weight(), bits=4, group_size=48)
 
 
@@ -182,6 +194,7 @@ def test_bfloat16_input_is_accepted():
 
 # The notebook's exercise checkers: right answers pass, typical mistakes get the hint that fixes them.
 
+
 def test_check_absmax_quantize(capsys):
     from labkit import checks
 
@@ -202,14 +215,19 @@ def test_check_absmax_quantize(capsys):
         return (w / scale).to(torch.int8), scale
 
     assert checks.check_absmax_quantize(right)
-    for wrong, hint in [(per_tensor, "each row its own scale"), (by_128, "not 128"), (truncates, "truncates toward zero"),
-                        (None, "Not attempted")]:
+    for wrong, hint in [
+        (per_tensor, "each row its own scale"),
+        (by_128, "not 128"),
+        (truncates, "truncates toward zero"),
+        (None, "Not attempted"),
+    ]:
         assert not checks.check_absmax_quantize(wrong)
         assert hint in capsys.readouterr().out
 
 
 def test_check_quantized_megabytes(capsys):
     from labkit import checks
+
     n = 106_000_000
     assert checks.check_quantized_megabytes(n * 4.5 / 8 / 1e6, n, bits=4, group_size=32)
     assert not checks.check_quantized_megabytes(n * 4 / 8 / 1e6, n, bits=4, group_size=32)
@@ -222,6 +240,7 @@ def test_check_q4_1_decoder(capsys):
     import numpy as np
 
     from labkit import checks
+
     block = np.arange(20, dtype=np.uint8) * 13 % 251
     block[:4] = np.array([0.01, -0.05], dtype=np.float16).view(np.uint8)
 

@@ -8,12 +8,22 @@ import torch
 from labkit.serving.engine import Engine
 
 
-@pytest.mark.parametrize("options, named", [
-    ({"max_num_seqs": 0}, "max_num_seqs"), ({"max_num_seqs": 2.0}, "max_num_seqs"),
-    ({"block_size": True}, "block_size"), ({"n_blocks": 0}, "n_blocks"), ({"n_blocks": 4.5}, "n_blocks"),
-    ({"max_num_batched_tokens": 0}, "max_num_batched_tokens"),  # was replaced by the default without a word
-    ({"step_history": -1}, "step_history"), ({"step_history": "10"}, "step_history"),
-])
+@pytest.mark.parametrize(
+    "options, named",
+    [
+        ({"max_num_seqs": 0}, "max_num_seqs"),
+        ({"max_num_seqs": 2.0}, "max_num_seqs"),
+        ({"block_size": True}, "block_size"),
+        ({"n_blocks": 0}, "n_blocks"),
+        ({"n_blocks": 4.5}, "n_blocks"),
+        (
+            {"max_num_batched_tokens": 0},
+            "max_num_batched_tokens",
+        ),  # was replaced by the default without a word
+        ({"step_history": -1}, "step_history"),
+        ({"step_history": "10"}, "step_history"),
+    ],
+)
 def test_engine_options_are_checked_and_named(tiny, tokenizer, options, named):
     with pytest.raises(ValueError, match=named):
         Engine(tiny, tokenizer, **options)
@@ -28,7 +38,9 @@ def test_engine_refuses_a_missing_tokenizer_and_a_model_that_is_not_labkits(tiny
 
 def test_generate_batch_takes_a_list_of_prompts_not_one_string(tiny, tokenizer):
     engine = Engine(tiny, tokenizer)
-    with pytest.raises(ValueError, match=r"prompts must be a list of prompts .*wrap one prompt as \[prompt\]"):
+    with pytest.raises(
+        ValueError, match=r"prompts must be a list of prompts .*wrap one prompt as \[prompt\]"
+    ):
         engine.generate_batch("Hello there", max_new_tokens=2)  # was: one prompt per character
     assert not engine.has_unfinished() and engine.requests == {}
     assert len(engine.generate_batch(["Hello", "The sea"], max_new_tokens=2)) == 2

@@ -19,7 +19,9 @@ from labkit.serving.scheduler import Scheduler, SchedulerConfig
 
 def make_seq(request_id, prompt, max_new_tokens=4, n=1):
     """A request without a tokenizer (the scheduler never decodes text), with samples ids request_id + 1, ..."""
-    seq = EngineRequest(request_id, list(prompt), DecodingConfig(max_new_tokens=max_new_tokens), frozenset(), None, 0.0)
+    seq = EngineRequest(
+        request_id, list(prompt), DecodingConfig(max_new_tokens=max_new_tokens), frozenset(), None, 0.0
+    )
     seq.add_samples(range(request_id + 1, request_id + n))
     return seq
 
@@ -49,9 +51,14 @@ def test_a_fork_shares_every_block_and_only_the_partial_block_is_copied_on_first
         assert manager.needs_copy(seq) == (seq is not samples[-1]) and manager.can_append(seq)
         manager.append_slot(seq)
     copies = manager.take_copies()
-    assert [source for source, _ in copies] == [partial, partial]  # n - 1 copies; the last holder writes in place
+    assert [source for source, _ in copies] == [
+        partial,
+        partial,
+    ]  # n - 1 copies; the last holder writes in place
     assert [s.block_table[1] for s in samples] == [copies[0][1], copies[1][1], partial]
-    assert [s.block_table[0] for s in samples] == [full] * 3  # a full block is never written again: still shared
+    assert [s.block_table[0] for s in samples] == [
+        full
+    ] * 3  # a full block is never written again: still shared
     assert manager.allocator.ref_counts[full] == 3 and manager.allocator.ref_counts[partial] == 1
     assert manager.take_copies() == []  # taken once
     for seq in samples:
@@ -143,7 +150,9 @@ class TokenPool:
 
 def test_a_group_waits_for_all_its_seats_is_prefilled_once_then_forks():
     manager = BlockManager(BlockAllocator(16), block_size=2)
-    scheduler = Scheduler(SchedulerConfig(max_num_seqs=3, max_num_batched_tokens=16, max_model_len=64), manager)
+    scheduler = Scheduler(
+        SchedulerConfig(max_num_seqs=3, max_num_batched_tokens=16, max_model_len=64), manager
+    )
     kv = TokenPool(16, 2)
     single, group = make_seq(0, [1, 2, 3], 3), make_seq(1, [4, 5, 6], 2, n=3)
     scheduler.add(single), scheduler.add(group)
@@ -160,7 +169,9 @@ def test_a_group_waits_for_all_its_seats_is_prefilled_once_then_forks():
     with pytest.raises(ValueError, match="need 4 seats at once; max_num_seqs is 3"):
         scheduler.add(make_seq(9, [1, 2], n=4))
     with pytest.raises(ValueError, match=r"prompt 7 \+ 2 new, 3 samples\); the whole pool has 4"):
-        Scheduler(SchedulerConfig(3, 16, 64), BlockManager(BlockAllocator(4), 2)).add(make_seq(5, range(7), 2, n=3))
+        Scheduler(SchedulerConfig(3, 16, 64), BlockManager(BlockAllocator(4), 2)).add(
+            make_seq(5, range(7), 2, n=3)
+        )
 
 
 def test_sample_zero_preempted_before_its_fork_forks_when_its_prompt_is_done_again():
@@ -186,24 +197,37 @@ class GroupMachine(RuleBasedStateMachine):
     small pool, prefill first or in chunks; after every rule the invariants hold and every running
     sequence reads its own tokens back through its block table; at the end every block is free."""
 
-    @initialize(n_blocks=st.integers(4, 12), block_size=st.integers(1, 4), max_num_seqs=st.integers(1, 4),
-                chunked=st.booleans(), budget=st.integers(1, 16), chunk=st.none() | st.integers(1, 5))
+    @initialize(
+        n_blocks=st.integers(4, 12),
+        block_size=st.integers(1, 4),
+        max_num_seqs=st.integers(1, 4),
+        chunked=st.booleans(),
+        budget=st.integers(1, 16),
+        chunk=st.none() | st.integers(1, 5),
+    )
     def setup(self, n_blocks, block_size, max_num_seqs, chunked, budget, chunk):
         self.manager = BlockManager(BlockAllocator(n_blocks), block_size)
         budget = max(max_num_seqs, budget if chunked else 16)
-        self.scheduler = Scheduler(SchedulerConfig(max_num_seqs, budget, 32, chunked, chunk if chunked else None),
-                                   self.manager)
+        self.scheduler = Scheduler(
+            SchedulerConfig(max_num_seqs, budget, 32, chunked, chunk if chunked else None), self.manager
+        )
         self.kv = TokenPool(n_blocks, block_size)
         self.seqs, self.next_id = [], 0
 
-    @rule(shared=st.integers(0, 6), own=st.lists(st.integers(0, 3), min_size=1, max_size=6),
-          max_new=st.integers(1, 8), n=st.integers(1, 3))
+    @rule(
+        shared=st.integers(0, 6),
+        own=st.lists(st.integers(0, 3), min_size=1, max_size=6),
+        max_new=st.integers(1, 8),
+        n=st.integers(1, 3),
+    )
     def arrive(self, shared, own, max_new, n):
         seq = make_seq(self.next_id, [1] * shared + own, max_new, n)
         self.next_id += n
         try:
             self.scheduler.add(seq)
-        except ValueError:  # too many samples for the seats, or too long for the pool: refused, nothing changed
+        except (
+            ValueError
+        ):  # too many samples for the seats, or too long for the pool: refused, nothing changed
             assert seq not in self.scheduler.waiting
             return
         self.seqs += [seq, *seq.siblings]
@@ -224,7 +248,9 @@ class GroupMachine(RuleBasedStateMachine):
         if hasattr(self, "scheduler"):
             self.scheduler.check()
             for seq in self.scheduler.running:
-                assert self.kv.read(seq) == seq.token_ids[:seq.num_cached_tokens], f"{seq} reads other tokens"
+                assert self.kv.read(seq) == seq.token_ids[: seq.num_cached_tokens], (
+                    f"{seq} reads other tokens"
+                )
 
     def teardown(self):
         if not hasattr(self, "scheduler"):
@@ -236,9 +262,14 @@ class GroupMachine(RuleBasedStateMachine):
             self.consistent()
         assert not self.scheduler.has_unfinished(), "the scheduler did not drain"
         assert all(seq.is_done for seq in self.seqs)
-        assert all(s.output_ids == [100 + s.sample_index] * s.config.max_new_tokens
-                   for s in self.seqs if s.status is Status.FINISHED)
-        assert self.manager.allocator.n_used == 0 and self.manager.n_cached_free == len(self.manager.hash_to_block)
+        assert all(
+            s.output_ids == [100 + s.sample_index] * s.config.max_new_tokens
+            for s in self.seqs
+            if s.status is Status.FINISHED
+        )
+        assert self.manager.allocator.n_used == 0 and self.manager.n_cached_free == len(
+            self.manager.hash_to_block
+        )
         self.manager.check()
 
 

@@ -16,8 +16,14 @@ from labkit.serving.runner import forward_padded
 from .conftest import run_staggered
 
 TINY_ATOL = 1e-4  # as tests/serving/test_engine.py: batched vs alone on tiny(), float32
-PROMPTS = ["Hi", "The sea is", "Once upon a time, in a land far away,", "A", "The capital of France is",
-           "Question: what is two plus two? Answer:"]
+PROMPTS = [
+    "Hi",
+    "The sea is",
+    "Once upon a time, in a land far away,",
+    "A",
+    "The capital of France is",
+    "Question: what is two plus two? Answer:",
+]
 NEW_TOKENS = [5, 9, 3, 12, 7, 10]
 ARRIVALS = [0, 0, 1, 2, 2, 5]
 
@@ -44,7 +50,11 @@ def test_one_step_equals_the_eager_step_and_writes_the_same_keys(tiny, one_threa
     pool = BlockPool.for_model(tiny, n_blocks=12, block_size=4)
     pool.keys.normal_(), pool.values.normal_()
     step = CompiledDecode(tiny, pool, max_batch=4)
-    tables, starts, rows = [[0, 1, 2], [3, 4], [5, 6, 7]], [9, 5, 11], [[17], [4], [250]]  # 3 rows, padded to 4
+    tables, starts, rows = (
+        [[0, 1, 2], [3, 4], [5, 6, 7]],
+        [9, 5, 11],
+        [[17], [4], [250]],
+    )  # 3 rows, padded to 4
     before = pool.keys.clone(), pool.values.clone()
     compiled = step.run(rows, tables, starts)
     written = pool.keys.clone(), pool.values.clone()
@@ -52,7 +62,9 @@ def test_one_step_equals_the_eager_step_and_writes_the_same_keys(tiny, one_threa
     eager = forward_padded(tiny, pool, rows, tables, starts)
     assert compiled.shape == eager.shape == (3, tiny.config.vocab_size)
     assert (compiled - eager).abs().max() < TINY_ATOL
-    assert torch.allclose(written[0], pool.keys, atol=1e-5) and torch.allclose(written[1], pool.values, atol=1e-5)
+    assert torch.allclose(written[0], pool.keys, atol=1e-5) and torch.allclose(
+        written[1], pool.values, atol=1e-5
+    )
     assert not torch.equal(written[0], before[0])  # the new keys were written, each in its row's slot
 
 
@@ -62,7 +74,9 @@ def test_a_compiled_engine_gives_each_prompt_what_it_gets_alone(tiny, tokenizer,
     assert sorted(engine.compile_seconds) == [1, 2, 4]  # every size compiled at start-up
     ids = run_staggered(engine, [(p, {"max_new_tokens": n}) for p, n in zip(PROMPTS, NEW_TOKENS)], ARRIVALS)
     decodes = sum(m.kind == "decode" for m in engine.step_metrics)
-    assert engine.runner.compiled.steps >= decodes > 10  # every decode step ran compiled (and 1-token prompts)
+    assert (
+        engine.runner.compiled.steps >= decodes > 10
+    )  # every decode step ran compiled (and 1-token prompts)
     for request_id, prompt, n in zip(ids, PROMPTS, NEW_TOKENS):
         steps = list(labkit.generate(tiny, tokenizer, prompt, max_new_tokens=n, return_logits=True))
         seq = engine.requests[request_id]
@@ -85,5 +99,6 @@ def test_preempted_requests_come_back_the_same_on_the_compiled_step(tiny, tokeni
     engine.run_until_done()
     assert engine.scheduler.n_preemptions > 0 and engine.runner.compiled.steps > 0
     for i, (request_id, prompt) in enumerate(zip(requests, PROMPTS)):
-        assert engine.requests[request_id].output_ids == labkit.generate_ids(tiny, tokenizer, prompt,
-                                                                            max_new_tokens=20 - i)
+        assert engine.requests[request_id].output_ids == labkit.generate_ids(
+            tiny, tokenizer, prompt, max_new_tokens=20 - i
+        )

@@ -20,7 +20,9 @@ def test_each_sample_writes_its_own_copy_of_the_shared_block():
     for name, token in (("a", 7), ("b", 8), ("prompt", 9)):
         copy_on_write_append(pool, name, token)
     assert [pool.tokens(n) for n in ("a", "b", "prompt")] == [[1, 2, 3, 4, 5, 6, t] for t in (7, 8, 9)]
-    assert pool.tables["prompt"] == [0, 1] and pool.tables["a"][0] == pool.tables["b"][0] == 0  # in place; shared
+    assert (
+        pool.tables["prompt"] == [0, 1] and pool.tables["a"][0] == pool.tables["b"][0] == 0
+    )  # in place; shared
     assert pool.refs[0] == 3 and pool.problems() == []
 
 
@@ -30,7 +32,10 @@ def test_a_write_without_the_copy_shows_in_the_sibling_and_problems_name_the_boo
     assert pool.tokens("b") == [1, 2, 3, 4, 5, 6, 7]
     pool.refs[1] += 1  # counted once too often
     pool.free.append(0)  # held and free
-    assert pool.problems() == ["block 1 is counted 4 times but 3 table(s) hold it", "block 0 is held and free at once"]
+    assert pool.problems() == [
+        "block 1 is counted 4 times but 3 table(s) hold it",
+        "block 0 is held and free at once",
+    ]
 
 
 def test_a_full_pool_and_a_second_fork_are_refused():

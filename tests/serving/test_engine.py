@@ -70,7 +70,9 @@ def test_seeded_sampling_does_not_depend_on_the_batch(tiny, tokenizer, one_threa
     solo_id = solo.add_request("The sea is", **sampled)
     solo.run_until_done()
     crowd = Engine(tiny, tokenizer, max_num_seqs=4)
-    others = [crowd.add_request(p, temperature=1.0, seed=i, max_new_tokens=9) for i, p in enumerate(PROMPTS[:3])]
+    others = [
+        crowd.add_request(p, temperature=1.0, seed=i, max_new_tokens=9) for i, p in enumerate(PROMPTS[:3])
+    ]
     crowd.step()  # the request joins a batch already decoding
     crowd_id = crowd.add_request("The sea is", **sampled)
     crowd.add_request(PROMPTS[4], max_new_tokens=5)
@@ -120,7 +122,9 @@ def test_eos_and_stop_end_one_sequence_only(tiny, tokenizer, one_thread):
     assert reasons == {plain: "length", eos: "eos", stop: "stop"}
     assert engine.requests[eos].output_ids == [tokenizer.eos_token_id]
     assert stop_text not in "".join(text for i, _, text, _ in outputs if i == stop)
-    assert engine.requests[plain].output_ids == labkit.generate_ids(tiny, tokenizer, "The sea is", max_new_tokens=8)
+    assert engine.requests[plain].output_ids == labkit.generate_ids(
+        tiny, tokenizer, "The sea is", max_new_tokens=8
+    )
 
 
 def test_generate_batch_and_metrics(tiny, tokenizer, one_thread):
@@ -129,7 +133,9 @@ def test_generate_batch_and_metrics(tiny, tokenizer, one_thread):
     assert texts == [labkit.generate_text(tiny, tokenizer, p, max_new_tokens=4) for p in PROMPTS[:3]]
     metrics = engine.metrics(2)  # the third request waited for a free seat
     assert metrics.output_tokens == 4 and metrics.queue_s > 0
-    assert 0 <= metrics.queue_s < metrics.ttft_s <= metrics.e2e_s and metrics.tpot_s > 0  # the prefill after the queue
+    assert (
+        0 <= metrics.queue_s < metrics.ttft_s <= metrics.e2e_s and metrics.tpot_s > 0
+    )  # the prefill after the queue
     first = engine.metrics(0)
     assert first.queue_s < first.ttft_s and first.queue_s < metrics.queue_s  # admitted at the first step
     assert {m.kind for m in engine.step_metrics} == {"prefill", "decode"}
@@ -172,14 +178,25 @@ def test_bad_input_is_refused(tiny, tokenizer):
 
 
 @pytest.mark.parametrize("budget, chunk", [(8, None), (12, 3)])
-def test_chunked_prefill_keeps_tokens_and_logits_of_each_prompt_alone(tiny, tokenizer, one_thread, budget, chunk):
+def test_chunked_prefill_keeps_tokens_and_logits_of_each_prompt_alone(
+    tiny, tokenizer, one_thread, budget, chunk
+):
     requests = [(p, {"max_new_tokens": n, **options(i)}) for i, (p, n) in enumerate(zip(PROMPTS, NEW_TOKENS))]
-    engine = Engine(tiny, tokenizer, max_num_seqs=6, max_num_batched_tokens=budget, chunked_prefill=True,
-                    prefill_chunk=chunk, record_logits=True)
+    engine = Engine(
+        tiny,
+        tokenizer,
+        max_num_seqs=6,
+        max_num_batched_tokens=budget,
+        chunked_prefill=True,
+        prefill_chunk=chunk,
+        record_logits=True,
+    )
     ids = run_staggered(engine, requests, arrivals=[0, 0, 0, 1, 2, 2, 4, 5, 7, 9])
     kinds = {m.kind for m in engine.step_metrics}
     assert "mixed" in kinds and max(m.n_tokens for m in engine.step_metrics) <= budget
-    assert any(len(tokenizer(p).input_ids) > budget for p in PROMPTS)  # some prompts really took several steps
+    assert any(
+        len(tokenizer(p).input_ids) > budget for p in PROMPTS
+    )  # some prompts really took several steps
     for request_id, (prompt, opts) in zip(ids, requests):
         tokens, logits = alone(tiny, tokenizer, prompt, **opts)
         seq = engine.requests[request_id]
@@ -191,8 +208,15 @@ def test_chunked_prefill_keeps_tokens_and_logits_of_each_prompt_alone(tiny, toke
 def test_chunked_prefill_with_preemption_and_aborts_leaks_nothing(tiny, tokenizer, one_thread):
     prompts = PROMPTS[:4] + PROMPTS[6:8]
     requests = [(p, {"max_new_tokens": 20 - i, **options(i)}) for i, p in enumerate(prompts)]
-    engine = Engine(tiny, tokenizer, max_num_seqs=4, n_blocks=10, block_size=4, max_num_batched_tokens=6,
-                    chunked_prefill=True)
+    engine = Engine(
+        tiny,
+        tokenizer,
+        max_num_seqs=4,
+        n_blocks=10,
+        block_size=4,
+        max_num_batched_tokens=6,
+        chunked_prefill=True,
+    )
     ids = run_staggered(engine, requests, arrivals=[0, 0, 1, 1, 2, 3])
     assert engine.scheduler.n_preemptions > 0
     for request_id, (prompt, opts) in zip(ids, requests):
@@ -214,7 +238,9 @@ def test_a_finished_requests_prefix_is_reused_by_a_later_one(tiny, tokenizer, on
     second = engine.add_request(system + "Why is the sky blue?", max_new_tokens=5)
     engine.step()
     prompt_tokens = len(engine.requests[second].prompt_ids)
-    assert engine.step_metrics[-1].n_tokens < prompt_tokens // 2  # the shared system prompt was not recomputed
+    assert (
+        engine.step_metrics[-1].n_tokens < prompt_tokens // 2
+    )  # the shared system prompt was not recomputed
     assert engine.load().prefix_hit_rate > 0
     engine.run_until_done()
     for request_id, question in ((first, "What is the sea?"), (second, "Why is the sky blue?")):

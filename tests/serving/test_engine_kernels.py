@@ -17,8 +17,14 @@ from labkit.serving.engine import Engine
 
 from .conftest import run_staggered
 
-PROMPTS = ["Hi", "The sea is", "Once upon a time, in a land far away,", "A",
-           "Write a haiku about the autumn moon over the quiet mountain lake.", "The capital of France is"]
+PROMPTS = [
+    "Hi",
+    "The sea is",
+    "Once upon a time, in a land far away,",
+    "A",
+    "Write a haiku about the autumn moon over the quiet mountain lake.",
+    "The capital of France is",
+]
 NEW_TOKENS = [5, 9, 3, 12, 7, 10]
 OPTIONS = [{}, {"repetition_penalty": 1.5}, {}, {"repetition_penalty": 1.5}, {}, {}]
 
@@ -64,19 +70,29 @@ def assert_all_free(engine):
 
 
 @pytest.mark.parametrize("chunked", [False, True], ids=["prefill-first", "chunked-prefill"])
-def test_staggered_requests_on_the_kernels_get_what_each_gets_alone(tiny_fast, tokenizer, one_thread, simd_path,
-                                                                   chunked):
+def test_staggered_requests_on_the_kernels_get_what_each_gets_alone(
+    tiny_fast, tokenizer, one_thread, simd_path, chunked
+):
     requests = [(p, {"max_new_tokens": n, **o}) for p, n, o in zip(PROMPTS, NEW_TOKENS, OPTIONS)]
-    engine = Engine(tiny_fast, tokenizer, max_num_seqs=4, chunked_prefill=chunked,
-                    max_num_batched_tokens=8 if chunked else None)
+    engine = Engine(
+        tiny_fast,
+        tokenizer,
+        max_num_seqs=4,
+        chunked_prefill=chunked,
+        max_num_batched_tokens=8 if chunked else None,
+    )
     ids = run_staggered(engine, requests, arrivals=[0, 0, 1, 2, 2, 5])
     if chunked:
-        assert "mixed" in {m.kind for m in engine.step_metrics}  # decode rows and a prompt's chunk in one step
+        assert "mixed" in {
+            m.kind for m in engine.step_metrics
+        }  # decode rows and a prompt's chunk in one step
     assert_each_alone(engine, tiny_fast, tokenizer, ids, requests)
     assert_all_free(engine)
 
 
-def test_preempted_and_aborted_requests_on_the_kernels_leak_nothing(tiny_fast, tokenizer, one_thread, simd_path):
+def test_preempted_and_aborted_requests_on_the_kernels_leak_nothing(
+    tiny_fast, tokenizer, one_thread, simd_path
+):
     requests = [(p, {"max_new_tokens": 20 - i, **OPTIONS[i]}) for i, p in enumerate(PROMPTS[:4])]
     engine = Engine(tiny_fast, tokenizer, max_num_seqs=4, n_blocks=10, block_size=4)
     ids = run_staggered(engine, requests, arrivals=[0, 0, 1, 1])
@@ -89,7 +105,9 @@ def test_preempted_and_aborted_requests_on_the_kernels_leak_nothing(tiny_fast, t
 
 
 @pytest.mark.slow  # compiles the decode step for batch sizes 1 and 2: about 20 s on 2 cores
-def test_the_compiled_step_on_the_kernels_gives_each_prompt_what_it_gets_alone(tiny_fast, tokenizer, one_thread):
+def test_the_compiled_step_on_the_kernels_gives_each_prompt_what_it_gets_alone(
+    tiny_fast, tokenizer, one_thread
+):
     engine = Engine(tiny_fast, tokenizer, max_num_seqs=2, compile_decode=True)
     requests = [(p, {"max_new_tokens": n, **o}) for p, n, o in zip(PROMPTS[:4], NEW_TOKENS, OPTIONS)]
     ids = run_staggered(engine, requests, arrivals=[0, 0, 1, 3])

@@ -36,14 +36,18 @@ QUESTIONS = [
 NEW_TOKENS = [6, 12, 20, 9, 24, 15, 18, 10]
 ARRIVAL_STEPS = [0, 0, 0, 1, 2, 4, 7, 11]  # request i is added before engine step ARRIVAL_STEPS[i]
 
-SYSTEM = ("You are a patient teacher for curious children. Answer in at most two short sentences, with simple "
-          "words, no lists and no jargon. If a question is unclear, say what you understood and answer that.")
+SYSTEM = (
+    "You are a patient teacher for curious children. Answer in at most two short sentences, with simple "
+    "words, no lists and no jargon. If a question is unclear, say what you understood and answer that."
+)
 SHARED = ["Why is the sea salty?", "How do birds fly?", "What is a rainbow made of?", "Why do cats purr?"]
 
 
 def alone(model, tokenizer, prompt_ids, max_new_tokens):
     """(tokens, logits [n, V], top-2 margins [n]) of greedy `labkit.generate` on the prompt alone."""
-    steps = list(labkit.generate(model, tokenizer, prompt_ids, max_new_tokens=max_new_tokens, return_logits=True))
+    steps = list(
+        labkit.generate(model, tokenizer, prompt_ids, max_new_tokens=max_new_tokens, return_logits=True)
+    )
     logits = torch.stack([s.logits for s in steps])
     top2 = logits.topk(2, dim=-1).values
     return [s.token_id for s in steps], logits, top2[:, 0] - top2[:, 1]
@@ -71,33 +75,45 @@ def test_batched_chat_equals_each_prompt_alone(smollm2_labkit, tokenizer, chunke
     assert len({len(p) for p in prompts}) == len(prompts)  # all lengths differ
     chunking = {"chunked_prefill": True, "max_num_batched_tokens": 48, "prefill_chunk": 32} if chunked else {}
     engine = Engine(smollm2_labkit, tokenizer, max_num_seqs=8, record_logits=True, **chunking)
-    ids = run_staggered(engine, [(p, {"max_new_tokens": n}) for p, n in zip(prompts, NEW_TOKENS)], ARRIVAL_STEPS)
+    ids = run_staggered(
+        engine, [(p, {"max_new_tokens": n}) for p, n in zip(prompts, NEW_TOKENS)], ARRIVAL_STEPS
+    )
     assert max(m.batch_size for m in engine.step_metrics) >= 6  # they really shared forward passes
-    assert {m.kind for m in engine.step_metrics} == ({"prefill", "decode", "mixed"} if chunked else {"prefill", "decode"})
+    assert {m.kind for m in engine.step_metrics} == (
+        {"prefill", "decode", "mixed"} if chunked else {"prefill", "decode"}
+    )
     found = [compare(engine, i, smollm2_labkit, tokenizer, p, n) for i, p, n in zip(ids, prompts, NEW_TOKENS)]
     compared, total = sum(f[0] for f in found), sum(f[1] for f in found)
     assert compared >= 0.9 * total, f"only {compared} of {total} tokens before a near-tie: pick other prompts"
     assert len({tuple(engine.requests[i].output_ids) for i in ids}) == len(ids)
-    print(f"max |batched - alone| logit difference: {max(f[2] for f in found):.2e}; "
-          f"{compared}/{total} tokens compared")
+    print(
+        f"max |batched - alone| logit difference: {max(f[2] for f in found):.2e}; "
+        f"{compared}/{total} tokens compared"
+    )
 
 
 @pytest.mark.slow
 def test_shared_system_prompt_hits_the_prefix_cache_and_changes_nothing(smollm2_labkit, tokenizer):
-    prompts = [labkit.chat_prompt(tokenizer, [{"role": "system", "content": SYSTEM}, {"role": "user", "content": q}])
-               for q in SHARED]
+    prompts = [
+        labkit.chat_prompt(tokenizer, [{"role": "system", "content": SYSTEM}, {"role": "user", "content": q}])
+        for q in SHARED
+    ]
     engine = Engine(smollm2_labkit, tokenizer, max_num_seqs=4, record_logits=True)
     ids = [engine.add_request(p, max_new_tokens=12) for p in prompts]
     engine.step()  # the four prompts admitted and prefilled together, the shared blocks computed once
     block = engine.block_manager.block_size
-    assert engine.block_manager.hit_rate > 0  # the three later prompts reuse the first one's system-prompt blocks
+    assert (
+        engine.block_manager.hit_rate > 0
+    )  # the three later prompts reuse the first one's system-prompt blocks
     assert engine.pool.allocator.n_used < sum(-(-len(p) // block) for p in prompts)
     engine.run_until_done()
     found = [compare(engine, i, smollm2_labkit, tokenizer, p, 12) for i, p in zip(ids, prompts)]
     assert sum(f[0] for f in found) >= 0.9 * sum(f[1] for f in found)
     engine.block_manager.check()
     assert engine.pool.allocator.n_used == 0
-    again = engine.add_request(prompts[0], max_new_tokens=12)  # after every request ended: the prefix is still cached
+    again = engine.add_request(
+        prompts[0], max_new_tokens=12
+    )  # after every request ended: the prefix is still cached
     engine.step()
     assert engine.step_metrics[-1].n_tokens < len(prompts[0]) - len(SYSTEM) // 8
     engine.run_until_done()

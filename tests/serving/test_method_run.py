@@ -36,13 +36,16 @@ def items():
 def test_every_item_gets_its_samples_each_the_request_alone(tiny, tokenizer, items, one_thread):
     method = Method("sampled", prompt, OPTIONS, read_answer=lambda text: text[:2])
     finished = []
-    run = run_method(Engine(tiny, tokenizer, max_num_seqs=8, n_blocks=64), items, method, n=4,
-                     progress=finished.append)
+    run = run_method(
+        Engine(tiny, tokenizer, max_num_seqs=8, n_blocks=64), items, method, n=4, progress=finished.append
+    )
     assert [one.item for one in run.items] == items and all(len(one.samples) == 4 for one in run.items)
     assert sum(finished) == 3 * 4
     for one in run.items:
         for index, got in enumerate(one.samples):
-            steps = list(generate(tiny, tokenizer, prompt(one.item), **{**OPTIONS, "seed": OPTIONS["seed"] + index}))
+            steps = list(
+                generate(tiny, tokenizer, prompt(one.item), **{**OPTIONS, "seed": OPTIONS["seed"] + index})
+            )
             assert got.text == "".join(step.text for step in steps) and got.answer == got.text[:2]
             assert got.n_tokens == len(steps) == 5
             assert got.mean_logprob == pytest.approx(sum(s.logprob for s in steps) / len(steps), abs=1e-3)
@@ -53,8 +56,10 @@ def test_every_item_gets_its_samples_each_the_request_alone(tiny, tokenizer, ite
 
 def fake_run(answers: list[list[str]], right: list[str]) -> MethodRun:
     """A run whose item i's samples give answers[i], each of 2 tokens."""
-    items = tuple(ItemSamples(Item(f"{i} + 0", answer), tuple(Sample(a, a, 2, -1.0 - j) for j, a in enumerate(given)))
-                  for i, (given, answer) in enumerate(zip(answers, right)))
+    items = tuple(
+        ItemSamples(Item(f"{i} + 0", answer), tuple(Sample(a, a, 2, -1.0 - j) for j, a in enumerate(given)))
+        for i, (given, answer) in enumerate(zip(answers, right))
+    )
     return MethodRun("sampled", len(answers[0]), items, 10, 2 * sum(map(len, answers)), 1.0, 4)
 
 
@@ -67,7 +72,9 @@ def test_the_frontier_scores_the_first_n_samples_with_every_chooser_and_the_orac
     assert points[(ORACLE, 4)].tokens_per_item == 8 and points[(ORACLE, 1)].tokens_per_item == 2
     assert len(points) == 4 * 3 and "pass@n (oracle)" in frontier_table(list(points.values()))
     greedy = fake_run([["2"], ["6"]], right=["2", "5"])
-    assert [(p.method, p.n, p.accuracy) for p in frontier(greedy, note="budget 0")] == [("sampled", 1, Accuracy(1, 2))]
+    assert [(p.method, p.n, p.accuracy) for p in frontier(greedy, note="budget 0")] == [
+        ("sampled", 1, Accuracy(1, 2))
+    ]
     with pytest.raises(ValueError, match="n must be"):
         run.accuracy(lambda samples: samples[0].answer, n=5)
 

@@ -76,8 +76,9 @@ def record_copies(engine):
     return pairs
 
 
-@pytest.mark.parametrize("chunking", [{}, {"chunked_prefill": True, "prefill_chunk": 2}],
-                         ids=["prefill-first", "chunked"])
+@pytest.mark.parametrize(
+    "chunking", [{}, {"chunked_prefill": True, "prefill_chunk": 2}], ids=["prefill-first", "chunked"]
+)
 def test_the_prompt_is_prefilled_once_and_its_blocks_shared(tiny, tokenizer, one_thread, chunking):
     engine = Engine(tiny, tokenizer, max_num_seqs=4, block_size=4, record_logits=True, **chunking)
     copies = record_copies(engine)
@@ -89,10 +90,14 @@ def test_the_prompt_is_prefilled_once_and_its_blocks_shared(tiny, tokenizer, one
     fed = sum(m.n_tokens for m in engine.step_metrics)
     assert fed == prompt_length + sum(len(o) - 1 for o in outputs)  # the prompt once, then a token per sample
     assert max(m.batch_size for m in engine.step_metrics) == 4
-    assert len(copies) == 3 and len({shared for shared, _ in copies}) == 1  # n - 1 copies of the partial block
+    assert (
+        len(copies) == 3 and len({shared for shared, _ in copies}) == 1
+    )  # n - 1 copies of the partial block
     peak, size = max(m.blocks_used for m in engine.step_metrics), 4
     assert peak <= math.ceil(prompt_length / size) + 4 * (math.ceil(SAMPLED["max_new_tokens"] / size) + 1)
-    assert peak < 4 * math.ceil((prompt_length + SAMPLED["max_new_tokens"] - 1) / size)  # four requests' worth
+    assert peak < 4 * math.ceil(
+        (prompt_length + SAMPLED["max_new_tokens"] - 1) / size
+    )  # four requests' worth
     assert_samples_are_alone(engine, request_id, tiny, tokenizer, PROMPT, seed=3, **SAMPLED)
     assert len({tuple(o) for o in outputs}) == 4  # four different answers
     assert_all_free(engine)
@@ -141,16 +146,20 @@ def test_greedy_samples_are_n_equal_answers_equal_to_generate(tiny, tokenizer, o
         recorded = engine.logprobs(sample_id)
         assert [r.token_id for r in recorded] == [s.token_id for s in steps]
         assert max(abs(r.logprob - s.logprob) for r, s in zip(recorded, steps)) < TINY_ATOL
-        assert all(len(r.top) == 2 and abs(r.top[0][1] - r.logprob) < 1e-6 for r in recorded)  # greedy: the top
+        assert all(
+            len(r.top) == 2 and abs(r.top[0][1] - r.logprob) < 1e-6 for r in recorded
+        )  # greedy: the top
     assert_all_free(engine)
 
 
 def test_a_group_among_other_requests_keeps_batch_invariance(tiny, tokenizer, one_thread):
-    requests = [(OTHERS[0], {"max_new_tokens": 6}),
-                (PROMPT, {"n": 3, "max_new_tokens": 9, "repetition_penalty": 1.5}),
-                (OTHERS[1], {"max_new_tokens": 5, "temperature": 1.0, "top_k": 20, "seed": 4}),
-                (OTHERS[2], {"n": 2, "temperature": 1.0, "top_k": 20, "seed": 8, "max_new_tokens": 7}),
-                (OTHERS[3], {"max_new_tokens": 8, "repetition_penalty": 1.5})]
+    requests = [
+        (OTHERS[0], {"max_new_tokens": 6}),
+        (PROMPT, {"n": 3, "max_new_tokens": 9, "repetition_penalty": 1.5}),
+        (OTHERS[1], {"max_new_tokens": 5, "temperature": 1.0, "top_k": 20, "seed": 4}),
+        (OTHERS[2], {"n": 2, "temperature": 1.0, "top_k": 20, "seed": 8, "max_new_tokens": 7}),
+        (OTHERS[3], {"max_new_tokens": 8, "repetition_penalty": 1.5}),
+    ]
     engine = Engine(tiny, tokenizer, max_num_seqs=8, block_size=4, record_logits=True)
     ids = run_staggered(engine, requests, arrivals=[0, 0, 1, 2, 4])
     assert max(m.batch_size for m in engine.step_metrics) >= 6  # the samples shared passes with the others
@@ -161,7 +170,10 @@ def test_a_group_among_other_requests_keeps_batch_invariance(tiny, tokenizer, on
 
 
 def test_preemptions_and_aborts_leave_no_block_behind(tiny, tokenizer, one_thread):
-    greedy, sampled = {"max_new_tokens": 14, "repetition_penalty": 1.5}, {**SAMPLED, "max_new_tokens": 14, "seed": 5}
+    greedy, sampled = (
+        {"max_new_tokens": 14, "repetition_penalty": 1.5},
+        {**SAMPLED, "max_new_tokens": 14, "seed": 5},
+    )
     engine = Engine(tiny, tokenizer, max_num_seqs=6, n_blocks=14, block_size=4, record_logits=True)
     drawn, kept = engine.add_request(PROMPT, n=3, **sampled), engine.add_request(OTHERS[2], **greedy)
     group, lonely = engine.add_request(OTHERS[3], n=2, **greedy), engine.add_request(OTHERS[0], n=2, **greedy)
@@ -183,8 +195,17 @@ def test_preemptions_and_aborts_leave_no_block_behind(tiny, tokenizer, one_threa
 def test_a_group_preempted_before_its_fork_forks_later(tiny, tokenizer, one_thread):
     # The schedule of tests/serving/test_block_manager_fork.py: a long decode grows while the group's
     # prompt goes in chunks of one token, in 5 blocks of 2, and preempts it before its prompt is done.
-    engine = Engine(tiny, tokenizer, max_num_seqs=3, n_blocks=5, block_size=2, max_num_batched_tokens=3,
-                    chunked_prefill=True, prefill_chunk=1, record_logits=True)
+    engine = Engine(
+        tiny,
+        tokenizer,
+        max_num_seqs=3,
+        n_blocks=5,
+        block_size=2,
+        max_num_batched_tokens=3,
+        chunked_prefill=True,
+        prefill_chunk=1,
+        record_logits=True,
+    )
     long = engine.add_request([504], max_new_tokens=8)
     group = engine.add_request([50, 51, 52, 53, 54], n=2, max_new_tokens=3)
     preempted = run_checked(engine)
@@ -198,7 +219,9 @@ def test_samples_abort_release_and_logprobs_speak_for_the_group(tiny, tokenizer)
     engine = Engine(tiny, tokenizer, max_num_seqs=4)
     request_id = engine.add_request(PROMPT, n=3, max_new_tokens=4)
     ids = engine.samples(request_id)
-    assert engine.samples(ids[2]) == ids and engine.requests[request_id].seats == 3  # seated as one, before its prefill
+    assert (
+        engine.samples(ids[2]) == ids and engine.requests[request_id].seats == 3
+    )  # seated as one, before its prefill
     engine.abort(ids[2])  # before the fork: it never runs, and gives its seat back
     assert engine.requests[ids[2]].finish_reason == "abort" and engine.requests[request_id].seats == 2
     engine.step()  # the prefill: samples 0 and 1 decode on
@@ -209,20 +232,29 @@ def test_samples_abort_release_and_logprobs_speak_for_the_group(tiny, tokenizer)
     engine.abort(ids[1])  # a later sample alone
     assert engine.release(ids[1]).finish_reason == "abort" and ids[1] not in engine.requests
     engine.run_until_done()
-    assert engine.release(request_id).finish_reason == "length" and engine.requests == {}  # the rest of its group
+    assert (
+        engine.release(request_id).finish_reason == "length" and engine.requests == {}
+    )  # the rest of its group
     with pytest.raises(ValueError, match="added without logprobs"):
         engine.logprobs(engine.add_request(PROMPT, max_new_tokens=1))
     nothing = engine.add_request(PROMPT, n=2, max_new_tokens=0)  # done on arrival, as generate() would be
     assert [engine.requests[i].finish_reason for i in engine.samples(nothing)] == ["length", "length"]
 
 
-@pytest.mark.parametrize("options, message", [
-    ({"n": 0}, "n must be a whole number of 1 or more"), ({"n": 2.0}, "n must be a whole number"),
-    ({"n": True}, "n must be a whole number"), ({"n": 5}, "n=5 samples share one prefill, so they need 5 seats"),
-    ({"n": 2, "num_beams": 2}, "beam search"), ({"logprobs": 21}, "logprobs must be a whole number from 0 to 20"),
-    ({"logprobs": -1}, "logprobs must be"), ({"logprobs": 1.5}, "logprobs must be"),
-    ({"n": 3, "max_new_tokens": 4}, "whole pool has 4"),
-])
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"n": 0}, "n must be a whole number of 1 or more"),
+        ({"n": 2.0}, "n must be a whole number"),
+        ({"n": True}, "n must be a whole number"),
+        ({"n": 5}, "n=5 samples share one prefill, so they need 5 seats"),
+        ({"n": 2, "num_beams": 2}, "beam search"),
+        ({"logprobs": 21}, "logprobs must be a whole number from 0 to 20"),
+        ({"logprobs": -1}, "logprobs must be"),
+        ({"logprobs": 1.5}, "logprobs must be"),
+        ({"n": 3, "max_new_tokens": 4}, "whole pool has 4"),
+    ],
+)
 def test_bad_n_and_logprobs_are_refused(tiny, tokenizer, options, message):
     engine = Engine(tiny, tokenizer, max_num_seqs=4, n_blocks=4, block_size=4)
     with pytest.raises(ValueError, match=message):
@@ -238,7 +270,9 @@ def chi_square_p_value(counts: torch.Tensor, probs: torch.Tensor) -> float:
     counts = torch.cat([counts[~small], counts[small].sum()[None]])
     expected = torch.cat([expected[~small], expected[small].sum()[None]])
     statistic = ((counts - expected) ** 2 / expected.clamp(min=1e-12)).sum()
-    return float(torch.special.gammaincc(torch.tensor((len(counts) - 1) / 2, dtype=torch.float64), statistic / 2))
+    return float(
+        torch.special.gammaincc(torch.tensor((len(counts) - 1) / 2, dtype=torch.float64), statistic / 2)
+    )
 
 
 @pytest.mark.slow
@@ -248,11 +282,15 @@ def test_every_samples_first_token_has_the_prompts_distribution(smollm2_labkit, 
     probs = torch.softmax(logits, dim=-1)  # the request of one's: temperature 1, nothing else
     # 64 groups a step: two forward passes (each reads every weight once, whatever its rows) and 512 draws.
     engine = Engine(smollm2_labkit, tokenizer, max_num_seqs=4 * 64, n_blocks=64)
-    ids = [engine.add_request(prompt, n=n, temperature=1.0, seed=g * n, max_new_tokens=1) for g in range(groups)]
+    ids = [
+        engine.add_request(prompt, n=n, temperature=1.0, seed=g * n, max_new_tokens=1) for g in range(groups)
+    ]
     engine.run_until_done()
     assert sum(m.n_tokens for m in engine.step_metrics) == groups * len(prompt)  # one prefill per group (no
     # prefix cache hit either: the prompt is shorter than a block)
-    firsts = torch.tensor([[engine.requests[i].output_ids[0] for i in engine.samples(r)] for r in ids])  # [G, n]
+    firsts = torch.tensor(
+        [[engine.requests[i].output_ids[0] for i in engine.samples(r)] for r in ids]
+    )  # [G, n]
     for index in range(n):
         counts = torch.bincount(firsts[:, index], minlength=len(probs)).float()
         assert chi_square_p_value(counts, probs) > FALSE_ALARM, f"sample {index}"
@@ -265,18 +303,23 @@ def test_every_samples_first_token_has_the_prompts_distribution(smollm2_labkit, 
 def test_logprobs_are_the_log_softmax_of_labkits_own_forward_pass(smollm2_labkit, tokenizer):
     prompt = labkit.chat_prompt(tokenizer, "Name a colour.")
     engine = Engine(smollm2_labkit, tokenizer, max_num_seqs=4, n_blocks=16)
-    request_id = engine.add_request(prompt, n=2, logprobs=5, temperature=0.8, top_p=0.9, repetition_penalty=1.3,
-                                    seed=0, max_new_tokens=6)
+    request_id = engine.add_request(
+        prompt, n=2, logprobs=5, temperature=0.8, top_p=0.9, repetition_penalty=1.3, seed=0, max_new_tokens=6
+    )
     engine.add_request("The sea is", max_new_tokens=6)  # in the same batch
     engine.run_until_done()
     for sample_id in engine.samples(request_id):
         seq = engine.requests[sample_id]
-        reference = torch.log_softmax(all_logits(smollm2_labkit, seq.token_ids)[len(prompt) - 1:-1], dim=-1)
+        reference = torch.log_softmax(all_logits(smollm2_labkit, seq.token_ids)[len(prompt) - 1 : -1], dim=-1)
         recorded = engine.logprobs(sample_id)
         assert [r.token_id for r in recorded] == seq.output_ids
         for row, r in zip(reference, recorded):
-            assert abs(r.logprob - row[r.token_id]) < LOGPROB_ATOL  # the raw distribution, not the penalised one
+            assert (
+                abs(r.logprob - row[r.token_id]) < LOGPROB_ATOL
+            )  # the raw distribution, not the penalised one
             values = [value for _, value in r.top]
             assert len(r.top) == 5 and values == sorted(values, reverse=True)
             assert all(abs(value - row[token]) < LOGPROB_ATOL for token, value in r.top)
-            assert row.topk(5).values[-1] < values[-1] + LOGPROB_ATOL  # no unlisted token beats the 5th listed
+            assert (
+                row.topk(5).values[-1] < values[-1] + LOGPROB_ATOL
+            )  # no unlisted token beats the 5th listed

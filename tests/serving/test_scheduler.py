@@ -15,7 +15,9 @@ from labkit.serving.scheduler import Scheduler, SchedulerConfig
 
 def make_seq(request_id, prompt, max_new_tokens=4):
     """A request without a tokenizer: the scheduler and block manager never decode text."""
-    return EngineRequest(request_id, list(prompt), DecodingConfig(max_new_tokens=max_new_tokens), frozenset(), None, 0.0)
+    return EngineRequest(
+        request_id, list(prompt), DecodingConfig(max_new_tokens=max_new_tokens), frozenset(), None, 0.0
+    )
 
 
 def fake_step(scheduler, token=7):
@@ -42,7 +44,9 @@ def test_chain_hash_names_a_block_by_everything_before_it():
 
 def test_a_block_size_is_a_whole_number_of_tokens():
     for block_size in (0, 4.0, True):
-        with pytest.raises(ValueError, match=r"block_size must be a whole number of 1 or more \(tokens per block\)"):
+        with pytest.raises(
+            ValueError, match=r"block_size must be a whole number of 1 or more \(tokens per block\)"
+        ):
             BlockManager(BlockAllocator(10), block_size=block_size)
 
 
@@ -79,16 +83,24 @@ def test_finished_prefix_is_reused_until_its_memory_is_needed_least_recently_fre
     manager.allocate(again)
     assert again.num_cached_tokens == 2 and again.block_table[0] == named[1] and manager.hits == 1
     assert manager.evictions == 0  # its fresh block was a free one that never had a name
-    fresh = make_seq(3, [7, 7, 7, 7])  # 2 fresh blocks: the last unnamed one, then old's (least recently freed)
+    fresh = make_seq(
+        3, [7, 7, 7, 7]
+    )  # 2 fresh blocks: the last unnamed one, then old's (least recently freed)
     manager.allocate(fresh)
-    assert manager.evictions == 1 and named[0] in fresh.block_table and manager.cached_prefix_blocks([1, 2, 3]) == 0
+    assert (
+        manager.evictions == 1
+        and named[0] in fresh.block_table
+        and manager.cached_prefix_blocks([1, 2, 3]) == 0
+    )
     assert manager.cached_prefix_blocks([4, 5, 6]) == 1  # in use by `again`: never evicted
     manager.check()
 
 
 def test_the_newest_running_sequence_is_preempted_and_recomputed_first():
     manager = BlockManager(BlockAllocator(4), block_size=2)
-    scheduler = Scheduler(SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=16, max_model_len=64), manager)
+    scheduler = Scheduler(
+        SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=16, max_model_len=64), manager
+    )
     old, new = make_seq(0, [1, 2, 3], 5), make_seq(1, [4, 5, 6], 5)
     scheduler.add(old), scheduler.add(new)
     assert fake_step(scheduler).is_prefill  # both admitted: 2 blocks each, the pool is full
@@ -106,8 +118,9 @@ def test_the_newest_running_sequence_is_preempted_and_recomputed_first():
 
 def test_chunked_prefill_spreads_a_long_prompt_and_never_stalls_the_decodes():
     manager = BlockManager(BlockAllocator(16), block_size=4)
-    config = SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=6, max_model_len=64, chunked_prefill=True,
-                             prefill_chunk=4)
+    config = SchedulerConfig(
+        max_num_seqs=4, max_num_batched_tokens=6, max_model_len=64, chunked_prefill=True, prefill_chunk=4
+    )
     scheduler = Scheduler(config, manager)
     short, long = make_seq(0, [1, 2, 3], 8), make_seq(1, range(10, 30), 2)  # 20 prompt tokens, budget 6
     scheduler.add(short)
@@ -132,7 +145,9 @@ def test_chunked_prefill_spreads_a_long_prompt_and_never_stalls_the_decodes():
 
 def test_requests_that_could_never_run_are_refused():
     manager = BlockManager(BlockAllocator(4), block_size=4)
-    scheduler = Scheduler(SchedulerConfig(max_num_seqs=2, max_num_batched_tokens=12, max_model_len=20), manager)
+    scheduler = Scheduler(
+        SchedulerConfig(max_num_seqs=2, max_num_batched_tokens=12, max_model_len=20), manager
+    )
     with pytest.raises(ValueError, match="whole pool has 4"):  # the context was checked when it was made
         scheduler.add(make_seq(0, range(18), 4))
     with pytest.raises(ValueError, match="whole pool has 4"):
@@ -153,8 +168,14 @@ class SchedulerMachine(RuleBasedStateMachine):
     under a small token budget; every invariant after every rule; at the end everything drains and every
     block is free."""
 
-    @initialize(n_blocks=st.integers(4, 12), block_size=st.integers(1, 4), max_num_seqs=st.integers(1, 4),
-                chunked=st.booleans(), budget=st.integers(1, 16), chunk=st.none() | st.integers(1, 5))
+    @initialize(
+        n_blocks=st.integers(4, 12),
+        block_size=st.integers(1, 4),
+        max_num_seqs=st.integers(1, 4),
+        chunked=st.booleans(),
+        budget=st.integers(1, 16),
+        chunk=st.none() | st.integers(1, 5),
+    )
     def setup(self, n_blocks, block_size, max_num_seqs, chunked, budget, chunk):
         self.manager = BlockManager(BlockAllocator(n_blocks), block_size)
         budget = max(max_num_seqs, budget if chunked else 16)  # chunked: a budget smaller than most prompts
@@ -162,8 +183,11 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.scheduler = Scheduler(config, self.manager)
         self.seqs = []
 
-    @rule(shared=st.integers(0, 6), own=st.lists(st.integers(0, 3), min_size=1, max_size=6),
-          max_new=st.integers(1, 8))
+    @rule(
+        shared=st.integers(0, 6),
+        own=st.lists(st.integers(0, 3), min_size=1, max_size=6),
+        max_new=st.integers(1, 8),
+    )
     def arrive(self, shared, own, max_new):
         seq = make_seq(len(self.seqs), [1] * shared + own, max_new)
         try:
@@ -201,8 +225,12 @@ class SchedulerMachine(RuleBasedStateMachine):
             self.scheduler.check()
         assert not self.scheduler.has_unfinished(), "the scheduler did not drain"
         assert all(seq.is_done for seq in self.seqs)
-        assert all(len(s.output_ids) == s.config.max_new_tokens for s in self.seqs if s.status is Status.FINISHED)
-        assert self.manager.allocator.n_used == 0 and self.manager.n_cached_free == len(self.manager.hash_to_block)
+        assert all(
+            len(s.output_ids) == s.config.max_new_tokens for s in self.seqs if s.status is Status.FINISHED
+        )
+        assert self.manager.allocator.n_used == 0 and self.manager.n_cached_free == len(
+            self.manager.hash_to_block
+        )
         self.manager.check()
 
 

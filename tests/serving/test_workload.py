@@ -47,7 +47,9 @@ def check_consistent(result: RunResult, workload) -> None:
     assert result.output_tokens == sum(lengths)
     assert all(1 <= n <= item.max_new_tokens for n, item in zip(lengths, workload))
     assert len(result.ttft_s) == len(workload) and len(result.tpot_s) == sum(n > 1 for n in lengths)
-    assert all(0 < ttft and item.arrival_s + ttft <= result.wall_s for ttft, item in zip(result.ttft_s, workload))
+    assert all(
+        0 < ttft and item.arrival_s + ttft <= result.wall_s for ttft, item in zip(result.ttft_s, workload)
+    )
     assert all(0 < tpot < result.wall_s for tpot in result.tpot_s)
     assert math.isclose(result.tokens_per_s, result.output_tokens / result.wall_s)
     assert result.ttft_p50 <= result.ttft_p95 <= max(result.ttft_s)
@@ -57,11 +59,15 @@ def check_consistent(result: RunResult, workload) -> None:
 @pytest.mark.parametrize("staggered", [False, True])
 def test_three_runners_agree_token_for_token(tiny, tokenizer, one_thread, staggered):
     workload = make_workload(tokenizer, 6, staggered=staggered, max_new_tokens=(3, 9), mean_gap_s=0.02)
-    results = [run_one_at_a_time(tiny, tokenizer, workload),
-               run_static_batches(tiny, tokenizer, workload, batch_size=4),
-               run_continuous(tiny, tokenizer, workload, max_num_seqs=4)]
-    expected = tuple(tuple(labkit.generate_ids(tiny, tokenizer, item.prompt_ids,
-                                               max_new_tokens=item.max_new_tokens)) for item in workload)
+    results = [
+        run_one_at_a_time(tiny, tokenizer, workload),
+        run_static_batches(tiny, tokenizer, workload, batch_size=4),
+        run_continuous(tiny, tokenizer, workload, max_num_seqs=4),
+    ]
+    expected = tuple(
+        tuple(labkit.generate_ids(tiny, tokenizer, item.prompt_ids, max_new_tokens=item.max_new_tokens))
+        for item in workload
+    )
     for result in results:
         assert result.token_ids == expected, result.name
         check_consistent(result, workload)
@@ -82,7 +88,9 @@ def test_static_batches_wait_for_the_whole_batch(tiny, tokenizer, one_thread):
     static = run_static_batches(tiny, tokenizer, workload, batch_size=2)
     continuous = run_continuous(tiny, tokenizer, workload, max_num_seqs=2)
     assert static.token_ids == continuous.token_ids
-    assert static.ttft_s[2] > static.ttft_s[0] + 11 * min(static.tpot_s)  # waited out request 0's 11 decode steps
+    assert static.ttft_s[2] > static.ttft_s[0] + 11 * min(
+        static.tpot_s
+    )  # waited out request 0's 11 decode steps
     assert continuous.ttft_s[2] < static.ttft_s[2]
 
 
@@ -124,6 +132,11 @@ def test_a_static_batch_row_stays_until_the_longest_answer(tiny, tokenizer, one_
 
 def test_chunked_prefill_runner_agrees(tiny, tokenizer, one_thread):
     workload = make_workload(tokenizer, 5, max_new_tokens=(3, 9))
-    chunked = run_continuous(tiny, tokenizer, workload, max_num_seqs=5, chunked_prefill=True, max_num_batched_tokens=24)
-    assert chunked.token_ids == run_one_at_a_time(tiny, tokenizer, workload).token_ids and "chunked" in chunked.name
+    chunked = run_continuous(
+        tiny, tokenizer, workload, max_num_seqs=5, chunked_prefill=True, max_num_batched_tokens=24
+    )
+    assert (
+        chunked.token_ids == run_one_at_a_time(tiny, tokenizer, workload).token_ids
+        and "chunked" in chunked.name
+    )
     check_consistent(chunked, workload)

@@ -16,7 +16,10 @@ def test_prompt_lookup_copies_what_followed_the_last_ngram():
     assert isinstance(drafter, Drafter)
     # "7 8" occurred before, followed by 9 10 11: propose that
     assert drafter.propose([5, 7, 8, 9, 10, 11, 6, 7, 8], gamma=3) == ([9, 10, 11], None)
-    assert drafter.propose([5, 7, 8, 9, 10, 11, 6, 7, 8], gamma=10) == ([9, 10, 11, 6, 7, 8], None)  # up to the end
+    assert drafter.propose([5, 7, 8, 9, 10, 11, 6, 7, 8], gamma=10) == (
+        [9, 10, 11, 6, 7, 8],
+        None,
+    )  # up to the end
     # the longest n-gram wins: "1 2 3" matches at 4..6 (-> 9); "2 3" alone would match later (-> 5)
     assert drafter.propose([1, 2, 3, 9, 0, 2, 3, 5, 1, 2, 3], gamma=1) == ([9], None)
     # the most recent occurrence wins among equally long matches
@@ -30,8 +33,9 @@ def test_prompt_lookup_without_a_match_proposes_nothing():
     assert PromptLookupDrafter(1).propose([1, 2, 3, 4, 5, 1], gamma=2) == ([2, 3], None)
 
 
-@pytest.mark.parametrize("kwargs", [{"max_ngram_size": 0}, {"max_ngram_size": "3"}, {"max_ngram_size": 2,
-                                                                                       "min_ngram_size": 3}])
+@pytest.mark.parametrize(
+    "kwargs", [{"max_ngram_size": 0}, {"max_ngram_size": "3"}, {"max_ngram_size": 2, "min_ngram_size": 3}]
+)
 def test_prompt_lookup_rejects_bad_sizes(kwargs):
     with pytest.raises(ValueError, match="ngram_size"):
         PromptLookupDrafter(**kwargs)
@@ -59,7 +63,9 @@ def test_early_exit_from_a_transformers_model_and_bad_depths():
     draft = early_exit_model(hf_model, 2)
     assert draft.embed_tokens.weight.data_ptr() == hf_model.model.embed_tokens.weight.data_ptr()
     for bad in (0, 3, 1.5, True):
-        with pytest.raises(ValueError, match=r"n_layers must be a whole number from 1 to 2 \(the model's layers\)"):
+        with pytest.raises(
+            ValueError, match=r"n_layers must be a whole number from 1 to 2 \(the model's layers\)"
+        ):
             early_exit_model(hf_model, bad)
 
 

@@ -43,8 +43,18 @@ def chi_square_p_value(counts: torch.Tensor, probs: torch.Tensor) -> float:
 def test_chi_square_tail_matches_known_critical_values():
     # Tables: chi-square with 7 degrees of freedom exceeds 24.32 with probability 0.001, 14.07 with 0.05.
     for critical, tail in [(24.322, 0.001), (14.067, 0.05)]:
-        assert abs(float(torch.special.gammaincc(torch.tensor(3.5, dtype=torch.float64),
-                                                 torch.tensor(critical / 2, dtype=torch.float64))) - tail) < 1e-4
+        assert (
+            abs(
+                float(
+                    torch.special.gammaincc(
+                        torch.tensor(3.5, dtype=torch.float64),
+                        torch.tensor(critical / 2, dtype=torch.float64),
+                    )
+                )
+                - tail
+            )
+            < 1e-4
+        )
 
 
 P = torch.tensor([0.40, 0.25, 0.15, 0.10, 0.06, 0.04])
@@ -104,7 +114,10 @@ def test_verify_greedy_and_bonus():
     assert rule.verify_greedy(logits, [1, 2]) == (1, 0)  # second rejected, replaced by the argmax
     probs = torch.softmax(logits, dim=-1)
     one_hot_p = torch.nn.functional.one_hot(logits.argmax(-1), 3).float()
-    assert verify(one_hot_p, [1, 2], None, torch.Generator().manual_seed(0)) == (1, 0)  # the general rule agrees
+    assert verify(one_hot_p, [1, 2], None, torch.Generator().manual_seed(0)) == (
+        1,
+        0,
+    )  # the general rule agrees
     assert verify(probs, [], None, torch.Generator().manual_seed(0))[0] == 0
 
 
@@ -123,18 +136,22 @@ def _tiny_drafters(target):
     }
 
 
-@pytest.mark.parametrize("name", ["prompt lookup", "early exit 1 of 2", "other tiny model",
-                                  "transformers twin (recompute)"])
+@pytest.mark.parametrize(
+    "name", ["prompt lookup", "early exit 1 of 2", "other tiny model", "transformers twin (recompute)"]
+)
 @pytest.mark.parametrize("gamma", [1, 3])
 def test_greedy_is_token_identical_to_plain_greedy_on_tiny(tokenizer, name, gamma):
     target = labkit.tiny_model("labkit")
     expected = labkit.generate_ids(target, tokenizer, PROMPT, max_new_tokens=24)
-    result = speculative_generate(target, tokenizer, PROMPT, drafter=_tiny_drafters(target)[name], gamma=gamma,
-                                  max_new_tokens=24)
+    result = speculative_generate(
+        target, tokenizer, PROMPT, drafter=_tiny_drafters(target)[name], gamma=gamma, max_new_tokens=24
+    )
     assert result.token_ids == expected
     stats = result.stats
     assert stats.new_tokens == len(expected) == sum(s.accepted + 1 for s in stats.steps)
-    assert stats.target_calls == len(stats.steps) and stats.proposed == sum(len(s.proposed) for s in stats.steps)
+    assert stats.target_calls == len(stats.steps) and stats.proposed == sum(
+        len(s.proposed) for s in stats.steps
+    )
     assert 0 <= stats.acceptance_rate <= 1 and stats.tokens_per_call >= 1
     # alpha counts the verified drafts: all accepted ones and the first rejected one of each round
     assert stats.accepted + stats.rejected == sum(min(len(s.proposed), s.accepted + 1) for s in stats.steps)
@@ -143,15 +160,22 @@ def test_greedy_is_token_identical_to_plain_greedy_on_tiny(tokenizer, name, gamm
 def test_transformers_target_uses_the_recompute_path(tokenizer):
     target = labkit.tiny_model("transformers")
     expected = labkit.generate_ids(target, tokenizer, PROMPT, max_new_tokens=12)
-    result = speculative_generate(target, tokenizer, PROMPT, drafter=early_exit_drafter(target, 1), gamma=3,
-                                  max_new_tokens=12)
+    result = speculative_generate(
+        target, tokenizer, PROMPT, drafter=early_exit_drafter(target, 1), gamma=3, max_new_tokens=12
+    )
     assert result.token_ids == expected
 
 
 def test_twin_drafter_is_always_accepted(tokenizer):
     target = labkit.tiny_model("labkit")
-    result = speculative_generate(target, tokenizer, PROMPT, drafter=ModelDrafter(labkit.tiny_model("labkit")),
-                                  gamma=4, max_new_tokens=21)
+    result = speculative_generate(
+        target,
+        tokenizer,
+        PROMPT,
+        drafter=ModelDrafter(labkit.tiny_model("labkit")),
+        gamma=4,
+        max_new_tokens=21,
+    )
     assert result.stats.acceptance_rate == 1.0 and result.stats.target_calls == 5  # 4 x (4 + bonus) + 1
 
 
@@ -174,8 +198,16 @@ def test_sampled_two_token_continuations_have_the_target_distribution(tokenizer)
     generator = torch.Generator().manual_seed(0)
     counts = torch.zeros(len(pairs))
     for _ in range(1200):
-        ids = speculative_generate(target, tokenizer, PROMPT, drafter=drafter, gamma=2, max_new_tokens=2,
-                                   generator=generator, **options).token_ids
+        ids = speculative_generate(
+            target,
+            tokenizer,
+            PROMPT,
+            drafter=drafter,
+            gamma=2,
+            max_new_tokens=2,
+            generator=generator,
+            **options,
+        ).token_ids
         counts[index[tuple(ids)]] += 1
     assert chi_square_p_value(counts, torch.stack(list(pairs.values()))) > FALSE_ALARM
 
@@ -209,8 +241,12 @@ def test_bad_arguments_fail_before_generating(tokenizer):
     with pytest.raises(ValueError, match="temperature"):
         speculative_generate(target, tokenizer, PROMPT, drafter=PromptLookupDrafter(), temperature=-1)
     with pytest.raises(ValueError, match="not both"):
-        speculative_generate(target, tokenizer, PROMPT, DecodingConfig(), drafter=PromptLookupDrafter(), seed=1)
-    with pytest.raises(TypeError, match="num_beams"):  # an option it does not know is listed with the known ones
+        speculative_generate(
+            target, tokenizer, PROMPT, DecodingConfig(), drafter=PromptLookupDrafter(), seed=1
+        )
+    with pytest.raises(
+        TypeError, match="num_beams"
+    ):  # an option it does not know is listed with the known ones
         speculative_generate(target, tokenizer, PROMPT, drafter=PromptLookupDrafter(), beams=2)
 
 
@@ -222,33 +258,47 @@ def test_mismatched_drafts_are_refused_with_the_fix(tokenizer):
     other_tokenizer = copy.deepcopy(tokenizer)
     other_tokenizer.add_tokens(["<an extra token>"])
     with pytest.raises(ValueError, match="tokenizer"):
-        speculative_generate(target, tokenizer, PROMPT,
-                             drafter=ModelDrafter(labkit.tiny_model("labkit"), other_tokenizer))
+        speculative_generate(
+            target, tokenizer, PROMPT, drafter=ModelDrafter(labkit.tiny_model("labkit"), other_tokenizer)
+        )
     with pytest.raises(ValueError, match=r"to\(torch.float32\)"):
-        speculative_generate(target, tokenizer, PROMPT,
-                             drafter=ModelDrafter(labkit.tiny_model("labkit").to(torch.bfloat16)))
+        speculative_generate(
+            target, tokenizer, PROMPT, drafter=ModelDrafter(labkit.tiny_model("labkit").to(torch.bfloat16))
+        )
     with pytest.raises(ValueError, match="Move the draft"):
-        speculative_generate(target, tokenizer, PROMPT,
-                             drafter=ModelDrafter(labkit.tiny_model("labkit").to("meta")))
+        speculative_generate(
+            target, tokenizer, PROMPT, drafter=ModelDrafter(labkit.tiny_model("labkit").to("meta"))
+        )
 
 
 # --- the real model ---------------------------------------------------------------------------------
 
-EXTRACTIVE = ("Copy this sentence exactly: The committee approved the new library budget on Tuesday, and the "
-              "construction of the reading room will begin in early spring.")
+EXTRACTIVE = (
+    "Copy this sentence exactly: The committee approved the new library budget on Tuesday, and the "
+    "construction of the reading room will begin in early spring."
+)
 
 
 @pytest.mark.slow
 def test_greedy_is_token_identical_on_smollm2_for_every_drafter(smollm2, smollm2_labkit, tokenizer):
     prompt = labkit.chat_prompt(tokenizer, EXTRACTIVE)
     expected = labkit.generate_ids(smollm2_labkit, tokenizer, prompt, max_new_tokens=32)
-    drafters = [PromptLookupDrafter(), early_exit_drafter(smollm2_labkit, 8),
-                ModelDrafter(labkit.tiny_model("labkit"), tokenizer)]
+    drafters = [
+        PromptLookupDrafter(),
+        early_exit_drafter(smollm2_labkit, 8),
+        ModelDrafter(labkit.tiny_model("labkit"), tokenizer),
+    ]
     for drafter in drafters:
-        result = speculative_generate(smollm2_labkit, tokenizer, prompt, drafter=drafter, gamma=4, max_new_tokens=32)
+        result = speculative_generate(
+            smollm2_labkit, tokenizer, prompt, drafter=drafter, gamma=4, max_new_tokens=32
+        )
         assert result.token_ids == expected, drafter
-    assert speculative_generate(smollm2_labkit, tokenizer, prompt, drafter=drafters[0], max_new_tokens=32
-                                ).stats.acceptance_rate > 0.5  # copying: prompt lookup guesses well
+    assert (
+        speculative_generate(
+            smollm2_labkit, tokenizer, prompt, drafter=drafters[0], max_new_tokens=32
+        ).stats.acceptance_rate
+        > 0.5
+    )  # copying: prompt lookup guesses well
 
 
 @pytest.mark.slow
@@ -258,14 +308,17 @@ def test_greedy_matches_transformers_assisted_generation(smollm2, smollm2_labkit
     input_ids = torch.tensor([prompt])
     common = {"attention_mask": torch.ones_like(input_ids), "max_new_tokens": 24, "do_sample": False}
     with torch.no_grad():
-        lookup = hf_model.generate(input_ids, prompt_lookup_num_tokens=4, **common)[0, len(prompt):].tolist()
-        assisted = hf_model.generate(input_ids, assistant_model=labkit.tiny_model("transformers"),
-                                     **common)[0, len(prompt):].tolist()
-    ours_lookup = speculative_generate(smollm2_labkit, tokenizer, prompt, drafter=PromptLookupDrafter(2), gamma=4,
-                                       max_new_tokens=24).token_ids
+        lookup = hf_model.generate(input_ids, prompt_lookup_num_tokens=4, **common)[0, len(prompt) :].tolist()
+        assisted = hf_model.generate(input_ids, assistant_model=labkit.tiny_model("transformers"), **common)[
+            0, len(prompt) :
+        ].tolist()
+    ours_lookup = speculative_generate(
+        smollm2_labkit, tokenizer, prompt, drafter=PromptLookupDrafter(2), gamma=4, max_new_tokens=24
+    ).token_ids
     tiny_drafter = ModelDrafter(labkit.tiny_model("labkit"))
-    ours_assisted = speculative_generate(smollm2_labkit, tokenizer, prompt, drafter=tiny_drafter, gamma=4,
-                                         max_new_tokens=24).token_ids
+    ours_assisted = speculative_generate(
+        smollm2_labkit, tokenizer, prompt, drafter=tiny_drafter, gamma=4, max_new_tokens=24
+    ).token_ids
     assert ours_lookup == lookup and ours_assisted == assisted
 
 
@@ -273,7 +326,7 @@ def test_exercise_checkers_accept_right_answers_and_hint_at_wrong_ones(capsys):
     from labkit.checks.speculative import check_expected_tokens, check_prompt_lookup, check_residual
 
     assert not check_expected_tokens(None) and "Not attempted" in capsys.readouterr().out
-    assert check_expected_tokens(lambda alpha, gamma: sum(alpha ** i for i in range(gamma + 1)))
+    assert check_expected_tokens(lambda alpha, gamma: sum(alpha**i for i in range(gamma + 1)))
     assert not check_expected_tokens(lambda alpha, gamma: alpha * gamma + 1)
     assert "first rejection" in capsys.readouterr().out
     assert check_residual(lambda p, q: (p - q).clamp(min=0) / (p - q).clamp(min=0).sum())
@@ -288,7 +341,9 @@ def test_adaptive_draft_length_keeps_the_output_and_shrinks_after_misses(tokeniz
     target = labkit.tiny_model("labkit")
     expected = labkit.generate_ids(target, tokenizer, PROMPT, max_new_tokens=20)
     drafter = early_exit_drafter(target, 1)
-    result = speculative_generate(target, tokenizer, PROMPT, drafter=drafter, gamma=6, max_new_tokens=20, adaptive=True)
+    result = speculative_generate(
+        target, tokenizer, PROMPT, drafter=drafter, gamma=6, max_new_tokens=20, adaptive=True
+    )
     fixed = speculative_generate(target, tokenizer, PROMPT, drafter=drafter, gamma=6, max_new_tokens=20)
     assert result.token_ids == fixed.token_ids == expected
     length, produced = 6, 0  # transformers' heuristic schedule: +2 after a full acceptance, -1 after a miss

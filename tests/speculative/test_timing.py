@@ -39,7 +39,7 @@ def test_speculative_generate_times_its_prefill_apart(tokenizer, drafter):
     stats = speculative_generate(target, tokenizer, PROMPT, drafter=draft, gamma=3, max_new_tokens=6).stats
     assert stats.gamma == 3 and 0 < stats.prefill_s < stats.wall_s and stats.decode_s > 0
     if drafter == "early exit":  # the draft read the prompt in the prefill: the rounds then feed new tokens
-        assert draft.sequence.ids[:len(PROMPT)] == PROMPT
+        assert draft.sequence.ids[: len(PROMPT)] == PROMPT
 
 
 def test_speedup_is_the_ratio_of_the_medians_with_the_range_of_the_rounds():
@@ -60,8 +60,9 @@ def test_spread_and_its_format():
 
 def test_interleaved_seconds_times_the_runs_in_turns():
     calls = []
-    seconds = interleaved_seconds([lambda: calls.append("plain"), lambda: calls.append("spec")], repeats=3,
-                                  warmup=True)
+    seconds = interleaved_seconds(
+        [lambda: calls.append("plain"), lambda: calls.append("spec")], repeats=3, warmup=True
+    )
     assert calls == ["plain", "spec"] * 4  # one warm-up round, then 3 rounds: plain, spec, plain, spec, ...
     assert [len(s) for s in seconds] == [3, 3] and all(t >= 0 for s in seconds for t in s)
     for bad in (0, 2.5, True):
@@ -86,16 +87,25 @@ def test_verification_and_draft_costs_have_the_right_shape(tokenizer):
     drafter = early_exit_drafter(target, 1)
     c = draft_cost(drafter, target, tokenizer, PROMPT, gamma=2, repeats=1)
     assert isinstance(c, float) and c > 0
-    assert drafter.sequence.ids[:len(PROMPT)] == PROMPT  # it timed drafting after the real context
+    assert drafter.sequence.ids[: len(PROMPT)] == PROMPT  # it timed drafting after the real context
     assert draft_cost(PromptLookupDrafter(2), target, tokenizer, PROMPT, gamma=2, repeats=1) >= 0
 
 
 def test_speedup_sweep_rows_and_tables(tokenizer):
     target = labkit.tiny_model("labkit")
-    candidates = [("lookup", PromptLookupDrafter(2), 3, False), ("exit 1", early_exit_drafter(target, 1), 2, True)]
-    rows = speedup_sweep(target, tokenizer, {"a": PROMPT, "b": PROMPT[:5]}, candidates, new_tokens=6, repeats=2)
-    assert [(r.task, r.drafter, r.gamma) for r in rows] == [("a", "lookup", 3), ("a", "exit 1", 2),
-                                                             ("b", "lookup", 3), ("b", "exit 1", 2)]
+    candidates = [
+        ("lookup", PromptLookupDrafter(2), 3, False),
+        ("exit 1", early_exit_drafter(target, 1), 2, True),
+    ]
+    rows = speedup_sweep(
+        target, tokenizer, {"a": PROMPT, "b": PROMPT[:5]}, candidates, new_tokens=6, repeats=2
+    )
+    assert [(r.task, r.drafter, r.gamma) for r in rows] == [
+        ("a", "lookup", 3),
+        ("a", "exit 1", 2),
+        ("b", "lookup", 3),
+        ("b", "exit 1", 2),
+    ]
     for r in rows:
         assert r.same and r.stats.new_tokens == 6
         for speedup in (r.decode, r.end_to_end):
@@ -104,10 +114,15 @@ def test_speedup_sweep_rows_and_tables(tokenizer):
             assert speedup.ratio_range[0] <= speedup.ratio_range[1]
         assert r.plain_prefill.low > 0 and r.prefill.low > 0
     assert rows[0].decode.plain == rows[1].decode.plain  # one plain timing per task, shared by its candidates
-    assert rows[0].plain_prefill == rows[1].plain_prefill and rows[0].end_to_end.plain == rows[1].end_to_end.plain
+    assert (
+        rows[0].plain_prefill == rows[1].plain_prefill
+        and rows[0].end_to_end.plain == rows[1].end_to_end.plain
+    )
     table = sweep_table(rows).splitlines()
     assert len(table) == 7 and "decode speed-up" in table[0] and "exit 1" in table[3]
-    assert [line.split()[1:3] for line in (table[1], table[4])] == [["plain", "greedy"]] * 2  # each task's first row
+    assert [line.split()[1:3] for line in (table[1], table[4])] == [
+        ["plain", "greedy"]
+    ] * 2  # each task's first row
     verify = verification_costs(target, range(1, 5), context=8, repeats=1)
     predicted = prediction_table(rows, {"lookup": 0.0, "exit 1": 0.5}, verify).splitlines()
     assert len(predicted) == 5 and "formula" in predicted[0] and "measured decode" in predicted[0]

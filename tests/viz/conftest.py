@@ -21,4 +21,6 @@ def close_figures(request):
     if getattr(request.module, "DRAWS_OWN_FIGURES", False):
         return
     drawn = [fig for fig in figures if any(ax.has_data() for ax in fig.get_axes())]
-    assert all(alt_text(fig) for fig in drawn), "a figure was drawn without an alternative text (labkit.viz.alt)"
+    assert all(alt_text(fig) for fig in drawn), (
+        "a figure was drawn without an alternative text (labkit.viz.alt)"
+    )

@@ -84,14 +84,20 @@ def test_a_figure_drawn_outside_labkit_viz_is_described_from_what_it_draws():
     ax.set_title("Next token")
     data, metadata = png_with_alt(lambda fig: "iVBORw0KGgo=")(fig)
     assert metadata == {"alt": "Figure. Next token: 2 bars: a 0.7, b 0.3."}
-    assert png_with_alt(lambda fig: "iVBORw0KGgo=")(plt.figure()) == "iVBORw0KGgo="  # nothing drawn, nothing said
+    assert (
+        png_with_alt(lambda fig: "iVBORw0KGgo=")(plt.figure()) == "iVBORw0KGgo="
+    )  # nothing drawn, nothing said
     plt.close("all")
 
 
 def test_a_retina_png_keeps_its_size_beside_the_text():
     render = png_with_alt(lambda fig: ("iVBORw0KGgo=", {"width": 320, "height": 240}))
     data, metadata = render(set_alt_text(plot_levels(), "NF4 against int4"))
-    assert data == "iVBORw0KGgo=" and metadata["width"] == 320 and metadata["alt"].startswith("NF4 against int4.")
+    assert (
+        data == "iVBORw0KGgo="
+        and metadata["width"] == 320
+        and metadata["alt"].startswith("NF4 against int4.")
+    )
 
 
 def test_colours_told_apart_only_by_red_and_green_are_gone():

@@ -14,8 +14,10 @@ from labkit.viz.compute import OKABE_ITO, by_method, plot_frontier, point_label 
 
 def points():
     vote = [FrontierPoint("self-consistency", n, 3.0 * n, Accuracy(6 + n // 4, 60)) for n in (16, 1, 4, 8)]
-    return vote + [FrontierPoint("calculator", 1, 34.0, Accuracy(60, 60)),
-                   FrontierPoint("thinking", 1, 40.0, Accuracy(1, 60), note="budget 16")]
+    return vote + [
+        FrontierPoint("calculator", 1, 34.0, Accuracy(60, 60)),
+        FrontierPoint("thinking", 1, 40.0, Accuracy(1, 60), note="budget 16"),
+    ]
 
 
 def test_a_line_per_method_through_its_points_in_token_order():
@@ -26,7 +28,11 @@ def test_a_line_per_method_through_its_points_in_token_order():
     assert len(lines) == 3 and list(lines[0].get_xdata()) == [3, 12, 24, 48]
     assert list(lines[0].get_ydata()) == pytest.approx([100 * (6 + n // 4) / 60 for n in (1, 4, 8, 16)])
     assert ax.get_xscale() == "log" and ax.get_title() == "sums" and ax.get_ylim() == (0, 104)
-    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["self-consistency", "calculator", "thinking"]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == [
+        "self-consistency",
+        "calculator",
+        "thinking",
+    ]
     assert [line.get_color() for line in lines] == list(OKABE_ITO[:3])
     assert len({line.get_marker() for line in lines}) == 3
     assert [line.get_linestyle() for line in lines] == ["-", "-", "None"]  # budgets: markers alone

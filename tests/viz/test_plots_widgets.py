@@ -72,8 +72,11 @@ def test_distribution_plot_highlights_the_chosen_token(tokenizer):
     ax = plots.plot_next_token_distribution(logits, tokenizer, top_k=3, chosen=200)
     labels = [t.get_text() for t in ax.get_yticklabels()]
     colors = bar_colors(ax)
-    highlighted = [label for label, color in zip(labels, colors)
-                   if color == matplotlib.colors.to_rgba(plots.CHOSEN_COLOR)]
+    highlighted = [
+        label
+        for label, color in zip(labels, colors)
+        if color == matplotlib.colors.to_rgba(plots.CHOSEN_COLOR)
+    ]
     assert highlighted == [plots.token_label(tokenizer, 200)]
     # The most likely token is drawn at the top (highest y).
     top_bar = max(ax.patches, key=lambda bar: bar.get_y())
@@ -94,8 +97,10 @@ def test_two_distributions_drawn_on_the_same_tokens_compare_bar_by_bar(tokenizer
     frequencies = torch.zeros(len(tokenizer))
     frequencies[[200, 300, 4321]] = torch.tensor([0.5, 0.3, 0.2])  # 100 never drawn, 4321 only here
     tokens = model_probs.topk(3).indices.tolist()
-    axes = [plots.plot_next_token_distribution(p, tokenizer, tokens=tokens, ax=plt.subplots()[1])
-            for p in (model_probs, frequencies)]
+    axes = [
+        plots.plot_next_token_distribution(p, tokenizer, tokens=tokens, ax=plt.subplots()[1])
+        for p in (model_probs, frequencies)
+    ]
     for ax, probs in zip(axes, (model_probs, frequencies)):
         labels = [t.get_text() for t in ax.get_yticklabels()]
         assert labels == [plots.token_label(tokenizer, t) for t in tokens] + ["every other token"]

@@ -22,7 +22,10 @@ def test_a_number_guess_is_compared_as_a_ratio():
     guess = Prediction("How many parameters, in millions?")
     guess.widget.value = "100"
     assert guess.value == 100 and isinstance(guess.value, int)
-    assert repr(guess.verdict(134.5)) == "you predicted 100 · measured 134.5: the measurement is 1.34x your guess"
+    assert (
+        repr(guess.verdict(134.5))
+        == "you predicted 100 · measured 134.5: the measurement is 1.34x your guess"
+    )
     assert "right on" in repr(guess.verdict(100.2))
 
 
@@ -44,7 +47,10 @@ def test_a_choice_is_right_or_not():
 def test_the_verdict_follows_a_changed_guess():
     guess = Prediction("Milliseconds a step?", unit=" ms")
     guess.widget.value = "40"
-    assert repr(guess.verdict(20.0)) == "you predicted 40 ms · measured 20 ms: the measurement is 0.50x your guess"
+    assert (
+        repr(guess.verdict(20.0))
+        == "you predicted 40 ms · measured 20 ms: the measurement is 0.50x your guess"
+    )
 
 
 def test_a_neutral_default_can_still_be_recorded():
@@ -55,13 +61,20 @@ def test_a_neutral_default_can_still_be_recorded():
 
 def test_the_saved_output_reads_as_text_without_a_kernel():
     assert repr(Prediction("How many tokens?")) == (
-        "How many tokens?\nno prediction recorded (type or pick yours in a live notebook)")
+        "How many tokens?\nno prediction recorded (type or pick yours in a live notebook)"
+    )
 
 
-@pytest.mark.parametrize("question, default, choices", [
-    ("", None, None), ("Which?", "c", ["a", "b"]), ("Which?", None, ["a"]), ("How many?", "ten", None),
-    ("How many?", True, None),
-])
+@pytest.mark.parametrize(
+    "question, default, choices",
+    [
+        ("", None, None),
+        ("Which?", "c", ["a", "b"]),
+        ("Which?", None, ["a"]),
+        ("How many?", "ten", None),
+        ("How many?", True, None),
+    ],
+)
 def test_a_malformed_prediction_is_refused(question, default, choices):
     with pytest.raises(ValueError, match="question|choices|default"):
         Prediction(question, default, choices=choices)

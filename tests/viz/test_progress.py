@@ -24,12 +24,20 @@ def test_final_bar_text_reads_a_finished_bar_and_ignores_other_widgets():
 
 
 def test_finish_progress_fallbacks_rewrites_only_progress_bars(tmp_path):
-    stale = {"output_type": "display_data", "metadata": {},
-             "data": {WIDGET_VIEW: {"model_id": "box"}, "text/plain": "variants:   0%|          | 0/7"}}
-    slider = {"output_type": "display_data", "metadata": {},
-              "data": {WIDGET_VIEW: {"model_id": "slider"}, "text/plain": "IntSlider(value=3)"}}
-    notebook = {"cells": [{"cell_type": "code", "outputs": [stale, slider]}],
-                "metadata": {"widgets": {WIDGET_STATE: {"state": widget_state(7, 7)}}}}
+    stale = {
+        "output_type": "display_data",
+        "metadata": {},
+        "data": {WIDGET_VIEW: {"model_id": "box"}, "text/plain": "variants:   0%|          | 0/7"},
+    }
+    slider = {
+        "output_type": "display_data",
+        "metadata": {},
+        "data": {WIDGET_VIEW: {"model_id": "slider"}, "text/plain": "IntSlider(value=3)"},
+    }
+    notebook = {
+        "cells": [{"cell_type": "code", "outputs": [stale, slider]}],
+        "metadata": {"widgets": {WIDGET_STATE: {"state": widget_state(7, 7)}}},
+    }
     path = tmp_path / "n.ipynb"
     path.write_text(json.dumps(notebook))
     assert finish_progress_fallbacks(path) == 1

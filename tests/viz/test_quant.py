@@ -21,7 +21,13 @@ def weight():
 
 def test_round_trips_cover_every_scheme_and_keep_the_shape(weight):
     restored = quant_plots.round_trips(weight, group_size=64)
-    assert list(restored) == ["int8 per tensor", "int8 per channel", "int4 per channel", "int4 g64", "nf4 b64"]
+    assert list(restored) == [
+        "int8 per tensor",
+        "int8 per channel",
+        "int4 per channel",
+        "int4 g64",
+        "nf4 b64",
+    ]
     assert all(r.shape == weight.shape for r in restored.values())
 
 
@@ -40,15 +46,20 @@ def test_group_size_errors_shrink_with_the_group(weight):
     assert errors["int4 symmetric"][0] < errors["int4 symmetric"][-1]
     assert len(errors["nf4"]) == 3
     quant_plots.plot_group_size_errors([32, 128, 256], errors)
-    quant_plots.plot_size_vs_perplexity([Result("fp32", "", 5e8, 30.0, 1.0, 20.0),
-                                         Result("bnb nf4", "", 1.7e8, 38.0, 0.5, 5.0)])
+    quant_plots.plot_size_vs_perplexity(
+        [Result("fp32", "", 5e8, 30.0, 1.0, 20.0), Result("bnb nf4", "", 1.7e8, 38.0, 0.5, 5.0)]
+    )
     plt.close("all")
 
 
 def test_size_vs_perplexity_merges_identical_points_and_keeps_labels_apart():
-    results = [Result("fp32", "", 5.38e8, 30.06, 1.0, 11.0), Result("int8", "", 2.2e8, 30.02, 0.8, 18.0),
-               Result("int4a g32", "", 1.8e8, 30.07, 0.8, 19.0), Result("nf4", "", 1.731e8, 37.93, 0.5, 3.0),
-               Result("bnb nf4", "", 1.731e8, 37.93, 0.5, 6.0)]
+    results = [
+        Result("fp32", "", 5.38e8, 30.06, 1.0, 11.0),
+        Result("int8", "", 2.2e8, 30.02, 0.8, 18.0),
+        Result("int4a g32", "", 1.8e8, 30.07, 0.8, 19.0),
+        Result("nf4", "", 1.731e8, 37.93, 0.5, 3.0),
+        Result("bnb nf4", "", 1.731e8, 37.93, 0.5, 6.0),
+    ]
     ax = quant_plots.plot_size_vs_perplexity(results)
     labels = {text.get_text(): text.get_position()[1] for text in ax.texts}
     assert set(labels) == {"fp32", "int8", "int4a g32", "nf4 = bnb nf4"}

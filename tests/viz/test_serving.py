@@ -44,10 +44,14 @@ def test_timeline_states_match_the_trace(trace):
 
 def test_figures_build(trace):
     ax = serving.draw_timeline(trace, upto=2)
-    assert len(ax.patches) == sum(state is not None for row in serving.timeline_states(trace).values() for state in row)
+    assert len(ax.patches) == sum(
+        state is not None for row in serving.timeline_states(trace).values() for state in row
+    )
     ax = serving.draw_engine_blocks(trace, 1)
     tables = trace.snapshots[1].block_tables
-    assert len(ax.patches) == sum(map(len, tables.values())) < trace.n_blocks  # the blocks in use, not the pool
+    assert (
+        len(ax.patches) == sum(map(len, tables.values())) < trace.n_blocks
+    )  # the blocks in use, not the pool
     assert [label.get_text() for label in ax.get_yticklabels()] == [f"#{r}" for r in sorted(tables)]
     assert f"{trace.snapshots[1].blocks_used} of {trace.n_blocks} blocks of 4 tokens" in ax.get_title()
     ax = serving.draw_slot_grid([10, 4, 7])
@@ -56,7 +60,9 @@ def test_figures_build(trace):
 
 def test_format_trace_and_stepper(trace):
     text = serving.format_trace(trace)
-    assert len(text.splitlines()) == len(trace.snapshots) + 1 and "PREEMPTED" in text and "#4 finished" in text
+    assert (
+        len(text.splitlines()) == len(trace.snapshots) + 1 and "PREEMPTED" in text and "#4 finished" in text
+    )
     stepper = serving.engine_stepper(trace, step=1)
     assert stepper.chart.value[:4] == b"\x89PNG" and "run the notebook" in repr(stepper)
     stepper.slider.value = 3
@@ -66,8 +72,9 @@ def test_format_trace_and_stepper(trace):
 
 
 def test_comparison_plot():
-    runs = [RunResult("one at a time", 2.0, 40, (0.1, 0.5), (0.05, 0.05), ((1,), (2,))),
-            RunResult("continuous", 1.0, 40, (0.1, 0.2), (0.06, 0.07), ((1,), (2,)))]
+    runs = [
+        RunResult("one at a time", 2.0, 40, (0.1, 0.5), (0.05, 0.05), ((1,), (2,))),
+        RunResult("continuous", 1.0, 40, (0.1, 0.2), (0.06, 0.07), ((1,), (2,))),
+    ]
     axes = serving.plot_comparison({"together": runs, "staggered": runs})
     assert [round(p.get_height()) for p in axes[0].patches] == [20, 40, 20, 40]
-

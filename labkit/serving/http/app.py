@@ -34,15 +34,20 @@ REQUEST_MODELS = (ShowRequest, GenerateRequest, ChatRequest, ChatCompletionReque
 
 def require_key(api_key: str | None):
     """A dependency that answers 401 unless the request carries `Authorization: Bearer <api_key>`."""
+
     async def check(request: Request) -> None:
         if api_key is None:
             return
         given = request.headers.get("authorization", "")
         scheme, _, token = given.partition(" ")
         if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), api_key.encode()):
-            raise ClientError(401, "Missing or wrong API key: send the header 'Authorization: Bearer <key>' "
-                                   "with the key this server was started with.",
-                              headers={"www-authenticate": "Bearer"})
+            raise ClientError(
+                401,
+                "Missing or wrong API key: send the header 'Authorization: Bearer <key>' "
+                "with the key this server was started with.",
+                headers={"www-authenticate": "Bearer"},
+            )
+
     return check
 
 
@@ -52,8 +57,10 @@ async def client_error(request: Request, error: ClientError) -> JSONResponse:
 
 async def http_error(request: Request, error: HTTPException) -> JSONResponse:
     """Unknown paths and wrong methods, in the protocol's error shape."""
-    message = {404: f"No route {request.url.path}: see GET / (Ollama, /api/*) and GET /v1/models (OpenAI, /v1/*).",
-               405: f"{request.method} is not allowed on {request.url.path}."}.get(error.status_code, str(error.detail))
+    message = {
+        404: f"No route {request.url.path}: see GET / (Ollama, /api/*) and GET /v1/models (OpenAI, /v1/*).",
+        405: f"{request.method} is not allowed on {request.url.path}.",
+    }.get(error.status_code, str(error.detail))
     return error_response(request.url.path, ClientError(error.status_code, message))
 
 
@@ -63,7 +70,9 @@ async def client_gone(request: Request, error: ClientGone) -> Response:
 
 async def server_error(request: Request, error: Exception) -> JSONResponse:
     log.exception("unexpected error on %s", request.url.path, exc_info=error)
-    return error_response(request.url.path, ClientError(500, f"Internal server error: {type(error).__name__}."))
+    return error_response(
+        request.url.path, ClientError(500, f"Internal server error: {type(error).__name__}.")
+    )
 
 
 def build_app(service: ModelService, api_key: str | None = None) -> FastAPI:
@@ -89,15 +98,25 @@ def build_app(service: ModelService, api_key: str | None = None) -> FastAPI:
     async def health() -> JSONResponse:
         load = service.engine_thread.load
         alive = service.engine_thread.thread.is_alive()
-        return JSONResponse({"status": "ok" if alive else "engine stopped", "model": service.name,
-                             "decode_step": service.engine_thread.engine.step_description(),
-                             "running": load.running, "waiting": load.waiting,
-                             "kv_blocks_used": load.blocks_used, "kv_blocks_total": load.blocks_total,
-                             "kv_blocks_cached": load.blocks_cached, "prefix_cache_hit_rate": load.prefix_hit_rate},
-                            status_code=200 if alive else 503)
+        return JSONResponse(
+            {
+                "status": "ok" if alive else "engine stopped",
+                "model": service.name,
+                "decode_step": service.engine_thread.engine.step_description(),
+                "running": load.running,
+                "waiting": load.waiting,
+                "kv_blocks_used": load.blocks_used,
+                "kv_blocks_total": load.blocks_total,
+                "kv_blocks_cached": load.blocks_cached,
+                "prefix_cache_hit_rate": load.prefix_hit_rate,
+            },
+            status_code=200 if alive else 503,
+        )
 
     @app.get("/metrics", dependencies=guard, response_class=PlainTextResponse)
     async def metrics() -> Response:
-        return Response(service.engine_thread.metrics.render(), media_type=service.engine_thread.metrics.content_type)
+        return Response(
+            service.engine_thread.metrics.render(), media_type=service.engine_thread.metrics.content_type
+        )
 
     return app

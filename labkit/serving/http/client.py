@@ -57,8 +57,8 @@ class StreamTiming:
 def client_tpot(ttft_s: float, e2e_s: float, output_tokens: int) -> float:
     """(E2E - TTFT) / (n - 1): the mean gap between tokens after the first (nan for n < 2).
 
-        >>> client_tpot(0.2, 1.6, 15)
-        0.1
+    >>> client_tpot(0.2, 1.6, 15)
+    0.1
     """
     return (e2e_s - ttft_s) / (output_tokens - 1) if output_tokens > 1 else math.nan
 
@@ -66,19 +66,19 @@ def client_tpot(ttft_s: float, e2e_s: float, output_tokens: int) -> float:
 def sse_payload(line: str) -> str | None:
     """The data of one SSE line (None for comments, blank lines and other fields).
 
-        >>> sse_payload('data: {"a": 1}'), sse_payload(": ping"), sse_payload("data:[DONE]")
-        ('{"a": 1}', None, '[DONE]')
+    >>> sse_payload('data: {"a": 1}'), sse_payload(": ping"), sse_payload("data:[DONE]")
+    ('{"a": 1}', None, '[DONE]')
     """
     if not line.startswith("data:"):
         return None
-    return line[len("data:"):].removeprefix(" ")
+    return line[len("data:") :].removeprefix(" ")
 
 
 def parse_sse(raw: str) -> list[dict]:
     """Every JSON event of an SSE body, up to `data: [DONE]`, as the openai client reads them.
 
-        >>> parse_sse('data: {"x": 1}\\n\\n: ping\\n\\ndata: [DONE]\\n\\n')
-        [{'x': 1}]
+    >>> parse_sse('data: {"x": 1}\\n\\n: ping\\n\\ndata: [DONE]\\n\\n')
+    [{'x': 1}]
     """
     events = []
     for line in raw.splitlines():
@@ -94,9 +94,9 @@ def parse_sse(raw: str) -> list[dict]:
 class FrameClock:
     """Collects text frames and when they arrived, relative to when the request was sent.
 
-        >>> clock = FrameClock(); clock.frame(""); clock.frame("Hi")    # a role-only frame, then text
-        >>> clock.timing(output_tokens=1).text
-        'Hi'
+    >>> clock = FrameClock(); clock.frame(""); clock.frame("Hi")    # a role-only frame, then text
+    >>> clock.timing(output_tokens=1).text
+    'Hi'
     """
 
     def __init__(self) -> None:
@@ -114,11 +114,25 @@ class FrameClock:
             self.last_text = now
             self.pieces.append(text)
 
-    def timing(self, output_tokens: int | None, status: int = 200, error: str | None = None,
-               engine: dict | None = None) -> StreamTiming:
+    def timing(
+        self,
+        output_tokens: int | None,
+        status: int = 200,
+        error: str | None = None,
+        engine: dict | None = None,
+    ) -> StreamTiming:
         tokens = len(self.pieces) if output_tokens is None else output_tokens
-        return StreamTiming("".join(self.pieces), tokens, self.sent, self.first_frame, self.first_text,
-                            self.last_text, status, error, engine or {})
+        return StreamTiming(
+            "".join(self.pieces),
+            tokens,
+            self.sent,
+            self.first_frame,
+            self.first_text,
+            self.last_text,
+            status,
+            error,
+            engine or {},
+        )
 
 
 async def refused(response: httpx.Response, clock: FrameClock) -> StreamTiming:
@@ -132,7 +146,9 @@ async def refused(response: httpx.Response, clock: FrameClock) -> StreamTiming:
     return clock.timing(0, response.status_code, message)
 
 
-def check_chat_request(http: object, model: object, messages: object, max_tokens: object, temperature: object):
+def check_chat_request(
+    http: object, model: object, messages: object, max_tokens: object, temperature: object
+):
     """Refuse, by name, a request the stream functions cannot send (before anything is sent)."""
     check_record("http", http, "an httpx.AsyncClient with the server's base_url", of=httpx.AsyncClient)
     check_text("model", model, example="'smollm2-135m'")
@@ -141,19 +157,27 @@ def check_chat_request(http: object, model: object, messages: object, max_tokens
     check_number("temperature", temperature, minimum=0)
 
 
-def stream_openai(http: httpx.AsyncClient, model: str, messages: Sequence[dict], max_tokens: int,
-                  temperature: float = 0.0) -> Coroutine[None, None, StreamTiming]:
+def stream_openai(
+    http: httpx.AsyncClient, model: str, messages: Sequence[dict], max_tokens: int, temperature: float = 0.0
+) -> Coroutine[None, None, StreamTiming]:
     """POST /v1/chat/completions with stream=true and usage; time every SSE event (see the module doc).
     The arguments are checked at the call; await what it returns."""
     check_chat_request(http, model, messages, max_tokens, temperature)
     return openai_events(http, model, messages, max_tokens, temperature)
 
 
-async def openai_events(http: httpx.AsyncClient, model: str, messages: Sequence[dict], max_tokens: int,
-                        temperature: float) -> StreamTiming:
+async def openai_events(
+    http: httpx.AsyncClient, model: str, messages: Sequence[dict], max_tokens: int, temperature: float
+) -> StreamTiming:
     """stream_openai's request, sent and timed (its arguments already checked)."""
-    body = {"model": model, "messages": list(messages), "max_tokens": max_tokens, "temperature": temperature,
-            "stream": True, "stream_options": {"include_usage": True}}
+    body = {
+        "model": model,
+        "messages": list(messages),
+        "max_tokens": max_tokens,
+        "temperature": temperature,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     clock, tokens, error = FrameClock(), None, None
     async with http.stream("POST", "/v1/chat/completions", json=body) as response:
         if response.status_code != 200:
@@ -166,7 +190,9 @@ async def openai_events(http: httpx.AsyncClient, model: str, messages: Sequence[
                 break
             event = json.loads(payload)
             if event.get("error"):
-                error = event["error"].get("message", "error") if isinstance(event["error"], dict) else "error"
+                error = (
+                    event["error"].get("message", "error") if isinstance(event["error"], dict) else "error"
+                )
             if event.get("usage"):
                 tokens = event["usage"]["completion_tokens"]
             if event.get("choices"):
@@ -174,8 +200,9 @@ async def openai_events(http: httpx.AsyncClient, model: str, messages: Sequence[
     return clock.timing(tokens, error=error)
 
 
-def stream_ollama(http: httpx.AsyncClient, model: str, messages: Sequence[dict], max_tokens: int,
-                  temperature: float = 0.0) -> Coroutine[None, None, StreamTiming]:
+def stream_ollama(
+    http: httpx.AsyncClient, model: str, messages: Sequence[dict], max_tokens: int, temperature: float = 0.0
+) -> Coroutine[None, None, StreamTiming]:
     """POST /api/chat (NDJSON); time every line; keep the final line's counts and durations in `engine`.
     The arguments are checked at the call; await what it returns.
 
@@ -187,11 +214,16 @@ def stream_ollama(http: httpx.AsyncClient, model: str, messages: Sequence[dict],
     return ollama_lines(http, model, messages, max_tokens, temperature)
 
 
-async def ollama_lines(http: httpx.AsyncClient, model: str, messages: Sequence[dict], max_tokens: int,
-                       temperature: float) -> StreamTiming:
+async def ollama_lines(
+    http: httpx.AsyncClient, model: str, messages: Sequence[dict], max_tokens: int, temperature: float
+) -> StreamTiming:
     """stream_ollama's request, sent and timed (its arguments already checked)."""
-    body = {"model": model, "messages": list(messages), "stream": True,
-            "options": {"temperature": temperature, "num_predict": max_tokens}}
+    body = {
+        "model": model,
+        "messages": list(messages),
+        "stream": True,
+        "options": {"temperature": temperature, "num_predict": max_tokens},
+    }
     clock, final, error = FrameClock(), {}, None
     async with http.stream("POST", "/api/chat", json=body) as response:
         if response.status_code != 200:
@@ -210,16 +242,18 @@ async def ollama_lines(http: httpx.AsyncClient, model: str, messages: Sequence[d
 def check_metrics_text(metrics_text: object) -> str:
     """metrics_text, if it is text (a /metrics page); else a TypeError naming it."""
     if not isinstance(metrics_text, str):
-        raise TypeError(f"metrics_text must be a Prometheus text page (httpx.get(url + '/metrics').text), "
-                        f"got {type(metrics_text).__name__}.")
+        raise TypeError(
+            f"metrics_text must be a Prometheus text page (httpx.get(url + '/metrics').text), "
+            f"got {type(metrics_text).__name__}."
+        )
     return metrics_text
 
 
 def engine_summaries(metrics_text: str) -> dict[str, tuple[float, float]]:
     """(sum, count) of every histogram in a Prometheus text page, e.g. the server's TTFT and TPOT.
 
-        >>> engine_summaries(httpx.get(server.url + "/metrics").text)["labkit_time_to_first_token_seconds"]
-        (3.91, 24.0)
+    >>> engine_summaries(httpx.get(server.url + "/metrics").text)["labkit_time_to_first_token_seconds"]
+    (3.91, 24.0)
     """
     check_metrics_text(metrics_text)
     found = {}
@@ -227,15 +261,18 @@ def engine_summaries(metrics_text: str) -> dict[str, tuple[float, float]]:
         if family.type != "histogram":
             continue
         samples = {sample.name: sample.value for sample in family.samples}
-        found[family.name] = (samples.get(family.name + "_sum", 0.0), samples.get(family.name + "_count", 0.0))
+        found[family.name] = (
+            samples.get(family.name + "_sum", 0.0),
+            samples.get(family.name + "_count", 0.0),
+        )
     return found
 
 
 def metric_value(metrics_text: str, name: str, **labels: str) -> float:
     """The value of one sample (0.0 if absent), e.g. metric_value(text, "labkit_requests_rejected_total").
 
-        >>> metric_value(text, "labkit_requests_finished_total", reason="abort")
-        1.0
+    >>> metric_value(text, "labkit_requests_finished_total", reason="abort")
+    1.0
     """
     check_metrics_text(metrics_text)
     check_text("name", name, example="'labkit_requests_rejected_total'")
@@ -246,7 +283,9 @@ def metric_value(metrics_text: str, name: str, **labels: str) -> float:
     return 0.0
 
 
-def mean_between(before: dict[str, tuple[float, float]], after: dict[str, tuple[float, float]], name: str) -> float:
+def mean_between(
+    before: dict[str, tuple[float, float]], after: dict[str, tuple[float, float]], name: str
+) -> float:
     """The mean of a histogram over what was observed between two `engine_summaries` (nan if nothing)."""
     check_table("before", before, "(sum, count) pairs, as engine_summaries returns them", of=tuple)
     check_table("after", after, "(sum, count) pairs, as engine_summaries returns them", of=tuple)

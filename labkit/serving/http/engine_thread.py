@@ -80,7 +80,9 @@ class EngineThread:
         """threads: torch threads the engine thread steps with (None: torch's default for a new thread);
         the server sets it, see labkit.serving.http.openmp_team."""
         if engine.clock is not time.perf_counter:
-            raise ValueError("The engine thread stamps arrivals with time.perf_counter: give the engine that clock.")
+            raise ValueError(
+                "The engine thread stamps arrivals with time.perf_counter: give the engine that clock."
+            )
         self.engine, self.threads = engine, threads
         self.metrics = metrics or ServerMetrics()
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()
@@ -97,8 +99,14 @@ class EngineThread:
         self.inbox.put(None)
         self.thread.join(timeout)
 
-    async def submit(self, prompt_ids: list[int], config: DecodingConfig, arrival_s: float | None = None,
-                     n: int = 1, logprobs: int | None = None) -> tuple[int, asyncio.Queue]:
+    async def submit(
+        self,
+        prompt_ids: list[int],
+        config: DecodingConfig,
+        arrival_s: float | None = None,
+        n: int = 1,
+        logprobs: int | None = None,
+    ) -> tuple[int, asyncio.Queue]:
         """Queue a request that arrived at arrival_s (time.perf_counter; now by default); its id and the
         queue its `TokenEvent`s arrive on: those of its n samples, each ending with a last event.
         logprobs: None, or the alternatives each token's `TokenLogprob` lists (0 to 20).
@@ -107,7 +115,9 @@ class EngineThread:
         """
         loop = asyncio.get_running_loop()
         arrival_s = time.perf_counter() if arrival_s is None else arrival_s
-        handoff = EngineHandoff(list(prompt_ids), config, loop, asyncio.Queue(), Future(), arrival_s, n, logprobs)
+        handoff = EngineHandoff(
+            list(prompt_ids), config, loop, asyncio.Queue(), Future(), arrival_s, n, logprobs
+        )
         self.inbox.put(handoff)
         request_id = await asyncio.wrap_future(handoff.answer)
         return request_id, handoff.events
@@ -146,8 +156,9 @@ class EngineThread:
 
     def _add(self, handoff: EngineHandoff) -> None:
         try:
-            request_id = self.engine.add_request(handoff.prompt_ids, handoff.config, handoff.arrival_s,
-                                                 n=handoff.n, logprobs=handoff.logprobs)
+            request_id = self.engine.add_request(
+                handoff.prompt_ids, handoff.config, handoff.arrival_s, n=handoff.n, logprobs=handoff.logprobs
+            )
         except EngineBusy as error:
             self.metrics.rejected.inc()
             handoff.answer.set_exception(error)
@@ -157,8 +168,9 @@ class EngineThread:
             return
         samples = self.engine.samples(request_id)
         self.groups[request_id] = set(samples)
-        self.streams.update((sample_id, SampleStream(handoff, index, request_id))
-                            for index, sample_id in enumerate(samples))
+        self.streams.update(
+            (sample_id, SampleStream(handoff, index, request_id)) for index, sample_id in enumerate(samples)
+        )
         handoff.answer.set_result(request_id)
         for sample_id in samples:
             if self.engine.requests[sample_id].is_done:  # max_new_tokens=0: finished on arrival
@@ -177,8 +189,10 @@ class EngineThread:
             if stream is None:
                 continue
             recorded = self.engine.requests[sample_id].logprobs  # filled only when logprobs were asked for
-            self._send(stream, TokenEvent(piece, token_id, index=stream.index,
-                                          logprob=recorded[-1] if recorded else None))
+            self._send(
+                stream,
+                TokenEvent(piece, token_id, index=stream.index, logprob=recorded[-1] if recorded else None),
+            )
             if finish is not None:
                 self._finish(sample_id)
 
@@ -193,15 +207,21 @@ class EngineThread:
             del self.groups[stream.group_id]
             self.engine.release(stream.group_id)
         self.metrics.observe_finished(sample_metrics)
-        self._send(stream, TokenEvent("", None, sample_metrics.finish_reason, sample_metrics, index=stream.index))
+        self._send(
+            stream, TokenEvent("", None, sample_metrics.finish_reason, sample_metrics, index=stream.index)
+        )
 
     def _fail_all(self, message: str) -> None:
         for group_id, samples in list(self.groups.items()):
             self.engine.abort(group_id)
             for sample_id in sorted(samples):
                 stream = self.streams.pop(sample_id)
-                self._send(stream, TokenEvent("", None, "error", self.engine.metrics(sample_id), message,
-                                              index=stream.index))
+                self._send(
+                    stream,
+                    TokenEvent(
+                        "", None, "error", self.engine.metrics(sample_id), message, index=stream.index
+                    ),
+                )
             del self.groups[group_id]
             self.engine.release(group_id)
 
@@ -214,4 +234,6 @@ class EngineThread:
 
     def _publish_load(self) -> None:
         self.load = self.engine.load()
-        self.metrics.set_load(self.load.running, self.load.waiting, self.load.blocks_used, self.load.blocks_total)
+        self.metrics.set_load(
+            self.load.running, self.load.waiting, self.load.blocks_used, self.load.blocks_total
+        )

@@ -16,15 +16,22 @@ from __future__ import annotations
 from starlette.responses import JSONResponse
 
 # OpenAI error types by status, as vLLM names them (the official client reads them as `.type`).
-OPENAI_TYPES = {400: "BadRequestError", 401: "AuthenticationError", 404: "NotFoundError",
-                405: "MethodNotAllowedError", 413: "RequestTooLargeError", 429: "RateLimitError",
-                500: "InternalServerError", 503: "ServiceUnavailableError"}
+OPENAI_TYPES = {
+    400: "BadRequestError",
+    401: "AuthenticationError",
+    404: "NotFoundError",
+    405: "MethodNotAllowedError",
+    413: "RequestTooLargeError",
+    429: "RateLimitError",
+    500: "InternalServerError",
+    503: "ServiceUnavailableError",
+}
 
 
 class ClientError(Exception):
     """A request the server refuses, with its HTTP status and the field at fault (if one is).
 
-        >>> raise ClientError(400, "'temperature' must be a number >= 0, got a string.", "temperature")
+    >>> raise ClientError(400, "'temperature' must be a number >= 0, got a string.", "temperature")
     """
 
     def __init__(self, status: int, message: str, param: str | None = None, headers: dict | None = None):
@@ -43,8 +50,8 @@ def is_openai_path(path: str) -> bool:
 def error_body(path: str, error: ClientError) -> dict:
     """The JSON body of an error in the protocol of `path`.
 
-        >>> error_body("/api/chat", ClientError(404, "model 'x' not found"))
-        {'error': "model 'x' not found"}
+    >>> error_body("/api/chat", ClientError(404, "model 'x' not found"))
+    {'error': "model 'x' not found"}
     """
     if not is_openai_path(path):
         return {"error": error.message}

@@ -35,10 +35,23 @@ from labkit.serving.http.errors import ClientError
 from labkit.serving.http.json_schema import null_as_absent, stated
 
 # The JSON names of pydantic's type errors, for "'x' must be <kind>, got <json type>."
-KINDS = {"string_type": "a string", "bool_type": "true or false", "int_type": "an integer", "float_type": "a number",
-         "dict_type": "a JSON object", "model_type": "a JSON object", "list_type": "an array"}
-JSON_TYPES = ((bool, "a boolean"), (str, "a string"), (int, "an integer"), (float, "a number"),
-              (dict, "a JSON object"), (list, "an array"))
+KINDS = {
+    "string_type": "a string",
+    "bool_type": "true or false",
+    "int_type": "an integer",
+    "float_type": "a number",
+    "dict_type": "a JSON object",
+    "model_type": "a JSON object",
+    "list_type": "an array",
+}
+JSON_TYPES = (
+    (bool, "a boolean"),
+    (str, "a string"),
+    (int, "an integer"),
+    (float, "a number"),
+    (dict, "a JSON object"),
+    (list, "an array"),
+)
 OWN_ERROR = "labkit"  # the type of the errors this module's validators raise: their message is already whole
 
 
@@ -57,31 +70,36 @@ async def read_body(request: Request, max_bytes: int) -> bytes:
     """The raw body, or a 413 as soon as it is known to exceed max_bytes (header or bytes received)."""
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > max_bytes:
-        raise ClientError(413, f"The request body has {declared} bytes; this server accepts at most {max_bytes}.")
+        raise ClientError(
+            413, f"The request body has {declared} bytes; this server accepts at most {max_bytes}."
+        )
     body = bytearray()
     async for chunk in request.stream():
         body += chunk
         if len(body) > max_bytes:
-            raise ClientError(413, f"The request body is over {max_bytes} bytes, the most this server accepts.")
+            raise ClientError(
+                413, f"The request body is over {max_bytes} bytes, the most this server accepts."
+            )
     return bytes(body)
 
 
 async def read_json_object(request: Request, max_bytes: int) -> dict:
     """The body parsed as one JSON object (400 if it is missing, not JSON, or not an object).
 
-        >>> await read_json_object(request, 1_000_000)
-        {'model': 'smollm2-135m', 'prompt': 'Hi'}
+    >>> await read_json_object(request, 1_000_000)
+    {'model': 'smollm2-135m', 'prompt': 'Hi'}
     """
     raw = await read_body(request, max_bytes)
     if not raw.strip():
-        raise ClientError(400, "missing request body: send a JSON object such as {\"model\": ..., ...}.")
+        raise ClientError(400, 'missing request body: send a JSON object such as {"model": ..., ...}.')
     try:
         body = json.loads(raw, parse_constant=_refuse_constant)
     except UnicodeDecodeError:
         raise ClientError(400, "The body is not valid JSON: it is not UTF-8 text.") from None
     except json.JSONDecodeError as error:
-        raise ClientError(400, f"The body is not valid JSON: {error.msg} at line {error.lineno} column "
-                               f"{error.colno}.") from None
+        raise ClientError(
+            400, f"The body is not valid JSON: {error.msg} at line {error.lineno} column {error.colno}."
+        ) from None
     if not isinstance(body, dict):
         raise ClientError(400, f"The body must be a JSON object, got {json_type(body)}.")
     return body
@@ -147,11 +165,13 @@ def either(kind: str) -> WrapValidator:
 
         >>> Stop = Annotated[str | list[str], either("a string or an array of strings")]
     """
+
     def validate(value: Any, handler) -> Any:
         try:
             return handler(value)
         except ValidationError:
             raise own_error("must be {kind}, got {got}.", kind=kind, got=json_type(value)) from None
+
     return WrapValidator(validate)
 
 
@@ -161,10 +181,12 @@ def refused(reason: str) -> Any:
 
         >>> NoSuffix = refused("fill-in-the-middle is not implemented in labkit.")
     """
+
     def check(value: Any) -> Any:
         if value:
             raise own_error("is not supported by this server: {reason}", reason=reason)
         return value
+
     return Annotated[Any, AfterValidator(check)]
 
 
@@ -174,24 +196,36 @@ def int_within(low: int, high: int, what: str) -> Any:
 
         >>> TopLogprobs = int_within(0, 20, "alternatives per token")
     """
+
     def check(value: int) -> int:
         if not low <= value <= high:
-            raise own_error("must be an integer from {low} to {high} ({what}), got {value}.", low=low, high=high,
-                            what=what, value=value)
+            raise own_error(
+                "must be an integer from {low} to {high} ({what}), got {value}.",
+                low=low,
+                high=high,
+                what=what,
+                value=value,
+            )
         return value
+
     return Annotated[int, AfterValidator(check), stated(minimum=low, maximum=high)]
 
 
 def needs_logprobs(least: int) -> AfterValidator:
     """The check of `top_logprobs` (declared after `logprobs`): from `least` on, it needs "logprobs": true.
 
-        >>> TopLogprobs = Annotated[int, needs_logprobs(0)]   # OpenAI: any value needs logprobs
+    >>> TopLogprobs = Annotated[int, needs_logprobs(0)]   # OpenAI: any value needs logprobs
     """
+
     def check(top: int, info: ValidationInfo) -> int:
         if top >= least and info.data.get("logprobs") is not True:
-            raise own_error('needs "logprobs": true (it sets how many alternatives each token\'s log-probability '
-                            "lists), got {top} without it.", top=top)
+            raise own_error(
+                'needs "logprobs": true (it sets how many alternatives each token\'s log-probability '
+                "lists), got {top} without it.",
+                top=top,
+            )
         return top
+
     return AfterValidator(check)
 
 
@@ -204,8 +238,8 @@ Parsed = TypeVar("Parsed", bound=BaseModel)
 def parse(kind: type[Parsed], body: dict) -> Parsed:
     """`body` as a `kind`, or a 400 for its first invalid field (see `refusal`).
 
-        >>> parse(ShowRequest, {"model": "smollm2-135m"})
-        ShowRequest(model='smollm2-135m')
+    >>> parse(ShowRequest, {"model": "smollm2-135m"})
+    ShowRequest(model='smollm2-135m')
     """
     try:
         return kind.model_validate(body)
@@ -223,7 +257,9 @@ def refusal(kind: type[BaseModel], error: ErrorDetails) -> ClientError:
     loc = error["loc"]
     where = ".".join(str(part) for part in loc)
     param = ".".join(str(part) for part in takewhile(lambda part: isinstance(part, str), loc))
-    return ClientError(400, f"'{where}' {explain(kind, error)}" if where else explain(kind, error), param or None)
+    return ClientError(
+        400, f"'{where}' {explain(kind, error)}" if where else explain(kind, error), param or None
+    )
 
 
 def explain(kind: type[BaseModel], error: ErrorDetails) -> str:
@@ -246,8 +282,8 @@ def explain(kind: type[BaseModel], error: ErrorDetails) -> str:
 def field_at(kind: type[BaseModel] | None, loc: tuple) -> FieldInfo | None:
     """The declaration of the field at `loc` (array positions skipped), for its description; None if absent.
 
-        >>> field_at(ChatCompletionRequest, ("response_format", "json_schema", "name")).description
-        "the schema's name"
+    >>> field_at(ChatCompletionRequest, ("response_format", "json_schema", "name")).description
+    "the schema's name"
     """
     info = None
     for part in loc:
@@ -257,6 +293,12 @@ def field_at(kind: type[BaseModel] | None, loc: tuple) -> FieldInfo | None:
         info = fields.get(part)
         if info is None:
             return None
-        kind = next((t for t in (info.annotation, *get_args(info.annotation))
-                     if isinstance(t, type) and issubclass(t, BaseModel)), None)
+        kind = next(
+            (
+                t
+                for t in (info.annotation, *get_args(info.annotation))
+                if isinstance(t, type) and issubclass(t, BaseModel)
+            ),
+            None,
+        )
     return info

@@ -31,7 +31,15 @@ from labkit.decoding.option_rules import INF, RULES
 
 NULL = {"type": "null"}
 METADATA = ("title", "description", "default")  # kept beside a property's anyOf, not inside it
-CONSTRAINTS = ("type", "anyOf", "oneOf", "allOf", "$ref", "enum", "const")  # a schema with none accepts any value
+CONSTRAINTS = (
+    "type",
+    "anyOf",
+    "oneOf",
+    "allOf",
+    "$ref",
+    "enum",
+    "const",
+)  # a schema with none accepts any value
 
 
 @dataclass(frozen=True)
@@ -47,7 +55,7 @@ class Stated:
 def stated(**keywords: float) -> Stated:
     """A field's metadata stating these JSON Schema keywords in its published schema.
 
-        >>> n: Annotated[int, AfterValidator(at_least_one), stated(minimum=1)] = 1
+    >>> n: Annotated[int, AfterValidator(at_least_one), stated(minimum=1)] = 1
     """
     return Stated(tuple(keywords.items()))
 
@@ -55,8 +63,8 @@ def stated(**keywords: float) -> Stated:
 def option_range(option: str) -> Stated:
     """A field's metadata stating the range DecodingConfig allows for its number option `option` (its Rule).
 
-        >>> option_range("top_p").keywords
-        (('exclusiveMinimum', 0), ('maximum', 1))
+    >>> option_range("top_p").keywords
+    (('exclusiveMinimum', 0), ('maximum', 1))
     """
     rule, keywords = RULES[option], {}
     if rule.low != -INF:

@@ -47,8 +47,8 @@ QUESTION_STRIDE = 5  # request i asks QUESTIONS[5 i mod 16]: short and long prom
 class Target:
     """A latency target a request meets or not: its first token within `ttft_s`, then a token every `tpot_s`.
 
-        >>> Target(ttft_s=1.0, tpot_s=0.15).describe()
-        'TTFT <= 1000 ms and TPOT <= 150 ms'
+    >>> Target(ttft_s=1.0, tpot_s=0.15).describe()
+    'TTFT <= 1000 ms and TPOT <= 150 ms'
     """
 
     ttft_s: float
@@ -125,8 +125,15 @@ def question(index: int, tag: str = "") -> list[dict]:
     return [{"role": "user", "content": f"Request {tag}-{index}: {text}" if tag else text}]
 
 
-async def load_test(http: httpx.AsyncClient, model: str, concurrency: int, requests_per_client: int = 2,
-                    max_tokens: int = 16, protocol: str = "openai", tag: str = "") -> LoadResult:
+async def load_test(
+    http: httpx.AsyncClient,
+    model: str,
+    concurrency: int,
+    requests_per_client: int = 2,
+    max_tokens: int = 16,
+    protocol: str = "openai",
+    tag: str = "",
+) -> LoadResult:
     """`concurrency` clients, each streaming `requests_per_client` chat requests back to back (request i
     asks question(i, tag)).
 
@@ -134,8 +141,11 @@ async def load_test(http: httpx.AsyncClient, model: str, concurrency: int, reque
         ...     result = await load_test(http, "smollm2-135m", concurrency=8)
         >>> result.tokens_per_s, result.quantile("ttft_s", 50)
     """
-    for name, value in (("concurrency", concurrency), ("requests_per_client", requests_per_client),
-                        ("max_tokens", max_tokens)):
+    for name, value in (
+        ("concurrency", concurrency),
+        ("requests_per_client", requests_per_client),
+        ("max_tokens", max_tokens),
+    ):
         check_int(name, value, minimum=1)
     if protocol not in ("openai", "ollama"):
         raise ValueError(f"protocol must be 'openai' or 'ollama', got {protocol!r}.")
@@ -156,8 +166,8 @@ async def load_test(http: httpx.AsyncClient, model: str, concurrency: int, reque
 def poisson_arrivals(rate: float, n_requests: int, seed: int = 0) -> list[float]:
     """Arrival times in seconds: the first at 0, then gaps drawn from an exponential of mean 1/rate.
 
-        >>> [round(t, 2) for t in poisson_arrivals(2.0, 3)]
-        [0.0, 0.93, 1.64]
+    >>> [round(t, 2) for t in poisson_arrivals(2.0, 3)]
+    [0.0, 0.93, 1.64]
     """
     if not isinstance(rate, (int, float)) or isinstance(rate, bool) or not 0 < rate < math.inf:
         raise ValueError(f"rate must be a positive number of requests per second, got {rate!r}.")
@@ -168,8 +178,15 @@ def poisson_arrivals(rate: float, n_requests: int, seed: int = 0) -> list[float]
     return times
 
 
-def open_loop(http: httpx.AsyncClient, model: str, rate: float, n_requests: int = 16, max_tokens: int = 16,
-              seed: int = 0, tag: str = "") -> Coroutine[None, None, LoadResult]:
+def open_loop(
+    http: httpx.AsyncClient,
+    model: str,
+    rate: float,
+    n_requests: int = 16,
+    max_tokens: int = 16,
+    seed: int = 0,
+    tag: str = "",
+) -> Coroutine[None, None, LoadResult]:
     """`n_requests` streamed chat requests sent at Poisson times of `rate` per second (seeded), each on its
     own, whether or not the earlier ones were answered. Request i asks question(i, tag). The arguments are
     checked at the call; await what it returns.
@@ -181,12 +198,15 @@ def open_loop(http: httpx.AsyncClient, model: str, rate: float, n_requests: int 
     check_text("model", model, example="'smollm2-135m'")
     check_int("max_tokens", max_tokens, minimum=1)
     if not isinstance(tag, str):
-        raise TypeError(f"tag must be a string that sets this run's questions apart, got {type(tag).__name__}.")
+        raise TypeError(
+            f"tag must be a string that sets this run's questions apart, got {type(tag).__name__}."
+        )
     return open_loop_requests(http, model, poisson_arrivals(rate, n_requests, seed), max_tokens, tag, rate)
 
 
-async def open_loop_requests(http: httpx.AsyncClient, model: str, arrivals: list[float], max_tokens: int, tag: str,
-                             rate: float) -> LoadResult:
+async def open_loop_requests(
+    http: httpx.AsyncClient, model: str, arrivals: list[float], max_tokens: int, tag: str, rate: float
+) -> LoadResult:
     """open_loop's requests, sent at `arrivals` (seconds from now) and timed (its arguments already checked)."""
     n_requests, start = len(arrivals), time.perf_counter()
 
@@ -200,22 +220,41 @@ async def open_loop_requests(http: httpx.AsyncClient, model: str, arrivals: list
     return LoadResult(0, tuple(timings), wall, arrival_rate=float(rate))
 
 
-async def measured_level(http: httpx.AsyncClient, model: str, concurrency: int, requests_per_client: int = 2,
-                         max_tokens: int = 16, protocol: str = "openai") -> LoadResult:
+async def measured_level(
+    http: httpx.AsyncClient,
+    model: str,
+    concurrency: int,
+    requests_per_client: int = 2,
+    max_tokens: int = 16,
+    protocol: str = "openai",
+) -> LoadResult:
     """`load_test`, plus the server's own mean TTFT, TPOT and queue time over it (/metrics before and after).
 
-        >>> result = await measured_level(http, "smollm2-135m", concurrency=16)
-        >>> result.quantile("ttft_s", 50), result.engine_ttft_s    # the client's p50, the server's mean
+    >>> result = await measured_level(http, "smollm2-135m", concurrency=16)
+    >>> result.quantile("ttft_s", 50), result.engine_ttft_s    # the client's p50, the server's mean
     """
     before = engine_summaries((await http.get("/metrics")).text)
     result = await load_test(http, model, concurrency, requests_per_client, max_tokens, protocol)
     after = engine_summaries((await http.get("/metrics")).text)
-    return LoadResult(result.concurrency, result.requests, result.wall_s, mean_between(before, after, TTFT),
-                      mean_between(before, after, TPOT), mean_between(before, after, QUEUE))
+    return LoadResult(
+        result.concurrency,
+        result.requests,
+        result.wall_s,
+        mean_between(before, after, TTFT),
+        mean_between(before, after, TPOT),
+        mean_between(before, after, QUEUE),
+    )
 
 
-def sweep(url: str, model: str, concurrencies: Sequence[int], requests_per_client: int = 2,
-          max_tokens: int = 16, protocol: str = "openai", progress=None) -> Coroutine[None, None, list[LoadResult]]:
+def sweep(
+    url: str,
+    model: str,
+    concurrencies: Sequence[int],
+    requests_per_client: int = 2,
+    max_tokens: int = 16,
+    protocol: str = "openai",
+    progress=None,
+) -> Coroutine[None, None, list[LoadResult]]:
     """A `measured_level` at each concurrency, one after another; the arguments are checked at the call,
     await what it returns.
 
@@ -235,14 +274,23 @@ def sweep(url: str, model: str, concurrencies: Sequence[int], requests_per_clien
     return sweep_levels(url, model, concurrencies, requests_per_client, max_tokens, protocol, progress)
 
 
-async def sweep_levels(url: str, model: str, concurrencies: Sequence[int], requests_per_client: int,
-                       max_tokens: int, protocol: str, progress) -> list[LoadResult]:
+async def sweep_levels(
+    url: str,
+    model: str,
+    concurrencies: Sequence[int],
+    requests_per_client: int,
+    max_tokens: int,
+    protocol: str,
+    progress,
+) -> list[LoadResult]:
     """sweep's levels, measured one after another (its arguments already checked)."""
     limits = httpx.Limits(max_connections=max(concurrencies) + 4)
     results = []
     async with httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(600, connect=10), limits=limits) as http:
         for concurrency in concurrencies:
-            results.append(await measured_level(http, model, concurrency, requests_per_client, max_tokens, protocol))
+            results.append(
+                await measured_level(http, model, concurrency, requests_per_client, max_tokens, protocol)
+            )
             if progress is not None:
                 progress(results[-1])
     return results
@@ -252,16 +300,21 @@ def sweep_table(results: Sequence[LoadResult]) -> str:
     """One row per level: requests, tokens/s (and vs the first row), TTFT/TPOT/E2E percentiles in ms, the
     server's own mean TTFT and TPOT, errors."""
     check_items("results", results, "LoadResult (from sweep or open_loop)", of=LoadResult)
-    header = (f"{'clients':>7} {'requests':>8} {'tokens/s':>8} {'vs first':>8} {'TTFT p50':>8} {'TTFT p95':>8} "
-              f"{'TPOT p50':>8} {'TPOT p95':>8} {'E2E p50':>8} {'E2E p95':>8} {'srv TTFT':>8} {'srv TPOT':>8} "
-              f"{'errors':>6}")
+    header = (
+        f"{'clients':>7} {'requests':>8} {'tokens/s':>8} {'vs first':>8} {'TTFT p50':>8} {'TTFT p95':>8} "
+        f"{'TPOT p50':>8} {'TPOT p95':>8} {'E2E p50':>8} {'E2E p95':>8} {'srv TTFT':>8} {'srv TPOT':>8} "
+        f"{'errors':>6}"
+    )
     lines = [header, f"{'':>7} {'':>8} {'':>8} {'':>8} " + " ".join(f"{'ms':>8}" for _ in range(8))]
     for r in results:
         ms = [r.quantile(m, q) * 1e3 for m in ("ttft_s", "tpot_s", "e2e_s") for q in (50, 95)]
         ms += [r.engine_ttft_s * 1e3, r.engine_tpot_s * 1e3]
-        lines.append(f"{r.concurrency:>7} {len(r.requests):>8} {r.tokens_per_s:>8.1f} "
-                     f"{r.tokens_per_s / results[0].tokens_per_s:>7.2f}x " + " ".join(f"{v:>8.0f}" for v in ms)
-                     + f" {len(r.requests) - len(r.ok):>6}")
+        lines.append(
+            f"{r.concurrency:>7} {len(r.requests):>8} {r.tokens_per_s:>8.1f} "
+            f"{r.tokens_per_s / results[0].tokens_per_s:>7.2f}x "
+            + " ".join(f"{v:>8.0f}" for v in ms)
+            + f" {len(r.requests) - len(r.ok):>6}"
+        )
     return "\n".join(lines)
 
 
@@ -279,5 +332,7 @@ def ttft_breakdown(results: Sequence[LoadResult]) -> str:
     for r in results:
         client = r.mean("ttft_s")
         parts = [r.engine_queue_s, r.engine_ttft_s - r.engine_queue_s, client - r.engine_ttft_s, client]
-        lines.append(f"{r.concurrency:>7} " + " ".join(f"{v * 1e3:>{w}.0f}" for v, w in zip(parts, (8, 11, 9, 11))))
+        lines.append(
+            f"{r.concurrency:>7} " + " ".join(f"{v * 1e3:>{w}.0f}" for v, w in zip(parts, (8, 11, 9, 11)))
+        )
     return "\n".join(lines)

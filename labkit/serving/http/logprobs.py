@@ -40,7 +40,11 @@ BYTE_TOKEN = re.compile(r"<0x([0-9A-Fa-f]{2})>")  # SentencePiece's byte fallbac
 def byte_level_table() -> dict[str, int]:
     """GPT-2's byte-level alphabet, character -> byte: printable bytes stand for themselves, the other 68
     are shifted to code points from 256 on (Radford et al. 2019, `bytes_to_unicode`)."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    printable = [
+        *range(ord("!"), ord("~") + 1),
+        *range(ord("¡"), ord("¬") + 1),
+        *range(ord("®"), ord("ÿ") + 1),
+    ]
     shifted = [b for b in range(256) if b not in printable]
     return {**{chr(b): b for b in printable}, **{chr(256 + i): b for i, b in enumerate(shifted)}}
 
@@ -90,30 +94,45 @@ def entry(speller: TokenSpeller, token_id: int, logprob: float) -> dict:
 
 def chat_logprobs(speller: TokenSpeller, logprobs: Sequence[TokenLogprob]) -> dict:
     """OpenAI chat's `logprobs` of some tokens: {"content": [one entry per token, with its top_logprobs]}."""
-    return {"content": [{**entry(speller, lp.token_id, lp.logprob),
-                         "top_logprobs": [entry(speller, token_id, value) for token_id, value in lp.top]}
-                        for lp in logprobs]}
+    return {
+        "content": [
+            {
+                **entry(speller, lp.token_id, lp.logprob),
+                "top_logprobs": [entry(speller, token_id, value) for token_id, value in lp.top],
+            }
+            for lp in logprobs
+        ]
+    }
 
 
-def completion_logprobs(speller: TokenSpeller, logprobs: Sequence[TokenLogprob], offsets: Sequence[int]) -> dict:
+def completion_logprobs(
+    speller: TokenSpeller, logprobs: Sequence[TokenLogprob], offsets: Sequence[int]
+) -> dict:
     """OpenAI completions' `logprobs` of some tokens; offsets: where each token's text starts in the answer."""
-    top = [{speller(token_id)[0]: written(value) for token_id, value in (*lp.top, (lp.token_id, lp.logprob))}
-           for lp in logprobs]
-    return {"tokens": [speller(lp.token_id)[0] for lp in logprobs],
-            "token_logprobs": [written(lp.logprob) for lp in logprobs], "top_logprobs": top,
-            "text_offset": list(offsets)}
+    top = [
+        {speller(token_id)[0]: written(value) for token_id, value in (*lp.top, (lp.token_id, lp.logprob))}
+        for lp in logprobs
+    ]
+    return {
+        "tokens": [speller(lp.token_id)[0] for lp in logprobs],
+        "token_logprobs": [written(lp.logprob) for lp in logprobs],
+        "top_logprobs": top,
+        "text_offset": list(offsets),
+    }
 
 
 def ollama_logprobs(speller: TokenSpeller, logprobs: Sequence[TokenLogprob]) -> list[dict]:
     """Ollama's `logprobs` of some tokens: one entry each; top_logprobs left out when none were asked for."""
-    return [{key: value for key, value in item.items() if key != "top_logprobs" or value}
-            for item in chat_logprobs(speller, logprobs)["content"]]
+    return [
+        {key: value for key, value in item.items() if key != "top_logprobs" or value}
+        for item in chat_logprobs(speller, logprobs)["content"]
+    ]
 
 
 def text_offsets(pieces: Sequence[str], start: int = 0) -> list[int]:
     """Where each token's text starts, from `start`, given the text each token added (in order).
 
-        >>> text_offsets(["The", "", " sea"], start=10)
-        [10, 13, 13]
+    >>> text_offsets(["The", "", " sea"], start=10)
+    [10, 13, 13]
     """
     return list(accumulate((len(piece) for piece in pieces[:-1]), initial=start)) if pieces else []

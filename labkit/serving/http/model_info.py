@@ -1,7 +1,7 @@
 """How the served model describes itself: Ollama's `details` and `model_info`, OpenAI's model card.
 
-    >>> ollama_model_info(service)["llama.context_length"]
-    8192
+>>> ollama_model_info(service)["llama.context_length"]
+8192
 """
 
 from __future__ import annotations
@@ -31,23 +31,46 @@ def model_details(service, modified_at: str) -> dict:
     size = sum(p.numel() * p.element_size() for p in service.model.parameters())
     digest = hashlib.sha256(f"labkit:{service.name}:{count}".encode()).hexdigest()
     dtype = str(next(service.model.parameters()).dtype).removeprefix("torch.")
-    return {"name": f"{service.name}:latest", "model": f"{service.name}:latest", "modified_at": modified_at,
-            "size": size, "digest": digest,
-            "details": {"parent_model": "", "format": "safetensors", "family": "llama", "families": ["llama"],
-                        "parameter_size": parameter_size(count), "quantization_level": dtype.upper()}}
+    return {
+        "name": f"{service.name}:latest",
+        "model": f"{service.name}:latest",
+        "modified_at": modified_at,
+        "size": size,
+        "digest": digest,
+        "details": {
+            "parent_model": "",
+            "format": "safetensors",
+            "family": "llama",
+            "families": ["llama"],
+            "parameter_size": parameter_size(count),
+            "quantization_level": dtype.upper(),
+        },
+    }
 
 
 def ollama_model_info(service) -> dict:
     """Ollama's `model_info`: GGUF-style keys for the architecture (what /api/show must always carry)."""
     config = as_llama(service.model).config
-    return {"general.architecture": "llama", "general.basename": service.name,
-            "general.parameter_count": parameter_count(service),
-            "llama.context_length": service.context, "llama.embedding_length": config.hidden_size,
-            "llama.block_count": config.n_layers, "llama.attention.head_count": config.n_heads,
-            "llama.attention.head_count_kv": config.n_kv_heads, "llama.vocab_size": config.vocab_size}
+    return {
+        "general.architecture": "llama",
+        "general.basename": service.name,
+        "general.parameter_count": parameter_count(service),
+        "llama.context_length": service.context,
+        "llama.embedding_length": config.hidden_size,
+        "llama.block_count": config.n_layers,
+        "llama.attention.head_count": config.n_heads,
+        "llama.attention.head_count_kv": config.n_kv_heads,
+        "llama.vocab_size": config.vocab_size,
+    }
 
 
 def openai_model_card(service) -> dict:
     """One entry of /v1/models, with vLLM's extras (root, max_model_len)."""
-    return {"id": service.name, "object": "model", "created": int(service.started), "owned_by": "labkit",
-            "root": service.name, "max_model_len": service.context}
+    return {
+        "id": service.name,
+        "object": "model",
+        "created": int(service.started),
+        "owned_by": "labkit",
+        "root": service.name,
+        "max_model_len": service.context,
+    }

@@ -75,8 +75,14 @@ class Sample:
 class ModelService:
     """The one model a server serves, and the engine thread that runs it."""
 
-    def __init__(self, name: str, model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase,
-                 engine_thread: EngineThread, max_body_bytes: int = MAX_BODY_BYTES):
+    def __init__(
+        self,
+        name: str,
+        model: torch.nn.Module,
+        tokenizer: PreTrainedTokenizerBase,
+        engine_thread: EngineThread,
+        max_body_bytes: int = MAX_BODY_BYTES,
+    ):
         self.name = name
         self.model = model
         self.tokenizer = tokenizer
@@ -94,8 +100,12 @@ class ModelService:
     def check_model(self, requested: str) -> None:
         """A 404 unless `requested` names this server's model."""
         if requested not in self.names:
-            raise ClientError(404, f"model '{requested}' not found: this server serves '{self.name}' "
-                                   f"(also '{self.name}:latest').", "model")
+            raise ClientError(
+                404,
+                f"model '{requested}' not found: this server serves '{self.name}' "
+                f"(also '{self.name}:latest').",
+                "model",
+            )
 
     def chat_ids(self, messages: list[dict], param: str, tools: ToolSpec | None = None) -> list[int]:
         """Token ids of a chat through the model's chat template (400 naming `param` if it is malformed).
@@ -124,8 +134,15 @@ class ModelService:
         """The most samples one request may ask for: its n samples run together, one seat each."""
         return self.engine_thread.engine.config.max_num_seqs
 
-    async def submit(self, prompt_ids: list[int], config: DecodingConfig, arrival_s: float | None = None,
-                     n: int = 1, logprobs: int | None = None, fields: dict[str, str] | None = None) -> AcceptedRequest:
+    async def submit(
+        self,
+        prompt_ids: list[int],
+        config: DecodingConfig,
+        arrival_s: float | None = None,
+        n: int = 1,
+        logprobs: int | None = None,
+        fields: dict[str, str] | None = None,
+    ) -> AcceptedRequest:
         """Queue a request in the engine: 503 when the queue is full, 400 when the engine refuses it (naming
         'n' for more samples than seats, and the client's field for an argument the engine names: `fields`
         maps the engine's names, such as "prompt" and "max_new_tokens" of the context rule, to the client's).
@@ -134,9 +151,13 @@ class ModelService:
         wait for the step in flight; now by default. n: samples of the prompt. logprobs: None, or the
         alternatives each token's log-probability lists (0 to 20)."""
         if n > self.max_samples:
-            raise ClientError(400, f"'n' must be at most {self.max_samples}, got {n}: the samples of a request are "
-                                   f"decoded together, and this server decodes at most {self.max_samples} sequences "
-                                   "at once (max_num_seqs).", "n")
+            raise ClientError(
+                400,
+                f"'n' must be at most {self.max_samples}, got {n}: the samples of a request are "
+                f"decoded together, and this server decodes at most {self.max_samples} sequences "
+                "at once (max_num_seqs).",
+                "n",
+            )
         try:
             request_id, events = await self.engine_thread.submit(prompt_ids, config, arrival_s, n, logprobs)
         except EngineBusy as error:
@@ -151,8 +172,9 @@ class ModelService:
         weakref.finalize(submitted, self.engine_thread.abort, request_id)
         return submitted
 
-    async def events(self, submitted: AcceptedRequest, request: Request,
-                     poll_disconnect: bool = False) -> AsyncIterator[TokenEvent]:
+    async def events(
+        self, submitted: AcceptedRequest, request: Request, poll_disconnect: bool = False
+    ) -> AsyncIterator[TokenEvent]:
         """Each TokenEvent of a submitted request, until each of its samples has sent its last event (the
         one with a finish_reason).
 

@@ -83,8 +83,12 @@ async def tags(request: Request) -> JSONResponse:
 @router.get("/api/ps")
 async def running_models(request: Request) -> JSONResponse:
     service = service_of(request)
-    entry = {**model_details(service, now()), "expires_at": "9999-12-31T23:59:59Z", "size_vram": 0,
-             "context_length": service.context}
+    entry = {
+        **model_details(service, now()),
+        "expires_at": "9999-12-31T23:59:59Z",
+        "size_vram": 0,
+        "context_length": service.context,
+    }
     return JSONResponse({"models": [entry]})
 
 
@@ -93,10 +97,17 @@ async def show(request: Request) -> JSONResponse:
     service, _ = await read_request(request, ShowRequest)
     details = model_details(service, now())
     template = getattr(service.tokenizer, "chat_template", None) or ""
-    return JSONResponse({"modelfile": f"FROM {service.name}\n", "parameters": "", "template": template,
-                         "details": details["details"], "model_info": ollama_model_info(service),
-                         "capabilities": ["completion", "tools"] if template else ["completion"],
-                         "modified_at": details["modified_at"]})
+    return JSONResponse(
+        {
+            "modelfile": f"FROM {service.name}\n",
+            "parameters": "",
+            "template": template,
+            "details": details["details"],
+            "model_info": ollama_model_info(service),
+            "capabilities": ["completion", "tools"] if template else ["completion"],
+            "modified_at": details["modified_at"],
+        }
+    )
 
 
 def nanoseconds(seconds: float) -> int:
@@ -110,9 +121,14 @@ def stats(metrics: EngineRequestMetrics | None) -> dict:
     """
     if metrics is None:
         return {}
-    return {"total_duration": nanoseconds(metrics.e2e_s), "load_duration": 0,
-            "prompt_eval_count": metrics.prompt_tokens, "prompt_eval_duration": nanoseconds(metrics.ttft_s),
-            "eval_count": metrics.output_tokens, "eval_duration": nanoseconds(metrics.e2e_s - metrics.ttft_s)}
+    return {
+        "total_duration": nanoseconds(metrics.e2e_s),
+        "load_duration": 0,
+        "prompt_eval_count": metrics.prompt_tokens,
+        "prompt_eval_duration": nanoseconds(metrics.ttft_s),
+        "eval_count": metrics.output_tokens,
+        "eval_duration": nanoseconds(metrics.e2e_s - metrics.ttft_s),
+    }
 
 
 @dataclass(frozen=True)
@@ -128,16 +144,25 @@ class ChunkWriter:
         """Whether an answer of these tokens (none sent yet) may still become calls: then it waits."""
         return may_be_calls(self.tools, "".join(event.text for event in tokens))
 
-    def chunk(self, tokens: Sequence[TokenEvent], last: TokenEvent | None = None, whole: bool = False) -> dict:
+    def chunk(
+        self, tokens: Sequence[TokenEvent], last: TokenEvent | None = None, whole: bool = False
+    ) -> dict:
         """The chunk of these tokens (their text, and their logprobs when asked for); with `last`, the final
         chunk: done, its reason and the stats. whole: the tokens are the whole answer, read back as calls
         when they are (message.tool_calls, arguments as objects; content the text outside them, or "")."""
         text = "".join(event.text for event in tokens)
         content, calls = self.tools.parse(text) if whole else (text, [])
-        message = {"role": "assistant", "content": content or "",
-                   **({"tool_calls": [ollama_call(i, call) for i, call in enumerate(calls)]} if calls else {})}
-        line = {"model": self.model, "created_at": now(), **({"message": message} if self.chat else {"response": text}),
-                "done": last is not None}
+        message = {
+            "role": "assistant",
+            "content": content or "",
+            **({"tool_calls": [ollama_call(i, call) for i, call in enumerate(calls)]} if calls else {}),
+        }
+        line = {
+            "model": self.model,
+            "created_at": now(),
+            **({"message": message} if self.chat else {"response": text}),
+            "done": last is not None,
+        }
         if self.speller is not None and tokens:
             line["logprobs"] = ollama_logprobs(self.speller, [event.logprob for event in tokens])
         if last is not None:
@@ -145,16 +170,22 @@ class ChunkWriter:
         return line
 
 
-async def answer(request: Request, body: GenerationRequest, prompt_ids: list[int],
-                 arrival_s: float) -> JSONResponse | StreamingResponse:
+async def answer(
+    request: Request, body: GenerationRequest, prompt_ids: list[int], arrival_s: float
+) -> JSONResponse | StreamingResponse:
     """Run the request and answer in NDJSON (stream, Ollama's default) or as one JSON object."""
     service = service_of(request)
     config = body.decoding_config(service.default_max_tokens(prompt_ids))
-    submitted = await service.submit(prompt_ids, config, arrival_s=arrival_s, logprobs=body.engine_logprobs,
-                                    fields=body.engine_fields)
+    submitted = await service.submit(
+        prompt_ids, config, arrival_s=arrival_s, logprobs=body.engine_logprobs, fields=body.engine_fields
+    )
     chat = isinstance(body, ChatRequest)
-    writer = ChunkWriter(body.model, chat, None if body.engine_logprobs is None else service.speller,
-                         body.tool_spec if chat else ToolSpec())
+    writer = ChunkWriter(
+        body.model,
+        chat,
+        None if body.engine_logprobs is None else service.speller,
+        body.tool_spec if chat else ToolSpec(),
+    )
     if not body.stream:
         [sample] = await collect(service.events(submitted, request, poll_disconnect=True))
         if error := failure([sample]):
@@ -163,8 +194,9 @@ async def answer(request: Request, body: GenerationRequest, prompt_ids: list[int
     return StreamingResponse(ndjson(service, submitted, request, writer), media_type="application/x-ndjson")
 
 
-async def ndjson(service: ModelService, submitted: AcceptedRequest, request: Request,
-                 writer: ChunkWriter) -> AsyncIterator[bytes]:
+async def ndjson(
+    service: ModelService, submitted: AcceptedRequest, request: Request, writer: ChunkWriter
+) -> AsyncIterator[bytes]:
     """One JSON object per line: a chunk per text piece (a token without text of its own yet waits for the
     next, and an answer that may still become tool calls waits for its end), then the final one (or an
     error line)."""
@@ -188,9 +220,12 @@ async def generate(request: Request):
     arrival_s = time.perf_counter()  # the engine's TTFT counts parsing and the wait for the engine
     service, body = await read_request(request, GenerateRequest)
     if not body.prompt:  # Ollama: an empty prompt just loads the model
-        return JSONResponse({"model": body.model, "created_at": now(), "response": "", "done": True,
-                             "done_reason": "load"})
-    prompt_ids = service.encode(body.prompt, "prompt") if body.raw else service.chat_ids(body.chat(), "prompt")
+        return JSONResponse(
+            {"model": body.model, "created_at": now(), "response": "", "done": True, "done_reason": "load"}
+        )
+    prompt_ids = (
+        service.encode(body.prompt, "prompt") if body.raw else service.chat_ids(body.chat(), "prompt")
+    )
     return await answer(request, body, prompt_ids, arrival_s)
 
 

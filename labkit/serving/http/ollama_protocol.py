@@ -41,9 +41,18 @@ from labkit.serving.http.tool_calls import request_tools, tool_grammar
 from labkit.serving.request import MAX_LOGPROBS
 
 # Ollama option -> DecodingConfig field (num_predict is read apart: -1 and -2 mean "no limit").
-OPTIONS = {"temperature": "temperature", "top_k": "top_k", "top_p": "top_p", "min_p": "min_p",
-           "typical_p": "typical_p", "repeat_penalty": "repetition_penalty", "presence_penalty": "presence_penalty",
-           "frequency_penalty": "frequency_penalty", "seed": "seed", "stop": "stop"}
+OPTIONS = {
+    "temperature": "temperature",
+    "top_k": "top_k",
+    "top_p": "top_p",
+    "min_p": "min_p",
+    "typical_p": "typical_p",
+    "repeat_penalty": "repetition_penalty",
+    "presence_penalty": "presence_penalty",
+    "frequency_penalty": "frequency_penalty",
+    "seed": "seed",
+    "stop": "stop",
+}
 NoImages = refused("the model reads text only.")
 NoThinking = refused("the model has no thinking mode.")
 NoTemplate = refused("the model's own chat template is always used.")
@@ -74,7 +83,9 @@ class Options(RequestModel):
     frequency_penalty: Annotated[float, option_range("frequency_penalty")] | None = None
     seed: int | None = None
     stop: Strings | None = None
-    num_predict: Annotated[int, AfterValidator(num_predict_value), stated(minimum=FILL_CONTEXT)] = -1  # -1: no limit
+    num_predict: Annotated[
+        int, AfterValidator(num_predict_value), stated(minimum=FILL_CONTEXT)
+    ] = -1  # -1: no limit
     num_ctx: LoadTime = None
     num_batch: LoadTime = None
     num_gpu: LoadTime = None
@@ -99,7 +110,9 @@ class GenerationRequest(PromptRequest):
     options: Options = Field(default_factory=Options, description=OPTIONS_TAKEN)
     keep_alive: Annotated[str | float, either("a duration (string or number)")] | None = None
     logprobs: bool = False  # each token's log-probability in the answer, with top_logprobs alternatives
-    top_logprobs: Annotated[int_within(0, MAX_LOGPROBS, "alternatives per token"), needs_logprobs(1)] | None = None
+    top_logprobs: (
+        Annotated[int_within(0, MAX_LOGPROBS, "alternatives per token"), needs_logprobs(1)] | None
+    ) = None
     think: NoThinking = None
     images: NoImages = None
     suffix: NoSuffix = None
@@ -120,8 +133,11 @@ class GenerationRequest(PromptRequest):
     def chosen_options(self, default_max_tokens: int) -> dict[str, tuple[str, object]]:
         """DecodingConfig field -> (the client's field, value): one stop string is a list, num_predict < 0 is
         default_max_tokens, format "json" is any JSON object and a schema object is that schema."""
-        chosen = {field: (f"options.{name}", getattr(self.options, name)) for name, field in OPTIONS.items()
-                  if getattr(self.options, name) is not None}
+        chosen = {
+            field: (f"options.{name}", getattr(self.options, name))
+            for name, field in OPTIONS.items()
+            if getattr(self.options, name) is not None
+        }
         if isinstance(self.options.stop, str):
             chosen["stop"] = ("options.stop", [self.options.stop])
         limit = self.options.num_predict
@@ -142,14 +158,17 @@ class GenerateRequest(GenerationRequest):
     def chat(self) -> list[dict]:
         """The prompt as the chat the template renders: the system message (if any), then the user's."""
         return ([{"role": "system", "content": self.system}] if self.system else []) + [
-            {"role": "user", "content": self.prompt}]
+            {"role": "user", "content": self.prompt}
+        ]
 
 
 class Message(RequestModel):
     """One message; an assistant's may hold its tool_calls, a tool's result names its tool (tool_name)."""
 
-    role: str = Field(description='"system", "user", "assistant" or "tool"',
-                      json_schema_extra={"enum": ["system", "user", "assistant", "tool"]})
+    role: str = Field(
+        description='"system", "user", "assistant" or "tool"',
+        json_schema_extra={"enum": ["system", "user", "assistant", "tool"]},
+    )
     content: str = ""  # the message's text (the client leaves it out beside tool_calls)
     images: NoImages = None
     tool_calls: list[dict] | None = None  # [{"function": {"name", "arguments": {...}}}], arguments an object
@@ -158,16 +177,18 @@ class Message(RequestModel):
 
     def as_chat(self) -> dict:
         """The message as labkit.decoding.tool_prompt's (OpenAI's) until tool_calls.openai_messages gives ids."""
-        return self.model_dump(include={"role", "content", "tool_calls", "tool_name", "tool_call_id"},
-                               exclude_none=True)
+        return self.model_dump(
+            include={"role", "content", "tool_calls", "tool_name", "tool_call_id"}, exclude_none=True
+        )
 
 
 class ChatRequest(GenerationRequest):
     """POST /api/chat, with tools (Ollama has no tool_choice: "auto" when tools are given)."""
 
     PROMPT_FIELD: ClassVar[str] = "messages"
-    messages: list[Message] = Field(description='an array of {"role", "content"} objects',
-                                    json_schema_extra={"minItems": 1})  # checked by tool_prompt
+    messages: list[Message] = Field(
+        description='an array of {"role", "content"} objects', json_schema_extra={"minItems": 1}
+    )  # checked by tool_prompt
     tools: Any = None  # [{"type": "function", "function": {"name", "description", "parameters"}}, ...]
 
     @cached_property

@@ -56,11 +56,15 @@ async def models(request: Request) -> JSONResponse:
     return JSONResponse({"object": "list", "data": [openai_model_card(service_of(request))]})
 
 
-@router.post("/chat/completions", openapi_extra=request_body(ChatCompletionRequest, streams="text/event-stream"))
+@router.post(
+    "/chat/completions", openapi_extra=request_body(ChatCompletionRequest, streams="text/event-stream")
+)
 async def chat_completions(request: Request):
     arrival_s = time.perf_counter()  # the engine's TTFT counts parsing and the wait for the engine
     service, body = await read_request(request, ChatCompletionRequest)
-    prompt_ids = service.chat_ids([message.as_chat() for message in body.messages], "messages", body.tool_spec)
+    prompt_ids = service.chat_ids(
+        [message.as_chat() for message in body.messages], "messages", body.tool_spec
+    )
     return await answer(request, body, prompt_ids, arrival_s)
 
 
@@ -75,35 +79,70 @@ async def answer(request: Request, body: OpenAIRequest, prompt_ids: list[int], a
     """Run the request's n samples; one JSON object with n choices, or an SSE stream when `stream` is true."""
     service = service_of(request)
     config = body.decoding_config(body.DEFAULT_MAX_TOKENS or service.default_max_tokens(prompt_ids))
-    submitted = await service.submit(prompt_ids, config, arrival_s=arrival_s, n=body.n, logprobs=body.engine_logprobs,
-                                    fields=body.engine_fields)
+    submitted = await service.submit(
+        prompt_ids,
+        config,
+        arrival_s=arrival_s,
+        n=body.n,
+        logprobs=body.engine_logprobs,
+        fields=body.engine_fields,
+    )
     chat = isinstance(body, ChatCompletionRequest)
-    writer = ChoiceWriter(chat, service.speller, logprobs=body.engine_logprobs is not None,
-                          tools=body.tool_spec if chat else ToolSpec())
+    writer = ChoiceWriter(
+        chat,
+        service.speller,
+        logprobs=body.engine_logprobs is not None,
+        tools=body.tool_spec if chat else ToolSpec(),
+    )
     ident = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
-    base = {"id": ident, "object": "chat.completion" if chat else "text_completion", "created": int(time.time()),
-            "model": body.model}
+    base = {
+        "id": ident,
+        "object": "chat.completion" if chat else "text_completion",
+        "created": int(time.time()),
+        "model": body.model,
+    }
     if body.stream:
-        frames = sse(service, submitted, request, {**base, "object": base["object"] + (".chunk" if chat else "")},
-                     writer, body.stream_options.include_usage)
-        return StreamingResponse(frames, media_type="text/event-stream", headers={"cache-control": "no-cache"})
+        frames = sse(
+            service,
+            submitted,
+            request,
+            {**base, "object": base["object"] + (".chunk" if chat else "")},
+            writer,
+            body.stream_options.include_usage,
+        )
+        return StreamingResponse(
+            frames, media_type="text/event-stream", headers={"cache-control": "no-cache"}
+        )
     samples = await collect(service.events(submitted, request, poll_disconnect=True), submitted.n)
     if error := failure(samples):
         raise error
     completion_tokens = sum(sample.last.metrics.output_tokens for sample in samples)
-    return JSONResponse({**base, "choices": [writer.choice(index, sample) for index, sample in enumerate(samples)],
-                         "usage": usage(submitted.prompt_tokens, completion_tokens)})
+    return JSONResponse(
+        {
+            **base,
+            "choices": [writer.choice(index, sample) for index, sample in enumerate(samples)],
+            "usage": usage(submitted.prompt_tokens, completion_tokens),
+        }
+    )
 
 
 def frame(data: dict | str) -> bytes:
     return f"data: {data if isinstance(data, str) else json.dumps(data)}\n\n".encode()
 
 
-async def sse(service: ModelService, submitted: AcceptedRequest, request: Request, base: dict, writer: ChoiceWriter,
-              include_usage: bool) -> AsyncIterator[bytes]:
+async def sse(
+    service: ModelService,
+    submitted: AcceptedRequest,
+    request: Request,
+    base: dict,
+    writer: ChoiceWriter,
+    include_usage: bool,
+) -> AsyncIterator[bytes]:
     """The SSE frames of a streamed answer (see the module doc): each chunk one choice of one sample."""
     extra = {"usage": None} if include_usage else {}
-    waiting = [[] for _ in range(submitted.n)]  # each sample's tokens not sent yet (no text yet, or maybe calls)
+    waiting = [
+        [] for _ in range(submitted.n)
+    ]  # each sample's tokens not sent yet (no text yet, or maybe calls)
     offsets = [0] * submitted.n  # characters of each sample's answer sent so far
     completion_tokens = 0
     for index in range(submitted.n if writer.chat else 0):

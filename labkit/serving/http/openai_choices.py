@@ -44,8 +44,11 @@ from labkit.serving.http.tool_calls import may_be_calls, streamed_call
 
 def usage(prompt_tokens: int, completion_tokens: int) -> dict:
     """OpenAI's `usage`: the prompt counted once, the completion tokens of every choice."""
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
 
 
 @dataclass(frozen=True)
@@ -63,12 +66,22 @@ class ChoiceWriter:
         reason = finish_reason(sample.last.finish_reason)
         if self.chat:
             content, calls = self.tools.parse(sample.text)
-            body = {"message": {"role": "assistant", "content": content,
-                                **({"tool_calls": [call.to_openai() for call in calls]} if calls else {})}}
+            body = {
+                "message": {
+                    "role": "assistant",
+                    "content": content,
+                    **({"tool_calls": [call.to_openai() for call in calls]} if calls else {}),
+                }
+            }
             reason = tool_finish_reason(reason, calls)
         else:
             body = {"text": sample.text}
-        return {"index": index, **body, "finish_reason": reason, "logprobs": self.logprobs_of(sample.tokens, offset=0)}
+        return {
+            "index": index,
+            **body,
+            "finish_reason": reason,
+            "logprobs": self.logprobs_of(sample.tokens, offset=0),
+        }
 
     def role(self, index: int) -> dict:
         """The first streamed choice of a chat sample: its role, no text yet."""
@@ -96,17 +109,32 @@ class ChoiceWriter:
         if not calls:
             return [self.delta(index, tokens, offset, finish)]
         first = {"content": content} if content else {}
-        deltas = [self.streamed(index, {**(first if position == 0 else {}),
-                                        "tool_calls": [streamed_call(position, call)]},
-                                tokens=tokens if position == 0 else ()) for position, call in enumerate(calls)]
+        deltas = [
+            self.streamed(
+                index,
+                {**(first if position == 0 else {}), "tool_calls": [streamed_call(position, call)]},
+                tokens=tokens if position == 0 else (),
+            )
+            for position, call in enumerate(calls)
+        ]
         return deltas + [self.streamed(index, {}, tool_finish_reason(finish_reason(finish), calls))]
 
-    def streamed(self, index: int, body: dict | str, reason: str | None = None, tokens: Sequence[TokenEvent] = (),
-                 offset: int = 0) -> dict:
+    def streamed(
+        self,
+        index: int,
+        body: dict | str,
+        reason: str | None = None,
+        tokens: Sequence[TokenEvent] = (),
+        offset: int = 0,
+    ) -> dict:
         """ONE place that builds a streamed choice: chat's `delta` (a dict) or completions' `text` (a string),
         the finish_reason, and the log-probabilities of the tokens it carries."""
-        return {"index": index, **({"delta": body} if self.chat else {"text": body}), "finish_reason": reason,
-                "logprobs": self.logprobs_of(tokens, offset) if tokens else None}
+        return {
+            "index": index,
+            **({"delta": body} if self.chat else {"text": body}),
+            "finish_reason": reason,
+            "logprobs": self.logprobs_of(tokens, offset) if tokens else None,
+        }
 
     def logprobs_of(self, tokens: Sequence[TokenEvent], offset: int) -> dict | None:
         """The `logprobs` of these tokens in this route's shape (None when the request did not ask)."""
@@ -115,4 +143,6 @@ class ChoiceWriter:
         recorded = [event.logprob for event in tokens]
         if self.chat:
             return chat_logprobs(self.speller, recorded)
-        return completion_logprobs(self.speller, recorded, text_offsets([event.text for event in tokens], offset))
+        return completion_logprobs(
+            self.speller, recorded, text_offsets([event.text for event in tokens], offset)
+        )

@@ -52,14 +52,25 @@ from labkit.serving.http.tool_calls import request_tools, tool_grammar
 from labkit.serving.request import MAX_LOGPROBS
 
 # Request field -> DecodingConfig field: OpenAI's, then vLLM's extras.
-SAMPLING = {"temperature": "temperature", "top_p": "top_p", "seed": "seed", "presence_penalty": "presence_penalty",
-            "frequency_penalty": "frequency_penalty", "stop": "stop", "top_k": "top_k", "min_p": "min_p",
-            "repetition_penalty": "repetition_penalty", "min_tokens": "min_new_tokens",
-            "thinking_token_budget": "thinking_budget"}
+SAMPLING = {
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "seed": "seed",
+    "presence_penalty": "presence_penalty",
+    "frequency_penalty": "frequency_penalty",
+    "stop": "stop",
+    "top_k": "top_k",
+    "min_p": "min_p",
+    "repetition_penalty": "repetition_penalty",
+    "min_tokens": "min_new_tokens",
+    "thinking_token_budget": "thinking_budget",
+}
 DEFAULT_TEMPERATURE = 1.0  # OpenAI's and vLLM's default
 MAX_COMPLETION_LOGPROBS = 5  # OpenAI's limit on the completions API's integer `logprobs`
 NoEcho = refused("the prompt is not echoed.")
-NoTools = refused("a completion continues a prompt and calls no tools; tools are offered on /v1/chat/completions.")
+NoTools = refused(
+    "a completion continues a prompt and calls no tools; tools are offered on /v1/chat/completions."
+)
 NoBeamSearch = refused("the engine samples (n samples per request); it has no beam search.")
 NoIgnoreEos = refused("the engine always stops at EOS.")
 
@@ -80,7 +91,9 @@ def token_id_keys(bias: dict[str, float]) -> dict[str, float]:
 
 def one_prompt(prompt: Any) -> Any:
     """["text"] -> "text": an array of one string is one prompt."""
-    return prompt[0] if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str) else prompt
+    return (
+        prompt[0] if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str) else prompt
+    )
 
 
 class StreamOptions(RequestModel):
@@ -101,7 +114,9 @@ class ResponseFormat(RequestModel):
 
     @field_validator("json_schema")
     @classmethod
-    def given_for_json_schema(cls, spec: JsonSchemaSpec | None, info: ValidationInfo) -> JsonSchemaSpec | None:
+    def given_for_json_schema(
+        cls, spec: JsonSchemaSpec | None, info: ValidationInfo
+    ) -> JsonSchemaSpec | None:
         if spec is None and info.data.get("type") == "json_schema":
             raise own_error('is required when type is "json_schema": an object with "name" and "schema".')
         return spec
@@ -110,12 +125,16 @@ class ResponseFormat(RequestModel):
 class OpenAIRequest(PromptRequest):
     """What chat completions and completions share: streaming, limits and sampling (OpenAI's and vLLM's)."""
 
-    DEFAULT_MAX_TOKENS: ClassVar[int | None] = None  # None: up to the context (ModelService.default_max_tokens)
+    DEFAULT_MAX_TOKENS: ClassVar[int | None] = (
+        None  # None: up to the context (ModelService.default_max_tokens)
+    )
     VOCABULARY_FIELDS: ClassVar[dict[str, str]] = {"logit_bias": "logit_bias"}
     stream: bool = False
     stream_options: StreamOptions = Field(default_factory=StreamOptions)
     max_tokens: Annotated[int, option_range("max_new_tokens")] | None = None
-    max_completion_tokens: Annotated[int, option_range("max_new_tokens")] | None = None  # wins over max_tokens
+    max_completion_tokens: Annotated[int, option_range("max_new_tokens")] | None = (
+        None  # wins over max_tokens
+    )
     temperature: Annotated[float, option_range("temperature")] = DEFAULT_TEMPERATURE
     top_p: Annotated[float, option_range("top_p")] | None = None
     seed: int | None = None
@@ -128,7 +147,8 @@ class OpenAIRequest(PromptRequest):
     min_tokens: Annotated[int, option_range("min_new_tokens")] | None = None
     n: Annotated[int, AfterValidator(at_least_one), stated(minimum=1)] = 1
     logit_bias: Annotated[dict[str, float], AfterValidator(token_id_keys)] = Field(
-        default_factory=dict, json_schema_extra={"propertyNames": {"pattern": "^[0-9]+$"}})
+        default_factory=dict, json_schema_extra={"propertyNames": {"pattern": "^[0-9]+$"}}
+    )
     response_format: ResponseFormat = Field(default_factory=ResponseFormat)
     thinking_token_budget: int | None = None  # vLLM: thinking tokens before "</think>" is forced (module doc)
     suffix: NoSuffix = None
@@ -154,8 +174,11 @@ class OpenAIRequest(PromptRequest):
         """DecodingConfig field -> (the client's field, value): top_k -1 is off, one stop string is a list,
         logit_bias keys are token ids, response_format is json_schema, and default_max_tokens when no limit is
         given."""
-        chosen = {field: (name, getattr(self, name)) for name, field in SAMPLING.items()
-                  if getattr(self, name) is not None}
+        chosen = {
+            field: (name, getattr(self, name))
+            for name, field in SAMPLING.items()
+            if getattr(self, name) is not None
+        }
         if self.top_k == -1:
             chosen["top_k"] = ("top_k", 0)
         if isinstance(self.stop, str):
@@ -181,17 +204,30 @@ class ChatMessage(RequestModel):
     """One message: its role and text; an assistant's may hold its tool_calls (content null), a tool's
     answers the call tool_call_id names. labkit.decoding.tool_prompt checks the turns and renders them."""
 
-    role: str = Field(description='"system", "user", "assistant" or "tool" ("developer" reads as "system")',
-                      json_schema_extra={"enum": ["system", "developer", "user", "assistant", "tool"]})
-    content: Annotated[str | list[TextPart], either('a string or an array of {"type": "text", "text": ...} parts '
-                                                    "(the model reads text only)")] | None = None
-    tool_calls: list[dict] | None = None  # an assistant's calls: [{"id", "type": "function", "function": {...}}]
+    role: str = Field(
+        description='"system", "user", "assistant" or "tool" ("developer" reads as "system")',
+        json_schema_extra={"enum": ["system", "developer", "user", "assistant", "tool"]},
+    )
+    content: (
+        Annotated[
+            str | list[TextPart],
+            either('a string or an array of {"type": "text", "text": ...} parts (the model reads text only)'),
+        ]
+        | None
+    ) = None
+    tool_calls: list[dict] | None = (
+        None  # an assistant's calls: [{"id", "type": "function", "function": {...}}]
+    )
     tool_call_id: str | None = None  # a tool message: the id of the call it answers
 
     def as_chat(self) -> dict:
         """The message for labkit.decoding.tool_prompt: text parts joined, 'developer' read as 'system', the
         tool fields kept when given."""
-        text = self.content if not isinstance(self.content, list) else "".join(part.text for part in self.content)
+        text = (
+            self.content
+            if not isinstance(self.content, list)
+            else "".join(part.text for part in self.content)
+        )
         message = {"role": "system" if self.role == "developer" else self.role, "content": text}
         tool_fields = {"tool_calls": self.tool_calls, "tool_call_id": self.tool_call_id}
         return {**message, **{name: value for name, value in tool_fields.items() if value is not None}}
@@ -201,10 +237,13 @@ class ChatCompletionRequest(OpenAIRequest):
     """POST /v1/chat/completions, with OpenAI's tools (`tool_calls` module doc)."""
 
     PROMPT_FIELD: ClassVar[str] = "messages"
-    messages: list[ChatMessage] = Field(description='an array of {"role", "content"} objects',
-                                        json_schema_extra={"minItems": 1})  # checked by tool_prompt
+    messages: list[ChatMessage] = Field(
+        description='an array of {"role", "content"} objects', json_schema_extra={"minItems": 1}
+    )  # checked by tool_prompt
     logprobs: bool = False
-    top_logprobs: Annotated[int_within(0, MAX_LOGPROBS, "alternatives per token"), needs_logprobs(0)] | None = None
+    top_logprobs: (
+        Annotated[int_within(0, MAX_LOGPROBS, "alternatives per token"), needs_logprobs(0)] | None
+    ) = None
     tools: Any = None  # [{"type": "function", "function": {"name", "description", "parameters"}}, ...]
     tool_choice: Any = None  # "none", "auto", "required" or {"type": "function", "function": {"name"}}
     parallel_tool_calls: bool = True  # False: at most one call an answer
@@ -221,8 +260,10 @@ class ChatCompletionRequest(OpenAIRequest):
     def chosen_options(self, default_max_tokens: int) -> dict[str, tuple[str, object]]:
         """OpenAIRequest's options, with the tools' grammar when tools are offered (response_format or a
         thinking budget beside them is refused)."""
-        constraints = {"response_format": self.response_format.type != "text",
-                       "thinking_token_budget": self.thinking_token_budget is not None}
+        constraints = {
+            "response_format": self.response_format.type != "text",
+            "thinking_token_budget": self.thinking_token_budget is not None,
+        }
         grammar = tool_grammar(self.tool_spec, constraints)
         chosen = super().chosen_options(default_max_tokens)
         return chosen if grammar is None else {**chosen, "grammar": ("tools", grammar)}
@@ -233,10 +274,11 @@ class CompletionRequest(OpenAIRequest):
 
     DEFAULT_MAX_TOKENS: ClassVar[int | None] = 16
     PROMPT_FIELD: ClassVar[str] = "prompt"
-    prompt: Annotated[Annotated[str, stated(minLength=1)] | Annotated[list[int], Field(min_length=1)],
-                      BeforeValidator(one_prompt),
-                      either("a string, an array of one string, or a non-empty array of token ids: one prompt "
-                             "per request")] = Field(description="a non-empty string or a non-empty array of token ids")
+    prompt: Annotated[
+        Annotated[str, stated(minLength=1)] | Annotated[list[int], Field(min_length=1)],
+        BeforeValidator(one_prompt),
+        either("a string, an array of one string, or a non-empty array of token ids: one prompt per request"),
+    ] = Field(description="a non-empty string or a non-empty array of token ids")
     logprobs: int_within(0, MAX_COMPLETION_LOGPROBS, "alternatives per token") | None = None
     tools: NoTools = None
 

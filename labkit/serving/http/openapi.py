@@ -29,10 +29,22 @@ from labkit.serving.http.errors import is_openai_path
 
 REF = "#/components/schemas/{model}"
 OLLAMA_ERROR = {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}}
-OPENAI_ERROR = {"type": "object", "required": ["error"], "properties": {"error": {
-    "type": "object", "required": ["message", "type", "param", "code"],
-    "properties": {"message": {"type": "string"}, "type": {"type": "string"},
-                   "param": {"type": ["string", "null"]}, "code": {"type": "integer"}}}}}
+OPENAI_ERROR = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["message", "type", "param", "code"],
+            "properties": {
+                "message": {"type": "string"},
+                "type": {"type": "string"},
+                "param": {"type": ["string", "null"]},
+                "code": {"type": "integer"},
+            },
+        }
+    },
+}
 ANSWER = {"type": "object"}  # a JSON answer: its fields are the protocol's (see each route's module)
 
 
@@ -46,17 +58,25 @@ def request_body(kind: type[BaseModel], streams: str | None = None) -> dict:
     answers = {"application/json": {"schema": ANSWER}}
     if streams is not None:
         answers[streams] = {"schema": {"type": "string"}}
-    return {"requestBody": {"required": True, "content": {"application/json": {
-                "schema": {"$ref": REF.format(model=kind.__name__)}}}},
-            "responses": {"200": {"description": "The answer, whole or streamed", "content": answers}}}
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": {"$ref": REF.format(model=kind.__name__)}}},
+        },
+        "responses": {"200": {"description": "The answer, whole or streamed", "content": answers}},
+    }
 
 
 def describe(app: FastAPI, models: Iterable[type[BaseModel]], served: Iterable[str] = ()) -> dict:
     """FastAPI's document of `app`, with the JSON schema of each request model (the bodies `request_body`
     names), its `model` one of the `served` names when given (any other is a 404), and every operation's
     errors in its protocol's shape."""
-    document = get_openapi(title=app.title, version=app.version, routes=app.routes,
-                           description="labkit's server: Ollama's API (/api/*) and OpenAI's (/v1/*).")
+    document = get_openapi(
+        title=app.title,
+        version=app.version,
+        routes=app.routes,
+        description="labkit's server: Ollama's API (/api/*) and OpenAI's (/v1/*).",
+    )
     schemas = document.setdefault("components", {}).setdefault("schemas", {})
     for kind in models:
         schema = kind.model_json_schema(ref_template=REF)
@@ -67,6 +87,8 @@ def describe(app: FastAPI, models: Iterable[type[BaseModel]], served: Iterable[s
     for path, operations in document["paths"].items():
         error = OPENAI_ERROR if is_openai_path(path) else OLLAMA_ERROR
         for operation in operations.values():
-            operation["responses"]["default"] = {"description": "A refusal (4xx) or the server's fault (5xx)",
-                                                 "content": {"application/json": {"schema": error}}}
+            operation["responses"]["default"] = {
+                "description": "A refusal (4xx) or the server's fault (5xx)",
+                "content": {"application/json": {"schema": error}},
+            }
     return document

@@ -44,13 +44,15 @@ def is_loopback(host: str) -> bool:
 def exposure_warning(host: str, api_key: str | None) -> str | None:
     """The warning to print when the server is reachable from other machines without a key (else None).
 
-        >>> exposure_warning("127.0.0.1", None) is None
-        True
+    >>> exposure_warning("127.0.0.1", None) is None
+    True
     """
     if is_loopback(host) or api_key:
         return None
-    return (f"WARNING: listening on {host} with NO authentication: anyone who can reach this machine can use "
-            "the model. Pass --api-key KEY to require 'Authorization: Bearer KEY'.")
+    return (
+        f"WARNING: listening on {host} with NO authentication: anyone who can reach this machine can use "
+        "the model. Pass --api-key KEY to require 'Authorization: Bearer KEY'."
+    )
 
 
 STEP_HISTORY = 10_000  # the server's engine keeps only its latest steps' metrics
@@ -93,7 +95,14 @@ class ServerOptions:
 
     def argv(self) -> list[str]:
         """The `python -m labkit serve` arguments that run these options."""
-        args = ["--model", self.model, "--max-num-seqs", str(self.max_num_seqs), "--max-waiting", str(self.max_waiting)]
+        args = [
+            "--model",
+            self.model,
+            "--max-num-seqs",
+            str(self.max_num_seqs),
+            "--max-waiting",
+            str(self.max_waiting),
+        ]
         args += ["--optimize", ",".join(self.optimize)] if self.optimize else []
         args += ["--chunked-prefill"] if self.chunked_prefill else []
         args += ["--compile"] if self.compile else []
@@ -103,8 +112,8 @@ class ServerOptions:
     def scheduling(self) -> str:
         """How the engine schedules prompts, as a settings table says it.
 
-            >>> ServerOptions(chunked_prefill=True).scheduling()
-            'continuous batching, chunked prefill (256 tokens a step)'
+        >>> ServerOptions(chunked_prefill=True).scheduling()
+        'continuous batching, chunked prefill (256 tokens a step)'
         """
         from labkit.serving.engine import default_budget  # here, not at the top: it loads torch
 
@@ -129,7 +138,9 @@ def create_app(options: ServerOptions = ServerOptions(), api_key: str | None = N
     from labkit.serving.http.openmp_team import built_on_a_thread
 
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # this (the main) thread starts no OpenMP team: the engine thread's is the only one
+    torch.set_num_threads(
+        1
+    )  # this (the main) thread starts no OpenMP team: the engine thread's is the only one
     llama, tokenizer, engine = built_on_a_thread(lambda: build_engine(options), threads)
     engine_thread = EngineThread(engine, threads=threads)
     engine_thread.start()
@@ -144,9 +155,16 @@ def build_engine(options: ServerOptions):
 
     llama, tokenizer = load_model(options.model, impl="labkit")
     llama = optimize(llama, options.optimize) if options.optimize else llama
-    engine = Engine(llama, tokenizer, max_num_seqs=options.max_num_seqs, max_waiting=options.max_waiting,
-                    chunked_prefill=options.chunked_prefill, max_num_batched_tokens=options.max_num_batched_tokens,
-                    step_history=STEP_HISTORY, compile_decode=options.compile)
+    engine = Engine(
+        llama,
+        tokenizer,
+        max_num_seqs=options.max_num_seqs,
+        max_waiting=options.max_waiting,
+        chunked_prefill=options.chunked_prefill,
+        max_num_batched_tokens=options.max_num_batched_tokens,
+        step_history=STEP_HISTORY,
+        compile_decode=options.compile,
+    )
     return llama, tokenizer, engine
 
 
@@ -160,49 +178,86 @@ def serve(options: ServerOptions, host: str, port: int, api_key: str | None) -> 
     app = create_app(options, api_key)
     steps = f" ({', '.join(options.optimize)})" if options.optimize else ""
     engine = app.state.service.engine_thread.engine
-    print(f"labkit serving {options.model}{steps}, {options.scheduling()}, decode step {engine.step_description()}, "
-          f"at http://{host}:{port} (Ollama: /api/*, OpenAI: /v1/*, /health, /metrics)", flush=True)
+    print(
+        f"labkit serving {options.model}{steps}, {options.scheduling()}, decode step {engine.step_description()}, "
+        f"at http://{host}:{port} (Ollama: /api/*, OpenAI: /v1/*, /health, /metrics)",
+        flush=True,
+    )
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, timeout_graceful_shutdown=5)
 
 
 def argument_parser() -> argparse.ArgumentParser:
     """`python -m labkit serve`'s options, each with its default and its help line."""
-    parser = argparse.ArgumentParser(prog="python -m labkit serve",
-                                     description="Serve a model over Ollama's and OpenAI's HTTP APIs.")
+    parser = argparse.ArgumentParser(
+        prog="python -m labkit serve", description="Serve a model over Ollama's and OpenAI's HTTP APIs."
+    )
     parser.add_argument("--model", default="smollm2-135m", help="an embedded model name or a local folder")
-    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)"
+    )
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"TCP port (default {DEFAULT_PORT})")
-    parser.add_argument("--max-num-seqs", type=int, default=DEFAULT_MAX_NUM_SEQS,
-                        help="requests decoded together in one batch")
-    parser.add_argument("--max-waiting", type=int, default=DEFAULT_MAX_WAITING,
-                        help="requests that may wait for a slot; more get 503 at once")
-    parser.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on every request")
-    parser.add_argument("--optimize", default="", metavar="STEPS",
-                        help="labkit.fast steps for the model, comma-separated, e.g. fuse,q4_1 (the fastest; default: "
-                             "none, float32)")
-    parser.add_argument("--chunked-prefill", action="store_true",
-                        help="feed prompts in chunks beside the running decodes (vLLM V1's scheduling)")
-    parser.add_argument("--max-num-batched-tokens", type=int, default=None, metavar="N",
-                        help="tokens per step (default: 256 with --chunked-prefill, else a whole context)")
-    parser.add_argument("--compile", action="store_true",
-                        help="compile the decode step for batch sizes up to --max-num-seqs at start-up (minutes "
-                             "on 2 cores the first time; cached on disk)")
+    parser.add_argument(
+        "--max-num-seqs",
+        type=int,
+        default=DEFAULT_MAX_NUM_SEQS,
+        help="requests decoded together in one batch",
+    )
+    parser.add_argument(
+        "--max-waiting",
+        type=int,
+        default=DEFAULT_MAX_WAITING,
+        help="requests that may wait for a slot; more get 503 at once",
+    )
+    parser.add_argument(
+        "--api-key", default=None, help="require 'Authorization: Bearer KEY' on every request"
+    )
+    parser.add_argument(
+        "--optimize",
+        default="",
+        metavar="STEPS",
+        help="labkit.fast steps for the model, comma-separated, e.g. fuse,q4_1 (the fastest; default: "
+        "none, float32)",
+    )
+    parser.add_argument(
+        "--chunked-prefill",
+        action="store_true",
+        help="feed prompts in chunks beside the running decodes (vLLM V1's scheduling)",
+    )
+    parser.add_argument(
+        "--max-num-batched-tokens",
+        type=int,
+        default=None,
+        metavar="N",
+        help="tokens per step (default: 256 with --chunked-prefill, else a whole context)",
+    )
+    parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="compile the decode step for batch sizes up to --max-num-seqs at start-up (minutes "
+        "on 2 cores the first time; cached on disk)",
+    )
     return parser
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line, checked; `.options` holds the ServerOptions it asks for.
 
-        >>> parse_args(["--max-num-seqs", "4", "--optimize", "fuse, q4_1"]).options.optimize
-        ('fuse', 'q4_1')
+    >>> parse_args(["--max-num-seqs", "4", "--optimize", "fuse, q4_1"]).options.optimize
+    ('fuse', 'q4_1')
     """
     parser = argument_parser()
     args = parser.parse_args(argv)
     if not 0 <= args.port < 65536:
         parser.error("--port must be in [0, 65535].")
-    options = ServerOptions(args.model, args.max_num_seqs, args.max_waiting,
-                            tuple(step.strip() for step in args.optimize.split(",") if step.strip()),
-                            args.chunked_prefill, args.max_num_batched_tokens, args.compile)
+    options = ServerOptions(
+        args.model,
+        args.max_num_seqs,
+        args.max_waiting,
+        tuple(step.strip() for step in args.optimize.split(",") if step.strip()),
+        args.chunked_prefill,
+        args.max_num_batched_tokens,
+        args.compile,
+    )
     try:
         args.options = options.check()
     except (ValueError, TypeError, KeyError) as error:
@@ -217,11 +272,20 @@ def main(argv: list[str] | None = None) -> None:
     serve(args.options, args.host, args.port, args.api_key)
 
 
-def start_server(model: str = "smollm2-135m", host: str = "127.0.0.1", port: int = 0,
-                 max_num_seqs: int = DEFAULT_MAX_NUM_SEQS, api_key: str | None = None,
-                 max_waiting: int = DEFAULT_MAX_WAITING, timeout: float | None = None,
-                 optimize: Sequence[str] = (), env: Mapping[str, str] | None = None, chunked_prefill: bool = False,
-                 max_num_batched_tokens: int | None = None, compile: bool = False) -> ServerHandle:
+def start_server(
+    model: str = "smollm2-135m",
+    host: str = "127.0.0.1",
+    port: int = 0,
+    max_num_seqs: int = DEFAULT_MAX_NUM_SEQS,
+    api_key: str | None = None,
+    max_waiting: int = DEFAULT_MAX_WAITING,
+    timeout: float | None = None,
+    optimize: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+    chunked_prefill: bool = False,
+    max_num_batched_tokens: int | None = None,
+    compile: bool = False,
+) -> ServerHandle:
     """Start `python -m labkit serve` in the background (port 0: a free one) and wait until it answers.
     Every argument is checked first: a bad one raises an error naming it, and no process starts.
     env: variables set for the server process on top of this one's, e.g. {"OMP_WAIT_POLICY": "ACTIVE"}.
@@ -233,8 +297,9 @@ def start_server(model: str = "smollm2-135m", host: str = "127.0.0.1", port: int
         ...     print(httpx.get(server.url + "/health").json()["status"])
         ok
     """
-    options = ServerOptions(model, max_num_seqs, max_waiting, optimize, chunked_prefill,
-                            max_num_batched_tokens, compile).check()
+    options = ServerOptions(
+        model, max_num_seqs, max_waiting, optimize, chunked_prefill, max_num_batched_tokens, compile
+    ).check()
     check_address(host, port)
     if timeout is None:
         timeout = START_TIMEOUT_S + (COMPILE_TIMEOUT_S if compile else 0.0)
@@ -242,7 +307,9 @@ def start_server(model: str = "smollm2-135m", host: str = "127.0.0.1", port: int
     if api_key is not None:
         check_text("api_key", api_key, example="'secret' (or None: no key)")
     if env is not None and not (isinstance(env, Mapping) and all(isinstance(v, str) for v in env.values())):
-        raise ValueError(f"env must map variable names to strings, e.g. {{'OMP_WAIT_POLICY': 'ACTIVE'}}, got {env!r}.")
+        raise ValueError(
+            f"env must map variable names to strings, e.g. {{'OMP_WAIT_POLICY': 'ACTIVE'}}, got {env!r}."
+        )
     port = require_free_port(host, port)
     command = [sys.executable, "-m", "labkit", "serve", *options.argv(), "--host", host, "--port", str(port)]
     command += ["--api-key", api_key] if api_key else []

@@ -35,19 +35,36 @@ class ServerMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
-        self.ttft = Histogram("labkit_time_to_first_token_seconds", "Arrival to first token, queue included.",
-                              buckets=TTFT_BUCKETS, registry=r)
-        self.queue = Histogram("labkit_request_queue_time_seconds", "Arrival to first scheduled (waiting for a seat).",
-                               buckets=TTFT_BUCKETS, registry=r)
-        self.tpot = Histogram("labkit_time_per_output_token_seconds", "Mean gap between later tokens of a request.",
-                              buckets=TPOT_BUCKETS, registry=r)
-        self.running = Gauge("labkit_requests_running", "Requests holding KV blocks and decoding.", registry=r)
+        self.ttft = Histogram(
+            "labkit_time_to_first_token_seconds",
+            "Arrival to first token, queue included.",
+            buckets=TTFT_BUCKETS,
+            registry=r,
+        )
+        self.queue = Histogram(
+            "labkit_request_queue_time_seconds",
+            "Arrival to first scheduled (waiting for a seat).",
+            buckets=TTFT_BUCKETS,
+            registry=r,
+        )
+        self.tpot = Histogram(
+            "labkit_time_per_output_token_seconds",
+            "Mean gap between later tokens of a request.",
+            buckets=TPOT_BUCKETS,
+            registry=r,
+        )
+        self.running = Gauge(
+            "labkit_requests_running", "Requests holding KV blocks and decoding.", registry=r
+        )
         self.waiting = Gauge("labkit_requests_waiting", "Requests queued for admission.", registry=r)
         self.blocks_used = Gauge("labkit_kv_blocks_used", "KV-cache blocks in use.", registry=r)
         self.blocks_total = Gauge("labkit_kv_blocks_total", "KV-cache blocks in the pool.", registry=r)
-        self.finished = Counter("labkit_requests_finished", "Requests that ended, by reason.", ["reason"], registry=r)
-        self.rejected = Counter("labkit_requests_rejected", "Requests refused because the queue was full.",
-                                registry=r)
+        self.finished = Counter(
+            "labkit_requests_finished", "Requests that ended, by reason.", ["reason"], registry=r
+        )
+        self.rejected = Counter(
+            "labkit_requests_rejected", "Requests refused because the queue was full.", registry=r
+        )
         self.generated = Counter("labkit_generation_tokens", "Tokens generated.", registry=r)
 
     def observe_finished(self, request: EngineRequestMetrics) -> None:

@@ -45,8 +45,8 @@ def field_error(error: ValueError, param: str) -> ClientError:
 def request_tools(tools: object, tool_choice: object = None, parallel_tool_calls: bool = True) -> ToolSpec:
     """OpenAI's (or Ollama's) tool fields as a ToolSpec; a 400 names the field at fault.
 
-        >>> request_tools([WEATHER], {"type": "function", "function": {"name": "add"}})
-        ClientError: 'tool_choice' names the function 'add', which is not among tools (get_weather).
+    >>> request_tools([WEATHER], {"type": "function", "function": {"name": "add"}})
+    ClientError: 'tool_choice' names the function 'add', which is not among tools (get_weather).
     """
     try:
         checked = check_tools(tools)
@@ -72,9 +72,13 @@ def tool_grammar(spec: ToolSpec, constraints: dict[str, bool]) -> str | None:
         return None
     for field, given in constraints.items():
         if given:
-            raise ClientError(400, f"'{field}' cannot be combined with tools: with tools offered, the answer "
-                                   "already follows their grammar (text, or calls that fit the tools' parameters). "
-                                   "Send one of them.", field)
+            raise ClientError(
+                400,
+                f"'{field}' cannot be combined with tools: with tools offered, the answer "
+                "already follows their grammar (text, or calls that fit the tools' parameters). "
+                "Send one of them.",
+                field,
+            )
     return grammar
 
 
@@ -109,10 +113,12 @@ def openai_messages(messages: Sequence[dict]) -> list[dict]:
     for index, message in enumerate(messages):
         message = dict(message)
         if isinstance(message.get("tool_calls"), list):
-            message["tool_calls"] = [with_id(call, f"call_{index}_{number}")
-                                     for number, call in enumerate(message["tool_calls"])]
-            unanswered += [(call["id"], function_name(call)) for call in message["tool_calls"]
-                           if isinstance(call, dict)]
+            message["tool_calls"] = [
+                with_id(call, f"call_{index}_{number}") for number, call in enumerate(message["tool_calls"])
+            ]
+            unanswered += [
+                (call["id"], function_name(call)) for call in message["tool_calls"] if isinstance(call, dict)
+            ]
         if message.get("role") == "tool":
             answered = answered_call(unanswered, message.get("tool_call_id"), message.get("tool_name"))
             if answered is not None:
@@ -135,7 +141,9 @@ def function_name(call: dict) -> object:
     return function.get("name") if isinstance(function, dict) else None
 
 
-def answered_call(unanswered: list[tuple[str, object]], call_id: object, name: object) -> tuple[str, object] | None:
+def answered_call(
+    unanswered: list[tuple[str, object]], call_id: object, name: object
+) -> tuple[str, object] | None:
     """The call a tool message answers: the one with its id, else the first to its tool, else the first."""
     for matches in (lambda call: call[0] == call_id, lambda call: call[1] == name, lambda call: True):
         found = next((call for call in unanswered if matches(call)), None)

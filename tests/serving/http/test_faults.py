@@ -50,7 +50,11 @@ def wait_until_idle(server) -> dict:
 
 def aborted_count(server) -> float:
     metrics = httpx.get(server.url + "/metrics", headers=AUTH, timeout=10).text
-    lines = [line for line in metrics.splitlines() if line.startswith('labkit_requests_finished_total{reason="abort"}')]
+    lines = [
+        line
+        for line in metrics.splitlines()
+        if line.startswith('labkit_requests_finished_total{reason="abort"}')
+    ]
     return float(lines[0].split()[-1]) if lines else 0.0
 
 
@@ -63,7 +67,9 @@ def test_requests_without_the_key_get_401_in_each_shape(server):
     assert caught.value.body["code"] == 401
     assert httpx.get(server.url + "/metrics", timeout=10).status_code == 401
     assert health(server)["status"] == "ok"  # /health stays open for probes
-    assert [m.model for m in ollama.Client(host=server.url, headers=AUTH).list().models] == [f"{MODEL}:latest"]
+    assert [m.model for m in ollama.Client(host=server.url, headers=AUTH).list().models] == [
+        f"{MODEL}:latest"
+    ]
 
 
 def test_disconnect_mid_stream_aborts_and_frees_every_block(server):
@@ -83,15 +89,19 @@ def test_client_giving_up_on_a_non_streamed_answer_aborts_it(server):
     before = aborted_count(server)
     body = {**CHAT, "max_tokens": LONG, "temperature": 0}
     with pytest.raises(httpx.ReadTimeout):
-        httpx.post(server.url + "/v1/chat/completions", json=body, headers=AUTH, timeout=httpx.Timeout(30, read=1.5))
+        httpx.post(
+            server.url + "/v1/chat/completions", json=body, headers=AUTH, timeout=httpx.Timeout(30, read=1.5)
+        )
     assert wait_until_idle(server)["kv_blocks_used"] == 0
     assert aborted_count(server) == before + 1
 
 
 def test_full_queue_answers_503_at_once_in_both_protocols(server):
     body = {**CHAT, "options": {"temperature": 0, "num_predict": LONG}}
-    with httpx.Client(base_url=server.url, headers=AUTH, timeout=60) as http, \
-            http.stream("POST", "/api/chat", json=body) as running:
+    with (
+        httpx.Client(base_url=server.url, headers=AUTH, timeout=60) as http,
+        http.stream("POST", "/api/chat", json=body) as running,
+    ):
         lines = running.iter_lines()  # kept: a dropped iterator would close the stream
         assert '"done": false' in next(lines)  # the one slot is busy
         with http.stream("POST", "/api/chat", json=body) as waiting:
@@ -102,9 +112,12 @@ def test_full_queue_answers_503_at_once_in_both_protocols(server):
                 ollama.Client(host=server.url, headers=AUTH).chat(**CHAT, options={"num_predict": 4})
             assert caught.value.status_code == 503 and "busy" in caught.value.error
             with pytest.raises(openai.InternalServerError) as refused:
-                openai.OpenAI(base_url=server.url + "/v1", api_key=KEY, max_retries=0).chat.completions.create(
-                    **CHAT, max_tokens=4)
-            assert refused.value.status_code == 503 and refused.value.body["type"] == "ServiceUnavailableError"
+                openai.OpenAI(
+                    base_url=server.url + "/v1", api_key=KEY, max_retries=0
+                ).chat.completions.create(**CHAT, max_tokens=4)
+            assert (
+                refused.value.status_code == 503 and refused.value.body["type"] == "ServiceUnavailableError"
+            )
             assert time.monotonic() - start < 5.0  # refused at once, not after the queue drains
     assert wait_until_idle(server)["kv_blocks_used"] == 0
     metrics = httpx.get(server.url + "/metrics", headers=AUTH, timeout=10).text
@@ -113,11 +126,17 @@ def test_full_queue_answers_503_at_once_in_both_protocols(server):
 
 def test_server_still_answers_correctly_after_the_faults(server):
     answer = ollama.Client(host=server.url, headers=AUTH).chat(
-        model=MODEL, messages=[{"role": "user", "content": "Name three primary colors."}],
-        options={"temperature": 0, "num_predict": 8})
+        model=MODEL,
+        messages=[{"role": "user", "content": "Name three primary colors."}],
+        options={"temperature": 0, "num_predict": 8},
+    )
     assert answer.done and answer.eval_count > 0 and answer.message.content
     client = openai.OpenAI(base_url=server.url + "/v1", api_key=KEY, max_retries=0)
-    completion = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Name three "
-                                                "primary colors."}], max_tokens=8, temperature=0)
+    completion = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Name three primary colors."}],
+        max_tokens=8,
+        temperature=0,
+    )
     assert completion.choices[0].message.content == answer.message.content
     assert wait_until_idle(server)["kv_blocks_used"] == 0

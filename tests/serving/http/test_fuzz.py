@@ -38,10 +38,22 @@ from labkit.serving.http.openapi import describe, request_body
 SERVER_OPTIONS = {"max_num_seqs": 4}
 EXAMPLES = 25  # per route and per kind (bodies that fit the schema, bodies that break it)
 MAX_NEW = 3  # new tokens at most per generated answer
-ROUTES = [("GET", "/"), ("HEAD", "/"), ("GET", "/api/version"), ("HEAD", "/api/version"), ("GET", "/api/tags"),
-          ("GET", "/api/ps"), ("POST", "/api/show"), ("POST", "/api/generate"), ("POST", "/api/chat"),
-          ("GET", "/v1/models"), ("POST", "/v1/chat/completions"), ("POST", "/v1/completions"),
-          ("GET", "/health"), ("GET", "/metrics")]
+ROUTES = [
+    ("GET", "/"),
+    ("HEAD", "/"),
+    ("GET", "/api/version"),
+    ("HEAD", "/api/version"),
+    ("GET", "/api/tags"),
+    ("GET", "/api/ps"),
+    ("POST", "/api/show"),
+    ("POST", "/api/generate"),
+    ("POST", "/api/chat"),
+    ("GET", "/v1/models"),
+    ("POST", "/v1/chat/completions"),
+    ("POST", "/v1/completions"),
+    ("GET", "/health"),
+    ("GET", "/metrics"),
+]
 
 
 @schemathesis.check
@@ -58,8 +70,14 @@ def protocol_error_shape(ctx, response, case):
     return True
 
 
-CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance,
-          protocol_error_shape, negative_data_rejection]
+CHECKS = [
+    not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_schema_conformance,
+    protocol_error_shape,
+    negative_data_rejection,
+]
 
 
 def is_int(value) -> bool:
@@ -68,6 +86,7 @@ def is_int(value) -> bool:
 
 def bounded(body, path: str):
     """The body with each token limit that is absent or above MAX_NEW set to MAX_NEW (in place)."""
+
     def cap(holder: dict, limit: str, unlimited: tuple = ()) -> None:
         value = holder.get(limit)
         if value is None or is_int(value) and (value > MAX_NEW or value in unlimited):
@@ -92,14 +111,22 @@ def fuzz(schema, method: str, path: str, base_url: str | None = None, examples: 
     operation = schema[path][method]
     modes = [GenerationMode.POSITIVE] + ([GenerationMode.NEGATIVE] if method == "POST" else [])
     for mode in modes:
+
         @given(case=operation.as_strategy(generation_mode=mode))
-        @settings(max_examples=examples, deadline=None, database=None, derandomize=True,
-                  phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck))
+        @settings(
+            max_examples=examples,
+            deadline=None,
+            database=None,
+            derandomize=True,
+            phases=[Phase.explicit, Phase.generate],
+            suppress_health_check=list(HealthCheck),
+        )
         def run(case):
             if method == "POST":
                 case.body = bounded(case.body, path)
             response = case.call(base_url=base_url, timeout=120) if base_url else case.call()
             case.validate_response(response, checks=CHECKS)
+
         run()
 
 
@@ -127,8 +154,11 @@ def test_every_route_survives_the_fuzzer(api_schema, server, method, path):
 
 @pytest.mark.slow
 def test_after_the_fuzz_the_server_answers_and_holds_nothing(server):
-    answer = httpx.post(server.url + "/v1/completions", json={"model": "smollm2-135m", "prompt": "The sea is",
-                                                              "max_tokens": 2}, timeout=60)
+    answer = httpx.post(
+        server.url + "/v1/completions",
+        json={"model": "smollm2-135m", "prompt": "The sea is", "max_tokens": 2},
+        timeout=60,
+    )
     assert answer.status_code == 200 and answer.json()["choices"][0]["text"]
     deadline = time.monotonic() + 30  # the engine thread publishes its load after its step
     while True:
@@ -167,8 +197,14 @@ def test_a_broken_route_fails_the_same_checks(status):
     operation = schema["/api/show"]["POST"]
 
     @given(case=operation.as_strategy(generation_mode=mode_of[status]))
-    @settings(max_examples=30, deadline=None, database=None, derandomize=True, phases=[Phase.generate],
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=30,
+        deadline=None,
+        database=None,
+        derandomize=True,
+        phases=[Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
     def run(case):
         response = case.call()
         if response.status_code == status:
@@ -177,4 +213,6 @@ def test_a_broken_route_fails_the_same_checks(status):
     with pytest.raises(BaseException) as caught:  # schemathesis's FailureGroup is an exception group
         run()
     found = [caught.value, *getattr(caught.value, "exceptions", ())]
-    assert any(("Server error" if status == 500 else "protocol_error_shape") in repr(error) for error in found), found
+    assert any(
+        ("Server error" if status == 500 else "protocol_error_shape") in repr(error) for error in found
+    ), found

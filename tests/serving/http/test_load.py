@@ -54,10 +54,12 @@ def service():
 
 def in_process(service, work):
     """Run work(http) against the app in process and return its result."""
+
     async def run():
         transport = httpx.ASGITransport(app=build_app(service))
         async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=60) as http:
             return await work(http)
+
     return asyncio.run(run())
 
 
@@ -81,12 +83,16 @@ def test_tpot_is_the_gap_after_the_first_token():
 
 def test_openai_and_ollama_streams_agree_and_count_tokens(service, one_thread):
     async def both(http):
-        return (await stream_openai(http, NAME, HI, max_tokens=5),
-                await stream_ollama(http, NAME, HI, max_tokens=5))
+        return (
+            await stream_openai(http, NAME, HI, max_tokens=5),
+            await stream_ollama(http, NAME, HI, max_tokens=5),
+        )
 
     openai_timing, ollama_timing = in_process(service, both)
     assert openai_timing.text == ollama_timing.text and openai_timing.text
-    assert openai_timing.output_tokens == ollama_timing.output_tokens == 5  # max_tokens reached (EOS is unlikely)
+    assert (
+        openai_timing.output_tokens == ollama_timing.output_tokens == 5
+    )  # max_tokens reached (EOS is unlikely)
     assert ollama_timing.engine["eval_count"] == 5 and ollama_timing.engine["done_reason"] == "length"
     assert openai_timing.first_frame_s <= openai_timing.ttft_s  # the role chunk comes first
 
@@ -137,9 +143,12 @@ def test_questions_mix_prompt_lengths_and_the_table_compares_levels():
 
 def test_an_open_loop_sends_at_its_own_pace_and_its_prompts_are_fresh(service, one_thread):
     arrivals = poisson_arrivals(20.0, 6, seed=3)
-    assert arrivals[0] == 0.0 and arrivals == sorted(arrivals) and arrivals == poisson_arrivals(20.0, 6, seed=3)
-    result = in_process(service, lambda http: open_loop(http, NAME, rate=20.0, n_requests=6, max_tokens=3, seed=3,
-                                                        tag="t"))
+    assert (
+        arrivals[0] == 0.0 and arrivals == sorted(arrivals) and arrivals == poisson_arrivals(20.0, 6, seed=3)
+    )
+    result = in_process(
+        service, lambda http: open_loop(http, NAME, rate=20.0, n_requests=6, max_tokens=3, seed=3, tag="t")
+    )
     assert result.concurrency == 0 and result.arrival_rate == 20.0
     assert len(result.ok) == 6 and result.output_tokens == 18
     # each request was sent no earlier than its arrival time (the send times keep the Poisson gaps)
@@ -161,8 +170,9 @@ def test_the_ttft_breakdown_adds_up_to_the_clients_ttft():
 def test_real_server_sweep_client_figures_match_the_engine():
     with start_server("smollm2-135m", max_num_seqs=4) as server:
         results = asyncio.run(sweep(server.url, "smollm2-135m", [1, 4], requests_per_client=1, max_tokens=6))
-        ollama_results = asyncio.run(sweep(server.url, "smollm2-135m", [2], requests_per_client=1, max_tokens=6,
-                                           protocol="ollama"))
+        ollama_results = asyncio.run(
+            sweep(server.url, "smollm2-135m", [2], requests_per_client=1, max_tokens=6, protocol="ollama")
+        )
     for result in results + ollama_results:
         assert len(result.ok) == result.concurrency and result.output_tokens > 0
         # the client's TTFT includes HTTP and the chat template on top of the engine's: never less

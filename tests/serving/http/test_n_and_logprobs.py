@@ -42,7 +42,7 @@ def token_id(tokenizer, raw: list[int]) -> int:
 
 def reference_rows(model, prompt_ids: list[int], generated: list[int]) -> torch.Tensor:
     """log_softmax of labkit's forward pass at each generated position [len(generated), V]."""
-    logits = all_logits(model, prompt_ids + generated)[len(prompt_ids) - 1:-1]
+    logits = all_logits(model, prompt_ids + generated)[len(prompt_ids) - 1 : -1]
     return torch.log_softmax(logits.float(), dim=-1)
 
 
@@ -53,7 +53,10 @@ def assert_chat_logprobs_are_the_models(content, model, tokenizer, prompt_ids, k
         assert abs(entry.logprob - row[token_id(tokenizer, entry.bytes)]) < LOGPROB_ATOL
         values = [top.logprob for top in entry.top_logprobs]
         assert len(values) == k and values == sorted(values, reverse=True)
-        assert all(abs(top.logprob - row[token_id(tokenizer, top.bytes)]) < LOGPROB_ATOL for top in entry.top_logprobs)
+        assert all(
+            abs(top.logprob - row[token_id(tokenizer, top.bytes)]) < LOGPROB_ATOL
+            for top in entry.top_logprobs
+        )
         assert abs(values[0] - row.max()) < LOGPROB_ATOL  # the first alternative is the most likely token
 
 
@@ -63,9 +66,12 @@ def stream_by_index(chunks) -> dict:
     for chunk in chunks:
         for choice in chunk.choices:
             role, text, finish, entries = seen.get(choice.index, (None, "", None, []))
-            seen[choice.index] = (role or choice.delta.role, text + (choice.delta.content or ""),
-                                  finish or choice.finish_reason,
-                                  entries + (choice.logprobs.content if choice.logprobs else []))
+            seen[choice.index] = (
+                role or choice.delta.role,
+                text + (choice.delta.content or ""),
+                finish or choice.finish_reason,
+                entries + (choice.logprobs.content if choice.logprobs else []),
+            )
     return seen
 
 
@@ -74,7 +80,8 @@ def test_n_seeded_choices_reproduce_with_their_indices_and_usage(client, tokeniz
     answer = client.chat.completions.create(**request)
     assert [choice.index for choice in answer.choices] == [0, 1, 2]
     assert [c.message.content for c in client.chat.completions.create(**request).choices] == [
-        c.message.content for c in answer.choices]
+        c.message.content for c in answer.choices
+    ]
     counts = [len(choice.logprobs.content) for choice in answer.choices]
     assert all(1 <= count <= SAMPLED["max_tokens"] for count in counts)
     assert answer.usage.prompt_tokens == len(labkit.chat_prompt(tokenizer, QUESTION))
@@ -86,7 +93,9 @@ def test_n_seeded_choices_reproduce_with_their_indices_and_usage(client, tokeniz
 def test_n_streamed_gives_every_index_its_role_text_finish_and_usage(client):
     request = {"model": MODEL, "messages": QUESTION, "n": 3, "logprobs": True, **SAMPLED}
     whole = client.chat.completions.create(**request)
-    chunks = list(client.chat.completions.create(**request, stream=True, stream_options={"include_usage": True}))
+    chunks = list(
+        client.chat.completions.create(**request, stream=True, stream_options={"include_usage": True})
+    )
     seen = stream_by_index(chunks[:-1])
     assert sorted(seen) == [0, 1, 2] and chunks[-1].choices == []
     for index, (role, text, finish, entries) in seen.items():
@@ -106,8 +115,9 @@ def test_greedy_choices_are_equal_and_completions_take_n(client):
 
 
 def test_chat_logprobs_equal_labkits_own_forward_pass(client, smollm2_labkit, tokenizer):
-    answer = client.chat.completions.create(model=MODEL, messages=QUESTION, logprobs=True, top_logprobs=5,
-                                            frequency_penalty=1.0, **SAMPLED)
+    answer = client.chat.completions.create(
+        model=MODEL, messages=QUESTION, logprobs=True, top_logprobs=5, frequency_penalty=1.0, **SAMPLED
+    )
     content = answer.choices[0].logprobs.content
     assert len(content) == answer.usage.completion_tokens
     assert bytes(b for entry in content for b in entry.bytes).decode() == answer.choices[0].message.content
@@ -135,39 +145,70 @@ def test_completions_logprobs_have_openais_legacy_shape_streamed_or_not(client, 
 
 
 def test_ollama_logprobs_equal_the_openai_routes_streamed_or_not(client, ollama_client):
-    chat = client.chat.completions.create(model=MODEL, messages=QUESTION, logprobs=True, top_logprobs=3,
-                                          temperature=0, max_tokens=5)
+    chat = client.chat.completions.create(
+        model=MODEL, messages=QUESTION, logprobs=True, top_logprobs=3, temperature=0, max_tokens=5
+    )
     expected = chat.choices[0].logprobs.content
-    answer = ollama_client.chat(model=MODEL, messages=QUESTION, stream=False, logprobs=True, top_logprobs=3,
-                                options={"temperature": 0, "num_predict": 5})
-    assert answer.message.content == chat.choices[0].message.content and len(answer.logprobs) == answer.eval_count
+    answer = ollama_client.chat(
+        model=MODEL,
+        messages=QUESTION,
+        stream=False,
+        logprobs=True,
+        top_logprobs=3,
+        options={"temperature": 0, "num_predict": 5},
+    )
+    assert (
+        answer.message.content == chat.choices[0].message.content
+        and len(answer.logprobs) == answer.eval_count
+    )
     for got, want in zip(answer.logprobs, expected):
         assert got.token == want.token and abs(got.logprob - want.logprob) < LOGPROB_ATOL
         assert [t.token for t in got.top_logprobs] == [t.token for t in want.top_logprobs]
-    parts = list(ollama_client.generate(model=MODEL, prompt=QUESTION[0]["content"], stream=True, logprobs=True,
-                                        options={"temperature": 0, "num_predict": 5}))
+    parts = list(
+        ollama_client.generate(
+            model=MODEL,
+            prompt=QUESTION[0]["content"],
+            stream=True,
+            logprobs=True,
+            options={"temperature": 0, "num_predict": 5},
+        )
+    )
     entries = [entry for part in parts for entry in part.logprobs or []]
-    assert [e.token for e in entries] == [e.token for e in answer.logprobs]  # /api/generate: the same template
+    assert [e.token for e in entries] == [
+        e.token for e in answer.logprobs
+    ]  # /api/generate: the same template
     assert all(e.top_logprobs is None for e in entries)  # top_logprobs 0: only the chosen tokens
 
 
-def test_a_thinking_budget_ends_the_prompted_section_as_labkit_generate_does(client, smollm2_labkit, tokenizer):
+def test_a_thinking_budget_ends_the_prompted_section_as_labkit_generate_does(
+    client, smollm2_labkit, tokenizer
+):
     prompt = thinking_prompt(tokenizer, "What is 12 + 7?")
-    answer = client.completions.create(model=MODEL, prompt=prompt, temperature=0, max_tokens=10,
-                                       extra_body={"thinking_token_budget": 3}).choices[0].text
+    answer = (
+        client.completions.create(
+            model=MODEL, prompt=prompt, temperature=0, max_tokens=10, extra_body={"thinking_token_budget": 3}
+        )
+        .choices[0]
+        .text
+    )
     assert "</think>" in answer
-    assert answer == labkit.generate_text(smollm2_labkit, tokenizer, prompt, thinking_budget=3, max_new_tokens=10)
+    assert answer == labkit.generate_text(
+        smollm2_labkit, tokenizer, prompt, thinking_budget=3, max_new_tokens=10
+    )
 
 
-@pytest.mark.parametrize("route, fields, param", [
-    ("chat", {"n": 0}, "n"),
-    ("chat", {"n": SEATS + 1}, "n"),
-    ("chat", {"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
-    ("chat", {"top_logprobs": 2}, "top_logprobs"),
-    ("chat", {"extra_body": {"thinking_token_budget": -1}}, "thinking_token_budget"),
-    ("completions", {"logprobs": 6}, "logprobs"),
-    ("completions", {"n": 0}, "n"),
-])
+@pytest.mark.parametrize(
+    "route, fields, param",
+    [
+        ("chat", {"n": 0}, "n"),
+        ("chat", {"n": SEATS + 1}, "n"),
+        ("chat", {"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
+        ("chat", {"top_logprobs": 2}, "top_logprobs"),
+        ("chat", {"extra_body": {"thinking_token_budget": -1}}, "thinking_token_budget"),
+        ("completions", {"logprobs": 6}, "logprobs"),
+        ("completions", {"n": 0}, "n"),
+    ],
+)
 def test_bad_n_and_logprobs_are_refused_in_openais_shape(client, route, fields, param):
     with pytest.raises(openai.BadRequestError) as caught:
         if route == "chat":
@@ -202,8 +243,15 @@ def wait_until_idle(server, timeout: float = 30.0) -> dict:
 def test_a_client_that_leaves_aborts_every_sample_and_each_is_counted(server, client):
     aborted, tokens = 'labkit_requests_finished_total{reason="abort"}', "labkit_generation_tokens_total"
     before, tokens_before = counted(server, aborted), counted(server, tokens)
-    stream = client.chat.completions.create(model=MODEL, messages=QUESTION, n=3, max_tokens=300, temperature=1.0,
-                                            stream=True, extra_body={"min_tokens": 300})  # no sample ends by itself
+    stream = client.chat.completions.create(
+        model=MODEL,
+        messages=QUESTION,
+        n=3,
+        max_tokens=300,
+        temperature=1.0,
+        stream=True,
+        extra_body={"min_tokens": 300},
+    )  # no sample ends by itself
     next(iter(stream)), stream.close()
     deadline = time.monotonic() + 30  # the abort takes effect at the engine's next turn
     while counted(server, aborted) < before + 3 and time.monotonic() < deadline:

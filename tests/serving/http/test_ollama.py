@@ -25,14 +25,21 @@ NEW_TOKENS = 8
 GREEDY = {"temperature": 0, "num_predict": NEW_TOKENS}
 CHUNK_BUDGET = 16  # tokens a step: a chat prompt (about 35 tokens with the system prompt) takes 2-3 steps
 QUESTIONS = ["Name three primary colors.", "Why is the sky blue?", "How do birds fly?"]
-COLORS = {"type": "object", "properties": {"colors": {"type": "array", "maxItems": 3,
-                                                      "items": {"enum": ["red", "yellow", "blue", "green"]}}},
-          "required": ["colors"], "additionalProperties": False}
+COLORS = {
+    "type": "object",
+    "properties": {
+        "colors": {"type": "array", "maxItems": 3, "items": {"enum": ["red", "yellow", "blue", "green"]}}
+    },
+    "required": ["colors"],
+    "additionalProperties": False,
+}
 
 
 @pytest.fixture(scope="module")
 def server():
-    with start_server(MODEL, max_num_seqs=4, chunked_prefill=True, max_num_batched_tokens=CHUNK_BUDGET) as handle:
+    with start_server(
+        MODEL, max_num_seqs=4, chunked_prefill=True, max_num_batched_tokens=CHUNK_BUDGET
+    ) as handle:
         yield handle
 
 
@@ -48,11 +55,15 @@ def reference(smollm2_labkit, tokenizer):
 
     def text(question: str, raw: bool = False) -> str:
         if (question, raw) not in cache:
-            ids = (labkit.encode_prompt(tokenizer, question) if raw
-                   else labkit.chat_prompt(tokenizer, [{"role": "user", "content": question}]))
+            ids = (
+                labkit.encode_prompt(tokenizer, question)
+                if raw
+                else labkit.chat_prompt(tokenizer, [{"role": "user", "content": question}])
+            )
             steps = labkit.generate(smollm2_labkit, tokenizer, ids, max_new_tokens=NEW_TOKENS)
             cache[question, raw] = "".join(step.text for step in steps)
         return cache[question, raw]
+
     return text
 
 
@@ -108,16 +119,40 @@ def test_generate_templates_the_prompt_and_raw_does_not(client, reference):
 
 
 def test_options_reach_the_decoder(client):
-    limited = client.generate(model=MODEL, prompt="Count: one, two,", raw=True, stream=False,
-                              options={"temperature": 0, "num_predict": 3})
+    limited = client.generate(
+        model=MODEL,
+        prompt="Count: one, two,",
+        raw=True,
+        stream=False,
+        options={"temperature": 0, "num_predict": 3},
+    )
     assert limited.eval_count == 3 and limited.done_reason == "length"
-    stopped = client.generate(model=MODEL, prompt="Count: one, two,", raw=True, stream=False,
-                              options={"temperature": 0, "num_predict": 12, "stop": [","]})
+    stopped = client.generate(
+        model=MODEL,
+        prompt="Count: one, two,",
+        raw=True,
+        stream=False,
+        options={"temperature": 0, "num_predict": 12, "stop": [","]},
+    )
     assert "," not in stopped.response and stopped.done_reason == "stop"
-    sampled = {"temperature": 1.0, "top_k": 50, "top_p": 0.95, "min_p": 0.05, "repeat_penalty": 1.2,
-               "presence_penalty": 0.5, "frequency_penalty": 0.5, "typical_p": 0.9, "seed": 7, "num_predict": 8}
-    first, second = (client.generate(model=MODEL, prompt="Once upon a time", raw=True, stream=False,
-                                     options=sampled).response for _ in range(2))
+    sampled = {
+        "temperature": 1.0,
+        "top_k": 50,
+        "top_p": 0.95,
+        "min_p": 0.05,
+        "repeat_penalty": 1.2,
+        "presence_penalty": 0.5,
+        "frequency_penalty": 0.5,
+        "typical_p": 0.9,
+        "seed": 7,
+        "num_predict": 8,
+    }
+    first, second = (
+        client.generate(
+            model=MODEL, prompt="Once upon a time", raw=True, stream=False, options=sampled
+        ).response
+        for _ in range(2)
+    )
     assert first == second  # a seed reproduces a sampled answer
 
 
@@ -129,17 +164,26 @@ def test_format_schema_answers_parse_and_fit_streamed_or_not(client):
     jsonschema.validate(json.loads(answer.message.content), COLORS)
     chunks = list(client.chat(model=MODEL, messages=messages, format=COLORS, stream=True, options=options))
     assert "".join(c.message.content for c in chunks) == answer.message.content
-    sampled = client.generate(model=MODEL, prompt="Colors:", raw=True, format=COLORS, stream=False,
-                              options={"temperature": 1.0, "seed": 3, "num_predict": 60})
+    sampled = client.generate(
+        model=MODEL,
+        prompt="Colors:",
+        raw=True,
+        format=COLORS,
+        stream=False,
+        options={"temperature": 1.0, "seed": 3, "num_predict": 60},
+    )
     jsonschema.validate(json.loads(sampled.response), COLORS)
-    any_object = client.generate(model=MODEL, prompt=QUESTIONS[0], format="json", stream=False, options=options)
+    any_object = client.generate(
+        model=MODEL, prompt=QUESTIONS[0], format="json", stream=False, options=options
+    )
     assert isinstance(json.loads(any_object.response), dict)
 
 
 def test_concurrent_clients_each_get_their_own_greedy_answer(server, reference):
     def ask(question: str) -> str:
-        answer = ollama.Client(host=server.url).chat(model=MODEL, messages=[{"role": "user", "content": question}],
-                                                     options=GREEDY)
+        answer = ollama.Client(host=server.url).chat(
+            model=MODEL, messages=[{"role": "user", "content": question}], options=GREEDY
+        )
         return answer.message.content
 
     with ThreadPoolExecutor(len(QUESTIONS)) as pool:
@@ -147,21 +191,42 @@ def test_concurrent_clients_each_get_their_own_greedy_answer(server, reference):
     assert answers == [reference(question) for question in QUESTIONS]
 
 
-@pytest.mark.parametrize("call, status, words", [
-    (lambda c: c.chat(model="llama3", messages=[{"role": "user", "content": "Hi"}]), 404, "llama3"),
-    (lambda c: c.generate(model=MODEL, prompt="Hi", options={"temperature": -1}), 400, "options.temperature"),
-    (lambda c: c.generate(model=MODEL, prompt="Hi", options={"top_p": 1.5}), 400, "options.top_p"),
-    (lambda c: c.generate(model=MODEL, prompt="Hi", options={"top_k": "many"}), 400, "options.top_k"),
-    (lambda c: c.generate(model=MODEL, prompt="Hi", options={"mirostat": 2}), 400, "options.mirostat"),
-    (lambda c: c.generate(model=MODEL, prompt="Hi", options={"num_predict": -5}), 400, "options.num_predict"),
-    (lambda c: c.generate(model=MODEL, prompt="Hi", format={"type": "colour"}), 400, "'format'"),
-    (lambda c: c.chat(model=MODEL, messages=[{"role": "user", "content": "Hi"}], format={"enum": []}), 400,
-     "'format'"),
-    (lambda c: c.generate(model=MODEL, prompt="Hi", logprobs=True, top_logprobs=21), 400, "'top_logprobs'"),
-    (lambda c: c.chat(model=MODEL, messages=[{"role": "user", "content": "Hi"}], top_logprobs=3), 400,
-     "'top_logprobs'"),
-    (lambda c: c.chat(model=MODEL, messages=[{"role": "wizard", "content": "Hi"}]), 400, "messages"),
-])
+@pytest.mark.parametrize(
+    "call, status, words",
+    [
+        (lambda c: c.chat(model="llama3", messages=[{"role": "user", "content": "Hi"}]), 404, "llama3"),
+        (
+            lambda c: c.generate(model=MODEL, prompt="Hi", options={"temperature": -1}),
+            400,
+            "options.temperature",
+        ),
+        (lambda c: c.generate(model=MODEL, prompt="Hi", options={"top_p": 1.5}), 400, "options.top_p"),
+        (lambda c: c.generate(model=MODEL, prompt="Hi", options={"top_k": "many"}), 400, "options.top_k"),
+        (lambda c: c.generate(model=MODEL, prompt="Hi", options={"mirostat": 2}), 400, "options.mirostat"),
+        (
+            lambda c: c.generate(model=MODEL, prompt="Hi", options={"num_predict": -5}),
+            400,
+            "options.num_predict",
+        ),
+        (lambda c: c.generate(model=MODEL, prompt="Hi", format={"type": "colour"}), 400, "'format'"),
+        (
+            lambda c: c.chat(model=MODEL, messages=[{"role": "user", "content": "Hi"}], format={"enum": []}),
+            400,
+            "'format'",
+        ),
+        (
+            lambda c: c.generate(model=MODEL, prompt="Hi", logprobs=True, top_logprobs=21),
+            400,
+            "'top_logprobs'",
+        ),
+        (
+            lambda c: c.chat(model=MODEL, messages=[{"role": "user", "content": "Hi"}], top_logprobs=3),
+            400,
+            "'top_logprobs'",
+        ),
+        (lambda c: c.chat(model=MODEL, messages=[{"role": "wizard", "content": "Hi"}]), 400, "messages"),
+    ],
+)
 def test_bad_requests_are_refused_with_the_field_named(client, call, status, words):
     with pytest.raises(ollama.ResponseError) as caught:
         call(client)
@@ -169,17 +234,27 @@ def test_bad_requests_are_refused_with_the_field_named(client, call, status, wor
     assert words in caught.value.error
 
 
-@pytest.mark.parametrize("content, status, words", [
-    (b"{not json", 400, "not valid JSON"),
-    (b"[1, 2]", 400, "JSON object"),
-    (b"", 400, "missing request body"),
-    (b'{"model": 5, "prompt": "Hi"}', 400, "'model' must be a string"),
-    (b'{"model": "smollm2-135m", "prompt": "Hi", "stream": "yes"}', 400, "'stream' must be true or false"),
-    (b'{"model": "smollm2-135m", "prompt": "Hi", "options": {"temperature": NaN}}', 400, "NaN"),
-    (b'{"model": "smollm2-135m", "messages": "Hi"}', 400, "'messages' must be an array"),
-    (b'{"model": "smollm2-135m", "prompt": "Hi", "format": "xml"}', 400,
-     "'format' must be \"json\" or a JSON schema object, got a string"),
-])
+@pytest.mark.parametrize(
+    "content, status, words",
+    [
+        (b"{not json", 400, "not valid JSON"),
+        (b"[1, 2]", 400, "JSON object"),
+        (b"", 400, "missing request body"),
+        (b'{"model": 5, "prompt": "Hi"}', 400, "'model' must be a string"),
+        (
+            b'{"model": "smollm2-135m", "prompt": "Hi", "stream": "yes"}',
+            400,
+            "'stream' must be true or false",
+        ),
+        (b'{"model": "smollm2-135m", "prompt": "Hi", "options": {"temperature": NaN}}', 400, "NaN"),
+        (b'{"model": "smollm2-135m", "messages": "Hi"}', 400, "'messages' must be an array"),
+        (
+            b'{"model": "smollm2-135m", "prompt": "Hi", "format": "xml"}',
+            400,
+            "'format' must be \"json\" or a JSON schema object, got a string",
+        ),
+    ],
+)
 def test_malformed_bodies_get_400_in_ollama_shape(server, content, status, words):
     path = "/api/chat" if b"messages" in content else "/api/generate"
     response = httpx.post(server.url + path, content=content, timeout=30)
@@ -189,8 +264,9 @@ def test_malformed_bodies_get_400_in_ollama_shape(server, content, status, words
 
 def test_too_long_prompt_gets_400_and_oversized_body_413(server):
     long_prompt = "word " * 9000  # ~9000 tokens: more than the 8192-token context
-    response = httpx.post(server.url + "/api/generate", json={"model": MODEL, "prompt": long_prompt, "raw": True},
-                          timeout=60)
+    response = httpx.post(
+        server.url + "/api/generate", json={"model": MODEL, "prompt": long_prompt, "raw": True}, timeout=60
+    )
     assert response.status_code == 400 and "context holds 8192" in response.json()["error"]
     huge = {"model": MODEL, "prompt": "x" * 2_000_000}
     response = httpx.post(server.url + "/api/generate", json=huge, timeout=60)

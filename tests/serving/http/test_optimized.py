@@ -21,8 +21,13 @@ from labkit.serving.http.server import parse_args
 
 MODEL = "smollm2-135m"
 STEPS = ("fuse", "int4")
-QUESTIONS = ["Name three primary colors.", "What is 2 + 2?", "Say hello in French.", "What is the capital of Italy?",
-             "Count from one to five."]
+QUESTIONS = [
+    "Name three primary colors.",
+    "What is 2 + 2?",
+    "Say hello in French.",
+    "What is the capital of Italy?",
+    "Count from one to five.",
+]
 WIDE = 0.5  # logits between the best and second-best token at every compared step
 
 
@@ -38,8 +43,11 @@ def test_optimize_steps_are_read_and_checked_on_the_command_line(capsys):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("steps, compile", [(STEPS, False), (("fuse", "q4_1"), False), (("fuse", "q4_1"), True)],
-                         ids=["int4", "q4_1", "q4_1-compiled"])
+@pytest.mark.parametrize(
+    "steps, compile",
+    [(STEPS, False), (("fuse", "q4_1"), False), (("fuse", "q4_1"), True)],
+    ids=["int4", "q4_1", "q4_1-compiled"],
+)
 def test_an_optimized_server_answers_what_the_optimized_model_generates(steps, compile):
     model, tokenizer = labkit.load_model(MODEL, impl="labkit")
     labkit.optimize(model, steps)
@@ -49,8 +57,9 @@ def test_an_optimized_server_answers_what_the_optimized_model_generates(steps, c
         client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
 
         def ask(question: str) -> str:
-            answer = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": question}],
-                                                    max_tokens=8, temperature=0)
+            answer = client.chat.completions.create(
+                model=MODEL, messages=[{"role": "user", "content": question}], max_tokens=8, temperature=0
+            )
             return answer.choices[0].message.content
 
         with concurrent.futures.ThreadPoolExecutor(len(QUESTIONS)) as pool:
@@ -60,9 +69,12 @@ def test_an_optimized_server_answers_what_the_optimized_model_generates(steps, c
     for question, answer in zip(QUESTIONS, answers):
         prompt_ids = labkit.chat_prompt(tokenizer, [{"role": "user", "content": question}])
         new_ids = labkit.generate_ids(model, tokenizer, prompt_ids, max_new_tokens=8)
-        top2 = all_logits(model, prompt_ids + new_ids)[len(prompt_ids) - 1:-1].topk(2, dim=-1).values
+        top2 = all_logits(model, prompt_ids + new_ids)[len(prompt_ids) - 1 : -1].topk(2, dim=-1).values
         narrow = [step for step, gap in enumerate((top2[:, 0] - top2[:, 1]).tolist()) if gap < WIDE]
         sure = narrow[0] if narrow else len(new_ids)  # tokens before the first narrow step
-        assert answer.startswith(tokenizer.decode(new_ids[:sure], skip_special_tokens=True)), (question, answer)
+        assert answer.startswith(tokenizer.decode(new_ids[:sure], skip_special_tokens=True)), (
+            question,
+            answer,
+        )
         compared += sure
     assert compared >= 5, f"only {compared} tokens had wide margins; add questions"

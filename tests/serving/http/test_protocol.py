@@ -31,16 +31,22 @@ def service():
 
 def post(service, path: str, **kwargs) -> httpx.Response:
     """One request to the app in process (the whole body, streamed or not)."""
+
     async def send() -> httpx.Response:
         transport = httpx.ASGITransport(app=build_app(service))
         async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
             return await client.post(path, **kwargs)
+
     return asyncio.run(send())
 
 
 def test_ollama_stream_is_one_json_object_per_line_ending_with_stats(service, one_thread):
-    body = {"model": NAME, "prompt": "The sea is", "raw": True, "options": {"temperature": 0, "num_predict": 5,
-                                                                              "num_ctx": 4096}}
+    body = {
+        "model": NAME,
+        "prompt": "The sea is",
+        "raw": True,
+        "options": {"temperature": 0, "num_predict": 5, "num_ctx": 4096},
+    }
     response = post(service, "/api/generate", json=body)
     assert response.status_code == 200 and response.headers["content-type"] == "application/x-ndjson"
     lines = response.text.split("\n")
@@ -53,8 +59,14 @@ def test_ollama_stream_is_one_json_object_per_line_ending_with_stats(service, on
 
 
 def test_openai_stream_is_sse_ending_with_done(service, one_thread):
-    body = {"model": NAME, "prompt": "The sea is", "max_tokens": 3, "temperature": 0, "stream": True,
-            "stream_options": {"include_usage": True}}
+    body = {
+        "model": NAME,
+        "prompt": "The sea is",
+        "max_tokens": 3,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     response = post(service, "/v1/completions", json=body)
     events = response.text.split("\n\n")
     assert events[-2:] == ["data: [DONE]", ""]
@@ -63,34 +75,61 @@ def test_openai_stream_is_sse_ending_with_done(service, one_thread):
     assert payloads[-2]["choices"][0]["finish_reason"] == "length"
 
 
-@pytest.mark.parametrize("path, body, status, message", [
-    ("/api/chat", {"model": "other", "messages": []}, 404, "model 'other' not found"),
-    ("/api/generate", {"model": NAME, "prompt": 5}, 400, "'prompt' must be a string"),
-    ("/api/generate", {"model": NAME, "prompt": "Hi", "options": {"top_k": -1, "temperature": 1}}, 400,
-     "'options.top_k' must be an integer >= 0"),
-    ("/api/generate", {"model": NAME, "prompt": "Hi", "options": {"repeat_last_n": 64}}, 400,
-     "'options.repeat_last_n' is not supported"),
-    ("/api/generate", {"model": NAME, "prompt": "Hi", "options": {"num_predict": 600}}, 400, "at most"),
-    ("/api/generate", {"model": NAME, "prompt": "word " * 600, "raw": True}, 400, "context holds 512"),
-    ("/api/generate", {"model": NAME, "prompt": "x" * 20_000}, 413, "at most 10000"),
-])
+@pytest.mark.parametrize(
+    "path, body, status, message",
+    [
+        ("/api/chat", {"model": "other", "messages": []}, 404, "model 'other' not found"),
+        ("/api/generate", {"model": NAME, "prompt": 5}, 400, "'prompt' must be a string"),
+        (
+            "/api/generate",
+            {"model": NAME, "prompt": "Hi", "options": {"top_k": -1, "temperature": 1}},
+            400,
+            "'options.top_k' must be an integer >= 0",
+        ),
+        (
+            "/api/generate",
+            {"model": NAME, "prompt": "Hi", "options": {"repeat_last_n": 64}},
+            400,
+            "'options.repeat_last_n' is not supported",
+        ),
+        ("/api/generate", {"model": NAME, "prompt": "Hi", "options": {"num_predict": 600}}, 400, "at most"),
+        ("/api/generate", {"model": NAME, "prompt": "word " * 600, "raw": True}, 400, "context holds 512"),
+        ("/api/generate", {"model": NAME, "prompt": "x" * 20_000}, 413, "at most 10000"),
+    ],
+)
 def test_ollama_errors_are_a_string_with_the_right_status(service, path, body, status, message):
     response = post(service, path, json=body)
     assert response.status_code == status
     assert set(response.json()) == {"error"} and message in response.json()["error"]
 
 
-@pytest.mark.parametrize("path, body, status, param", [
-    ("/v1/chat/completions", {"model": "gpt-4", "messages": [{"role": "user", "content": "Hi"}]}, 404, "model"),
-    ("/v1/chat/completions", {"model": NAME}, 400, "messages"),
-    ("/v1/chat/completions", {"model": NAME, "messages": [{"role": "user", "content": "Hi"}], "stream": 1}, 400,
-     "stream"),
-    ("/v1/completions", {"model": NAME, "prompt": "Hi", "min_p": 2, "temperature": 1}, 400, "min_p"),
-    ("/v1/completions", {"model": NAME, "prompt": "Hi", "stop": [""]}, 400, "stop"),
-    ("/v1/completions", {"model": NAME, "prompt": "Hi", "logit_bias": {"49152": 5}}, 400, "logit_bias"),
-    ("/v1/completions", {"model": NAME, "prompt": "Hi", "stream_options": {"include_usage": "yes"}}, 400,
-     "stream_options.include_usage"),
-])
+@pytest.mark.parametrize(
+    "path, body, status, param",
+    [
+        (
+            "/v1/chat/completions",
+            {"model": "gpt-4", "messages": [{"role": "user", "content": "Hi"}]},
+            404,
+            "model",
+        ),
+        ("/v1/chat/completions", {"model": NAME}, 400, "messages"),
+        (
+            "/v1/chat/completions",
+            {"model": NAME, "messages": [{"role": "user", "content": "Hi"}], "stream": 1},
+            400,
+            "stream",
+        ),
+        ("/v1/completions", {"model": NAME, "prompt": "Hi", "min_p": 2, "temperature": 1}, 400, "min_p"),
+        ("/v1/completions", {"model": NAME, "prompt": "Hi", "stop": [""]}, 400, "stop"),
+        ("/v1/completions", {"model": NAME, "prompt": "Hi", "logit_bias": {"49152": 5}}, 400, "logit_bias"),
+        (
+            "/v1/completions",
+            {"model": NAME, "prompt": "Hi", "stream_options": {"include_usage": "yes"}},
+            400,
+            "stream_options.include_usage",
+        ),
+    ],
+)
 def test_openai_errors_have_message_type_param_code(service, path, body, status, param):
     error = post(service, path, json=body).json()["error"]
     assert set(error) == {"message", "type", "param", "code"}
@@ -125,8 +164,10 @@ def test_an_abandoned_stream_is_aborted_and_frees_its_blocks(service, one_thread
     def counted(name: str, **labels) -> float:
         return registry.get_sample_value(name, labels) or 0.0
 
-    aborted_before, tokens_before = counted("labkit_requests_finished_total", reason="abort"), counted(
-        "labkit_generation_tokens_total")
+    aborted_before, tokens_before = (
+        counted("labkit_requests_finished_total", reason="abort"),
+        counted("labkit_generation_tokens_total"),
+    )
 
     async def read_two_then_leave() -> int:
         submitted = await service.submit([1, 2, 3, 4], DecodingConfig(max_new_tokens=200))
@@ -138,7 +179,10 @@ def test_an_abandoned_stream_is_aborted_and_frees_its_blocks(service, one_thread
     request_id = asyncio.run(read_two_then_leave())
     engine = service.engine_thread.engine
     deadline = time.monotonic() + 10
-    while counted("labkit_requests_finished_total", reason="abort") == aborted_before and time.monotonic() < deadline:
+    while (
+        counted("labkit_requests_finished_total", reason="abort") == aborted_before
+        and time.monotonic() < deadline
+    ):
         time.sleep(0.01)
     assert counted("labkit_requests_finished_total", reason="abort") == aborted_before + 1
     assert counted("labkit_generation_tokens_total") - tokens_before < 200  # stopped long before its limit
@@ -181,29 +225,40 @@ def test_a_request_dropped_before_its_first_event_is_aborted(service, one_thread
 
     asyncio.run(submit_and_forget())
     deadline = time.monotonic() + 10
-    while (registry.get_sample_value("labkit_requests_finished_total", {"reason": "abort"}) or 0.0) == aborted_before \
-            and time.monotonic() < deadline:
+    while (
+        registry.get_sample_value("labkit_requests_finished_total", {"reason": "abort"}) or 0.0
+    ) == aborted_before and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert registry.get_sample_value("labkit_requests_finished_total", {"reason": "abort"}) == aborted_before + 1
+    assert (
+        registry.get_sample_value("labkit_requests_finished_total", {"reason": "abort"}) == aborted_before + 1
+    )
     while service.engine_thread.load.blocks_used and time.monotonic() < deadline:
         time.sleep(0.01)
     assert service.engine_thread.load.blocks_used == 0
 
 
-@pytest.mark.parametrize("path, body, param", [
-    ("/api/generate", {"model": NAME, "prompt": "Hi", "raw": True, "options": {"num_predict": 600}},
-     "options.num_predict"),
-    ("/v1/completions", {"model": NAME, "prompt": "Hi", "max_tokens": 600}, "max_tokens"),
-])
+@pytest.mark.parametrize(
+    "path, body, param",
+    [
+        (
+            "/api/generate",
+            {"model": NAME, "prompt": "Hi", "raw": True, "options": {"num_predict": 600}},
+            "options.num_predict",
+        ),
+        ("/v1/completions", {"model": NAME, "prompt": "Hi", "max_tokens": 600}, "max_tokens"),
+    ],
+)
 def test_one_context_check_gives_its_numbers_in_both_protocols(service, path, body, param):
     response = post(service, path, json=body)
     error = response.json()["error"]
     message = error if path.startswith("/api/") else error["message"]
     prompt = len(labkit.encode_prompt(service.tokenizer, "Hi"))
     assert response.status_code == 400
-    assert message == (f"'{param}': The prompt has {prompt} tokens and 600 new ones were asked for, but the model's "
-                       f"context holds {service.context}. Shorten the prompt or ask for at most "
-                       f"{service.context - prompt} new tokens.")
+    assert message == (
+        f"'{param}': The prompt has {prompt} tokens and 600 new ones were asked for, but the model's "
+        f"context holds {service.context}. Shorten the prompt or ask for at most "
+        f"{service.context - prompt} new tokens."
+    )
     if isinstance(error, dict):  # OpenAI's error names the field in `param` too
         assert error["param"] == param
 
@@ -218,9 +273,19 @@ def test_arrival_is_stamped_when_the_handler_starts_so_ttft_counts_parsing(servi
 
     monkeypatch.setattr(service, "submit", recording)
     before = time.perf_counter()
-    answer = post(service, "/api/generate", json={"model": NAME, "prompt": "The sea is", "stream": False,
-                                                   "options": {"temperature": 0, "num_predict": 2}}).json()
+    answer = post(
+        service,
+        "/api/generate",
+        json={
+            "model": NAME,
+            "prompt": "The sea is",
+            "stream": False,
+            "options": {"temperature": 0, "num_predict": 2},
+        },
+    ).json()
     post(service, "/v1/completions", json={"model": NAME, "prompt": "The sea is", "max_tokens": 2})
     assert len(stamps) == 2 and all(before <= arrival <= submitted for arrival, submitted in stamps)
     arrival, submitted = stamps[0]
-    assert answer["prompt_eval_duration"] >= (submitted - arrival) * 1e9  # the engine's TTFT starts at arrival
+    assert (
+        answer["prompt_eval_duration"] >= (submitted - arrival) * 1e9
+    )  # the engine's TTFT starts at arrival

@@ -63,8 +63,13 @@ def test_every_sample_arrives_with_its_index_logprobs_and_last_event(service, on
     for sample in samples:
         assert len(sample.tokens) == 5 and sample.last.finish_reason == "length"
         assert sample.last.metrics.output_tokens == 5
-        assert all(len(event.logprob.top) == 2 and event.logprob.token_id == event.token_id for event in sample.tokens)
-    engine_thread = service.engine_thread  # released once every sample is done: a server keeps no finished one
+        assert all(
+            len(event.logprob.top) == 2 and event.logprob.token_id == event.token_id
+            for event in sample.tokens
+        )
+    engine_thread = (
+        service.engine_thread
+    )  # released once every sample is done: a server keeps no finished one
     wait_for(lambda: not engine_thread.groups and submitted.request_id not in engine_thread.engine.requests)
     assert not engine_thread.streams and not engine_thread.engine.requests
 
@@ -84,7 +89,10 @@ def test_a_request_of_n_dropped_unread_aborts_every_sample(service, one_thread):
 def test_more_samples_than_seats_are_refused_naming_n(service):
     with pytest.raises(ClientError) as caught:
         asyncio.run(service.submit([1, 2, 3], DecodingConfig(max_new_tokens=2), n=SEATS + 1))
-    assert (caught.value.status, caught.value.param) == (400, "n") and f"at most {SEATS}" in caught.value.message
+    assert (caught.value.status, caught.value.param) == (
+        400,
+        "n",
+    ) and f"at most {SEATS}" in caught.value.message
 
 
 def test_tokens_are_spelled_with_their_exact_bytes(tokenizer):
@@ -92,7 +100,9 @@ def test_tokens_are_spelled_with_their_exact_bytes(tokenizer):
     ids = tokenizer.encode("é 你", add_special_tokens=False)
     spelled = [speller(token_id) for token_id in ids]
     assert bytes(b for _, raw in spelled for b in raw).decode() == "é 你"  # a split character joins again
-    assert "\ufffd" in [text for text, _ in spelled]  # ...though its parts alone read as the replacement character
+    assert "\ufffd" in [
+        text for text, _ in spelled
+    ]  # ...though its parts alone read as the replacement character
     end = tokenizer.convert_tokens_to_ids("<|im_end|>")
     assert speller(end) == ("<|im_end|>", list(b"<|im_end|>"))
 
@@ -101,25 +111,36 @@ def test_each_protocol_writes_the_same_logprobs_in_its_shape(tokenizer):
     sea, is_ = tokenizer.encode(" sea is", add_special_tokens=False)
     recorded = [TokenLogprob(sea, -0.5, ((sea, -0.5), (is_, -1.5))), TokenLogprob(is_, -3.0, ((sea, -0.2),))]
     chat = chat_logprobs(TokenSpeller(tokenizer), recorded)["content"]
-    assert [(e["token"], e["logprob"], e["bytes"]) for e in chat] == [(" sea", -0.5, list(b" sea")),
-                                                                      (" is", -3.0, list(b" is"))]
+    assert [(e["token"], e["logprob"], e["bytes"]) for e in chat] == [
+        (" sea", -0.5, list(b" sea")),
+        (" is", -3.0, list(b" is")),
+    ]
     assert [t["token"] for t in chat[0]["top_logprobs"]] == [" sea", " is"]
     legacy = completion_logprobs(TokenSpeller(tokenizer), recorded, text_offsets([" sea", " is"], start=4))
-    assert legacy == {"tokens": [" sea", " is"], "token_logprobs": [-0.5, -3.0],
-                      "top_logprobs": [{" sea": -0.5, " is": -1.5}, {" sea": -0.2, " is": -3.0}],  # chosen added
-                      "text_offset": [4, 8]}
+    assert legacy == {
+        "tokens": [" sea", " is"],
+        "token_logprobs": [-0.5, -3.0],
+        "top_logprobs": [{" sea": -0.5, " is": -1.5}, {" sea": -0.2, " is": -3.0}],  # chosen added
+        "text_offset": [4, 8],
+    }
     assert ollama_logprobs(TokenSpeller(tokenizer), recorded) == chat
     assert "top_logprobs" not in ollama_logprobs(TokenSpeller(tokenizer), [TokenLogprob(sea, -0.5, ())])[0]
 
 
 def test_each_request_model_says_how_many_alternatives_the_engine_records():
     hi = [{"role": "user", "content": "Hi"}]
-    chat = [parse(ChatCompletionRequest, {"model": "m", "messages": hi, **fields}).engine_logprobs
-            for fields in ({}, {"logprobs": True}, {"logprobs": True, "top_logprobs": 4})]
-    completions = [parse(CompletionRequest, {"model": "m", "prompt": "Hi", **fields}).engine_logprobs
-                   for fields in ({}, {"logprobs": 0}, {"logprobs": 5}, {"top_logprobs": 3})]  # the last: not its field
-    ollama = [parse(GenerateRequest, {"model": "m", "prompt": "Hi", **fields}).engine_logprobs
-              for fields in ({}, {"top_logprobs": 0}, {"logprobs": True, "top_logprobs": 20})]
+    chat = [
+        parse(ChatCompletionRequest, {"model": "m", "messages": hi, **fields}).engine_logprobs
+        for fields in ({}, {"logprobs": True}, {"logprobs": True, "top_logprobs": 4})
+    ]
+    completions = [
+        parse(CompletionRequest, {"model": "m", "prompt": "Hi", **fields}).engine_logprobs
+        for fields in ({}, {"logprobs": 0}, {"logprobs": 5}, {"top_logprobs": 3})
+    ]  # the last: not its field
+    ollama = [
+        parse(GenerateRequest, {"model": "m", "prompt": "Hi", **fields}).engine_logprobs
+        for fields in ({}, {"top_logprobs": 0}, {"logprobs": True, "top_logprobs": 20})
+    ]
     assert (chat, completions, ollama) == ([None, 0, 4], [None, 0, 5, None], [None, None, 20])
     budget = parse(CompletionRequest, {"model": "m", "prompt": "Hi", "thinking_token_budget": 8})
     assert budget.decoding_config(16).thinking_budget == 8
