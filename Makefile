@@ -54,6 +54,7 @@ test-fast: cache
 # `$(VENV)/bin/ruff check --fix` mends what it can (import order, unused imports).
 lint: $(INSTALLED)
 	$(VENV)/bin/ruff check labkit tests notebooks
+	$(VENV)/bin/ruff format --check labkit tests
 
 setup: $(INSTALLED)
 
