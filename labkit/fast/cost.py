@@ -60,6 +60,7 @@ from labkit.fast.roofline import weight_bytes_per_token
 from labkit.fast.static import slots_for
 from labkit.fast.step_runs import compiled_step_run, step_run
 from labkit.quant.linear import QuantLinear
+from labkit.table import Column, format_table
 from labkit.timing import median_seconds
 
 HOWS = ("loop", "static", "compiled")  # labkit's loop, StaticDecoder's eager step, its compiled step
@@ -188,15 +189,8 @@ def matmul_seconds(model: nn.Module, rows: int, repeats: int = 5) -> float:
 def kv_bytes_read(model: Llama, rows: int, context: int, tokens: int) -> int:
     """Keys and values one step reads: every layer's [rows, n_kv_heads, context + tokens, head_dim], twice."""
     c = model.config
-    return (
-        2
-        * c.n_layers
-        * rows
-        * c.n_kv_heads
-        * (context + tokens)
-        * c.head_dim
-        * model.embed_tokens.weight.element_size()
-    )
+    per_position = 2 * c.n_layers * c.n_kv_heads * c.head_dim * model.embed_tokens.weight.element_size()
+    return rows * (context + tokens) * per_position
 
 
 def linear_flops(model: nn.Module, rows: int) -> float:
@@ -297,10 +291,34 @@ def measure_step(
     )
 
 
-def share_cell(share: float, terms: dict[str, float]) -> str:
-    """A floor's share of the matmuls, 5 wide; "-" when the wake-ups took all of the kernels' time (no
-    matmul time is left to share: the share would divide by zero)."""
-    return f"{share:>5.0%}" if terms["matmul kernels"] > 0 else f"{'-':>5}"
+# cost_table's columns after the step's name, each as wide as its title and the space before it. A floor's
+# share is "-" when the wake-ups took all of the kernels' time (no matmul time is left to share: the share
+# would divide by zero); the regime ends the line unpadded, two spaces after the peak.
+COST_COLUMNS = [
+    Column("ops", 6),
+    Column("us/op", 7, ".1f"),
+    Column("overhead", 9, ".1f"),
+    Column("wake", 6, ".1f"),
+    Column("matmuls", 8, ".1f"),
+    Column("KV", 6, ".2f"),
+    Column("predicted", 10, ".1f"),
+    Column("measured", 9, ".1f"),
+    Column("error", 6, "+.0%"),
+    Column("bw", 5, ".0%"),
+    Column("peak", 5, ".0%"),
+    Column("  regime", 0, align="<"),
+]
+
+
+def cost_cells(costs: StepCosts, machine: Machine) -> list:
+    """One step's cells after its name, in COST_COLUMNS order: ops, us/op, the terms and both step times in
+    ms, the error, the floors' shares, the regime."""
+    terms, shares = costs.terms(machine), costs.shares(machine)
+    predicted = costs.predicted_seconds(machine)
+    floors = [shares["memory"], shares["compute"]] if terms["matmul kernels"] > 0 else ["-", "-"]
+    times_ms = [terms[term] * 1e3 for term in TERMS] + [predicted * 1e3, costs.measured_seconds * 1e3]
+    error = predicted / costs.measured_seconds - 1
+    return [costs.ops, costs.op_seconds * 1e6, *times_ms, error, *floors, f"  {costs.regime(machine)}"]
 
 
 def cost_table(named: dict[str, StepCosts], machine: Machine) -> str:
@@ -311,22 +329,9 @@ def cost_table(named: dict[str, StepCosts], machine: Machine) -> str:
     """
     check_table("named", named, "StepCosts (labkit.fast.cost.measure_step)", of=StepCosts)
     check_record("machine", machine, "a Machine (labkit.fast.machine.measure_machine)", of=Machine)
-    width = max(len(name) for name in named) + 2
-    lines = [
-        f"{'step':<{width}}{'ops':>6}{'us/op':>7}{'overhead':>9}{'wake':>6}{'matmuls':>8}{'KV':>6}"
-        f"{'predicted':>10}{'measured':>9}{'error':>6}{'bw':>5}{'peak':>5}  regime"
-    ]
-    for name, costs in named.items():
-        terms, shares = costs.terms(machine), costs.shares(machine)
-        predicted = costs.predicted_seconds(machine)
-        lines.append(
-            f"{name:<{width}}{costs.ops:>6}{costs.op_seconds * 1e6:>7.1f}{terms['overhead'] * 1e3:>9.1f}"
-            f"{terms['thread wake-ups'] * 1e3:>6.1f}{terms['matmul kernels'] * 1e3:>8.1f}"
-            f"{terms['KV cache'] * 1e3:>6.2f}{predicted * 1e3:>10.1f}{costs.measured_seconds * 1e3:>9.1f}"
-            f"{predicted / costs.measured_seconds - 1:>+6.0%}{share_cell(shares['memory'], terms)}"
-            f"{share_cell(shares['compute'], terms)}  {costs.regime(machine)}"
-        )
-    return "\n".join(lines) + (
+    step = Column("step", max(len(name) for name in named) + 2, align="<")
+    rows = [[name, *cost_cells(costs, machine)] for name, costs in named.items()]
+    return format_table([step, *COST_COLUMNS], rows) + (
         "\n(ms per decode step; overhead = ops x us/op; wake = linear layers x "
         f"{machine.wake_seconds * 1e6:.1f} us; matmuls: the kernels less their wake-ups; "
         "error = predicted / measured - 1; bw, peak: the memory and compute floors as "

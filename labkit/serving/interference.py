@@ -21,6 +21,7 @@ from transformers import PreTrainedTokenizerBase
 from labkit.core.doors import check_items, check_model
 from labkit.metrics import percentile
 from labkit.serving.engine import Engine
+from labkit.table import Column, format_table
 
 
 @dataclass(frozen=True)
@@ -90,20 +91,33 @@ def interference_run(
     )
 
 
+# interference_table's columns after the run's name, two spaces apart: the short answers' gaps between
+# tokens, the long prompt's TTFT (ms) and the engine steps the run took.
+INTERFERENCE_COLUMNS = [
+    Column("gap p50 ms", 10, ".0f"),
+    Column("gap p95 ms", 10, ".0f"),
+    Column("longest ms", 10, ".0f"),
+    Column("long TTFT ms", 12, ".0f"),
+    Column("steps", 5),
+]
+
+
 def interference_table(runs: list[InterferenceRun]) -> str:
     """One row per run: the short answers' gap between tokens (p50, p95, longest) and the long prompt's TTFT.
 
     >>> print(interference_table([without_chunks, with_chunks]))
     """
     check_items("runs", runs, "InterferenceRun (from interference_run)", of=InterferenceRun)
-    width = max(len(run.name) for run in runs)
-    lines = [
-        f"{'engine':<{width}}  {'gap p50 ms':>10}  {'gap p95 ms':>10}  {'longest ms':>10}  {'long TTFT ms':>12}  "
-        f"{'steps':>5}"
+    engine = Column("engine", max(len(run.name) for run in runs), align="<")
+    rows = [
+        [
+            run.name,
+            percentile(run.gaps_ms, 50),
+            percentile(run.gaps_ms, 95),
+            run.longest_gap_ms,
+            run.long_ttft_ms,
+            len(run.step_ms),
+        ]
+        for run in runs
     ]
-    for run in runs:
-        lines.append(
-            f"{run.name:<{width}}  {percentile(run.gaps_ms, 50):>10.0f}  {percentile(run.gaps_ms, 95):>10.0f}  "
-            f"{run.longest_gap_ms:>10.0f}  {run.long_ttft_ms:>12.0f}  {len(run.step_ms):>5}"
-        )
-    return "\n".join(lines)
+    return format_table([engine, *INTERFERENCE_COLUMNS], rows, gap="  ")

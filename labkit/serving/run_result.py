@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from labkit.core.doors import check_items
 from labkit.metrics import percentile
 from labkit.serving.static_batch import Waste
+from labkit.table import Column, format_table
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,21 @@ class RunResult:
         return percentile(self.tpot_s, 95) if self.tpot_s else math.nan
 
 
+# results_table's columns after the runner's name, two spaces apart. The waste is "-" for a run that was not
+# a padded static batch; "vs first" is a ratio written with its "x" ("2.00x").
+RESULT_COLUMNS = [
+    Column("requests", 8),
+    Column("tokens/s", 8, ".1f"),
+    Column("TTFT p50 ms", 11, ".0f"),
+    Column("TTFT p95 ms", 11, ".0f"),
+    Column("TPOT p50 ms", 11, ".1f"),
+    Column("TPOT p95 ms", 11, ".1f"),
+    Column("wall s", 6, ".2f"),
+    Column("wasted", 6, ".0%"),
+    Column("vs first", 8),
+]
+
+
 def results_table(results: list[RunResult]) -> str:
     """One row per run: requests, total tokens/s, TTFT and TPOT p50/p95, wall time, the share of slots a padded
     static batch wasted ('-' for the others), tokens/s vs the first row.
@@ -67,16 +83,22 @@ def results_table(results: list[RunResult]) -> str:
         >>> print(results_table([one_at_a_time, continuous]))
     """
     check_items("results", results, "RunResult (from the run_* functions)", of=RunResult)
-    width = max(len("runner"), *(len(r.name) for r in results))
-    lines = [
-        f"{'runner':<{width}}  {'requests':>8}  {'tokens/s':>8}  {'TTFT p50 ms':>11}  {'TTFT p95 ms':>11}  "
-        f"{'TPOT p50 ms':>11}  {'TPOT p95 ms':>11}  {'wall s':>6}  {'wasted':>6}  {'vs first':>8}"
+    runner = Column("runner", max(len("runner"), *(len(r.name) for r in results)), align="<")
+    rows = [result_cells(r, results[0]) for r in results]
+    return format_table([runner, *RESULT_COLUMNS], rows, gap="  ")
+
+
+def result_cells(result: RunResult, first: RunResult) -> list:
+    """One run's cells, in the table's order: its name, then RESULT_COLUMNS'; times in ms but the wall."""
+    wasted = result.waste.share if result.waste is not None else "-"
+    latencies_s = [result.ttft_p50, result.ttft_p95, result.tpot_p50, result.tpot_p95]
+    vs_first = f"{result.tokens_per_s / first.tokens_per_s:.2f}x"
+    return [
+        result.name,
+        len(result.token_ids),
+        result.tokens_per_s,
+        *(seconds * 1e3 for seconds in latencies_s),
+        result.wall_s,
+        wasted,
+        vs_first,
     ]
-    for r in results:
-        wasted = f"{r.waste.share:.0%}" if r.waste is not None else "-"
-        lines.append(
-            f"{r.name:<{width}}  {len(r.token_ids):>8}  {r.tokens_per_s:>8.1f}  {r.ttft_p50 * 1e3:>11.0f}  "
-            f"{r.ttft_p95 * 1e3:>11.0f}  {r.tpot_p50 * 1e3:>11.1f}  {r.tpot_p95 * 1e3:>11.1f}  "
-            f"{r.wall_s:>6.2f}  {wasted:>6}  {r.tokens_per_s / results[0].tokens_per_s:>7.2f}x"
-        )
-    return "\n".join(lines)

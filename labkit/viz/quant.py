@@ -30,6 +30,7 @@ from labkit.quant.schemes import (
     quantization_error,
     quantize_groupwise,
 )
+from labkit.table import Column, format_row
 from labkit.viz.alt import with_alt_text
 from labkit.viz.palette import series_colour
 
@@ -244,6 +245,18 @@ def error_memory(
     }
 
 
+# error_memory_table's columns. The error's title has always stood one character right of its numbers (16
+# wide over 15): notebook 08's saved output shows it so, and ERROR_TITLE keeps the title line as it was.
+MEMORY_COLUMNS = [
+    Column("bits", 4),
+    Column("group", 7),
+    Column("bits/weight", 13, ".2f"),
+    Column("MB", 8, ".1f"),
+    Column("rel. RMS error", 15, ".2%"),
+]
+ERROR_TITLE = Column("rel. RMS error", 16)
+
+
 def error_memory_table(
     weight: torch.Tensor,
     bits: Sequence[int] = (8, 6, 4, 3, 2),
@@ -252,13 +265,13 @@ def error_memory_table(
 ) -> str:
     """The slider's numbers for a grid of settings, as text (the static fallback of quant_slider)."""
     check_tensor("weight", weight, "[rows, cols] of one weight matrix", dims=2)
-    lines = [f"{'bits':>4}{'group':>7}{'bits/weight':>13}{'MB':>8}{'rel. RMS error':>16}"]
+    title_columns = [*MEMORY_COLUMNS[:-1], ERROR_TITLE]
+    lines = [format_row(title_columns, [column.title for column in title_columns])]
     for b in bits:
         for g in group_sizes:
             s = error_memory(weight, b, g, symmetric)
-            lines.append(
-                f"{b:>4}{g:>7}{s['bits_per_weight']:>13.2f}{s['megabytes']:>8.1f}{s['relative_rms']:>15.2%}"
-            )
+            cells = [b, g, s["bits_per_weight"], s["megabytes"], s["relative_rms"]]
+            lines.append(format_row(MEMORY_COLUMNS, cells))
     return "\n".join(lines)
 
 

@@ -4,7 +4,8 @@ door yet and says where the call crashes today."""
 
 from door import Door, wrong
 
-from labkit.serving.http.load import Target, sweep
+from labkit.serving.http.load import sweep
+from labkit.serving.http.load_result import Target
 
 CASES = [
     wrong("labkit.serving.agent.agent_loop", words=("messages",)),
@@ -18,13 +19,6 @@ CASES = [
     wrong("labkit.serving.http.client.metric_value", words=("metrics_text",)),
     wrong("labkit.serving.http.client.stream_ollama", words=("http",)),
     wrong("labkit.serving.http.client.stream_openai", words=("http",)),
-    wrong("labkit.serving.http.load.Target", words=("ttft_s",)),
-    Door(
-        "labkit.serving.http.load.Target",
-        lambda kit: Target(ttft_s=1.0, tpot_s=-0.1),
-        ValueError,
-        ("tpot_s must be a number of seconds above 0", "got -0.1"),
-    ),
     wrong("labkit.serving.http.load.open_loop", words=("http",)),
     wrong("labkit.serving.http.load.sweep", words=("url",)),
     Door(
@@ -33,8 +27,15 @@ CASES = [
         ValueError,
         ("concurrency must be a whole number of 1 or more", "got 0"),
     ),
-    wrong("labkit.serving.http.load.sweep_table", words=("results",)),
-    wrong("labkit.serving.http.load.ttft_breakdown", words=("results",)),
+    wrong("labkit.serving.http.load_result.Target", words=("ttft_s",)),
+    Door(
+        "labkit.serving.http.load_result.Target",
+        lambda kit: Target(ttft_s=1.0, tpot_s=-0.1),
+        ValueError,
+        ("tpot_s must be a number of seconds above 0", "got -0.1"),
+    ),
+    wrong("labkit.serving.http.load_result.sweep_table", words=("results",)),
+    wrong("labkit.serving.http.load_result.ttft_breakdown", words=("results",)),
     wrong("labkit.serving.interference.interference_run", words=("model",)),
     wrong("labkit.serving.interference.interference_table", words=("runs",)),
     wrong("labkit.serving.method_run.Method", words=("name",)),

@@ -7,7 +7,8 @@ independent users do (vLLM's `--request-rate`); past the server's capacity, its 
 Every answer is streamed and timed by `labkit.serving.http.client`. A level's throughput is every output
 token over the wall time from the first request sent to the last token received; latencies are per
 request, as percentiles; goodput counts the requests per second that met a latency target (`Target`).
-The server's own means (TTFT and TPOT histograms on /metrics) are read before and after a level.
+The server's own means (TTFT and TPOT histograms on /metrics) are read before and after a level. Each
+level is a `LoadResult`; it, `Target` and the tables live in `labkit.serving.http.load_result`.
 
     >>> results = await sweep(server.url, "smollm2-135m", [1, 4, 16], max_tokens=16)
     >>> print(sweep_table(results))
@@ -22,13 +23,11 @@ import math
 import random
 import time
 from collections.abc import Coroutine, Sequence
-from dataclasses import dataclass
 
 import httpx
 
-from labkit.core.arguments import check_choice, check_int, check_seconds, check_text
+from labkit.core.arguments import check_choice, check_int, check_text
 from labkit.core.doors import check_callable, check_items, check_record
-from labkit.metrics import percentile
 from labkit.serving.http.client import (
     StreamTiming,
     engine_summaries,
@@ -36,79 +35,17 @@ from labkit.serving.http.client import (
     stream_ollama,
     stream_openai,
 )
+from labkit.serving.http.load_result import (  # noqa: F401  (Target and the tables: read from here too)
+    LoadResult,
+    Target,
+    sweep_table,
+    ttft_breakdown,
+)
 from labkit.serving.workload import QUESTIONS
 
 TTFT, TPOT = "labkit_time_to_first_token_seconds", "labkit_time_per_output_token_seconds"
 QUEUE = "labkit_request_queue_time_seconds"
 QUESTION_STRIDE = 5  # request i asks QUESTIONS[5 i mod 16]: short and long prompts mixed at every level
-
-
-@dataclass(frozen=True)
-class Target:
-    """A latency target a request meets or not: its first token within `ttft_s`, then a token every `tpot_s`.
-
-    >>> Target(ttft_s=1.0, tpot_s=0.15).describe()
-    'TTFT <= 1000 ms and TPOT <= 150 ms'
-    """
-
-    ttft_s: float
-    tpot_s: float
-
-    def __post_init__(self):
-        check_seconds("ttft_s", self.ttft_s)
-        check_seconds("tpot_s", self.tpot_s)
-
-    def met_by(self, timing: StreamTiming) -> bool:
-        tpot_ok = math.isnan(timing.tpot_s) or timing.tpot_s <= self.tpot_s  # nan: a one-token answer
-        return timing.ttft_s <= self.ttft_s and tpot_ok
-
-    def describe(self) -> str:
-        return f"TTFT <= {self.ttft_s * 1e3:.0f} ms and TPOT <= {self.tpot_s * 1e3:.0f} ms"
-
-
-@dataclass(frozen=True)
-class LoadResult:
-    """One concurrency level: every request's timing, the wall time, and the server's own means."""
-
-    concurrency: int  # requests in flight at once (clients)
-    requests: tuple[StreamTiming, ...]  # by request index: request i asked question(i)
-    wall_s: float  # first request sent -> last token received
-    engine_ttft_s: float = math.nan  # the server's mean TTFT over this level (queue included), from /metrics
-    engine_tpot_s: float = math.nan  # the server's mean TPOT over this level, from /metrics
-    engine_queue_s: float = math.nan  # the server's mean wait for a seat over this level, from /metrics
-    arrival_rate: float = math.nan  # open loop: requests arriving per second (nan for a closed loop)
-
-    @property
-    def ok(self) -> tuple[StreamTiming, ...]:
-        """The requests that were answered whole (status 200, no error, some text)."""
-        return tuple(r for r in self.requests if r.status == 200 and r.error is None and r.output_tokens > 0)
-
-    @property
-    def output_tokens(self) -> int:
-        return sum(r.output_tokens for r in self.ok)
-
-    @property
-    def tokens_per_s(self) -> float:
-        """Output tokens of every request / the level's wall time."""
-        return self.output_tokens / self.wall_s
-
-    @property
-    def requests_per_s(self) -> float:
-        return len(self.ok) / self.wall_s
-
-    def quantile(self, metric: str, q: float) -> float:
-        """The q-th percentile (0-100) of 'ttft_s', 'tpot_s' or 'e2e_s' over the answered requests."""
-        values = [getattr(r, metric) for r in self.ok]
-        values = [v for v in values if not math.isnan(v)]
-        return percentile(values, q) if values else math.nan
-
-    def goodput(self, target: Target) -> float:
-        """Requests per second that were answered whole and met `target` (DistServe's goodput)."""
-        return sum(target.met_by(r) for r in self.ok) / self.wall_s
-
-    def mean(self, metric: str) -> float:
-        values = [v for v in (getattr(r, metric) for r in self.ok) if not math.isnan(v)]
-        return sum(values) / len(values) if values else math.nan
 
 
 def question(index: int, tag: str = "") -> list[dict]:
@@ -294,45 +231,3 @@ async def sweep_levels(
             if progress is not None:
                 progress(results[-1])
     return results
-
-
-def sweep_table(results: Sequence[LoadResult]) -> str:
-    """One row per level: requests, tokens/s (and vs the first row), TTFT/TPOT/E2E percentiles in ms, the
-    server's own mean TTFT and TPOT, errors."""
-    check_items("results", results, "LoadResult (from sweep or open_loop)", of=LoadResult)
-    header = (
-        f"{'clients':>7} {'requests':>8} {'tokens/s':>8} {'vs first':>8} {'TTFT p50':>8} {'TTFT p95':>8} "
-        f"{'TPOT p50':>8} {'TPOT p95':>8} {'E2E p50':>8} {'E2E p95':>8} {'srv TTFT':>8} {'srv TPOT':>8} "
-        f"{'errors':>6}"
-    )
-    lines = [header, f"{'':>7} {'':>8} {'':>8} {'':>8} " + " ".join(f"{'ms':>8}" for _ in range(8))]
-    for r in results:
-        ms = [r.quantile(m, q) * 1e3 for m in ("ttft_s", "tpot_s", "e2e_s") for q in (50, 95)]
-        ms += [r.engine_ttft_s * 1e3, r.engine_tpot_s * 1e3]
-        lines.append(
-            f"{r.concurrency:>7} {len(r.requests):>8} {r.tokens_per_s:>8.1f} "
-            f"{r.tokens_per_s / results[0].tokens_per_s:>7.2f}x "
-            + " ".join(f"{v:>8.0f}" for v in ms)
-            + f" {len(r.requests) - len(r.ok):>6}"
-        )
-    return "\n".join(lines)
-
-
-def ttft_breakdown(results: Sequence[LoadResult]) -> str:
-    """Where a request's first token waited, level by level, as means in ms from both sides: the server's
-    queue (arrival -> first scheduled), the server's prefill and first step (its TTFT minus the queue; the
-    step in flight when it arrived included), and the HTTP path (the client's TTFT minus the server's: the
-    way in before the handler stamps it, the way out after the engine emits the token).
-
-        >>> print(ttft_breakdown(results))      # results from `sweep`
-    """
-    check_items("results", results, "LoadResult (from sweep)", of=LoadResult)
-    header = f"{'clients':>7} {'queue':>8} {'prefill+1st':>11} {'HTTP path':>9} {'client TTFT':>11}"
-    lines = [header, f"{'':>7} " + " ".join(f"{'ms (mean)':>{w}}" for w in (8, 11, 9, 11))]
-    for r in results:
-        client = r.mean("ttft_s")
-        parts = [r.engine_queue_s, r.engine_ttft_s - r.engine_queue_s, client - r.engine_ttft_s, client]
-        lines.append(
-            f"{r.concurrency:>7} " + " ".join(f"{v * 1e3:>{w}.0f}" for v, w in zip(parts, (8, 11, 9, 11)))
-        )
-    return "\n".join(lines)
