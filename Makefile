@@ -50,11 +50,12 @@ test: cache
 test-fast: cache
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -m "not slow and not browser" tests
 
-# Lint (ruff, configured in pyproject.toml): the package, the tests and the notebooks' code cells.
+# Lint (ruff, configured in pyproject.toml): every Python file of the project, the notebooks' code cells and
+# the README's examples; format checks all but the notebooks (pyproject.toml says why).
 # `$(VENV)/bin/ruff check --fix` mends what it can (import order, unused imports).
 lint: $(INSTALLED)
-	$(VENV)/bin/ruff check labkit tests notebooks
-	$(VENV)/bin/ruff format --check labkit tests
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 setup: $(INSTALLED)
 

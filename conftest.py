@@ -22,13 +22,18 @@ def engines_missing() -> str | None:
     """Why notebook 12 cannot run here, or None when both engines are installed."""
     from labkit.engines.install import MAKE_ENGINES, llamacpp_installed, vllm_installed
 
-    missing = [name for name, ok in (("llama.cpp", llamacpp_installed()), ("vLLM", vllm_installed())) if not ok]
+    missing = [
+        name for name, ok in (("llama.cpp", llamacpp_installed()), ("vLLM", vllm_installed())) if not ok
+    ]
     return f"{' and '.join(missing)} not installed. {MAKE_ENGINES}" if missing else None
 
 
 def pytest_collection_modifyitems(config, items):
-    engine_cells = [item for item in items
-                    if item.path.suffix == ".ipynb" and item.path.name.startswith(ENGINE_NOTEBOOK_PREFIX)]
+    engine_cells = [
+        item
+        for item in items
+        if item.path.suffix == ".ipynb" and item.path.name.startswith(ENGINE_NOTEBOOK_PREFIX)
+    ]
     reason = engines_missing() if engine_cells and os.environ.get("CI") != "true" else None
     for item in engine_cells if reason else []:
         item.add_marker(pytest.mark.skip(reason=reason))

@@ -56,7 +56,7 @@ def test_ci_lints_before_the_tests_and_the_linter_is_configured_and_installed():
     ci = (ROOT / ".ci" / "run").read_text()
     assert "make lint" in ci and ci.index("make lint") < ci.index("make test")
     makefile = (ROOT / "Makefile").read_text()
-    assert "\nlint:" in makefile and "ruff format --check labkit tests" in makefile  # lint and format
+    assert "\nlint:" in makefile and "ruff format --check ." in makefile  # lint and format
     config = pyproject()["tool"]["ruff"]
     assert config["line-length"] == 110 and {"E4", "E7", "E9", "F", "I"} <= set(config["lint"]["select"])
     assert any(spec.startswith("ruff") for spec in pyproject()["project"]["optional-dependencies"]["test"])
