@@ -13,12 +13,20 @@
 //
 // Three paths, chosen at run time (so one build runs on every x86-64 CPU): AVX-512 VNNI
 // (vpdpbusd, two groups per instruction), AVX2 (vpmaddubsw + vpmaddwd, llama.cpp's), and scalar.
+//
+// Two promises about the float32 sums, both tested (tests/fast/test_kernel.py):
+//   - batch invariance: y[i] does not depend on which other rows share the call. A weight row is
+//     unpacked once and multiplied with a tile of several activation rows, but each (weight row,
+//     activation row) pair keeps its own accumulators, summed in the same order for every tile size.
+//   - the AVX2 and AVX-512 paths give the same bits: each sums group g into accumulator g % 4 and
+//     adds them as (0 + 2) + (1 + 3), which is where AVX-512's two 16-lane halves put them.
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <c10/util/Half.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -40,17 +48,23 @@ struct Q8Rows {                // x quantized: per row i and group g
   std::vector<float> s;        // [M, G] dx * sum of the group's codes
 };
 
-struct RowArgs {               // one weight row n against one activation row i
+struct WeightRow {              // one weight row n
   const uint8_t* codes;        // [G * Format::kBytes]: the row's codes, group after group
   const uint16_t* scales;      // [G] float16 bits
   const uint16_t* minimums;    // [G] float16 bits (Q4_1 only)
-  const int8_t* qx;            // [K]
-  const float* dx;             // [G]
-  const float* sx;             // [G]
   int64_t groups;              // G = K / 32
 };
 
-using RowDot = float (*)(const RowArgs&);
+struct ActRow {                // one activation row i, quantized
+  const int8_t* qx;            // [K]
+  const float* dx;             // [G]
+  const float* sx;             // [G]
+};
+
+constexpr int kMostRows = 4;   // activation rows per tile, at most
+
+// out[r * stride] = weight row . activation row r, for the tile's R rows
+using TileDot = void (*)(const WeightRow&, const ActRow*, float* out, int64_t stride);
 
 Q8Rows quantize_q8_1(const float* x, int64_t rows, int64_t k) {
   const int64_t groups = k / kGroup;
@@ -76,7 +90,9 @@ float half_to_float(uint16_t bits) { return c10::detail::fp16_ieee_to_fp32_value
 
 // The two weight formats. Each says how many bytes a group of 32 codes takes, whether it has a minimum
 // (the m * s term), and how its codes multiply 32 int8 activations: scalar, AVX2 (8 int32 partial sums of
-// one group) and AVX-512 VNNI (16 partial sums: 8 of group g, then 8 of group g + 1).
+// one group) and AVX-512 VNNI (16 partial sums: 8 of group g, then 8 of group g + 1). The SIMD forms come
+// in two halves: load8/load16 unpacks a weight group once, mul8/mul16 multiplies it with one activation
+// row, so a tile of rows shares the unpacking. Partial sum j always holds inputs 4j..4j+3 of its group.
 
 struct Q41 {  // 4-bit codes 0..15; byte j holds input j (low nibble) and input j + 16 (high nibble)
   static constexpr int64_t kBytes = kGroup / 2;
@@ -87,19 +103,24 @@ struct Q41 {  // 4-bit codes 0..15; byte j holds input j (low nibble) and input 
     return dot;
   }
 #ifdef LABKIT_X86
-  __attribute__((target("avx2,fma,f16c"), always_inline)) static inline __m256i dot8(const uint8_t* c,
-                                                                                    const int8_t* q) {
+  __attribute__((target("avx2,fma,f16c"), always_inline)) static inline __m256i load8(const uint8_t* c) {
     const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(c));
-    const __m256i codes = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), _mm256_set1_epi8(15));
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), _mm256_set1_epi8(15));
+  }
+  __attribute__((target("avx2,fma,f16c"), always_inline)) static inline __m256i mul8(__m256i codes,
+                                                                                    const int8_t* q) {
     const __m256i pairs = _mm256_maddubs_epi16(codes, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)));
     return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));  // 15 * 127 * 2 fits int16: no saturation
   }
-  __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vnni"), always_inline)) static inline __m512i dot16(
-      const uint8_t* c, const int8_t* q) {
+  __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vnni"), always_inline)) static inline __m512i load16(
+      const uint8_t* c) {
     const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c));  // 2 groups x 16 bytes
     __m512i codes = _mm512_inserti64x4(_mm512_castsi256_si512(packed), _mm256_srli_epi16(packed, 4), 1);
     codes = _mm512_and_si512(codes, _mm512_set1_epi8(15));  // 128-bit lanes: low g, low g+1, high g, high g+1
-    codes = _mm512_shuffle_i64x2(codes, codes, _MM_SHUFFLE(3, 1, 2, 0));  // low g, high g, low g+1, high g+1
+    return _mm512_shuffle_i64x2(codes, codes, _MM_SHUFFLE(3, 1, 2, 0));  // low g, high g, low g+1, high g+1
+  }
+  __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vnni"), always_inline)) static inline __m512i mul16(
+      __m512i codes, const int8_t* q) {
     return _mm512_dpbusd_epi32(_mm512_setzero_si512(), codes, _mm512_loadu_si512(q));
   }
 #endif
@@ -115,16 +136,21 @@ struct Q80 {  // 8-bit codes -127..127, no minimum (llama.cpp's Q8_0, its output
   }
 #ifdef LABKIT_X86
   // The multiply-adds take one unsigned operand: |w| times x with w's sign moved onto it, as llama.cpp does.
-  __attribute__((target("avx2,fma,f16c"), always_inline)) static inline __m256i dot8(const uint8_t* c,
-                                                                                    const int8_t* q) {
-    const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c));
+  __attribute__((target("avx2,fma,f16c"), always_inline)) static inline __m256i load8(const uint8_t* c) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c));
+  }
+  __attribute__((target("avx2,fma,f16c"), always_inline)) static inline __m256i mul8(__m256i w, const int8_t* q) {
     const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
     const __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
     return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));  // 127 * 127 * 2 fits int16
   }
-  __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vnni"), always_inline)) static inline __m512i dot16(
-      const uint8_t* c, const int8_t* q) {
-    const __m512i w = _mm512_loadu_si512(c), x = _mm512_loadu_si512(q);  // 2 groups x 32 bytes
+  __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vnni"), always_inline)) static inline __m512i load16(
+      const uint8_t* c) {
+    return _mm512_loadu_si512(c);  // 2 groups x 32 bytes
+  }
+  __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vnni"), always_inline)) static inline __m512i mul16(
+      __m512i w, const int8_t* q) {
+    const __m512i x = _mm512_loadu_si512(q);
     const __m512i signed_x = _mm512_mask_sub_epi8(x, _mm512_movepi8_mask(w), _mm512_setzero_si512(), x);
     return _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(w), signed_x);
   }
@@ -132,14 +158,14 @@ struct Q80 {  // 8-bit codes -127..127, no minimum (llama.cpp's Q8_0, its output
 };
 
 template <typename F>
-float dot_scalar(const RowArgs& a) {
+void tile_scalar(const WeightRow& w, const ActRow* x, float* out, int64_t) {  // one row: the reference order
   float sum = 0.f;
-  for (int64_t g = 0; g < a.groups; ++g) {
-    const float dot = static_cast<float>(F::dot_scalar(a.codes + g * F::kBytes, a.qx + g * kGroup));
-    sum += half_to_float(a.scales[g]) * a.dx[g] * dot;
-    if (F::kMinimum) sum += half_to_float(a.minimums[g]) * a.sx[g];
+  for (int64_t g = 0; g < w.groups; ++g) {
+    const float dot = static_cast<float>(F::dot_scalar(w.codes + g * F::kBytes, x->qx + g * kGroup));
+    sum += half_to_float(w.scales[g]) * x->dx[g] * dot;
+    if (F::kMinimum) sum += half_to_float(w.minimums[g]) * x->sx[g];
   }
-  return sum;
+  *out = sum;
 }
 
 #ifdef LABKIT_X86
@@ -150,85 +176,135 @@ __attribute__((target("avx2,fma,f16c"), always_inline)) inline float hsum8(__m25
   return _mm_cvtss_f32(_mm_add_ss(r, _mm_movehdup_ps(r)));
 }
 
-// The groups from `first` on, one at a time (the AVX-512 path's leftovers), plus all the m * s terms.
+// The groups from `first` on, one at a time (those after the last full 8), plus all the m * s terms.
 template <typename F>
-__attribute__((target("avx2,fma,f16c"), always_inline)) inline float dot_tail_avx2(const RowArgs& a, int64_t first,
-                                                                                   __m256 acc) {
+__attribute__((target("avx2,fma,f16c"), always_inline)) inline float dot_tail_avx2(const WeightRow& w,
+                                                                                   const ActRow& x,
+                                                                                   int64_t first, __m256 acc) {
   __m256 msum = _mm256_setzero_ps();
   float tail = 0.f;
   if (F::kMinimum) {
     int64_t g = 0;
-    for (; g + 8 <= a.groups; g += 8) {
-      const __m256 m = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a.minimums + g)));
-      msum = _mm256_fmadd_ps(m, _mm256_loadu_ps(a.sx + g), msum);
+    for (; g + 8 <= w.groups; g += 8) {
+      const __m256 m = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.minimums + g)));
+      msum = _mm256_fmadd_ps(m, _mm256_loadu_ps(x.sx + g), msum);
     }
-    for (; g < a.groups; ++g) tail += _cvtsh_ss(a.minimums[g]) * a.sx[g];
+    for (; g < w.groups; ++g) tail += _cvtsh_ss(w.minimums[g]) * x.sx[g];
   }
-  for (int64_t g = first; g < a.groups; ++g) {
-    const __m256 scale = _mm256_set1_ps(_cvtsh_ss(a.scales[g]) * a.dx[g]);
-    acc = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(F::dot8(a.codes + g * F::kBytes, a.qx + g * kGroup)), acc);
+  for (int64_t g = first; g < w.groups; ++g) {
+    const __m256 scale = _mm256_set1_ps(_cvtsh_ss(w.scales[g]) * x.dx[g]);
+    const __m256i dot = F::mul8(F::load8(w.codes + g * F::kBytes), x.qx + g * kGroup);
+    acc = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(dot), acc);
   }
   return hsum8(_mm256_add_ps(acc, msum)) + tail;
 }
 
-template <typename F>
-__attribute__((target("avx2,fma,f16c"))) float dot_avx2(const RowArgs& a) {
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();  // two chains hide the FMA latency
-  alignas(32) float scale[8];
-  int64_t g = 0;
-  for (; g + 8 <= a.groups; g += 8) {  // d * dx of 8 groups in one go
-    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a.scales + g)));
-    _mm256_store_ps(scale, _mm256_mul_ps(d, _mm256_loadu_ps(a.dx + g)));
-    for (int k = 0; k < 8; k += 2) {
-      const __m256i p0 = F::dot8(a.codes + (g + k) * F::kBytes, a.qx + (g + k) * kGroup);
-      const __m256i p1 = F::dot8(a.codes + (g + k + 1) * F::kBytes, a.qx + (g + k + 1) * kGroup);
-      acc0 = _mm256_fmadd_ps(_mm256_set1_ps(scale[k]), _mm256_cvtepi32_ps(p0), acc0);
-      acc1 = _mm256_fmadd_ps(_mm256_set1_ps(scale[k + 1]), _mm256_cvtepi32_ps(p1), acc1);
-    }
-  }
-  return dot_tail_avx2<F>(a, g, _mm256_add_ps(acc0, acc1));
+// d * dx of groups g..g+7, for each of the tile's R rows
+template <int R>
+__attribute__((target("avx2,fma,f16c"), always_inline)) inline void group_scales(const WeightRow& w,
+                                                                                 const ActRow* x, int64_t g,
+                                                                                 __m256* scale) {
+  const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.scales + g)));
+  for (int r = 0; r < R; ++r) scale[r] = _mm256_mul_ps(d, _mm256_loadu_ps(x[r].dx + g));
 }
 
-template <typename F>
-__attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vnni"))) float dot_avx512(const RowArgs& a) {
-  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+template <typename F, int R>
+__attribute__((target("avx2,fma,f16c"))) void tile_avx2(const WeightRow& w, const ActRow* x, float* out,
+                                                         int64_t stride) {
+  __m256 acc[R][4];  // acc[r][g % 4]: four chains hide the FMA latency
+  for (int r = 0; r < R; ++r)
+    for (int a = 0; a < 4; ++a) acc[r][a] = _mm256_setzero_ps();
+  int64_t g = 0;
+  for (; g + 8 <= w.groups; g += 8) {
+    __m256 scale[R];
+    group_scales<R>(w, x, g, scale);
+    for (int k = 0; k < 8; ++k) {
+      const __m256i codes = F::load8(w.codes + (g + k) * F::kBytes);
+      for (int r = 0; r < R; ++r) {
+        const __m256 s = _mm256_permutevar8x32_ps(scale[r], _mm256_set1_epi32(k));
+        const __m256i dot = F::mul8(codes, x[r].qx + (g + k) * kGroup);
+        acc[r][k % 4] = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(dot), acc[r][k % 4]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    const __m256 sum = _mm256_add_ps(_mm256_add_ps(acc[r][0], acc[r][2]), _mm256_add_ps(acc[r][1], acc[r][3]));
+    out[r * stride] = dot_tail_avx2<F>(w, x[r], g, sum);
+  }
+}
+
+template <typename F, int R>
+__attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vnni"))) void tile_avx512(const WeightRow& w,
+                                                                                      const ActRow* x, float* out,
+                                                                                      int64_t stride) {
   const __m512i spread[4] = {  // float k of 8 into lanes 0-7 and k + 1 into lanes 8-15
       _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
       _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2),
       _mm512_set_epi32(5, 5, 5, 5, 5, 5, 5, 5, 4, 4, 4, 4, 4, 4, 4, 4),
       _mm512_set_epi32(7, 7, 7, 7, 7, 7, 7, 7, 6, 6, 6, 6, 6, 6, 6, 6)};
+  __m512 acc0[R], acc1[R];  // lanes 0-7 of acc0 sum groups g % 4 == 0, lanes 8-15 g % 4 == 1; acc1: 2 and 3
+  for (int r = 0; r < R; ++r) acc0[r] = acc1[r] = _mm512_setzero_ps();
   int64_t g = 0;
-  for (; g + 8 <= a.groups; g += 8) {
-    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a.scales + g)));
-    const __m512 scale = _mm512_castps256_ps512(_mm256_mul_ps(d, _mm256_loadu_ps(a.dx + g)));
+  for (; g + 8 <= w.groups; g += 8) {
+    __m256 scale[R];
+    group_scales<R>(w, x, g, scale);
     for (int k = 0; k < 4; k += 2) {
-      const __m512i p0 = F::dot16(a.codes + (g + 2 * k) * F::kBytes, a.qx + (g + 2 * k) * kGroup);
-      const __m512i p1 = F::dot16(a.codes + (g + 2 * k + 2) * F::kBytes, a.qx + (g + 2 * k + 2) * kGroup);
-      acc0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(spread[k], scale), _mm512_cvtepi32_ps(p0), acc0);
-      acc1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(spread[k + 1], scale), _mm512_cvtepi32_ps(p1), acc1);
+      const __m512i c0 = F::load16(w.codes + (g + 2 * k) * F::kBytes);
+      const __m512i c1 = F::load16(w.codes + (g + 2 * k + 2) * F::kBytes);
+      for (int r = 0; r < R; ++r) {
+        const __m512 s = _mm512_castps256_ps512(scale[r]);
+        const __m512i p0 = F::mul16(c0, x[r].qx + (g + 2 * k) * kGroup);
+        const __m512i p1 = F::mul16(c1, x[r].qx + (g + 2 * k + 2) * kGroup);
+        acc0[r] = _mm512_fmadd_ps(_mm512_permutexvar_ps(spread[k], s), _mm512_cvtepi32_ps(p0), acc0[r]);
+        acc1[r] = _mm512_fmadd_ps(_mm512_permutexvar_ps(spread[k + 1], s), _mm512_cvtepi32_ps(p1), acc1[r]);
+      }
     }
   }
-  const __m512 acc = _mm512_add_ps(acc0, acc1);
-  const __m256 high = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1));
-  return dot_tail_avx2<F>(a, g, _mm256_add_ps(_mm512_castps512_ps256(acc), high));
+  for (int r = 0; r < R; ++r) {
+    const __m512 acc = _mm512_add_ps(acc0[r], acc1[r]);  // lanes 0-7: (0 + 2), lanes 8-15: (1 + 3)
+    const __m256 high = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1));
+    out[r * stride] = dot_tail_avx2<F>(w, x[r], g, _mm256_add_ps(_mm512_castps512_ps256(acc), high));
+  }
 }
 
 #endif  // LABKIT_X86
 
+struct Kernel {                  // one format on one path
+  TileDot by_rows[kMostRows];    // by_rows[r - 1] multiplies a weight row with r activation rows
+  int64_t most_rows;             // the largest tile this path takes
+};
+
+template <typename F>
+Kernel scalar_kernel() {
+  return {{tile_scalar<F>}, 1};
+}
+
+#ifdef LABKIT_X86
+template <typename F>
+Kernel avx2_kernel() {  // 2 rows x 4 chains = 8 of AVX2's 16 registers
+  return {{tile_avx2<F, 1>, tile_avx2<F, 2>}, 2};
+}
+
+template <typename F>
+Kernel avx512_kernel() {
+  return {{tile_avx512<F, 1>, tile_avx512<F, 2>, tile_avx512<F, 3>, tile_avx512<F, 4>}, 4};
+}
+#endif
+
 struct Path {
   const char* name;
-  RowDot q4_1;
-  RowDot q8_0;
+  Kernel q4_1;
+  Kernel q8_0;
   bool (*supported)();
 };
 
 const std::vector<Path>& all_paths() {  // slowest first
   static const std::vector<Path> paths = {
-      {"scalar", dot_scalar<Q41>, dot_scalar<Q80>, [] { return true; }},
+      {"scalar", scalar_kernel<Q41>(), scalar_kernel<Q80>(), [] { return true; }},
 #ifdef LABKIT_X86
-      {"avx2", dot_avx2<Q41>, dot_avx2<Q80>,
+      {"avx2", avx2_kernel<Q41>(), avx2_kernel<Q80>(),
        [] { return bool(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")); }},
-      {"avx512", dot_avx512<Q41>, dot_avx512<Q80>, [] {
+      {"avx512", avx512_kernel<Q41>(), avx512_kernel<Q80>(), [] {
          return bool(__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                      __builtin_cpu_supports("avx512vnni"));
        }},
@@ -269,22 +345,27 @@ void check_group_table(const at::Tensor& t, int64_t n, int64_t k, const char* op
               op, ": scales (and minimums) must be contiguous float16 [N, K/32]");
 }
 
-// y [M, N] = x [M, K] @ W.T with W's row n at codes + n * row_bytes; one RowDot per (n, i).
+// y [M, N] = x [M, K] @ W.T with W's row n at codes + n * row_bytes: each weight row against tiles of
+// the kernel's most_rows activation rows (the last tile may be smaller), the weight row unpacked once a tile.
 at::Tensor linear(const at::Tensor& x, const uint8_t* codes, int64_t n, int64_t row_bytes, const at::Tensor& scales,
-                  const uint16_t* minimums, RowDot dot) {
+                  const uint16_t* minimums, const Kernel& kernel) {
   const int64_t m = x.size(0), k = x.size(1), groups = k / kGroup;
   const at::Tensor x32 = x.to(at::kFloat).contiguous();
   const Q8Rows act = quantize_q8_1(x32.data_ptr<float>(), m, k);
   at::Tensor y = at::empty({m, n}, x.options().dtype(at::kFloat));
   float* out = y.data_ptr<float>();
   const auto* d = reinterpret_cast<const uint16_t*>(scales.data_ptr<at::Half>());
-  const int64_t grain = std::max<int64_t>(1, kTaskWeights / k);  // rows: small matrices stay on one thread
+  const int64_t grain = std::max<int64_t>(1, kTaskWeights / (k * std::max<int64_t>(m, 1)));  // small: one thread
   at::parallel_for(0, n, grain, [&](int64_t begin, int64_t end) {
+    ActRow tile[kMostRows];
     for (int64_t row = begin; row < end; ++row) {
-      for (int64_t i = 0; i < m; ++i) {  // the weight row stays in L1 for the next activation row
-        const RowArgs args{codes + row * row_bytes, d + row * groups, minimums ? minimums + row * groups : nullptr,
-                           act.q.data() + i * k, act.d.data() + i * groups, act.s.data() + i * groups, groups};
-        out[i * n + row] = dot(args);
+      const WeightRow w{codes + row * row_bytes, d + row * groups, minimums ? minimums + row * groups : nullptr,
+                        groups};
+      for (int64_t i = 0; i < m; i += kernel.most_rows) {  // the weight row stays in L1 for the next tile
+        const int64_t rows = std::min(kernel.most_rows, m - i);
+        for (int64_t r = 0; r < rows; ++r)
+          tile[r] = {act.q.data() + (i + r) * k, act.d.data() + (i + r) * groups, act.s.data() + (i + r) * groups};
+        kernel.by_rows[rows - 1](w, tile, out + i * n + row, n);
       }
     }
   });

@@ -23,7 +23,7 @@ import pytest
 import torch
 from torch import nn
 
-from labkit.fast.kernel import PATH_ENV_VAR, load_kernel
+from labkit.fast.kernel import PATH_ENV_VAR, PATHS, load_kernel
 from labkit.fast.q4_linear import (
     GROUP,
     Q41Linear,
@@ -34,6 +34,7 @@ from labkit.fast.q4_linear import (
     quantize_q8_1,
     unpack_q4_1,
 )
+from labkit.fast.q8_linear import q8_0_linear, quantize_q8_0
 
 FLOAT32_SUMS = 1e-5  # relative to sum_g |term_g|: the float32 sums over at most 48 groups
 BF16_STEP = 2.0**-7  # one bfloat16 rounding step, relative to |y|
@@ -169,6 +170,49 @@ def test_every_simd_path_agrees_with_scalar(status, path):
         assert_same_arithmetic(
             q4_1_linear(x, weight, path=path), q4_1_linear(x, weight, path="scalar"), x, weight
         )
+
+
+TILE_SHAPES = [
+    (9, 37, 800),
+    (6, 100, 576),
+    (17, 64, 1536),
+]  # rows past every tile (1-4), K with groups left over
+
+
+def both_formats(x: torch.Tensor, n: int, seed: int):
+    """Calls (x, path) -> y for a random Q4_1 weight and a random Q8_0 head, both [n, x.shape[1]]."""
+    generator = torch.Generator().manual_seed(seed)
+    weight = quantize_q4_1(torch.randn(n, x.shape[1], generator=generator) * 0.05)
+    head = quantize_q8_0(torch.randn(n, x.shape[1], generator=generator) * 0.05)
+    return [
+        lambda x, path: q4_1_linear(x, weight, path=path),
+        lambda x, path: q8_0_linear(x, head, path=path),
+    ]
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_row_gets_the_same_bits_whatever_shares_its_call(status, path):
+    """Batch invariance: the kernel multiplies tiles of rows, but each row's sums run in one fixed order,
+    so a row's output is bit for bit the same alone or with any others (what the engine relies on)."""
+    if path not in status.paths:
+        pytest.skip(f"this CPU cannot run the {path} path (it runs {', '.join(status.paths)})")
+    for m, n, k in TILE_SHAPES:
+        x, _ = random_case(m, n, k, seed=3)
+        for call in both_formats(x, n, seed=4):
+            alone = torch.cat([call(x[i : i + 1], path) for i in range(m)])
+            assert torch.equal(call(x, path), alone), (path, m, n, k)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_avx2_and_avx512_give_the_same_bits(status, dtype):
+    """Both SIMD paths sum every group into the same four chains and add them in the same order, so a
+    model's greedy text does not depend on which of the two a CPU runs."""
+    if "avx512" not in status.paths:
+        pytest.skip(f"this CPU runs {', '.join(status.paths)}: there is no second SIMD path to compare")
+    for m, n, k in TILE_SHAPES:
+        x, _ = random_case(m, n, k, dtype=dtype, seed=5)
+        for call in both_formats(x, n, seed=6):
+            assert torch.equal(call(x, "avx2"), call(x, "avx512")), (m, n, k)
 
 
 def test_path_from_environment(status, reloaded, monkeypatch):
