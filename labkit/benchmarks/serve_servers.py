@@ -41,7 +41,7 @@ VLLMS = (VLLM, VLLM_ALL_CORES)  # one peer at two thread settings: the aims take
 FASTEST = ("fuse", "q4_1")
 # The engine's step on labkit's kernel against torch's int4 (eager, one engine step per batch size, 40 decode
 # steps each, median, 2 cores, PASSIVE, under light load): 22.6 / 26.1 / 37.1 / 62.4 ms at 1 / 2 / 8 / 16
-# rows against 24.3 / 28.6 / 48.9 / 78.9 ms.
+# rows against 24.3 / 28.6 / 48.9 / 78.9 ms, measured before the kernel took tiles of rows (faster since at 8+).
 # labkit's server's OpenMP threads, chosen by measurement (idle 2-core AMD EPYC, fuse+q4_1 with its decode
 # step compiled, 16 seats, 16 streamed requests of 32 tokens, the better of 2 runs, tokens/s at 1 / 2 / 8
 # clients): PASSIVE 39.3 / 53.2 / 84.7; ACTIVE 70.5 / 86.8 / 101.4 (its spinning threads keep the HTTP

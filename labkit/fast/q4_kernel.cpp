@@ -1,4 +1,4 @@
-// labkit's Q4_1 x Q8_1 matrix-vector kernel (notebook 13): llama.cpp's int4 x int8 dot product
+// labkit's Q4_1 x Q8_1 kernel (notebook 13): llama.cpp's int4 x int8 dot product
 // (ggml_vec_dot_q4_1_q8_1), on torch tensors, registered as the op labkit::q4_1_linear; and its
 // Q8_0 x Q8_1 twin for the output head (labkit::q8_0_linear), which llama.cpp's Q4_1 files keep in Q8_0.
 //
