@@ -205,8 +205,8 @@ def test_a_row_gets_the_same_bits_whatever_shares_its_call(status, path):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_avx2_and_avx512_give_the_same_bits(status, dtype):
-    """Both SIMD paths sum every group into the same four chains and add them in the same order, so a
-    model's greedy text does not depend on which of the two a CPU runs."""
+    """Both SIMD paths sum every group into the same four chains and add them in the same order, so the
+    kernel's outputs do not depend on which of the two a CPU runs (torch's own ops around it still may)."""
     if "avx512" not in status.paths:
         pytest.skip(f"this CPU runs {', '.join(status.paths)}: there is no second SIMD path to compare")
     for m, n, k in TILE_SHAPES:
