@@ -57,7 +57,8 @@ def attend_and_project(
     mask: torch.Tensor | None,
 ) -> torch.Tensor:
     """The rest of attention once q [B, n_heads, T, D] and k, v [B, n_kv_heads, T, D] are rotated:
-    append k, v to the cache, attend, merge the heads and project -> [B, T, hidden].
+    append k, v to the cache, attend (with the cache's own `attend` if it has one, else `attention`), merge
+    the heads and project -> [B, T, hidden].
 
     Example: `attend_and_project(q, k, v, attn.o_proj, None, 0, None)` is causal self-attention.
     """
@@ -66,7 +67,10 @@ def attend_and_project(
         k, v = cache.append(layer, k, v)  # [B, n_kv_heads, past + T, D]
     if mask is None:
         mask = causal_mask(new_tokens, k.shape[-2], q.device)  # [T, past + T]
-    out = attention(q, k, v, mask)  # [B, n_heads, T, D]
+    attend = getattr(
+        cache, "attend", attention
+    )  # a cache may bring its own (the serving engine's: batch-invariant)
+    out = attend(q, k, v, mask)  # [B, n_heads, T, D]
     return o_proj(out.transpose(1, 2).reshape(batch, new_tokens, n_heads * head_dim))
 
 

@@ -26,7 +26,11 @@ from labkit.core.arguments import check_int
 class Appendable(Protocol):
     """What labkit's Llama needs from a cache when the caller passes the positions (`Llama.forward`'s
     `positions=`): only `append`. The serving engine's `BatchKV` and `PackedKV` and labkit.fast's
-    `StaticKVCache` place each token at its own slot and count nothing themselves."""
+    `StaticKVCache` place each token at its own slot and count nothing themselves.
+
+    A cache may also bring the attention that reads it, as `attend(q, k, v, mask)` with the shapes of
+    `labkit.core.attention.attention`: the engine's caches bring `labkit.fast.row_attention`, whose rows
+    keep their bits whatever else shares the batch."""
 
     def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Store k, v [B, n_kv_heads, T, D] of `layer`; return the keys, values [B, H, S, D] to attend to."""

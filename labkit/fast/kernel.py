@@ -1,12 +1,14 @@
-"""Building and loading labkit's own Q4_1 x Q8_1 CPU kernel (q4_kernel.cpp), once per machine.
+"""Building and loading labkit's own CPU kernels, once per machine: the Q4_1 x Q8_1 matrix product
+(q4_kernel.cpp) and the serving engine's batch-invariant attention (attention_kernel.cpp), in one library.
 
-The C++ source is compiled at first use with torch's extension builder (`-O3`, no `-march=native`:
+The C++ sources are compiled at first use with torch's extension builder (`-O3`, no `-march=native`:
 each SIMD path carries its own target attribute, so one build runs on AVX2-only and AVX-512 CPUs
 alike), into labkit's cache: `labkit.cache_dir() / "extensions"`, one folder per source and torch
 version. A later process finds the .so there and loads it in milliseconds. Loading registers the op
 `torch.ops.labkit.q4_1_linear(x, codes, scales, minimums, path="auto")` and its twin for Q8_0
-weights, `torch.ops.labkit.q8_0_linear(x, codes, scales, path="auto")`, each with a fake (shape-only)
-implementation so `torch.compile(fullgraph=True)` traces through them.
+weights, `torch.ops.labkit.q8_0_linear(x, codes, scales, path="auto")`, and
+`torch.ops.labkit.row_attention(q, k, v, mask, scale, path="auto")` (labkit.fast.row_attention), each with
+a fake (shape-only) implementation so `torch.compile(fullgraph=True)` traces through them.
 
 When the build fails (no compiler, no ninja, a compile error) `load_kernel()` says why, warns once,
 and labkit's Q41Linear falls back to torch's kernels: nothing crashes.
@@ -33,7 +35,7 @@ import torch
 
 from labkit.models.registry import cache_dir
 
-SOURCE = Path(__file__).with_name("q4_kernel.cpp")
+SOURCES = tuple(Path(__file__).with_name(name) for name in ("q4_kernel.cpp", "attention_kernel.cpp"))
 CFLAGS = ("-O3",)  # never -march=native: the cached build may move to another CPU
 OPENMP_FLAGS = ("-fopenmp",)  # at::parallel_for is a header template: without it, it runs on one thread
 PATHS = ("scalar", "avx2", "avx512")  # every SIMD path the kernel has, slowest first
@@ -62,7 +64,7 @@ def build_directory() -> Path:
     """Where the kernel for this source, these flags and this torch is built: one folder per version."""
     key = "|".join(
         [
-            SOURCE.read_text(encoding="utf-8"),
+            *(source.read_text(encoding="utf-8") for source in SOURCES),
             *CFLAGS,
             *openmp_flags(),
             torch.__version__,
@@ -74,13 +76,14 @@ def build_directory() -> Path:
 
 
 def build_library() -> Path:
-    """Compile q4_kernel.cpp (tens of seconds) unless its .so is already in the cache; returns the .so path.
+    """Compile the kernels' sources (tens of seconds) unless their .so is already in the cache; returns its path.
 
     Raises what torch's builder raises: RuntimeError for a compile error or no ninja, OSError for a
     missing source or compiler.
     """
-    if not SOURCE.is_file():
-        raise FileNotFoundError(f"the kernel's source {SOURCE} is missing from this installation")
+    for source in SOURCES:
+        if not source.is_file():
+            raise FileNotFoundError(f"the kernel's source {source} is missing from this installation")
     compiler = os.environ.get("CXX", "c++")
     folder = build_directory()
     library = folder / f"{folder.name}.so"
@@ -98,7 +101,7 @@ def build_library() -> Path:
         warnings.simplefilter("ignore")
         cpp_extension.load(
             name=folder.name,
-            sources=[str(SOURCE)],
+            sources=[str(source) for source in SOURCES],
             extra_cflags=[*CFLAGS, *openmp_flags()],
             extra_ldflags=list(openmp_flags()),
             build_directory=str(folder),
@@ -110,7 +113,8 @@ def build_library() -> Path:
 
 @functools.cache
 def register_fake() -> None:
-    """The shape-only implementation torch.compile traces with: y [M, N] in x's dtype. Once per process."""
+    """The shape-only implementations torch.compile traces with: y [M, N] in x's dtype, and attention's
+    output in q's shape. Once per process."""
 
     @torch.library.register_fake("labkit::q4_1_linear")
     def q4_1_linear_fake(x, codes, scales, minimums, path="auto"):
@@ -119,6 +123,10 @@ def register_fake() -> None:
     @torch.library.register_fake("labkit::q8_0_linear")
     def q8_0_linear_fake(x, codes, scales, path="auto"):
         return x.new_empty((x.shape[0], codes.shape[0]))
+
+    @torch.library.register_fake("labkit::row_attention")
+    def row_attention_fake(q, k, v, mask, scale, path="auto"):
+        return q.new_empty(q.shape)
 
 
 def chosen_path(paths: tuple[str, ...]) -> str:

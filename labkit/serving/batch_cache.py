@@ -27,6 +27,7 @@ from __future__ import annotations
 import torch
 
 from labkit.core.paged import BlockPool
+from labkit.fast.row_attention import row_attention
 
 
 def slot_index(table: list[int], positions: list[int], block_size: int) -> list[int]:
@@ -52,6 +53,8 @@ def row_ends(
 
 class BatchKV:
     """append(layer, k, v) and layout(T) for rows at different positions, right-padded (see module doc)."""
+
+    attend = staticmethod(row_attention)  # batch-invariant: a row's output does not depend on the others
 
     def __init__(self, pool: BlockPool, block_tables: list[list[int]], starts: list[int], n_new: list[int]):
         ends = row_ends(pool, block_tables, starts, n_new)
@@ -102,6 +105,8 @@ class BatchKV:
 
 class PackedKV:
     """append(layer, k, v) and layout(N) for rows laid end to end in one sequence [1, N] (see module doc)."""
+
+    attend = staticmethod(row_attention)  # batch-invariant: a row's output does not depend on the others
 
     def __init__(self, pool: BlockPool, block_tables: list[list[int]], starts: list[int], n_new: list[int]):
         ends = row_ends(pool, block_tables, starts, n_new)

@@ -32,6 +32,7 @@ import torch
 from labkit.core.arguments import check_int
 from labkit.core.llama import Llama
 from labkit.core.paged import BlockPool
+from labkit.fast.row_attention import row_attention
 from labkit.fast.static import compiled_function
 from labkit.serving.batch_cache import slot_index
 
@@ -60,6 +61,8 @@ class PoolReader:
 
     read_slots [B, S]: row b's past tokens' flat pool slots (block * block_size + offset), padded with 0.
     """
+
+    attend = staticmethod(row_attention)  # batch-invariant, as the eager steps' caches
 
     def __init__(self, keys: torch.Tensor, values: torch.Tensor, read_slots: torch.Tensor):
         self.keys, self.values, self.read_slots = keys, values, read_slots

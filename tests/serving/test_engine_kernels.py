@@ -107,3 +107,44 @@ def test_the_compiled_step_on_the_kernels_gives_each_prompt_what_it_gets_alone(
     assert engine.runner.compiled.steps > 0
     assert_each_alone(engine, tiny_fast, tokenizer, ids, requests)
     assert_all_free(engine)
+
+
+@pytest.fixture(scope="module")
+def smollm2_fast(smollm2):
+    """The real SmolLM2 with the server's fastest steps (a labkit copy: the session's model is not touched)."""
+    if not load_kernel().available:
+        pytest.skip(f"labkit's kernel is unavailable here: {load_kernel().reason}")
+    return optimize(labkit.Llama.from_hf(smollm2[0]), FASTEST), smollm2[1]
+
+
+def first_request_logprobs(model, tokenizer, other: str | None, joins_at_step: int) -> list[float]:
+    """The log-probabilities of a greedy request's tokens in an engine where `other` joins it (or not)."""
+    engine = Engine(model, tokenizer, max_num_seqs=4)
+    ask = [{"role": "user", "content": "Why is the sky blue? Answer in one sentence."}]
+    first = engine.add_request(
+        tokenizer.apply_chat_template(ask, tokenize=False, add_generation_prompt=True),
+        max_new_tokens=12,
+        logprobs=0,
+    )
+    steps = 0
+    while engine.has_unfinished():
+        if other is not None and steps == joins_at_step:
+            engine.add_request(other, max_new_tokens=8)
+        engine.step()
+        steps += 1
+    return [entry.logprob for entry in engine.requests[first].logprobs]
+
+
+@pytest.mark.slow  # the real model: about 10 s
+def test_on_the_real_4bit_model_a_request_gets_the_same_bits_whoever_shares_its_steps(
+    smollm2_fast, one_thread
+):
+    """Bit-equal log-probabilities, not only equal tokens: no near-tie can make this pass or fail. Q8_1 rounds
+    every activation to int8, so attention whose last bits followed the batch's layout failed this."""
+    model, tokenizer = smollm2_fast
+    alone = first_request_logprobs(model, tokenizer, None, 0)
+    other = "Tell me a long story about a dragon who guards a library."
+    assert (
+        first_request_logprobs(model, tokenizer, other, 0) == alone
+    )  # prefilled packed, then padded decodes
+    assert first_request_logprobs(model, tokenizer, other, 1) == alone  # a decode beside a prompt's prefill
