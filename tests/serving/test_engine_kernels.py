@@ -2,7 +2,8 @@
 activations, the head Q8_0): staggered, chunked, preempted and aborted requests each get what `generate`
 gives the same model alone, and no block leaks, on each SIMD path of the kernel this CPU runs (AVX2 forced,
 and AVX-512 where the CPU has it). Tiny model (2 layers, random weights): the kernels, not the model, are
-under test."""
+under test. One test runs the real SmolLM2 on them, where Q8_1's int8 rounding magnifies a last bit: a
+request's log-probabilities are the same bits whoever shares its steps (batch-invariant attention)."""
 
 import pytest
 
