@@ -210,6 +210,10 @@ class PagedCacheMachine(RuleBasedStateMachine):
         values = [self.counter + i for i in range(n_tokens)]
         self.counter += n_tokens
         k = torch.tensor(values).view(1, 1, n_tokens, 1).expand(1, 1, n_tokens, 2)
+        if cache.length + n_tokens > cache.max_length:  # past the pool's capacity: refused, nothing written
+            with pytest.raises(ValueError, match="do not fit"):
+                cache.append(0, k, -k)
+            return
         try:
             for layer in range(2):
                 keys, vals = cache.append(layer, k + layer, -k)
