@@ -67,9 +67,8 @@ def attend_and_project(
         k, v = cache.append(layer, k, v)  # [B, n_kv_heads, past + T, D]
     if mask is None:
         mask = causal_mask(new_tokens, k.shape[-2], q.device)  # [T, past + T]
-    attend = getattr(
-        cache, "attend", attention
-    )  # a cache may bring its own (the serving engine's: batch-invariant)
+    # a cache may bring its own attention (the serving engine's caches: batch-invariant)
+    attend = getattr(cache, "attend", attention)
     out = attend(q, k, v, mask)  # [B, n_heads, T, D]
     return o_proj(out.transpose(1, 2).reshape(batch, new_tokens, n_heads * head_dim))
 
