@@ -32,6 +32,7 @@ import torch
 from labkit.core.arguments import check_int
 from labkit.core.llama import Llama
 from labkit.core.paged import BlockPool
+from labkit.fast.kernel import load_kernel
 from labkit.fast.row_attention import row_attention
 from labkit.fast.static import compiled_function
 from labkit.serving.batch_cache import slot_index
@@ -130,6 +131,7 @@ class CompiledDecode:
         # a copy of decode_graph's code per engine: its graphs skip the guards on the model's modules, so
         # another engine's model must not find them (labkit.fast.static.compiled)
         self.graph = compiled_function(decode_graph)
+        load_kernel()  # the graph's attention asks for labkit's kernel: loading it (a file's stat) cannot be traced
         self.compile_seconds: dict[int, float] = {}  # batch size -> seconds of its first call
         self.steps = 0  # decode steps run compiled
 

@@ -4,6 +4,9 @@ gives each prompt what `labkit.generate` gives alone (greedy tokens and logits, 
 from one prefill, preemption), every decode step runs compiled, and nothing else changes. Tiny model
 (2 layers): a compile takes seconds, not the real model's tens of seconds."""
 
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -102,3 +105,23 @@ def test_preempted_requests_come_back_the_same_on_the_compiled_step(tiny, tokeni
         assert engine.requests[request_id].output_ids == labkit.generate_ids(
             tiny, tokenizer, prompt, max_new_tokens=20 - i
         )
+
+
+FRESH_PROCESS = """
+import labkit
+from labkit.serving.engine import Engine
+tiny, tokenizer = labkit.tiny_model("labkit", seed=0), labkit.load_tokenizer("smollm2-135m")
+engine = Engine(tiny, tokenizer, max_num_seqs=1, compile_decode=True)
+request = engine.add_request("The sea is", max_new_tokens=3)
+engine.run_until_done()
+print(engine.requests[request].output_ids == labkit.generate_ids(tiny, tokenizer, "The sea is", max_new_tokens=3))
+"""
+
+
+@pytest.mark.slow
+def test_a_float32_engine_compiles_its_step_in_a_fresh_process():
+    """The graph's attention asks for labkit's kernel; a process whose first use of it is inside the graph
+    (a float32 server: nothing loaded the kernel before) must still compile, as `labkit serve --compile` does."""
+    done = subprocess.run([sys.executable, "-c", FRESH_PROCESS], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "True"
