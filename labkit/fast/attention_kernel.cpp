@@ -8,8 +8,9 @@
 // torch's fused attention sums over the key axis in blocks whose size and alignment follow S, the padded
 // or packed length, so one row's output moves in its last bits with the rows beside it. Those bits are
 // enough to move an int8 step of labkit's Q8_1 activations and, some layers later, a greedy token. Here
-// each query is one task whose sums run in one fixed order over its own visible keys: the output is the
-// same bits alone, right-padded beside longer rows, packed end to end with other prompts, or fed in chunks.
+// each query's sums run in one fixed order over its own visible keys (a task is one row's token, its heads
+// one after another): the output is the same bits alone, right-padded beside longer rows, packed end to end
+// with other prompts, or fed in chunks.
 //
 //   - q . k: 16 lanes, lane j summing features j, j + 16, ... with fused multiply-adds, then the lanes as
 //     ((0+8) + (4+12) ...): the AVX2 path keeps the 16 lanes in two registers, the scalar path in an array,
@@ -199,19 +200,24 @@ const Path& pick(const std::string& name) {  // the named path, or the fastest t
   return *best;
 }
 
-struct Query {         // one (row, head, token)
-  const float* q;      // [D]
-  const float* mask;   // key s's additive mask at mask[s * mask_stride]
+// The keys a query's mask leaves visible (mask > -inf), in order: found once per (row, token) and shared by
+// its heads, since the mask [B, 1, T, S] has no head axis (a packed prefill's mask row is mostly -inf).
+void visible_keys(const float* mask, int64_t stride, int64_t keys, std::vector<int64_t>& visible) {
+  visible.clear();
+  for (int64_t s = 0; s < keys; ++s)
+    if (mask[s * stride] != -std::numeric_limits<float>::infinity()) visible.push_back(s);
+}
+
+struct Query {                    // one (row, head, token)
+  const float* q;                 // [D]
+  const float* mask;              // key s's additive mask at mask[s * mask_stride]
   int64_t mask_stride;
-  int64_t keys;        // S
+  const std::vector<int64_t>& visible;  // visible_keys of its mask row
 };
 
-// One query's output [D] into out, in the fixed order of the file's comment.
 void attend_one(const Path& path, const Query& query, Keys k, Keys v, int64_t d, float scale, float* out,
-                std::vector<float>& weight, std::vector<int64_t>& visible) {
-  visible.clear();
-  for (int64_t s = 0; s < query.keys; ++s)
-    if (query.mask[s * query.mask_stride] != -std::numeric_limits<float>::infinity()) visible.push_back(s);
+                std::vector<float>& weight) {
+  const std::vector<int64_t>& visible = query.visible;
   const int64_t n = static_cast<int64_t>(visible.size());
   weight.resize(n);
   path.dots(query.q, k, visible.data(), n, d, weight.data());
@@ -256,20 +262,25 @@ at::Tensor row_attention(const at::Tensor& q, const at::Tensor& k, const at::Ten
   const float *qp = q.data_ptr<float>(), *kp = k.data_ptr<float>(), *vp = v.data_ptr<float>();
   const float* mp = mask.data_ptr<float>();
   float* op = out.data_ptr<float>();
-  const int64_t grain = std::max<int64_t>(1, kTaskFloats / std::max<int64_t>(1, 2 * keys * d));
-  at::parallel_for(0, batch * heads * tokens, grain, [&](int64_t begin, int64_t end) {
+  const int64_t grain = std::max<int64_t>(1, kTaskFloats / std::max<int64_t>(1, 2 * keys * d * heads));
+  at::parallel_for(0, batch * tokens, grain, [&](int64_t begin, int64_t end) {  // a task: one (row, token)
     std::vector<float> weight;
     std::vector<int64_t> visible;
     weight.reserve(keys);
     visible.reserve(keys);
     for (int64_t task = begin; task < end; ++task) {
-      const int64_t b = task / (heads * tokens), h = task / tokens % heads, t = task % tokens;
-      const int64_t kv = h / group;
-      const Query query{qp + b * q.stride(0) + h * q.stride(1) + t * q.stride(2),
-                        mp + b * mask.stride(0) + t * mask.stride(2), mask.stride(3), keys};
-      const Keys key{kp + b * k.stride(0) + kv * k.stride(1), k.stride(2)};
-      const Keys value{vp + b * v.stride(0) + kv * v.stride(1), v.stride(2)};
-      attend_one(path, query, key, value, d, static_cast<float>(scale), op + task * d, weight, visible);
+      const int64_t b = task / tokens, t = task % tokens;
+      const float* mask_row = mp + b * mask.stride(0) + t * mask.stride(2);
+      visible_keys(mask_row, mask.stride(3), keys, visible);
+      for (int64_t h = 0; h < heads; ++h) {
+        const int64_t kv = h / group;
+        const Query query{qp + b * q.stride(0) + h * q.stride(1) + t * q.stride(2), mask_row, mask.stride(3),
+                          visible};
+        const Keys key{kp + b * k.stride(0) + kv * k.stride(1), k.stride(2)};
+        const Keys value{vp + b * v.stride(0) + kv * v.stride(1), v.stride(2)};
+        attend_one(path, query, key, value, d, static_cast<float>(scale), op + ((b * heads + h) * tokens + t) * d,
+                   weight);
+      }
     }
   });
   return out;
