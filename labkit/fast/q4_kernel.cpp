@@ -176,27 +176,36 @@ __attribute__((target("avx2,fma,f16c"), always_inline)) inline float hsum8(__m25
   return _mm_cvtss_f32(_mm_add_ss(r, _mm_movehdup_ps(r)));
 }
 
-// The groups from `first` on, one at a time (those after the last full 8), plus all the m * s terms.
-template <typename F>
-__attribute__((target("avx2,fma,f16c"), always_inline)) inline float dot_tail_avx2(const WeightRow& w,
-                                                                                   const ActRow& x,
-                                                                                   int64_t first, __m256 acc) {
-  __m256 msum = _mm256_setzero_ps();
-  float tail = 0.f;
+// The end of a tile: groups from `first` on, one at a time (those after the last full 8), added to each row's
+// sum acc[r]; then all the m * s terms; out[r * stride] = the row's total. Each row's sums run in the same order
+// whatever the tile's size; the weight row's codes, scales and minimums are read once for the tile's rows.
+template <typename F, int R>
+__attribute__((target("avx2,fma,f16c"), always_inline)) inline void finish_tile(const WeightRow& w, const ActRow* x,
+                                                                                int64_t first, __m256* acc,
+                                                                                float* out, int64_t stride) {
+  for (int64_t g = first; g < w.groups; ++g) {
+    const __m256i codes = F::load8(w.codes + g * F::kBytes);
+    const float d = _cvtsh_ss(w.scales[g]);
+    for (int r = 0; r < R; ++r) {
+      const __m256 scale = _mm256_set1_ps(d * x[r].dx[g]);
+      acc[r] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(F::mul8(codes, x[r].qx + g * kGroup)), acc[r]);
+    }
+  }
+  __m256 msum[R];
+  float tail[R];
+  for (int r = 0; r < R; ++r) msum[r] = _mm256_setzero_ps(), tail[r] = 0.f;
   if (F::kMinimum) {
     int64_t g = 0;
     for (; g + 8 <= w.groups; g += 8) {
       const __m256 m = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.minimums + g)));
-      msum = _mm256_fmadd_ps(m, _mm256_loadu_ps(x.sx + g), msum);
+      for (int r = 0; r < R; ++r) msum[r] = _mm256_fmadd_ps(m, _mm256_loadu_ps(x[r].sx + g), msum[r]);
     }
-    for (; g < w.groups; ++g) tail += _cvtsh_ss(w.minimums[g]) * x.sx[g];
+    for (; g < w.groups; ++g) {
+      const float m = _cvtsh_ss(w.minimums[g]);
+      for (int r = 0; r < R; ++r) tail[r] += m * x[r].sx[g];
+    }
   }
-  for (int64_t g = first; g < w.groups; ++g) {
-    const __m256 scale = _mm256_set1_ps(_cvtsh_ss(w.scales[g]) * x.dx[g]);
-    const __m256i dot = F::mul8(F::load8(w.codes + g * F::kBytes), x.qx + g * kGroup);
-    acc = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(dot), acc);
-  }
-  return hsum8(_mm256_add_ps(acc, msum)) + tail;
+  for (int r = 0; r < R; ++r) out[r * stride] = hsum8(_mm256_add_ps(acc[r], msum[r])) + tail[r];
 }
 
 // d * dx of groups g..g+7, for each of the tile's R rows
@@ -227,10 +236,10 @@ __attribute__((target("avx2,fma,f16c"))) void tile_avx2(const WeightRow& w, cons
       }
     }
   }
-  for (int r = 0; r < R; ++r) {
-    const __m256 sum = _mm256_add_ps(_mm256_add_ps(acc[r][0], acc[r][2]), _mm256_add_ps(acc[r][1], acc[r][3]));
-    out[r * stride] = dot_tail_avx2<F>(w, x[r], g, sum);
-  }
+  __m256 sum[R];
+  for (int r = 0; r < R; ++r)
+    sum[r] = _mm256_add_ps(_mm256_add_ps(acc[r][0], acc[r][2]), _mm256_add_ps(acc[r][1], acc[r][3]));
+  finish_tile<F, R>(w, x, g, sum, out, stride);
 }
 
 template <typename F, int R>
@@ -260,11 +269,13 @@ __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vnni"))) void tile_a
       }
     }
   }
+  __m256 sum[R];
   for (int r = 0; r < R; ++r) {
     const __m512 acc = _mm512_add_ps(acc0[r], acc1[r]);  // lanes 0-7: (0 + 2), lanes 8-15: (1 + 3)
     const __m256 high = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1));
-    out[r * stride] = dot_tail_avx2<F>(w, x[r], g, _mm256_add_ps(_mm512_castps512_ps256(acc), high));
+    sum[r] = _mm256_add_ps(_mm512_castps512_ps256(acc), high);
   }
+  finish_tile<F, R>(w, x, g, sum, out, stride);
 }
 
 #endif  // LABKIT_X86
