@@ -62,6 +62,7 @@ struct ActRow {                // one activation row i, quantized
 };
 
 constexpr int kMostRows = 4;   // activation rows per tile, at most
+constexpr int64_t kBlockRows = 32;  // activation rows every weight row meets before the next block's (L1-sized)
 
 // out[r * stride] = weight row . activation row r, for the tile's R rows
 using TileDot = void (*)(const WeightRow&, const ActRow*, float* out, int64_t stride);
@@ -357,7 +358,9 @@ void check_group_table(const at::Tensor& t, int64_t n, int64_t k, const char* op
 }
 
 // y [M, N] = x [M, K] @ W.T with W's row n at codes + n * row_bytes: each weight row against tiles of
-// the kernel's most_rows activation rows (the last tile may be smaller), the weight row unpacked once a tile.
+// the kernel's most_rows activation rows (the last tile may be smaller), the weight row unpacked once a tile;
+// the activations in blocks of kBlockRows rows that each thread's weight rows all meet in turn, so a long
+// prefill's activations are read from L1, not once per weight row from L2. No sum changes order.
 at::Tensor linear(const at::Tensor& x, const uint8_t* codes, int64_t n, int64_t row_bytes, const at::Tensor& scales,
                   const uint16_t* minimums, const Kernel& kernel) {
   const int64_t m = x.size(0), k = x.size(1), groups = k / kGroup;
@@ -369,14 +372,17 @@ at::Tensor linear(const at::Tensor& x, const uint8_t* codes, int64_t n, int64_t 
   const int64_t grain = std::max<int64_t>(1, kTaskWeights / (k * std::max<int64_t>(m, 1)));  // small: one thread
   at::parallel_for(0, n, grain, [&](int64_t begin, int64_t end) {
     ActRow tile[kMostRows];
-    for (int64_t row = begin; row < end; ++row) {
-      const WeightRow w{codes + row * row_bytes, d + row * groups, minimums ? minimums + row * groups : nullptr,
-                        groups};
-      for (int64_t i = 0; i < m; i += kernel.most_rows) {  // the weight row stays in L1 for the next tile
-        const int64_t rows = std::min(kernel.most_rows, m - i);
-        for (int64_t r = 0; r < rows; ++r)
-          tile[r] = {act.q.data() + (i + r) * k, act.d.data() + (i + r) * groups, act.s.data() + (i + r) * groups};
-        kernel.by_rows[rows - 1](w, tile, out + i * n + row, n);
+    for (int64_t block = 0; block < m; block += kBlockRows) {  // the block's activations stay in L1 for every row
+      const int64_t block_end = std::min(m, block + kBlockRows);
+      for (int64_t row = begin; row < end; ++row) {
+        const WeightRow w{codes + row * row_bytes, d + row * groups, minimums ? minimums + row * groups : nullptr,
+                          groups};
+        for (int64_t i = block; i < block_end; i += kernel.most_rows) {  // the weight row stays in L1 meanwhile
+          const int64_t rows = std::min(kernel.most_rows, block_end - i);
+          for (int64_t r = 0; r < rows; ++r)
+            tile[r] = {act.q.data() + (i + r) * k, act.d.data() + (i + r) * groups, act.s.data() + (i + r) * groups};
+          kernel.by_rows[rows - 1](w, tile, out + i * n + row, n);
+        }
       }
     }
   });
