@@ -215,6 +215,7 @@ struct Query {                    // one (row, head, token)
   const std::vector<int64_t>& visible;  // visible_keys of its mask row
 };
 
+// One query's output [D] into out, in the fixed order of the file's comment.
 void attend_one(const Path& path, const Query& query, Keys k, Keys v, int64_t d, float scale, float* out,
                 std::vector<float>& weight) {
   const std::vector<int64_t>& visible = query.visible;
