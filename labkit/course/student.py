@@ -7,8 +7,9 @@ output that teaches (tables, plots, widgets' fallbacks) and drops what gives an 
 - the instructor's speaker notes (a notes cell that starts "Instructor:"), which name the numbers the
   room is asked to predict, an exercise's answer among them;
 - the saved verdict of each checker cell (one that calls a `check_...` function): the student runs it;
-- the saved measurement under each prediction (a cell that calls `<guess>.reveal(...)`): the question
-  and its box stay, and the student sees the measurement only by running the cell after guessing.
+- each prediction's answer (labkit.course.locks): the saved outputs from its box to its reveal (the
+  measuring cells and the reveal) go, and the reading after the reveal is folded into a block that opens
+  on request; the question and its box stay, and the student sees the measurement by running the cells.
 
 A copy is rewritten when its notebook changes, unless the student has worked in it: a copy that differs
 from the one last written (student/.written.json keeps a fingerprint of each) is kept as it is, and the
@@ -36,6 +37,7 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
+from labkit.course.locks import lock_predictions
 from labkit.course.solutions import SOLUTION_TAG, tags, text
 
 INSTRUCTOR_NOTE = "Instructor:"
@@ -61,8 +63,8 @@ def is_reveal_cell(cell: dict) -> bool:
 
 
 def student_copy(notebook: dict) -> dict:
-    """The notebook (as loaded from JSON) without its solutions, instructor notes, checker verdicts and
-    saved reveals; `notebook` itself is left as it was.
+    """The notebook (as loaded from JSON) without its solutions, instructor notes and checker verdicts, its
+    predictions locked; `notebook` itself is left as it was.
 
         >>> len(student_copy({"cells": [{"cell_type": "code", "source": "x = 1", "outputs": [],
         ...                              "metadata": {"tags": ["solution"]}}]})["cells"])
@@ -76,6 +78,7 @@ def student_copy(notebook: dict) -> dict:
         if is_checker_cell(cell) or is_reveal_cell(cell):
             cell["outputs"] = []
             cell["execution_count"] = None
+    copy["cells"] = lock_predictions(copy["cells"])
     return copy
 
 

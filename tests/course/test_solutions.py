@@ -10,6 +10,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from labkit.course.locks import is_folded, prediction_spans
 from labkit.course.solutions import BEGIN, END, SOLUTION_TAG, hide_solutions
 from labkit.course.student import is_reveal_cell, write_student_copies
 
@@ -119,16 +120,25 @@ def test_student_copy_has_no_solution_and_no_answer(path, student_copies):
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_student_copy_keeps_every_other_cell_and_output(path, student_copies):
-    original = cells(path)
-    kept = {cell["id"]: cell for cell in cells(student_copies[path.name])}
+    """Besides solutions, instructor notes and checker verdicts, a copy changes only what locks a prediction
+    (labkit.course.locks): the outputs from a box to its reveal, and the reading after it, folded whole."""
+    original, copied = cells(path), cells(student_copies[path.name])
+    kept = {cell["id"]: cell for cell in copied}
+    folds = "".join("".join(cell["source"]) for cell in copied if is_folded(cell))
     removed = [
         cell["id"]
         for cell in original
         if cell["id"] not in kept
         and not tagged_solution(cell)
         and not "".join(cell["source"]).startswith("Instructor:")
+        and "".join(cell["source"]).strip() not in folds
     ]
     assert not removed, f"cells that are neither solutions nor instructor notes were removed: {removed}"
+    locked = {
+        original[k]["id"]
+        for _, asked, revealed in prediction_spans(original)
+        for k in range(asked + 1, revealed)
+    }
     changed = [
         cell["id"]
         for cell in original
@@ -136,6 +146,7 @@ def test_student_copy_keeps_every_other_cell_and_output(path, student_copies):
         and cell["cell_type"] == "code"
         and not CHECKER_CALL.search("".join(cell["source"]))
         and not is_reveal_cell(cell)
+        and cell["id"] not in locked
         and kept[cell["id"]]["outputs"] != cell["outputs"]
     ]
     assert not changed, f"outputs that give nothing away were changed: {changed}"

@@ -1,0 +1,120 @@
+"""Prediction locks: in a student copy, nothing between a prediction's box and its reveal answers it.
+
+A prediction is a code cell `guess_x = Prediction(...)` (its box) and the first later code cell that calls
+`guess_x.reveal(...)`. The instructor's notebook keeps every saved output and reading, so that it reads
+well on GitHub and in a deck; the student's copy (labkit.course.student) locks each prediction:
+- every code cell from the box to the reveal loses its saved output: the measuring cells, whose table or
+  figure would answer the question, and the reveal itself;
+- the reading after the reveal (the markdown cells up to the next code cell, new section or next
+  prediction) is folded into one `<details>` block that opens only on request, in JupyterLab and on the
+  site, under a summary that asks the student to run the reveal first and says whose run it describes.
+
+Markdown between a box and its reveal is left as it is: it says what the next cell measures, and the
+course keeps any number out of it (tests/course/test_prediction_locks.py reads every copy).
+
+    >>> cells = lock_predictions(notebook["cells"])  # a new list; the cells given are left as they were
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+
+from labkit.course.solutions import text
+
+PREDICTION = re.compile(r"^(\w+) = Prediction\(", re.MULTILINE)  # guess_params = Prediction("How ...
+NEXT_QUESTION = "**Predict"  # the markdown that asks the next prediction ends a reading
+FOLD_SUMMARY = (
+    "<b>Run the reveal above first</b>, then open this: how the course's saved run read it (its numbers "
+    "are that machine's; yours are the ones printed above)"
+)
+FOLD_OPEN, FOLD_CLOSE = f"<details>\n<summary>{FOLD_SUMMARY}</summary>\n\n", "\n\n</details>"
+
+
+def prediction_spans(cells: list[dict]) -> list[tuple[str, int, int]]:
+    """(name, index of the box's cell, index of its reveal's cell) for each prediction revealed later.
+
+    >>> prediction_spans([{"cell_type": "code", "source": "g = Prediction('?')"},
+    ...                   {"cell_type": "code", "source": "g.reveal(3)"}])
+    [('g', 0, 1)]
+    """
+    spans = []
+    for asked, cell in enumerate(cells):
+        if cell["cell_type"] != "code":
+            continue
+        for name in PREDICTION.findall(text(cell)):
+            revealed = next(
+                (
+                    k
+                    for k in range(asked + 1, len(cells))
+                    if cells[k]["cell_type"] == "code" and f"{name}.reveal(" in text(cells[k])
+                ),
+                None,
+            )
+            if revealed is not None:
+                spans.append((name, asked, revealed))
+    return spans
+
+
+def starts_something_new(cell: dict) -> bool:
+    """Whether a markdown cell opens a new slide or section, or asks the next prediction: a reading ends there."""
+    source = text(cell).lstrip()
+    slide_type = cell.get("metadata", {}).get("slideshow", {}).get("slide_type")
+    return slide_type == "slide" or source.startswith("#") or source.startswith(NEXT_QUESTION)
+
+
+def reading_after(cells: list[dict], revealed: int) -> list[int]:
+    """The indices of the markdown cells that read a reveal's result: those right after it, up to the next
+    code cell or the first cell that starts something new."""
+    reading = []
+    for k in range(revealed + 1, len(cells)):
+        if cells[k]["cell_type"] != "markdown" or starts_something_new(cells[k]):
+            break
+        reading.append(k)
+    return reading
+
+
+def folded(cells: list[dict]) -> dict:
+    """One markdown cell holding the given cells' text in a block that opens on request (the first
+    cell's id and metadata kept)."""
+    fold = copy.deepcopy(cells[0])
+    fold["source"] = FOLD_OPEN + "\n\n".join(text(cell).strip() for cell in cells) + FOLD_CLOSE
+    return fold
+
+
+def is_folded(cell: dict) -> bool:
+    """Whether a markdown cell is a reading folded by `lock_predictions`."""
+    return cell["cell_type"] == "markdown" and text(cell).startswith(FOLD_OPEN)
+
+
+def lock_predictions(cells: list[dict]) -> list[dict]:
+    """The cells with every prediction locked: no saved output from a box to its reveal (the box's own
+    output, its question and box, is kept), and each reading after a reveal folded into one block.
+
+        >>> locked = lock_predictions([
+        ...     {"cell_type": "code", "source": "g = Prediction('?')\\ng", "outputs": ["box"]},
+        ...     {"cell_type": "code", "source": "x = measure()", "outputs": ["7 ms"]},
+        ...     {"cell_type": "code", "source": "g.reveal(x)", "outputs": ["measured 7 ms"]},
+        ...     {"cell_type": "markdown", "source": "7 ms, because ..."}])
+        >>> [cell.get("outputs") for cell in locked[:3]], is_folded(locked[3])
+        ([['box'], [], []], True)
+    """
+    cells = copy.deepcopy(cells)
+    readings = {}
+    for _name, asked, revealed in prediction_spans(cells):
+        for cell in cells[asked + 1 : revealed + 1]:
+            if cell["cell_type"] == "code":
+                cell["outputs"], cell["execution_count"] = [], None
+        reading = reading_after(cells, revealed)
+        if reading:
+            readings[reading[0]] = reading
+    locked, skip = [], set()
+    for index, cell in enumerate(cells):
+        if index in skip:
+            continue
+        if index in readings:
+            locked.append(folded([cells[k] for k in readings[index]]))
+            skip.update(readings[index])
+        else:
+            locked.append(cell)
+    return locked
