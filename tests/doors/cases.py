@@ -20,6 +20,7 @@ FOLDERS = [
     "decoding",
     "engines",
     "fast",
+    "grade",
     "models",
     "quant",
     "serving",
