@@ -31,14 +31,15 @@ FOLD_SUMMARY = (
 FOLD_OPEN, FOLD_CLOSE = f"<details>\n<summary>{FOLD_SUMMARY}</summary>\n\n", "\n\n</details>"
 
 
-def prediction_spans(cells: list[dict]) -> list[tuple[str, int, int]]:
-    """(name, index of the box's cell, index of its reveal's cell) for each prediction revealed later.
+def predictions(cells: list[dict]) -> list[tuple[str, int, int | None]]:
+    """(name, index of the box's cell, index of the first later code cell that reveals it, or None) for each
+    prediction of a notebook's cells.
 
-    >>> prediction_spans([{"cell_type": "code", "source": "g = Prediction('?')"},
-    ...                   {"cell_type": "code", "source": "g.reveal(3)"}])
+    >>> predictions([{"cell_type": "code", "source": "g = Prediction('?')"},
+    ...              {"cell_type": "code", "source": "g.reveal(3)"}])
     [('g', 0, 1)]
     """
-    spans = []
+    found = []
     for asked, cell in enumerate(cells):
         if cell["cell_type"] != "code":
             continue
@@ -51,9 +52,14 @@ def prediction_spans(cells: list[dict]) -> list[tuple[str, int, int]]:
                 ),
                 None,
             )
-            if revealed is not None:
-                spans.append((name, asked, revealed))
-    return spans
+            found.append((name, asked, revealed))
+    return found
+
+
+def prediction_spans(cells: list[dict]) -> list[tuple[str, int, int]]:
+    """(name, box, reveal) for each prediction that is revealed (tests/course/test_predictions.py finds any
+    that is not)."""
+    return [(name, asked, revealed) for name, asked, revealed in predictions(cells) if revealed is not None]
 
 
 def starts_something_new(cell: dict) -> bool:

@@ -3,16 +3,14 @@ that measure them, reveals each beside its measurement, and tells the instructor
 predicts. Only the notebooks' sources are read: nothing runs, no model loads."""
 
 import json
-import re
 from pathlib import Path
 
 import pytest
 
+from labkit.course.locks import predictions
+
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-PREDICTION = re.compile(
-    r"^(\w+) = Prediction\(", re.MULTILINE
-)  # guess_params = Prediction("How many ...", ...)
 NOTE_WORDS = ("predict", "guess")
 NEAR = 2  # cells: how far from the prediction (before) or its reveal (after) the instructor's note may sit
 
@@ -23,26 +21,6 @@ def cells(path: Path) -> list[dict]:
 
 def source(cell: dict) -> str:
     return "".join(cell["source"])
-
-
-def predictions(notebook_cells: list[dict]) -> list[tuple[str, int, int | None]]:
-    """(name, index of the cell that asks, index of the first later code cell that reveals it or None)."""
-    found = []
-    for i, cell in enumerate(notebook_cells):
-        if cell["cell_type"] != "code":
-            continue
-        for name in PREDICTION.findall(source(cell)):
-            reveal = next(
-                (
-                    k
-                    for k in range(i + 1, len(notebook_cells))
-                    if notebook_cells[k]["cell_type"] == "code"
-                    and f"{name}.reveal(" in source(notebook_cells[k])
-                ),
-                None,
-            )
-            found.append((name, i, reveal))
-    return found
 
 
 def is_instructor_note(cell: dict) -> bool:
