@@ -1,6 +1,6 @@
 """Exercise checkers for batching and continuous batching, notebook 10 (see labkit/checks/foundation.py for the style).
 
->>> checks.check_kv_blocks(answer, lengths=[37, 5, 16], block_size=16)
+>>> checks.check_kv_blocks(answer)
 >>> checks.check_wasted_slots(wasted_slots)
 >>> checks.check_fcfs_admission(admit)
 >>> checks.check_batch_gain(answer, limited_by, step_s[5], step_64_s, rows=32, more_rows=64)
@@ -36,7 +36,7 @@ def fcfs_admitted(prompt_lengths: Sequence[int], free_blocks: int, block_size: i
     return admitted
 
 
-def check_kv_blocks(answer: int | None, lengths: Sequence[int], block_size: int) -> bool:
+def kv_blocks_verdict(answer: int | None, lengths: Sequence[int], block_size: int) -> bool:
     """Exercise: how many KV blocks of `block_size` tokens do sequences of these lengths hold (no sharing)?"""
     value, refusal = read_number(answer, "a number of blocks", number="a number of blocks")
     if refusal is not None:
@@ -78,6 +78,16 @@ def check_kv_blocks(answer: int | None, lengths: Sequence[int], block_size: int)
             ],
         ),
     )
+
+
+# Notebook 10's Exercise 1: the checker owns its problem, so an answer to a problem a student changed
+# counts for nothing; kv_blocks_verdict checks any other (the tests' cases).
+KV_BLOCKS_PROBLEM = {"lengths": (37, 5, 16, 71), "block_size": 16}
+
+
+def check_kv_blocks(answer: int | None) -> bool:
+    """Exercise (10, Exercise 1): how many KV blocks do sequences of 37, 5, 16 and 71 tokens hold, in blocks of 16 tokens? (KV_BLOCKS_PROBLEM)."""
+    return kv_blocks_verdict(answer, **KV_BLOCKS_PROBLEM)
 
 
 def check_wasted_slots(fn: Callable | None) -> bool:

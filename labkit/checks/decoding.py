@@ -15,6 +15,7 @@ from collections.abc import Callable
 import torch
 
 from labkit.checks.common import not_attempted, verdict
+from labkit.checks.own_answer import refuse_own_answer
 from labkit.checks.work import progressive, reset, run_own
 from labkit.decoding import search
 from labkit.decoding.scoring import continuation_logprob
@@ -27,6 +28,8 @@ def check_sequence_logprob(
     answer: float | None, model: torch.nn.Module, prompt_ids: list[int], continuation_ids: list[int]
 ) -> bool:
     """Exercise (03): log p(continuation | prompt), summed over the continuation's tokens."""
+    if (refused := refuse_own_answer(answer, "check_sequence_logprob", ["continuation_logprob"])) is not None:
+        return refused
     if answer is None:
         return not_attempted("the summed log-probability (a negative float)")
     expected = continuation_logprob(model, prompt_ids, continuation_ids)

@@ -1,8 +1,8 @@
 """Exercise checkers for running models locally and choosing one, notebook 12 (style: checks/foundation.py).
 
 >>> checks.check_greedy_agreement(greedy_agreement)
->>> checks.check_decode_bound(answer, params_b=8.0, bits_per_weight=4.5, bandwidth_gb_s=50)
->>> checks.check_memory_needed(answer_gb, "meta-llama/Llama-3.1-8B-Instruct", quant="q4", context_tokens=8192)
+>>> checks.check_decode_bound(answer)
+>>> checks.check_memory_needed(answer_gb)
 >>> checks.check_thread_speedup(answer, limited_by, thread_rates)
 """
 
@@ -61,7 +61,7 @@ def check_greedy_agreement(fn: Callable | None) -> bool:
     )
 
 
-def check_decode_bound(
+def decode_bound_verdict(
     answer: float | None, params_b: float, bits_per_weight: float, bandwidth_gb_s: float
 ) -> bool:
     """Exercise: the batch-1 decode limit in tokens/s of a model of `params_b` billion weights stored at
@@ -102,7 +102,17 @@ def check_decode_bound(
     )
 
 
-def check_memory_needed(answer_gb: float | None, model: str, quant: str, context_tokens: int) -> bool:
+# Notebook 12's Exercise 2: the checker owns its problem, so an answer to a problem a student changed
+# counts for nothing; decode_bound_verdict checks any other (the tests' cases).
+DECODE_BOUND_PROBLEM = {"params_b": 8.0, "bits_per_weight": 4.5, "bandwidth_gb_s": 50}
+
+
+def check_decode_bound(answer: float | None) -> bool:
+    """Exercise (12, Exercise 2): the batch-1 decode limit of an 8B model at 4.5 bits a weight on a 50 GB/s laptop? (DECODE_BOUND_PROBLEM)."""
+    return decode_bound_verdict(answer, **DECODE_BOUND_PROBLEM)
+
+
+def memory_needed_verdict(answer_gb: float | None, model: str, quant: str, context_tokens: int) -> bool:
     """Exercise: GB (1e9 bytes) of weights + fp16 KV cache to run catalog `model` at `quant` with
     `context_tokens` of context (no runtime or OS share)."""
     if answer_gb is None:
@@ -142,6 +152,16 @@ def check_memory_needed(answer_gb: float | None, model: str, quant: str, context
             ],
         ),
     )
+
+
+# Notebook 12's Exercise 3: the checker owns its problem, so an answer to a problem a student changed
+# counts for nothing; memory_needed_verdict checks any other (the tests' cases).
+MEMORY_NEEDED_PROBLEM = {"model": "meta-llama/Llama-3.1-8B-Instruct", "quant": "q4", "context_tokens": 8192}
+
+
+def check_memory_needed(answer_gb: float | None) -> bool:
+    """Exercise (12, Exercise 3): GB of Llama-3.1-8B-Instruct's q4 weights and float16 KV cache for 8,192 tokens? (MEMORY_NEEDED_PROBLEM)."""
+    return memory_needed_verdict(answer_gb, **MEMORY_NEEDED_PROBLEM)
 
 
 # what a token's time is spent on, from a 1- vs 2-thread speed-up: the choices of exercise 4

@@ -17,6 +17,7 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from labkit.checks.common import not_attempted, verdict
+from labkit.checks.own_answer import refuse_own_answer
 from labkit.checks.work import choice_verdict, progressive, reset
 from labkit.core.forward import decode_step, prefill
 from labkit.core.text import chat_prompt
@@ -125,6 +126,10 @@ def check_chat_string(
     answer: str | None, tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str]]
 ) -> bool:
     """Exercise: write by hand the exact prompt string the chat template renders for `messages`."""
+    if (
+        refused := refuse_own_answer(answer, "check_chat_string", ["apply_chat_template", "chat_prompt"])
+    ) is not None:
+        return refused
     if answer is None:
         return not_attempted("the prompt string you built by hand")
     expected = tokenizer.decode(chat_prompt(tokenizer, messages))

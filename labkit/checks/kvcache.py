@@ -13,6 +13,7 @@ from collections.abc import Callable
 import torch
 
 from labkit.checks.common import not_attempted, read_number, verdict
+from labkit.checks.own_answer import refuse_own_answer
 from labkit.checks.work import OWN_VERSION, choice_verdict, progressive, reset
 from labkit.core.forward import NoCache, greedy_decode
 from labkit.core.kv_cache import KVCache
@@ -39,7 +40,7 @@ def _close(answer: float, expected: float, rel: float = 0.005) -> bool:
     return abs(answer - expected) <= rel * abs(expected)
 
 
-def check_kv_cache_bytes(
+def kv_cache_bytes_verdict(
     answer: float | None, shape: ModelShape | str, tokens: int, batch: int, dtype: str = "fp16"
 ) -> bool:
     """Exercise: how many bytes does the KV cache of `shape` take for tokens x batch in dtype?"""
@@ -86,6 +87,18 @@ def check_kv_cache_bytes(
             ],
         ),
     )
+
+
+# Notebook 06's Exercise 1: the checker owns its problem, so an answer to a problem a student changed
+# counts for nothing; kv_cache_bytes_verdict checks any other (the tests' cases).
+KV_CACHE_BYTES_PROBLEM = {"shape": "smollm2-135m", "tokens": 4096, "batch": 8, "dtype": "fp16"}
+
+
+def check_kv_cache_bytes(answer: float | None) -> bool:
+    """Exercise (06, Exercise 1): how many bytes does SmolLM2's KV cache take for 4,096 tokens, a batch of 8, in fp16? (KV_CACHE_BYTES_PROBLEM)."""
+    if (refused := refuse_own_answer(answer, "check_kv_cache_bytes", ["kv_cache_bytes"])) is not None:
+        return refused
+    return kv_cache_bytes_verdict(answer, **KV_CACHE_BYTES_PROBLEM)
 
 
 def check_growing_cache(cache_class: Callable | None, model: torch.nn.Module, n_tokens: int = 8) -> bool:

@@ -1,8 +1,8 @@
 """Exercise checkers for prefill vs decode and the metrics of inference, notebook 07 (style: checks/foundation.py).
 
->>> checks.check_arithmetic_intensity(flops_per_byte, batch=8, bytes_per_weight=4)
+>>> checks.check_arithmetic_intensity(flops_per_byte)
 >>> checks.check_ttft_tpot(ttft_tpot)
->>> checks.check_max_context(max_context, "llama-3.1-8b", memory_gb=80, batch=8, dtype="fp16")
+>>> checks.check_max_context(max_context)
 >>> checks.check_bfloat16_speedup(bf16_speedup, limited_by, step_costs[1], bf16_cost)
 """
 
@@ -12,6 +12,7 @@ import math
 from collections.abc import Callable
 
 from labkit.checks.common import matching_hint, not_attempted, read_number, verdict
+from labkit.checks.own_answer import refuse_own_answer
 from labkit.checks.work import choice_miss, progressive, reset, run_own
 from labkit.metrics import RequestMetrics
 from labkit.models.sizing import GB, ModelShape, format_bytes, model_shape
@@ -27,7 +28,7 @@ STEP_LIMITS = {
 }
 
 
-def check_arithmetic_intensity(answer: float | None, batch: int, bytes_per_weight: float = 4) -> bool:
+def arithmetic_intensity_verdict(answer: float | None, batch: int, bytes_per_weight: float = 4) -> bool:
     """Exercise: FLOPs per byte of weights read, for a linear layer applied to `batch` token vectors
     (activations ignored); within 2 %."""
     value, refusal = read_number(answer, "a number of FLOPs per byte")
@@ -56,10 +57,20 @@ def check_arithmetic_intensity(answer: float | None, batch: int, bytes_per_weigh
                 f"{value:g} is not it. Follow one weight: how many FLOPs does it take part in for a batch of {batch}, "
                 "and how many bytes does reading it cost?",
                 f"{value:g} is not it. Each weight does one multiply-add (2 FLOPs) per row of the batch and is read "
-                f"once ({bytes_per_weight:g} bytes): the sizes of the layer cancel out.",
+                "once, every one of its bytes: the sizes of the layer cancel out.",
             ],
         ),
     )
+
+
+# Notebook 07's Exercise 1: the checker owns its problem, so an answer to a problem a student changed
+# counts for nothing; arithmetic_intensity_verdict checks any other (the tests' cases).
+ARITHMETIC_INTENSITY_PROBLEM = {"batch": 8, "bytes_per_weight": 4}
+
+
+def check_arithmetic_intensity(answer: float | None) -> bool:
+    """Exercise (07, Exercise 1): FLOPs per byte of fp32 weights read by a linear layer applied to 8 token vectors? (ARITHMETIC_INTENSITY_PROBLEM)."""
+    return arithmetic_intensity_verdict(answer, **ARITHMETIC_INTENSITY_PROBLEM)
 
 
 def check_ttft_tpot(fn: Callable | None) -> bool:
@@ -102,7 +113,7 @@ def check_ttft_tpot(fn: Callable | None) -> bool:
     )
 
 
-def check_max_context(
+def max_context_verdict(
     answer: int | None, shape: ModelShape | str, memory_gb: float, batch: int = 1, dtype: str = "fp16"
 ) -> bool:
     """Exercise: the longest context per sequence that fits in memory_gb (10^9 bytes) after the weights."""
@@ -143,6 +154,18 @@ def check_max_context(
             ],
         ),
     )
+
+
+# Notebook 07's Exercise 3: the checker owns its problem, so an answer to a problem a student changed
+# counts for nothing; max_context_verdict checks any other (the tests' cases).
+MAX_CONTEXT_PROBLEM = {"shape": "llama-3.1-8b", "memory_gb": 80, "batch": 8, "dtype": "fp16"}
+
+
+def check_max_context(answer: int | None) -> bool:
+    """Exercise (07, Exercise 3): the longest context per sequence of Llama-3.1-8B in fp16, batch 8, on an 80 GB GPU? (MAX_CONTEXT_PROBLEM)."""
+    if (refused := refuse_own_answer(answer, "check_max_context", ["max_tokens"])) is not None:
+        return refused
+    return max_context_verdict(answer, **MAX_CONTEXT_PROBLEM)
 
 
 def _limit_of(speedup: float, float32_step) -> str:

@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from labkit.checks.common import matching_hint, not_attempted, read_number, verdict
+from labkit.checks.own_answer import refuse_own_answer
 from labkit.checks.work import choice_verdict, progressive, reset, run_own
 from labkit.quant.evaluation import model_nbytes
 from labkit.quant.gguf_blocks import decode_q4_1
@@ -94,7 +95,7 @@ def _absmax_codes_miss(codes: torch.Tensor) -> str | None:
     return None
 
 
-def check_quantized_megabytes(
+def quantized_megabytes_verdict(
     answer: float | None, n_weights: int, bits: int = 4, group_size: int = 32
 ) -> bool:
     """Exercise: MB (10^6 bytes) of n_weights stored with `bits`-bit codes and one float16 scale per group."""
@@ -131,6 +132,18 @@ def check_quantized_megabytes(
             ],
         ),
     )
+
+
+# Notebook 08's Exercise 2: the checker owns its problem, so an answer to a problem a student changed
+# counts for nothing; quantized_megabytes_verdict checks any other (the tests' cases).
+QUANTIZED_MEGABYTES_PROBLEM = {"n_weights": 106_168_320, "bits": 4, "group_size": 64}
+
+
+def check_quantized_megabytes(answer: float | None) -> bool:
+    """Exercise (08, Exercise 2): MB of SmolLM2's 106,168,320 linear weights as 4-bit codes, one float16 scale per 64? (QUANTIZED_MEGABYTES_PROBLEM)."""
+    if (refused := refuse_own_answer(answer, "check_quantized_megabytes", ["bits_per_weight"])) is not None:
+        return refused
+    return quantized_megabytes_verdict(answer, **QUANTIZED_MEGABYTES_PROBLEM)
 
 
 def check_q4_1_decoder(fn: Callable | None, raw_block: np.ndarray | torch.Tensor) -> bool:

@@ -2,7 +2,7 @@
 
 >>> checks.check_client_metrics(client_metrics)
 >>> checks.check_sse_parser(parse_events)
->>> checks.check_littles_law(answer, in_flight=16, latency_s=2.5)
+>>> checks.check_littles_law(answer)
 >>> checks.check_streaming_gain(answer, sooner, whole_answer_s, streamed)
 """
 
@@ -123,7 +123,7 @@ def check_sse_parser(fn: Callable | None) -> bool:
     )
 
 
-def check_littles_law(answer: float | None, in_flight: float, latency_s: float) -> bool:
+def littles_law_verdict(answer: float | None, in_flight: float, latency_s: float) -> bool:
     """Exercise: a server keeps `in_flight` requests in progress, each taking `latency_s` seconds end to end:
     how many requests per second does it complete? (Little's law: L = lambda W.)"""
     value, refusal = read_number(
@@ -157,6 +157,16 @@ def check_littles_law(answer: float | None, in_flight: float, latency_s: float) 
             ],
         ),
     )
+
+
+# Notebook 11's Exercise 3: the checker owns its problem, so an answer to a problem a student changed
+# counts for nothing; littles_law_verdict checks any other (the tests' cases).
+LITTLES_LAW_PROBLEM = {"in_flight": 16, "latency_s": 2.5}
+
+
+def check_littles_law(answer: float | None) -> bool:
+    """Exercise (11, Exercise 3): requests per second from 16 always in progress, each taking 2.5 s? (LITTLES_LAW_PROBLEM)."""
+    return littles_law_verdict(answer, **LITTLES_LAW_PROBLEM)
 
 
 # what streaming changes for a user: the choices of exercise 4

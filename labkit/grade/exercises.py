@@ -23,7 +23,7 @@ class Exercise:
 
     notebook: str  # the course notebook's file name, e.g. "06_kv_cache.ipynb"
     checker: str  # the checker's name, e.g. "check_kv_cache_bytes"
-    call: str  # the call the grader evaluates, e.g. 'checks.check_kv_cache_bytes(kv_bytes, "smollm2-135m", ...)'
+    call: str  # the call the grader evaluates, e.g. 'checks.check_kv_cache_bytes(kv_bytes)'
     number: int  # its place among the notebook's exercises, from 1
 
     @property

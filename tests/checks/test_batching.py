@@ -5,12 +5,12 @@ import math
 import pytest
 
 from labkit import checks
-from labkit.checks.batching import BATCH_LIMITS
+from labkit.checks.batching import BATCH_LIMITS, kv_blocks_verdict
 
 
 def test_kv_blocks(capsys):
     lengths, size = [37, 5, 16, 71], 16
-    assert checks.check_kv_blocks(3 + 1 + 1 + 5, lengths, size)  # the worked solution: ceil per sequence
+    assert kv_blocks_verdict(3 + 1 + 1 + 5, lengths, size)  # the worked solution: ceil per sequence
     for wrong, hint in [
         (math.ceil(129 / 16), "round up each sequence on its own"),
         (2 + 0 + 1 + 4, "round up, not down"),
@@ -19,9 +19,9 @@ def test_kv_blocks(capsys):
         (11, "is not it"),
         ("ten", "give a number"),
     ]:
-        assert not checks.check_kv_blocks(wrong, lengths, size)
+        assert not kv_blocks_verdict(wrong, lengths, size)
         assert hint in capsys.readouterr().out
-    assert not checks.check_kv_blocks(None, lengths, size)
+    assert not kv_blocks_verdict(None, lengths, size)
     assert "Not attempted yet" in capsys.readouterr().out
 
 

@@ -3,7 +3,7 @@
 import pytest
 
 from labkit import checks
-from labkit.checks.engines import THREAD_LIMITS
+from labkit.checks.engines import THREAD_LIMITS, decode_bound_verdict, memory_needed_verdict
 from labkit.models.catalog import load_catalog
 
 LLAMA_8B = "meta-llama/Llama-3.1-8B-Instruct"
@@ -31,7 +31,7 @@ def test_greedy_agreement(capsys):
 
 def test_decode_bound(capsys):
     right = 50e9 / (8e9 * 4.5 / 8)
-    assert checks.check_decode_bound(right, params_b=8.0, bits_per_weight=4.5, bandwidth_gb_s=50)
+    assert decode_bound_verdict(right, params_b=8.0, bits_per_weight=4.5, bandwidth_gb_s=50)
     assert "11.1 tokens/s" in capsys.readouterr().out
     hints = {
         right / 8: "divide the bits per weight by 8",
@@ -41,7 +41,7 @@ def test_decode_bound(capsys):
         "fast": "give a number",
     }
     for answer, hint in hints.items():
-        assert not checks.check_decode_bound(answer, params_b=8.0, bits_per_weight=4.5, bandwidth_gb_s=50)
+        assert not decode_bound_verdict(answer, params_b=8.0, bits_per_weight=4.5, bandwidth_gb_s=50)
         assert hint in capsys.readouterr().out
 
 
@@ -49,12 +49,12 @@ def test_memory_needed(capsys):
     llama = next(m for m in load_catalog() if m.name == LLAMA_8B)
     weights = llama.params_b * 1e9 * 4.5 / 8
     kv = 2 * llama.n_layers * llama.n_kv_heads * llama.head_dim * 2 * 8192
-    assert checks.check_memory_needed((weights + kv) / 1e9, LLAMA_8B, quant="q4", context_tokens=8192)
+    assert memory_needed_verdict((weights + kv) / 1e9, LLAMA_8B, quant="q4", context_tokens=8192)
     assert "GB of KV cache for 8192 tokens" in capsys.readouterr().out
-    assert not checks.check_memory_needed(weights / 1e9, LLAMA_8B, quant="q4", context_tokens=8192)
+    assert not memory_needed_verdict(weights / 1e9, LLAMA_8B, quant="q4", context_tokens=8192)
     assert "weights alone" in capsys.readouterr().out
     every_head = (weights + kv * llama.n_heads / llama.n_kv_heads) / 1e9
-    assert not checks.check_memory_needed(every_head, LLAMA_8B, quant="q4", context_tokens=8192)
+    assert not memory_needed_verdict(every_head, LLAMA_8B, quant="q4", context_tokens=8192)
     assert "KV heads only" in capsys.readouterr().out
 
 

@@ -3,14 +3,16 @@
 import torch
 
 from labkit import checks
+from labkit.checks.kvcache import kv_cache_bytes_verdict
+from labkit.checks.prefill import arithmetic_intensity_verdict, max_context_verdict
 from labkit.models import sizing as memory
 
 
 def test_kv_cache_bytes(capsys):
     smollm2 = memory.PRESETS["smollm2-135m"]
     right = 2 * 30 * 3 * 64 * 1000 * 4 * 2
-    assert checks.check_kv_cache_bytes(right, smollm2, tokens=1000, batch=4, dtype="fp16")
-    assert checks.check_kv_cache_bytes(right, "smollm2-135m", tokens=1000, batch=4, dtype="fp16")
+    assert kv_cache_bytes_verdict(right, smollm2, tokens=1000, batch=4, dtype="fp16")
+    assert kv_cache_bytes_verdict(right, "smollm2-135m", tokens=1000, batch=4, dtype="fp16")
     for wrong, hint in [
         (right // 2, "factor 2"),
         (right * 3, "key/value heads"),
@@ -19,9 +21,9 @@ def test_kv_cache_bytes(capsys):
         (right + 1000, "is not it"),
         ("lots", "give a number"),
     ]:
-        assert not checks.check_kv_cache_bytes(wrong, smollm2, tokens=1000, batch=4, dtype="fp16")
+        assert not kv_cache_bytes_verdict(wrong, smollm2, tokens=1000, batch=4, dtype="fp16")
         assert hint in capsys.readouterr().out
-    assert not checks.check_kv_cache_bytes(None, smollm2, 1000, 4)
+    assert not kv_cache_bytes_verdict(None, smollm2, 1000, 4)
     assert "Not attempted yet" in capsys.readouterr().out
 
 
@@ -69,7 +71,7 @@ def test_growing_cache(tiny, capsys):
 
 
 def test_arithmetic_intensity(capsys):
-    assert checks.check_arithmetic_intensity(4.0, batch=8, bytes_per_weight=4)
+    assert arithmetic_intensity_verdict(4.0, batch=8, bytes_per_weight=4)
     for wrong, hint in [
         (2.0, "2 FLOPs"),
         (0.25, "not bytes divided by FLOPs"),
@@ -77,7 +79,7 @@ def test_arithmetic_intensity(capsys):
         (16, "not 1"),
         (7, "is not it"),
     ]:
-        assert not checks.check_arithmetic_intensity(wrong, batch=8, bytes_per_weight=4)
+        assert not arithmetic_intensity_verdict(wrong, batch=8, bytes_per_weight=4)
         assert hint in capsys.readouterr().out
 
 
@@ -100,20 +102,20 @@ def test_ttft_tpot(capsys):
 def test_max_context(capsys):
     llama = memory.PRESETS["llama-3.1-8b"]
     right = llama.max_tokens(80 * memory.GB, batch=8)
-    assert checks.check_max_context(right, "llama-3.1-8b", memory_gb=80, batch=8)
-    assert not checks.check_max_context(int(80e9 // llama.kv_cache_bytes(1, 8)), "llama-3.1-8b", 80, 8)
+    assert max_context_verdict(right, "llama-3.1-8b", memory_gb=80, batch=8)
+    assert not max_context_verdict(int(80e9 // llama.kv_cache_bytes(1, 8)), "llama-3.1-8b", 80, 8)
     assert "subtract the weights first" in capsys.readouterr().out
-    assert not checks.check_max_context(right * 8, "llama-3.1-8b", 80, 8)
+    assert not max_context_verdict(right * 8, "llama-3.1-8b", 80, 8)
     assert "tokens per sequence" in capsys.readouterr().out
-    assert checks.check_max_context(0, "llama-3.1-70b", memory_gb=80)
-    assert not checks.check_max_context(1000, "llama-3.1-70b", memory_gb=80)
+    assert max_context_verdict(0, "llama-3.1-70b", memory_gb=80)
+    assert not max_context_verdict(1000, "llama-3.1-70b", memory_gb=80)
     assert "start with the weights" in capsys.readouterr().out
 
 
 def test_kv_cache_bytes_first_miss_names_the_idea(capsys):
-    assert not checks.check_kv_cache_bytes(12345, "smollm2-135m", tokens=1000, batch=4)
+    assert not kv_cache_bytes_verdict(12345, "smollm2-135m", tokens=1000, batch=4)
     first = capsys.readouterr().out
-    assert not checks.check_kv_cache_bytes(12345, "smollm2-135m", tokens=1000, batch=4)
+    assert not kv_cache_bytes_verdict(12345, "smollm2-135m", tokens=1000, batch=4)
     assert "2 x layers" not in first and "2 x layers" in capsys.readouterr().out
 
 

@@ -682,14 +682,9 @@ CASES: dict[str, Sequence[Case] | Callable[[Fixture], Sequence[Case]]] = {
         Case(2.7, [70.8 / 14, 5.0, 2.7 * math.log(2)], (MIROSTAT_RUN, 10, False, "cut_only")),
     ],
     # KV cache, notebooks 06-07
-    "check_kv_cache_bytes": [
-        numeric(
-            model_shape("smollm2-135m").kv_cache_bytes(4096, 8, "fp16"),
-            args=("smollm2-135m", 4096, 8, "fp16"),
-        )
-    ],
+    "check_kv_cache_bytes": [numeric(model_shape("smollm2-135m").kv_cache_bytes(4096, 8, "fp16"))],
     "check_growing_cache": growing_cache_cases,
-    "check_arithmetic_intensity": [numeric(2 * 6 / 4, 0.02, (6, 4))],
+    "check_arithmetic_intensity": [numeric(2 * 8 / 4, 0.02)],
     "check_ttft_tpot": [
         Case(
             lambda t: (t[0], (t[-1] - t[0]) / (len(t) - 1)),
@@ -697,11 +692,8 @@ CASES: dict[str, Sequence[Case] | Callable[[Fixture], Sequence[Case]]] = {
         )
     ],
     "check_max_context": [
-        numeric(
-            model_shape("llama-3.1-8b").max_tokens(80 * GB, 8, "fp16"), 0.01, ("llama-3.1-8b", 80, 8, "fp16")
-        ),
-        Case(0, [1, 1000], ("llama-3.1-70b", 80, 1, "fp16")),
-    ],  # the weights alone do not fit
+        numeric(model_shape("llama-3.1-8b").max_tokens(80 * GB, 8, "fp16"), 0.01),
+    ],
     "check_context_token_cost": lambda f: [  # the checker's own step at position 256 agrees with STEP_TIMES
         f("monkeypatch").setattr(kvcache_checks, "step_seconds_without_cache", lambda *a: 0.5),
         numeric(
@@ -714,7 +706,7 @@ CASES: dict[str, Sequence[Case] | Callable[[Fixture], Sequence[Case]]] = {
     ],
     # quantization, notebook 08
     "check_absmax_quantize": [Case(absmax_int8, [lambda w: absmax_int8(w, torch.ceil)])],
-    "check_quantized_megabytes": [numeric(106_168_320 * 4.5 / 8 / 1e6, 0.005, (106_168_320, 4, 32))],
+    "check_quantized_megabytes": [numeric(106_168_320 * (4 + 16 / 64) / 8 / 1e6, 0.005)],
     "check_q4_1_decoder": [Case(decode_block, [lambda raw: decode_block(raw, with_d=False)], (Q4_BLOCK,))],
     "check_ceiling_share": [
         numeric(21.0 * 40_400 / 2.0e6, 0.05, ("other work", 21.0, torch.nn.Linear(100, 100), 2.0e6))
@@ -749,7 +741,7 @@ CASES: dict[str, Sequence[Case] | Callable[[Fixture], Sequence[Case]]] = {
         )
     ],
     # batching, notebook 10
-    "check_kv_blocks": [numeric(3 + 1 + 1 + 5, args=([37, 5, 16, 71], 16))],
+    "check_kv_blocks": [numeric(3 + 1 + 1 + 5)],
     "check_wasted_slots": [
         Case(wasted_slots, [lambda p, o: sum(max(o) - x for x in o)], also=padding_left_out),
         Case(wasted_slots, [lambda p, o: wasted_slots(p, o) + 1]),
@@ -776,14 +768,14 @@ CASES: dict[str, Sequence[Case] | Callable[[Fixture], Sequence[Case]]] = {
         )
     ],
     "check_sse_parser": [Case(parse_events, [parse_events_needing_space])],
-    "check_littles_law": [numeric(16 / 2.5, 1e-3, (16, 2.5))],
+    "check_littles_law": [numeric(16 / 2.5, 1e-3)],
     "check_streaming_gain": [
         numeric(1.8 / 0.12, 0.03, ("first token", 1.8, SimpleNamespace(ttft_s=0.12, e2e_s=1.85)))
     ],
     # running locally, notebook 12
     "check_greedy_agreement": [Case(shared_start, [matches, lambda a, b, n: min(len(a), len(b), n)])],
-    "check_decode_bound": [numeric(50e9 / (8e9 * 4.5 / 8), 0.02, (8.0, 4.5, 50))],
-    "check_memory_needed": lambda f: [numeric(memory_needed_gb(), 0.03, (LLAMA_8B, "q4", 8192))],
+    "check_decode_bound": [numeric(50e9 / (8e9 * 4.5 / 8), 0.02)],
+    "check_memory_needed": lambda f: [numeric(memory_needed_gb(), 0.03)],
     "check_thread_speedup": [numeric(45.0 / 135.0, 0.03, ("wake-ups", {1: 135.0, 2: 45.0}))],
     # how fast, notebook 13
     "check_bandwidth_use": [

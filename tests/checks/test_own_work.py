@@ -192,13 +192,13 @@ def test_the_bfloat16_reading_follows_the_measured_terms(capsys):
 
 # checker, a wrong answer that matches no known mistake, the checker's other arguments
 ARITHMETIC = {
-    "check_arithmetic_intensity": (7.0, (8, 4)),
-    "check_max_context": (1234, ("llama-3.1-8b", 80, 8, "fp16")),
-    "check_quantized_megabytes": (12.3, (106_168_320, 4, 32)),
-    "check_littles_law": (3.0, (16, 2.5)),
-    "check_decode_bound": (3.0, (8.0, 4.5, 50)),
-    "check_memory_needed": (3.0, ("meta-llama/Llama-3.1-8B-Instruct", "q4", 8192)),
-    "check_kv_blocks": (11, ([37, 5, 16, 71], 16)),
+    "check_arithmetic_intensity": (7.0, ()),
+    "check_max_context": (1234, ()),
+    "check_quantized_megabytes": (12.3, ()),
+    "check_littles_law": (3.0, ()),
+    "check_decode_bound": (3.0, ()),
+    "check_memory_needed": (3.0, ()),
+    "check_kv_blocks": (11, ()),
 }
 FORMULA_MARKS = (" = ", " / ", " x ", "ceil(", "2 FLOPs", "+ 16")
 
@@ -215,5 +215,5 @@ def test_the_first_miss_names_the_idea_and_a_later_one_the_formula(capsys, name)
 
 def test_arithmetic_intensity_hints_are_its_own(capsys):
     for _ in range(3):
-        out = verdict_of(capsys, checks.check_arithmetic_intensity, 7.0, 8, 4)[1]
+        out = verdict_of(capsys, checks.check_arithmetic_intensity, 7.0)[1]
         assert "KV" not in out and "memory" not in out, out

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from labkit import checks
-from labkit.checks.serving import STREAMING_CHANGES
+from labkit.checks.serving import STREAMING_CHANGES, littles_law_verdict
 
 
 def client_metrics(sent_s, arrivals_s):  # the worked solution
@@ -69,7 +69,7 @@ def test_sse_parser(capsys):
 
 
 def test_littles_law(capsys):
-    assert checks.check_littles_law(16 / 2.5, in_flight=16, latency_s=2.5)
+    assert littles_law_verdict(16 / 2.5, in_flight=16, latency_s=2.5)
     assert "16 / 2.5 s" in capsys.readouterr().out
     for wrong, hint in [
         (40, "requests x seconds"),
@@ -78,9 +78,9 @@ def test_littles_law(capsys):
         (3, "is not it"),
         ("six", "give a number"),
     ]:
-        assert not checks.check_littles_law(wrong, in_flight=16, latency_s=2.5)
+        assert not littles_law_verdict(wrong, in_flight=16, latency_s=2.5)
         assert hint in capsys.readouterr().out
-    assert not checks.check_littles_law(None, 16, 2.5)
+    assert not littles_law_verdict(None, 16, 2.5)
     assert "Not attempted yet" in capsys.readouterr().out
 
 

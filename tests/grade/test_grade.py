@@ -1,7 +1,6 @@
 """The class grader (`python -m labkit.grade`) on four submissions of a two-exercise notebook: a correct one,
-a partial one that deletes files, one that cheats (changes the problem, imports labkit's answer, patches the
-checker, writes `passed = True`) and one that hangs. Each runs in a real kernel of its own, as a class's
-would."""
+a partial one that deletes files, one that cheats (labkit's own answers, patched checkers, `passed = True`)
+and one that hangs. Each runs in a real kernel of its own, as a class's would."""
 
 import csv
 import re
@@ -19,10 +18,7 @@ from labkit.grade.exercises import course_exercises
 pytestmark = pytest.mark.slow  # five fresh kernels, each importing labkit.checks; about two minutes
 
 SETUP = "from labkit import checks"
-KV = (
-    "kv_bytes = {answer}  # your answer, in bytes\n"
-    'passed = checks.check_kv_cache_bytes(kv_bytes, "smollm2-135m", tokens={tokens}, batch=8, dtype="fp16")'
-)
+KV = "kv_bytes = {answer}  # your answer, in bytes\npassed = checks.check_kv_cache_bytes(kv_bytes)"
 TOP_K = (
     "top_k = {answer}  # your code here: def top_k(logits, k): ...\npassed = checks.check_top_k_filter(top_k)"
 )
@@ -58,13 +54,11 @@ def graded(tmp_path_factory):
     root = tmp_path_factory.mktemp("class")
     course, submissions = root / "course", root / "submissions"
     name = "06_mini.ipynb"
-    write(course, name, notebook(SETUP, KV.format(answer="None", tokens=4096), TOP_K.format(answer="None")))
+    write(course, name, notebook(SETUP, KV.format(answer="None"), TOP_K.format(answer="None")))
     write(
         submissions / "ada",
         name,
-        notebook(
-            SETUP, KV.format(answer=KV_RIGHT, tokens=4096), RIGHT_TOP_K, TOP_K.format(answer="my_top_k")
-        ),
+        notebook(SETUP, KV.format(answer=KV_RIGHT), RIGHT_TOP_K, TOP_K.format(answer="my_top_k")),
     )
     write(
         submissions / "bo",
@@ -72,7 +66,7 @@ def graded(tmp_path_factory):
         notebook(
             SETUP,
             "import os\nfor entry in os.listdir('.'):\n    os.remove(entry)",
-            KV.format(answer=KV_RIGHT, tokens=4096),
+            KV.format(answer=KV_RIGHT),
             NO_TIES_TOP_K,
             TOP_K.format(answer="my_top_k"),
         ),
@@ -82,7 +76,10 @@ def graded(tmp_path_factory):
         name,
         notebook(
             SETUP,
-            KV.format(answer="30 * 2 * 3 * 64 * 1 * 8 * 2", tokens=1),  # its own, smaller problem
+            # labkit's own answer, passed by a checker it replaced
+            "from labkit.models.sizing import model_shape\n"
+            "checks.check_kv_cache_bytes = lambda answer: True\n"
+            + KV.format(answer='model_shape("smollm2-135m").kv_cache_bytes(4096, 8, "fp16")'),
             "from labkit.decoding.sampling import top_k_filter\n" + TOP_K.format(answer="top_k_filter"),
             "checks.check_top_k_filter = lambda function: True\npassed = True",
         ),
@@ -92,7 +89,7 @@ def graded(tmp_path_factory):
         name,
         notebook(
             SETUP,
-            KV.format(answer=KV_RIGHT, tokens=4096),
+            KV.format(answer=KV_RIGHT),
             "import time\ntime.sleep(10_000)",
             RIGHT_TOP_K,
             TOP_K.format(answer="my_top_k"),
@@ -117,7 +114,7 @@ def test_each_submission_gets_the_grade_its_work_earns(graded):
     assert {student: (row[kv], row[top_k], row["total"]) for student, row in got.items()} == {
         "ada": ("1", "1", "2"),  # correct
         "bo": ("1", "0", "1"),  # partial, and its deleted files were its own copy's
-        "cy": ("0", "0", "0"),  # its own problem, labkit's answer, a patched checker: none counts
+        "cy": ("0", "0", "0"),  # labkit's answers, patched checkers, passed = True: none counts
         "dee": ("1", "0", "1"),  # its first answer, before the cell that hangs
     }
     assert {row["out_of"] for row in got.values()} == {"2"}
@@ -132,7 +129,7 @@ def test_feedback_gives_hints_and_why_never_a_hidden_case(graded):
     assert "2 of 2 exercises pass" in feedback["ada"] and "❌" not in feedback["ada"]
     assert "1 of 2 exercises pass" in feedback["bo"] and "tie" in feedback["bo"]  # the checker's hint on ties
     assert "calling labkit's version does not count" in feedback["cy"]
-    assert "❌ Exercise 1" in feedback["cy"], "its answer to a smaller problem of its own must not pass"
+    assert "computed by labkit's own kv_cache_bytes" in feedback["cy"]
     assert "time limit" in feedback["dee"] and "notes.ipynb" in feedback["dee"]
     for student, text in feedback.items():
         quoted = re.findall(r"\[[-\d.,\s]*\d[-\d.,\s]*\]", text)

@@ -5,6 +5,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from labkit.checks.quant import quantized_megabytes_verdict
 from labkit.quant import schemes as quant
 
 
@@ -226,13 +227,12 @@ def test_check_absmax_quantize(capsys):
 
 
 def test_check_quantized_megabytes(capsys):
-    from labkit import checks
 
     n = 106_000_000
-    assert checks.check_quantized_megabytes(n * 4.5 / 8 / 1e6, n, bits=4, group_size=32)
-    assert not checks.check_quantized_megabytes(n * 4 / 8 / 1e6, n, bits=4, group_size=32)
+    assert quantized_megabytes_verdict(n * 4.5 / 8 / 1e6, n, bits=4, group_size=32)
+    assert not quantized_megabytes_verdict(n * 4 / 8 / 1e6, n, bits=4, group_size=32)
     assert "16-bit scale" in capsys.readouterr().out
-    assert not checks.check_quantized_megabytes(n * 4.5 / 8, n)
+    assert not quantized_megabytes_verdict(n * 4.5 / 8, n)
     assert "bytes, not megabytes" in capsys.readouterr().out
 
 
