@@ -1,5 +1,6 @@
 """Timing, shared by the library, the benchmarks and the notebooks: repeats after a warm-up, their median
-or best, and runs timed in turns so that a change of the machine's load hits them all alike.
+or best, and runs timed in turns so that a change of the machine's load hits them all alike. Each result
+goes into the run log (labkit.run_log), where a checker finds the student's own measurements.
 
 Every clock read waits for a GPU's queued work first (`synchronize`): a CUDA call returns before its
 kernel ran, and a timer that does not wait measures the launch, not the work. On a CPU it does nothing.
@@ -30,6 +31,7 @@ import torch
 
 from labkit.core.arguments import check_int, check_text
 from labkit.core.doors import check_callable, check_items
+from labkit.run_log import record
 
 QUICK_ENV_VAR = "LABKIT_QUICK"  # "1": time fewer repeats or sizes where no test compares the numbers
 QUICK_VALUES = {"1": True, "true": True, "yes": True, "": False, "0": False, "false": False, "no": False}
@@ -90,6 +92,7 @@ def repeat_seconds(run: Callable[[], object], repeats: int = 5) -> list[float]:
         start = clock()
         run()
         times.append(clock() - start)
+    record(times)
     return times
 
 
@@ -100,7 +103,7 @@ def best_seconds(run: Callable[[], object], repeats: int = 5) -> float:
     >>> best_seconds(lambda: a @ b)
     0.0172
     """
-    return min(repeat_seconds(run, repeats))
+    return min(repeat_seconds(run, repeats))  # one of the recorded times
 
 
 def median_seconds(run: Callable[[], object], repeats: int = 5) -> float:
@@ -109,7 +112,9 @@ def median_seconds(run: Callable[[], object], repeats: int = 5) -> float:
     >>> median_seconds(lambda: torch.nn.functional.linear(x, weight), repeats=9)
     0.0151
     """
-    return statistics.median(repeat_seconds(run, repeats))
+    median = statistics.median(repeat_seconds(run, repeats))
+    record([median])
+    return median
 
 
 def median_tokens_per_second(run: Callable[[], int], repeats: int) -> float:
@@ -121,7 +126,9 @@ def median_tokens_per_second(run: Callable[[], int], repeats: int) -> float:
         start = clock()
         tokens = run()
         rates.append(tokens / (clock() - start))
-    return statistics.median(rates)
+    median = statistics.median(rates)
+    record([*rates, median])
+    return median
 
 
 @dataclass(frozen=True)
@@ -172,6 +179,7 @@ def interleaved_seconds(
             run()
             if round_ or not warmup:
                 seconds[index].append(clock() - start)
+    record(time for times in seconds for time in times)
     return seconds
 
 
@@ -195,6 +203,8 @@ def interleaved_tokens_per_second(
     seconds = interleaved_seconds(
         [counted(i) for i in range(len(runs))], repeats, warmup=True, progress=progress
     )
-    return [
+    rates = [
         statistics.median(n / t for n, t in zip(counts[1:], times)) for counts, times in zip(tokens, seconds)
     ]
+    record(rates)
+    return rates

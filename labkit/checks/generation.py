@@ -16,7 +16,7 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from labkit.checks.common import not_attempted, verdict
-from labkit.checks.work import choice_verdict, progressive, reset, run_own
+from labkit.checks.work import choice_verdict, progressive, refuse_unmeasured, reset, run_own
 from labkit.core.forward import NoCache, decode_step, greedy_decode, prefill
 from labkit.core.text import encode_prompt
 from labkit.decoding import generate as generate_module
@@ -181,6 +181,31 @@ def _far_from(theirs: float, mine: float, factor: float = TIMING_FACTOR) -> bool
     return not mine / factor <= theirs <= mine * factor
 
 
+def speedup_miss(answer: float, seconds_without_cache: float, seconds_with_cache: float) -> bool:
+    """The verdict on a speed-up that is not the ratio of the two times: the usual slips named, else a hint."""
+    expected = seconds_without_cache / seconds_with_cache
+    if abs(answer - 1 / expected) <= 0.03 / expected:
+        return verdict(
+            False,
+            "that is the ratio the other way round: how many times longer does the loop "
+            "without a cache take?",
+        )
+    if abs(answer - (seconds_without_cache - seconds_with_cache)) <= 1e-3 + 0.03 * abs(answer):
+        return verdict(
+            False, "that is the time saved, in seconds; the question asks for a ratio of two times."
+        )
+    return verdict(
+        False,
+        progressive(
+            "cache_speedup",
+            [
+                "not yet. A speed-up compares the two times you measured, not their difference.",
+                "not yet. A speed-up is a ratio of two times: the slow loop's time over the fast one's.",
+            ],
+        ),
+    )
+
+
 def check_cache_speedup(
     answer: float | None,
     seconds_without_cache: float | None,
@@ -191,12 +216,15 @@ def check_cache_speedup(
     gap: str | None = None,
 ) -> bool:
     """Exercise (02): how many times faster is the loop with a KV cache than the one that re-feeds everything,
-    and would the gap grow or shrink with a longer prompt? The checker times both loops again on `model` and
-    `prompt_ids`; each of the student's times must be within a factor 3 of its own."""
+    and would the gap grow or shrink with a longer prompt? Both times must be measured in this kernel (labkit.run_log),
+    each within a factor 3 of the checker's own timing of both loops on `model` and `prompt_ids`."""
     if seconds_without_cache is None or seconds_with_cache is None:
         return not_attempted("the two measured times (in seconds)")
     if answer is None:
         return not_attempted("how many times faster the cached loop is")
+    times = {"seconds_without_cache": seconds_without_cache, "seconds_with_cache": seconds_with_cache}
+    if (unmeasured := refuse_unmeasured("time both loops with the cell's seconds(...)", **times)) is not None:
+        return unmeasured
     mine_without, mine_with = loop_seconds(model, prompt_ids, n_tokens)
     if _far_from(seconds_without_cache, mine_without) or _far_from(seconds_with_cache, mine_with):
         return verdict(
@@ -207,35 +235,16 @@ def check_cache_speedup(
         )
     expected = seconds_without_cache / seconds_with_cache
     if abs(answer - expected) > 0.03 * expected:
-        if abs(answer - 1 / expected) <= 0.03 / expected:
-            return verdict(
-                False,
-                "that is the ratio the other way round: how many times longer does the loop "
-                "without a cache take?",
-            )
-        if abs(answer - (seconds_without_cache - seconds_with_cache)) <= 1e-3 + 0.03 * abs(answer):
-            return verdict(
-                False, "that is the time saved, in seconds; the question asks for a ratio of the two times."
-            )
-        return verdict(
-            False,
-            progressive(
-                "cache_speedup",
-                [
-                    "not yet. A speed-up compares the two times you measured, not their difference.",
-                    "not yet. A speed-up is a ratio of two times: the slow loop's time over the fast one's.",
-                ],
-            ),
-        )
+        return speedup_miss(answer, seconds_without_cache, seconds_with_cache)
     return choice_verdict(
         gap,
         GAP_CHOICES,
         "grow",
-        "what does a step without the cache feed the model, and how does that change "
-        "with the prompt's length? And a cached step?",
+        "what does a step without the cache feed the model, and how does that change with the prompt's length? "
+        "And a cached step?",
         name="gap",
         exercise="cache_speedup",
         right_so_far="your speed-up is right",
-        passed=f"{expected:.1f}x faster; the checker's own re-run of both "
-        f"loops gave {mine_without / mine_with:.1f}x on this machine.",
+        passed=f"{expected:.1f}x faster; the checker's own re-run of both loops gave {mine_without / mine_with:.1f}x "
+        "on this machine.",
     )

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from types import CodeType
 
 from labkit.checks.common import not_attempted, run_student, verdict
+from labkit.run_log import measured
 
 OWN_VERSION = "calling labkit's version does not count, write it yourself."
 _misses: dict[str, int] = {}  # exercise -> misses so far in this kernel (progressive hints)
@@ -125,3 +126,23 @@ def choice_verdict(
         return verdict(False, f"{right_so_far}; {miss}")
     reset(exercise)
     return verdict(True, passed)
+
+
+def refuse_unmeasured(what: str, **values: object) -> bool | None:
+    """False, with a hint printed, when any of `values` (name=value) is not a number labkit's timing measured
+    in this kernel (labkit.run_log): typed in, copied from the saved notebook, or rounded; None otherwise.
+    `what` says how the notebook measures them.
+
+        >>> refuse_unmeasured("time the loops with seconds(...)", seconds_with_cache=2.0)
+        ❌ Not yet: seconds_with_cache was not measured in this kernel (...): time the loops with seconds(...)
+        False
+    """
+    typed = [name for name, value in values.items() if not measured(value)]
+    if not typed:
+        return None
+    return verdict(
+        False,
+        f"{', '.join(typed)} {'was' if len(typed) == 1 else 'were'} not measured in this kernel (labkit's timing "
+        f"keeps what it measured, to the last digit; a typed, copied or rounded number is not there): {what}, "
+        "and pass what it returns.",
+    )

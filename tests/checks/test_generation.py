@@ -64,8 +64,9 @@ def test_labkit_own_loop_under_another_name_does_not_count(tiny_hf, tokenizer, c
         assert "does not count" in capsys.readouterr().out
 
 
-def test_cache_speedup_checks_the_times_against_its_own_run(tiny_hf, capsys, monkeypatch):
+def test_cache_speedup_checks_the_times_against_its_own_run(tiny_hf, capsys, monkeypatch, timed):
     monkeypatch.setattr(generation, "loop_seconds", lambda *a: (6.0, 1.5))  # the checker's own re-run
+    timed(6.0, 1.5, 60.0, 5.0)  # the student's times, as if measured in this kernel
     prompt = [1, 504, 3575]
     assert not checks.check_cache_speedup(None, None, 1.0, tiny_hf, prompt)
     assert "Not attempted" in capsys.readouterr().out
@@ -87,10 +88,20 @@ def test_cache_speedup_checks_the_times_against_its_own_run(tiny_hf, capsys, mon
     assert "3 times off" in capsys.readouterr().out
 
 
-def test_cache_speedup_times_the_loops_for_real(tiny_hf, capsys):
+def test_cache_speedup_times_the_loops_for_real(tiny_hf, capsys, timed):
     """Invented numbers a thousand times off fail against the checker's real timing (no threshold near the
     truth: the tiny model's loops take milliseconds, the invented ones minutes)."""
+    timed(400.0, 100.0)  # even as measurements of this kernel
     assert not checks.check_cache_speedup(4.0, 400.0, 100.0, tiny_hf, [1, 504, 3575], gap="grow")
     assert "3 times off" in capsys.readouterr().out
     without, with_cache = generation.loop_seconds(tiny_hf, [1, 504, 3575], 4)
     assert without > 0 and with_cache > 0
+
+
+def test_cache_speedup_refuses_times_this_kernel_did_not_measure(tiny_hf, capsys, monkeypatch, timed):
+    """2.0 s and 2.0 s, typed, used to pass as "1.0x faster" wherever the real loops took about that long."""
+    monkeypatch.setattr(generation, "loop_seconds", lambda *a: (2.0, 2.0))
+    timed(2.0 + 1e-9)  # a measurement near, but not, the typed number
+    assert not checks.check_cache_speedup(1.0, 2.0, 2.0, tiny_hf, [1, 504, 3575], gap="same")
+    out = capsys.readouterr().out
+    assert "seconds_without_cache, seconds_with_cache were not measured in this kernel" in out
