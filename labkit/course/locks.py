@@ -5,9 +5,11 @@ A prediction is a code cell `guess_x = Prediction(...)` (its box) and the first 
 well on GitHub and in a deck; the student's copy (labkit.course.student) locks each prediction:
 - every code cell from the box to the reveal loses its saved output: the measuring cells, whose table or
   figure would answer the question, and the reveal itself;
-- the reading after the reveal (the markdown cells up to the next code cell, new section or next
-  prediction) is folded into one `<details>` block that opens only on request, in JupyterLab and on the
-  site, under a summary that asks the student to run the reveal first and says whose run it describes.
+- so does every code cell of the reading after the reveal (up to the next new slide, section or
+  prediction): a figure or table of the saved run would answer it just as well;
+- the reading's markdown is folded, run by run, into `<details>` blocks that open only on request, in
+  JupyterLab and on the site, under a summary that asks the student to run the reveal first and says
+  whose run it describes.
 
 Markdown between a box and its reveal is left as it is: it says what the next cell measures, and the
 course keeps any number out of it (tests/course/test_prediction_locks.py reads every copy).
@@ -70,14 +72,27 @@ def starts_something_new(cell: dict) -> bool:
 
 
 def reading_after(cells: list[dict], revealed: int) -> list[int]:
-    """The indices of the markdown cells that read a reveal's result: those right after it, up to the next
-    code cell or the first cell that starts something new."""
+    """The indices of the cells that read a reveal's result: those after it up to the first cell that starts
+    something new (a figure of the measurement and the prose about it, say)."""
     reading = []
     for k in range(revealed + 1, len(cells)):
-        if cells[k]["cell_type"] != "markdown" or starts_something_new(cells[k]):
+        if cells[k]["cell_type"] == "markdown" and starts_something_new(cells[k]):
             break
         reading.append(k)
     return reading
+
+
+def markdown_runs(cells: list[dict], indices: list[int]) -> list[list[int]]:
+    """The consecutive markdown cells among `indices`, run by run (a code cell ends a run)."""
+    runs: list[list[int]] = []
+    for k in indices:
+        if cells[k]["cell_type"] != "markdown":
+            runs.append([])
+        elif runs and runs[-1] and runs[-1][-1] == k - 1:
+            runs[-1].append(k)
+        else:
+            runs.append([k])
+    return [run for run in runs if run]
 
 
 def folded(cells: list[dict]) -> dict:
@@ -94,8 +109,8 @@ def is_folded(cell: dict) -> bool:
 
 
 def lock_predictions(cells: list[dict]) -> list[dict]:
-    """The cells with every prediction locked: no saved output from a box to its reveal (the box's own
-    output, its question and box, is kept), and each reading after a reveal folded into one block.
+    """The cells with every prediction locked: no saved output from a box to the end of its reading (the
+    box's own output, its question and box, is kept), and the reading's markdown folded.
 
         >>> locked = lock_predictions([
         ...     {"cell_type": "code", "source": "g = Prediction('?')\\ng", "outputs": ["box"]},
@@ -108,12 +123,11 @@ def lock_predictions(cells: list[dict]) -> list[dict]:
     cells = copy.deepcopy(cells)
     readings = {}
     for _name, asked, revealed in prediction_spans(cells):
-        for cell in cells[asked + 1 : revealed + 1]:
+        reading = reading_after(cells, revealed)
+        for cell in (cells[k] for k in [*range(asked + 1, revealed + 1), *reading]):
             if cell["cell_type"] == "code":
                 cell["outputs"], cell["execution_count"] = [], None
-        reading = reading_after(cells, revealed)
-        if reading:
-            readings[reading[0]] = reading
+        readings.update({run[0]: run for run in markdown_runs(cells, reading)})
     locked, skip = [], set()
     for index, cell in enumerate(cells):
         if index in skip:

@@ -54,20 +54,27 @@ def test_nothing_between_a_box_and_its_reveal_answers_it(path):
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_a_reading_that_states_a_number_waits_for_its_reveal(path):
-    """Right after a reveal, until the next code cell, no markdown a student sees unopened states a number or
-    points at a table the copy has cleared: a new section or the next question may open there, but the reveal's
-    reading may not."""
+    """After a reveal, up to the next slide, section or question, no saved output and no markdown a student
+    sees unopened that states a number or points at a table the copy has cleared."""
     cells = copy_cells(path)
     for name, _asked, revealed in prediction_spans(cells):
         for k in range(revealed + 1, len(cells)):
             cell = cells[k]
-            if cell["cell_type"] == "code" or source(cell).lstrip().startswith(("#", NEXT_QUESTION)):
+            slide_type = cell.get("metadata", {}).get("slideshow", {}).get("slide_type")
+            if cell["cell_type"] == "markdown" and (
+                slide_type == "slide" or source(cell).lstrip().startswith(("#", NEXT_QUESTION))
+            ):
                 break
+            if cell["cell_type"] == "code":
+                assert not cell["outputs"], (
+                    f"{path.name}: cell {k}, in {name}'s reading, keeps a saved output"
+                )
+                continue
             visible = student_visible(cell)
             found = DIGIT.search(visible) or POINTS_AT_OUTPUT.search(visible)
             assert not found, (
-                f"{path.name}: markdown cell {k}, right after {name}'s reveal, shows {found.group(0)!r} "
-                f"before the student has run it: {visible[:120]!r}"
+                f"{path.name}: markdown cell {k}, in {name}'s reading, shows {found.group(0)!r} "
+                f"before the student has run the reveal: {visible[:120]!r}"
             )
 
 
@@ -84,10 +91,15 @@ def test_a_lock_clears_the_measurement_folds_the_reading_and_keeps_the_next_sect
         {"cell_type": "code", "source": "g.reveal(ms)", "outputs": ["measured 7.1"]},
         {"cell_type": "markdown", "source": "It took 7.1 ms, ", "metadata": {}},
         {"cell_type": "markdown", "source": "because of the table above.", "metadata": {}},
+        {"cell_type": "code", "source": "plot(ms)", "outputs": ["a figure of 7.1 ms"]},
+        {"cell_type": "markdown", "source": "The figure shows 7.1 ms.", "metadata": {}},
         {"cell_type": "markdown", "source": "## 2. Next", "metadata": {"slideshow": {"slide_type": "slide"}}},
+        {"cell_type": "code", "source": "print(2)", "outputs": ["2"]},
     ]
     locked = lock_predictions(cells)
     assert [cell.get("outputs") for cell in locked[:3]] == [["box"], [], []]
-    assert len(locked) == 5 and is_folded(locked[3]) and "7.1 ms" in source(locked[3])
-    assert "the table above" in source(locked[3]) and source(locked[4]) == "## 2. Next"
+    assert len(locked) == 8 and is_folded(locked[3]) and "7.1 ms" in source(locked[3])
+    assert "the table above" in source(locked[3])
+    assert locked[4]["outputs"] == [], "a figure of the saved run after the reveal answers it too"
+    assert is_folded(locked[5]) and source(locked[6]) == "## 2. Next" and locked[7]["outputs"] == ["2"]
     assert cells[1]["outputs"] == ["7.1"], "the notebook given must be left as it was"

@@ -10,7 +10,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from labkit.course.locks import is_folded, prediction_spans
+from labkit.course.locks import is_folded, prediction_spans, reading_after
 from labkit.course.solutions import BEGIN, END, SOLUTION_TAG, hide_solutions
 from labkit.course.student import is_reveal_cell, write_student_copies
 
@@ -121,7 +121,7 @@ def test_student_copy_has_no_solution_and_no_answer(path, student_copies):
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_student_copy_keeps_every_other_cell_and_output(path, student_copies):
     """Besides solutions, instructor notes and checker verdicts, a copy changes only what locks a prediction
-    (labkit.course.locks): the outputs from a box to its reveal, and the reading after it, folded whole."""
+    (labkit.course.locks): the outputs from a box to the end of its reading, and the reading's prose folded."""
     original, copied = cells(path), cells(student_copies[path.name])
     kept = {cell["id"]: cell for cell in copied}
     folds = "".join("".join(cell["source"]) for cell in copied if is_folded(cell))
@@ -137,7 +137,7 @@ def test_student_copy_keeps_every_other_cell_and_output(path, student_copies):
     locked = {
         original[k]["id"]
         for _, asked, revealed in prediction_spans(original)
-        for k in range(asked + 1, revealed)
+        for k in [*range(asked + 1, revealed), *reading_after(original, revealed)]
     }
     changed = [
         cell["id"]
