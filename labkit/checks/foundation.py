@@ -18,7 +18,7 @@ from transformers import PreTrainedTokenizerBase
 
 from labkit.checks.common import not_attempted, verdict
 from labkit.checks.own_answer import refuse_own_answer
-from labkit.checks.work import choice_verdict, progressive, refuse_unmeasured, reset
+from labkit.checks.work import choice_verdict, progressive, reset
 from labkit.core.forward import decode_step, prefill
 from labkit.core.text import chat_prompt
 
@@ -202,16 +202,10 @@ def check_weight_traffic(
 ) -> bool:
     """Exercise (00): at `tokens_per_second`, how many GB (10^9 bytes) of weights does decoding read per second,
     and is that what limits the loop? limited_by: "memory" or "other", checked against a read of this machine's
-    memory: "memory" when the loop reads its weights at MEMORY_BOUND_SHARE of that speed or more. tokens_per_second
-    must be the student's measurement (labkit.run_log), and the checker times decoding on `model` again: one more
-    than TIMING_FACTOR away from its own is refused."""
+    memory: "memory" when the loop reads its weights at MEMORY_BOUND_SHARE of that speed or more. The checker
+    times decoding on `model` again: a tokens_per_second more than TIMING_FACTOR away from its own is refused."""
     if answer is None:
         return not_attempted("the GB of weights read per second")
-    unmeasured = refuse_unmeasured(
-        "measure it with the cell's median_tokens_per_second", tokens_per_second=tokens_per_second
-    )
-    if unmeasured is not None:
-        return unmeasured
     mine = decode_tokens_per_second(model)
     if not mine / TIMING_FACTOR <= tokens_per_second <= mine * TIMING_FACTOR:
         return verdict(
