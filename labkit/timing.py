@@ -96,6 +96,20 @@ def repeat_seconds(run: Callable[[], object], repeats: int = 5) -> list[float]:
     return times
 
 
+def time_once(run: Callable[[], T]) -> tuple[T, float]:
+    """run() once, timed: (what it returned, its wall seconds), the seconds kept in the run log. For work that
+    is not repeated, because its result is used (a request whose answer is read).
+
+    >>> answer, seconds = time_once(lambda: client.chat.completions.create(model=MODEL, messages=chat))
+    """
+    check_callable("run", run, "a function of no arguments that does the work once")
+    start = clock()
+    result = run()
+    seconds = clock() - start
+    record([seconds])
+    return result, seconds
+
+
 def best_seconds(run: Callable[[], object], repeats: int = 5) -> float:
     """Shortest wall time of run() over `repeats` calls, after one untimed warm-up call: the run least
     disturbed by anything else the machine was doing (for what a machine *can* do: bandwidth, peak).

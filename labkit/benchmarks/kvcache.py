@@ -25,6 +25,7 @@ from labkit.core.forward import NoCache, decode_step, prefill
 from labkit.core.llama import Llama
 from labkit.core.paged import BlockPool
 from labkit.models.loading import load_model
+from labkit.timing import best_seconds
 
 BENCH_PROMPT = "The history of the Roman Empire begins with"
 FILLER = (
@@ -63,7 +64,8 @@ def step_seconds(model: Llama, input_ids: torch.Tensor, steps: int, cache=None) 
 
 
 def decode_step_seconds(model: Llama, prompt_ids: torch.Tensor, use_cache: bool, repeats: int = 3) -> float:
-    """The fastest of `repeats` decode steps at position T, after the prompt prompt_ids [1, T].
+    """The fastest of `repeats` decode steps at position T, after the prompt prompt_ids [1, T] and a warm-up
+    step (labkit.timing.best_seconds, so the run log keeps it).
 
     With the cache the prompt is prefilled once and each step runs one token against T cached keys and
     values; without it each step runs the model over all T + 1 tokens. The fastest step is the one
@@ -76,14 +78,12 @@ def decode_step_seconds(model: Llama, prompt_ids: torch.Tensor, use_cache: bool,
     check_tensor("prompt_ids", prompt_ids, "[1, T] of token ids", dims=2)
     check_int("repeats", repeats, minimum=1)
     position = prompt_ids.shape[1]
-    cache = prefill(model, prompt_ids, max_length=position + repeats)[1] if use_cache else NoCache(prompt_ids)
+    # repeats steps after a warm-up step, each one position on (with the cache, each grows it by one)
+    cache = (
+        prefill(model, prompt_ids, max_length=position + repeats + 1)[1] if use_cache else NoCache(prompt_ids)
+    )
     token = torch.tensor([13], device=prompt_ids.device)  # any next token will do for timing
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        decode_step(model, token, cache)
-        times.append(time.perf_counter() - start)
-    return min(times)
+    return best_seconds(lambda: decode_step(model, token, cache), repeats)
 
 
 def fit_nonnegative(columns: list[np.ndarray], y: np.ndarray) -> np.ndarray:

@@ -12,7 +12,7 @@ import math
 from collections.abc import Callable, Sequence
 
 from labkit.checks.common import as_number, matching_hint, not_attempted, read_number, verdict
-from labkit.checks.work import choice_verdict, progressive, reset, run_own
+from labkit.checks.work import choice_verdict, progressive, refuse_unmeasured, reset, run_own
 from labkit.serving.static_batch import planned_waste
 
 __all__ = ["check_batch_gain", "check_fcfs_admission", "check_kv_blocks", "check_wasted_slots"]
@@ -213,6 +213,13 @@ def check_batch_gain(
     )
     if refusal is not None:
         return refusal
+    unmeasured = refuse_unmeasured(
+        "time the steps with decode_step_seconds(...), as sections 1 and this one do",
+        step_s=step_s,
+        more_rows_step_s=more_rows_step_s,
+    )
+    if unmeasured is not None:
+        return unmeasured
     growth = more_rows_step_s / step_s
     expected = (more_rows / rows) / growth
     hints = [

@@ -14,7 +14,7 @@ from collections.abc import Callable
 import torch
 
 from labkit.checks.common import not_attempted, read_number, verdict
-from labkit.checks.work import choice_miss, progressive, reset, run_own
+from labkit.checks.work import choice_miss, progressive, refuse_unmeasured, reset, run_own
 from labkit.decoding.mbr import chrf, mbr_decode, mbr_select, token_f1
 from labkit.decoding.mirostat import mirostat_update, mirostat_v2_filter, surprise_bits
 from labkit.decoding.sampling import sample
@@ -246,6 +246,9 @@ def check_mean_surprise(
     value, refusal = read_number(answer, "a number of bits", number="a number of bits")
     if refusal is not None:
         return refusal
+    unmeasured = refuse_unmeasured("run mirostat_generate(...), as the cell above does", run=run)
+    if unmeasured is not None:
+        return unmeasured
     surprises = list(run.surprises)
     tail = surprises[skip:] or surprises
     expected = sum(tail) / len(tail)

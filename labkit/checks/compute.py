@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from labkit.checks.common import matching_hint, not_attempted, read_number, verdict
-from labkit.checks.work import choice_verdict, progressive, reset, run_own
+from labkit.checks.work import choice_verdict, progressive, refuse_unmeasured, reset, run_own
 from labkit.decoding.accuracy import Accuracy
 from labkit.decoding.choose import self_consistency
 from labkit.decoding.verifiable import extract_answer, majority_answer
@@ -180,6 +180,14 @@ def check_frontier_reading(
     )
     if refusal is not None:
         return refusal
+    unmeasured = refuse_unmeasured(
+        "score your runs with run.accuracy(...), run.pass_at(...) or frontier(...), as the cells above do",
+        greedy=greedy,
+        voted=voted,
+        sampled=sampled,
+    )
+    if unmeasured is not None:
+        return unmeasured
     expected = 100 * (voted.rate - greedy.rate)
     hints = [
         (expected / 100, "give percentage points (a difference of 5 % and 12 % is 7), not a fraction."),

@@ -12,7 +12,7 @@ import math
 from collections.abc import Callable
 
 from labkit.checks.common import matching_hint, not_attempted, read_number, verdict
-from labkit.checks.work import choice_miss, progressive, reset, run_own
+from labkit.checks.work import choice_miss, progressive, refuse_unmeasured, reset, run_own
 from labkit.engines.compare import greedy_agreement
 from labkit.models.catalog import fits_here, load_catalog
 
@@ -194,6 +194,12 @@ def check_thread_speedup(
     )
     if refusal is not None:
         return refusal
+    unmeasured = refuse_unmeasured(
+        "measure each rate with median_of(... answer_rate ...), as the cell above does",
+        thread_rates=thread_rates,
+    )
+    if unmeasured is not None:
+        return unmeasured
     one, two = thread_rates[1], thread_rates[2]
     expected = two / one
     hints = [

@@ -14,7 +14,7 @@ import torch
 
 from labkit.checks.common import not_attempted, read_number, verdict
 from labkit.checks.own_answer import refuse_own_answer
-from labkit.checks.work import OWN_VERSION, choice_verdict, progressive, reset
+from labkit.checks.work import OWN_VERSION, choice_verdict, progressive, refuse_unmeasured, reset
 from labkit.core.forward import NoCache, greedy_decode
 from labkit.core.kv_cache import KVCache
 from labkit.core.paged import PagedKVCache
@@ -189,6 +189,13 @@ def check_context_token_cost(
     )
     if refusal is not None:
         return refusal
+    unmeasured = refuse_unmeasured(
+        "measure the steps with decode_step_seconds(...), as section 3 does",
+        seconds_without=seconds_without,
+        seconds_with=seconds_with,
+    )
+    if unmeasured is not None:
+        return unmeasured
     mine = step_seconds_without_cache(model, prompt_ids, positions[-1])
     if not mine / TIMING_FACTOR <= seconds_without[-1] <= mine * TIMING_FACTOR:
         return verdict(

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from labkit.checks.common import matching_hint, not_attempted, read_number, verdict
 from labkit.checks.own_answer import refuse_own_answer
-from labkit.checks.work import choice_miss, progressive, reset, run_own
+from labkit.checks.work import choice_miss, progressive, refuse_unmeasured, reset, run_own
 from labkit.metrics import RequestMetrics
 from labkit.models.sizing import GB, ModelShape, format_bytes, model_shape
 from labkit.serving.http.client import client_tpot
@@ -188,6 +188,13 @@ def check_bfloat16_speedup(answer: float | None, limited_by: str | None, float32
     )
     if refusal is not None:
         return refusal
+    unmeasured = refuse_unmeasured(
+        "measure both steps with measure_step(...), as section 3 and this section do",
+        float32_step=getattr(float32_step, "measured_seconds", None),
+        bfloat16_step=getattr(bfloat16_step, "measured_seconds", None),
+    )
+    if unmeasured is not None:
+        return unmeasured
     expected = float32_step.measured_seconds / bfloat16_step.measured_seconds
     if not math.isclose(value, expected, rel_tol=0.03):
         hints = [

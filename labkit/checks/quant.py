@@ -4,17 +4,45 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import gguf
 import numpy as np
 import torch
 
 from labkit.checks.common import matching_hint, not_attempted, read_number, verdict
 from labkit.checks.own_answer import refuse_own_answer
-from labkit.checks.work import choice_verdict, progressive, reset, run_own
+from labkit.checks.work import choice_verdict, progressive, refuse_unmeasured, reset, run_own
 from labkit.quant.evaluation import model_nbytes
-from labkit.quant.gguf_blocks import decode_q4_1
+from labkit.quant.gguf_blocks import decode_q4_1, dequantize_gguf
 from labkit.quant.schemes import absmax_dequantize, absmax_quantize, bits_per_weight
 
 __all__ = ["check_absmax_quantize", "check_quantized_megabytes", "check_q4_1_decoder", "check_ceiling_share"]
+
+# What computes an answer for the student: labkit's own, and the libraries' (torch's quantized tensors, the
+# gguf package's decoders, notebook 08 calls both in view of the exercises).
+ABSMAX_REFERENCES = (
+    absmax_quantize,
+    torch.quantize_per_channel,
+    torch.quantize_per_tensor,
+    torch.fake_quantize_per_channel_affine,
+    torch.fake_quantize_per_tensor_affine,
+)
+Q4_1_REFERENCES = (
+    decode_q4_1,
+    dequantize_gguf,
+    gguf.dequantize,
+    gguf.quants.Q4_1.dequantize_blocks,
+    gguf.quants.Q4_1.dequantize_rows,
+)
+# The checker's own Q4_1 blocks, beside the one the student passes: a scale and minimum of each sign, every
+# nibble value; made by gguf.quantize from these rows.
+_HIDDEN_ROWS = np.array(
+    [
+        [(-1) ** j * j / 7 for j in range(32)],
+        [0.25 - j / 64 for j in range(32)],
+        [3.0 + (j * 7 % 16) / 5 for j in range(32)],
+    ],
+    dtype=np.float32,
+)
 
 _EXAMPLE = torch.tensor(
     [
@@ -29,7 +57,7 @@ def check_absmax_quantize(fn: Callable | None) -> bool:
     Calling labkit's own absmax_quantize does not count."""
     if fn is None:
         return not_attempted("your function my_absmax_int8(w)")
-    got, error = run_own(fn, _EXAMPLE.clone(), references=[absmax_quantize])
+    got, error = run_own(fn, _EXAMPLE.clone(), references=ABSMAX_REFERENCES)
     if error:
         return verdict(False, f"your function: {error}")
     try:
@@ -147,57 +175,59 @@ def check_quantized_megabytes(answer: float | None) -> bool:
 
 
 def check_q4_1_decoder(fn: Callable | None, raw_block: np.ndarray | torch.Tensor) -> bool:
-    """Exercise: fn(raw_block, a numpy uint8 array of 20 bytes) -> the block's 32 values (d * q + m).
-    Calling labkit's own decode_q4_1 does not count."""
+    """Exercise: fn(raw_block, a numpy uint8 array of 20 bytes) -> the block's 32 values (d * q + m), on
+    the student's block and on the checker's own (made from _HIDDEN_ROWS). Calling labkit's decode_q4_1 or
+    the gguf package's decoders does not count."""
     if fn is None:
         return not_attempted("your function my_decode_q4_1(raw_block)")
-    block = torch.as_tensor(np.asarray(raw_block, dtype=np.uint8))
+    hidden = gguf.quantize(_HIDDEN_ROWS, gguf.GGMLQuantizationType.Q4_1)
+    blocks = [np.asarray(raw_block, dtype=np.uint8).reshape(-1), *hidden]
+    for number, block in enumerate(blocks):
+        miss = _q4_1_miss(fn, torch.as_tensor(block.copy()))
+        if miss:
+            where = "your block" if number == 0 else "one of the checker's own blocks (not shown)"
+            return verdict(False, f"on {where}: {miss}")
+    reset("q4_1_decoder")
+    return verdict(
+        True,
+        f"your decoder matches labkit.quant.gguf_blocks.decode_q4_1 (and so the gguf package) on your block "
+        f"and {len(hidden)} of the checker's own.",
+    )
+
+
+def _q4_1_miss(fn: Callable, block: torch.Tensor) -> str | None:
+    """None when fn decodes the 20-byte Q4_1 `block` right; else what is wrong with it."""
     expected = decode_q4_1(block)
-    result, error = run_own(fn, block.numpy().copy(), references=[decode_q4_1])
+    result, error = run_own(fn, block.numpy().copy(), references=Q4_1_REFERENCES)
     if error:
-        return verdict(False, f"your function: {error}")
+        return f"your function: {error}"
     try:
         got = torch.as_tensor(np.asarray(result, dtype=np.float32)).reshape(-1)
     except (TypeError, ValueError) as wrong:
-        return verdict(False, f"return the 32 values as an array or a tensor: {wrong}")
+        return f"return the 32 values as an array or a tensor: {wrong}"
     if got.numel() != 32:
-        return verdict(
-            False,
-            f"a Q4_1 block holds 32 values (16 bytes, two 4-bit codes each); you returned {got.numel()}.",
-        )
+        return f"a Q4_1 block holds 32 values (16 bytes, two 4-bit codes each); you returned {got.numel()}."
     if torch.allclose(got, expected, atol=1e-6, rtol=0):
-        return verdict(
-            True, "your decoder matches labkit.quant.gguf_blocks.decode_q4_1 (and so the gguf package)."
-        )
+        return None
     interleaved = torch.stack([expected[:16], expected[16:]], dim=1).reshape(-1)
     if torch.allclose(got, interleaved, atol=1e-6, rtol=0):
-        return verdict(
-            False,
+        return (
             "right values, wrong order: GGUF puts value j in the low nibble of byte j and value "
-            "j + 16 in its high nibble (all 16 low nibbles first, then the 16 high ones).",
+            "j + 16 in its high nibble (all 16 low nibbles first, then the 16 high ones)."
         )
     if torch.allclose(got.sort().values, expected.sort().values, atol=1e-6, rtol=0):
-        return verdict(
-            False,
-            "right values, wrong order: low nibbles (byte & 0x0F) are values 0-15, "
-            "high nibbles (byte >> 4) values 16-31.",
-        )
+        return "right values, wrong order: low nibbles (byte & 0x0F) are values 0-15, high nibbles (byte >> 4) values 16-31."
     m = float(np.frombuffer(block[2:4].numpy().tobytes(), dtype=np.float16)[0])
     if torch.allclose(got + m, expected, atol=1e-6, rtol=0):
-        return verdict(
-            False, "add the block's minimum m (bytes 2-3, float16) to every value: value = d * q + m."
-        )
-    return verdict(
-        False,
-        progressive(
-            "q4_1_decoder",
-            [
-                "the values differ. A block is a header (a scale and a minimum, both float16) and then 16 bytes of "
-                "4-bit codes: read the header first, then two codes from each byte.",
-                "the values differ. Bytes 0-1 are d and bytes 2-3 are m (both float16); bytes 4-19 hold the 4-bit codes "
-                "q; value = d * q + m.",
-            ],
-        ),
+        return "add the block's minimum m (bytes 2-3, float16) to every value: value = d * q + m."
+    return progressive(
+        "q4_1_decoder",
+        [
+            "the values differ. A block is a header (a scale and a minimum, both float16) and then 16 bytes of "
+            "4-bit codes: read the header first, then two codes from each byte.",
+            "the values differ. Bytes 0-1 are d and bytes 2-3 are m (both float16); bytes 4-19 hold the 4-bit codes "
+            "q; value = d * q + m.",
+        ],
     )
 
 
@@ -225,6 +255,12 @@ def check_ceiling_share(
     )
     if refusal is not None:
         return refusal
+    unmeasured = refuse_unmeasured(
+        "time the decoding with median_tokens_per_second(...), as the cell above does",
+        tokens_per_s=tokens_per_s,
+    )
+    if unmeasured is not None:
+        return unmeasured
     model_bytes = model_nbytes(model)
     expected = tokens_per_s * model_bytes / bandwidth
     if not abs(value - expected) <= 0.05 * expected:

@@ -12,7 +12,7 @@ import math
 from collections.abc import Callable
 
 from labkit.checks.common import matching_hint, not_attempted, read_number, verdict
-from labkit.checks.work import choice_verdict, progressive, reset, run_own
+from labkit.checks.work import choice_verdict, progressive, refuse_unmeasured, reset, run_own
 from labkit.serving.http.client import client_tpot, parse_sse
 
 __all__ = ["check_client_metrics", "check_littles_law", "check_sse_parser", "check_streaming_gain"]
@@ -188,6 +188,13 @@ def check_streaming_gain(answer: float | None, sooner: str | None, whole_answer_
     )
     if refusal is not None:
         return refusal
+    unmeasured = refuse_unmeasured(
+        "time the whole answer with time_once(...) and stream it with stream_openai(...), as the cell above does",
+        whole_answer_s=whole_answer_s,
+        streamed=streamed,
+    )
+    if unmeasured is not None:
+        return unmeasured
     ttft_s, e2e_s = streamed.ttft_s, streamed.e2e_s
     expected = whole_answer_s / ttft_s
     hints = [

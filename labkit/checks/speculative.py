@@ -8,7 +8,7 @@ from collections.abc import Callable
 import torch
 
 from labkit.checks.common import matching_hint, not_attempted, read_number, verdict
-from labkit.checks.work import progressive, reset, run_own
+from labkit.checks.work import progressive, refuse_unmeasured, reset, run_own
 from labkit.speculative.drafters import PromptLookupDrafter
 from labkit.speculative.rule import accept_or_resample, expected_tokens_per_step, residual_distribution
 
@@ -248,6 +248,14 @@ def check_predicted_speedup(
     )
     if refusal is not None:
         return refusal
+    unmeasured = refuse_unmeasured(
+        "run speculative_generate(...), draft_cost(...) and verification_costs(...), as the cells above do",
+        stats=stats,
+        c=c,
+        v=v,
+    )
+    if unmeasured is not None:
+        return unmeasured
     alpha = stats.acceptance_rate
     tokens = expected_tokens_per_step(alpha, gamma)
     expected = tokens / (gamma * c + v)

@@ -32,31 +32,54 @@ def _label(reference: object) -> str:
     return getattr(reference, "__qualname__", None) or getattr(reference, "__name__", None) or repr(reference)
 
 
+def _own_call_miss(reference: object) -> str:
+    """The hint for a student's function that reached `reference`: labkit's own answer, or a library's."""
+    module = getattr(reference, "__module__", None) or ""
+    if module.startswith("labkit"):
+        return f"it calls labkit's own {_label(reference)}: {OWN_VERSION}"
+    name = _label(reference)
+    if name.startswith(
+        "_"
+    ):  # a built-in's class (torch's _VariableFunctionsClass): its plain name reads better
+        name = getattr(reference, "__name__", name)
+    owner = module.split(".")[0] if module else "a library"
+    return (
+        f"it calls {owner}.{name}, which computes the answer for you: calling a library's version does not "
+        "count, write the arithmetic yourself."
+    )
+
+
 def run_own(
     function: Callable, *args, references: Sequence[object] = (), name_args: bool = False
 ) -> tuple[object, str | None]:
-    """Like run_student, and a miss when the call reaches any of `references` (labkit's own answer), however
-    it was named or wrapped: each Python call is watched while the student's function runs.
+    """Like run_student, and a miss when the call reaches any of `references` (labkit's own answer, or a
+    library function that computes it, such as torch.quantize_per_channel), however it was named or
+    wrapped: each Python call, and each call of a built-in, is watched while the student's function runs.
 
         >>> from labkit.speculative.rule import expected_tokens_per_step as mine
         >>> run_own(mine, 0.5, 1, references=[mine])[1].startswith("it calls labkit's own")
         True
     """
     codes = {code: reference for reference in references if (code := _code_of(reference)) is not None}
+    builtins = [reference for reference in references if _code_of(reference) is None]
     reached: list[object] = []
 
     def watch(frame, event, arg):  # noqa: ARG001  sys.setprofile's signature
-        if event == "call" and frame.f_code in codes and not reached:
+        if reached:
+            return
+        if event == "call" and frame.f_code in codes:
             reached.append(codes[frame.f_code])
+        elif event == "c_call" and any(arg is builtin for builtin in builtins):
+            reached.append(arg)
 
     previous = sys.getprofile()
-    sys.setprofile(watch if codes else previous)
+    sys.setprofile(watch if references else previous)
     try:
         result, error = run_student(function, *args, name_args=name_args)
     finally:
         sys.setprofile(previous)
     if reached:
-        return None, f"it calls labkit's own {_label(reached[0])}: {OWN_VERSION}"
+        return None, _own_call_miss(reached[0])
     return result, error
 
 
@@ -128,21 +151,30 @@ def choice_verdict(
     return verdict(True, passed)
 
 
+def _all_measured(value: object) -> bool:
+    """measured(value), or of every item of a list, tuple or dict's values (a series of step times)."""
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        return bool(value) and all(measured(item) for item in value)
+    return measured(value)
+
+
 def refuse_unmeasured(what: str, **values: object) -> bool | None:
-    """False, with a hint printed, when any of `values` (name=value) is not a number labkit's timing measured
-    in this kernel (labkit.run_log): typed in, copied from the saved notebook, or rounded; None otherwise.
-    `what` says how the notebook measures them.
+    """False, with a hint printed, when any of `values` (name=value) is not what labkit measured in this
+    kernel (labkit.run_log): a number typed in, copied from the saved notebook or rounded, or a result object
+    built by hand; None otherwise. `what` says how the notebook measures them.
 
         >>> refuse_unmeasured("time the loops with seconds(...)", seconds_with_cache=2.0)
         ❌ Not yet: seconds_with_cache was not measured in this kernel (...): time the loops with seconds(...)
         False
     """
-    typed = [name for name, value in values.items() if not measured(value)]
+    typed = [name for name, value in values.items() if not _all_measured(value)]
     if not typed:
         return None
     return verdict(
         False,
-        f"{', '.join(typed)} {'was' if len(typed) == 1 else 'were'} not measured in this kernel (labkit's timing "
-        f"keeps what it measured, to the last digit; a typed, copied or rounded number is not there): {what}, "
-        "and pass what it returns.",
+        f"{', '.join(typed)} {'was' if len(typed) == 1 else 'were'} not measured in this kernel (labkit keeps "
+        "what it measured: each number to the last digit, each result as the object it returned; a typed, "
+        f"copied or rounded number, or a result built by hand, is not there): {what}, and pass what it returns.",
     )

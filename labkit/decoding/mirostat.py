@@ -30,6 +30,7 @@ from labkit.core.forward import decode_step, model_device, prefill
 from labkit.decoding.config import DEFAULT_CONFIG, OPTION_NAMES, DecodingConfig
 from labkit.decoding.request import Prompt, check_generator, check_request
 from labkit.decoding.sampling import NEG_INF, sample
+from labkit.run_log import record_result
 
 ZIPF_TOKENS = 100  # v1 estimates the Zipf exponent from the 100 most likely tokens (the paper's m)
 
@@ -160,7 +161,7 @@ def mirostat_generate(
         if token_id in request.eos_ids or index == max_new_tokens - 1:
             break
         logits = decode_step(model, token.to(model_device(model)), cache)
-    return run
+    return record_result(run)  # the run log keeps the student's own run (labkit.checks reads it)
 
 
 def _check_mirostat(tau: float, eta: float, version: int) -> None:

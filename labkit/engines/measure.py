@@ -28,6 +28,7 @@ from labkit.core.text import chat_prompt
 from labkit.decoding.generate import generate, generate_ids
 from labkit.engines.compare import GREEDY_TOKENS, TOP_K, EngineRow
 from labkit.metrics import current_memory_bytes
+from labkit.run_log import record
 from labkit.serving.http.load import question
 
 T = TypeVar("T")
@@ -61,7 +62,9 @@ def median_of(run: Callable[[int], float], repeats: int) -> float:
     """The median of run(0), run(1), ... run(repeats - 1)."""
     check_callable("run", run, "a function of the repeat's number (0, 1, ...) that returns a number")
     check_int("repeats", repeats, minimum=1)
-    return statistics.median(run(i) for i in range(repeats))
+    median = statistics.median(run(i) for i in range(repeats))
+    record([median])  # a measured rate: a checker finds it in the run log
+    return median
 
 
 def fresh(chat: list[dict], number: int) -> list[dict]:

@@ -32,6 +32,7 @@ from labkit.decoding.choose import CHOOSERS, ORACLE, Chooser, Sample, oracle
 from labkit.decoding.request import Prompt
 from labkit.decoding.thinking import ThinkingFormat, split_thinking
 from labkit.decoding.verifiable import Item, check_item, extract_answer
+from labkit.run_log import record_result
 from labkit.serving.engine import Engine
 
 NS = (1, 4, 8, 16)  # the sample counts a frontier is scored at
@@ -99,12 +100,14 @@ class MethodRun:
     def accuracy(self, choose: Chooser, n: int | None = None) -> Accuracy:
         """How often `choose` (labkit.decoding.choose) picks the right answer from each item's first n samples."""
         n = self.check_n(n)
-        return accuracy(choose(one.samples[:n]) == one.item.answer for one in self.items)
+        return record_result(accuracy(choose(one.samples[:n]) == one.item.answer for one in self.items))
 
     def pass_at(self, n: int | None = None) -> Accuracy:
         """pass@n: how often any of each item's first n samples is right (an oracle verifier's choice)."""
         n = self.check_n(n)
-        return accuracy(oracle(one.samples[:n], one.item.answer) == one.item.answer for one in self.items)
+        return record_result(
+            accuracy(oracle(one.samples[:n], one.item.answer) == one.item.answer for one in self.items)
+        )
 
     def describe(self) -> str:
         """One line: the method, items, samples, tokens and speed."""

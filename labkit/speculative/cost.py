@@ -27,6 +27,7 @@ from transformers import PreTrainedTokenizerBase
 from labkit.core.arguments import check_int
 from labkit.core.doors import check_items, check_model, check_number, check_record
 from labkit.core.forward import CachedSequence, vocab_size
+from labkit.run_log import record
 from labkit.speculative.generate import Drafter, DraftStep
 from labkit.speculative.policy import SamplingPolicy
 from labkit.speculative.rule import expected_tokens_per_step
@@ -66,7 +67,9 @@ def verification_costs(
         raise ValueError(f"n_tokens must be positive numbers of tokens, got {list(n_tokens)}.")
     seconds = interleaved_seconds([_pass(model, n, context) for n in sizes], repeats, warmup=True)
     medians = {n: statistics.median(s) for n, s in zip(sizes, seconds)}
-    return {n: medians[n] / medians[1] for n in sizes if n in n_tokens or n == 1}
+    costs = {n: medians[n] / medians[1] for n in sizes if n in n_tokens or n == 1}
+    record(costs.values())  # measured ratios: a checker finds them in the run log
+    return costs
 
 
 def draft_cost(
@@ -101,7 +104,9 @@ def draft_cost(
     guess, step = interleaved_seconds(
         [lambda: drafter.propose(context, gamma), target_step], repeats, warmup=True
     )
-    return statistics.median(guess) / gamma / statistics.median(step)
+    cost = statistics.median(guess) / gamma / statistics.median(step)
+    record([cost])  # a measured ratio: a checker finds it in the run log
+    return cost
 
 
 def predicted_speedup(alpha: float, gamma: int, draft_cost: float, verify_cost: float) -> float:

@@ -22,6 +22,7 @@ from labkit.core.arguments import check_int
 from labkit.core.forward import CachedSequence, context_length
 from labkit.decoding.config import DecodingConfig
 from labkit.decoding.request import Prompt, check_generator, check_request
+from labkit.run_log import record_result
 from labkit.speculative.drafters import PromptLookupDrafter
 from labkit.speculative.policy import SamplingPolicy
 from labkit.speculative.rule import expected_tokens_per_step, verify, verify_greedy
@@ -177,7 +178,7 @@ def speculative_generate(
     )
     stats.new_tokens, stats.wall_s = len(out), clock() - start
     text = tokenizer.decode([t for t in out if t not in request.eos_ids])
-    return SpeculativeResult(out, text, stats)
+    return SpeculativeResult(out, text, record_result(stats))  # the run log keeps the measured statistics
 
 
 def _rounds(

@@ -103,8 +103,11 @@ def test_fcfs_admission(capsys):
     "step_64_s, limited_by",
     [(0.055, "shared work"), (0.08, "both"), (0.095, "per-row work"), (0.11, "per-row work")],
 )
-def test_batch_gain_is_the_ratio_of_measured_rates_and_a_checked_reading(capsys, step_64_s, limited_by):
+def test_batch_gain_is_the_ratio_of_measured_rates_and_a_checked_reading(
+    capsys, as_measured, step_64_s, limited_by
+):
     step_32_s = 0.05
+    as_measured(step_32_s, step_64_s)
     gain = (64 / step_64_s) / (32 / step_32_s)
     assert checks.check_batch_gain(gain, limited_by, step_32_s, step_64_s, rows=32, more_rows=64)
     out = capsys.readouterr().out

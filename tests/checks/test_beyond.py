@@ -5,7 +5,7 @@ import math
 
 import torch
 
-from labkit import checks
+from labkit import checks, run_log
 from labkit.decoding.mbr import mbr_select
 from labkit.decoding.mirostat import MirostatRun, MirostatStep, mirostat_update, mirostat_v2_filter
 from labkit.decoding.sampling import sample
@@ -38,10 +38,11 @@ def test_mbr_select_of_labkit_does_not_count(capsys):
 
 
 def run(last_mu: float) -> MirostatRun:
-    """A tau = 5 run whose tokens settle at 2.7 bits after the first 10; mu ends at last_mu."""
+    """A tau = 5 run whose tokens settle at 2.7 bits after the first 10; mu ends at last_mu. Recorded in the
+    run log, as mirostat_generate's own run would be."""
     surprises = [6.0] * 10 + [2.5, 3.0, 2.0, 3.3]
     steps = [MirostatStep(7, s, 10.0 if i < 13 else last_mu, 50) for i, s in enumerate(surprises)]
-    return MirostatRun([7] * 14, steps, 5.0)
+    return run_log.record_result(MirostatRun([7] * 14, steps, 5.0))
 
 
 def test_mean_surprise_reading_is_a_checked_choice(capsys):

@@ -95,8 +95,8 @@ def test_the_reason_follows_the_three_accuracies(greedy, voted, sampled, why):
     assert why_voting(voted, greedy, sampled) == why and why in WHY
 
 
-def test_the_frontier_reading_takes_points_interval_and_reason_in_turn(capsys):
-    greedy, voted, sampled = Accuracy(5, 60), Accuracy(4, 60), Accuracy(27, 60)
+def test_the_frontier_reading_takes_points_interval_and_reason_in_turn(capsys, as_measured):
+    greedy, voted, sampled = as_measured(Accuracy(5, 60), Accuracy(4, 60), Accuracy(27, 60))
     gain = 100 * (voted.rate - greedy.rate)
     assert said(capsys, checks.check_frontier_reading, gain, False, "outvoted", greedy, voted, sampled)[0]
     passed, out = said(

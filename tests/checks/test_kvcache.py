@@ -135,13 +135,13 @@ WITHOUT = [0.08 + 0.0017 * p for p in POSITIONS]  # 1.7 ms per token of context
 WITH = [0.05] * 5
 
 
-def test_context_token_cost_checks_the_times_and_the_reading(tiny, capsys, monkeypatch):
+def test_context_token_cost_checks_the_times_and_the_reading(tiny, capsys, monkeypatch, as_measured):
     from labkit.checks import kvcache
 
     monkeypatch.setattr(
         kvcache, "step_seconds_without_cache", lambda *a: 0.5
     )  # the checker's own step at 256
-    args = (POSITIONS, WITHOUT, WITH, tiny, None)
+    args = as_measured(POSITIONS, WITHOUT, WITH, tiny, None)
     assert not checks.check_context_token_cost(1.7, *args)
     assert "why" in capsys.readouterr().out
     assert not checks.check_context_token_cost(1.7, *args, why="attention_free")
@@ -150,15 +150,16 @@ def test_context_token_cost_checks_the_times_and_the_reading(tiny, capsys, monke
     passed = capsys.readouterr().out
     for interpretation in ("weights are read once", "shares", "own arithmetic", "dispatched"):
         assert interpretation not in passed
-    invented = [10 * t for t in WITHOUT]  # ten times slower than the checker's own step
+    invented = as_measured([10 * t for t in WITHOUT])[0]  # ten times slower than the checker's own step
     assert not checks.check_context_token_cost(17.0, POSITIONS, invented, WITH, tiny, None, why="shared_pass")
     assert "3 times off" in capsys.readouterr().out
 
 
-def test_context_token_cost_times_a_step_for_real(tiny, capsys):
+def test_context_token_cost_times_a_step_for_real(tiny, capsys, as_measured):
     """A made-up step of 100 s fails against the checker's real timing of the tiny model (milliseconds)."""
     prompt = torch.tensor([[1, 504, 3575, 282] * 8])
     invented = [100.0 + p for p in POSITIONS[:2]]
+    as_measured(invented, [0.05])  # in the run log, so only the checker's own timing can catch them
     assert not checks.check_context_token_cost(
         1000.0, [16, 32], invented, [0.05, 0.05], tiny, prompt, why="shared_pass"
     )

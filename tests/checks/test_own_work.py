@@ -158,8 +158,9 @@ MEASURED = {
 
 
 @pytest.mark.parametrize("name", sorted(MEASURED))
-def test_measured_answers_come_from_the_measurement_and_the_reading_is_checked(capsys, name):
+def test_measured_answers_come_from_the_measurement_and_the_reading_is_checked(capsys, as_measured, name):
     right, reading, measured, choices, invented, wrong_readings = MEASURED[name]
+    as_measured(*measured)
     checker = getattr(checks, name)
     passed, out = verdict_of(capsys, checker, right, reading, *measured)
     assert passed is True, out
@@ -178,10 +179,11 @@ def test_measured_answers_come_from_the_measurement_and_the_reading_is_checked(c
     assert passed is False and "Not attempted" in out, out
 
 
-def test_the_bfloat16_reading_follows_the_measured_terms(capsys):
+def test_the_bfloat16_reading_follows_the_measured_terms(capsys, as_measured):
     overhead_heavy = step_costs(
         0.040, ops=20_000, op_s=2.5e-6, matmul_s=0.01
     )  # 50 ms of overhead, 10 of kernels
+    as_measured(0.040, 0.0388, 0.038, 0.02)
     assert verdict_of(
         capsys, checks.check_bfloat16_speedup, 1.03, "overhead", overhead_heavy, step_costs(0.0388)
     )[0]

@@ -30,6 +30,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from labkit.core.arguments import check_int, check_text
 from labkit.core.doors import check_items, check_number, check_record, check_table
+from labkit.run_log import record_result
 
 DONE = "[DONE]"
 
@@ -122,17 +123,19 @@ class FrameClock:
         engine: dict | None = None,
     ) -> StreamTiming:
         tokens = len(self.pieces) if output_tokens is None else output_tokens
-        return StreamTiming(
-            "".join(self.pieces),
-            tokens,
-            self.sent,
-            self.first_frame,
-            self.first_text,
-            self.last_text,
-            status,
-            error,
-            engine or {},
-        )
+        return record_result(
+            StreamTiming(
+                "".join(self.pieces),
+                tokens,
+                self.sent,
+                self.first_frame,
+                self.first_text,
+                self.last_text,
+                status,
+                error,
+                engine or {},
+            )
+        )  # a measured stream: a checker finds it in the run log
 
 
 async def refused(response: httpx.Response, clock: FrameClock) -> StreamTiming:
