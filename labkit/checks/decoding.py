@@ -100,9 +100,10 @@ def _same_search(hypothesis, model: torch.nn.Module, tokenizer, prompt, **option
         _SEARCHED[key] = search.beam_search(model, tokenizer, prompt, **options).best
     best = _SEARCHED[key]
     if tuple(hypothesis.token_ids) != tuple(best.token_ids) or abs(hypothesis.logprob - best.logprob) > 1e-3:
+        settings = ", ".join(f"{name}={value}" for name, value in options.items())
         return (
             "the checker ran the search again and found another best hypothesis: run beam_search on the same "
-            "prompt with num_beams=4, max_new_tokens=30 and no_repeat_ngram_size=3, and take its .best."
+            f"prompt with {settings}, and take its .best."
         )
     return None
 
@@ -112,16 +113,20 @@ def check_blocking_cost(
 ) -> bool:
     """Exercise (03): how many times more probable is the looping beam than the one with repeats blocked?
     looping / blocked: the best hypotheses of the 4-beam, 30-token search of `prompt` without and with
-    no_repeat_ngram_size=3; the checker runs the blocked search again and accepts only its best."""
-    if blocked is None:
-        return not_attempted("`blocked` with the best hypothesis of the search with no_repeat_ngram_size=3")
+    no_repeat_ngram_size=3; the checker runs both searches again and accepts only their bests."""
+    if looping is None or blocked is None:
+        return not_attempted(
+            "`looping` and `blocked`, the best hypotheses of the searches without and with no_repeat_ngram_size=3"
+        )
     if answer is None:
         return not_attempted("how many times more probable the looping text is")
-    wrong = _same_search(
-        blocked, model, tokenizer, prompt, num_beams=4, max_new_tokens=30, no_repeat_ngram_size=3
-    )
-    if wrong:
-        return verdict(False, wrong)
+    for name, hypothesis, blocking in (
+        ("looping", looping, {}),
+        ("blocked", blocked, {"no_repeat_ngram_size": 3}),
+    ):
+        wrong = _same_search(hypothesis, model, tokenizer, prompt, num_beams=4, max_new_tokens=30, **blocking)
+        if wrong:
+            return verdict(False, f"{name}: {wrong}")
     gap = looping.logprob - blocked.logprob  # nats
     expected = math.exp(gap)
     if abs(answer - expected) <= 0.02 * expected:

@@ -66,6 +66,20 @@ def test_blocking_cost_accepts_only_the_real_blocked_search(tiny_hf, tokenizer, 
         assert "search again" in out or "result.best" in out
 
 
+def test_blocking_cost_checks_the_looping_search_too(tiny_hf, tokenizer, searches, capsys):
+    """A made-up looping text (the blocked one, or one with an invented log-probability) is refused: the
+    checker runs the search without blocking again."""
+    looping, blocked = searches
+    args = (tiny_hf, tokenizer, PROMPT)
+    assert not checks.check_blocking_cost(1.0, None, blocked, *args)
+    assert "Not attempted" in capsys.readouterr().out
+    invented = Hypothesis(looping.token_ids, looping.logprob + 2.0, looping.score)
+    for wrong in (blocked, invented):
+        assert not checks.check_blocking_cost(math.exp(wrong.logprob - blocked.logprob), wrong, blocked, *args)
+        out = capsys.readouterr().out
+        assert out.startswith("❌ Not yet: looping:") and "search again" in out, out
+
+
 def test_blocking_cost_hints(tiny_hf, tokenizer, searches, capsys):
     looping, blocked = searches
     gap = looping.logprob - blocked.logprob
