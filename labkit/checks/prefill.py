@@ -15,6 +15,7 @@ from labkit.checks.common import matching_hint, not_attempted, read_number, verd
 from labkit.checks.own_answer import refuse_own_answer
 from labkit.checks.work import choice_miss, progressive, refuse_unmeasured, reset, run_own
 from labkit.metrics import RequestMetrics
+from labkit.models.hardware import RESERVES, reserve_bytes
 from labkit.models.sizing import GB, ModelShape, format_bytes, model_shape
 from labkit.serving.http.client import client_tpot
 
@@ -114,14 +115,27 @@ def check_ttft_tpot(fn: Callable | None) -> bool:
 
 
 def max_context_verdict(
-    answer: int | None, shape: ModelShape | str, memory_gb: float, batch: int = 1, dtype: str = "fp16"
+    answer: int | None,
+    shape: ModelShape | str,
+    memory_gb: float,
+    batch: int = 1,
+    dtype: str = "fp16",
+    kind: str = "budget",
 ) -> bool:
-    """Exercise: the longest context per sequence that fits in memory_gb (10^9 bytes) after the weights."""
+    """Exercise: the longest context per sequence that fits in memory_gb (10^9 bytes) after the reserve of
+    that kind of memory (labkit.models.hardware.reserve_bytes: none for a plain "budget") and the weights."""
     value, refusal = read_number(answer, "a number of tokens", number="a number of tokens")
     if refusal is not None:
         return refusal
     shape = model_shape(shape) if isinstance(shape, str) else shape
-    expected = shape.max_tokens(memory_gb * GB, batch, dtype)
+    reserve = reserve_bytes(memory_gb * GB, kind)
+    expected = shape.max_tokens(memory_gb * GB - reserve, batch, dtype)
+    if reserve and math.isclose(value, shape.max_tokens(memory_gb * GB, batch, dtype), rel_tol=0.01):
+        return verdict(
+            False,
+            f"that fills all {memory_gb:g} GB: the runtime keeps its reserve first (section 5: for {kind}, "
+            f"{RESERVES[kind][2]}); only what the reserve leaves holds the weights and the cache.",
+        )
     if expected == 0:
         if value <= 0:
             return verdict(True, "nothing fits: the weights alone take more than the memory.")
@@ -135,9 +149,9 @@ def max_context_verdict(
         return verdict(
             True,
             f"the KV cache then takes {format_bytes(shape.kv_cache_bytes(expected, batch, dtype))}, "
-            "the rest of the memory after the weights.",
+            f"the rest of the memory after {'the reserve and ' if reserve else ''}the weights.",
         )
-    ignoring_weights = int(memory_gb * GB // shape.kv_cache_bytes(1, batch, dtype))
+    ignoring_weights = int((memory_gb * GB - reserve) // shape.kv_cache_bytes(1, batch, dtype))
     if math.isclose(value, ignoring_weights, rel_tol=0.01):
         return verdict(False, "subtract the weights first: only what they leave is free for the KV cache.")
     if math.isclose(value, expected * batch, rel_tol=0.01):
@@ -158,11 +172,12 @@ def max_context_verdict(
 
 # Notebook 07's Exercise 3: the checker owns its problem, so an answer to a problem a student changed
 # counts for nothing; max_context_verdict checks any other (the tests' cases).
-MAX_CONTEXT_PROBLEM = {"shape": "llama-3.1-8b", "memory_gb": 80, "batch": 8, "dtype": "fp16"}
+MAX_CONTEXT_PROBLEM = {"shape": "llama-3.1-8b", "memory_gb": 80, "batch": 8, "dtype": "fp16", "kind": "VRAM"}
 
 
 def check_max_context(answer: int | None) -> bool:
-    """Exercise (07, Exercise 3): the longest context per sequence of Llama-3.1-8B in fp16, batch 8, on an 80 GB GPU? (MAX_CONTEXT_PROBLEM)."""
+    """Exercise (07, Exercise 3): the longest context per sequence of Llama-3.1-8B in fp16, batch 8, on an 80 GB
+    GPU, after its VRAM reserve? (MAX_CONTEXT_PROBLEM)."""
     if (refused := refuse_own_answer(answer, "check_max_context", ["max_tokens"])) is not None:
         return refused
     return max_context_verdict(answer, **MAX_CONTEXT_PROBLEM)

@@ -164,3 +164,12 @@ def test_context_token_cost_times_a_step_for_real(tiny, capsys, as_measured):
         1000.0, [16, 32], invented, [0.05, 0.05], tiny, prompt, why="shared_pass"
     )
     assert "3 times off" in capsys.readouterr().out
+
+
+def test_max_context_counts_the_reserve_of_its_kind_of_memory(capsys):
+    llama = memory.PRESETS["llama-3.1-8b"]
+    after_reserve = llama.max_tokens(71e9, 8, "fp16")  # 80 GB of VRAM less 10 % + 1 GB
+    assert max_context_verdict(after_reserve, "llama-3.1-8b", 80, 8, kind="VRAM")
+    capsys.readouterr()
+    assert not max_context_verdict(llama.max_tokens(80e9, 8, "fp16"), "llama-3.1-8b", 80, 8, kind="VRAM")
+    assert "reserve" in capsys.readouterr().out
