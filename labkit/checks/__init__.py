@@ -6,6 +6,7 @@
 
 from labkit.checks.batching import *  # noqa: F403  notebook 10
 from labkit.checks.beyond import *  # noqa: F403  notebook 05
+from labkit.checks.choice import *  # noqa: F403  notebook 12 (choosing a model)
 from labkit.checks.compute import *  # noqa: F403  notebook 14
 from labkit.checks.decoding import *  # noqa: F403  notebook 03
 from labkit.checks.engines import *  # noqa: F403  notebook 12

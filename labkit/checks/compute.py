@@ -159,9 +159,9 @@ WHY = {
 
 
 def why_voting(voted: Accuracy, greedy: Accuracy, sampled: Accuracy) -> str:
-    """Which of WHY the accuracies show: voting beats greedy beyond both intervals; else the right answer
-    among the samples (pass@n) at least 15 points above the vote: outvoted; else rarely sampled."""
-    if voted.rate > greedy.rate and not voted.overlaps(greedy):
+    """Which of WHY the accuracies show: voting beats greedy and the paired test tells them apart; else the
+    right answer among the samples (pass@n) at least 15 points above the vote: outvoted; else rarely sampled."""
+    if voted.rate > greedy.rate and voted.paired_with(greedy).apart:
         return "voting works"
     return "outvoted" if sampled.rate - voted.rate >= 0.15 else "rarely sampled"
 
@@ -170,8 +170,9 @@ def check_frontier_reading(
     gain, told_apart: bool | None, why: str | None, greedy: Accuracy, voted: Accuracy, sampled: Accuracy
 ) -> bool:
     """Exercise (14, measure and interpret): gain, the vote's accuracy minus greedy's in percentage points
-    (within 0.5); told_apart, whether the two 95 % intervals are apart (not overlapping); why, one of WHY,
-    read from the vote's, greedy's and pass@n's accuracies (the student's own run)."""
+    (within 0.5); told_apart, whether McNemar's paired test on the same items tells the two apart at the 5 %
+    level (voted.paired_with(greedy)); why, one of WHY, read from the vote's, greedy's and pass@n's
+    accuracies (the student's own run)."""
     value, refusal = read_number(
         gain,
         "gain (percentage points), told_apart (True or False) and why",
@@ -207,11 +208,12 @@ def check_frontier_reading(
         )
     if not isinstance(told_apart, bool):
         return verdict(False, f"told_apart must be True or False, not {told_apart!r}.")
-    if told_apart == voted.overlaps(greedy):
+    if told_apart != voted.paired_with(greedy).apart:
         return verdict(
             False,
-            "the gain is right; now compare the intervals: .interval gives (low, high) of each. "
-            "Apart means one's low end lies above the other's high end.",
+            "the gain is right; now the paired test: only the items where exactly one method was right "
+            "tell them apart (voted_accuracy.paired_with(greedy_accuracy) counts them), and apart means "
+            "its p-value is under 0.05.",
         )
     return choice_verdict(
         why,
@@ -220,7 +222,7 @@ def check_frontier_reading(
         "set pass@n's accuracy (the right answer among the samples at all) beside the vote's and greedy's.",
         name="why",
         exercise="frontier_gain",
-        right_so_far="the gain and the intervals are right",
+        right_so_far="the gain and the paired test are right",
         passed="a vote can only pick an answer that is among the samples, and only if it is "
         "the most common one.",
     )

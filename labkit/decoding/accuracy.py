@@ -10,7 +10,8 @@ score interval** (Wilson 1927; recommended by Brown, Cai & DasGupta 2001) invert
     half   = z / (1 + z²/n) * sqrt(p(1-p)/n + z²/4n²)        p = k/n, z = 1.96 for 95 %
 
 It always lies inside [0, 1], and it is never empty: 0 of 20 still allows rates up to 16 %. Two methods
-whose intervals overlap widely have not been told apart by the run.
+whose intervals overlap widely have not been told apart by the run; two methods on the same items are
+told apart by a paired test instead (`paired_with`, labkit.decoding.paired), which an interval cannot be.
 
     >>> accuracy([True, False, False, True, False])
     Accuracy(correct=2, total=5)
@@ -22,9 +23,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from labkit.core.arguments import check_int
+from labkit.decoding.paired import PairedTest, mcnemar
 
 Z95 = 1.959964  # the standard normal's 97.5th percentile: a two-sided 95 % interval
 
@@ -51,10 +53,12 @@ def wilson_interval(successes: int, trials: int, z: float = Z95) -> tuple[float,
 
 @dataclass(frozen=True)
 class Accuracy:
-    """How many of `total` items were right, with the rate and its 95 % Wilson interval."""
+    """How many of `total` items were right, with the rate and its 95 % Wilson interval; `flags`, one True or
+    False per item in order, where it was scored item by item (accuracy(...)), for a paired test."""
 
     correct: int
     total: int
+    flags: tuple[bool, ...] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         check_int("total", self.total, minimum=1, note="items scored")
@@ -79,6 +83,21 @@ class Accuracy:
         (low, high), (other_low, other_high) = self.interval, other.interval
         return low <= other_high and other_low <= high
 
+    def paired_with(self, other: Accuracy) -> PairedTest:
+        """McNemar's paired test of this method (first) against `other` on the same items.
+
+        >>> accuracy([True, True, False]).paired_with(accuracy([False, True, False])).only_first
+        1
+        """
+        if not isinstance(other, Accuracy):
+            raise ValueError(f"other must be an Accuracy (from accuracy(...)), got {type(other).__name__}.")
+        if self.flags is None or other.flags is None:
+            raise ValueError(
+                "a paired test needs each item's flag: score both methods with accuracy(...) (or a run's "
+                ".accuracy(...)), not Accuracy(correct, total)."
+            )
+        return mcnemar(self.flags, other.flags)
+
     def __str__(self) -> str:
         low, high = self.interval
         return (
@@ -98,4 +117,4 @@ def accuracy(correct: Iterable[bool]) -> Accuracy:
             "correct must hold one True or False per item (at least one item), got "
             f"{flags[:5]!r}{' ...' if len(flags) > 5 else ''}."
         )
-    return Accuracy(sum(flags), len(flags))
+    return Accuracy(sum(flags), len(flags), tuple(flags))

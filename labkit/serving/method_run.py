@@ -32,7 +32,7 @@ from labkit.decoding.choose import CHOOSERS, ORACLE, Chooser, Sample, oracle
 from labkit.decoding.request import Prompt
 from labkit.decoding.thinking import ThinkingFormat, split_thinking
 from labkit.decoding.verifiable import Item, check_item, extract_answer
-from labkit.run_log import record_result
+from labkit.run_log import record, record_result
 from labkit.serving.engine import Engine
 
 NS = (1, 4, 8, 16)  # the sample counts a frontier is scored at
@@ -101,6 +101,19 @@ class MethodRun:
         """How often `choose` (labkit.decoding.choose) picks the right answer from each item's first n samples."""
         n = self.check_n(n)
         return record_result(accuracy(choose(one.samples[:n]) == one.item.answer for one in self.items))
+
+    def per_sample_accuracy(self) -> float:
+        """The share of all samples, over every item, whose answer is right: what one sample is worth on
+        average (the first sample alone is one draw of it). Not an Accuracy: the samples of one item are not
+        independent, so no interval over samples is printed.
+
+            >>> round(run.per_sample_accuracy(), 3)
+            0.068
+        """
+        right = sum(sample.answer == one.item.answer for one in self.items for sample in one.samples)
+        rate = right / sum(len(one.samples) for one in self.items)
+        record([rate])  # a measured share: a checker finds it in the run log
+        return rate
 
     def pass_at(self, n: int | None = None) -> Accuracy:
         """pass@n: how often any of each item's first n samples is right (an oracle verifier's choice)."""

@@ -4,9 +4,8 @@ log, so a number or a result is a measurement only where the test says it was (`
 from collections import deque
 
 import numpy as np
-import torch
-
 import pytest
+import torch
 
 from labkit import run_log
 from labkit.checks import work

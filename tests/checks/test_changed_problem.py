@@ -32,6 +32,7 @@ CHANGED = {
     ),
     "check_littles_law": (16 / 2.5, 1 / 2.5, "one request in flight"),
     "check_decode_bound": (50e9 / (8e9 * 4.5 / 8), 50e9 / (1e9 * 4.5 / 8), "a 1B model"),
+    "check_model_choice": ("openai/gpt-oss-20b", "Qwen/Qwen3-30B-A3B", "a 32 GB laptop"),
 }
 
 
@@ -50,3 +51,12 @@ def test_memory_needed_sets_its_model_too(capsys):
     assert list(inspect.signature(checks.check_memory_needed).parameters) == ["answer_gb"]
     assert checks.check_memory_needed(0.5) is False  # a 1B model's answer, about: not the 8B of the notebook
     assert "Not yet" in capsys.readouterr().out
+
+
+def test_the_model_choice_follows_its_problem():
+    """The rules, not a fixed name: on a 32 GB laptop the same rules pick another mixture of experts."""
+    from labkit.checks.choice import MODEL_CHOICE_PROBLEM, model_choice_verdict
+
+    larger = {**MODEL_CHOICE_PROBLEM, "memory_gb": 32}
+    assert model_choice_verdict("Qwen/Qwen3-30B-A3B", **larger)
+    assert not model_choice_verdict("openai/gpt-oss-20b", **larger)  # it fits there too, but is smaller

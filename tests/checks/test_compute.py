@@ -10,10 +10,10 @@ import pytest
 from labkit import checks
 from labkit.checks.compute import WHY, why_voting
 from labkit.checks.work import reset_all
-from labkit.decoding.accuracy import Accuracy
 from labkit.decoding.choose import Sample, self_consistency
 from labkit.decoding.verifiable import extract_answer, majority_answer
 from labkit.serving.cow_exercise import copy_on_write_append
+from tests.checks.test_no_giveaway import scored
 
 OWN = "calling labkit's version does not count"
 
@@ -86,9 +86,10 @@ def test_copy_on_write_is_judged_by_what_each_sequence_reads(capsys):
 @pytest.mark.parametrize(
     "greedy, voted, sampled, why",
     [
-        (Accuracy(5, 60), Accuracy(4, 60), Accuracy(27, 60), "outvoted"),
-        (Accuracy(5, 60), Accuracy(30, 60), Accuracy(40, 60), "voting works"),
-        (Accuracy(5, 60), Accuracy(6, 60), Accuracy(9, 60), "rarely sampled"),
+        (scored(5), scored(4), scored(27), "outvoted"),
+        (scored(5), scored(30), scored(40), "voting works"),
+        (scored(5), scored(14), scored(20), "voting works"),  # the intervals overlap; the paired test tells
+        (scored(5), scored(6), scored(9), "rarely sampled"),
     ],
 )
 def test_the_reason_follows_the_three_accuracies(greedy, voted, sampled, why):
@@ -96,7 +97,7 @@ def test_the_reason_follows_the_three_accuracies(greedy, voted, sampled, why):
 
 
 def test_the_frontier_reading_takes_points_interval_and_reason_in_turn(capsys, as_measured):
-    greedy, voted, sampled = as_measured(Accuracy(5, 60), Accuracy(4, 60), Accuracy(27, 60))
+    greedy, voted, sampled = as_measured(scored(5), scored(4), scored(27))
     gain = 100 * (voted.rate - greedy.rate)
     assert said(capsys, checks.check_frontier_reading, gain, False, "outvoted", greedy, voted, sampled)[0]
     passed, out = said(
@@ -104,8 +105,19 @@ def test_the_frontier_reading_takes_points_interval_and_reason_in_turn(capsys, a
     )
     assert not passed and "percentage points" in out
     passed, out = said(capsys, checks.check_frontier_reading, gain, True, "outvoted", greedy, voted, sampled)
-    assert not passed and "compare the intervals" in out
+    assert not passed and "paired test" in out
     passed, out = said(
         capsys, checks.check_frontier_reading, gain, False, "rarely sampled", greedy, voted, sampled
     )
     assert not passed and "does not fit your measurement" in out
+
+
+def test_the_paired_test_tells_apart_what_overlapping_intervals_do_not():
+    greedy, voted = (
+        scored(5),
+        scored(14),
+    )  # 8 % and 23 % of 60: the vote right on every item greedy was, and 9 more
+    assert voted.overlaps(greedy)
+    paired = voted.paired_with(greedy)
+    assert (paired.only_first, paired.only_second, paired.both, paired.neither) == (9, 0, 5, 46)
+    assert paired.p_value == 2 / 2**9 and paired.apart

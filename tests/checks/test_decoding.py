@@ -75,7 +75,9 @@ def test_blocking_cost_checks_the_looping_search_too(tiny_hf, tokenizer, searche
     assert "Not attempted" in capsys.readouterr().out
     invented = Hypothesis(looping.token_ids, looping.logprob + 2.0, looping.score)
     for wrong in (blocked, invented):
-        assert not checks.check_blocking_cost(math.exp(wrong.logprob - blocked.logprob), wrong, blocked, *args)
+        assert not checks.check_blocking_cost(
+            math.exp(wrong.logprob - blocked.logprob), wrong, blocked, *args
+        )
         out = capsys.readouterr().out
         assert out.startswith("❌ Not yet: looping:") and "search again" in out, out
 

@@ -25,10 +25,9 @@ import torch
 
 from labkit import checks
 from labkit.checks import kvcache as kvcache_checks
-from labkit.decoding.accuracy import Accuracy
 from labkit.decoding.mirostat import MirostatRun, MirostatStep
 from tests.checks.test_changed_problem import CHANGED
-from tests.checks.test_no_giveaway import CASES, CHECKERS
+from tests.checks.test_no_giveaway import CASES, CHECKERS, FRONTIER
 from tests.checks.test_own_work import MEASURED, Q4_BLOCK, REFERENCES, verdict_of
 
 ANSWERS = sorted([*CHANGED, "check_memory_needed"])
@@ -157,7 +156,6 @@ STEPS_WITH = [0.05 + 0.00001 * p for p in POSITIONS]
 MIROSTAT = MirostatRun(  # tau = 5 bits, settled at 2.7: mu rose, yet the cut kept too few tokens
     [7] * 14, [MirostatStep(7, s, 12.0, 50) for s in [6.0] * 10 + [2.5, 3.0, 2.0, 3.3]], 5.0
 )
-FRONTIER = (Accuracy(5, 60), Accuracy(4, 60), Accuracy(27, 60))  # greedy, the vote, pass@16: outvoted
 
 
 def made_up(name: str, f) -> tuple[tuple, dict]:
