@@ -235,6 +235,27 @@ def check_accept_rule(fn: Callable | None) -> bool:
     )
 
 
+def _speedup_slips(alpha: float, gamma: int, c: float, v: float) -> list[tuple[float, str]]:
+    """(what a recognised slip gives, its hint) for the predicted speed-up E(alpha, gamma) / (gamma c + v)."""
+    tokens = expected_tokens_per_step(alpha, gamma)
+    return [
+        (
+            tokens / (gamma * c + 1),
+            "verifying gamma + 1 tokens costs v(gamma + 1) target steps (section 1), not 1.",
+        ),
+        (tokens, "that is tokens per call, not speed: a round also costs something, in target steps."),
+        (
+            (tokens - 1) / (gamma * c + v),
+            "every round also yields the target's own token: E counts it (alpha^0 = 1).",
+        ),
+        (tokens / (c + v), "each of the gamma drafts costs c."),
+        (
+            (1 + alpha * gamma) / (gamma * c + v),
+            "draft i counts only if every draft before it was accepted too.",
+        ),
+    ]
+
+
 def check_predicted_speedup(
     answer: float | None, worth_it: bool | None, stats, gamma: int, c: float, v: float
 ) -> bool:
@@ -257,28 +278,11 @@ def check_predicted_speedup(
     if unmeasured is not None:
         return unmeasured
     alpha = stats.acceptance_rate
-    tokens = expected_tokens_per_step(alpha, gamma)
-    expected = tokens / (gamma * c + v)
-    hints = [
-        (
-            tokens / (gamma * c + 1),
-            "verifying gamma + 1 tokens costs v(gamma + 1) target steps (section 1), not 1.",
-        ),
-        (tokens, "that is tokens per call, not speed: a round also costs something, in target steps."),
-        (
-            (tokens - 1) / (gamma * c + v),
-            "every round also yields the target's own token: E counts it (alpha^0 = 1).",
-        ),
-        (tokens / (c + v), "each of the gamma drafts costs c."),
-        (
-            (1 + alpha * gamma) / (gamma * c + v),
-            "draft i counts only if every draft before it was accepted too.",
-        ),
-    ]
+    expected = expected_tokens_per_step(alpha, gamma) / (gamma * c + v)
     if abs(value - expected) > 0.02 * abs(expected):
         return verdict(
             False,
-            matching_hint(value, hints, rel_tol=0.02)
+            matching_hint(value, _speedup_slips(alpha, gamma, c, v), rel_tol=0.02)
             or progressive(
                 "predicted_speedup",
                 [

@@ -15,6 +15,7 @@ CASES = [
     wrong("labkit.timing.interleaved_tokens_per_second", words=("runs",)),
     wrong("labkit.timing.median_seconds", words=("run",)),
     wrong("labkit.timing.median_tokens_per_second", words=("repeats",)),
+    wrong("labkit.timing.time_once", words=("run",)),
 ]
 
 NO_ARGUMENT = {  # name -> why it has no bad-input case
