@@ -5,7 +5,7 @@ The table reads a row left to right as a story: its settings (wait policy, threa
 times labkit float32 that is, the weights it reads per token and the share of the read bandwidth that
 makes (bytes per token x tokens/s / bandwidth), how it compares with llama.cpp at its best, and, where
 the cost model predicted the row's decode step, that prediction beside the step timed alone and the
-regime its largest term names (labkit.fast.cost).
+regime its largest term names (labkit.fast.regime.regime_of: "borderline" within the probes' spread).
 
 A compiled row pays for its compile time once it has saved as many seconds as the compile took: after
 compile seconds / (1 / eager tok/s - 1 / compiled tok/s) tokens (labkit.fast.static.break_even_tokens),
@@ -45,15 +45,15 @@ COLUMNS = [
 
 
 def cost_cells(row: Row, machine: Machine) -> list[object]:
-    """The cost model's cells of a row: predicted and measured ms of one step, and its regime ("-" each
-    when the row was not predicted)."""
+    """The cost model's cells of a row: predicted and measured ms of one step, and its regime, named by
+    StepCosts.regime_reading like every regime in the course ("-" each when the row was not predicted)."""
     if row.costs is None:
         return ["-", "-", "", "-"]
     return [
         row.costs.predicted_seconds(machine) * 1e3,
         row.costs.measured_seconds * 1e3,
         "",
-        row.costs.regime(machine),
+        row.costs.regime_reading(machine).name,  # "borderline a / b" within the machine probes' spread
     ]
 
 

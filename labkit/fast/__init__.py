@@ -9,6 +9,7 @@ by `python -m labkit.bench fast` and checked by tests/fast/.
     machine.py    what this machine can do: read bandwidth, a matmul peak per data type, a thread wake-up
     ops.py        what a step dispatches: aten ops (eager) and kernel calls (compiled), counted
     cost.py       the cost model of a step: overhead + thread wake-ups + matmul kernels + KV cache
+    regime.py     the regime a step's terms name, with its margin; borderline within the probes' spread
     step_runs.py  one forward pass to time, doing the same work on every call (what cost.py times)
     processes.py  a measurement in a process of its own per OpenMP wait policy (peers at their best)
     static.py     StaticDecoder: a fixed-shape KV cache and decode step, torch.compile'd once; prompt lookup on it

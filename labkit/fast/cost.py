@@ -33,7 +33,8 @@ The regime follows the largest term: **overhead-bound** when the overhead is, **
 thread wake-ups are, **memory-bound** when the matmul kernels are and they read at least half the read
 bandwidth (the memory floor is at least half their time), **compute-bound** when they are and the
 FLOPs need at least half their time at the data type's peak, otherwise **kernel-bound** (the kernels
-are slower than both floors: their own per-weight work). Both shares are printed beside the label.
+are slower than both floors: their own per-weight work). labkit.fast.regime.regime_of decides it, with
+its margin, **borderline** within the probes' spread; a share above 1 notes a likely disturbed probe.
 Every step is timed with a run of labkit.fast.step_runs, which does the same work on every call.
 
     >>> machine = measure_machine()                                  # bandwidth, peaks, wake-up: once
@@ -56,6 +57,7 @@ from labkit.fast.machine import Machine, measure_machine  # noqa: F401  (measure
 from labkit.fast.ops import count_ops
 from labkit.fast.optimize import check_steps, optimize
 from labkit.fast.q4_linear import KernelLinear
+from labkit.fast.regime import Regime, disturbed_probe_notes, regime_of
 from labkit.fast.roofline import weight_bytes_per_token
 from labkit.fast.static import slots_for
 from labkit.fast.step_runs import compiled_step_run, step_run
@@ -66,7 +68,6 @@ from labkit.timing import median_seconds
 HOWS = ("loop", "static", "compiled")  # labkit's loop, StaticDecoder's eager step, its compiled step
 
 PROBE_WIDTHS = {"hidden_size": 64, "intermediate_size": 128, "head_dim": 16, "vocab_size": 256}
-SHARE = 0.5  # a floor at or above this share of the kernels' time names their regime (memory or compute)
 TERMS = ("overhead", "thread wake-ups", "matmul kernels", "KV cache")
 
 
@@ -116,25 +117,30 @@ class StepCosts:
         kernels = max(self.terms(machine)["matmul kernels"], 1e-12)
         return {name: floor / kernels for name, floor in self.floors(machine).items()}
 
+    def regime_reading(self, machine: Machine) -> Regime:
+        """The regime with its margin, "borderline" within the probes' spread (labkit.fast.regime.regime_of).
+
+        >>> step.regime_reading(machine).name              # a memory share of 48 %, a bandwidth spread of ±8 %
+        'borderline memory-bound / kernel-bound'
+        """
+        return regime_of(self.terms(machine), self.shares(machine), machine.spreads(self.dtype), self.dtype)
+
     def regime(self, machine: Machine) -> str:
         """overhead-, wake-, memory-, compute- or kernel-bound (see the module docstring)."""
-        terms = self.terms(machine)
-        largest = max(terms, key=terms.get)
-        if largest != "matmul kernels":
-            return {
-                "overhead": "overhead-bound",
-                "thread wake-ups": "wake-bound",
-                "KV cache": "memory-bound",
-            }[largest]
-        shares = self.shares(machine)
-        if shares["memory"] >= SHARE:
-            return "memory-bound"
-        return "compute-bound" if shares["compute"] >= SHARE else "kernel-bound"
+        return self.regime_reading(machine).label
+
+    def probe_notes(self, machine: Machine) -> list[str]:
+        """A note for each floor this step's kernels beat (a share above 1): its probe was likely disturbed.
+        [] when the wake-ups took all of the kernels' time (no share to read)."""
+        if self.terms(machine)["matmul kernels"] <= 0:
+            return []
+        return disturbed_probe_notes(self.shares(machine), self.dtype)
 
     def report(self, machine: Machine) -> str:
-        """A few lines: each term, the floors and shares, prediction against measurement, the regime."""
+        """A few lines: each term, the floors and shares, prediction against measurement, the regime with
+        its margin (borderline within the probes' spread), and a note for a probe the step contradicts."""
         terms, floors, shares = self.terms(machine), self.floors(machine), self.shares(machine)
-        predicted = self.predicted_seconds(machine)
+        predicted, reading = self.predicted_seconds(machine), self.regime_reading(machine)
         return "\n".join(
             [
                 f"overhead         {terms['overhead'] * 1e3:7.2f} ms  ({self.ops} ops x {self.op_seconds * 1e6:.1f} us)",
@@ -146,7 +152,9 @@ class StepCosts:
                 f"{floors['compute'] * 1e3:.2f} ms)",
                 f"KV cache         {terms['KV cache'] * 1e3:7.2f} ms  ({self.kv_bytes / 1e6:.1f} MB)",
                 f"predicted        {predicted * 1e3:7.2f} ms, measured {self.measured_seconds * 1e3:.2f} ms "
-                f"({predicted / self.measured_seconds - 1:+.0%}): {self.regime(machine)}",
+                f"({predicted / self.measured_seconds - 1:+.0%}): {reading.name}",
+                f"margin           {reading.margin:+7.0%}: {reading.reason}",
+                *self.probe_notes(machine),
             ]
         )
 
@@ -317,8 +325,8 @@ def cost_cells(costs: StepCosts, machine: Machine) -> list:
     predicted = costs.predicted_seconds(machine)
     floors = [shares["memory"], shares["compute"]] if terms["matmul kernels"] > 0 else ["-", "-"]
     times_ms = [terms[term] * 1e3 for term in TERMS] + [predicted * 1e3, costs.measured_seconds * 1e3]
-    error = predicted / costs.measured_seconds - 1
-    return [costs.ops, costs.op_seconds * 1e6, *times_ms, error, *floors, f"  {costs.regime(machine)}"]
+    error, regime = predicted / costs.measured_seconds - 1, costs.regime_reading(machine).name
+    return [costs.ops, costs.op_seconds * 1e6, *times_ms, error, *floors, f"  {regime}"]
 
 
 def cost_table(named: dict[str, StepCosts], machine: Machine) -> str:
@@ -331,9 +339,11 @@ def cost_table(named: dict[str, StepCosts], machine: Machine) -> str:
     check_record("machine", machine, "a Machine (labkit.fast.machine.measure_machine)", of=Machine)
     step = Column("step", max(len(name) for name in named) + 2, align="<")
     rows = [[name, *cost_cells(costs, machine)] for name, costs in named.items()]
+    notes = [f"\n{name}: {note}" for name, costs in named.items() for note in costs.probe_notes(machine)]
     return format_table([step, *COST_COLUMNS], rows) + (
         "\n(ms per decode step; overhead = ops x us/op; wake = linear layers x "
         f"{machine.wake_seconds * 1e6:.1f} us; matmuls: the kernels less their wake-ups; "
         "error = predicted / measured - 1; bw, peak: the memory and compute floors as "
-        "shares of the matmuls)"
+        "shares of the matmuls; borderline: within the probes' spread, StepCosts.report says why)"
+        + "".join(notes)
     )

@@ -16,22 +16,33 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from labkit.fast.regime import Probed
 from labkit.quant.linear import QuantLinear
-from labkit.timing import best_seconds
+from labkit.timing import repeat_seconds
 
 READ_FLOATS = 64 * 2**20  # 256 MB of float32: eight times the largest CPU cache here, like a model's weights
 
 
-def read_bandwidth(repeats: int = 5, floats: int = READ_FLOATS) -> float:
-    """The course's one memory bandwidth, in bytes/s: the fastest of `repeats` sums of a large float32
-    tensor, each byte read once, at torch's current thread count. A decode step *reads* its weights, so
-    this (not a copy, which also writes) is the figure its bytes are divided by, in every notebook.
+def read_bandwidth_probe(repeats: int = 5, floats: int = READ_FLOATS) -> Probed:
+    """The course's one memory bandwidth, in bytes/s: `repeats` sums of a large float32 tensor, each byte
+    read once, at torch's current thread count; their median and relative spread (labkit.fast.regime). A
+    decode step *reads* its weights, so this (not a copy, which also writes) is the figure its bytes are
+    divided by, in every notebook.
 
-        >>> read_bandwidth() / 1e9
-        19.2
+        >>> read_bandwidth_probe()
+        Probed(value=19200000000.0, spread=0.06)
     """
-    source = torch.ones(floats)
-    return source.nbytes / best_seconds(source.sum, repeats)  # its warm-up call touches every page once
+    source = torch.ones(floats)  # repeat_seconds' warm-up call touches every page once
+    return Probed.of([source.nbytes / seconds for seconds in repeat_seconds(source.sum, repeats)])
+
+
+def read_bandwidth(repeats: int = 5, floats: int = READ_FLOATS) -> float:
+    """The read bandwidth in bytes/s: the median of read_bandwidth_probe's `repeats` sums.
+
+    >>> read_bandwidth() / 1e9
+    19.2
+    """
+    return read_bandwidth_probe(repeats, floats).value
 
 
 def read_tensors(module: nn.Module) -> list[torch.Tensor]:

@@ -166,6 +166,9 @@ def test_the_machine_is_measured_in_plausible_units():
         and "GB/s" in machine.describe()
         and "bfloat16" in machine.describe()
     )
+    # each probe is a median of its repeats, kept with their spread (a share of the median, never negative)
+    assert set(machine.peak_spreads) == set(machine.peaks) and "median of 5" in machine.describe()
+    assert min(machine.read_bandwidth_spread, machine.wake_spread, *machine.peak_spreads.values()) >= 0
 
 
 def test_one_thread_wakes_nobody():
