@@ -154,6 +154,7 @@ notebooks: cache
 	HF_HUB_OFFLINE=1 LABKIT_QUICK=0 $(VENV)/bin/jupyter nbconvert --to notebook --execute --inplace \
 		--ExecutePreprocessor.record_timing=False --ExecutePreprocessor.timeout=600 notebooks/*.ipynb
 	$(PY) -m labkit.viz.progress notebooks/*.ipynb
+	$(PY) -m labkit.course.alt_texts notebooks/*.ipynb
 	$(PY) -m labkit.course.solutions notebooks/*.ipynb
 
 # Student copies in student/ (not committed): the committed notebooks without worked solutions,
