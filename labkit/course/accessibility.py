@@ -20,7 +20,11 @@ import html
 import re
 from pathlib import Path
 
+from labkit.core.doors import check_table, described
+from labkit.course.notebook_file import check_path
 from labkit.course.solutions import text
+
+__all__ = ["accessible_markup", "finish_pages"]
 
 # What finish_pages changes on every built page, for axe-core's checks (https://dequeuniversity.com/rules/axe/):
 # - wide code, outputs and tables scroll, so a keyboard must be able to focus them (scrollable-region-focusable);
@@ -70,6 +74,8 @@ def accessible_markup(page: str) -> str:
     >>> accessible_markup('<tr><th class="head"><p></p></th><th class="head"><p>OpenAI</p></th></tr>')
     '<tr><td class="head"></td><th class="head"><p>OpenAI</p></th></tr>'
     """
+    if not isinstance(page, str):
+        raise TypeError(f"page must be the HTML text of a built page, got {described(page)}.")
     for pattern, replacement in ACCESSIBLE_MARKUP:
         page = pattern.sub(replacement, page)
     return page
@@ -78,6 +84,8 @@ def accessible_markup(page: str) -> str:
 def finish_pages(out_dir: Path, alts: dict[str, str]) -> int:
     """What Sphinx leaves to do on the built pages: every image's alt text (`alt_texts_in`), and the markup
     axe-core asks for (`accessible_markup`); returns how many images were given an alt text."""
+    out_dir = check_path("out_dir", out_dir)
+    check_table("alts", alts, "alt texts (str) by image file name", of=str)
     given = 0
     for path in out_dir.glob("*.html"):
         page, count = alt_texts_in(path.read_text(encoding="utf-8"), alts)

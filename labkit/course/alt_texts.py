@@ -17,6 +17,11 @@ import json
 import sys
 from pathlib import Path
 
+from labkit.core.doors import check_table
+from labkit.course.notebook_file import check_path, read_notebook
+
+__all__ = ["apply_alt_texts"]
+
 ALT_TEXTS_PATH = Path(__file__).resolve().parents[2] / "data" / "course" / "alt_texts.json"
 
 
@@ -37,11 +42,13 @@ def apply_alt_texts(notebook_path: str | Path, texts: dict[str, dict[str, str]] 
     >>> apply_alt_texts("notebooks/06_kv_cache.ipynb")
     0
     """
-    path = Path(notebook_path)
+    path = check_path("notebook_path", notebook_path)
+    if texts is not None:
+        check_table("texts", texts, "{cell id: alternative text} dicts by notebook stem", of=dict)
     written = (written_alt_texts() if texts is None else texts).get(path.stem, {})
     if not written:
         return 0
-    notebook = json.loads(path.read_text(encoding="utf-8"))
+    notebook = read_notebook(path, "notebook_path")
     cells = {cell.get("id"): cell for cell in notebook["cells"]}
     changed = 0
     for cell_id, text in written.items():

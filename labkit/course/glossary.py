@@ -14,14 +14,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from labkit.core.doors import check_fields
+
+__all__ = ["GLOSSARY", "Term"]
+
 
 @dataclass(frozen=True)
 class Term:
-    """One entry of the glossary."""
+    """One entry of the glossary; each field text (a TypeError names the one that is not)."""
 
     meaning: str  # one sentence, in the course's words
     notebook: str  # the notebook that teaches it, its file name without .ipynb
     section: str  # the heading of the section that teaches it, as the notebook writes it (without the #s)
+
+    def __post_init__(self) -> None:
+        check_fields(self)
 
 
 T01, T02, T03, T04 = (

@@ -22,7 +22,10 @@ from __future__ import annotations
 import copy
 import re
 
+from labkit.course.notebook_file import check_cells
 from labkit.course.solutions import text
+
+__all__ = ["lock_predictions"]
 
 PREDICTION = re.compile(r"^(\w+) = Prediction\(", re.MULTILINE)  # guess_params = Prediction("How ...
 NEXT_QUESTION = "**Predict"  # the markdown that asks the next prediction ends a reading
@@ -120,7 +123,7 @@ def lock_predictions(cells: list[dict]) -> list[dict]:
         >>> [cell.get("outputs") for cell in locked[:3]], is_folded(locked[3])
         ([['box'], [], []], True)
     """
-    cells = copy.deepcopy(cells)
+    cells = copy.deepcopy(check_cells("cells", cells))
     readings = {}
     for _name, asked, revealed in prediction_spans(cells):
         reading = reading_after(cells, revealed)

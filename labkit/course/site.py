@@ -41,8 +41,11 @@ from myst_parser.slugs import docutils_slugify
 
 from labkit.course.accessibility import fallback_alt, finish_pages, image_name
 from labkit.course.glossary import GLOSSARY
+from labkit.course.notebook_file import check_path, check_paths, read_notebook
 from labkit.course.solutions import text
 from labkit.course.student import student_copy
+
+__all__ = ["build_site"]
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 IMAGE_TYPES = ("image/png", "image/jpeg", "image/svg+xml")
@@ -119,7 +122,7 @@ def site_notebook(notebook: dict, alts: dict[str, str]) -> dict:
     """The page's notebook: the student copy, without live widgets, every image with an alt text (also
     written to `alts`), and the "Run it yourself" box after the title cell."""
     page = student_copy(notebook)
-    page["metadata"].pop("widgets", None)
+    page.setdefault("metadata", {}).pop("widgets", None)
     section = notebook_title(page)
     for cell in page["cells"]:
         if cell["cell_type"] == "markdown" and (heading := re.search(r"^#+ (.+)$", text(cell), re.MULTILINE)):
@@ -211,13 +214,13 @@ def copy_mathjax(mathjax: Path, source_dir: Path) -> None:
 
 def write_sources(paths: list[Path], source_dir: Path, readme: str) -> dict[str, str]:
     """Write the pages' sources (conf.py, index.md, glossary.md, one .ipynb per notebook, the search page's
-    template) to source_dir;
-    returns {image file name: alt text}."""
+    template) to source_dir, once every notebook is read and checked; returns {image file name: alt text}."""
+    notebooks = [read_notebook(path, f"paths[{index}]") for index, path in enumerate(paths)]
     shutil.rmtree(source_dir, ignore_errors=True)
     source_dir.mkdir(parents=True)
     pages, headings, alts = {}, {}, {}
-    for path in paths:
-        page = site_notebook(json.loads(path.read_text(encoding="utf-8")), alts)
+    for path, notebook in zip(paths, notebooks):
+        page = site_notebook(notebook, alts)
         pages[path.stem], headings[path.stem] = notebook_title(page), notebook_headings(page)
         (source_dir / path.name).write_text(json.dumps(page, ensure_ascii=False), encoding="utf-8")
     (source_dir / "conf.py").write_text(CONF, encoding="utf-8")
@@ -242,6 +245,24 @@ def check_not_over_sources(name: str, folder: Path, sources: list[Path]) -> None
         )
 
 
+def site_arguments(
+    paths: object, out_dir: object, source_dir: object, readme: object, mathjax: object
+) -> tuple[list[Path], Path, Path, Path, Path]:
+    """build_site's arguments as Paths, checked before anything is deleted or written: notebook files to
+    build from, and no folder the build replaces that holds one of its sources."""
+    paths = check_paths("paths", paths)
+    out_dir, source_dir = check_path("out_dir", out_dir), check_path("source_dir", source_dir)
+    readme, mathjax = check_path("readme", readme), check_path("mathjax", mathjax)
+    if not paths:
+        raise ValueError("paths must name at least one notebook, e.g. notebooks/[0-9][0-9]_*.ipynb.")
+    missing = [str(path) for path in paths if path.suffix != ".ipynb" or not path.is_file()]
+    if missing:
+        raise ValueError(f"paths must be notebook files (.ipynb); not found or not notebooks: {missing}.")
+    for name, folder in (("out_dir", out_dir), ("source_dir", source_dir)):
+        check_not_over_sources(name, folder, [*paths, readme, mathjax])
+    return paths, out_dir, source_dir, readme, mathjax
+
+
 def build_site(
     paths: list[str | Path],
     out_dir: str | Path,
@@ -250,19 +271,12 @@ def build_site(
     mathjax: str | Path = MATHJAX,
 ) -> Path:
     """Build the site of the notebooks in `paths` into out_dir (replaced); returns its home page."""
-    paths, out_dir = [Path(path) for path in paths], Path(out_dir)
-    if not paths:
-        raise ValueError("paths must name at least one notebook, e.g. notebooks/[0-9][0-9]_*.ipynb.")
-    missing = [str(path) for path in paths if path.suffix != ".ipynb" or not path.is_file()]
-    if missing:
-        raise ValueError(f"paths must be notebook files (.ipynb); not found or not notebooks: {missing}.")
-    for name, folder in (("out_dir", out_dir), ("source_dir", Path(source_dir))):
-        check_not_over_sources(name, folder, [*paths, Path(readme), Path(mathjax)])
-    alts = write_sources(paths, Path(source_dir), Path(readme).read_text(encoding="utf-8"))
-    copy_mathjax(Path(mathjax), Path(source_dir))
+    paths, out_dir, source_dir, readme, mathjax = site_arguments(paths, out_dir, source_dir, readme, mathjax)
+    alts = write_sources(paths, source_dir, readme.read_text(encoding="utf-8"))
+    copy_mathjax(mathjax, source_dir)
     # Sphinx writes into the source folder, and MyST-NB its copies of the notebooks beside Sphinx's output
     # folder (jupyter_execute/): both stay in source_dir, and the finished site is moved to out_dir.
-    html_dir, doctrees = Path(source_dir) / "_build" / "html", Path(source_dir) / "_doctrees"
+    html_dir, doctrees = source_dir / "_build" / "html", source_dir / "_doctrees"
     subprocess.run(
         [
             sys.executable,

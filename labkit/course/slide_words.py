@@ -14,13 +14,16 @@ do), without its code blocks, display formulas, HTML tags and tables; code cells
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 from pathlib import Path
 
+from labkit.core.arguments import check_int
+from labkit.course.notebook_file import check_cells, read_notebook
 from labkit.course.slides import describe, group
 from labkit.course.solutions import text
+
+__all__ = ["slide_words", "wordy_slides"]
 
 WORD_LIMIT = 120  # words of prose on one slide
 # Code blocks, display math, HTML tags and table rows: a table (a map of the course, a comparison) is read
@@ -36,6 +39,7 @@ def prose_words(source: str) -> int:
 
 def slide_words(cells: list[dict]) -> list[tuple[int, int]]:
     """(index of the slide's first cell, words of prose on it) for every slide of a notebook's cells."""
+    check_cells("cells", cells)
     return [
         (indices[0], sum(prose_words(text(cells[i])) for i in indices if cells[i]["cell_type"] == "markdown"))
         for indices in group(cells)
@@ -44,8 +48,8 @@ def slide_words(cells: list[dict]) -> list[tuple[int, int]]:
 
 def wordy_slides(path: str | Path, limit: int = WORD_LIMIT) -> list[str]:
     """One line per slide of the notebook at `path` with more than `limit` words of prose, [] when none."""
-    path = Path(path)
-    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    check_int("limit", limit, minimum=0, note="words of prose on a slide")
+    cells, path = read_notebook(path)["cells"], Path(path)
     return [
         f"{path.name} {describe(cells[first], first)}: {words} words"
         for first, words in slide_words(cells)

@@ -38,7 +38,6 @@ as the static decks show it: the taller of the two.
 from __future__ import annotations
 
 import base64
-import json
 import math
 import re
 import struct
@@ -46,7 +45,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from labkit.core.arguments import check_int
+from labkit.course.notebook_file import check_notebook, read_notebook
 from labkit.course.solutions import SOLUTION_TAG, tags, text
+
+__all__ = ["slide_heights", "too_tall"]
 
 LIMIT = 28  # lines that fit a slide on a 16:9 projector (reveal.js's 960x700 slide, 20-pixel text)
 WIDTH = 100  # characters of prose in a line
@@ -166,7 +169,9 @@ def cell_height(cell: dict, code: bool = True) -> float:
 def slide_heights(notebook: dict, code: bool = True) -> list[Slide]:
     """Every slide of the notebook (as loaded from JSON) with its height in lines, the code shown as in
     the static decks (`code=False`: hidden, as in Voila's live decks)."""
-    cells = notebook["cells"]
+    cells = check_notebook("notebook", notebook)["cells"]
+    if not isinstance(code, bool):
+        raise TypeError(f"code must be True (the code shown) or False (hidden), got {code!r}.")
     return [
         Slide(indices, float(sum(cell_height(cells[i], code) for i in indices))) for indices in group(cells)
     ]
@@ -199,8 +204,8 @@ def overflow(cells: list[dict], slide: Slide, limit: int = LIMIT) -> str:
 def too_tall(path: str | Path, limit: int = LIMIT) -> list[str]:
     """One line per slide of the notebook at `path` taller than `limit` lines, counted in whole lines (a
     figure's fraction of a line is within the estimate's error), [] when all fit."""
-    path = Path(path)
-    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    check_int("limit", limit, minimum=1, note="lines on a slide")
+    cells, path = read_notebook(path)["cells"], Path(path)
     return [
         f"{path.name} slide {number} ({overflow(cells, slide, limit)})"
         for number, slide in enumerate(slide_heights({"cells": cells}))

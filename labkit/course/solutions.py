@@ -20,6 +20,10 @@ import json
 import sys
 from pathlib import Path
 
+from labkit.course.notebook_file import check_cells, read_notebook
+
+__all__ = ["hide_solutions", "solution_cells"]
+
 SOLUTION_TAG = "solution"
 IGNORE_OUTPUT_TAG = "nbval-ignore-output"  # nbval runs the cell but compares no output
 SKIP = "skip"  # the slide type that every deck leaves out, deck mode included
@@ -46,6 +50,7 @@ def solution_cells(cells: list[dict]) -> list[int]:
         ...                 {"cell_type": "code", "source": "x = 1"}, {"cell_type": "markdown", "source": "Next"}])
         [0, 1]
     """
+    check_cells("cells", cells)
     found = {i for i, cell in enumerate(cells) if SOLUTION_TAG in tags(cell)}
     for i, cell in enumerate(cells):
         if cell["cell_type"] == "markdown" and text(cell).lstrip("# ").lower().startswith(HEADING):
@@ -89,8 +94,7 @@ def mark_solution(cell: dict) -> None:
 def hide_solutions(path: str | Path) -> int:
     """Mark every worked solution of the notebook at `path` (see the module docstring); returns how many
     cells changed. The file is rewritten, in the layout nbformat writes, only if one did."""
-    path = Path(path)
-    notebook = json.loads(path.read_text(encoding="utf-8"))
+    notebook, path = read_notebook(path), Path(path)
     changed = 0
     for index in solution_cells(notebook["cells"]):
         cell = notebook["cells"][index]

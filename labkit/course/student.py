@@ -38,7 +38,10 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from labkit.course.locks import lock_predictions
+from labkit.course.notebook_file import check_notebook, check_path, check_paths, read_notebook
 from labkit.course.solutions import SOLUTION_TAG, tags, text
+
+__all__ = ["student_copy", "write_student_copies"]
 
 INSTRUCTOR_NOTE = "Instructor:"
 CHECKER_CALL = re.compile(r"\bcheck_\w+\(")
@@ -70,7 +73,7 @@ def student_copy(notebook: dict) -> dict:
         ...                              "metadata": {"tags": ["solution"]}}]})["cells"])
         0
     """
-    copy = json.loads(json.dumps(notebook))
+    copy = json.loads(json.dumps(check_notebook("notebook", notebook)))
     copy["cells"] = [
         cell for cell in copy["cells"] if SOLUTION_TAG not in tags(cell) and not is_instructor_note(cell)
     ]
@@ -99,14 +102,16 @@ def check_out_dir(paths: list[Path], out_dir: Path) -> None:
 
 def write_student_copies(paths: Iterable[str | Path], out_dir: str | Path) -> list[Path]:
     """Write the student copy of each notebook in `paths` to `out_dir` (created if needed), under its
-    own name, keeping any copy the student has changed since it was written; returns the paths written."""
-    paths, out_dir = [Path(path) for path in paths], Path(out_dir)
+    own name, keeping any copy the student has changed since it was written; returns the paths written.
+    Every notebook is read (and checked) before any copy is written."""
+    paths, out_dir = check_paths("paths", paths), check_path("out_dir", out_dir)
     check_out_dir(paths, out_dir)
+    notebooks = [read_notebook(path, f"paths[{index}]") for index, path in enumerate(paths)]
     out_dir.mkdir(parents=True, exist_ok=True)
     record_path = out_dir / WRITTEN
     record = json.loads(record_path.read_text(encoding="utf-8")) if record_path.exists() else {}
     written = []
-    for path in paths:
+    for path, notebook in zip(paths, notebooks):
         target = out_dir / path.name
         if target.exists() and fingerprint(target.read_text(encoding="utf-8")) != record.get(path.name):
             print(
@@ -114,7 +119,6 @@ def write_student_copies(paths: Iterable[str | Path], out_dir: str | Path) -> li
                 f"`make student` again)"
             )
             continue
-        notebook = json.loads(path.read_text(encoding="utf-8"))
         content = json.dumps(student_copy(notebook), indent=1, ensure_ascii=False) + "\n"
         target.write_text(content, encoding="utf-8")
         record[path.name] = fingerprint(content)

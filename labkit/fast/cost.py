@@ -196,9 +196,10 @@ def matmul_seconds(model: nn.Module, rows: int, repeats: int = 5) -> float:
 
 def kv_bytes_read(model: Llama, rows: int, context: int, tokens: int) -> int:
     """Keys and values one step reads: every layer's [rows, n_kv_heads, context + tokens, head_dim], twice."""
-    c = model.config
-    per_position = 2 * c.n_layers * c.n_kv_heads * c.head_dim * model.embed_tokens.weight.element_size()
-    return rows * (context + tokens) * per_position
+    for name, value, least in (("rows", rows, 1), ("context", context, 0), ("tokens", tokens, 1)):
+        check_int(name, value, minimum=least)
+    c, itemsize = model.config, model.embed_tokens.weight.element_size()
+    return rows * (context + tokens) * 2 * c.n_layers * c.n_kv_heads * c.head_dim * itemsize
 
 
 def linear_flops(model: nn.Module, rows: int) -> float:

@@ -39,6 +39,7 @@ STEPS: dict[str, tuple[str, Callable[[Llama], Llama]]] = {
     "bf16": ("bfloat16 for everything not quantized", to_bfloat16),
 }
 QUANTIZED = ("int8", "int4", "q4_1")  # at most one of these
+APPLIED = "fast_steps"  # the model's attribute that records the steps optimize applied to it, in order
 
 
 def check_steps(steps: Sequence[str]) -> tuple[str, ...]:
@@ -73,11 +74,39 @@ def optimize(model: nn.Module, steps: Sequence[str] = ("fuse", "int8")) -> Llama
     """Apply `steps` (names in STEPS) to labkit's Llama, in order and in place; returns the model.
 
     A transformers model is refused: load labkit's with load_model(..., impl="labkit") or
-    labkit.Llama.from_hf(model) (the fused and quantized layers replace labkit's own modules).
+    labkit.Llama.from_hf(model) (the fused and quantized layers replace labkit's own modules). A second call
+    on the same model may only add steps that could have followed in the first call's tuple (("fuse",), then
+    ("int8",)); the model records the steps applied to it (`model.fast_steps`).
 
         >>> model = optimize(labkit.tiny_model(impl="labkit"), steps=("fuse", "int4", "bf16"))
+        >>> optimize(model, ("int8",))
+        ValueError: steps ('int8',) cannot follow the steps this model has had applied already ('fuse', ...
     """
     check_llama(model, "labkit.fast.optimize")
-    for step in check_steps(steps):
+    steps = check_steps(steps)
+    applied = check_more_steps(getattr(model, APPLIED, ()), steps)
+    for step in steps:
         model = STEPS[step][1](model)
+        applied += (step,)
+        setattr(model, APPLIED, applied)
     return model
+
+
+def check_more_steps(applied: tuple[str, ...], steps: tuple[str, ...]) -> tuple[str, ...]:
+    """applied, if `steps` may follow the steps a model has had applied already (as if both were one tuple);
+    else a ValueError naming both: a step changes the model in place, and no step is undone.
+
+        >>> check_more_steps(("int8",), ("int4",))
+        ValueError: steps ('int4',) cannot follow the steps this model has had applied already ('int8',): ...
+    """
+    if not applied or not steps:
+        return applied
+    try:
+        check_steps(applied + steps)
+    except ValueError as refused:
+        raise ValueError(
+            f"steps {steps} cannot follow the steps this model has had applied already {applied}: {refused} "
+            "optimize changes a model in place and undoes no step: start from a fresh model "
+            "(labkit.load_model(name, impl='labkit')) to apply another set."
+        ) from None
+    return applied

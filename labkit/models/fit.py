@@ -70,13 +70,23 @@ def _quant_dtype(quant: str) -> str:
     return QUANTS[quant]
 
 
-def _non_negative(name: str, value: float) -> None:
+def _check_bytes(name: str, value: float, positive: bool = False) -> None:
+    """A ValueError naming `name` unless value is a finite number of bytes >= 0 (> 0 when `positive`)."""
     if (
         isinstance(value, bool)
         or not isinstance(value, (int, float))
         or not (value >= 0 and math.isfinite(value))
+        or (positive and value == 0)
     ):
-        raise ValueError(f"{name} must be a number of bytes >= 0, got {value!r}.")
+        bound = "> 0" if positive else ">= 0"
+        raise ValueError(f"{name} must be a number of bytes {bound} (8e9 = 8 GB), got {value!r}.")
+
+
+def check_budget(memory_bytes: float, os_reserve_bytes: float, runtime_overhead_bytes: float) -> None:
+    """A ValueError unless memory_bytes > 0 (a machine with no memory runs nothing) and the reserves >= 0."""
+    _check_bytes("memory_bytes", memory_bytes, positive=True)
+    _check_bytes("os_reserve_bytes", os_reserve_bytes)
+    _check_bytes("runtime_overhead_bytes", runtime_overhead_bytes)
 
 
 def fits_here(
@@ -102,12 +112,7 @@ def fits_here(
     """
     check_catalog_model(model)
     dtype = _quant_dtype(quant)
-    for name, value in [
-        ("memory_bytes", memory_bytes),
-        ("os_reserve_bytes", os_reserve_bytes),
-        ("runtime_overhead_bytes", runtime_overhead_bytes),
-    ]:
-        _non_negative(name, value)
+    check_budget(memory_bytes, os_reserve_bytes, runtime_overhead_bytes)
     check_int("context_tokens", context_tokens, minimum=1)
     if bandwidth_bytes_per_s is not None and (
         isinstance(bandwidth_bytes_per_s, bool)
@@ -163,6 +168,7 @@ def what_can_i_run(
         )
     for index, model in enumerate(catalog):
         check_catalog_model(model, f"catalog[{index}]")
+    check_budget(memory_bytes, os_reserve_bytes, runtime_overhead_bytes)
     if isinstance(quants, str) or not isinstance(quants, (list, tuple)):
         raise ValueError(f"quants must be a tuple of quantizations such as ('fp16', 'q4'), got {quants!r}.")
     for quant in quants:

@@ -201,9 +201,11 @@ class Engine:
 
     def _request(self, request_id: int) -> EngineRequest:
         if request_id not in self.requests:
+            held = sorted(self.requests)
+            shown = ", ".join(map(str, held[:8])) + (", ..." if len(held) > 8 else "")
             raise KeyError(
-                f"No request with id {request_id!r}: ids come from add_request (and samples), and a "
-                "released request is forgotten."
+                f"No request with id {request_id!r} (held now: {shown or 'none'}): ids come from "
+                "add_request (and samples), and a released request is forgotten."
             )
         return self.requests[request_id]
 
@@ -327,5 +329,6 @@ class Engine:
         return [texts[request_id] for request_id in ids]
 
     def metrics(self, request_id: int) -> EngineRequestMetrics:
-        """Queue time, TTFT, TPOT and end-to-end latency of one request (`EngineRequestMetrics`)."""
-        return self.requests[request_id].metrics()
+        """Queue time, TTFT, TPOT and end-to-end latency of one request (`EngineRequestMetrics`); a KeyError
+        that names the ids held for an id add_request did not return (or one released since)."""
+        return self._request(request_id).metrics()

@@ -20,10 +20,15 @@ be given where a notebook wants a neutral starting value.
 from __future__ import annotations
 
 import html
+import math
 from collections.abc import Sequence
 
 import ipywidgets as widgets
 from IPython.display import display
+
+from labkit.core.doors import described
+
+__all__ = ["Prediction"]
 
 
 def _format(value: object, unit: str) -> str:
@@ -95,6 +100,32 @@ def _guess_widget(default: float | int | str | None, choices: list[str] | None) 
     )
 
 
+def _is_finite_number(value: object) -> bool:
+    """Whether value is an int or float (not a bool) that is neither NaN nor infinite: a guess a ratio can use."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _check_choices(choices: object, default: object) -> list[str]:
+    """choices as a list, if it holds two or more distinct options (text) and default is None or one of them;
+    else a ValueError naming the argument. A string is refused: its letters would become the buttons."""
+    if isinstance(choices, str) or not isinstance(choices, Sequence):
+        raise ValueError(
+            f"choices must be a list of at least two options, e.g. ['float32', 'bfloat16'], got "
+            f"{described(choices)} {choices!r}."
+        )
+    options = list(choices)
+    wrong = next((option for option in options if not isinstance(option, str) or not option.strip()), None)
+    if wrong is not None:
+        raise ValueError(
+            f"choices must be options written as text, e.g. 'int4'; got {wrong!r} in {options!r}."
+        )
+    if len(options) < 2 or len(set(options)) < len(options):
+        raise ValueError(f"choices must hold at least two distinct options; got choices={options!r}.")
+    if default is not None and default not in options:
+        raise ValueError(f"default must be None or one of choices {options!r}; got default={default!r}.")
+    return options
+
+
 class Prediction:
     """A guess committed before a measurement: a question and a box (a number) or buttons (a choice).
 
@@ -114,28 +145,28 @@ class Prediction:
     ):
         if not isinstance(question, str) or not question.strip():
             raise ValueError("question must be the sentence the student answers, e.g. 'How many tokens?'.")
-        if choices is not None:
-            choices = list(choices)
-            if len(choices) < 2 or (default is not None and default not in choices):
-                raise ValueError(
-                    f"choices must hold at least two options, and default must be None or one of"
-                    f" them; got choices={choices!r}, default={default!r}."
-                )
-        elif default is not None and (isinstance(default, bool) or not isinstance(default, (int, float))):
-            raise ValueError(f"default must be None, a number, or one of `choices`; got {default!r}.")
+        if not isinstance(unit, str):
+            raise TypeError(
+                f"unit must be text printed after the numbers, e.g. ' ms' or ' MB', got {unit!r}."
+            )
+        choices = None if choices is None else _check_choices(choices, default)
+        if choices is None and default is not None and not _is_finite_number(default):
+            raise ValueError(f"default must be None, a finite number, or one of `choices`; got {default!r}.")
         self.question, self.default, self.unit = question, default, unit
         self.widget = _guess_widget(default, choices)
 
     @property
     def value(self) -> float | int | str | None:
         """The guess now: the box's number or the pressed button in a live notebook; None while there is none
-        (or while the box holds something that is not a number)."""
+        (or while the box holds something that is not a finite number)."""
         value = self.widget.value
         if not isinstance(self.widget, widgets.Text):
             return value
         try:
             number = float(value.replace(",", "").strip())
         except ValueError:
+            return None
+        if not math.isfinite(number):  # "nan" or "inf" typed in the box: no guess a ratio can use
             return None
         return int(number) if number.is_integer() and not isinstance(self.default, float) else number
 

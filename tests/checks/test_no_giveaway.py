@@ -785,7 +785,12 @@ CASES: dict[str, Sequence[Case] | Callable[[Fixture], Sequence[Case]]] = {
     "check_model_choice": [  # the largest dense one fast enough; one too big; one too slow; a base model
         Case(
             "openai/gpt-oss-20b",
-            ["google/gemma-3-4b-it", "Qwen/Qwen3-30B-A3B", "Qwen/Qwen2.5-14B-Instruct", "google/gemma-3-270m"],
+            [
+                "google/gemma-3-4b-it",
+                "Qwen/Qwen3-30B-A3B",
+                "Qwen/Qwen2.5-14B-Instruct",
+                "google/gemma-3-270m",
+            ],
         )
     ],
     "check_thread_speedup": [numeric(45.0 / 135.0, 0.03, ("wake-ups", {1: 135.0, 2: 45.0}))],

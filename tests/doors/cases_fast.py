@@ -8,11 +8,19 @@ from unittest import mock
 import pytest
 from door import Door, wrong
 
+import labkit
+from labkit.fast.cost import kv_bytes_read
 from labkit.fast.dot_exercise import CompileError, build_matvec, missing_tools
+from labkit.fast.optimize import optimize
 from labkit.fast.static import slots_for
 from labkit.fast.threads import using_threads
 
 COMPILER = subprocess.Popen  # the real one: this case's compiler may run where other cases' processes may not
+
+
+def optimize_twice(first: tuple[str, ...], then: tuple[str, ...]):
+    """optimize on a fresh tiny model (not the shared fixture: optimize changes a model in place), then again."""
+    return optimize(optimize(labkit.tiny_model(impl="labkit"), first), then)
 
 
 def compile_student_loop(inner_loop: str):
@@ -29,6 +37,19 @@ CASES = [
     Door("labkit.fast.static.slots_for", lambda kit: slots_for(-5, 8192), ValueError, ("needed", "-5")),
     Door(
         "labkit.fast.threads.using_threads", lambda kit: using_threads(0), ValueError, ("count", "1 or more")
+    ),
+    # a second set of steps on a model optimized already: both sets named, and the way out
+    Door(
+        "labkit.fast.optimize.optimize",
+        lambda kit: optimize_twice(("int8",), ("int4",)),
+        ValueError,
+        ("steps ('int4',)", "applied already ('int8',)", "at most one of int8, int4", "fresh model"),
+    ),
+    Door(
+        "labkit.fast.cost.kv_bytes_read",
+        lambda kit: kv_bytes_read(kit.tiny, rows=-2, context=10, tokens=1),
+        ValueError,
+        ("rows", "-2"),
     ),
     # the compiler's first error and its line of the student's loop, not the build log (a real compile, ~20 s)
     Door(

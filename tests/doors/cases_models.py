@@ -7,6 +7,7 @@ from dataclasses import replace
 from door import Door, wrong
 
 from labkit.models.catalog import load_catalog
+from labkit.models.fit import fits_here, what_can_i_run
 from labkit.models.footprint import format_bytes
 
 CASES = [
@@ -22,6 +23,19 @@ CASES = [
         lambda kit: format_bytes("1e9"),
         ValueError,
         ("n_bytes", "'1e9'"),
+    ),
+    # a machine with no memory (was: every model listed, none fitting), a budget below zero
+    Door(
+        "labkit.models.fit.what_can_i_run",
+        lambda kit: what_can_i_run(load_catalog(), memory_bytes=0),
+        ValueError,
+        ("memory_bytes must be a number of bytes > 0", "got 0"),
+    ),
+    Door(
+        "labkit.models.fit.fits_here",
+        lambda kit: fits_here(load_catalog()[0], memory_bytes=-8e9),
+        ValueError,
+        ("memory_bytes must be a number of bytes > 0", "got -8000000000.0"),
     ),
     wrong("labkit.models.catalog_model.CatalogModel", words=()),
     wrong("labkit.models.eval_data.eval_ids", words=("tokenizer",)),

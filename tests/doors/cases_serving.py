@@ -4,6 +4,7 @@ door yet and says where the call crashes today."""
 
 from door import Door, wrong
 
+from labkit.serving.engine import Engine
 from labkit.serving.http.load import sweep
 from labkit.serving.http.load_result import Target
 
@@ -14,6 +15,13 @@ CASES = [
     wrong("labkit.serving.cow_exercise.BlockTables", words=("block_size",)),
     wrong("labkit.serving.cow_exercise.BlockTables.with_prompt", words=("name",)),
     wrong("labkit.serving.engine.Engine", words=("model",)),
+    # an id add_request never returned (was: a bare KeyError of the id)
+    Door(
+        "labkit.serving.engine.Engine.metrics",
+        lambda kit: Engine(kit.tiny, kit.tokenizer).metrics(7),
+        KeyError,
+        ("No request with id 7", "held now: none", "add_request"),
+    ),
     wrong("labkit.serving.http.client.engine_summaries", words=("metrics_text",)),
     wrong("labkit.serving.http.client.mean_between", words=("before",)),
     wrong("labkit.serving.http.client.metric_value", words=("metrics_text",)),

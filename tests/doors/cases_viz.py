@@ -7,6 +7,7 @@ from door import Door, wrong
 
 from labkit.viz.batch import plot_batch_sweep
 from labkit.viz.inside import plot_head_attention
+from labkit.viz.predict import Prediction
 from labkit.viz.quant import round_trips
 
 CASES = [
@@ -29,6 +30,26 @@ CASES = [
         lambda kit: plot_batch_sweep(["1", "8"], [0.01, 0.02]),
         TypeError,
         ("batches[0] is str",),
+    ),
+    # a guess that is no number, a choice's options as one string (its letters would be the buttons), a
+    # number where the unit's text goes
+    Door(
+        "labkit.viz.predict.Prediction",
+        lambda kit: Prediction("How many tokens?", float("nan")),
+        ValueError,
+        ("default must be None, a finite number", "got nan"),
+    ),
+    Door(
+        "labkit.viz.predict.Prediction",
+        lambda kit: Prediction("Fastest at batch 64?", choices="abc"),
+        ValueError,
+        ("choices must be a list of at least two options", "got str 'abc'"),
+    ),
+    Door(
+        "labkit.viz.predict.Prediction",
+        lambda kit: Prediction("Milliseconds a step?", unit=5),
+        TypeError,
+        ("unit must be text", "' ms'", "got 5"),
     ),
     wrong("labkit.viz.batch.plot_batch_sweep", words=("batches",)),
     wrong("labkit.viz.batch.plot_weights_by_batch", words=("costs",)),

@@ -22,8 +22,9 @@ from public_names import resolve
 
 
 class Kit:
-    """What a bad call may need, made on first use: `kit.tiny` (labkit's 2-layer random Llama) and
-    `kit.tokenizer` (SmolLM2's, no weights read), from the suite's fixtures."""
+    """What a bad call may need, made on first use: `kit.tiny` (labkit's 2-layer random Llama),
+    `kit.tokenizer` (SmolLM2's, no weights read) and `kit.tmp_path` (an empty folder of the test's own),
+    from the suite's fixtures."""
 
     def __init__(self, request: pytest.FixtureRequest):
         self.request = request
@@ -35,6 +36,10 @@ class Kit:
     @property
     def tokenizer(self):
         return self.request.getfixturevalue("tokenizer")
+
+    @property
+    def tmp_path(self):
+        return self.request.getfixturevalue("tmp_path")
 
 
 class Wrong:

@@ -1,6 +1,9 @@
 """labkit's public names, found where a user meets them: the flat API (`labkit.__all__`), every folder's
-`__all__` (`labkit.engines`, `labkit.fast`, `labkit.models`, `labkit.serving.http`, ...), and every labkit
-function, class or constant a notebook imports or calls. A notebook's code cells are read with `ast`,
+`__all__` (`labkit.engines`, `labkit.fast`, `labkit.models`, `labkit.serving.http`, ...), every labkit
+function, class or constant a notebook imports or calls, and the doors of the modules in MODULE_DOORS: the
+course tools (`labkit.course`, run by `make student`, `make site` and the slide checks, which no notebook
+imports) and the prediction box (`labkit.viz.predict`). Each of those modules says which of its names are
+doors in its own `__all__`; one without an `__all__` offers every public function and class it defines. A notebook's code cells are read with `ast`,
 nothing run: `from labkit.x import y`, `labkit.x.y(...)`, and `alias.y(...)` where `alias` is a labkit
 module the cell imported (`from labkit.viz import batch as batch_plots; batch_plots.plot_x(...)`).
 
@@ -26,6 +29,7 @@ import labkit
 
 ROOT = Path(__file__).resolve().parents[2]
 LEFT_OUT = ("labkit.checks",)  # the exercise checkers: tests/checks feeds them students' answers
+MODULE_DOORS = ("labkit.course", "labkit.viz.predict")  # a package here: each of its modules
 
 
 def is_labkit_code(obj: object) -> bool:
@@ -68,6 +72,25 @@ def folder_exports() -> dict[str, str]:
         for name in getattr(importlib.import_module(package), "__all__", ()):
             found.setdefault(f"{package}.{name}", f"{package}.__all__")
     return found
+
+
+def module_doors(name: str) -> dict[str, str]:
+    """The doors of module `name` (for a package, of each module in it): its `__all__`, or where it has none,
+    every public function and class it defines; dotted name -> source."""
+    module = importlib.import_module(name)
+    found: dict[str, str] = {}
+    if hasattr(module, "__path__"):
+        for info in pkgutil.iter_modules(module.__path__, f"{name}."):
+            found.update(module_doors(info.name))
+        return found
+    exported = getattr(module, "__all__", None)
+    if exported is None:
+        exported = [
+            key
+            for key, value in vars(module).items()
+            if not key.startswith("_") and is_labkit_code(value) and value.__module__ == name
+        ]
+    return {f"{name}.{key}": f"{name}.__all__" for key in exported}
 
 
 def code_cells(notebook: Path) -> list[ast.Module]:
@@ -120,6 +143,9 @@ def public_names(root: Path = ROOT) -> dict[str, str]:
     A module (`labkit.viz.batch`, imported whole) is no door itself: its functions the notebook calls are.
     A method called on a class (`labkit.Llama.from_hf`) is its own door."""
     mentions = folder_exports()
+    for name in MODULE_DOORS:
+        for dotted, source in module_doors(name).items():
+            mentions.setdefault(dotted, source)
     for notebook in sorted((root / "notebooks").glob("*.ipynb")):
         for name in sorted(notebook_names(notebook)):
             mentions.setdefault(name, f"notebooks/{notebook.name}")
