@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 SHARE = 0.5  # a floor at or above this share of the kernels' time names their regime (memory or compute)
+NOT_A_FLOOR = 1.25  # a "floor" the kernels beat by more than this is no floor: its probe does not bound them
 LABELS = ("overhead-bound", "wake-bound", "memory-bound", "compute-bound", "kernel-bound")
 TERM_LABELS = {"overhead": "overhead-bound", "thread wake-ups": "wake-bound", "KV cache": "memory-bound"}
 TIMING_WORDS = "the timing spread (the bandwidth and {dtype} peak probes)"  # stands in for the step's own
@@ -134,10 +135,11 @@ class Regime:
 
 
 def floors_label(shares: Mapping[str, float]) -> str:
-    """What the matmul kernels' floors name: memory-, compute- or kernel-bound."""
-    if shares["memory"] >= SHARE:
+    """What the matmul kernels' floors name: memory-, compute- or kernel-bound. A share above NOT_A_FLOOR is
+    no floor (the probe does not bound these kernels: see disturbed_probe_notes) and names nothing."""
+    if SHARE <= shares["memory"] <= NOT_A_FLOOR:
         return "memory-bound"
-    return "compute-bound" if shares["compute"] >= SHARE else "kernel-bound"
+    return "compute-bound" if SHARE <= shares["compute"] <= NOT_A_FLOOR else "kernel-bound"
 
 
 def floor_lines(shares: Mapping[str, float], spreads: Mapping[str, float], dtype: str) -> list[Line]:
@@ -231,7 +233,9 @@ def disturbed_probe_notes(shares: Mapping[str, float], dtype: str) -> list[str]:
     if shares["compute"] > 1:
         notes.append(
             f"note: this step's kernels ran above the measured {dtype} peak ({shares['compute']:.2f}x): the "
-            "peak probe was likely disturbed (another process on the cores); re-run measure_machine()"
+            "peak probe was disturbed (another process on the cores: re-run measure_machine()), or these "
+            f"kernels take a faster path than the probe's [1024, 1024] product (a {dtype} product on a CPU "
+            "without instructions for it can be slow as a matrix product and fast as a vector one)"
         )
     if shares["memory"] > 1:
         notes.append(
