@@ -16,9 +16,9 @@ import time
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from labkit.checks.common import not_attempted, verdict
+from labkit.checks.common import matching_hint, not_attempted, verdict
 from labkit.checks.own_answer import refuse_own_answer
-from labkit.checks.work import choice_verdict, progressive, reset
+from labkit.checks.work import choice_verdict, progressive, refuse_changed_problem, reset
 from labkit.core.forward import decode_step, prefill
 from labkit.core.text import chat_prompt
 
@@ -100,10 +100,23 @@ def check_model_megabytes(answer: float | None, model: torch.nn.Module) -> bool:
     )
 
 
+# The problems notebook 01's exercises set: a call that passes another counts for nothing.
+TOKEN_COUNT_TEXT = "The weather in Zürich is lovely today ☀️"
+CHAT_CONVERSATION = [
+    {"role": "user", "content": "Name a prime number."},
+    {"role": "assistant", "content": "7"},
+    {"role": "user", "content": "And an even one?"},
+]
+CONTEXT_RATIO_TEXT = "東京は日本の首都です。春には桜が咲き、多くの人が公園で花見を楽しみます。"
+CONTEXT_LENGTHS = (32768, 8192)  # Gemma 3's and SmolLM2's, in tokens
+
+
 def check_token_count(answer: int | None, tokenizer: PreTrainedTokenizerBase, text: str) -> bool:
-    """Exercise: how many tokens is `text` for this tokenizer (without special tokens)?"""
+    """Exercise (01): how many tokens is `text` (TOKEN_COUNT_TEXT) for this tokenizer, without special tokens?"""
     if answer is None:
         return not_attempted("a token count (hint: tokenizer(text, add_special_tokens=False))")
+    if (changed := refuse_changed_problem(text=(text, TOKEN_COUNT_TEXT))) is not None:
+        return changed
     expected = len(tokenizer(text, add_special_tokens=False)["input_ids"])
     if answer == expected:
         return verdict(True, f"{expected} tokens.")
@@ -125,7 +138,10 @@ def check_token_count(answer: int | None, tokenizer: PreTrainedTokenizerBase, te
 def check_chat_string(
     answer: str | None, tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str]]
 ) -> bool:
-    """Exercise: write by hand the exact prompt string the chat template renders for `messages`."""
+    """Exercise (01): write by hand the exact prompt string the chat template renders for `messages`
+    (CHAT_CONVERSATION)."""
+    if (changed := refuse_changed_problem(messages=(messages, CHAT_CONVERSATION))) is not None:
+        return changed
     if (
         refused := refuse_own_answer(answer, "check_chat_string", ["apply_chat_template", "chat_prompt"])
     ) is not None:
@@ -251,6 +267,34 @@ def check_weight_traffic(
     )
 
 
+def _context_ratio_slips(
+    expected: float, big_tokens: int, small_tokens: int, contexts: tuple[int, int]
+) -> list[tuple[float, str]]:
+    """(what a recognised slip gives, its hint) for the context ratio; a factor that is 1 makes no slip."""
+    slips = [
+        (
+            1 / expected,
+            "that is the ratio the other way round: divide the first model's capacity by the second's.",
+        )
+    ]
+    if contexts[0] != contexts[1]:
+        slips.append(
+            (
+                small_tokens / big_tokens,
+                "that counts the tokenizers only: the two contexts hold different numbers of tokens too.",
+            )
+        )
+    if big_tokens != small_tokens:
+        slips.append(
+            (
+                contexts[0] / contexts[1],
+                "that counts the context lengths only: the same text also costs the two tokenizers "
+                "different numbers of tokens.",
+            )
+        )
+    return slips
+
+
 def check_context_ratio(
     answer: float | None,
     text: str,
@@ -264,15 +308,15 @@ def check_context_ratio(
     if answer is None:
         return not_attempted("how many times more of the text fits in the first model's context")
     (big_tokenizer, big_context), (small_tokenizer, small_context) = first, second
+    contexts = (big_context, small_context)
+    changed = refuse_changed_problem(text=(text, CONTEXT_RATIO_TEXT), contexts=(contexts, CONTEXT_LENGTHS))
+    if changed is not None:
+        return changed
     big_tokens, small_tokens = (
         len(tok(text, add_special_tokens=False)["input_ids"]) for tok in (big_tokenizer, small_tokenizer)
     )
     expected = (big_context / big_tokens) / (small_context / small_tokens)
-
-    def close(value: float) -> bool:
-        return abs(answer - value) <= 0.02 * abs(value)
-
-    if close(expected):
+    if abs(answer - expected) <= 0.02 * expected:
         truth = "tokenizer" if small_tokens / big_tokens > big_context / small_context else "context"
         return choice_verdict(
             matters_more,
@@ -284,20 +328,11 @@ def check_context_ratio(
             right_so_far="your ratio is right",
             passed=f"{expected:.1f} times as much of this text.",
         )
-    if close(1 / expected):
-        return verdict(
-            False, "that is the ratio the other way round: divide the first model's capacity by the second's."
-        )
-    if close(small_tokens / big_tokens) and big_context != small_context:
-        return verdict(
-            False, "that counts the tokenizers only: the two contexts hold different numbers of tokens too."
-        )
-    if close(big_context / small_context) and big_tokens != small_tokens:
-        return verdict(
-            False,
-            "that counts the context lengths only: the same text also costs the two tokenizers "
-            "different numbers of tokens.",
-        )
+    slip = matching_hint(
+        answer, _context_ratio_slips(expected, big_tokens, small_tokens, contexts), rel_tol=0.02
+    )
+    if slip:
+        return verdict(False, slip)
     return verdict(
         False,
         "not yet. "

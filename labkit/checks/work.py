@@ -178,3 +178,21 @@ def refuse_unmeasured(what: str, **values: object) -> bool | None:
         "what it measured: each number to the last digit, each result as the object it returned; a typed, "
         f"copied or rounded number, or a result built by hand, is not there): {what}, and pass what it returns.",
     )
+
+
+def refuse_changed_problem(**parts: tuple[object, object]) -> bool | None:
+    """False, with a hint, when a part of the problem the call passes differs from the exercise's own
+    (name=(given, the exercise's)): the right answer to a changed problem counts for nothing; None otherwise.
+
+        >>> refuse_changed_problem(text=("", "The weather in Zürich is lovely today"))
+        ❌ Not yet: text is not the exercise's own: ...
+        False
+    """
+    changed = [name for name, (given, own) in parts.items() if given != own]
+    if not changed:
+        return None
+    return verdict(
+        False,
+        f"{', '.join(changed)} {'is' if len(changed) == 1 else 'are'} not the exercise's own: the right answer "
+        "to a changed problem counts for nothing. Run the exercise's cell as it was given, and answer that.",
+    )

@@ -25,7 +25,7 @@ def test_model_megabytes(tiny_hf, capsys):
 
 
 def test_token_count(tokenizer, capsys):
-    text = "Tokenizers split text into pieces."
+    text = foundation.TOKEN_COUNT_TEXT
     n = len(tokenizer(text, add_special_tokens=False)["input_ids"])
     assert checks.check_token_count(n, tokenizer, text)
     assert not checks.check_token_count(n + 3, tokenizer, text)
@@ -35,14 +35,26 @@ def test_token_count(tokenizer, capsys):
 
 
 def test_chat_string(tokenizer, capsys):
-    messages = [{"role": "user", "content": "Hi"}]
+    messages = foundation.CHAT_CONVERSATION
     right = (
-        "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face"
-        "<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+        "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
     )
+    right += "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
+    right += "<|im_start|>assistant\n"
     assert checks.check_chat_string(right, tokenizer, messages)
     assert not checks.check_chat_string("<|im_start|>user\nHi<|im_end|>\n", tokenizer, messages)
     assert "differ from character 12" in capsys.readouterr().out
+
+
+def test_the_exercises_of_01_refuse_a_changed_problem(tokenizer, capsys):
+    """The right answer to another text, conversation or context length counts for nothing."""
+    short = [{"role": "user", "content": "Hi"}]
+    short_right = tokenizer.apply_chat_template(short, tokenize=False, add_generation_prompt=True)
+    assert not checks.check_chat_string(short_right, tokenizer, short)
+    assert not checks.check_token_count(0, tokenizer, "")
+    text = foundation.CONTEXT_RATIO_TEXT
+    assert not checks.check_context_ratio(1.0, text, (tokenizer, 8192), (tokenizer, 8192), "tokenizer")
+    assert capsys.readouterr().out.count("not the exercise's own") == 3
 
 
 @pytest.fixture
@@ -93,7 +105,7 @@ def test_first_miss_names_the_idea_a_later_one_the_recipe(tiny_hf, capsys):
 
 
 def test_context_ratio(tokenizer, capsys):
-    text = "Tokenizers split text into pieces."
+    text = foundation.CONTEXT_RATIO_TEXT
     assert not checks.check_context_ratio(4.0, text, (tokenizer, 32768), (tokenizer, 8192))
     assert "matters_more" in capsys.readouterr().out  # the ratio is right; the reading is still to give
     assert not checks.check_context_ratio(4.0, text, (tokenizer, 32768), (tokenizer, 8192), "tokenizer")

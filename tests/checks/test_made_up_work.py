@@ -8,7 +8,8 @@ shapes, by what the student hands in, and each shape meets the made-up work it i
 - RUNS, a reading of the student's own measurement or run: a made-up measurement is refused (MADE_UP
   below: the same numbers or objects pass once labkit's run log holds them, as the notebook's run does);
 - READS, a number read off what the notebook loaded (a model, a tokenizer, a text): the checker computes
-  the answer from those very objects, so only the object can be changed, not the number.
+  the answer from those very objects, and the text, conversation or context lengths an exercise sets are
+  its own (a changed one is refused: test_foundation).
 
 A plausible wrong answer is refused for every checker, with a hint (test_no_giveaway.CASES covers them
 all; checked here too). Nothing here times anything: every measurement is a fixed number or object.

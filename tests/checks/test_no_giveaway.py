@@ -230,7 +230,7 @@ def cached_greedy(model, prompt_ids, n_tokens, rank=0):  # prefill once, then on
 
 
 def chat_cases(fixture: Fixture) -> list[Case]:
-    chat = [{"role": "user", "content": "Name a prime number."}, {"role": "assistant", "content": "7"}]
+    chat = foundation_checks.CHAT_CONVERSATION
     tokenizer = fixture("tokenizer")
     right = tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
     no_system = right[:12] + right[right.index("<|im_start|>user") + 12 :]
@@ -576,7 +576,10 @@ CASES: dict[str, Sequence[Case] | Callable[[Fixture], Sequence[Case]]] = {
         numeric(checks.count_parameters(f("tiny_hf")) * 4 / 1e6, 0.01, (f("tiny_hf"),))
     ],
     "check_token_count": lambda f: [
-        numeric(len(f("tokenizer")(TEXT, add_special_tokens=False)["input_ids"]), args=(f("tokenizer"), TEXT))
+        numeric(
+            len(f("tokenizer")(foundation_checks.TOKEN_COUNT_TEXT, add_special_tokens=False)["input_ids"]),
+            args=(f("tokenizer"), foundation_checks.TOKEN_COUNT_TEXT),
+        )
     ],
     "check_chat_string": chat_cases,
     "check_next_token_probs": lambda f: [
@@ -604,7 +607,16 @@ CASES: dict[str, Sequence[Case] | Callable[[Fixture], Sequence[Case]]] = {
         ][2:]
     ),
     "check_context_ratio": lambda f: [
-        numeric(4.0, 0.02, (TEXT, (f("tokenizer"), 32768), (f("tokenizer"), 8192), "context"))
+        numeric(
+            4.0,
+            0.02,
+            (
+                foundation_checks.CONTEXT_RATIO_TEXT,
+                (f("tokenizer"), 32768),
+                (f("tokenizer"), 8192),
+                "context",
+            ),
+        )
     ],
     "check_cache_speedup": lambda f: (
         [  # the checker's own re-timing agrees with the student's 6.4 s and 1.6 s
