@@ -188,7 +188,7 @@ class TimedSteps(Iterator[Step]):
         return RequestMetrics(
             output_tokens=n,
             ttft_s=ttft,
-            tpot_s=(e2e - ttft) / (n - 1) if n > 1 else math.nan,
+            tpot_s=time_per_output_token(ttft, e2e, n),
             e2e_s=e2e,
             token_times_s=tuple(self.times),
             peak_memory_bytes=self._peak,
@@ -269,6 +269,16 @@ def summarize(requests: Sequence[RequestMetrics], wall_s: float | None = None) -
     }
 
 
+def time_per_output_token(ttft_s: float, e2e_s: float, output_tokens: int) -> float:
+    """(E2E - TTFT) / (n - 1): the mean gap between tokens after the first (nan for n < 2). The one TPOT
+    formula: RequestMetrics, the HTTP client (`client_tpot`) and the serving engine's requests all use it.
+
+    >>> time_per_output_token(0.2, 1.6, 15)
+    0.1
+    """
+    return (e2e_s - ttft_s) / (output_tokens - 1) if output_tokens > 1 else math.nan
+
+
 def percentile(values: Sequence[float], q: float) -> float:
     """The q-th percentile (0-100) of values, linearly interpolated."""
     if not values:
@@ -324,5 +334,6 @@ __all__ = [
     "metrics_table",
     "percentile",
     "summarize",
+    "time_per_output_token",
     "timed",
 ]

@@ -22,13 +22,13 @@ better p50 TTFT; continuous vs static at equal seats is shown on its own line.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
 from labkit.bench import comparison, machine_name
+from labkit.benchmarks.progress import progress
 from labkit.core.forward import context_length
 from labkit.models.loading import load_model
 from labkit.serving.workload import (
@@ -58,10 +58,6 @@ class Runner:
     budget: str  # tokens per step
     prefix_cache: bool  # reuses the KV blocks of a prompt prefix already computed (the Engine's, always on)
     run: Callable[[list[WorkItem]], RunResult]
-
-
-def _progress(message: str) -> None:
-    print(f"[batching] {message}", file=sys.stderr, flush=True)
 
 
 def make_runners(model, tokenizer, n: int, seats: int) -> dict[str, Runner]:
@@ -132,7 +128,10 @@ def measure(
     for repeat in range(repeats):
         for key, runner in runners.items():
             runs[key].append(runner.run(workload))
-            _progress(f"{scenario} {repeat + 1}/{repeats} {key}: {runs[key][-1].tokens_per_s:.1f} tokens/s")
+            progress(
+                "batching",
+                f"{scenario} {repeat + 1}/{repeats} {key}: {runs[key][-1].tokens_per_s:.1f} tokens/s",
+            )
     return runs
 
 

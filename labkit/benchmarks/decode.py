@@ -16,17 +16,11 @@ from labkit.timing import median_tokens_per_second
 BENCH_PROMPT = "The history of the Roman Empire begins with"  # plain text: rarely ends early
 
 
-def run(repeats: int = 3, quick: bool = False) -> list[dict]:
-    new_tokens = 8 if quick else 128
-    hf_model, tokenizer = load_model("smollm2-135m")
-    labkit_model = Llama.from_hf(hf_model)
-    prompt_ids = tokenizer(BENCH_PROMPT)["input_ids"]
+def hf_run(hf_model: torch.nn.Module, prompt_ids: list[int], new_tokens: int) -> Callable[[], int]:
+    """A run of transformers `generate`, greedy: returns the number of tokens produced."""
     input_ids = torch.tensor([prompt_ids])
 
-    def labkit_loop(model) -> Callable[[], int]:
-        return lambda: len(generate_ids(model, tokenizer, prompt_ids, max_new_tokens=new_tokens))
-
-    def hf_generate() -> int:
+    def run() -> int:
         with torch.no_grad():
             out = hf_model.generate(
                 input_ids,
@@ -36,10 +30,22 @@ def run(repeats: int = 3, quick: bool = False) -> list[dict]:
             )
         return out.shape[1] - input_ids.shape[1]
 
+    return run
+
+
+def run(repeats: int = 3, quick: bool = False) -> list[dict]:
+    new_tokens = 8 if quick else 128
+    hf_model, tokenizer = load_model("smollm2-135m")
+    labkit_model = Llama.from_hf(hf_model)
+    prompt_ids = tokenizer(BENCH_PROMPT)["input_ids"]
+
+    def labkit_loop(model) -> Callable[[], int]:
+        return lambda: len(generate_ids(model, tokenizer, prompt_ids, max_new_tokens=new_tokens))
+
     rates = {
         "labkit loop + labkit Llama": median_tokens_per_second(labkit_loop(labkit_model), repeats),
         "labkit loop + transformers model": median_tokens_per_second(labkit_loop(hf_model), repeats),
-        "transformers generate": median_tokens_per_second(hf_generate, repeats),
+        "transformers generate": median_tokens_per_second(hf_run(hf_model, prompt_ids, new_tokens), repeats),
     }
     peer = rates["transformers generate"]
     print(f"decode: SmolLM2-135M fp32, batch 1, greedy, {new_tokens} new tokens, median of {repeats}")

@@ -20,7 +20,6 @@ measure_started (a server started under a policy, then stopped), fastest_rows an
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable, Sequence
 
@@ -28,6 +27,7 @@ import torch
 
 from labkit.bench import comparison, machine_name
 from labkit.benchmarks.engines_child import DECODE_PROMPT, IN_PROCESS_ENGINES
+from labkit.benchmarks.progress import progress
 from labkit.benchmarks.serve_servers import FASTEST_LABKIT, LABKIT_FLOAT32, VLLM, VLLM_ALL_CORES, contenders
 from labkit.core.arguments import check_int
 from labkit.core.doors import check_items
@@ -48,10 +48,6 @@ MODEL = "smollm2-135m"
 CHILD = "labkit.benchmarks.engines_child"  # the module each in-process engine's own process runs
 
 
-def _progress(message: str) -> None:
-    print(f"[engines] {message}", file=sys.stderr, flush=True)
-
-
 def median_rate(measure_once: Callable[[int], float], repeats: int) -> float:
     """The median of measure_once(1), ... measure_once(repeats), after measure_once(0) as an untimed warm-up."""
     measure_once(0)
@@ -68,7 +64,7 @@ def in_process_rates(repeats: int, tokens: int) -> dict[str, float]:
     rates = {}
     for runner in runners:
         rates[runner.name] = median_rate(lambda i: answer_rate(runner, tokens, number=i), repeats)
-        _progress(f"{runner.name}: {rates[runner.name]:.1f} tokens/s at batch 1")
+        progress("engines", f"{runner.name}: {rates[runner.name]:.1f} tokens/s at batch 1")
     return rates
 
 
@@ -84,7 +80,7 @@ def server_rates(
     for server in (server for server in servers if server.available):
         began = time.perf_counter()
         with server.start() as handle:
-            _progress(f"{server.name} ready after {time.perf_counter() - began:.0f} s")
+            progress("engines", f"{server.name} ready after {time.perf_counter() - began:.0f} s")
             runner = ServerRunner(server.name, handle.url, MODEL, tokenizer)
             if server.name == VLLM:
                 batch1["vLLM"] = median_rate(lambda i: answer_rate(runner, tokens, number=i), repeats)
@@ -94,8 +90,9 @@ def server_rates(
                 ),
                 repeats,
             )
-            _progress(
-                f"{server.name}: {concurrent[server.name]:.1f} tokens/s with {CONCURRENT_REQUESTS} requests at once"
+            progress(
+                "engines",
+                f"{server.name}: {concurrent[server.name]:.1f} tokens/s with {CONCURRENT_REQUESTS} requests at once",
             )
     print(
         "\nservers, one at a time:\n" + "\n".join(f"  {server.name}: {server.settings}" for server in servers)

@@ -41,6 +41,7 @@ import torch
 from tqdm.auto import tqdm
 
 from labkit.bench import machine_name
+from labkit.benchmarks.decode import hf_run
 from labkit.benchmarks.fast_best import best_rows, llama_cpp_best, row_best, row_from_child, settings_report  # noqa: F401
 from labkit.benchmarks.fast_report import compile_report, payback_tokens, records, table  # noqa: F401
 from labkit.benchmarks.fast_rows import (  # noqa: F401
@@ -93,23 +94,6 @@ def static_run(decoder: StaticDecoder, prompt_ids: list[int], new_tokens: int, h
     if how == "lookup":
         return lambda: len(decoder.generate_with_lookup(prompt_ids, new_tokens, gamma=GAMMA)[0])
     return lambda: len(decoder.generate(prompt_ids, new_tokens))
-
-
-def hf_run(hf_model: torch.nn.Module, prompt_ids: list[int], new_tokens: int) -> Callable[[], int]:
-    """A run of transformers `generate`, greedy: returns the number of tokens produced."""
-    input_ids = torch.tensor([prompt_ids])
-
-    def run() -> int:
-        with torch.no_grad():
-            out = hf_model.generate(
-                input_ids,
-                attention_mask=torch.ones_like(input_ids),
-                max_new_tokens=new_tokens,
-                do_sample=False,
-            )
-        return out.shape[1] - input_ids.shape[1]
-
-    return run
 
 
 def decode_probe(model: Llama, prompt_ids: list[int], steps: int) -> Callable[[], None]:

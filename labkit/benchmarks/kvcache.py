@@ -11,7 +11,6 @@ time per token at position 1024 at most 1.25x that at position 64.
 from __future__ import annotations
 
 import statistics
-import sys
 import time
 from dataclasses import dataclass
 
@@ -19,6 +18,7 @@ import numpy as np
 import torch
 
 from labkit.bench import comparison, machine_name
+from labkit.benchmarks.progress import progress
 from labkit.core.arguments import check_int
 from labkit.core.doors import check_items, check_model, check_record, check_tensor
 from labkit.core.forward import NoCache, decode_step, prefill
@@ -32,10 +32,6 @@ FILLER = (
     "The river rose slowly through the spring, and the people of the valley watched the water climb "
     "the old stone walls, counting the days until the harvest. "
 )
-
-
-def _progress(message: str) -> None:
-    print(f"[kvcache] {message}", file=sys.stderr, flush=True)
 
 
 def timed_generation(
@@ -128,10 +124,10 @@ def cache_vs_recompute(
 ) -> tuple[float, float, bool]:
     """Seconds for N new tokens with the cache (median of `repeats`) and without it (once: minutes at N = 512),
     and whether both gave the same tokens."""
-    _progress(f"{new_tokens} new tokens with the cache, {repeats} runs")
+    progress("kvcache", f"{new_tokens} new tokens with the cache, {repeats} runs")
     cached_runs = [timed_generation(model, prompt, new_tokens) for _ in range(repeats)]
     cached_s = statistics.median(times[-1] for _, times in cached_runs)
-    _progress(f"{new_tokens} new tokens without the cache, 1 run (the slow one)")
+    progress("kvcache", f"{new_tokens} new tokens without the cache, 1 run (the slow one)")
     recomputed_tokens, recomputed_times = timed_generation(model, prompt, new_tokens, NoCache())
     return cached_s, recomputed_times[-1], recomputed_tokens == cached_runs[0][0]
 
@@ -140,7 +136,7 @@ def time_per_token_by_position(
     model: Llama, tokenizer, near: int, far: int, steps: int, repeats: int
 ) -> tuple[float, float]:
     """Median seconds per decode step with the cache at position `near` and at `far` (alternated)."""
-    _progress(f"time per token at positions {near} and {far}")
+    progress("kvcache", f"time per token at positions {near} and {far}")
     per_step = {near: [], far: []}
     for _ in range(repeats):
         for position in (near, far):
@@ -152,7 +148,7 @@ def prefill_decode_paged(
     model: Llama, tokenizer, prompt_length: int, steps: int, repeats: int
 ) -> tuple[float, float, float]:
     """Tokens/s of a `prompt_length` prefill, of decode right after it, and of decode with a paged cache."""
-    _progress(f"prefill of {prompt_length} tokens vs decode, contiguous and paged")
+    progress("kvcache", f"prefill of {prompt_length} tokens vs decode, contiguous and paged")
     long_prompt = filler_ids(tokenizer, prompt_length)
     prefill_s, decode_s, paged_s = [], [], []
     block_size = 16

@@ -27,10 +27,10 @@ from __future__ import annotations
 
 import os
 import statistics
-import sys
 from pathlib import Path
 
 from labkit.bench import comparison, machine_name
+from labkit.benchmarks.progress import progress
 from labkit.benchmarks.sampling_servers import measure_servers, server_records, server_table
 from labkit.models.loading import load_model
 from labkit.serving.sharing import SharingRun, engine_for_samples, run_requests, without_prefix_cache
@@ -41,10 +41,6 @@ N = 8  # samples of the prompt
 SEED = 0
 AIM_VS_ONE, AIM_VS_SEPARATE = 3.0, 1.2
 ONE, SHARED, SEPARATE, CACHED = "one", "shared", "separate", "separate_cached"
-
-
-def _progress(message: str) -> None:
-    print(f"[sampling] {message}", file=sys.stderr, flush=True)
 
 
 def long_prompt(tokenizer, tokens: int = PROMPT_TOKENS) -> list[int]:
@@ -88,7 +84,7 @@ def measure(
     run_way(SHARED, model, tokenizer, prompt, n, options)  # warm-up: first-call costs land on no row
     runs: dict[str, list[SharingRun]] = {way: [] for way in ways}
     for round_index in range(repeats):
-        _progress(f"round {round_index + 1} of {repeats}")
+        progress("sampling", f"round {round_index + 1} of {repeats}")
         for way in ways:
             runs[way].append(run_way(way, model, tokenizer, prompt, n, options))
     return runs

@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import asyncio
 import statistics
-import sys
 import time
 from dataclasses import dataclass
 
 import httpx
 
 from labkit.bench import comparison
+from labkit.benchmarks.progress import progress
 from labkit.benchmarks.serve_servers import (
     FASTEST_LABKIT,
     LABKIT_FLOAT32,
@@ -42,10 +42,6 @@ from labkit.benchmarks.serve_servers import (
 
 SEED = 0
 ONE_REQUEST, PARALLEL = "one request, n", "n parallel requests"
-
-
-def _progress(message: str) -> None:
-    print(f"[sampling] {message}", file=sys.stderr, flush=True)
 
 
 @dataclass(frozen=True)
@@ -143,7 +139,7 @@ def measure_servers(
     servers = contenders(seats=n, quick=quick)
     rows: list[ServerSampling] = []
     for contender in (server for server in servers if server.available):
-        _progress(f"{contender.name}: starting")
+        progress("sampling", f"{contender.name}: starting")
         with contender.start() as server:
             rows += asyncio.run(measure_one(server.url, contender, prompt, n, max_tokens, repeats, tokenizer))
     return servers, rows

@@ -23,11 +23,11 @@ at every level; labkit float32 at 16 clients at least 4x one at a time.
 from __future__ import annotations
 
 import asyncio
-import sys
 
 import httpx
 
 from labkit.bench import comparison, machine_name
+from labkit.benchmarks.progress import progress
 from labkit.benchmarks.serve_servers import LLAMA_SERVER, VLLMS, Contender, contenders, record_tag
 from labkit.serving.http.load import LoadResult, Target, load_test, open_loop
 from labkit.table import Column, format_row, format_table
@@ -50,10 +50,6 @@ COLUMNS = [
     Column("errors", 8),
 ]
 UNITS = ["", "", "", "ms", "ms", "ms", "ms", "req/s"]  # the line under the titles, up to the last unit
-
-
-def _progress(message: str) -> None:
-    print(f"[serve] {message}", file=sys.stderr, flush=True)
 
 
 def level_name(result: LoadResult) -> str:
@@ -97,9 +93,10 @@ def measure(contender: Contender, clients, rates, n: int, max_tokens: int, repea
             runs.append(
                 asyncio.run(sweep_once(server.url, contender.model, clients, rates, n, max_tokens, repeat))
             )
-            _progress(
+            progress(
+                "serve",
                 f"{contender.name} {repeat + 1}/{repeats}: "
-                + ", ".join(f"{level_name(r)} {r.tokens_per_s:.1f} tok/s" for r in runs[-1])
+                + ", ".join(f"{level_name(r)} {r.tokens_per_s:.1f} tok/s" for r in runs[-1]),
             )
     return median_levels(runs)
 

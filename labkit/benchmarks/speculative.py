@@ -10,12 +10,12 @@ early-exit drafter's acceptance rate and speed-up are reported as measured.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 
 import torch
 
 from labkit.bench import comparison, machine_name
+from labkit.benchmarks.progress import progress
 from labkit.core.llama import Llama
 from labkit.core.text import chat_prompt
 from labkit.decoding.generate import generate_ids
@@ -34,10 +34,6 @@ TASKS = {
     "extractive": "Repeat the following text exactly, word for word:\n\n" + PASSAGE,
     "open-ended": "Write a short story about a robot who learns to paint.",
 }
-
-
-def _progress(message: str) -> None:
-    print(f"[speculative] {message}", file=sys.stderr, flush=True)
 
 
 def step_cost(draft: torch.nn.Module, target: Llama, context: int = 64, repeats: int = 5) -> float:
@@ -76,7 +72,7 @@ def run(repeats: int = 3, quick: bool = False) -> list[dict]:
     records, lines = [], []
     for task, request in TASKS.items():
         prompt = chat_prompt(tokenizer, request)
-        _progress(f"{task}: plain greedy, {new_tokens} new tokens")
+        progress("speculative", f"{task}: plain greedy, {new_tokens} new tokens")
         plain_ids = generate_ids(model, tokenizer, prompt, max_new_tokens=new_tokens)
         plain_s = median_seconds(
             lambda: generate_ids(model, tokenizer, prompt, max_new_tokens=new_tokens), repeats
@@ -84,7 +80,7 @@ def run(repeats: int = 3, quick: bool = False) -> list[dict]:
         plain_rate = len(plain_ids) / plain_s
         lines.append((task, "plain greedy", "-", "-", "1.00", plain_rate, 1.0, True))
         for label, drafter, gamma, adaptive in drafters_for(model, quick):
-            _progress(f"{task}: {label}, gamma={gamma}")
+            progress("speculative", f"{task}: {label}, gamma={gamma}")
 
             def spec():
                 return speculative_generate(

@@ -82,10 +82,14 @@ def quantize_q4_1(weight: torch.Tensor) -> Q41Weight:
     )
 
 
-def check_weight(weight: Q41Weight) -> None:
-    """Raise a TypeError unless weight is a Q41Weight."""
-    if not isinstance(weight, Q41Weight):
-        raise TypeError(f"weight must be a Q41Weight (from quantize_q4_1), got {type(weight).__name__}.")
+def check_weight(weight: object, of: type = Q41Weight, made_by: str = "quantize_q4_1") -> None:
+    """Raise a TypeError unless weight is an `of` (a Q41Weight; q8_linear passes Q80Weight, quantize_q8_0).
+
+    >>> check_weight(torch.zeros(2, 32))
+    TypeError: weight must be a Q41Weight (from quantize_q4_1), got Tensor.
+    """
+    if not isinstance(weight, of):
+        raise TypeError(f"weight must be a {of.__name__} (from {made_by}), got {type(weight).__name__}.")
 
 
 def dequantize_q4_1(weight: Q41Weight) -> torch.Tensor:

@@ -22,7 +22,14 @@ from dataclasses import dataclass
 
 import torch
 
-from labkit.fast.q4_linear import GROUP, KernelLinear, check_activations, kernel_path, quantize_q8_1
+from labkit.fast.q4_linear import (
+    GROUP,
+    KernelLinear,
+    check_activations,
+    check_weight,
+    kernel_path,
+    quantize_q8_1,
+)
 from labkit.quant.schemes import check_float_tensor
 
 LIMIT = 127  # codes lie in -127..127, so |w| and x * sign(w) fit the unsigned x signed multiply-add
@@ -64,15 +71,9 @@ def quantize_q8_0(weight: torch.Tensor) -> Q80Weight:
     return Q80Weight(codes=codes.reshape(rows, cols), scales=scales, shape=(rows, cols))
 
 
-def check_weight(weight: Q80Weight) -> None:
-    """Raise a TypeError unless weight is a Q80Weight."""
-    if not isinstance(weight, Q80Weight):
-        raise TypeError(f"weight must be a Q80Weight (from quantize_q8_0), got {type(weight).__name__}.")
-
-
 def dequantize_q8_0(weight: Q80Weight) -> torch.Tensor:
     """float32 [N, K]: d * q, the weight every path computes with."""
-    check_weight(weight)
+    check_weight(weight, Q80Weight, "quantize_q8_0")
     rows, cols = weight.shape
     codes = weight.codes.float().reshape(rows, cols // GROUP, GROUP)
     return (codes * weight.scales.float()[..., None]).reshape(rows, cols)
@@ -80,7 +81,7 @@ def dequantize_q8_0(weight: Q80Weight) -> torch.Tensor:
 
 def q8_0_linear_reference(x: torch.Tensor, weight: Q80Weight) -> torch.Tensor:
     """The kernel's arithmetic in plain torch: x [M, K] -> y [M, N] in x's dtype (float32 inside)."""
-    check_weight(weight)
+    check_weight(weight, Q80Weight, "quantize_q8_0")
     qx, dx, _ = quantize_q8_1(x)
     (rows, _), (out, cols) = x.shape, weight.shape
     if x.shape[1] != cols:
@@ -96,7 +97,7 @@ def q8_0_linear(x: torch.Tensor, weight: Q80Weight, path: str | None = None) -> 
     >>> q8_0_linear(torch.randn(1, 576), quantize_q8_0(torch.randn(192, 576))).shape
     torch.Size([1, 192])
     """
-    check_weight(weight)
+    check_weight(weight, Q80Weight, "quantize_q8_0")
     check_activations(x, weight)
     y = torch.ops.labkit.q8_0_linear(
         x.reshape(-1, weight.shape[1]), weight.codes, weight.scales, kernel_path(path)
@@ -115,7 +116,7 @@ class Q80Linear(KernelLinear):
     quantize = staticmethod(quantize_q8_0)
 
     def __init__(self, weight: Q80Weight, bias: torch.Tensor | None = None):
-        check_weight(weight)
+        check_weight(weight, Q80Weight, "quantize_q8_0")
         super().__init__(weight.shape, bias)
         self.register_buffer("codes", weight.codes)  # int8 [out, in]
         self.register_buffer("scales", weight.scales)  # float16 [out, in/32]

@@ -37,6 +37,7 @@ from labkit.core.text import StopMatcher, TextStream
 from labkit.decoding.config import DecodingConfig
 from labkit.decoding.generate import choose
 from labkit.decoding.request import text_and_finish
+from labkit.metrics import time_per_output_token
 
 
 class Status(Enum):
@@ -215,7 +216,8 @@ class EngineRequest:
             return math.nan if moment is None or start is None else moment - start
 
         n = len(self.output_ids)
-        tpot = since(self.finish_s, self.first_token_s) / (n - 1) if n > 1 else math.nan
+        first, finish = self.first_token_s, self.finish_s
+        tpot = math.nan if first is None or finish is None else time_per_output_token(first, finish, n)
         return EngineRequestMetrics(
             len(self.prompt_ids),
             n,

@@ -34,6 +34,7 @@ from labkit.core.doors import check_items, check_model, check_record
 from labkit.core.text import chat_prompt
 from labkit.decoding.config import DecodingConfig
 from labkit.decoding.generate import generate
+from labkit.metrics import time_per_output_token
 from labkit.serving.engine import Engine
 from labkit.serving.run_result import RunResult, results_table  # noqa: F401
 from labkit.serving.static_batch import StaticBatch, Waste
@@ -145,7 +146,7 @@ class Timeline:
         wall = max(self.last)
         arrivals = [item.arrival_s for item in self.workload]
         tpot = tuple(
-            (last - first) / (len(ids) - 1)
+            time_per_output_token(first, last, len(ids))
             for first, last, ids in zip(self.first, self.last, self.tokens)
             if len(ids) > 1
         )

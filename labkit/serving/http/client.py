@@ -30,6 +30,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from labkit.core.arguments import check_int, check_text
 from labkit.core.doors import check_items, check_number, check_record, check_table
+from labkit.metrics import time_per_output_token as client_tpot  # the client's TPOT, under its older name
 from labkit.run_log import record_result
 
 DONE = "[DONE]"
@@ -53,15 +54,6 @@ class StreamTiming:
     def tpot_s(self) -> float:
         """Mean time per output token after the first (nan for fewer than 2 tokens)."""
         return client_tpot(self.ttft_s, self.e2e_s, self.output_tokens)
-
-
-def client_tpot(ttft_s: float, e2e_s: float, output_tokens: int) -> float:
-    """(E2E - TTFT) / (n - 1): the mean gap between tokens after the first (nan for n < 2).
-
-    >>> client_tpot(0.2, 1.6, 15)
-    0.1
-    """
-    return (e2e_s - ttft_s) / (output_tokens - 1) if output_tokens > 1 else math.nan
 
 
 def sse_payload(line: str) -> str | None:
