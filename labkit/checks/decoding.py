@@ -114,10 +114,10 @@ def check_blocking_cost(
     """Exercise (03): how many times more probable is the looping beam than the one with repeats blocked?
     looping / blocked: the best hypotheses of the 4-beam, 30-token search of `prompt` without and with
     no_repeat_ngram_size=3; the checker runs both searches again and accepts only their bests."""
-    if looping is None or blocked is None:
-        return not_attempted(
-            "`looping` and `blocked`, the best hypotheses of the searches without and with no_repeat_ngram_size=3"
-        )
+    if blocked is None:
+        return not_attempted("`blocked` with the best hypothesis of the search with no_repeat_ngram_size=3")
+    if looping is None:
+        return not_attempted("`looping` with the best hypothesis of the search without no_repeat_ngram_size")
     if answer is None:
         return not_attempted("how many times more probable the looping text is")
     for name, hypothesis, blocking in (
