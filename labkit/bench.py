@@ -15,11 +15,9 @@ import argparse
 import importlib
 import importlib.util
 import json
-import os
-import platform
 import sys
 
-import torch
+from labkit.this_machine import machine_name
 
 TOPICS = [
     "decode",
@@ -38,17 +36,6 @@ TOPICS = [
 def available_topics() -> list[str]:
     """The topics whose module exists (later labs add theirs)."""
     return [t for t in TOPICS if importlib.util.find_spec(f"labkit.benchmarks.{t}") is not None]
-
-
-def machine_name() -> str:
-    """CPU model, logical cores and torch threads (and the GPU, if any)."""
-    cpu = platform.processor() or platform.machine()
-    if os.path.exists("/proc/cpuinfo"):
-        with open("/proc/cpuinfo") as info:
-            names = [line.split(":", 1)[1].strip() for line in info if line.startswith("model name")]
-        cpu = names[0] if names else cpu
-    gpu = f", {torch.cuda.get_device_name()}" if torch.cuda.is_available() else ""
-    return f"{cpu}, {os.cpu_count()} cores, torch {torch.get_num_threads()} threads{gpu}"
 
 
 def _significant(value: float, digits: int = 6) -> float:

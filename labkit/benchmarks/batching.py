@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
-from labkit.bench import comparison, machine_name
+from labkit.bench import comparison
 from labkit.benchmarks.progress import progress
 from labkit.core.forward import context_length
 from labkit.models.loading import load_model
@@ -40,6 +40,7 @@ from labkit.serving.workload import (
     run_one_at_a_time,
     run_static_batches,
 )
+from labkit.this_machine import machine_name
 
 SCENARIOS = {"together": False, "staggered": True}  # name -> staggered arrivals
 ONE, STATIC, SAME, FULL, CHUNKED = "one", "static", "continuous_same_seats", "continuous", "chunked"

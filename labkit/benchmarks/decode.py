@@ -6,11 +6,12 @@ from collections.abc import Callable
 
 import torch
 
-from labkit.bench import comparison, machine_name
+from labkit.bench import comparison
 from labkit.core.llama import Llama
 from labkit.decoding.generate import generate_ids
 from labkit.models.loading import load_model
 from labkit.table import Column, format_table
+from labkit.this_machine import machine_name
 from labkit.timing import median_tokens_per_second
 
 BENCH_PROMPT = "The history of the Roman Empire begins with"  # plain text: rarely ends early

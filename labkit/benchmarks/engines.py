@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from labkit.bench import comparison, machine_name
+from labkit.bench import comparison
 from labkit.benchmarks.engines_child import DECODE_PROMPT, IN_PROCESS_ENGINES
 from labkit.benchmarks.progress import progress
 from labkit.benchmarks.serve_servers import FASTEST_LABKIT, LABKIT_FLOAT32, VLLM, VLLM_ALL_CORES, contenders
@@ -42,6 +42,7 @@ from labkit.launcher import ServerHandle
 from labkit.models.loading import load_model, load_tokenizer
 from labkit.serving.http.load import question
 from labkit.table import Column, format_table
+from labkit.this_machine import machine_name
 from labkit.timing import check_repeats
 
 MODEL = "smollm2-135m"

@@ -40,7 +40,6 @@ from collections.abc import Callable, Sequence
 import torch
 from tqdm.auto import tqdm
 
-from labkit.bench import machine_name
 from labkit.benchmarks.decode import hf_run
 from labkit.benchmarks.fast_best import best_rows, llama_cpp_best, row_best, row_from_child, settings_report  # noqa: F401
 from labkit.benchmarks.fast_report import compile_report, payback_tokens, records, table  # noqa: F401
@@ -72,6 +71,7 @@ from labkit.fast.processes import WAIT_POLICIES, current_policy, run_in_child  #
 from labkit.fast.roofline import weight_bytes_per_token
 from labkit.fast.static import StaticDecoder, slots_for
 from labkit.fast.threads import fastest_thread_count, thread_candidates, using_threads
+from labkit.this_machine import machine_name
 from labkit.timing import interleaved_tokens_per_second
 
 

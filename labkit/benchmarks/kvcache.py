@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from labkit.bench import comparison, machine_name
+from labkit.bench import comparison
 from labkit.benchmarks.progress import progress
 from labkit.core.arguments import check_int
 from labkit.core.doors import check_items, check_model, check_record, check_tensor
@@ -25,6 +25,7 @@ from labkit.core.forward import NoCache, decode_step, prefill
 from labkit.core.llama import Llama
 from labkit.core.paged import BlockPool
 from labkit.models.loading import load_model
+from labkit.this_machine import machine_name
 from labkit.timing import best_seconds
 
 BENCH_PROMPT = "The history of the Roman Empire begins with"

@@ -15,8 +15,9 @@ quantization lab aims for are printed as JSON lines:
 
 from __future__ import annotations
 
-from labkit.bench import comparison, machine_name
+from labkit.bench import comparison
 from labkit.quant.evaluation import VARIANTS, Result, evaluate, results_table
+from labkit.this_machine import machine_name
 
 QUICK_VARIANTS = ["fp32", "int8", "int4 g32", "nf4"]
 # (bench name, metric, labkit variant, peer variant, peer name, aim as text)

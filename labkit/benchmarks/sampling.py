@@ -29,11 +29,12 @@ import os
 import statistics
 from pathlib import Path
 
-from labkit.bench import comparison, machine_name
+from labkit.bench import comparison
 from labkit.benchmarks.progress import progress
 from labkit.benchmarks.sampling_servers import measure_servers, server_records, server_table
 from labkit.models.loading import load_model
 from labkit.serving.sharing import SharingRun, engine_for_samples, run_requests, without_prefix_cache
+from labkit.this_machine import machine_name
 
 EVAL_TEXT = Path(__file__).resolve().parents[2] / "data" / "eval" / "eval_text.txt"
 PROMPT_TOKENS = 300  # the aim's prompt length

@@ -26,11 +26,12 @@ import asyncio
 
 import httpx
 
-from labkit.bench import comparison, machine_name
+from labkit.bench import comparison
 from labkit.benchmarks.progress import progress
 from labkit.benchmarks.serve_servers import LLAMA_SERVER, VLLMS, Contender, contenders, record_tag
 from labkit.serving.http.load import LoadResult, Target, load_test, open_loop
 from labkit.table import Column, format_row, format_table
+from labkit.this_machine import machine_name
 
 N_REQUESTS, MAX_TOKENS = 16, 32
 CLIENTS = (1, 2, 8, 16)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from labkit.bench import comparison, machine_name
+from labkit.bench import comparison
 from labkit.benchmarks.fast import (
     CHILD,
     LLAMA_CPP,
@@ -34,6 +34,7 @@ from labkit.engines.install import engines_dir
 from labkit.fast.kernel import load_kernel
 from labkit.fast.processes import WAIT_POLICIES, current_policy, run_in_child
 from labkit.table import Column, format_table
+from labkit.this_machine import machine_name
 
 TORCH_CAPABILITY = {"avx2": "avx2", "avx512": "avx512"}  # ATEN_CPU_CAPABILITY's names
 ONEDNN_ISA = {"avx2": "AVX2", "avx512": "AVX512_CORE"}  # ONEDNN_MAX_CPU_ISA's names

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import torch
 
-from labkit.bench import comparison, machine_name
+from labkit.bench import comparison
 from labkit.benchmarks.progress import progress
 from labkit.core.llama import Llama
 from labkit.core.text import chat_prompt
@@ -23,6 +23,7 @@ from labkit.models.loading import load_model
 from labkit.speculative.drafters import PromptLookupDrafter, early_exit_drafter, early_exit_model
 from labkit.speculative.generate import speculative_generate
 from labkit.table import Column, format_table
+from labkit.this_machine import machine_name
 from labkit.timing import median_seconds
 
 PASSAGE = (

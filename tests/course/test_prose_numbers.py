@@ -1,6 +1,6 @@
 """Prose stays true: every number a notebook's prose states as a result is printed in that notebook's
 saved outputs, so re-executing the notebooks cannot silently break a sentence. Only the notebooks'
-JSON and data/prose_numbers.toml are read: nothing runs, no model loads.
+JSON and data/prose_numbers/ are read: nothing runs, no model loads.
 
 What is checked. Every markdown cell is prose: lessons, instructor notes (slide type `notes`) and
 worked-solution text alike. A prose number is a number written
@@ -14,7 +14,7 @@ A prose number passes when one of these holds:
    number rounds to it at the prose's own precision (prose 18.6 accepts a printed 18.63; prose 19 with
    a unit accepts 18.6). Thousands separators and units do not matter, nor does a sign (prose says
    "drops by 0.3" where the output prints -0.3).
-2. It is listed in data/prose_numbers.toml for that notebook as
+2. It is listed in data/prose_numbers/NOTEBOOK.toml for that notebook as
    - `derived`: an arithmetic expression (`expr`) whose result rounds to it, over numbers that are
      printed (rule 1, each at its own written precision), powers of ten (unit conversions), or named in
      the entry's `given` with what each one is (bytes per float32 weight, a config value). The result
@@ -54,7 +54,7 @@ import tomllib
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-LISTED = ROOT / "data" / "prose_numbers.toml"
+LISTED = ROOT / "data" / "prose_numbers"  # one NN_name.toml per notebook
 
 UNIT = (
     r"(?:GB/s|TB/s|MB/s|tokens?/s|tok/s|tokens per second|GFLOP/s|TFLOP/s|ms|us|µs|μs|ns|seconds?|"
@@ -242,7 +242,11 @@ def load(path: Path) -> dict:
 
 # --- the course's notebooks --------------------------------------------------------------------------
 
-LISTED_NUMBERS = tomllib.loads(LISTED.read_text(encoding="utf-8"))
+LISTED_NUMBERS = {
+    name: table
+    for path in sorted(LISTED.glob("*.toml"))
+    for name, table in tomllib.loads(path.read_text(encoding="utf-8")).items()
+}
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -250,7 +254,8 @@ def test_every_prose_number_is_printed_or_derived(path):
     missing = unsupported(load(path), *listed_for(path.stem, LISTED_NUMBERS))
     assert not missing, (
         "prose numbers found in no saved output: correct the sentence, or list the number in "
-        f"{LISTED.relative_to(ROOT)} with its derivation or source:\n" + report(path.name, missing)
+        f"{LISTED.relative_to(ROOT)}/{path.stem}.toml with its derivation or source:\n"
+        + report(path.name, missing)
     )
 
 
@@ -273,6 +278,8 @@ def test_listed_numbers_follow_from_outputs_and_still_stand_in_the_prose(path):
 
 def test_every_listed_notebook_exists():
     assert set(LISTED_NUMBERS) <= {path.stem for path in NOTEBOOKS}
+    for path in LISTED.glob("*.toml"):  # each file lists its own notebook's numbers only
+        assert set(tomllib.loads(path.read_text(encoding="utf-8"))) <= {path.stem}, path.name
 
 
 # --- the check itself ----------------------------------------------------------------------------------

@@ -20,5 +20,6 @@ CASES = [
 
 NO_ARGUMENT = {  # name -> why it has no bad-input case
     "labkit.EMBEDDED_MODELS": "a constant: data the notebooks read, not a call",
-    "labkit.bench.machine_name": "takes no argument: reads the CPU's name",
+    "labkit.this_machine.machine_name": "takes no argument: reads the CPU's name",
+    "labkit.this_machine.run_line": "takes no argument: reads the machine and its load",
 }
