@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 TIMING = re.compile(r"\d\s?(?:ms|us|µs|tokens/s|tok/s|tokens per second|GB/s|GFLOP/s)(?![\w/])")
 RUN_LINE = re.compile(
-    r"^this run: (?P<machine>.+) · vector units: .+ · load [\d.]+ per core: (?P<state>\w+)", re.M
+    r"^this run: (?P<machine>.+) · vector units: .+ · other work \d+% of the cores: (?P<state>\w+)", re.M
 )
 
 
