@@ -57,7 +57,7 @@ from labkit.fast.machine import Machine, measure_machine  # noqa: F401  (measure
 from labkit.fast.ops import count_ops
 from labkit.fast.optimize import check_steps, optimize
 from labkit.fast.q4_linear import KernelLinear
-from labkit.fast.regime import Regime, disturbed_probe_notes, regime_of
+from labkit.fast.regime import Regime, disturbed_probe_notes, regime_of, shared_notes
 from labkit.fast.roofline import weight_bytes_per_token
 from labkit.fast.static import slots_for
 from labkit.fast.step_runs import compiled_step_run, step_run
@@ -129,12 +129,12 @@ class StepCosts:
         """overhead-, wake-, memory-, compute- or kernel-bound (see the module docstring)."""
         return self.regime_reading(machine).label
 
-    def probe_notes(self, machine: Machine) -> list[str]:
+    def probe_notes(self, machine: Machine, short: bool = False) -> list[str]:
         """A note for each floor this step's kernels beat (a share above 1): its probe was likely disturbed.
-        [] when the wake-ups took all of the kernels' time (no share to read)."""
+        [] when the wake-ups took all of the kernels' time (no share to read). short: one line each."""
         if self.terms(machine)["matmul kernels"] <= 0:
             return []
-        return disturbed_probe_notes(self.shares(machine), self.dtype)
+        return disturbed_probe_notes(self.shares(machine), self.dtype, short)
 
     def report(self, machine: Machine) -> str:
         """A few lines: each term, the floors and shares, prediction against measurement, the regime with
@@ -313,8 +313,8 @@ COST_COLUMNS = [
     Column("predicted", 10, ".1f"),
     Column("measured", 9, ".1f"),
     Column("error", 6, "+.0%"),
-    Column("bw", 5, ".0%"),
-    Column("peak", 5, ".0%"),
+    Column("bw", 6, ".0%"),
+    Column("peak", 6, ".0%"),
     Column("  regime", 0, align="<"),
 ]
 
@@ -338,13 +338,13 @@ def cost_table(named: dict[str, StepCosts], machine: Machine) -> str:
     """
     check_table("named", named, "StepCosts (labkit.fast.cost.measure_step)", of=StepCosts)
     check_record("machine", machine, "a Machine (labkit.fast.machine.measure_machine)", of=Machine)
-    step = Column("step", max(len(name) for name in named) + 2, align="<")
+    first = Column("step", max(len(name) for name in named) + 2, align="<")
     rows = [[name, *cost_cells(costs, machine)] for name, costs in named.items()]
-    notes = [f"\n{name}: {note}" for name, costs in named.items() for note in costs.probe_notes(machine)]
-    return format_table([step, *COST_COLUMNS], rows) + (
+    notes = shared_notes({name: step.probe_notes(machine, short=True) for name, step in named.items()})
+    return format_table([first, *COST_COLUMNS], rows) + (
         "\n(ms per decode step; overhead = ops x us/op; wake = linear layers x "
         f"{machine.wake_seconds * 1e6:.1f} us; matmuls: the kernels less their wake-ups; "
         "error = predicted / measured - 1; bw, peak: the memory and compute floors as "
         "shares of the matmuls; borderline: within the probes' spread, StepCosts.report says why)"
-        + "".join(notes)
+        + "".join(f"\n{line}" for line in notes)
     )

@@ -221,26 +221,54 @@ def regime_of(
     return Regime(label, line.share, line.threshold, line.margin, line.spread, "", reason)
 
 
-def disturbed_probe_notes(shares: Mapping[str, float], dtype: str) -> list[str]:
+def disturbed_probe_notes(shares: Mapping[str, float], dtype: str, short: bool = False) -> list[str]:
     """A note for each floor the step's kernels beat, which no kernel can: a share above 1 says the probe
     measured less than the machine can do (it was likely disturbed), or, for the memory floor, that the
-    weights were read from a cache. [] when neither is above 1.
+    weights were read from a cache. [] when neither is above 1. short: one line each, without the share
+    (a table prints it), so that the steps of one table share their notes.
 
         >>> disturbed_probe_notes({"memory": 0.45, "compute": 1.12}, "float32")[0][:70]
         'note: this step's kernels ran above the measured float32 peak (1.12x)'
     """
     notes = []
-    if shares["compute"] > 1:
+    if shares["compute"] > 1 and short:
+        notes.append(
+            f"note: kernels above the measured {dtype} peak (a peak share over 100%): a disturbed probe, or "
+            "a faster path than the probe's (StepCosts.report explains)"
+        )
+    elif shares["compute"] > 1:
         notes.append(
             f"note: this step's kernels ran above the measured {dtype} peak ({shares['compute']:.2f}x): the "
             "peak probe was disturbed (another process on the cores: re-run measure_machine()), or these "
             f"kernels take a faster path than the probe's [1024, 1024] product (a {dtype} product on a CPU "
             "without instructions for it can be slow as a matrix product and fast as a vector one)"
         )
-    if shares["memory"] > 1:
+    if shares["memory"] > 1 and short:
+        notes.append(
+            "note: kernels above the measured read bandwidth (a bw share over 100%): a disturbed probe, or "
+            "weights read from a cache (StepCosts.report explains)"
+        )
+    elif shares["memory"] > 1:
         notes.append(
             f"note: this step's kernels read their weights faster than the measured read bandwidth "
             f"({shares['memory']:.2f}x): the bandwidth probe was likely disturbed (another process on the "
             "cores), unless the weights fit in a cache; re-run measure_machine()"
         )
     return notes
+
+
+def shared_notes(notes_by_step: Mapping[str, list[str]]) -> list[str]:
+    """Each note once, after the steps that share it (their count, past two: the table shows which), in the
+    order first met: a table of twelve steps whose kernels all beat one probe gets one line, not twelve.
+
+        >>> shared_notes({"int8": ["note: a"], "int4": ["note: a"], "fp32": []})
+        ['int8, int4: note: a']
+    """
+    steps_of: dict[str, list[str]] = {}
+    for step, notes in notes_by_step.items():
+        for note in notes:
+            steps_of.setdefault(note, []).append(step)
+    return [
+        f"{', '.join(steps) if len(steps) <= 2 else f'{len(steps)} steps'}: {note}"
+        for note, steps in steps_of.items()
+    ]
