@@ -11,28 +11,58 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from functools import cache
 
 import torch
 
 from labkit.checks.common import not_attempted, verdict
 from labkit.checks.own_answer import refuse_own_answer
-from labkit.checks.work import progressive, reset, run_own
+from labkit.checks.work import EXERCISE_MODEL, progressive, refuse_other_model, reset, run_own
 from labkit.decoding import search
 from labkit.decoding.scoring import continuation_logprob
+from labkit.models.loading import load_tokenizer
 
 __all__ = ["check_sequence_logprob", "check_beam_step", "check_blocking_cost"]
 _SEARCHED: dict[tuple, object] = {}  # (model, prompt, options) -> the best hypothesis the checker found
+# Exercise 1's problem: log p(SEQUENCE_CONTINUATION | SEQUENCE_PROMPT) under SmolLM2-135M
+SEQUENCE_PROMPT, SEQUENCE_CONTINUATION = "The capital of France is", " Paris."
+
+
+@cache
+def sequence_ids() -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(prompt ids, continuation ids) of Exercise 1, tokenized by SmolLM2's tokenizer as notebook 03 does."""
+    tokenizer = load_tokenizer("smollm2-135m")
+    prompt = tokenizer(SEQUENCE_PROMPT)["input_ids"]
+    return tuple(prompt), tuple(tokenizer(SEQUENCE_CONTINUATION, add_special_tokens=False)["input_ids"])
+
+
+def _token_ids(ids: object) -> object:
+    """`ids` (a list, tuple or tensor of token ids) as a tuple of ints; as given when it is not token ids."""
+    try:
+        return tuple(int(i) for i in torch.as_tensor(ids).reshape(-1).tolist())
+    except (TypeError, ValueError, RuntimeError):
+        return ids
 
 
 def check_sequence_logprob(
     answer: float | None, model: torch.nn.Module, prompt_ids: list[int], continuation_ids: list[int]
 ) -> bool:
-    """Exercise (03): log p(continuation | prompt), summed over the continuation's tokens."""
+    """Exercise (03): log p(continuation | prompt), summed over the continuation's tokens: the exercise's own
+    SEQUENCE_CONTINUATION after SEQUENCE_PROMPT under SmolLM2-135M (another model or other ids are refused)."""
     if (refused := refuse_own_answer(answer, "check_sequence_logprob", ["continuation_logprob"])) is not None:
         return refused
     if answer is None:
         return not_attempted("the summed log-probability (a negative float)")
-    expected = continuation_logprob(model, prompt_ids, continuation_ids)
+    prompt, continuation = sequence_ids()
+    changed = refuse_other_model(
+        model,
+        problem=f'log p("{SEQUENCE_CONTINUATION}" | "{SEQUENCE_PROMPT}") under {EXERCISE_MODEL}',
+        prompt_ids=(_token_ids(prompt_ids), prompt),
+        continuation_ids=(_token_ids(continuation_ids), continuation),
+    )
+    if changed is not None:
+        return changed
+    expected = continuation_logprob(model, list(prompt), list(continuation))
     if abs(float(answer) - expected) < 1e-3 * max(1.0, abs(expected)):
         reset("sequence_logprob")
         return verdict(True, f"log p = {expected:.3f}, so p = {torch.tensor(expected).exp():.2e}.")

@@ -3,7 +3,7 @@
 >>> checks.check_bandwidth_use(bandwidth_use)
 >>> checks.check_compile_break_even(compile_break_even)
 >>> checks.check_accepted_guesses(accepted_guesses)
->>> checks.check_q4_inner_loop("dot += ...;")   # the capstone: C++, compiled with load_inline
+>>> checks.check_q4_inner_loop(GROUP_DOT)   # the capstone: a C++ loop, compiled with load_inline
 """
 
 from __future__ import annotations
@@ -48,9 +48,9 @@ GUESS_CASES = [
     ([], [42]),
     ([7, 7, 7, 7], [7, 3, 7, 7, 7]),
 ]
-# (N, K) of the weights the C++ inner loop is checked on: one group, three, and a SmolLM2 width
+# (N, K) of the weights the C++ group_dot is checked on: one group, three, and a SmolLM2 width
 INNER_LOOP_SHAPES = [(7, 32), (13, 96), (64, 576)]
-# what a wrong inner loop often computes instead -> the hint for it (codes [N, K] in input order)
+# what a wrong group_dot often computes instead -> the hint for it (codes [N, K] in input order)
 NIBBLE_MISTAKES = {
     "the nibbles are swapped: the LOW nibble of c[j] is input j, the HIGH nibble is input j + 16": lambda codes: (
         codes.reshape(len(codes), -1, 2, 16).flip(2).reshape(codes.shape)
@@ -276,19 +276,20 @@ def same_result(y: torch.Tensor, expected: torch.Tensor) -> bool:
     )
 
 
-def check_q4_inner_loop(inner_loop: str | None) -> bool:
-    """Capstone of notebook 13: inner_loop, C++ statements that add byte c[j]'s two 4-bit codes times
-    q[j] and q[j + 16] to `dot`, compiled into labkit.fast.dot_exercise.TEMPLATE, must give the
-    Q4_1 x Q8_1 product of labkit's reference on random weights of 1, 3 and 18 groups per row.
+def check_q4_inner_loop(group_dot: str | None) -> bool:
+    """Capstone of notebook 13: group_dot, the C++ body of labkit.fast.dot_exercise.TEMPLATE's
+    `group_dot(c, q)` (declare the sum, loop over the group's 16 bytes adding each byte's two 4-bit codes
+    times q[j] and q[j + 16], return it), compiled into the template, must give the Q4_1 x Q8_1 product of
+    labkit's reference on random weights of 1, 3 and 18 groups per row.
     Where no compiler is installed it says so and returns False (the exercise cannot run there)."""
-    if inner_loop is None or (isinstance(inner_loop, str) and not inner_loop.strip()):
-        return not_attempted("your C++ inner loop, as a string: 'dot += ...;'")
-    if not isinstance(inner_loop, str):
+    if group_dot is None or (isinstance(group_dot, str) and not group_dot.strip()):
+        return not_attempted("the body of group_dot in C++, as a string: declare the sum, loop, return it")
+    if not isinstance(group_dot, str):
         return verdict(
-            False, f"the inner loop is C++ source in a Python string, got {type(inner_loop).__name__}."
+            False, f"group_dot's body is C++ source in a Python string, got {type(group_dot).__name__}."
         )
     try:
-        matvec = build_matvec(inner_loop)
+        matvec = build_matvec(group_dot)
     except CompilerMissing as missing:
         print(f"⏭️ Skipped: this machine cannot compile C++ ({missing}).")
         return False
@@ -320,11 +321,11 @@ def judge_matvec(matvec: Callable[[Q41Weight, torch.Tensor], torch.Tensor]) -> b
                     "Each byte c[j] holds two 4-bit codes, for two different inputs of the group: "
                     "which bits hold which, and which input does each multiply?",
                     "The low 4 bits of c[j] are the code of input j, the high 4 bits the code of "
-                    "input j + 16; add both products to dot.",
+                    "input j + 16; add both products to the sum, over j = 0..15, and return it.",
                 ],
             ),
         )
     reset("q4_inner_loop")
     return verdict(
-        True, "your inner loop computes labkit's Q4_1 x Q8_1 product on 1, 3 and 18 groups per row."
+        True, "your group_dot computes labkit's Q4_1 x Q8_1 product on 1, 3 and 18 groups per row."
     )

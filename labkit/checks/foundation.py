@@ -18,7 +18,7 @@ from transformers import PreTrainedTokenizerBase
 
 from labkit.checks.common import matching_hint, not_attempted, verdict
 from labkit.checks.own_answer import refuse_own_answer
-from labkit.checks.work import choice_verdict, progressive, refuse_changed_problem, reset
+from labkit.checks.work import choice_verdict, progressive, refuse_changed_problem, refuse_other_model, reset
 from labkit.core.forward import decode_step, prefill
 from labkit.core.text import chat_prompt
 
@@ -32,12 +32,10 @@ __all__ = [
     "check_context_ratio",
 ]
 
-TIMING_FACTOR = (
-    3.0  # a student's speed may differ from the checker's own re-run by this factor (a loaded machine)
-)
-MEMORY_BOUND_SHARE = (
-    0.75  # a loop that reads its weights at 75 % of a plain read's speed or more is memory-bound
-)
+# a student's speed may differ from the checker's own re-run by this factor (a loaded machine)
+TIMING_FACTOR = 3.0
+# a loop that reads its weights at 75 % of a plain read's speed or more is memory-bound
+MEMORY_BOUND_SHARE = 0.75
 MATTERS_MORE = {"tokenizer": "the tokens the text costs each model", "context": "the context lengths"}
 LIMITED_BY = {
     "memory": "reading the weights from memory sets the loop's pace",
@@ -51,9 +49,11 @@ def count_parameters(model: torch.nn.Module) -> int:
 
 
 def check_parameter_count(answer: int | None, model: torch.nn.Module) -> bool:
-    """Exercise: how many parameters does the model have?"""
+    """Exercise (00): how many parameters does the model (SmolLM2-135M) have?"""
     if answer is None:
         return not_attempted("the number of parameters (hint: model.parameters())")
+    if (changed := refuse_other_model(model)) is not None:
+        return changed
     expected = count_parameters(model)
     if answer == expected:
         reset("parameter_count")
@@ -78,11 +78,13 @@ def check_parameter_count(answer: int | None, model: torch.nn.Module) -> bool:
 
 
 def check_model_megabytes(answer: float | None, model: torch.nn.Module) -> bool:
-    """Exercise: how many megabytes (10^6 bytes) do the weights take in their current dtype?"""
+    """Exercise (00): how many megabytes (10^6 bytes) do the weights of SmolLM2-135M take in float32, the
+    dtype it was loaded in?"""
     if answer is None:
         return not_attempted("the size of the weights in MB")
-    unique = {id(p): p for p in model.parameters()}.values()
-    expected = sum(p.numel() * p.element_size() for p in unique) / 1e6
+    if (changed := refuse_other_model(model, dtype=torch.float32)) is not None:
+        return changed
+    expected = _unique_bytes(model) / 1e6
     if abs(answer - expected) <= 0.01 * expected:
         return verdict(True, f"about {expected:,.0f} MB, read from memory once per generated token.")
     if abs(answer / 1e6 - expected) <= 0.01 * expected:

@@ -180,9 +180,10 @@ def refuse_unmeasured(what: str, **values: object) -> bool | None:
     )
 
 
-def refuse_changed_problem(**parts: tuple[object, object]) -> bool | None:
+def refuse_changed_problem(*, problem: str = "", **parts: tuple[object, object]) -> bool | None:
     """False, with a hint, when a part of the problem the call passes differs from the exercise's own
     (name=(given, the exercise's)): the right answer to a changed problem counts for nothing; None otherwise.
+    `problem`, when given, says what the exercise's own problem is.
 
         >>> refuse_changed_problem(text=("", "The weather in Zürich is lovely today"))
         ❌ Not yet: text is not the exercise's own: ...
@@ -191,8 +192,61 @@ def refuse_changed_problem(**parts: tuple[object, object]) -> bool | None:
     changed = [name for name, (given, own) in parts.items() if given != own]
     if not changed:
         return None
+    own = f" The exercise's own problem is {problem}." if problem else ""
+    verb = "is" if len(changed) == 1 else "are"
     return verdict(
         False,
-        f"{', '.join(changed)} {'is' if len(changed) == 1 else 'are'} not the exercise's own: the right answer "
-        "to a changed problem counts for nothing. Run the exercise's cell as it was given, and answer that.",
+        f"{', '.join(changed)} {verb} not the exercise's own: the right answer to a changed problem counts for "
+        f"nothing.{own} Run the exercise's cell as it was given, and answer that.",
     )
+
+
+# The model notebooks 00 and 03 set their exercises on, known by its architecture (its config.json).
+EXERCISE_MODEL = "SmolLM2-135M as loaded at the top of the notebook"
+SMOLLM2_135M = {
+    "hidden_size": 576,
+    "intermediate_size": 1536,
+    "layers": 30,
+    "heads": 9,
+    "kv_heads": 3,
+    "vocab_size": 49152,
+    "tie_word_embeddings": True,
+}
+_FIELDS = {  # a part named otherwise in a config: its field in labkit's LlamaConfig, then in transformers'
+    "layers": ("n_layers", "num_hidden_layers"),
+    "heads": ("n_heads", "num_attention_heads"),
+    "kv_heads": ("n_kv_heads", "num_key_value_heads"),
+}
+
+
+def architecture(model: object) -> dict[str, object]:
+    """The parts of SMOLLM2_135M read off labkit's Llama (its LlamaConfig) or a transformers model (its
+    config); None for a part a model does not have.
+
+        >>> architecture(labkit.tiny_model())["hidden_size"]
+        64
+    """
+    config = getattr(model, "config", None)
+    return {
+        part: next((getattr(config, f) for f in _FIELDS.get(part, (part,)) if hasattr(config, f)), None)
+        for part in SMOLLM2_135M
+    }
+
+
+def refuse_other_model(
+    model: object, *, dtype: object = None, problem: str = EXERCISE_MODEL, **parts: tuple[object, object]
+) -> bool | None:
+    """refuse_changed_problem for an exercise set on SmolLM2-135M: False, with a hint, when `model` is
+    another model (by its architecture: a tiny one's right answer is no answer), when its weights are not
+    all in `dtype` (given only where the answer depends on it), or when one of `parts` differs; else None.
+
+        >>> refuse_other_model(labkit.tiny_model())
+        ❌ Not yet: model is not the exercise's own: ... SmolLM2-135M as loaded at the top of the notebook. ...
+        False
+    """
+    parts = {"model": (architecture(model), SMOLLM2_135M), **parts}
+    if dtype is not None:
+        weights = getattr(model, "parameters", None)
+        parts["dtype"] = ({p.dtype for p in weights()} if callable(weights) else set(), {dtype})
+        problem += f", its weights in {str(dtype).removeprefix('torch.')}"
+    return refuse_changed_problem(problem=problem, **parts)

@@ -1,20 +1,22 @@
-"""Notebook 13's capstone: the inner loop of the 4-bit dot product, written in C++ by the student.
+"""Notebook 13's capstone: the dot product of one 4-bit group, its loop written in C++ by the student.
 
 `TEMPLATE` is one Q4_1 x Q8_1 matrix-vector product (labkit.fast.q4_linear's format, llama.cpp's
 arithmetic) as plain scalar C++, on one thread: for each weight row n and group g of 32 inputs it
-sums the integer products of the group's 32 four-bit codes with the 32 int8 activations, then
-scales the sum and adds the minimum's term. The student writes the body of the innermost loop:
+calls `group_dot(c, q)`, the integer dot product of the group's 32 four-bit codes with the 32 int8
+activations, then scales the sum and adds the minimum's term. The student writes the body of
+`group_dot`: declare the sum, loop over the group's 16 bytes, and return it.
 
     byte c[j] (j = 0..15) holds the code of input j in its low nibble and of input j + 16 in its
-    high nibble; add both codes' products with q[j] and q[j + 16] to `dot`.
+    high nibble; q[0..31] are the int8 activations.
 
-`build_matvec(inner_loop)` compiles the template around it with torch.utils.cpp_extension.load_inline
+`build_matvec(group_dot)` compiles the template around it with torch.utils.cpp_extension.load_inline
 (-O3, so the compiler vectorises the loop for the CPU's baseline SIMD), into labkit's cache: the
 same source compiles once per machine. It raises CompilerMissing where no C++ compiler or ninja is
 installed, and CompileError for code that does not compile: the compiler's first error and the line of
-`inner_loop` it points at, not the build log (whose later errors often follow from the first).
+the student's code it points at, not the build log (whose later errors often follow from the first).
+`race_with_kernel` then times the student's loop against labkit's SIMD kernel on one weight.
 
-    >>> matvec = build_matvec("dot += (c[j] & 15) * q[j] + (c[j] >> 4) * q[j + 16];")
+    >>> matvec = build_matvec(SHAPE_OF_AN_ANSWER)      # see the notebook's exercise for what goes inside
     >>> matvec(weight, x)          # weight: Q41Weight [N, K], x [K] float32 -> y [N]
 """
 
@@ -26,16 +28,27 @@ import re
 import shutil
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
-from labkit.core.doors import check_callable, check_record
-from labkit.fast.q4_linear import Q41Weight, quantize_q8_1
+from labkit.core.doors import check_callable, check_record, check_tensor
+from labkit.fast.kernel import load_kernel
+from labkit.fast.q4_linear import Q41Weight, q4_1_linear, quantize_q4_1, quantize_q8_1
+from labkit.fast.threads import using_threads
 from labkit.models.registry import cache_dir
 from labkit.timing import median_seconds
 
 TEMPLATE = r"""
 #include <cstdint>
+
+// The integer dot product of one group: 16 bytes c[0..15] hold its 32 four-bit codes (byte j: input j's
+// code in its low nibble, input j + 16's in its high nibble), q[0..31] its 32 int8 activations.
+static inline int32_t group_dot(const uint8_t* c, const int8_t* q) {
+  // ---- your code ----
+%s
+  // -------------------
+}
 
 // y [N] = W [N, K] x: W in Q4_1 (codes [N, K/2], scales and minimums float32 [N, G]), x in Q8_1
 // (qx int8 [K], dx and sx float32 [G]), G = K / 32 groups.
@@ -55,13 +68,7 @@ torch::Tensor matvec(torch::Tensor codes, torch::Tensor scales, torch::Tensor mi
     for (int64_t g = 0; g < groups; ++g) {
       const uint8_t* c = all_codes + (n * groups + g) * 16;  // this group's 16 bytes: 32 codes in 0..15
       const int8_t* q = all_q + g * 32;                       // this group's 32 int8 activations
-      int32_t dot = 0;
-      for (int j = 0; j < 16; ++j) {
-        // ---- the inner loop ----
-%s
-        // ------------------------
-      }
-      sum += d[n * groups + g] * step_x[g] * dot + m[n * groups + g] * sum_x[g];
+      sum += d[n * groups + g] * step_x[g] * group_dot(c, q) + m[n * groups + g] * sum_x[g];
     }
     out[n] = sum;
   }
@@ -75,35 +82,35 @@ class CompilerMissing(RuntimeError):
 
 
 class CompileError(RuntimeError):
-    """The student's inner loop does not compile: the compiler's first error, at its line of inner_loop.
+    """The student's code does not compile: the compiler's first error, at its line of the code.
 
-    >>> build_matvec("dot += c[j] * w;")
+    >>> build_matvec("int32_t dot = 0;\nreturn dot * w;")
     Traceback (most recent call last):
-    CompileError: inner_loop does not compile, line 1: error: 'w' was not declared in this scope
-        dot += c[j] * w;
+    CompileError: group_dot does not compile, line 2: error: 'w' was not declared in this scope
+        return dot * w;
     """
 
 
-INNER_LOOP_MARKER = "// ---- the inner loop ----"  # TEMPLATE's line just above the student's first line
+CODE_MARKER = "// ---- your code ----"  # TEMPLATE's line just above the student's first line
 COMPILER_ERROR = re.compile(
     r"main\.cpp:(\d+):\d+: error: (.+)"
 )  # gcc's and clang's "file:line:col: error: ..."
 
 
-def first_compile_error(build_log: str, main_cpp: str, inner_loop: str) -> str | None:
-    """The compiler's first error in build_log, placed on its line of inner_loop (None if it printed none).
-    main_cpp is the source the compiler read (load_inline's main.cpp: TEMPLATE with a prelude)."""
+def first_compile_error(build_log: str, main_cpp: str, code: str) -> str | None:
+    """The compiler's first error in build_log, placed on its line of the student's code (None if it
+    printed none). main_cpp is the source the compiler read (load_inline's main.cpp: TEMPLATE with a prelude)."""
     found = COMPILER_ERROR.search(build_log)
     if found is None:
         return None
-    marker = next(i for i, line in enumerate(main_cpp.splitlines(), 1) if INNER_LOOP_MARKER in line)
+    marker = next(i for i, line in enumerate(main_cpp.splitlines(), 1) if CODE_MARKER in line)
     line, message = int(found.group(1)) - marker, found.group(2).replace("\u2018", "'").replace("\u2019", "'")
-    lines = inner_loop.splitlines()
+    lines = code.splitlines()
     if 1 <= line <= len(lines):
-        return f"inner_loop does not compile, line {line}: error: {message}\n    {lines[line - 1].strip()}"
+        return f"group_dot does not compile, line {line}: error: {message}\n    {lines[line - 1].strip()}"
     return (
-        f"inner_loop does not compile: error: {message} (just after the inner loop: check its braces, "
-        "brackets and semicolons)"
+        f"group_dot does not compile: error: {message} (just after your code: check its braces, "
+        "brackets and semicolons, and that it ends by returning the sum)"
     )
 
 
@@ -113,19 +120,20 @@ def missing_tools() -> list[str]:
     return [tool for tool in (compiler, "ninja") if shutil.which(tool) is None]
 
 
-def build_matvec(inner_loop: str) -> Callable[[Q41Weight, torch.Tensor], torch.Tensor]:
-    """Compile TEMPLATE with `inner_loop` (C++ statements) and return matvec(weight, x) -> y [N] float32.
-
-    x is a float32 vector [K]; it is rounded to Q8_1 exactly as labkit's kernel rounds it.
+def build_matvec(group_dot: str) -> Callable[[Q41Weight, torch.Tensor], torch.Tensor]:
+    """Compile TEMPLATE with `group_dot` (the C++ statements of its body) and return matvec(weight, x) ->
+    y [N] float32. x is a float32 vector [K]; it is rounded to Q8_1 exactly as labkit's kernel rounds it.
     """
-    if not isinstance(inner_loop, str) or not inner_loop.strip():
-        raise ValueError("inner_loop must be C++ statements in a string, e.g. 'dot += ...;'.")
+    if not isinstance(group_dot, str) or not group_dot.strip():
+        raise ValueError(
+            "group_dot must be the C++ statements of its body in a string: declare the sum, loop, return it."
+        )
     missing = missing_tools()
     if missing:
         raise CompilerMissing(
             f"{' and '.join(missing)} not found on the PATH: install g++ and ninja to build it"
         )
-    source = TEMPLATE % inner_loop
+    source = TEMPLATE % group_dot
     name = f"labkit_exercise_{hashlib.sha256(source.encode()).hexdigest()[:12]}"
     folder = cache_dir() / "extensions" / name
     folder.mkdir(parents=True, exist_ok=True)
@@ -138,14 +146,14 @@ def build_matvec(inner_loop: str) -> Callable[[Q41Weight, torch.Tensor], torch.T
                 name=name,
                 cpp_sources=[source],
                 functions=["matvec"],
-                extra_cflags=["-O3"],
+                extra_cflags=["-O3", "-Werror=return-type"],  # a body that forgets to return fails
                 build_directory=str(folder),
                 verbose=False,
             )
         except RuntimeError as build_failed:
             main_cpp = folder / "main.cpp"
             first = main_cpp.exists() and first_compile_error(
-                str(build_failed), main_cpp.read_text(), inner_loop
+                str(build_failed), main_cpp.read_text(), group_dot
             )
             if first:
                 raise CompileError(first) from None
@@ -171,3 +179,40 @@ def matvec_bandwidth(matvec: Callable, weight: Q41Weight, repeats: int = 21) -> 
     check_record("weight", weight, "a Q41Weight (labkit.fast.q4_linear.quantize_q4_1)", of=Q41Weight)
     x = torch.randn(weight.shape[1])
     return weight.nbytes / median_seconds(lambda: matvec(weight, x), repeats)
+
+
+@dataclass(frozen=True)
+class LoopRace:
+    """The student's compiled loop against labkit's SIMD kernel on the same Q4_1 weight, one thread."""
+
+    megabytes: float  # the Q4_1 weight's size: codes, scales and minimums
+    yours: float  # bytes of it read per second by the student's loop (median of the calls)
+    kernel: float  # the same by labkit's kernel
+    kernel_path: str  # which of labkit's kernels ran (AVX-512, AVX2 or plain C)
+
+    @property
+    def slower(self) -> float:
+        """How many times slower the student's loop is than labkit's kernel."""
+        return self.kernel / self.yours
+
+    def __str__(self) -> str:
+        return (
+            f"a Q4_1 weight of {self.megabytes:.1f} MB, one thread, GB/s read (median of calls):\n"
+            f"  your loop, -O3 for any x86-64    {self.yours / 1e9:5.1f}\n"
+            f"  labkit's kernel ({self.kernel_path}){' ' * max(0, 14 - len(self.kernel_path))}"
+            f"{self.kernel / 1e9:5.1f}  ({self.slower:.1f}x yours)"
+        )
+
+
+def race_with_kernel(group_dot: str, weight: torch.Tensor) -> LoopRace:
+    """Your `group_dot` (compiled by the checker: loaded from labkit's cache) against labkit's kernel on
+    `weight` [N, K] float32, quantized to Q4_1, one thread each. Use a weight larger than the caches.
+
+    >>> print(race_with_kernel(GROUP_DOT, hf_model.lm_head.weight.detach()))   # [49152, 576]
+    """
+    head = quantize_q4_1(check_tensor("weight", weight, "[N, K] float32, K a multiple of 32", dims=(2,)))
+    yours = build_matvec(group_dot)
+    with using_threads(1):
+        plain = matvec_bandwidth(yours, head)
+        simd = matvec_bandwidth(lambda w, x: q4_1_linear(x[None], w), head)
+    return LoopRace(head.nbytes / 1e6, plain, simd, load_kernel().path)

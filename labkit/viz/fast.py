@@ -18,7 +18,7 @@ from labkit.fast.roofline import bandwidth_utilisation
 from labkit.viz.alt import with_alt_text
 from labkit.viz.palette import BLUE, BLUISH_GREEN, ORANGE, REDDISH_PURPLE
 
-STEP_COLOUR, PEER_COLOUR = "tab:blue", "tab:orange"
+STEP_COLOUR, PEER_COLOUR, BEST_COLOUR = "tab:blue", "tab:orange", "tab:green"
 # Okabe-Ito (labkit.viz.palette): tab10's red and green, side by side in one bar, merge for red-green colour blindness.
 TERM_COLOURS = {
     "overhead": REDDISH_PURPLE,
@@ -31,12 +31,16 @@ TERM_COLOURS = {
 @with_alt_text(
     "Two bar charts: tokens per second of each decoding path, and the share of memory bandwidth each one uses"
 )
-def plot_staircase(rows: Sequence, bandwidth: float, llama_cpp=None) -> Figure:
+def plot_staircase(rows: Sequence, bandwidth: float, llama_cpp=None, labkit_best=None) -> Figure:
     """Left: tokens/s of each path (GPT-fast's staircase, top to bottom), llama.cpp as a line. Right:
     the share of measured memory bandwidth each path uses (bytes per token x tokens/s / bandwidth).
 
     rows: objects with `label`, `tokens_per_second`, `bytes_per_token` (labkit.benchmarks.fast.Row),
-    in the order the steps were taken; llama_cpp: one more such row, or None when it is not installed.
+    in the order the steps were taken; llama_cpp: one more such row, or None when it is not installed;
+    labkit_best: labkit's fastest path at its own best settings, in a process of its own (a row with `policy`
+    and `threads`, labkit.benchmarks.fast.row_best), drawn below the steps in its own colour, or None.
+
+        >>> plot_staircase(rows, machine.read_bandwidth, llama_cpp, labkit_best)
     """
     rows = check_items(
         "rows",
@@ -44,11 +48,19 @@ def plot_staircase(rows: Sequence, bandwidth: float, llama_cpp=None) -> Figure:
         "Row (labkit.benchmarks.fast): label, tokens_per_second, bytes_per_token",
         has=("label", "tokens_per_second", "bytes_per_token"),
     )
-    shown = list(rows) + ([llama_cpp] if llama_cpp is not None else [])
-    labels = [row.label for row in shown][::-1]
-    colours = ([PEER_COLOUR] if llama_cpp is not None else []) + [STEP_COLOUR] * len(rows)
+    best = [labkit_best] if labkit_best is not None else []
+    shown = list(rows) + best + ([llama_cpp] if llama_cpp is not None else [])
+    labels = [row.label for row in rows] + [
+        f"labkit's fastest at its best ({row.policy}, {row.threads} threads)" for row in best
+    ]
+    labels = (labels + [row.label for row in shown[len(labels) :]])[::-1]
+    colours = (
+        ([PEER_COLOUR] if llama_cpp is not None else [])
+        + [BEST_COLOUR] * len(best)
+        + [STEP_COLOUR] * len(rows)
+    )
     fig, (speed, share) = plt.subplots(
-        1, 2, figsize=(11, 0.45 * len(shown) + 1.6), sharey=True, gridspec_kw={"width_ratios": [3, 2]}
+        1, 2, figsize=(11, 0.4 * len(shown) + 1.6), sharey=True, gridspec_kw={"width_ratios": [3, 2]}
     )
     rates = [row.tokens_per_second for row in shown][::-1]
     speed.barh(labels, rates, color=colours)

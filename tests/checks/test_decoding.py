@@ -1,5 +1,5 @@
-"""The decoding lab's checkers (notebook 03): beam_step must be the student's own, and Exercise 3's blocked
-hypothesis must be the one the search really finds."""
+"""The decoding lab's checkers (notebook 03): Exercise 1's problem is the checker's own, beam_step must be the
+student's own, and Exercise 3's blocked hypothesis must be the one the search really finds."""
 
 import math
 
@@ -7,10 +7,46 @@ import pytest
 import torch
 
 from labkit import checks
+from labkit.checks.decoding import SEQUENCE_CONTINUATION, SEQUENCE_PROMPT, sequence_ids
 from labkit.decoding import search
+from labkit.decoding.scoring import continuation_logprob
 from labkit.decoding.search import Hypothesis, beam_search
 
 PROMPT = [1, 504, 3575]
+CHANGED = "not the exercise's own"
+
+
+def test_sequence_logprob_refuses_another_model(tiny_hf, capsys):
+    """Exercise 1 is set on SmolLM2-135M: the tiny model's right answer, for the exercise's own ids, counts
+    for nothing."""
+    prompt, continuation = map(list, sequence_ids())
+    right_for_tiny = continuation_logprob(tiny_hf, prompt, continuation)
+    assert not checks.check_sequence_logprob(right_for_tiny, tiny_hf, prompt, continuation)
+    out = capsys.readouterr().out
+    assert f"model is {CHANGED}" in out and "under SmolLM2-135M as loaded at the top of" in out, out
+
+
+@pytest.mark.slow
+def test_sequence_logprob_is_the_exercises_own(smollm2, tokenizer, capsys):
+    """The ids are the notebook's (SEQUENCE_PROMPT, SEQUENCE_CONTINUATION); the right answer for an empty
+    continuation (0) or for another prompt counts for nothing."""
+    model = smollm2[0]
+    prompt = tokenizer(SEQUENCE_PROMPT)["input_ids"]
+    continuation = tokenizer(SEQUENCE_CONTINUATION, add_special_tokens=False)["input_ids"]
+    right = continuation_logprob(model, prompt, continuation)
+    assert checks.check_sequence_logprob(right, model, prompt, continuation)
+    assert checks.check_sequence_logprob(right, model, torch.tensor(prompt), tuple(continuation))
+    capsys.readouterr()
+    assert not checks.check_sequence_logprob(0.0, model, prompt, [])
+    assert f"continuation_ids is {CHANGED}" in capsys.readouterr().out
+    italy = tokenizer("The capital of Italy is")["input_ids"]
+    rome = tokenizer(" Rome.", add_special_tokens=False)["input_ids"]
+    assert not checks.check_sequence_logprob(continuation_logprob(model, italy, rome), model, italy, rome)
+    assert f"prompt_ids, continuation_ids are {CHANGED}" in capsys.readouterr().out
+    right_for_italy = continuation_logprob(model, italy, continuation)
+    assert not checks.check_sequence_logprob(right_for_italy, model, italy, continuation)
+    out = capsys.readouterr().out
+    assert f"prompt_ids is {CHANGED}" in out and 'log p(" Paris." | "The capital of France is")' in out, out
 
 
 def beam_step(scores, logprobs, k):

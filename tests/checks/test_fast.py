@@ -110,7 +110,13 @@ def test_accepted_guesses(capsys):
     assert "Not attempted" in capsys.readouterr().out
 
 
-INNER_LOOP = "dot += (c[j] & 15) * q[j] + (c[j] >> 4) * q[j + 16];"  # the worked solution
+GROUP_DOT = """
+int32_t dot = 0;
+for (int j = 0; j < 16; ++j) {
+  dot += (c[j] & 15) * q[j] + (c[j] >> 4) * q[j + 16];
+}
+return dot;
+"""  # the worked solution
 
 
 def loop_in_python(inner):
@@ -136,16 +142,16 @@ def test_q4_inner_loop_compiles_the_solution_and_skips_without_a_compiler(capsys
     assert not checks.check_q4_inner_loop(None) and "Not attempted" in capsys.readouterr().out
     assert not checks.check_q4_inner_loop(42) and "Python string" in capsys.readouterr().out
     if missing_tools():  # the checker must say so and not crash
-        assert not checks.check_q4_inner_loop(INNER_LOOP)
+        assert not checks.check_q4_inner_loop(GROUP_DOT)
         assert "Skipped" in capsys.readouterr().out
         return
-    assert checks.check_q4_inner_loop(INNER_LOOP)
+    assert checks.check_q4_inner_loop(GROUP_DOT)
     assert "Correct" in capsys.readouterr().out
     monkeypatch.setenv("CXX", "false")  # a compiler that fails at once: the build's error, not a crash
-    assert not checks.check_q4_inner_loop("dot += 1;") and "does not compile" in capsys.readouterr().out
+    assert not checks.check_q4_inner_loop("return 1;") and "does not compile" in capsys.readouterr().out
     monkeypatch.setenv("PATH", "")  # no compiler, no ninja: a clear skip
     monkeypatch.setenv("CXX", "no-such-compiler")
-    assert not checks.check_q4_inner_loop(INNER_LOOP)
+    assert not checks.check_q4_inner_loop(GROUP_DOT)
     out = capsys.readouterr().out
     assert "Skipped" in out and "no-such-compiler" in out
 

@@ -1,27 +1,62 @@
 """Exercise checkers pass right answers, give a hint for wrong ones, and never raise."""
 
 import pytest
+import torch
 
+import labkit
 from labkit import checks
 from labkit.checks import foundation
 
+CHANGED = "not the exercise's own"
+OWN_MODEL = "SmolLM2-135M as loaded at the top of the notebook"
 
-def test_parameter_count(tiny_hf, capsys):
-    expected = checks.count_parameters(tiny_hf)
-    assert checks.check_parameter_count(expected, tiny_hf)
-    assert not checks.check_parameter_count(expected + 1, tiny_hf)
-    tied_twice = sum(p.numel() for p in tiny_hf.state_dict().values())
-    assert not checks.check_parameter_count(tied_twice, tiny_hf)
+
+@pytest.mark.slow
+def test_parameter_count(smollm2, capsys):
+    model = smollm2[0]
+    expected = checks.count_parameters(model)
+    assert checks.check_parameter_count(expected, model)
+    assert not checks.check_parameter_count(expected + 1, model)
+    tied_twice = sum(p.numel() for p in model.state_dict().values())
+    assert not checks.check_parameter_count(tied_twice, model)
     assert "count it once" in capsys.readouterr().out
-    assert not checks.check_parameter_count(None, tiny_hf)
+    assert not checks.check_parameter_count(None, model)
     assert "Not attempted yet" in capsys.readouterr().out
 
 
-def test_model_megabytes(tiny_hf, capsys):
-    megabytes = checks.count_parameters(tiny_hf) * 4 / 1e6
-    assert checks.check_model_megabytes(megabytes, tiny_hf)
-    assert not checks.check_model_megabytes(megabytes * 1e6, tiny_hf)
+@pytest.mark.slow
+def test_model_megabytes(smollm2, capsys):
+    model = smollm2[0]
+    megabytes = checks.count_parameters(model) * 4 / 1e6
+    assert checks.check_model_megabytes(megabytes, model)
+    assert not checks.check_model_megabytes(megabytes * 1e6, model)
     assert "bytes, not megabytes" in capsys.readouterr().out
+
+
+def test_the_exercises_of_00_refuse_another_model(tiny, tiny_hf, capsys):
+    """Notebook 00's exercises are set on SmolLM2-135M: a tiny model's right answer counts for nothing, in
+    transformers' implementation or labkit's."""
+    for model in (tiny_hf, tiny):
+        assert not checks.check_parameter_count(checks.count_parameters(model), model)
+        assert not checks.check_model_megabytes(checks.count_parameters(model) * 4 / 1e6, model)
+    out = capsys.readouterr().out
+    assert out.count(f"model is {CHANGED}") == 4 and out.count(OWN_MODEL) == 4, out
+
+
+@pytest.mark.slow
+def test_the_exercises_of_00_are_smollm2_in_float32(smollm2, smollm2_labkit, capsys):
+    """labkit's Llama on SmolLM2's weights is the same problem; SmolLM2 cast to bfloat16 is the same for the
+    count, but its megabytes are another problem's answer."""
+    count = checks.count_parameters(smollm2[0])
+    assert checks.check_parameter_count(count, smollm2_labkit)
+    assert checks.check_model_megabytes(count * 4 / 1e6, smollm2_labkit)
+    half, _ = labkit.load_model("smollm2-135m", dtype="bfloat16")
+    assert half.dtype == torch.bfloat16
+    assert checks.check_parameter_count(count, half)
+    capsys.readouterr()
+    assert not checks.check_model_megabytes(count * 2 / 1e6, half)
+    out = capsys.readouterr().out
+    assert f"dtype is {CHANGED}" in out and f"{OWN_MODEL}, its weights in float32" in out, out
 
 
 def test_token_count(tokenizer, capsys):
@@ -94,11 +129,13 @@ def test_weight_traffic_interpretation_is_checked_against_this_machine(
     assert checks.check_weight_traffic(traffic, tiny_hf, 20.0, limited_by="memory")
 
 
-def test_first_miss_names_the_idea_a_later_one_the_recipe(tiny_hf, capsys):
-    expected = checks.count_parameters(tiny_hf)
-    assert not checks.check_parameter_count(expected + 7, tiny_hf)
+@pytest.mark.slow
+def test_first_miss_names_the_idea_a_later_one_the_recipe(smollm2, capsys):
+    model = smollm2[0]
+    expected = checks.count_parameters(model)
+    assert not checks.check_parameter_count(expected + 7, model)
     first = capsys.readouterr().out
-    assert not checks.check_parameter_count(expected + 7, tiny_hf)
+    assert not checks.check_parameter_count(expected + 7, model)
     second = capsys.readouterr().out
     assert "numel" not in first and "model.parameters()" not in first
     assert "p.numel()" in second

@@ -8,8 +8,8 @@ shapes, by what the student hands in, and each shape meets the made-up work it i
 - RUNS, a reading of the student's own measurement or run: a made-up measurement is refused (MADE_UP
   below: the same numbers or objects pass once labkit's run log holds them, as the notebook's run does);
 - READS, a number read off what the notebook loaded (a model, a tokenizer, a text): the checker computes
-  the answer from those very objects, and the text, conversation or context lengths an exercise sets are
-  its own (a changed one is refused: test_foundation).
+  the answer from those very objects, and the model, dtype, text, conversation, token ids or context lengths
+  an exercise sets are its own (a changed one is refused: CHANGED_READS below).
 
 A plausible wrong answer is refused for every checker, with a hint (test_no_giveaway.CASES covers them
 all; checked here too). Nothing here times anything: every measurement is a fixed number or object.
@@ -17,6 +17,7 @@ all; checked here too). Nothing here times anything: every measurement is a fixe
 
 from __future__ import annotations
 
+import importlib
 import inspect
 
 import gguf
@@ -88,6 +89,18 @@ READS = [
 ]
 
 
+# where each read checker meets the right answer to a changed problem: another model (a tiny one, SmolLM2 in
+# bfloat16 for the megabytes), text, conversation, token ids (an empty continuation) or context lengths
+CHANGED_READS = {
+    "check_chat_string": "test_foundation.test_the_exercises_of_01_refuse_a_changed_problem",
+    "check_context_ratio": "test_foundation.test_the_exercises_of_01_refuse_a_changed_problem",
+    "check_model_megabytes": "test_foundation.test_the_exercises_of_00_are_smollm2_in_float32",
+    "check_parameter_count": "test_foundation.test_the_exercises_of_00_refuse_another_model",
+    "check_sequence_logprob": "test_decoding.test_sequence_logprob_is_the_exercises_own",
+    "check_token_count": "test_foundation.test_the_exercises_of_01_refuse_a_changed_problem",
+}
+
+
 def test_every_checker_has_one_shape_and_a_wrong_answer_case():
     shapes = [*ANSWERS, *FUNCTIONS, *RUNS, *READS]
     assert sorted(shapes) == CHECKERS, (
@@ -101,6 +114,15 @@ def test_every_checker_has_one_shape_and_a_wrong_answer_case():
         assert len(inspect.signature(getattr(checks, name)).parameters) == 1, (
             f"{name} takes more than the answer"
         )
+
+
+def test_every_read_checker_has_a_changed_problem_case():
+    """The cases run in their own files (some load SmolLM2); here, that each exists and calls its checker."""
+    assert sorted(CHANGED_READS) == sorted(READS), sorted(set(READS) ^ set(CHANGED_READS))
+    for name, where in CHANGED_READS.items():
+        module, test = where.split(".")
+        source = inspect.getsource(getattr(importlib.import_module(f"tests.checks.{module}"), test))
+        assert f"checks.{name}(" in source, f"{where} does not call {name}"
 
 
 # --- a call that computes the answer: labkit's own, or a library's ---------------------------------------
@@ -130,7 +152,7 @@ COVERED_ELSEWHERE = {
     "check_mbr_select": "test_no_giveaway: labkit's mbr_select",
     "check_mirostat_step": "test_no_giveaway: labkit's mirostat_v2_filter",
     "check_next_token_probs": "test_generation: labkit.generate",
-    "check_q4_inner_loop": "a C line, compiled and run by the checker",
+    "check_q4_inner_loop": "a C++ function body, compiled and run by the checker",
     "check_top_k_filter": "test_no_giveaway: labkit's top_k_filter",
     "check_top_p_filter": "test_no_giveaway: labkit's top_p_filter",
 }

@@ -23,13 +23,13 @@ def optimize_twice(first: tuple[str, ...], then: tuple[str, ...]):
     return optimize(optimize(labkit.tiny_model(impl="labkit"), first), then)
 
 
-def compile_student_loop(inner_loop: str):
-    """build_matvec on a student's inner loop, the compiler allowed to run; skipped where this machine has
+def compile_student_loop(group_dot: str):
+    """build_matvec on a student's group_dot, the compiler allowed to run; skipped where this machine has
     no compiler or ninja."""
     if missing_tools():
         pytest.skip(f"cannot compile C++ here: {missing_tools()} missing")
     with mock.patch.object(subprocess, "Popen", COMPILER):
-        return build_matvec(inner_loop)
+        return build_matvec(group_dot)
 
 
 CASES = [
@@ -54,15 +54,16 @@ CASES = [
     # the compiler's first error and its line of the student's loop, not the build log (a real compile, ~20 s)
     Door(
         "labkit.fast.dot_exercise.build_matvec",
-        lambda kit: compile_student_loop("dot += c[j];\ndot += c[j] * w;"),
+        lambda kit: compile_student_loop("int32_t dot = 0;\nreturn dot * w;"),
         CompileError,
-        ("inner_loop does not compile, line 2: error:", "dot += c[j] * w;"),
+        ("group_dot does not compile, line 2: error:", "return dot * w;"),
         slow=True,
     ),
     wrong("labkit.fast.cost.cost_table", words=("named",)),
     wrong("labkit.fast.cost.measure_step", words=("model",)),
-    wrong("labkit.fast.dot_exercise.build_matvec", words=("inner_loop",)),
+    wrong("labkit.fast.dot_exercise.build_matvec", words=("group_dot",)),
     wrong("labkit.fast.dot_exercise.matvec_bandwidth", words=("matvec",)),
+    wrong("labkit.fast.dot_exercise.race_with_kernel", words=("weight",)),
     wrong("labkit.fast.optimize.check_steps", words=("steps",)),
     wrong("labkit.fast.optimize.optimize", words=("model",)),
     wrong("labkit.fast.profile.step_breakdown", words=("decoder",)),
