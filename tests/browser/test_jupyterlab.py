@@ -279,5 +279,8 @@ def test_every_notebook_opens_with_its_pictures_and_no_console_error(page, lab, 
         # Tabs stay open: closing a notebook while its new kernel still answers JupyterLab logs an error.
         wait_until_open(page, notebook)
         pictures = page.locator(".jp-NotebookPanel:visible .jp-RenderedImage img")
-        expect(pictures, f"the pictures of {notebook}").to_have_count(saved_image_count(notebook))
+        # a notebook renders its outputs as it scrolls into view: on a busy machine that takes seconds
+        expect(pictures, f"the pictures of {notebook}").to_have_count(
+            saved_image_count(notebook), timeout=OPEN_TIMEOUT_MS
+        )
     assert_no_console_errors(console_errors)
