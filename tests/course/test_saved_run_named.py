@@ -13,7 +13,13 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-TIMING = re.compile(r"\d\s?(?:ms|us|µs|tokens/s|tok/s|tokens per second|GB/s|GFLOP/s)(?![\w/])")
+UNITS = r"(?:ms|us|µs|tokens/s|tok/s|tokens per second|GB/s|GFLOP/s)"
+TIMING = re.compile(
+    rf"\d\s?{UNITS}(?![\w/])"  # a number with its unit: "75.1 us", "36.4 GB/s"
+    rf"|^.*(?<![\w/]){UNITS}(?![\w/]).*\n(?=.*\d)"  # a table's header naming a unit over a row of numbers
+    r"|\dx the time of",  # a measured time as a ratio: "1.71x the time of one"
+    re.M,
+)
 RUN_LINE = re.compile(
     r"^this run: (?P<machine>.+) · vector units: .+ · other work \d+% of the cores: (?P<state>\w+)", re.M
 )
@@ -40,7 +46,14 @@ def timing_notebooks() -> list[Path]:
 def test_the_scan_finds_the_timing_notebooks():
     # the notebooks that measure speed: a scan that found none would pass every notebook below
     names = {path.name[:2] for path in timing_notebooks()}
-    assert {"00", "06", "07", "08", "10", "11", "12", "13"} <= names, names
+    assert {"00", "06", "07", "08", "09", "10", "11", "12", "13"} <= names, names
+
+
+def test_the_scan_reads_tables_and_ratios():
+    table = "task       prefill ms  decode tok/s\nextractive        365  16.8 [16.6-17.9]\n"
+    assert TIMING.search(table)
+    assert TIMING.search("2 new token(s) in one pass: 1.71x the time of one")
+    assert not TIMING.search("replace None with the two measured times (in seconds)")
 
 
 @pytest.mark.parametrize("path", timing_notebooks(), ids=lambda path: path.name[:2])
