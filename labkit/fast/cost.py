@@ -12,11 +12,12 @@ A decode step of labkit's Llama is predicted as the sum of four measured terms:
 and two floors that no kernel beats, printed beside the matmul term: weight bytes / read bandwidth
 (memory) and FLOPs / the matmul peak of the data type the step computes in (compute: float32,
 bfloat16 for torch's weight-only int8/int4 kernels, int8 for labkit's Q4_1 x Q8_1 and Q8_0 x Q8_1).
-The time per op comes from a *probe*: the same
-model code with the same labkit.fast steps, shrunk to widths of 64 and a 256-token vocabulary, so
-that its bytes and FLOPs are negligible and its step time is all fixed costs. Less its own linear
-layers timed alone (their fixed cost per call is in the matmul term already) and divided by its op
-count, it is what one op costs on this machine, in this code path.
+The time per op comes from a *probe*
+(labkit.fast.step_probes): the same model code with the same labkit.fast steps, shrunk to widths of 64
+and a 256-token vocabulary, so that its bytes and FLOPs are negligible and its step time is all fixed
+costs. Less its own linear layers timed alone (their fixed cost per call is in the matmul term already)
+and divided by its op count, it is what one op costs on this machine, in this code path: the median of
+its repeats, with their spread, against which an overhead-led regime is read.
 
 A **compiled** step (StaticDecoder(compile=True)) dispatches no aten ops from Python: inductor's
 generated code calls its kernels (fused C++ loops and the matmuls) one after another. Its "ops" are
@@ -45,21 +46,21 @@ Every step is timed with a run of labkit.fast.step_runs, which does the same wor
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 
-import torch
 from torch import nn
 
 from labkit.core.arguments import check_int
 from labkit.core.doors import check_record, check_table
-from labkit.core.llama import Llama, LlamaConfig, check_llama
-from labkit.fast.machine import Machine, measure_machine  # noqa: F401  (measure_machine: read from here too)
+from labkit.core.llama import Llama, check_llama
+from labkit.fast.machine import Machine, measure_machine, spread_suffix  # noqa: F401  (measure_machine: read from here too)
 from labkit.fast.ops import count_ops
-from labkit.fast.optimize import check_steps, optimize
+from labkit.fast.optimize import check_steps
 from labkit.fast.q4_linear import KernelLinear
 from labkit.fast.regime import Regime, disturbed_probe_notes, regime_of, shared_notes
 from labkit.fast.roofline import weight_bytes_per_token
 from labkit.fast.static import slots_for
+from labkit.fast.step_probes import compiled_probe_terms, linear_layers, matmul_seconds, per_op_probe
 from labkit.fast.step_runs import compiled_step_run, step_run
 from labkit.quant.linear import QuantLinear
 from labkit.table import Column, format_table
@@ -67,7 +68,6 @@ from labkit.timing import median_seconds
 
 HOWS = ("loop", "static", "compiled")  # labkit's loop, StaticDecoder's eager step, its compiled step
 
-PROBE_WIDTHS = {"hidden_size": 64, "intermediate_size": 128, "head_dim": 16, "vocab_size": 256}
 TERMS = ("overhead", "thread wake-ups", "matmul kernels", "KV cache")
 
 
@@ -76,7 +76,7 @@ class StepCosts:
     """The measured terms of one forward pass of `rows` sequences x `tokens` new tokens each."""
 
     ops: int  # aten ops one step dispatches
-    op_seconds: float  # seconds per op, from the probe
+    op_seconds: float  # seconds per op, from the probe (the median of its repeats)
     matmul_seconds: float  # every linear layer once on the same rows, timed alone (wake-ups included)
     weight_bytes: int  # bytes of weights the step reads
     kv_bytes: int  # bytes of keys and values the step reads
@@ -84,6 +84,7 @@ class StepCosts:
     measured_seconds: float  # the whole step, timed (median)
     dtype: str = "float32"  # the data type its matmuls compute in: whose peak is the compute floor
     parallel_calls: int = 0  # linear layer calls whose wake-ups the matmul term holds (0: not told apart)
+    op_spread: float = 0.0  # the probe's repeats' interquartile range over their median (0.0: not measured)
 
     def as_dict(self) -> dict:
         """The fields as a JSON-ready dict; StepCosts(**d) rebuilds it (a child process sends it this way)."""
@@ -123,7 +124,8 @@ class StepCosts:
         >>> step.regime_reading(machine).name              # a memory share of 48 %, a bandwidth spread of ±8 %
         'borderline memory-bound / kernel-bound'
         """
-        return regime_of(self.terms(machine), self.shares(machine), machine.spreads(self.dtype), self.dtype)
+        spreads = {**machine.spreads(self.dtype), "overhead": self.op_spread}
+        return regime_of(self.terms(machine), self.shares(machine), spreads, self.dtype)
 
     def regime(self, machine: Machine) -> str:
         """overhead-, wake-, memory-, compute- or kernel-bound (see the module docstring)."""
@@ -143,7 +145,8 @@ class StepCosts:
         predicted, reading = self.predicted_seconds(machine), self.regime_reading(machine)
         return "\n".join(
             [
-                f"overhead         {terms['overhead'] * 1e3:7.2f} ms  ({self.ops} ops x {self.op_seconds * 1e6:.1f} us)",
+                f"overhead         {terms['overhead'] * 1e3:7.2f} ms  ({self.ops} ops x {self.op_seconds * 1e6:.1f} us"
+                f"{spread_suffix(self.op_spread)})",
                 f"thread wake-ups  {terms['thread wake-ups'] * 1e3:7.2f} ms  ({self.parallel_calls} calls x "
                 f"{machine.wake_seconds * 1e6:.1f} us)",
                 f"matmul kernels   {terms['matmul kernels'] * 1e3:7.2f} ms  ({self.weight_bytes / 1e6:.0f} MB at "
@@ -157,11 +160,6 @@ class StepCosts:
                 *self.probe_notes(machine),
             ]
         )
-
-
-def linear_layers(model: nn.Module) -> list[nn.Module]:
-    """Every linear layer of the model (float, QuantLinear or on labkit's kernel), the output head included, in order."""
-    return [m for m in model.modules() if isinstance(m, (nn.Linear, QuantLinear, KernelLinear))]
 
 
 def compute_dtype(model: nn.Module) -> str:
@@ -180,20 +178,6 @@ def compute_dtype(model: nn.Module) -> str:
     return str(model.embed_tokens.weight.dtype).removeprefix("torch.")
 
 
-def matmul_seconds(model: nn.Module, rows: int, repeats: int = 5) -> float:
-    """Median seconds of every linear layer of `model` once, back to back, on inputs of `rows` rows."""
-    layers = linear_layers(model)
-    dtype = model.embed_tokens.weight.dtype
-    inputs = [torch.randn(rows, layer.in_features, dtype=dtype) for layer in layers]
-
-    def run() -> None:
-        for layer, x in zip(layers, inputs):
-            layer(x)
-
-    with torch.no_grad():
-        return median_seconds(run, repeats)
-
-
 def kv_bytes_read(model: Llama, rows: int, context: int, tokens: int) -> int:
     """Keys and values one step reads: every layer's [rows, n_kv_heads, context + tokens, head_dim], twice."""
     for name, value, least in (("rows", rows, 1), ("context", context, 0), ("tokens", tokens, 1)):
@@ -205,42 +189,6 @@ def kv_bytes_read(model: Llama, rows: int, context: int, tokens: int) -> int:
 def linear_flops(model: nn.Module, rows: int) -> float:
     """2 x rows x (weights of every linear layer): the multiply-adds of the matmuls."""
     return 2.0 * rows * sum(layer.in_features * layer.out_features for layer in linear_layers(model))
-
-
-def probe_model(config: LlamaConfig, steps: Sequence[str]) -> Llama:
-    """The probe: the same architecture and steps at negligible widths (random weights)."""
-    small = replace(config, **PROBE_WIDTHS, n_heads=4, n_kv_heads=2)
-    return optimize(Llama(small).eval(), steps)
-
-
-def per_op_seconds(
-    config: LlamaConfig,
-    steps: Sequence[str],
-    rows: int,
-    context: int,
-    tokens: int,
-    repeats: int = 5,
-    how: str = "loop",
-) -> float:
-    """Seconds per op of the probe's step outside its matmul kernels: (its median step time - its linear
-    layers timed alone) / its op count. A kernel's fixed cost per call (a launch, a second thread woken)
-    is in the matmul and wake-up terms already, timed on the real widths; left in here, it would be counted
-    twice."""
-    probe = probe_model(config, steps)
-    run = step_run(probe, rows, context, tokens, how)
-    outside_matmuls = median_seconds(run, repeats) - matmul_seconds(probe, rows * tokens, repeats)
-    return max(outside_matmuls, 0.0) / count_ops(run)
-
-
-def compiled_probe_terms(
-    model: Llama, steps: Sequence[str], context: int, repeats: int
-) -> tuple[float, float]:
-    """(seconds per kernel call, matmul seconds) of the compiled step: the compiled probe's step over its
-    kernel calls, and what the real widths add to the probe's linear layers (see the module docstring)."""
-    probe = probe_model(model.config, steps)
-    probe_run, probe_calls = compiled_step_run(probe, context)
-    extra = matmul_seconds(model, 1, repeats) - matmul_seconds(probe, 1, repeats)
-    return median_seconds(probe_run, repeats) / probe_calls, max(extra, 0.0)
 
 
 def check_step_shape(how: str, rows: int, context: int, tokens: int) -> None:
@@ -282,14 +230,14 @@ def measure_step(
     attended = context if how == "loop" else slots_for(context + 2, model.config.max_position_embeddings) - 1
     if how == "compiled":
         run, ops = compiled_step_run(model, context)
-        op_seconds, matmuls = compiled_probe_terms(model, steps, context, repeats)
+        per_op, matmuls = compiled_probe_terms(model, steps, context, repeats)
     else:
         run = step_run(model, rows, context, tokens, how)
         ops, matmuls = count_ops(run), matmul_seconds(model, rows * tokens, repeats)
-        op_seconds = per_op_seconds(model.config, steps, rows, context, tokens, repeats, how)
+        per_op = per_op_probe(model.config, steps, rows, context, tokens, repeats, how)
     return StepCosts(
         ops=ops,
-        op_seconds=op_seconds,
+        op_seconds=per_op.value,
         matmul_seconds=matmuls,
         weight_bytes=weight_bytes_per_token(model),
         kv_bytes=kv_bytes_read(model, rows, attended, tokens),
@@ -297,6 +245,7 @@ def measure_step(
         measured_seconds=median_seconds(run, repeats),
         dtype=compute_dtype(model),
         parallel_calls=0 if how == "compiled" else len(linear_layers(model)),
+        op_spread=per_op.spread,
     )
 
 

@@ -87,15 +87,15 @@ class Machine:
     def spreads(self, dtype: str = "float32") -> dict[str, float]:
         """The relative spread behind each term and floor share of a step computing in `dtype`, as
         labkit.fast.regime.regime_of reads them: the bandwidth probe's (memory share, KV cache), `dtype`'s
-        peak probe's (compute share), the wake-up probe's (wake-ups), and the timing spread for the terms
-        timed on the step itself (overhead, matmul kernels).
+        peak probe's (compute share), the wake-up probe's (wake-ups), and the timing spread for the
+        matmul kernels, timed on the step itself. The overhead's is the step's own probe's
+        (StepCosts.op_spread), not the machine's.
 
         >>> Machine(32e9, {"float32": 204e9}, 2, read_bandwidth_spread=0.08).spreads()["memory"]
         0.08
         """
         timing, bandwidth = self.timing_spread(dtype), self.read_bandwidth_spread
         return {
-            "overhead": timing,
             "thread wake-ups": self.wake_spread,
             "matmul kernels": timing,
             "KV cache": bandwidth,

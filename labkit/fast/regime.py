@@ -38,7 +38,7 @@ SPREAD_WORDS = {
     "KV cache": "the bandwidth probe's spread",
     "compute": "the {dtype} peak probe's spread",
     "thread wake-ups": "the wake-up probe's spread",
-    "overhead": TIMING_WORDS,
+    "overhead": "the overhead probe's spread",
     "matmul kernels": TIMING_WORDS,
 }
 

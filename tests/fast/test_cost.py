@@ -13,12 +13,12 @@ from labkit.fast.cost import (
     count_ops,
     kv_bytes_read,
     linear_flops,
-    linear_layers,
     measure_machine,
     measure_step,
-    probe_model,
 )
 from labkit.fast.machine import matmul_peak, thread_wake_seconds
+from labkit.fast.regime import Probed
+from labkit.fast.step_probes import linear_layers, probe_model
 from labkit.fast.threads import using_threads
 
 MACHINE = Machine(read_bandwidth=20e9, peaks={"float32": 100e9}, threads=2)
@@ -116,18 +116,20 @@ def test_the_terms_of_the_tiny_model_follow_its_shapes():
     assert costs.weight_bytes > 4 * weights  # float32 weights, plus norms and one embedding row
 
 
-def test_the_time_per_op_leaves_out_the_probes_matmul_kernels(monkeypatch):
+def test_the_time_per_op_leaves_out_the_probes_matmul_kernels_and_keeps_its_spread(monkeypatch):
     # The matmul term times every linear layer on the real widths, fixed cost per call included; the time
     # per op must not count that fixed cost a second time. Stand-in timings make the arithmetic exact.
-    import labkit.fast.cost as cost
+    import labkit.fast.step_probes as probes
 
-    monkeypatch.setattr(cost, "median_seconds", lambda run, repeats=5: 0.010)  # the probe's whole step
-    monkeypatch.setattr(
-        cost, "matmul_seconds", lambda model, rows, repeats=5: 0.004
-    )  # its linear layers alone
+    steps = [0.009, 0.010, 0.010, 0.011, 0.030]  # the probe's whole step, five repeats, one disturbed
+    monkeypatch.setattr(probes, "repeat_seconds", lambda run, repeats=5: steps)
+    monkeypatch.setattr(probes, "matmul_seconds", lambda model, rows, repeats=5: 0.004)  # its linear layers
     config = labkit.tiny_model(impl="labkit").config
-    ops = count_ops(cost.step_run(probe_model(config, ()), 1, 4, 1))
-    assert cost.per_op_seconds(config, (), rows=1, context=4, tokens=1) == pytest.approx(0.006 / ops)
+    ops = count_ops(probes.step_run(probe_model(config, ()), 1, 4, 1))
+    per_op = probes.per_op_probe(config, (), rows=1, context=4, tokens=1)
+    # per op: (step - 4 ms) / ops for each repeat, 5, 6, 6, 7 and 26 ms: the median 6 ms / ops; the spread,
+    # their interquartile range over it, (7 - 6) / 6 (the disturbed repeat moves neither)
+    assert per_op == Probed(pytest.approx(0.006 / ops), pytest.approx(1 / 6))
 
 
 def test_the_probe_has_the_same_ops_per_block_at_small_widths():
@@ -288,24 +290,22 @@ def test_kernel_calls_are_read_from_inductors_generated_code():
 def test_a_compiled_step_is_its_kernel_calls_at_the_compiled_probes_cost_plus_what_the_widths_add(
     monkeypatch,
 ):
-    import labkit.fast.cost as cost
-
     model = labkit.tiny_model(impl="labkit")
     real = measure_step(model, context=10, repeats=1, how="compiled")
     assert real.ops > 2 * model.config.n_layers  # kernel calls: a few fused loops and matmuls per block
     assert real.op_seconds > 0 and real.measured_seconds > 0
     assert real.kv_bytes == kv_bytes_read(model, rows=1, context=63, tokens=1)
     # the arithmetic, with stand-in timings: the probe's step over its calls; the real layers less the probe's
-    monkeypatch.setattr(cost, "median_seconds", lambda run, repeats=5: 0.002)  # the compiled probe's step
+    import labkit.fast.step_probes as probes
+
+    monkeypatch.setattr(probes, "repeat_seconds", lambda run, repeats=5: [0.002])  # the compiled probe's step
     monkeypatch.setattr(
-        cost,
+        probes,
         "matmul_seconds",
         lambda model, rows, repeats=5: 0.001 if model.config.vocab_size == 256 else 0.004,
     )  # the probe's linear layers alone, then the real model's
-    per_call, matmuls = cost.compiled_probe_terms(model, (), context=10, repeats=1)
-    assert per_call == pytest.approx(0.002 / real.ops) and matmuls == pytest.approx(
-        0.003
-    )  # probe: same calls
+    per_call, matmuls = probes.compiled_probe_terms(model, (), context=10, repeats=1)
+    assert per_call.value == pytest.approx(0.002 / real.ops) and matmuls == pytest.approx(0.003)  # same calls
 
 
 def test_the_cost_table_prints_each_steps_terms_prediction_and_error():

@@ -168,7 +168,6 @@ def test_a_machine_built_the_old_way_has_no_spread_and_a_measured_one_prints_eac
     disturbed = Machine(20e9, {"float32": 100e9}, 2, wake_seconds=1.4e-6, wake_spread=478.3)
     assert "1.4 us ±>100% per parallel call" in disturbed.describe() and plus_minus(0.004) == "±0.4%"
     assert SPREAD_MACHINE.spreads("bfloat16") == {
-        "overhead": 0.08,
         "thread wake-ups": 0.0,
         "matmul kernels": 0.08,
         "KV cache": 0.08,
@@ -215,3 +214,26 @@ def test_measure_machine_keeps_each_probes_median_and_spread(monkeypatch):
     assert machine.peak_spreads == {"float32": 0.02, "bfloat16": 0.02, "int8": 0.02}
     assert (machine.wake_seconds, machine.wake_spread) == (4e-5, 0.2)
     assert "waking the other threads 40.0 us ±20% per parallel call" in machine.describe()
+
+
+def test_an_overhead_lead_is_read_against_the_overhead_probes_own_spread():
+    # 2000 ops x 10 us = 20 ms of overhead against 19 ms of kernels (a 26 % memory share: kernel-bound);
+    # the machine's probes are tight (±2 %), the step's overhead probe varied by ±10 %
+    tight = Machine(20e9, {"float32": 100e9}, 2, read_bandwidth_spread=0.02)
+    step = StepCosts(
+        ops=2000,
+        op_seconds=10e-6,
+        matmul_seconds=0.019,
+        weight_bytes=100_000_000,
+        kv_bytes=0,
+        flops=1e8,
+        measured_seconds=0.040,
+        op_spread=0.10,
+    )
+    reading = step.regime_reading(tight)
+    assert reading.name == "borderline overhead-bound / kernel-bound"
+    assert reading.reason.startswith("the overhead probe's spread is ±10%, and the overhead (20.00 ms)")
+    assert "(2000 ops x 10.0 us ±10%)" in step.report(tight)
+    # a step measured before the spread was kept
+    unmeasured = StepCosts(**{**step.as_dict(), "op_spread": 0.0})
+    assert unmeasured.regime_reading(tight).name == "overhead-bound"  # a 5 % lead, outside the timing's ±2 %
