@@ -19,6 +19,7 @@ import sys
 
 from labkit.this_machine import machine_name
 
+# modules of labkit/benchmarks/
 TOPICS = [
     "decode",
     "kvcache",
@@ -30,7 +31,7 @@ TOPICS = [
     "engines",
     "fast",
     "simd",
-]  # modules of labkit/benchmarks/
+]
 
 
 def available_topics() -> list[str]:

@@ -27,11 +27,8 @@ from labkit.fast.processes import current_policy
 from labkit.models.loading import load_model, load_tokenizer
 
 MODEL = "smollm2-135m"
-IN_PROCESS_ENGINES = (
-    "transformers",
-    "labkit",
-    "llama.cpp",
-)  # the table's rows that run inside a Python process
+# the table's rows that run inside a Python process
+IN_PROCESS_ENGINES = ("transformers", "labkit", "llama.cpp")
 DECODE_PROMPT = "The history of the printing press"  # `decode`'s plain-text prompt unless --prompt names one
 
 

@@ -199,9 +199,8 @@ def run(repeats: int = 3, quick: bool = False) -> list[dict]:
         children += run_in_child(CHILD, ["labkit", *args], policy) + run_in_child(
             CHILD, ["llama_cpp", *args], policy
         )
-        if (
-            not quick
-        ):  # labkit's fastest path alone in its process too, at every thread count, as llama.cpp is
+        # labkit's fastest path alone in its process too, at every thread count, as llama.cpp is
+        if not quick:
             children += run_in_child(CHILD, ["row", "--row", Q4_1_COMPILED, *args], policy)
     rows = best_rows([row_from_child(record) for record in children])
     compile_seconds = {

@@ -59,11 +59,12 @@ def settings_report(records: list[dict]) -> str:
             timings = ", ".join(f"{count} -> {seconds:.2f} s" for count, seconds in probe.items())
             lines.append(f"{policy:<8} labkit int4 probe, threads -> seconds: {timings}")
         for label in dict.fromkeys(r["label"] for r in records if r["policy"] == policy):
+            # labkit's other rows ran at the probe's count
             sweep = [
                 r
                 for r in records
                 if r["policy"] == policy and r["label"] == label and (label == LLAMA_CPP or r.get("alone"))
-            ]  # labkit's other rows ran at the probe's count
+            ]
             if sweep:
                 name = "llama.cpp" if label == LLAMA_CPP else f"{label.lstrip('+ ')}, alone"
                 lines.append(

@@ -29,11 +29,8 @@ WHY_CHEAP = {
     "cached_inside": "the model keeps the context's keys and values inside the pass, so they cost nothing",
 }
 
-__all__ = [
-    "check_kv_cache_bytes",
-    "check_growing_cache",
-    "check_context_token_cost",
-]  # 07's: checks/prefill.py
+# 07's: checks/prefill.py
+__all__ = ["check_kv_cache_bytes", "check_growing_cache", "check_context_token_cost"]
 
 
 def _close(answer: float, expected: float, rel: float = 0.005) -> bool:

@@ -147,8 +147,8 @@ def check_prompt_lookup(fn: Callable | None, max_ngram_size: int = 3) -> bool:
 
 _RULE_CASES = [
     (torch.tensor([0.55, 0.15, 0.12, 0.10, 0.08]), torch.tensor([0.30, 0.35, 0.05, 0.25, 0.05])),
-    (torch.tensor([0.70, 0.30, 0.00]), torch.tensor([0.20, 0.30, 0.50])),
-]  # a draft the target never picks
+    (torch.tensor([0.70, 0.30, 0.00]), torch.tensor([0.20, 0.30, 0.50])),  # a draft the target never picks
+]
 _RULE_DRAWS = 20_000
 
 

@@ -38,9 +38,8 @@ def _own_call_miss(reference: object) -> str:
     if module.startswith("labkit"):
         return f"it calls labkit's own {_label(reference)}: {OWN_VERSION}"
     name = _label(reference)
-    if name.startswith(
-        "_"
-    ):  # a built-in's class (torch's _VariableFunctionsClass): its plain name reads better
+    # a built-in's class (torch's _VariableFunctionsClass): its plain name reads better
+    if name.startswith("_"):
         name = getattr(reference, "__name__", name)
     owner = module.split(".")[0] if module else "a library"
     return (

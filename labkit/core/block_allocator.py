@@ -35,9 +35,8 @@ class BlockAllocator:
     def __init__(self, n_blocks: int):
         check_int("n_blocks", n_blocks, minimum=1)
         self.n_blocks = n_blocks
-        self.free_blocks: dict[int, None] = dict.fromkeys(
-            range(n_blocks)
-        )  # oldest freed first: block 0 first
+        # oldest freed first: block 0 first
+        self.free_blocks: dict[int, None] = dict.fromkeys(range(n_blocks))
         self.ref_counts: list[int] = [0] * n_blocks
 
     @property

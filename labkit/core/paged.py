@@ -173,9 +173,8 @@ class PagedKVCache:
         index = self._index[:, :n_used]  # [B, n_used]
         picked = blocks.index_select(1, index.reshape(-1))  # [H, B * n_used, block_size, D], one copy
         heads, _, size, dim = blocks.shape
-        picked = picked.view(heads, index.shape[0], n_used * size, dim).transpose(
-            0, 1
-        )  # [B, H, S, D], a view
+        # [B, H, S, D], a view
+        picked = picked.view(heads, index.shape[0], n_used * size, dim).transpose(0, 1)
         return picked[:, :, :end]
 
     def _make_room(self, start: int, end: int) -> None:

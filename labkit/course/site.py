@@ -173,9 +173,8 @@ def section_anchor(headings: list[str], section: str) -> str:
     if section not in headings:
         raise ValueError(f"section must be one of the notebook's headings {headings}; got {section!r}.")
     anchor = docutils_slugify(section)
-    if [docutils_slugify(heading) for heading in headings].count(
-        anchor
-    ) > 1:  # the later ones get other ids (context-length-1)
+    # the later ones get other ids (context-length-1)
+    if [docutils_slugify(heading) for heading in headings].count(anchor) > 1:
         raise ValueError(
             f"section {section!r} shares its id {anchor!r} with another heading; give it another."
         )

@@ -68,9 +68,8 @@ class DecodingConfig:
     presence_penalty: float = 0.0  # OpenAI, in [-2, 2]: subtract once from every generated token's logit
     frequency_penalty: float = 0.0  # OpenAI, in [-2, 2]: subtract per occurrence in the generated tokens
     no_repeat_ngram_size: int = 0  # never repeat an n-gram of this size, prompt included (0: off)
-    logit_bias: Mapping[int, float] = field(
-        default_factory=dict
-    )  # token id -> added to its logit, [-100, 100]
+    # token id -> added to its logit, [-100, 100]
+    logit_bias: Mapping[int, float] = field(default_factory=dict)
     banned_tokens: tuple[int, ...] = ()  # token ids that are never chosen
     min_new_tokens: int = 0  # the end-of-sequence token is banned until this many new tokens
     num_beams: int = 1  # > 1: beam search with this width (deterministic; labkit.decoding.search.beam_search)
@@ -100,9 +99,8 @@ class DecodingConfig:
             blamed("json_schema", self.json_schema, structured.check_json_schema, self.json_schema),
         )
         blamed("grammar", self.grammar, structured.check_grammar, self.grammar, self.json_schema)
-        check_options(
-            vars(self), _DEFAULTS
-        )  # each option, then how they combine (labkit.decoding.config_checks)
+        # each option, then how they combine (labkit.decoding.config_checks)
+        check_options(vars(self), _DEFAULTS)
 
     def check_vocabulary(self, vocab_size: int) -> None:
         """Raise an InvalidArgument if logit_bias or banned_tokens name a token id outside [0, vocab_size)."""

@@ -231,9 +231,8 @@ class GrammarMask:
 
     def allowed(self, matcher: llguidance.LLMatcher, vocab_size: int) -> torch.Tensor:
         """[V] bool: the tokens the matcher allows next, with the request's EOS ids when the grammar may end."""
-        bias = torch.frombuffer(
-            bytearray(matcher.compute_logit_bias()), dtype=torch.uint8
-        )  # 0 or 200 per token
+        # 0 or 200 per token
+        bias = torch.frombuffer(bytearray(matcher.compute_logit_bias()), dtype=torch.uint8)
         allowed = torch.zeros(vocab_size, dtype=torch.bool)
         shown = min(vocab_size, bias.shape[0])
         allowed[:shown] = bias[:shown] > 0

@@ -92,9 +92,8 @@ class CompileError(RuntimeError):
 
 
 CODE_MARKER = "// ---- your code ----"  # TEMPLATE's line just above the student's first line
-COMPILER_ERROR = re.compile(
-    r"main\.cpp:(\d+):\d+: error: (.+)"
-)  # gcc's and clang's "file:line:col: error: ..."
+# gcc's and clang's "file:line:col: error: ..."
+COMPILER_ERROR = re.compile(r"main\.cpp:(\d+):\d+: error: (.+)")
 
 
 def first_compile_error(build_log: str, main_cpp: str, code: str) -> str | None:

@@ -24,16 +24,10 @@ from labkit.quant.linear import QuantLinear, quantize_model
 
 WEIGHT_SCHEMES = {  # name -> (quantize_model scheme of the blocks' layers, group size, scheme of the head)
     "int8": ("int8", 32, "int8"),  # one scale per output channel (the group size is unused)
-    "int4": (
-        "int4-asym",
-        32,
-        "int8",
-    ),  # groups of 32 with a scale and a minimum each, head int8: GGUF Q4_1's mix
-    "q4_1": (
-        "q4_1",
-        32,
-        "q8_0",
-    ),  # the same grid on labkit's own integer kernel, head Q8_0: the GGUF's own mix
+    # groups of 32 with a scale and a minimum each, head int8: GGUF Q4_1's mix
+    "int4": ("int4-asym", 32, "int8"),
+    # the same grid on labkit's own integer kernel, head Q8_0: the GGUF's own mix
+    "q4_1": ("q4_1", 32, "q8_0"),
 }
 
 

@@ -57,7 +57,6 @@ def run_in_child(
     return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
 
 
-if (
-    __name__ == "__main__"
-):  # the smallest child: says its policy and the SIMD path it was asked for (tests/fast)
+# the smallest child: says its policy and the SIMD path it was asked for (tests/fast)
+if __name__ == "__main__":
     print(json.dumps({"policy": current_policy(), "q4_path": os.environ.get("LABKIT_Q4_PATH")}))

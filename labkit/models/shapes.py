@@ -103,9 +103,8 @@ class ModelShape:
         usable memory (Hardware.usable_bytes) to leave the OS and the runtime their share."""
         check_size("memory_bytes", memory_bytes, whole=False)
         kv_dtype = weights_dtype if kv_dtype is None else kv_dtype
-        per_token = self.kv_cache_bytes(
-            1, batch, kv_dtype
-        )  # every layer; checks batch before any early return
+        # every layer; checks batch before any early return
+        per_token = self.kv_cache_bytes(1, batch, kv_dtype)
         free = memory_bytes - self.weight_bytes(weights_dtype)
         if free <= 0:
             return 0

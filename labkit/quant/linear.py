@@ -111,9 +111,8 @@ class QuantLinear(nn.Module):
             codes, scale = absmax_quantize(weight, bits=8, granularity="channel")
             self.register_buffer("codes", codes.contiguous())  # int8 [out, in]
             self.register_buffer("scale", scale.reshape(-1))  # float32 [out]
-            self.register_buffer(
-                "scale_bf16", scale.reshape(-1).bfloat16(), persistent=False
-            )  # for the kernel
+            # for the kernel
+            self.register_buffer("scale_bf16", scale.reshape(-1).bfloat16(), persistent=False)
         elif scheme in ("int4", "int4-asym"):
             q = quantize_groupwise(weight, bits=4, group_size=group_size, symmetric=scheme == "int4")
             self.register_buffer("scales", q.scales)  # float16 [out, in/group_size]

@@ -64,9 +64,8 @@ class BatchKV:
         steps = torch.arange(self.new_tokens)
         last = torch.tensor(n_new)[:, None] - 1
         self.valid = (steps[None, :] <= last).to(device)  # [B, T] real (not padding) tokens
-        self.positions = (torch.tensor(starts)[:, None] + torch.minimum(steps[None, :], last)).to(
-            device
-        )  # [B, T]
+        # [B, T]
+        self.positions = (torch.tensor(starts)[:, None] + torch.minimum(steps[None, :], last)).to(device)
         writes = [slot_index(t, list(range(s, e)), size) for t, s, e in zip(block_tables, starts, ends)]
         self.write_slots = torch.tensor([x for row in writes for x in row], device=device)  # [sum n_new]
         reads = [
@@ -119,16 +118,14 @@ class PackedKV:
         key_position = torch.cat([torch.arange(e) for e in ends])  # [S]
         visible = (key_row[None, :] == token_row[:, None]) & (key_position[None, :] <= positions[:, None])
         self.positions = positions[None].to(device)  # [1, N]
-        self.mask = (
-            torch.zeros(visible.shape).masked_fill(~visible, float("-inf"))[None, None].to(device)
-        )  # [1, 1, N, S]
+        # [1, 1, N, S]
+        self.mask = torch.zeros(visible.shape).masked_fill(~visible, float("-inf"))[None, None].to(device)
         writes = [slot_index(t, list(range(s, e)), size) for t, s, e in zip(block_tables, starts, ends)]
         self.write_slots = torch.tensor([x for row in writes for x in row], device=device)  # [N]
         reads = [slot_index(t, list(range(e)), size) for t, e in zip(block_tables, ends)]
         self.read_slots = torch.tensor([x for row in reads for x in row], device=device)  # [S]
-        self.last = (torch.tensor(n_new).cumsum(0) - 1).to(
-            device
-        )  # [R] each row's last token in the sequence
+        # [R] each row's last token in the sequence
+        self.last = (torch.tensor(n_new).cumsum(0) - 1).to(device)
 
     def layout(self, new_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(positions [1, N] long, mask [1, 1, N, S] additive float): a token sees its own row's keys up to itself."""

@@ -66,15 +66,13 @@ class BlockManager:
         self.holders: dict[int, EngineRequest] = {}  # request_id -> sequence holding blocks
         self.hash_to_block: dict[int, int] = {}  # chain hash -> block whose tokens it names
         self.block_hash: dict[int, tuple[int, tuple[int, ...]]] = {}  # block -> (its chain hash, its tokens)
-        self.published: dict[
-            int, tuple[int, int]
-        ] = {}  # request_id -> (blocks named so far, last chain hash)
+        # request_id -> (blocks named so far, last chain hash)
+        self.published: dict[int, tuple[int, int]] = {}
         self.lookups = 0  # full prompt blocks looked up in the prefix cache
         self.hits = 0  # ... and found there (in use by another sequence, or free and still named)
         self.evictions = 0  # names dropped because their free block was handed out fresh
-        self.copies: list[
-            tuple[int, int]
-        ] = []  # (shared, private) pairs to copy before the next forward pass
+        # (shared, private) pairs to copy before the next forward pass
+        self.copies: list[tuple[int, int]] = []
 
     @property
     def hit_rate(self) -> float:

@@ -170,9 +170,8 @@ class CompiledDecode:
         seen = torch.tensor(starts + [0] * pad, device=device)  # [size]: past tokens each row sees
         read = read_slots(tables, seen, length, block_size)
         columns = torch.arange(length + 1, device=device)
-        hidden = (columns[None, :] >= seen[:, None]) & (
-            columns[None, :] < length
-        )  # the new key, last, is seen
+        # the new key, last, is seen
+        hidden = (columns[None, :] >= seen[:, None]) & (columns[None, :] < length)
         mask = torch.zeros(size, 1, 1, length + 1, device=device).masked_fill(
             hidden[:, None, None], float("-inf")
         )

@@ -126,9 +126,8 @@ class Engine:
         self.record_logits = record_logits  # keep each token's logits [V] on its EngineRequest (tests, plots)
         self.requests: dict[int, EngineRequest] = {}  # every request added and not yet released, by id
         self.request_ids = itertools.count()
-        self.step_metrics: deque[StepMetrics] = deque(
-            maxlen=step_history
-        )  # the last step_history steps (all)
+        # the last step_history steps (all)
+        self.step_metrics: deque[StepMetrics] = deque(maxlen=step_history)
         self.last_batch: ScheduledBatch | None = None  # what the last step ran: rows, tokens each, kind
 
     def step_description(self) -> str:
@@ -171,6 +170,7 @@ class Engine:
         """
         check_samples(n, self.config.max_num_seqs)
         check_logprobs(logprobs)
+        # the one context check
         request = check_request(
             self.model,
             self.tokenizer,
@@ -179,7 +179,7 @@ class Engine:
             options,
             "add_request",
             max_model_len=self.config.max_model_len,
-        )  # the one context check
+        )
         refuse_beams(request.config)
         check_queue_room(self.load(), self.max_waiting)
         seq = EngineRequest(
@@ -229,9 +229,8 @@ class Engine:
         """Stop a request now and free its blocks; a finished (or already aborted) one is left as it is.
         Sample 0's id (the one add_request returned) stops every sample; a later sample's id, that one alone."""
         seq, now = self._request(request_id), self.clock()
-        for sample in reversed(
-            [seq, *seq.siblings]
-        ):  # later samples first: those still to fork leave sample 0
+        # later samples first: those still to fork leave sample 0
+        for sample in reversed([seq, *seq.siblings]):
             if not sample.is_done:
                 self.scheduler.finish(sample, Status.ABORTED)
                 sample.finish_reason, sample.finish_s = "abort", now

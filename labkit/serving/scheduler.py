@@ -62,9 +62,8 @@ class SchedulerConfig:
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "prefill_chunk"):
-            if (
-                getattr(self, name) is not None or name != "prefill_chunk"
-            ):  # prefill_chunk None: the whole budget
+            # prefill_chunk None: the whole budget
+            if getattr(self, name) is not None or name != "prefill_chunk":
                 check_int(name, getattr(self, name), minimum=1)
         if self.max_num_batched_tokens < self.max_num_seqs:
             raise ValueError(
@@ -94,9 +93,8 @@ class ScheduledBatch:
     n_new: tuple[int, ...]  # tokens each row feeds this step
     n_decode: int = 0  # the first n_decode rows decode; the others prefill
     preempted: tuple[EngineRequest, ...] = ()  # sequences sent back to the waiting queue by this schedule
-    copies: tuple[
-        tuple[int, int], ...
-    ] = ()  # (shared, private) blocks to copy before the pass (copy on write)
+    # (shared, private) blocks to copy before the pass (copy on write)
+    copies: tuple[tuple[int, int], ...] = ()
 
     @property
     def n_tokens(self) -> int:
@@ -136,10 +134,11 @@ class Scheduler:
                 f"This request's {seq.seats} samples share one prefill, so they need {seq.seats} seats at "
                 f"once; max_num_seqs is {c.max_num_seqs}."
             )
+        # a group's admission
         blocks = max(
             math.ceil(seq.max_length / manager.block_size),
             math.ceil(len(seq) / manager.block_size) + len(seq.unforked),
-        )  # a group's admission
+        )
         if blocks > manager.allocator.n_blocks:
             samples = f", {seq.seats} samples" if seq.unforked else ""
             raise ValueError(

@@ -90,9 +90,8 @@ class StaticBatch:
             max(len(r.prompt_ids) for r in requests),
             max(r.config.max_new_tokens for r in requests),
         )
-        check_context(
-            longest, most_new, context_length(model)
-        )  # a finished row runs on as far as the longest
+        # a finished row runs on as far as the longest
+        check_context(longest, most_new, context_length(model))
         per_row = math.ceil((longest + most_new) / block_size)
         self.model = model
         self.rows = [

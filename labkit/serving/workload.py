@@ -120,10 +120,8 @@ class Timeline:
     def __init__(self, name: str, workload: list[WorkItem]):
         self.name, self.workload = name, workload
         self.tokens: list[list[int]] = [[] for _ in workload]
-        self.first, self.last = (
-            [math.nan] * len(workload),
-            [math.nan] * len(workload),
-        )  # token times, per request
+        # token times, per request
+        self.first, self.last = [math.nan] * len(workload), [math.nan] * len(workload)
         self.start = time.perf_counter()
 
     def now(self) -> float:

@@ -49,9 +49,8 @@ def accept_or_resample(
     p_x = p.gather(-1, draft_tokens[:, None]).squeeze(-1)
     q_x = q.gather(-1, draft_tokens[:, None]).squeeze(-1)
     u = torch.rand(p_x.shape, generator=generator)
-    accepted = (
-        u * q_x < p_x
-    )  # u < min(1, p(x) / q(x)), written without dividing (Leviathan et al. 2023, Alg. 1)
+    # u < min(1, p(x) / q(x)), written without dividing (Leviathan et al. 2023, Alg. 1)
+    accepted = u * q_x < p_x
     tokens = draft_tokens.clone()
     if not bool(accepted.all()):
         rejected = ~accepted

@@ -78,13 +78,14 @@ def plot_model_zoo(catalog: Sequence[CatalogModel], ax: Axes | None = None) -> F
                     zorder=3,
                 )
     for index, model in enumerate(sorted(labelled(catalog), key=lambda m: m.params_b)):
+        # alternate: fewer overlaps
         ax.annotate(
             short_name(model),
             (release_day(model), model.params_b),
             fontsize=7,
             xytext=(5, 4 if index % 2 == 0 else -11),
             textcoords="offset points",
-        )  # alternate: fewer overlaps
+        )
     ax.set_yscale("log")
     ax.margins(x=0.08)  # room for the labels of the newest models
     ax.set(

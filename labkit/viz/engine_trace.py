@@ -42,9 +42,8 @@ class Snapshot:
     finished: tuple[int, ...]  # finished during this step
     block_tables: dict[int, tuple[int, ...]]  # request id -> its blocks (running requests, after the step)
     blocks_used: int  # pool blocks in use after the step
-    prefilled: tuple[
-        int, ...
-    ] = ()  # requests of the batch that fed (a chunk of) their prompt; the others decoded
+    # requests of the batch that fed (a chunk of) their prompt; the others decoded
+    prefilled: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

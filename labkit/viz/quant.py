@@ -63,13 +63,14 @@ def plot_error_histograms(
     edges = torch.linspace(-largest, largest, bins + 1)
     for index, (name, values) in enumerate(restored.items()):
         error = (values - weight).flatten()
+        # Okabe-Ito: overlaid outlines told apart by colour alone
         ax.stairs(
             torch.histogram(error, edges).hist.numpy(),
             edges.numpy(),
             label=name,
             linewidth=1.4,
             color=series_colour(index),
-        )  # Okabe-Ito: overlaid outlines told apart by colour alone
+        )
     ax.set(
         yscale="log",
         xlabel="round-trip error (restored - original)",

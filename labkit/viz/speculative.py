@@ -184,9 +184,8 @@ def plot_speedups(rows, ax=None):
     ax.axhline(1.0, color="black", lw=1, ls="--")
     ax.set_xticks(range(len(tasks)), tasks)
     ax.set_ylabel("speed-up over plain greedy")
-    ax.set_ylim(
-        0, 1.4 * max(max(r.decode.ratio_range[1], r.end_to_end.ratio) for r in rows)
-    )  # room for the legend
+    # room for the legend
+    ax.set_ylim(0, 1.4 * max(max(r.decode.ratio_range[1], r.end_to_end.ratio) for r in rows))
     ax.legend(fontsize=8, ncol=3, loc="upper right")
     ax.set_title("Decode speed-up, prefill timed apart (bars: range of the rounds; ◇: end to end)")
     return ax

@@ -32,6 +32,7 @@ def test_table_has_each_rows_settings_ratios_to_fp32_and_llama_cpp_and_bandwidth
 
 
 def test_table_shows_the_cost_models_prediction_beside_the_step_timed_alone():
+    # made up: 20 ms of overhead against 8 ms of kernels
     costs = StepCosts(
         ops=2000,
         op_seconds=10e-6,
@@ -40,7 +41,7 @@ def test_table_shows_the_cost_models_prediction_beside_the_step_timed_alone():
         kv_bytes=2_000_000,
         flops=2.7e8,
         measured_seconds=0.030,
-    )  # made up: 20 ms of overhead against 8 ms of kernels
+    )
     rows = fake_rows()
     rows[1] = fast.Row(rows[1].label, 1, 20.0, 538e6, "PASSIVE", costs)
     line = fast.table(rows, MACHINE).splitlines()[2]
@@ -114,11 +115,8 @@ def test_a_labkit_rows_thread_sweep_is_reported_like_llama_cpps():
         }
         for t, rate in ((1, 70.0), (2, 120.0))
     ]
-    in_turns = {
-        **records[1],
-        "tokens_per_second": 110.0,
-        "alone": False,
-    }  # the same row timed among the others
+    # the same row timed among the others
+    in_turns = {**records[1], "tokens_per_second": 110.0, "alone": False}
     report = fast.settings_report(records + [in_turns])
     assert (
         "ACTIVE   torch.compile (labkit's kernel), alone: 1 threads 70.0 tok/s, 2 threads 120.0 tok/s"
@@ -173,9 +171,8 @@ def test_compile_report_says_when_compiling_pays_for_itself():
     ]
     assert "never pays for itself" in fast.compile_report(slower, {"+ torch.compile, static shapes": 100.0})
     kernel = fast.compile_report(rows, {fast.Q4_1_COMPILED: 50.0})  # eager 52, compiled 50 tok/s
-    assert (
-        f"against '{fast.Q4_1_STATIC}' it never pays for itself" in kernel
-    )  # weighed against its own eager row
+    # weighed against its own eager row
+    assert f"against '{fast.Q4_1_STATIC}' it never pays for itself" in kernel
 
 
 def test_payback_tokens_weighs_each_compiled_row_against_its_eager_row():
@@ -183,9 +180,8 @@ def test_payback_tokens_weighs_each_compiled_row_against_its_eager_row():
     paybacks = fast.payback_tokens(
         fake_rows(), {"+ torch.compile, static shapes": 100.0, fast.Q4_1_COMPILED: 50.0}
     )
-    assert paybacks["+ torch.compile, static shapes"] == pytest.approx(
-        100 / (1 / 51 - 1 / 54)
-    )  # 91,800 tokens
+    # 91,800 tokens
+    assert paybacks["+ torch.compile, static shapes"] == pytest.approx(100 / (1 / 51 - 1 / 54))
     assert paybacks[fast.Q4_1_COMPILED] == float("inf")  # eager 52, compiled 50 tok/s: never
     no_eager = [r for r in fake_rows() if r.label != fast.STATIC_EAGER]
     assert fast.payback_tokens(no_eager, {"+ torch.compile, static shapes": 100.0}) == {
@@ -240,6 +236,5 @@ def test_quick_run_prints_the_waterfall_and_json_ratios(bench_quick_run):
     assert any(
         regime in fp32 for regime in ("overhead-bound", "memory-bound", "compute-bound", "kernel-bound")
     )
-    assert ("fast_vs_llama_cpp" in benches) != (
-        "llama.cpp: skipped" in run.stdout
-    )  # measured, or said why not
+    # measured, or said why not
+    assert ("fast_vs_llama_cpp" in benches) != ("llama.cpp: skipped" in run.stdout)

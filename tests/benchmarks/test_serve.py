@@ -65,9 +65,8 @@ def test_the_goodput_aim_is_taken_at_the_highest_rate_the_best_peer_meets():
     records = bench.aim_records(
         results, [("labkit server, fuse+q4_1", ("peer", "peer, other threads"))], TARGET
     )
-    assert [
-        r["bench"] for r in records
-    ] == [  # every level; no goodput ratio at 4 req/s, where no peer met it
+    # every level; no goodput ratio at 4 req/s, where no peer met it
+    assert [r["bench"] for r in records] == [
         "serve_labkit_fuse_q4_1_vs_peer_clients8",
         "serve_labkit_fuse_q4_1_goodput_vs_peer_rate1",
         "serve_labkit_fuse_q4_1_goodput_vs_peer_rate2",

@@ -139,9 +139,10 @@ def start_lab(folder: Path, root: Path = ROOT) -> Lab:
         command.append("--allow-root")
     log = folder / "jupyterlab.log"
     with log.open("wb") as output:
+        # its own process group, stopped as one
         process = subprocess.Popen(
             command, cwd=ROOT, env=env, stdout=output, stderr=subprocess.STDOUT, start_new_session=True
-        )  # its own process group, stopped as one
+        )
     lab = Lab(f"http://127.0.0.1:{port}", token, process, log)
     wait_until_ready(lab)
     return lab

@@ -207,11 +207,12 @@ def test_notebook_04_temperature_slider_redraws_the_plot(page, lab, console_erro
     notebook = "04_sampling.ipynb"
     cells = open_notebook(page, lab, notebook)
     explorer_cell = cell_index(notebook, "widgets.sampling_explorer(")
+    # the imports and model, the prompts, the explorer
     run_cells(
         page,
         cells,
         [cell_index(notebook, "import labkit"), cell_index(notebook, "def next_logits("), explorer_cell],
-    )  # the imports and model, the prompts, the explorer
+    )
     explorer = cells.nth(explorer_cell).locator(".jp-OutputArea")
     assert_temperature_slider_redraws(explorer)
     assert_no_console_errors(console_errors)

@@ -78,9 +78,10 @@ def present(tmp_path_factory) -> Iterator[str]:
         f"PRESENT_OPTIONS=--port={port} --Voila.ip=127.0.0.1",
     ]
     with log.open("wb") as output:
+        # its own process group, stopped as one
         process = subprocess.Popen(
             command, cwd=ROOT, stdout=output, stderr=subprocess.STDOUT, start_new_session=True
-        )  # its own process group, stopped as one
+        )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + START_TIMEOUT_S
     while True:

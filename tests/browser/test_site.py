@@ -30,10 +30,8 @@ SEARCHED = [
     "continuous batching",
     "goodput",
 ]
-PHONE = {
-    "width": 375,
-    "height": 812,
-}  # a phone's screen in CSS pixels (an iPhone's, the narrowest common one)
+# a phone's screen in CSS pixels (an iPhone's, the narrowest common one)
+PHONE = {"width": 375, "height": 812}
 # What a reader could scroll sideways: the document, or a box around the article that scrolls (Furo's
 # .content does, and the document does not); wide code and tables scroll inside their own boxes, which is fine.
 SIDEWAYS_SCROLL = """() => {

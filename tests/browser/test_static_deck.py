@@ -57,12 +57,10 @@ def test_a_static_deck_renders_offline(browser_context, deck):
     try:
         page.goto(deck.as_uri())
         page.locator(".reveal.ready").wait_for(timeout=30_000)  # reveal.js loaded through require.js
-        page.locator(".MathJax_CHTML").first.wait_for(
-            state="attached", timeout=30_000
-        )  # MathJax typeset the formulas
-        page.locator(".widget-slider").first.wait_for(
-            state="attached", timeout=30_000
-        )  # widgets drawn from saved state
+        # MathJax typeset the formulas
+        page.locator(".MathJax_CHTML").first.wait_for(state="attached", timeout=30_000)
+        # widgets drawn from saved state
+        page.locator(".widget-slider").first.wait_for(state="attached", timeout=30_000)
         slides = sum(
             cell["metadata"].get("slideshow", {}).get("slide_type") == "slide"
             for cell in json.loads(NOTEBOOK.read_text())["cells"]

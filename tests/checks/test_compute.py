@@ -113,10 +113,8 @@ def test_the_frontier_reading_takes_points_interval_and_reason_in_turn(capsys, a
 
 
 def test_the_paired_test_tells_apart_what_overlapping_intervals_do_not():
-    greedy, voted = (
-        scored(5),
-        scored(14),
-    )  # 8 % and 23 % of 60: the vote right on every item greedy was, and 9 more
+    # 8 % and 23 % of 60: the vote right on every item greedy was, and 9 more
+    greedy, voted = scored(5), scored(14)
     assert voted.overlaps(greedy)
     paired = voted.paired_with(greedy)
     assert (paired.only_first, paired.only_second, paired.both, paired.neither) == (9, 0, 5, 46)

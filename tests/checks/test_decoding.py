@@ -92,9 +92,8 @@ def test_blocking_cost_accepts_only_the_real_blocked_search(tiny_hf, tokenizer, 
     assert "Not attempted" in capsys.readouterr().out
     assert checks.check_blocking_cost(ratio, looping, blocked, *args)
     assert "nats" in capsys.readouterr().out
-    made_up = Hypothesis(
-        blocked.token_ids, blocked.logprob - 3.0, blocked.score
-    )  # an invented log-probability
+    # an invented log-probability
+    made_up = Hypothesis(blocked.token_ids, blocked.logprob - 3.0, blocked.score)
     for wrong in (made_up, looping, blocked.logprob):
         gap = looping.logprob - getattr(wrong, "logprob", wrong)
         assert not checks.check_blocking_cost(math.exp(gap), looping, wrong, *args)

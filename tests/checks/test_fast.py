@@ -49,9 +49,10 @@ def test_break_even_tokens():
 def test_compile_break_even(capsys):
     assert checks.check_compile_break_even(compile_break_even)
     assert "Correct" in capsys.readouterr().out
+    # whole tokens are fine
     assert checks.check_compile_break_even(
         lambda s, e, c: math.ceil(compile_break_even(s, e, c)) if c > e else math.inf
-    )  # whole tokens are fine
+    )
     capsys.readouterr()
     hints = {
         lambda s, e, c: s / (c - e): "subtracted tokens per second",
@@ -163,8 +164,8 @@ def test_q4_inner_loop_hints(capsys):
         "swapped": lambda low, high, q0, q1: (high * q0 + low * q1).sum(-1),
         "only the low nibbles": lambda low, high, q0, q1: (low * q0).sum(-1),
         "only the high nibbles": lambda low, high, q0, q1: (high * q1).sum(-1),
-        "off by": lambda low, high, q0, q1: ((low + 16 * high) * q0).sum(-1),
-    }  # the whole byte times q[j]
+        "off by": lambda low, high, q0, q1: ((low + 16 * high) * q0).sum(-1),  # the whole byte times q[j]
+    }
     for hint, inner in hints.items():
         assert not checks.judge_matvec(loop_in_python(inner))
         assert hint in capsys.readouterr().out, hint

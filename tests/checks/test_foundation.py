@@ -105,9 +105,8 @@ def test_weight_traffic(tiny_hf, capsys, measured):
     assert "MB per second" in capsys.readouterr().out
     assert not checks.check_weight_traffic(gigabytes, tiny_hf, 20.0)
     assert "once per token" in capsys.readouterr().out
-    assert not checks.check_weight_traffic(
-        gigabytes * 20, tiny_hf, 20.0
-    )  # the number alone is not the exercise
+    # the number alone is not the exercise
+    assert not checks.check_weight_traffic(gigabytes * 20, tiny_hf, 20.0)
     assert "limited_by" in capsys.readouterr().out
 
 

@@ -82,9 +82,8 @@ def test_cache_speedup_checks_the_times_against_its_own_run(tiny_hf, capsys, mon
     assert "other way round" in capsys.readouterr().out
     assert not checks.check_cache_speedup(4.5, 6.0, 1.5, tiny_hf, prompt, gap="grow")
     assert "time saved" in capsys.readouterr().out
-    assert not checks.check_cache_speedup(
-        12.0, 60.0, 5.0, tiny_hf, prompt, gap="grow"
-    )  # invented, 10x too slow
+    # invented, 10x too slow
+    assert not checks.check_cache_speedup(12.0, 60.0, 5.0, tiny_hf, prompt, gap="grow")
     assert "3 times off" in capsys.readouterr().out
 
 

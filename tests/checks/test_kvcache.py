@@ -138,9 +138,8 @@ WITH = [0.05] * 5
 def test_context_token_cost_checks_the_times_and_the_reading(tiny, capsys, monkeypatch, as_measured):
     from labkit.checks import kvcache
 
-    monkeypatch.setattr(
-        kvcache, "step_seconds_without_cache", lambda *a: 0.5
-    )  # the checker's own step at 256
+    # the checker's own step at 256
+    monkeypatch.setattr(kvcache, "step_seconds_without_cache", lambda *a: 0.5)
     args = as_measured(POSITIONS, WITHOUT, WITH, tiny, None)
     assert not checks.check_context_token_cost(1.7, *args)
     assert "why" in capsys.readouterr().out

@@ -107,9 +107,8 @@ def test_every_checker_has_one_shape_and_a_wrong_answer_case():
         f"without a shape: {sorted(set(CHECKERS) - set(shapes))}; no such checker: {sorted(set(shapes) - set(CHECKERS))}"
     )
     assert len(shapes) == len(set(shapes)), "a checker in two shapes"
-    assert (
-        sorted(CASES) == CHECKERS
-    )  # a plausible wrong answer for each, refused with a hint (test_no_giveaway)
+    # a plausible wrong answer for each, refused with a hint (test_no_giveaway)
+    assert sorted(CASES) == CHECKERS
     for name in ANSWERS:
         assert len(inspect.signature(getattr(checks, name)).parameters) == 1, (
             f"{name} takes more than the answer"

@@ -523,19 +523,13 @@ TAIL_STEPS = [Step(token, "", float(TAIL_LOGITS[token]), None, TAIL_LOGITS) for 
 MIROSTAT_RUN = MirostatRun(
     [7] * 14, [MirostatStep(7, s, 12.0, 50) for s in [6.0] * 10 + [2.5, 3.0, 2.0, 3.3]], 5.0
 )
-POSITIONS = [
-    16,
-    64,
-    128,
-    192,
-    256,
-]  # step times in seconds without and with a KV cache, 1.7 ms per token of context
+POSITIONS = [16, 64, 128, 192, 256]
+# step times in seconds without and with a KV cache, 1.7 ms per token of context
 STEP_TIMES = (POSITIONS, [0.08 + 0.0017 * p for p in POSITIONS], [0.05 + 0.00001 * p for p in POSITIONS])
 
 
-def vote(
-    texts, strip_zeros=True, first_wins=True
-):  # the student's own: labkit's majority_answer does not count
+# the student's own: labkit's majority_answer does not count
+def vote(texts, strip_zeros=True, first_wins=True):
     answers = []
     for text in texts:
         found = re.findall(r"(?<![\w.])[-+]?\d[\d,]*(?:\.\d+)?", text)
@@ -676,9 +670,8 @@ CASES: dict[str, Sequence[Case] | Callable[[Fixture], Sequence[Case]]] = {
             ],
         )
     ],
-    "check_tail_share": [
-        Case(0.25, [1.25, 0.5, 0.75, 25.0, 0.05], (TAIL_STEPS, 0.9))
-    ],  # 1 of 4 steps in the tail
+    # 1 of 4 steps in the tail
+    "check_tail_share": [Case(0.25, [1.25, 0.5, 0.75, 25.0, 0.05], (TAIL_STEPS, 0.9))],
     "check_mirostat_step": [
         Case(
             mirostat_step,
@@ -723,9 +716,8 @@ CASES: dict[str, Sequence[Case] | Callable[[Fixture], Sequence[Case]]] = {
     ],
     "check_context_token_cost": lambda f: [  # the checker's own step at position 256 agrees with STEP_TIMES
         f("monkeypatch").setattr(kvcache_checks, "step_seconds_without_cache", lambda *a: 0.5),
-        numeric(
-            1.7, 0.1, STEP_TIMES + (f("tiny"), None, "shared_pass")
-        ),  # and a whole step shared among its tokens:
+        # and a whole step shared among its tokens:
+        numeric(1.7, 0.1, STEP_TIMES + (f("tiny"), None, "shared_pass")),
         Case(1.7, [STEP_TIMES[1][-1] * 1e3 / 257], STEP_TIMES + (f("tiny"), None, "shared_pass")),
     ][1:],
     "check_bfloat16_speedup": [
@@ -735,9 +727,10 @@ CASES: dict[str, Sequence[Case] | Callable[[Fixture], Sequence[Case]]] = {
     "check_absmax_quantize": [Case(absmax_int8, [lambda w: absmax_int8(w, torch.ceil)])],
     "check_quantized_megabytes": [numeric(106_168_320 * (4 + 16 / 64) / 8 / 1e6, 0.005)],
     "check_q4_1_decoder": [Case(decode_block, [lambda raw: decode_block(raw, with_d=False)], (Q4_BLOCK,))],
+    # 40,400 bytes of weights and bias
     "check_ceiling_share": [
         numeric(21.0 * 40_400 / 2.0e6, 0.05, ("other work", 21.0, torch.nn.Linear(100, 100), 2.0e6))
-    ],  # 40,400 bytes of weights and bias
+    ],
     # speculative decoding, notebook 09
     "check_expected_tokens": [
         Case(

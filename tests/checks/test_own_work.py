@@ -180,9 +180,8 @@ def test_measured_answers_come_from_the_measurement_and_the_reading_is_checked(c
 
 
 def test_the_bfloat16_reading_follows_the_measured_terms(capsys, as_measured):
-    overhead_heavy = step_costs(
-        0.040, ops=20_000, op_s=2.5e-6, matmul_s=0.01
-    )  # 50 ms of overhead, 10 of kernels
+    # 50 ms of overhead, 10 of kernels
+    overhead_heavy = step_costs(0.040, ops=20_000, op_s=2.5e-6, matmul_s=0.01)
     as_measured(0.040, 0.0388, 0.038, 0.02)
     assert verdict_of(
         capsys, checks.check_bfloat16_speedup, 1.03, "overhead", overhead_heavy, step_costs(0.0388)

@@ -12,17 +12,15 @@ ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = {path.name[:2]: path for path in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))}
 TOUR_HEADING = re.compile(r"## \d+\. The tour\b")
 TITLE = re.compile(r"# (?P<number>\d\d) · (?P<title>[^:\n]+)")  # "# 03 · Deterministic decoding: greedy, ..."
-HEADING_NUMBER = re.compile(
-    r"^#{2,4} (\d+(?:\.\d+)*)\.? ", re.MULTILINE
-)  # "## 5. The ..." or "### 8.3 The ..."
+# "## 5. The ..." or "### 8.3 The ..."
+HEADING_NUMBER = re.compile(r"^#{2,4} (\d+(?:\.\d+)*)\.? ", re.MULTILINE)
 
 # A list of numbers: "07", "07 and 10", "02, 06", "08-13", "2 (by hand) and 6 (the GGUF block)", "8.3".
 LISTED = r"\d+(?:\.\d+)*(?:(?: \([^)]*\))?(?:, | and | or |-|–)\d+(?:\.\d+)*)*"
 SECTION = r"(?:[Ss]ection |§ ?)(?P<section>\d+(?:\.\d+)*)"
 SECTION_OF_NOTEBOOK = [
-    re.compile(
-        r"\b[Nn]otebook (?P<notebook>\d\d)(?:, |'s | )" + SECTION
-    ),  # notebook 10, section 1; notebook 12 §8.3
+    # notebook 10, section 1; notebook 12 §8.3
+    re.compile(r"\b[Nn]otebook (?P<notebook>\d\d)(?:, |'s | )" + SECTION),
     re.compile(r"\b" + SECTION + r",? of [Nn]otebook (?P<notebook>\d\d)"),  # section 4 of notebook 10
 ]
 NOTEBOOKS_NAMED = re.compile(rf"\b[Nn]otebooks? (?P<listed>{LISTED})")

@@ -31,9 +31,8 @@ def test_self_consistency_votes_on_answers_and_breaks_ties_by_order():
 
 def test_best_of_n_keeps_the_most_likely_sample_per_token():
     assert best_of_n([sample("54", -1.0), sample("55", -0.2), sample("56", -3.0)]) == "55"
-    assert (
-        best_of_n([sample("54", math.nan), sample("55", -5.0)]) == "55"
-    )  # a sample of no tokens has no score
+    # a sample of no tokens has no score
+    assert best_of_n([sample("54", math.nan), sample("55", -5.0)]) == "55"
     assert best_of_n([sample("54", math.nan)]) == "54"
 
 

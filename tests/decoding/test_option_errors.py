@@ -39,9 +39,8 @@ def test_a_bad_value_names_its_option_and_keeps_the_value(options, parameter):
         DecodingConfig(**options)
     assert caught.value.parameter == parameter
     given, kept = options.get(parameter, 0), caught.value.value  # thinking_min: its default, 0
-    assert (
-        kept is given or kept == given or list(kept) == given
-    )  # lists are kept as the tuples the config holds
+    # lists are kept as the tuples the config holds
+    assert kept is given or kept == given or list(kept) == given
     assert isinstance(caught.value, ValueError)  # every `except ValueError` still catches it
 
 

@@ -129,9 +129,8 @@ def test_no_repeat_ngram_equals_transformers(n):
 
 
 def test_no_repeat_ngram_bans_what_followed_the_last_tokens():
-    out = sampling.no_repeat_ngram(
-        torch.zeros(1, 10), torch.tensor([[1, 2, 3, 1, 2]]), 3
-    )  # "1 2" was followed by 3
+    # "1 2" was followed by 3
+    out = sampling.no_repeat_ngram(torch.zeros(1, 10), torch.tensor([[1, 2, 3, 1, 2]]), 3)
     assert torch.isinf(out[0, 3]) and torch.isfinite(out[0, [0, 1, 2, 4]]).all()
 
 

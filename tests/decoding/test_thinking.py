@@ -112,9 +112,8 @@ def test_the_model_closing_early_is_left_alone():
 
 
 def test_a_reopened_section_gets_only_what_is_left_of_the_budget():
-    reopens = scripted(
-        lambda ids: {10: 1, 11: 2, 12: 3}.get(len(ids), WORD)
-    )  # '<think>' again after '</think>'
+    # '<think>' again after '</think>'
+    reopens = scripted(lambda ids: {10: 1, 11: 2, 12: 3}.get(len(ids), WORD))
     generated = run(budget(2), OPENED, reopens, 12)
     assert generated == [WORD, WORD, 4, 2, 3, 1, 2, 3, 4, 2, 3, WORD]
     assert thinking_token_count(OPENED + generated, TOKENS, len(OPENED)) == 2

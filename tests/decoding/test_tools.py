@@ -423,9 +423,8 @@ def test_real_model_parallel_calls_and_auto(smollm2_labkit, tokenizer):
     spec = ToolSpec.from_openai([WEATHER, ADD], "required")
     ids = tool_chat_prompt(tokenizer, PROMPTS[1], spec)
     text = labkit.generate_text(smollm2_labkit, tokenizer, ids, grammar=spec.grammar(), max_new_tokens=60)
-    whole_calls = text[
-        : text.rfind("</tool_call>") + len("</tool_call>")
-    ]  # the last may be cut by max_new_tokens
+    # the last may be cut by max_new_tokens
+    whole_calls = text[: text.rfind("</tool_call>") + len("</tool_call>")]
     assert len(spec.parse(whole_calls)[1]) >= 1
     auto = ToolSpec.from_openai([WEATHER, ADD], "auto", parallel_tool_calls=False)
     for prompt, options in zip(PROMPTS[1:], ({}, {"temperature": 1.0, "seed": 0})):

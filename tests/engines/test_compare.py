@@ -19,9 +19,8 @@ def test_greedy_agreement_counts_the_shared_start_only():
 
 
 def test_topk_agreement_is_the_shared_share_of_the_reference():
-    assert (
-        topk_agreement(["The", "L", "La", "Al", "Le"], ["L", "The", "La", "Le", "Al"]) == 1.0
-    )  # order aside
+    # order aside
+    assert topk_agreement(["The", "L", "La", "Al", "Le"], ["L", "The", "La", "Le", "Al"]) == 1.0
     assert topk_agreement([1, 2, 3, 4, 5], [1, 2, 6, 7, 8]) == 0.4
     with pytest.raises(ValueError, match="reference_top is empty"):
         topk_agreement([], [1])
@@ -115,11 +114,8 @@ def test_a_timed_load_counts_the_load_not_the_warm_up_and_the_memory_both_add(mo
 
     from labkit.engines import measure as measure_module
 
-    clock, memory, calls = (
-        iter([10.0, 12.5, 99.0]),
-        iter([100, 700]),
-        [],
-    )  # a fake clock and memory: no timing
+    # a fake clock and memory: no timing
+    clock, memory, calls = iter([10.0, 12.5, 99.0]), iter([100, 700]), []
     monkeypatch.setattr(measure_module, "time", SimpleNamespace(perf_counter=lambda: next(clock)))
     monkeypatch.setattr(measure_module, "current_memory_bytes", lambda: next(memory))
     loaded, seconds, rss = measure_module.timed_load(

@@ -240,9 +240,8 @@ def test_llama_server_stop_frees_its_port_and_leaves_no_process():
     client(server).chat.completions.create(model=MODEL, messages=HAIKU_CHAT, max_tokens=2, temperature=0)
     server.stop()
     assert_fully_stopped(server, processes)
-    with start_llama_server(
-        MODEL, slots=2, port=port_of(server)
-    ) as again:  # a restart on the same port works
+    # a restart on the same port works
+    with start_llama_server(MODEL, slots=2, port=port_of(server)) as again:
         assert MODEL in [model.id for model in client(again).models.list().data]
 
 

@@ -25,6 +25,7 @@ MACHINE = Machine(read_bandwidth=20e9, peaks={"float32": 100e9}, threads=2)
 # Recorded profiles: SmolLM2-135M, one StaticDecoder step after 72 tokens, measured idle on a 2-core AMD
 # EPYC (AVX-512) on 2026-11-24, where measure_machine() gave 34.9 GB/s and 204 GFLOP/s.
 RECORDED_MACHINE = Machine(read_bandwidth=34.9e9, peaks={"float32": 204e9}, threads=2)
+# fuse + int4
 INT4_STEP = StepCosts(
     ops=1762,
     op_seconds=3.92e-6,
@@ -33,7 +34,8 @@ INT4_STEP = StepCosts(
     kv_bytes=5_898_240,
     flops=268_959_744,
     measured_seconds=0.01425,
-)  # fuse + int4
+)
+# fuse + q4_1
 Q4_1_STEP = StepCosts(
     ops=1522,
     op_seconds=4.87e-6,
@@ -42,11 +44,12 @@ Q4_1_STEP = StepCosts(
     kv_bytes=5_898_240,
     flops=268_959_744,
     measured_seconds=0.01417,
-)  # fuse + q4_1
+)
 
 
 def test_recorded_profiles_add_their_terms_and_name_the_largest():
     terms = INT4_STEP.terms(RECORDED_MACHINE)
+    # recorded before wake-ups were counted
     assert terms == pytest.approx(
         {
             "overhead": 1762 * 3.92e-6,
@@ -54,7 +57,7 @@ def test_recorded_profiles_add_their_terms_and_name_the_largest():
             "matmul kernels": 0.00772,
             "KV cache": 5_898_240 / 34.9e9,
         }
-    )  # recorded before wake-ups were counted
+    )
     assert INT4_STEP.predicted_seconds(RECORDED_MACHINE) == pytest.approx(sum(terms.values()))
     floors = INT4_STEP.floors(RECORDED_MACHINE)
     assert floors == pytest.approx({"memory": 94_907_904 / 34.9e9, "compute": 268_959_744 / 204e9})
@@ -211,18 +214,14 @@ def test_wake_ups_are_carved_out_of_the_matmuls_and_the_sum_is_kept():
     assert step.predicted_seconds(WAKING) == pytest.approx(0.002 + 0.012)
     assert step.regime(WAKING) == "wake-bound"  # 8.44 ms of wake-ups lead 3.56 ms of kernels and 2 ms of ops
     assert "211 calls x 40.0 us" in step.report(WAKING) and "wake-bound" in cost_table({"q4_1": step}, WAKING)
-    few = StepCosts(
-        **{**step.as_dict(), "parallel_calls": 1000}
-    )  # more wake-ups than the matmuls took: capped
+    # more wake-ups than the matmuls took: capped
+    few = StepCosts(**{**step.as_dict(), "parallel_calls": 1000})
     assert few.terms(WAKING)["matmul kernels"] == 0.0 and few.predicted_seconds(WAKING) == pytest.approx(
         0.014
     )
     row = cost_table({"q4_1": few}, WAKING).splitlines()[1]
-    assert row.split()[-3:] == [
-        "-",
-        "-",
-        "wake-bound",
-    ]  # no matmul time left: no share, not a division by zero
+    # no matmul time left: no share, not a division by zero
+    assert row.split()[-3:] == ["-", "-", "wake-bound"]
 
 
 def test_the_compute_floor_uses_the_peak_of_the_steps_own_data_type():
@@ -239,9 +238,8 @@ def test_the_compute_floor_uses_the_peak_of_the_steps_own_data_type():
     # 17.2 GFLOP: 172 ms at the float32 peak (more than the kernels took), 43 ms at the bfloat16 one
     assert bf16.shares(WAKING)["compute"] == pytest.approx(2.69e8 * 64 / 400e9 / 0.040)
     assert bf16.regime(WAKING) == "compute-bound"
-    assert (
-        StepCosts(**{**bf16.as_dict(), "matmul_seconds": 0.1}).regime(WAKING) == "kernel-bound"
-    )  # 43 % of 100 ms
+    # 43 % of 100 ms
+    assert StepCosts(**{**bf16.as_dict(), "matmul_seconds": 0.1}).regime(WAKING) == "kernel-bound"
 
 
 def test_the_data_type_follows_the_layers():
@@ -256,9 +254,8 @@ def test_the_data_type_follows_the_layers():
 def test_the_static_step_is_measured_with_its_whole_cache_and_only_for_one_token():
     model = labkit.tiny_model(impl="labkit")
     costs = measure_step(model, context=10, repeats=1, how="static")
-    assert costs.kv_bytes == kv_bytes_read(
-        model, rows=1, context=63, tokens=1
-    )  # every slot of a 64-slot cache
+    # every slot of a 64-slot cache
+    assert costs.kv_bytes == kv_bytes_read(model, rows=1, context=63, tokens=1)
     assert costs.ops > 20 * model.config.n_layers
     with pytest.raises(ValueError, match="1 row x 1 token"):
         measure_step(model, rows=2, how="static")
@@ -278,13 +275,14 @@ def test_kernel_calls_are_read_from_inductors_generated_code():
         torch.compile(lambda x: (x @ weight).relu() + 1, dynamic=False), torch.randn(2, 8)
     )
     assert kernel_calls(code) == 2  # the matmul (an extern call) and one fused C++ loop for relu and + 1
+    # call() only
     assert (
         kernel_calls(
             "def call(args):\n    cpp_fused_add_0(buf0)\n    buf1 = torch.ops.aten.mm.default(a, b)\n"
             "\n\ndef benchmark_compiled_module():\n    cpp_fused_add_0(buf0)\n"
         )
         == 2
-    )  # call() only
+    )
 
 
 def test_a_compiled_step_is_its_kernel_calls_at_the_compiled_probes_cost_plus_what_the_widths_add(
@@ -299,11 +297,12 @@ def test_a_compiled_step_is_its_kernel_calls_at_the_compiled_probes_cost_plus_wh
     import labkit.fast.step_probes as probes
 
     monkeypatch.setattr(probes, "repeat_seconds", lambda run, repeats=5: [0.002])  # the compiled probe's step
+    # the probe's linear layers alone, then the real model's
     monkeypatch.setattr(
         probes,
         "matmul_seconds",
         lambda model, rows, repeats=5: 0.001 if model.config.vocab_size == 256 else 0.004,
-    )  # the probe's linear layers alone, then the real model's
+    )
     per_call, matmuls = probes.compiled_probe_terms(model, (), context=10, repeats=1)
     assert per_call.value == pytest.approx(0.002 / real.ops) and matmuls == pytest.approx(0.003)  # same calls
 

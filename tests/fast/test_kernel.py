@@ -86,9 +86,8 @@ def rounding_bound(x: torch.Tensor, weight) -> torch.Tensor:
     """[M, N]: the most that rounding x to int8 per group can change x @ W~.T (see the module docstring)."""
     m, k = x.shape
     absmax = x.double().reshape(m, k // GROUP, GROUP).abs().amax(-1)  # [M, G]
-    w_abs = (
-        dequantize_q4_1(weight).double().abs().reshape(weight.shape[0], k // GROUP, GROUP).sum(-1)
-    )  # [N, G]
+    # [N, G]
+    w_abs = dequantize_q4_1(weight).double().abs().reshape(weight.shape[0], k // GROUP, GROUP).sum(-1)
     return absmax / 254 @ w_abs.T + FLOAT32_SUMS * (
         x.double().abs() @ dequantize_q4_1(weight).double().abs().T
     )
@@ -152,9 +151,8 @@ def test_real_smollm2_layers(status, smollm2_labkit, tokenizer):
         assert_same_arithmetic(y, q4_1_linear_reference(x, weight), x, weight)
         exact = x.double() @ dequantize_q4_1(weight).double().T
         assert ((y.double() - exact).abs() <= rounding_bound(x, weight)).all(), name
-        original = (
-            x @ linear.weight.detach().T
-        )  # SmolLM2's weights are dequantized Q4_1: requantizing is close
+        # SmolLM2's weights are dequantized Q4_1: requantizing is close
+        original = x @ linear.weight.detach().T
         assert (y - original).norm() < 0.05 * original.norm(), name
 
 
@@ -172,11 +170,8 @@ def test_every_simd_path_agrees_with_scalar(status, path):
         )
 
 
-TILE_SHAPES = [
-    (9, 37, 800),
-    (6, 100, 576),
-    (17, 64, 1536),
-]  # rows past every tile (1-4), K with groups left over
+# rows past every tile (1-4), K with groups left over
+TILE_SHAPES = [(9, 37, 800), (6, 100, 576), (17, 64, 1536)]
 
 
 def both_formats(x: torch.Tensor, n: int, seed: int):

@@ -62,9 +62,8 @@ def test_weight_bytes_per_token_counts_what_one_decode_step_reads():
         + 2 * c.hidden_size
     )
     head = c.vocab_size * c.hidden_size  # the tied embedding, read whole as the head
-    expected = 4 * (
-        c.n_layers * layer + head + c.hidden_size + c.hidden_size
-    )  # + final norm + one embedding row
+    # + final norm + one embedding row
+    expected = 4 * (c.n_layers * layer + head + c.hidden_size + c.hidden_size)
     assert weight_bytes_per_token(model) == expected
     assert weight_bytes_per_token(optimize(model, ("fuse",))) == expected  # the same bytes, fewer calls
     int8 = weight_bytes_per_token(optimize(labkit.tiny_model(impl="labkit"), ("int8",)))

@@ -22,13 +22,8 @@ from labkit.fast.q8_linear import (
 )
 
 FLOAT32_SUMS = 1e-5  # relative to sum_g |term_g|: float32 sums over at most 48 groups
-SHAPES = [
-    (1, 7, 32),
-    (2, 13, 96),
-    (3, 100, 576),
-    (5, 37, 1536),
-    (1, 1000, 576),
-]  # (M, N, K): 1, 3, 18, 48 groups
+# (M, N, K): 1, 3, 18, 48 groups
+SHAPES = [(1, 7, 32), (2, 13, 96), (3, 100, 576), (5, 37, 1536), (1, 1000, 576)]
 
 
 @pytest.fixture(scope="module")

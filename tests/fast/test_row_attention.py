@@ -56,9 +56,8 @@ def test_a_decode_row_gets_the_same_bits_alone_and_padded_beside_longer_rows():
 def test_a_prompt_gets_the_same_bits_alone_packed_after_another_and_in_chunks():
     first, second = 23, 31
     q, k, v = qkv(first + second, first + second, seed=1)
-    mask = torch.full(
-        (first + second, first + second), NEG
-    )  # each token sees its own prompt's keys up to itself
+    # each token sees its own prompt's keys up to itself
+    mask = torch.full((first + second, first + second), NEG)
     mask[:first, :first] = causal_mask(first, first, q.device)
     mask[first:, first:] = causal_mask(second, second, q.device)
     packed = row_attention(q, k, v, mask)

@@ -18,9 +18,8 @@ NEAR_TIE = 1e-3  # logits closer than this may swap places between summation ord
 
 def agrees_with_reference(model, prompt_ids: list[int], new_ids: list[int]) -> None:
     """Each new id is the ordinary (uncached, full-sequence) forward pass's greedy choice, up to near-ties."""
-    logits = all_logits(model, prompt_ids + new_ids)[
-        len(prompt_ids) - 1 : -1
-    ]  # [new, V]: the step choosing each id
+    # [new, V]: the step choosing each id
+    logits = all_logits(model, prompt_ids + new_ids)[len(prompt_ids) - 1 : -1]
     for step, (row, chosen) in enumerate(zip(logits, new_ids)):
         assert row.max() - row[chosen] <= NEAR_TIE, (
             f"step {step}: chose {chosen}, reference {int(row.argmax())}"
@@ -94,9 +93,8 @@ def test_prompt_lookup_keeps_the_greedy_output_in_fewer_calls():
     looked, calls = decoder.generate_with_lookup(prompt, max_new_tokens=24, gamma=4)
     agrees_with_reference(model, prompt, looked)
     assert len(looked) == 24
-    assert (
-        calls < 24 - 1
-    )  # some guesses from the prompt were accepted (the first token comes from the prefill)
+    # some guesses from the prompt were accepted (the first token comes from the prefill)
+    assert calls < 24 - 1
     agrees_with_reference(model, prompt, plain)  # both follow the reference (equal, up to near-ties)
 
 

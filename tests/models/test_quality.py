@@ -56,11 +56,12 @@ def test_task_results_asks_every_task_once_and_checks_it_with_its_regex(tiny_hf,
 
 @pytest.mark.parametrize("chat", [True, False])
 def test_each_answer_is_its_first_nonempty_line_checked_by_its_regex(tokenizer, monkeypatch, chat):
+    # line 1 counts
     replies = {
         "What is the capital of France?": "\n\n  It is PARIS, of course.  \nNot Lyon.",
         "What is 7 plus 5?": "7 plus 5 is 125.",  # 12 only as a whole word
         "Which planet is known as the Red Planet?": "Venus.\nMars is the Red Planet.",
-    }  # line 1 counts
+    }
     prompts = []
 
     def scripted_generate_text(model, tokenizer, prompt, **options):

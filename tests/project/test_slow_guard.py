@@ -107,6 +107,5 @@ def test_the_guard_fails_unmarked_real_model_tests_and_only_those(tmp_path):
         "LlamaForCausalLM.from_pretrained(" in run.stdout
     )
     set_up_for = {path.name for path in (tmp_path / "base").glob("smollm2-set-up-for-*")}
-    assert set_up_for == {
-        "smollm2-set-up-for-test_marked_uses_the_fixture"
-    }  # the unmarked test stopped before
+    # the unmarked test stopped before
+    assert set_up_for == {"smollm2-set-up-for-test_marked_uses_the_fixture"}

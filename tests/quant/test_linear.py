@@ -149,9 +149,8 @@ def test_skip_list_takes_names_and_patterns(fresh_tiny_hf):
 def test_empty_skip_list_quantizes_the_head_too(fresh_tiny_hf):
     quantize_model(fresh_tiny_hf, "int8", skip=())
     assert isinstance(fresh_tiny_hf.lm_head, QuantLinear)
-    assert isinstance(
-        fresh_tiny_hf.model.embed_tokens, nn.Embedding
-    )  # embeddings are not nn.Linear: never swapped
+    # embeddings are not nn.Linear: never swapped
+    assert isinstance(fresh_tiny_hf.model.embed_tokens, nn.Embedding)
 
 
 def test_quantize_model_bad_arguments(fresh_tiny_hf):

@@ -16,10 +16,8 @@ from labkit.serving.engine import Engine
         ({"block_size": True}, "block_size"),
         ({"n_blocks": 0}, "n_blocks"),
         ({"n_blocks": 4.5}, "n_blocks"),
-        (
-            {"max_num_batched_tokens": 0},
-            "max_num_batched_tokens",
-        ),  # was replaced by the default without a word
+        # was replaced by the default without a word
+        ({"max_num_batched_tokens": 0}, "max_num_batched_tokens"),
         ({"step_history": -1}, "step_history"),
         ({"step_history": "10"}, "step_history"),
     ],

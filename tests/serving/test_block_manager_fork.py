@@ -51,14 +51,11 @@ def test_a_fork_shares_every_block_and_only_the_partial_block_is_copied_on_first
         assert manager.needs_copy(seq) == (seq is not samples[-1]) and manager.can_append(seq)
         manager.append_slot(seq)
     copies = manager.take_copies()
-    assert [source for source, _ in copies] == [
-        partial,
-        partial,
-    ]  # n - 1 copies; the last holder writes in place
+    # n - 1 copies; the last holder writes in place
+    assert [source for source, _ in copies] == [partial, partial]
     assert [s.block_table[1] for s in samples] == [copies[0][1], copies[1][1], partial]
-    assert [s.block_table[0] for s in samples] == [
-        full
-    ] * 3  # a full block is never written again: still shared
+    # a full block is never written again: still shared
+    assert [s.block_table[0] for s in samples] == [full] * 3
     assert manager.allocator.ref_counts[full] == 3 and manager.allocator.ref_counts[partial] == 1
     assert manager.take_copies() == []  # taken once
     for seq in samples:
@@ -225,9 +222,8 @@ class GroupMachine(RuleBasedStateMachine):
         self.next_id += n
         try:
             self.scheduler.add(seq)
-        except (
-            ValueError
-        ):  # too many samples for the seats, or too long for the pool: refused, nothing changed
+        except ValueError:
+            # too many samples for the seats, or too long for the pool: refused, nothing changed
             assert seq not in self.scheduler.waiting
             return
         self.seqs += [seq, *seq.siblings]

@@ -53,11 +53,8 @@ def test_one_step_equals_the_eager_step_and_writes_the_same_keys(tiny, one_threa
     pool = BlockPool.for_model(tiny, n_blocks=12, block_size=4)
     pool.keys.normal_(), pool.values.normal_()
     step = CompiledDecode(tiny, pool, max_batch=4)
-    tables, starts, rows = (
-        [[0, 1, 2], [3, 4], [5, 6, 7]],
-        [9, 5, 11],
-        [[17], [4], [250]],
-    )  # 3 rows, padded to 4
+    # 3 rows, padded to 4
+    tables, starts, rows = [[0, 1, 2], [3, 4], [5, 6, 7]], [9, 5, 11], [[17], [4], [250]]
     before = pool.keys.clone(), pool.values.clone()
     compiled = step.run(rows, tables, starts)
     written = pool.keys.clone(), pool.values.clone()
@@ -77,9 +74,8 @@ def test_a_compiled_engine_gives_each_prompt_what_it_gets_alone(tiny, tokenizer,
     assert sorted(engine.compile_seconds) == [1, 2, 4]  # every size compiled at start-up
     ids = run_staggered(engine, [(p, {"max_new_tokens": n}) for p, n in zip(PROMPTS, NEW_TOKENS)], ARRIVALS)
     decodes = sum(m.kind == "decode" for m in engine.step_metrics)
-    assert (
-        engine.runner.compiled.steps >= decodes > 10
-    )  # every decode step ran compiled (and 1-token prompts)
+    # every decode step ran compiled (and 1-token prompts)
+    assert engine.runner.compiled.steps >= decodes > 10
     for request_id, prompt, n in zip(ids, PROMPTS, NEW_TOKENS):
         steps = list(labkit.generate(tiny, tokenizer, prompt, max_new_tokens=n, return_logits=True))
         seq = engine.requests[request_id]

@@ -54,7 +54,6 @@ def test_the_one_check_holds_a_request_to_the_smaller_of_the_two(tiny, tokenizer
     engine.add_request([5] * 28, max_new_tokens=4)  # fits exactly
     assert len(context_checks) == 3 and engine.has_unfinished()
     roomy = with_max_model_len(Engine(tiny, tokenizer, n_blocks=512, block_size=4), 10 * context_length(tiny))
-    with pytest.raises(
-        InvalidArgument, match=f"context holds {context_length(tiny)}"
-    ):  # the model's, smaller
+    # the model's, smaller
+    with pytest.raises(InvalidArgument, match=f"context holds {context_length(tiny)}"):
         roomy.add_request([5] * 10, max_new_tokens=context_length(tiny))

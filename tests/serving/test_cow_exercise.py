@@ -20,9 +20,8 @@ def test_each_sample_writes_its_own_copy_of_the_shared_block():
     for name, token in (("a", 7), ("b", 8), ("prompt", 9)):
         copy_on_write_append(pool, name, token)
     assert [pool.tokens(n) for n in ("a", "b", "prompt")] == [[1, 2, 3, 4, 5, 6, t] for t in (7, 8, 9)]
-    assert (
-        pool.tables["prompt"] == [0, 1] and pool.tables["a"][0] == pool.tables["b"][0] == 0
-    )  # in place; shared
+    # in place; shared
+    assert pool.tables["prompt"] == [0, 1] and pool.tables["a"][0] == pool.tables["b"][0] == 0
     assert pool.refs[0] == 3 and pool.problems() == []
 
 

@@ -133,9 +133,8 @@ def test_generate_batch_and_metrics(tiny, tokenizer, one_thread):
     assert texts == [labkit.generate_text(tiny, tokenizer, p, max_new_tokens=4) for p in PROMPTS[:3]]
     metrics = engine.metrics(2)  # the third request waited for a free seat
     assert metrics.output_tokens == 4 and metrics.queue_s > 0
-    assert (
-        0 <= metrics.queue_s < metrics.ttft_s <= metrics.e2e_s and metrics.tpot_s > 0
-    )  # the prefill after the queue
+    # the prefill after the queue
+    assert 0 <= metrics.queue_s < metrics.ttft_s <= metrics.e2e_s and metrics.tpot_s > 0
     first = engine.metrics(0)
     assert first.queue_s < first.ttft_s and first.queue_s < metrics.queue_s  # admitted at the first step
     assert {m.kind for m in engine.step_metrics} == {"prefill", "decode"}
@@ -194,9 +193,8 @@ def test_chunked_prefill_keeps_tokens_and_logits_of_each_prompt_alone(
     ids = run_staggered(engine, requests, arrivals=[0, 0, 0, 1, 2, 2, 4, 5, 7, 9])
     kinds = {m.kind for m in engine.step_metrics}
     assert "mixed" in kinds and max(m.n_tokens for m in engine.step_metrics) <= budget
-    assert any(
-        len(tokenizer(p).input_ids) > budget for p in PROMPTS
-    )  # some prompts really took several steps
+    # some prompts really took several steps
+    assert any(len(tokenizer(p).input_ids) > budget for p in PROMPTS)
     for request_id, (prompt, opts) in zip(ids, requests):
         tokens, logits = alone(tiny, tokenizer, prompt, **opts)
         seq = engine.requests[request_id]
@@ -238,9 +236,8 @@ def test_a_finished_requests_prefix_is_reused_by_a_later_one(tiny, tokenizer, on
     second = engine.add_request(system + "Why is the sky blue?", max_new_tokens=5)
     engine.step()
     prompt_tokens = len(engine.requests[second].prompt_ids)
-    assert (
-        engine.step_metrics[-1].n_tokens < prompt_tokens // 2
-    )  # the shared system prompt was not recomputed
+    # the shared system prompt was not recomputed
+    assert engine.step_metrics[-1].n_tokens < prompt_tokens // 2
     assert engine.load().prefix_hit_rate > 0
     engine.run_until_done()
     for request_id, question in ((first, "What is the sea?"), (second, "Why is the sky blue?")):

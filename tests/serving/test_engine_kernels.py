@@ -77,9 +77,8 @@ def test_staggered_requests_on_the_kernels_get_what_each_gets_alone(
     )
     ids = run_staggered(engine, requests, arrivals=[0, 0, 1, 2, 2, 5])
     if chunked:
-        assert "mixed" in {
-            m.kind for m in engine.step_metrics
-        }  # decode rows and a prompt's chunk in one step
+        # decode rows and a prompt's chunk in one step
+        assert "mixed" in {m.kind for m in engine.step_metrics}
     assert_each_alone(engine, tiny_fast, tokenizer, ids, requests)
     assert_all_free(engine)
 
@@ -145,7 +144,6 @@ def test_on_the_real_4bit_model_a_request_gets_the_same_bits_whoever_shares_its_
     model, tokenizer = smollm2_fast
     alone = first_request_logprobs(model, tokenizer, None, 0)
     other = "Tell me a long story about a dragon who guards a library."
-    assert (
-        first_request_logprobs(model, tokenizer, other, 0) == alone
-    )  # prefilled packed, then padded decodes
+    # prefilled packed, then padded decodes
+    assert first_request_logprobs(model, tokenizer, other, 0) == alone
     assert first_request_logprobs(model, tokenizer, other, 1) == alone  # a decode beside a prompt's prefill

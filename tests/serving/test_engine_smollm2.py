@@ -102,18 +102,16 @@ def test_shared_system_prompt_hits_the_prefix_cache_and_changes_nothing(smollm2_
     ids = [engine.add_request(p, max_new_tokens=12) for p in prompts]
     engine.step()  # the four prompts admitted and prefilled together, the shared blocks computed once
     block = engine.block_manager.block_size
-    assert (
-        engine.block_manager.hit_rate > 0
-    )  # the three later prompts reuse the first one's system-prompt blocks
+    # the three later prompts reuse the first one's system-prompt blocks
+    assert engine.block_manager.hit_rate > 0
     assert engine.pool.allocator.n_used < sum(-(-len(p) // block) for p in prompts)
     engine.run_until_done()
     found = [compare(engine, i, smollm2_labkit, tokenizer, p, 12) for i, p in zip(ids, prompts)]
     assert sum(f[0] for f in found) >= 0.9 * sum(f[1] for f in found)
     engine.block_manager.check()
     assert engine.pool.allocator.n_used == 0
-    again = engine.add_request(
-        prompts[0], max_new_tokens=12
-    )  # after every request ended: the prefix is still cached
+    # after every request ended: the prefix is still cached
+    again = engine.add_request(prompts[0], max_new_tokens=12)
     engine.step()
     assert engine.step_metrics[-1].n_tokens < len(prompts[0]) - len(SYSTEM) // 8
     engine.run_until_done()

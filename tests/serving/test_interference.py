@@ -20,9 +20,8 @@ def test_chunks_keep_decoding_while_the_long_prompt_is_fed(tiny, tokenizer, one_
     chunked = interference_run(
         tiny, tokenizer, SHORTS, LONG, chunked=True, budget=32, arrival_step=3, max_new_tokens=12
     )
-    assert (
-        first.step_kinds.count("prefill") == 2 and "mixed" not in first.step_kinds
-    )  # shorts, then the long one
+    # shorts, then the long one
+    assert first.step_kinds.count("prefill") == 2 and "mixed" not in first.step_kinds
     assert max(first.step_tokens) > 120  # the whole long prompt in one step
     assert chunked.step_kinds.count("mixed") >= 4 and max(chunked.step_tokens) <= 32
     assert len(first.gaps_ms) == len(chunked.gaps_ms) == 3 * 11  # 12 tokens each: 11 gaps

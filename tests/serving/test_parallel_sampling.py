@@ -90,14 +90,12 @@ def test_the_prompt_is_prefilled_once_and_its_blocks_shared(tiny, tokenizer, one
     fed = sum(m.n_tokens for m in engine.step_metrics)
     assert fed == prompt_length + sum(len(o) - 1 for o in outputs)  # the prompt once, then a token per sample
     assert max(m.batch_size for m in engine.step_metrics) == 4
-    assert (
-        len(copies) == 3 and len({shared for shared, _ in copies}) == 1
-    )  # n - 1 copies of the partial block
+    # n - 1 copies of the partial block
+    assert len(copies) == 3 and len({shared for shared, _ in copies}) == 1
     peak, size = max(m.blocks_used for m in engine.step_metrics), 4
     assert peak <= math.ceil(prompt_length / size) + 4 * (math.ceil(SAMPLED["max_new_tokens"] / size) + 1)
-    assert peak < 4 * math.ceil(
-        (prompt_length + SAMPLED["max_new_tokens"] - 1) / size
-    )  # four requests' worth
+    # four requests' worth
+    assert peak < 4 * math.ceil((prompt_length + SAMPLED["max_new_tokens"] - 1) / size)
     assert_samples_are_alone(engine, request_id, tiny, tokenizer, PROMPT, seed=3, **SAMPLED)
     assert len({tuple(o) for o in outputs}) == 4  # four different answers
     assert_all_free(engine)
@@ -146,9 +144,8 @@ def test_greedy_samples_are_n_equal_answers_equal_to_generate(tiny, tokenizer, o
         recorded = engine.logprobs(sample_id)
         assert [r.token_id for r in recorded] == [s.token_id for s in steps]
         assert max(abs(r.logprob - s.logprob) for r, s in zip(recorded, steps)) < TINY_ATOL
-        assert all(
-            len(r.top) == 2 and abs(r.top[0][1] - r.logprob) < 1e-6 for r in recorded
-        )  # greedy: the top
+        # greedy: the top
+        assert all(len(r.top) == 2 and abs(r.top[0][1] - r.logprob) < 1e-6 for r in recorded)
     assert_all_free(engine)
 
 
@@ -219,9 +216,8 @@ def test_samples_abort_release_and_logprobs_speak_for_the_group(tiny, tokenizer)
     engine = Engine(tiny, tokenizer, max_num_seqs=4)
     request_id = engine.add_request(PROMPT, n=3, max_new_tokens=4)
     ids = engine.samples(request_id)
-    assert (
-        engine.samples(ids[2]) == ids and engine.requests[request_id].seats == 3
-    )  # seated as one, before its prefill
+    # seated as one, before its prefill
+    assert engine.samples(ids[2]) == ids and engine.requests[request_id].seats == 3
     engine.abort(ids[2])  # before the fork: it never runs, and gives its seat back
     assert engine.requests[ids[2]].finish_reason == "abort" and engine.requests[request_id].seats == 2
     engine.step()  # the prefill: samples 0 and 1 decode on
@@ -232,9 +228,8 @@ def test_samples_abort_release_and_logprobs_speak_for_the_group(tiny, tokenizer)
     engine.abort(ids[1])  # a later sample alone
     assert engine.release(ids[1]).finish_reason == "abort" and ids[1] not in engine.requests
     engine.run_until_done()
-    assert (
-        engine.release(request_id).finish_reason == "length" and engine.requests == {}
-    )  # the rest of its group
+    # the rest of its group
+    assert engine.release(request_id).finish_reason == "length" and engine.requests == {}
     with pytest.raises(ValueError, match="added without logprobs"):
         engine.logprobs(engine.add_request(PROMPT, max_new_tokens=1))
     nothing = engine.add_request(PROMPT, n=2, max_new_tokens=0)  # done on arrival, as generate() would be
@@ -288,9 +283,8 @@ def test_every_samples_first_token_has_the_prompts_distribution(smollm2_labkit, 
     engine.run_until_done()
     assert sum(m.n_tokens for m in engine.step_metrics) == groups * len(prompt)  # one prefill per group (no
     # prefix cache hit either: the prompt is shorter than a block)
-    firsts = torch.tensor(
-        [[engine.requests[i].output_ids[0] for i in engine.samples(r)] for r in ids]
-    )  # [G, n]
+    # [G, n]
+    firsts = torch.tensor([[engine.requests[i].output_ids[0] for i in engine.samples(r)] for r in ids])
     for index in range(n):
         counts = torch.bincount(firsts[:, index], minlength=len(probs)).float()
         assert chi_square_p_value(counts, probs) > FALSE_ALARM, f"sample {index}"
@@ -314,12 +308,10 @@ def test_logprobs_are_the_log_softmax_of_labkits_own_forward_pass(smollm2_labkit
         recorded = engine.logprobs(sample_id)
         assert [r.token_id for r in recorded] == seq.output_ids
         for row, r in zip(reference, recorded):
-            assert (
-                abs(r.logprob - row[r.token_id]) < LOGPROB_ATOL
-            )  # the raw distribution, not the penalised one
+            # the raw distribution, not the penalised one
+            assert abs(r.logprob - row[r.token_id]) < LOGPROB_ATOL
             values = [value for _, value in r.top]
             assert len(r.top) == 5 and values == sorted(values, reverse=True)
             assert all(abs(value - row[token]) < LOGPROB_ATOL for token, value in r.top)
-            assert (
-                row.topk(5).values[-1] < values[-1] + LOGPROB_ATOL
-            )  # no unlisted token beats the 5th listed
+            # no unlisted token beats the 5th listed
+            assert row.topk(5).values[-1] < values[-1] + LOGPROB_ATOL

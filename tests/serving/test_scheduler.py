@@ -83,9 +83,8 @@ def test_finished_prefix_is_reused_until_its_memory_is_needed_least_recently_fre
     manager.allocate(again)
     assert again.num_cached_tokens == 2 and again.block_table[0] == named[1] and manager.hits == 1
     assert manager.evictions == 0  # its fresh block was a free one that never had a name
-    fresh = make_seq(
-        3, [7, 7, 7, 7]
-    )  # 2 fresh blocks: the last unnamed one, then old's (least recently freed)
+    # 2 fresh blocks: the last unnamed one, then old's (least recently freed)
+    fresh = make_seq(3, [7, 7, 7, 7])
     manager.allocate(fresh)
     assert (
         manager.evictions == 1

@@ -16,10 +16,8 @@ def test_prompt_lookup_copies_what_followed_the_last_ngram():
     assert isinstance(drafter, Drafter)
     # "7 8" occurred before, followed by 9 10 11: propose that
     assert drafter.propose([5, 7, 8, 9, 10, 11, 6, 7, 8], gamma=3) == ([9, 10, 11], None)
-    assert drafter.propose([5, 7, 8, 9, 10, 11, 6, 7, 8], gamma=10) == (
-        [9, 10, 11, 6, 7, 8],
-        None,
-    )  # up to the end
+    # up to the end
+    assert drafter.propose([5, 7, 8, 9, 10, 11, 6, 7, 8], gamma=10) == ([9, 10, 11, 6, 7, 8], None)
     # the longest n-gram wins: "1 2 3" matches at 4..6 (-> 9); "2 3" alone would match later (-> 5)
     assert drafter.propose([1, 2, 3, 9, 0, 2, 3, 5, 1, 2, 3], gamma=1) == ([9], None)
     # the most recent occurrence wins among equally long matches

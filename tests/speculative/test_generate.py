@@ -114,10 +114,8 @@ def test_verify_greedy_and_bonus():
     assert rule.verify_greedy(logits, [1, 2]) == (1, 0)  # second rejected, replaced by the argmax
     probs = torch.softmax(logits, dim=-1)
     one_hot_p = torch.nn.functional.one_hot(logits.argmax(-1), 3).float()
-    assert verify(one_hot_p, [1, 2], None, torch.Generator().manual_seed(0)) == (
-        1,
-        0,
-    )  # the general rule agrees
+    # the general rule agrees
+    assert verify(one_hot_p, [1, 2], None, torch.Generator().manual_seed(0)) == (1, 0)
     assert verify(probs, [], None, torch.Generator().manual_seed(0))[0] == 0
 
 
@@ -244,9 +242,8 @@ def test_bad_arguments_fail_before_generating(tokenizer):
         speculative_generate(
             target, tokenizer, PROMPT, DecodingConfig(), drafter=PromptLookupDrafter(), seed=1
         )
-    with pytest.raises(
-        TypeError, match="num_beams"
-    ):  # an option it does not know is listed with the known ones
+    # an option it does not know is listed with the known ones
+    with pytest.raises(TypeError, match="num_beams"):
         speculative_generate(target, tokenizer, PROMPT, drafter=PromptLookupDrafter(), beams=2)
 
 
@@ -293,12 +290,13 @@ def test_greedy_is_token_identical_on_smollm2_for_every_drafter(smollm2, smollm2
             smollm2_labkit, tokenizer, prompt, drafter=drafter, gamma=4, max_new_tokens=32
         )
         assert result.token_ids == expected, drafter
+    # copying: prompt lookup guesses well
     assert (
         speculative_generate(
             smollm2_labkit, tokenizer, prompt, drafter=drafters[0], max_new_tokens=32
         ).stats.acceptance_rate
         > 0.5
-    )  # copying: prompt lookup guesses well
+    )
 
 
 @pytest.mark.slow

@@ -120,9 +120,8 @@ def test_speedup_sweep_rows_and_tables(tokenizer):
     )
     table = sweep_table(rows).splitlines()
     assert len(table) == 7 and "decode speed-up" in table[0] and "exit 1" in table[3]
-    assert [line.split()[1:3] for line in (table[1], table[4])] == [
-        ["plain", "greedy"]
-    ] * 2  # each task's first row
+    # each task's first row
+    assert [line.split()[1:3] for line in (table[1], table[4])] == [["plain", "greedy"]] * 2
     verify = verification_costs(target, range(1, 5), context=8, repeats=1)
     predicted = prediction_table(rows, {"lookup": 0.0, "exit 1": 0.5}, verify).splitlines()
     assert len(predicted) == 5 and "formula" in predicted[0] and "measured decode" in predicted[0]

@@ -84,9 +84,8 @@ def test_a_figure_drawn_outside_labkit_viz_is_described_from_what_it_draws():
     ax.set_title("Next token")
     data, metadata = png_with_alt(lambda fig: "iVBORw0KGgo=")(fig)
     assert metadata == {"alt": "Figure. Next token: 2 bars: a 0.7, b 0.3."}
-    assert (
-        png_with_alt(lambda fig: "iVBORw0KGgo=")(plt.figure()) == "iVBORw0KGgo="
-    )  # nothing drawn, nothing said
+    # nothing drawn, nothing said
+    assert png_with_alt(lambda fig: "iVBORw0KGgo=")(plt.figure()) == "iVBORw0KGgo="
     plt.close("all")
 
 

@@ -14,13 +14,8 @@ def test_batch_sweep_draws_throughput_as_batch_over_step_time():
     left, right = batch.plot_batch_sweep([1, 2, 4], [0.05, 0.055, 0.07])
     assert right.lines[0].get_ydata()[-1] == pytest.approx(4 / 0.07)
     assert [t.get_text() for t in right.get_xticklabels()] == ["1", "2", "4"]  # the measured batch sizes
-    assert [t.get_text() for t in right.get_yticklabels()] == [
-        "20",
-        "30",
-        "40",
-        "50",
-        "70",
-    ]  # plain, on the log axis
+    # plain, on the log axis
+    assert [t.get_text() for t in right.get_yticklabels()] == ["20", "30", "40", "50", "70"]
     with pytest.raises(ValueError, match="one step time per batch size"):
         batch.plot_batch_sweep([1, 2], [0.05])
 

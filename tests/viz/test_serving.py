@@ -49,9 +49,8 @@ def test_figures_build(trace):
     )
     ax = serving.draw_engine_blocks(trace, 1)
     tables = trace.snapshots[1].block_tables
-    assert (
-        len(ax.patches) == sum(map(len, tables.values())) < trace.n_blocks
-    )  # the blocks in use, not the pool
+    # the blocks in use, not the pool
+    assert len(ax.patches) == sum(map(len, tables.values())) < trace.n_blocks
     assert [label.get_text() for label in ax.get_yticklabels()] == [f"#{r}" for r in sorted(tables)]
     assert f"{trace.snapshots[1].blocks_used} of {trace.n_blocks} blocks of 4 tokens" in ax.get_title()
     ax = serving.draw_slot_grid([10, 4, 7])

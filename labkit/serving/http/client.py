@@ -115,6 +115,7 @@ class FrameClock:
         engine: dict | None = None,
     ) -> StreamTiming:
         tokens = len(self.pieces) if output_tokens is None else output_tokens
+        # a measured stream: a checker finds it in the run log
         return record_result(
             StreamTiming(
                 "".join(self.pieces),
@@ -127,7 +128,7 @@ class FrameClock:
                 error,
                 engine or {},
             )
-        )  # a measured stream: a checker finds it in the run log
+        )
 
 
 async def refused(response: httpx.Response, clock: FrameClock) -> StreamTiming:

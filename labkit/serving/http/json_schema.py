@@ -31,15 +31,8 @@ from labkit.decoding.option_rules import INF, RULES
 
 NULL = {"type": "null"}
 METADATA = ("title", "description", "default")  # kept beside a property's anyOf, not inside it
-CONSTRAINTS = (
-    "type",
-    "anyOf",
-    "oneOf",
-    "allOf",
-    "$ref",
-    "enum",
-    "const",
-)  # a schema with none accepts any value
+# a schema with none accepts any value
+CONSTRAINTS = ("type", "anyOf", "oneOf", "allOf", "$ref", "enum", "const")
 
 
 @dataclass(frozen=True)

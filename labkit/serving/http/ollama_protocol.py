@@ -83,9 +83,8 @@ class Options(RequestModel):
     frequency_penalty: Annotated[float, option_range("frequency_penalty")] | None = None
     seed: int | None = None
     stop: Strings | None = None
-    num_predict: Annotated[
-        int, AfterValidator(num_predict_value), stated(minimum=FILL_CONTEXT)
-    ] = -1  # -1: no limit
+    # -1: no limit
+    num_predict: Annotated[int, AfterValidator(num_predict_value), stated(minimum=FILL_CONTEXT)] = -1
     num_ctx: LoadTime = None
     num_batch: LoadTime = None
     num_gpu: LoadTime = None
@@ -186,9 +185,10 @@ class ChatRequest(GenerationRequest):
     """POST /api/chat, with tools (Ollama has no tool_choice: "auto" when tools are given)."""
 
     PROMPT_FIELD: ClassVar[str] = "messages"
+    # checked by tool_prompt
     messages: list[Message] = Field(
         description='an array of {"role", "content"} objects', json_schema_extra={"minItems": 1}
-    )  # checked by tool_prompt
+    )
     tools: Any = None  # [{"type": "function", "function": {"name", "description", "parameters"}}, ...]
 
     @cached_property

@@ -140,9 +140,8 @@ async def sse(
 ) -> AsyncIterator[bytes]:
     """The SSE frames of a streamed answer (see the module doc): each chunk one choice of one sample."""
     extra = {"usage": None} if include_usage else {}
-    waiting = [
-        [] for _ in range(submitted.n)
-    ]  # each sample's tokens not sent yet (no text yet, or maybe calls)
+    # each sample's tokens not sent yet (no text yet, or maybe calls)
+    waiting = [[] for _ in range(submitted.n)]
     offsets = [0] * submitted.n  # characters of each sample's answer sent so far
     completion_tokens = 0
     for index in range(submitted.n if writer.chat else 0):

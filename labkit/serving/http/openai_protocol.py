@@ -237,9 +237,10 @@ class ChatCompletionRequest(OpenAIRequest):
     """POST /v1/chat/completions, with OpenAI's tools (`tool_calls` module doc)."""
 
     PROMPT_FIELD: ClassVar[str] = "messages"
+    # checked by tool_prompt
     messages: list[ChatMessage] = Field(
         description='an array of {"role", "content"} objects', json_schema_extra={"minItems": 1}
-    )  # checked by tool_prompt
+    )
     logprobs: bool = False
     top_logprobs: (
         Annotated[int_within(0, MAX_LOGPROBS, "alternatives per token"), needs_logprobs(0)] | None

@@ -138,9 +138,8 @@ def create_app(options: ServerOptions = ServerOptions(), api_key: str | None = N
     from labkit.serving.http.openmp_team import built_on_a_thread
 
     threads = torch.get_num_threads()
-    torch.set_num_threads(
-        1
-    )  # this (the main) thread starts no OpenMP team: the engine thread's is the only one
+    # this (the main) thread starts no OpenMP team: the engine thread's is the only one
+    torch.set_num_threads(1)
     llama, tokenizer, engine = built_on_a_thread(lambda: build_engine(options), threads)
     engine_thread = EngineThread(engine, threads=threads)
     engine_thread.start()

@@ -90,9 +90,8 @@ def test_openai_and_ollama_streams_agree_and_count_tokens(service, one_thread):
 
     openai_timing, ollama_timing = in_process(service, both)
     assert openai_timing.text == ollama_timing.text and openai_timing.text
-    assert (
-        openai_timing.output_tokens == ollama_timing.output_tokens == 5
-    )  # max_tokens reached (EOS is unlikely)
+    # max_tokens reached (EOS is unlikely)
+    assert openai_timing.output_tokens == ollama_timing.output_tokens == 5
     assert ollama_timing.engine["eval_count"] == 5 and ollama_timing.engine["done_reason"] == "length"
     assert openai_timing.first_frame_s <= openai_timing.ttft_s  # the role chunk comes first
 

@@ -174,9 +174,8 @@ def test_ollama_logprobs_equal_the_openai_routes_streamed_or_not(client, ollama_
         )
     )
     entries = [entry for part in parts for entry in part.logprobs or []]
-    assert [e.token for e in entries] == [
-        e.token for e in answer.logprobs
-    ]  # /api/generate: the same template
+    # /api/generate: the same template
+    assert [e.token for e in entries] == [e.token for e in answer.logprobs]
     assert all(e.top_logprobs is None for e in entries)  # top_logprobs 0: only the chosen tokens
 
 
@@ -243,6 +242,7 @@ def wait_until_idle(server, timeout: float = 30.0) -> dict:
 def test_a_client_that_leaves_aborts_every_sample_and_each_is_counted(server, client):
     aborted, tokens = 'labkit_requests_finished_total{reason="abort"}', "labkit_generation_tokens_total"
     before, tokens_before = counted(server, aborted), counted(server, tokens)
+    # no sample ends by itself
     stream = client.chat.completions.create(
         model=MODEL,
         messages=QUESTION,
@@ -251,7 +251,7 @@ def test_a_client_that_leaves_aborts_every_sample_and_each_is_counted(server, cl
         temperature=1.0,
         stream=True,
         extra_body={"min_tokens": 300},
-    )  # no sample ends by itself
+    )
     next(iter(stream)), stream.close()
     deadline = time.monotonic() + 30  # the abort takes effect at the engine's next turn
     while counted(server, aborted) < before + 3 and time.monotonic() < deadline:

@@ -286,6 +286,5 @@ def test_arrival_is_stamped_when_the_handler_starts_so_ttft_counts_parsing(servi
     post(service, "/v1/completions", json={"model": NAME, "prompt": "The sea is", "max_tokens": 2})
     assert len(stamps) == 2 and all(before <= arrival <= submitted for arrival, submitted in stamps)
     arrival, submitted = stamps[0]
-    assert (
-        answer["prompt_eval_duration"] >= (submitted - arrival) * 1e9
-    )  # the engine's TTFT starts at arrival
+    # the engine's TTFT starts at arrival
+    assert answer["prompt_eval_duration"] >= (submitted - arrival) * 1e9

@@ -54,9 +54,8 @@ def test_openai_conversion_follows_vllm():
     assert openai_config(response_format={"type": "json_object"}).json_schema == {"type": "object"}
     spec = {"name": "city", "schema": SCHEMA, "strict": True}
     assert openai_config(response_format={"type": "json_schema", "json_schema": spec}).json_schema == SCHEMA
-    greedy = openai_config(
-        temperature=0, top_p=0.5, top_k=3
-    )  # sampling-only options are checked, then dropped
+    # sampling-only options are checked, then dropped
+    greedy = openai_config(temperature=0, top_p=0.5, top_k=3)
     assert (greedy.temperature, greedy.top_p, greedy.top_k) == (0.0, 1.0, 0)
 
 
@@ -69,9 +68,8 @@ def test_completions_take_one_prompt_as_text_or_token_ids():
 
 
 def test_ollama_conversion_applies_ollamas_defaults():
-    config = ollama_config(
-        options={"num_ctx": 4096, "min_p": None}
-    )  # load-time options and nulls are ignored
+    # load-time options and nulls are ignored
+    config = ollama_config(options={"num_ctx": 4096, "min_p": None})
     assert (config.temperature, config.top_k, config.top_p, config.max_new_tokens) == (
         0.8,
         40,

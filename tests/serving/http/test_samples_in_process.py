@@ -67,9 +67,8 @@ def test_every_sample_arrives_with_its_index_logprobs_and_last_event(service, on
             len(event.logprob.top) == 2 and event.logprob.token_id == event.token_id
             for event in sample.tokens
         )
-    engine_thread = (
-        service.engine_thread
-    )  # released once every sample is done: a server keeps no finished one
+    # released once every sample is done: a server keeps no finished one
+    engine_thread = service.engine_thread
     wait_for(lambda: not engine_thread.groups and submitted.request_id not in engine_thread.engine.requests)
     assert not engine_thread.streams and not engine_thread.engine.requests
 
@@ -100,9 +99,8 @@ def test_tokens_are_spelled_with_their_exact_bytes(tokenizer):
     ids = tokenizer.encode("é 你", add_special_tokens=False)
     spelled = [speller(token_id) for token_id in ids]
     assert bytes(b for _, raw in spelled for b in raw).decode() == "é 你"  # a split character joins again
-    assert "\ufffd" in [
-        text for text, _ in spelled
-    ]  # ...though its parts alone read as the replacement character
+    # ...though its parts alone read as the replacement character
+    assert "\ufffd" in [text for text, _ in spelled]
     end = tokenizer.convert_tokens_to_ids("<|im_end|>")
     assert speller(end) == ("<|im_end|>", list(b"<|im_end|>"))
 
@@ -133,10 +131,11 @@ def test_each_request_model_says_how_many_alternatives_the_engine_records():
         parse(ChatCompletionRequest, {"model": "m", "messages": hi, **fields}).engine_logprobs
         for fields in ({}, {"logprobs": True}, {"logprobs": True, "top_logprobs": 4})
     ]
+    # the last: not its field
     completions = [
         parse(CompletionRequest, {"model": "m", "prompt": "Hi", **fields}).engine_logprobs
         for fields in ({}, {"logprobs": 0}, {"logprobs": 5}, {"top_logprobs": 3})
-    ]  # the last: not its field
+    ]
     ollama = [
         parse(GenerateRequest, {"model": "m", "prompt": "Hi", **fields}).engine_logprobs
         for fields in ({}, {"top_logprobs": 0}, {"logprobs": True, "top_logprobs": 20})
