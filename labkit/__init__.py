@@ -25,6 +25,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import importlib.util  # noqa: E402  (the imports below come after the environment above, before torch loads)
 
 from labkit.core.forward import decode_step, prefill  # noqa: E402
+from labkit.core.gemma3 import Gemma3, Gemma3Config
 from labkit.core.kv_cache import KVCache
 from labkit.core.llama import Llama, LlamaConfig
 from labkit.core.text import chat_prompt, encode_prompt
@@ -42,6 +43,8 @@ from labkit.speculative.generate import speculative_generate
 __all__ = [
     "DecodingConfig",
     "EMBEDDED_MODELS",
+    "Gemma3",
+    "Gemma3Config",
     "KVCache",
     "Llama",
     "LlamaConfig",

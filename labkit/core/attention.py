@@ -1,5 +1,6 @@
 """Attention's arithmetic, apart from the model's modules: rotary position embeddings (RoPE), the causal
-mask, and scaled dot-product attention over grouped key/value heads.
+mask (and its sliding-window form, for local layers), and scaled dot-product attention over grouped
+key/value heads.
 
 A query at position i scores every key at position <= i: softmax(q k^T / sqrt(D) + mask) v, where the mask
 adds -inf above the diagonal. RoPE rotates each pair of a query's (and a key's) features by an angle that
@@ -10,7 +11,8 @@ grouped-query attention several query heads share one key/value head, which shri
     >>> q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)                # q [1, 9, 5, 64], k [1, 3, 5, 64]
     >>> out = attention(q, k, v, causal_mask(5, 5, q.device))                      # [1, 9, 5, 64]
 
-labkit.core.llama's `Attention` module projects x into q, k, v and calls these.
+labkit.core.llama's `Attention` module projects x into q, k, v and calls these; so does
+labkit.core.gemma3_layers' (Gemma 3's local layers use `sliding_window_mask`).
 """
 
 from __future__ import annotations
@@ -107,3 +109,20 @@ def causal_mask(new_tokens: int, total_tokens: int, device: torch.device) -> tor
     return torch.zeros(new_tokens, total_tokens, device=device).masked_fill(
         key_pos > query_pos, float("-inf")
     )
+
+
+def sliding_window_mask(
+    new_tokens: int, total_tokens: int, window: int, device: torch.device
+) -> torch.Tensor:
+    """[T, S] additive mask of a local (sliding-window) layer: `causal_mask`, and every key more than
+    window - 1 positions back hidden too, so a query sees at most `window` keys, itself included
+    (Beltagy et al. 2020; Gemma 3's local layers, window 512).
+
+        >>> sliding_window_mask(1, 4, window=2, device="cpu")     # the token at position 3 sees 2 and 3
+        tensor([[-inf, -inf, 0., 0.]])
+    """
+    check_int("window", window, minimum=1)
+    mask = causal_mask(new_tokens, total_tokens, device)  # checks the two counts
+    query_pos = torch.arange(total_tokens - new_tokens, total_tokens, device=device)[:, None]
+    key_pos = torch.arange(total_tokens, device=device)[None, :]
+    return mask.masked_fill(key_pos <= query_pos - window, float("-inf"))

@@ -1,4 +1,4 @@
-"""The one seam that runs a model: labkit's from-scratch `Llama` or any transformers causal LM.
+"""The one seam that runs a model: labkit's from-scratch `Llama` or `Gemma3`, or a transformers causal LM.
 
 Everything that needs logits comes here, so this is the only module that tells the two apart:
 
@@ -26,8 +26,11 @@ from transformers import Cache, DynamicCache
 
 from labkit.core.arguments import InvalidArgument, check_int
 from labkit.core.doors import check_items, check_model
+from labkit.core.gemma3 import Gemma3
 from labkit.core.kv_cache import KVCache, check_crop_length, check_reorder_indices
 from labkit.core.llama import Llama
+
+FROM_SCRATCH = (Llama, Gemma3)  # labkit's own models: they take labkit's caches, `model(ids, cache)`
 
 
 class NoCache:
@@ -127,11 +130,12 @@ def forward(model: torch.nn.Module, input_ids: torch.Tensor, cache=None, keep: i
     with torch.no_grad():
         if isinstance(cache, NoCache):
             return forward(model, cache.feed(input_ids), keep=keep or input_ids.shape[1])
-        if isinstance(model, Llama):
+        if isinstance(model, FROM_SCRATCH):
             if isinstance(cache, Cache):
                 raise TypeError(
-                    f"labkit's Llama cannot use a transformers {type(cache).__name__}; pass cache=None for "
-                    "a fresh KVCache, or load the model with impl='transformers' to use that cache."
+                    f"labkit's {type(model).__name__} cannot use a transformers {type(cache).__name__}; "
+                    "pass cache=None for a fresh KVCache, or load the model with impl='transformers' to use "
+                    "that cache."
                 )
             logits = model(input_ids, cache)
             return logits[:, -keep:] if keep else logits
@@ -158,7 +162,7 @@ def cache_keyword(model_class: type) -> str:
 
 def new_cache(model: torch.nn.Module, batch_size: int = 1, max_length: int | None = None):
     """An empty cache for `model`: labkit's preallocated KVCache, or a transformers DynamicCache."""
-    if isinstance(model, Llama):
+    if isinstance(model, FROM_SCRATCH):
         return model.new_cache(batch_size, max_length or context_length(model))
     return DynamicCache(config=model.config)
 
@@ -243,7 +247,7 @@ def _cache_device(cache) -> torch.device:
 class CachedSequence:
     """A causal LM, one sequence's cache, and the token ids it has seen; run new ids, crop back.
 
-    labkit's Llama keeps a preallocated KVCache; a transformers model recomputes its prefix (`NoCache`).
+    labkit's models keep a preallocated KVCache; a transformers model recomputes its prefix (`NoCache`).
 
         >>> sequence = CachedSequence(model, max_length=128)
         >>> logits = sequence.run(prompt_ids)       # [len(prompt_ids), V]
@@ -252,7 +256,7 @@ class CachedSequence:
 
     def __init__(self, model: torch.nn.Module, max_length: int):
         self.model, self.ids = model, []
-        self.cache = new_cache(model, 1, max_length) if isinstance(model, Llama) else NoCache()
+        self.cache = new_cache(model, 1, max_length) if isinstance(model, FROM_SCRATCH) else NoCache()
 
     @property
     def max_length(self) -> int:

@@ -2,6 +2,7 @@
 
 >>> model, tokenizer = load_model("smollm2-135m")                  # transformers' model
 >>> model, tokenizer = load_model("smollm2-135m", impl="labkit")   # labkit's from-scratch Llama
+>>> model, tokenizer = load_model("gemma3-270m", impl="labkit")    # labkit's from-scratch Gemma3
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from transformers import (
 )
 from transformers.utils import logging as hf_logging
 
+from labkit.core.doors import check_model
+from labkit.core.gemma3 import Gemma3
 from labkit.core.llama import Llama, LlamaConfig
 from labkit.models.registry import EMBEDDED_MODELS, build_cache, check_model_name, known_model
 
@@ -124,8 +127,8 @@ def load_model(
         Face id (needs the network unless it is already in the Hugging Face cache).
     device: None/"cpu" (default), "cuda", "mps", or "auto" for the best available.
     dtype: "float32" (default), "bfloat16" or "float16".
-    impl: "transformers" for the library's model, or "labkit" for labkit's from-scratch Llama
-        (`labkit.llama.Llama`) running on the same weights.
+    impl: "transformers" for the library's model, or "labkit" for labkit's from-scratch model of its
+        architecture (`labkit.Llama`, `labkit.Gemma3`: `FROM_SCRATCH`) running on the same weights.
 
         >>> model, tokenizer = load_model("smollm2-135m", impl="labkit")
     """
@@ -145,8 +148,27 @@ def load_model(
         ) from error
     model = model.to(device).eval()
     if impl == "labkit":
-        model = Llama.from_hf(model)
+        model = from_scratch(model)
     return model, tokenizer
+
+
+FROM_SCRATCH = {"llama": Llama, "gemma3_text": Gemma3}  # transformers' model_type -> labkit's own model
+
+
+def from_scratch(hf_model: torch.nn.Module) -> Llama | Gemma3:
+    """labkit's from-scratch model of a transformers causal LM's architecture, on the same weights (shared,
+    not copied); a ValueError naming the architectures labkit builds for any other.
+
+        >>> from_scratch(labkit.load_model("gemma3-270m")[0])      # a labkit.Gemma3
+    """
+    check_model("hf_model", hf_model, "a transformers causal LM (as load_model returns it)")
+    kind = getattr(getattr(hf_model, "config", None), "model_type", None)
+    if kind not in FROM_SCRATCH:
+        raise ValueError(
+            f"labkit has no from-scratch model of the architecture {kind!r}; it builds "
+            f"{', '.join(map(repr, FROM_SCRATCH))}. Use impl='transformers' for this model."
+        )
+    return FROM_SCRATCH[kind].from_hf(hf_model)
 
 
 def tiny_model(impl: str = "transformers", seed: int = 0) -> torch.nn.Module:

@@ -5,8 +5,9 @@ door yet and says where the call crashes today."""
 import torch
 from door import Door, wrong
 
-from labkit.core.attention import attention, causal_mask
+from labkit.core.attention import attention, causal_mask, sliding_window_mask
 from labkit.core.forward import decode_step, prefill
+from labkit.core.gemma3 import Gemma3, Gemma3Config
 from labkit.core.inspect_forward import previous_token_share
 
 CASES = [
@@ -26,6 +27,13 @@ CASES = [
         ),
         ValueError,
         ("v must be a tensor [B, H, T, D]", "shape (2, 3, 8)"),
+    ),
+    wrong("labkit.core.attention.sliding_window_mask", words=("window",)),
+    Door(
+        "labkit.core.attention.sliding_window_mask",
+        lambda kit: sliding_window_mask(1, 4, window=0, device="cpu"),
+        ValueError,
+        ("window must be a whole number of 1 or more", "got 0"),
     ),
     wrong("labkit.core.forward.all_logits", words=("model",)),
     wrong("labkit.core.forward.decode_step", words=("model must be a causal LM",)),
@@ -62,6 +70,33 @@ CASES = [
     wrong("labkit.core.inspect_forward.shape_rows", words=("trace",)),
     wrong("labkit.core.inspect_forward.top_heads", words=("attention_to",)),
     wrong("labkit.core.inspect_forward.trace_forward", words=("model",)),
+    wrong("labkit.core.gemma3.Gemma3", words=("config must be a Gemma3Config",)),
+    wrong("labkit.core.gemma3.Gemma3.from_hf", words=("hf_model must be a transformers Gemma3ForCausalLM",)),
+    Door(
+        "labkit.core.gemma3.Gemma3.from_hf",
+        lambda kit: Gemma3.from_hf(kit.tiny),
+        ValueError,
+        ("model_type 'gemma3_text'", "a Llama of model_type None", "impl='transformers'"),
+    ),
+    Door(
+        "labkit.core.gemma3.Gemma3",
+        lambda kit: Gemma3(Gemma3Config.tiny())([5, 6, 7]),
+        TypeError,
+        ("input_ids must be a tensor [B, T]", "got list"),
+    ),
+    # 2 layers given, Gemma-3-270M's 18 layer types left as they were
+    Door(
+        "labkit.core.gemma3_config.Gemma3Config",
+        lambda kit: Gemma3Config(n_layers=2),
+        ValueError,
+        ("layer_types must be a tuple of n_layers=2 names", "'sliding_attention' or 'full_attention'"),
+    ),
+    Door(
+        "labkit.core.gemma3_config.Gemma3Config",
+        lambda kit: Gemma3Config(sliding_window="512"),
+        TypeError,
+        ("Gemma3Config's sliding_window must be int", "got str"),
+    ),
     wrong("labkit.core.kv_cache.KVCache", words=("batch_size",)),
     wrong("labkit.core.llama.Llama", words=("config",)),
     wrong("labkit.core.llama.Llama.from_hf", words=("hf_model",)),

@@ -3,12 +3,22 @@ columns). `wrong(name, error, words)`: every required argument a Wrong(); a case
 door yet and says where the call crashes today."""
 
 from dataclasses import replace
+from types import SimpleNamespace
 
+import torch
 from door import Door, wrong
 
 from labkit.models.catalog import load_catalog
 from labkit.models.fit import fits_here, what_can_i_run
 from labkit.models.footprint import format_bytes
+from labkit.models.loading import from_scratch
+
+
+class OtherArchitecture(torch.nn.Module):
+    """A model of an architecture labkit has no from-scratch version of (GPT-2's model_type)."""
+
+    config = SimpleNamespace(model_type="gpt2")
+
 
 CASES = [
     # a number left as text: a catalog row edited by hand, bytes read from a log
@@ -44,6 +54,13 @@ CASES = [
     wrong("labkit.models.fit.fits_here", words=("model",)),
     wrong("labkit.models.fit.what_can_i_run", words=("catalog",)),
     wrong("labkit.models.footprint.format_bytes", words=("n_bytes",)),
+    wrong("labkit.models.loading.from_scratch", words=("hf_model must be a transformers causal LM",)),
+    Door(
+        "labkit.models.loading.from_scratch",
+        lambda kit: from_scratch(OtherArchitecture()),
+        ValueError,
+        ("no from-scratch model of the architecture 'gpt2'", "'llama', 'gemma3_text'", "impl='transformers'"),
+    ),
     wrong("labkit.models.loading.load_model", words=("model name", "smollm2-135m")),
     wrong("labkit.models.loading.load_tokenizer", words=("model name", "smollm2-135m")),
     wrong("labkit.models.quality.bits_per_byte", words=("model",)),
