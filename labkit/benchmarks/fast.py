@@ -41,23 +41,32 @@ import torch
 from tqdm.auto import tqdm
 
 from labkit.benchmarks.decode import hf_run
-from labkit.benchmarks.fast_best import best_rows, llama_cpp_best, row_best, row_from_child, settings_report  # noqa: F401
-from labkit.benchmarks.fast_report import compile_report, payback_tokens, records, table  # noqa: F401
-from labkit.benchmarks.fast_rows import (  # noqa: F401
-    BENCH_PROMPT,
+from labkit.benchmarks.fast_best import (
+    best_rows,
+    llama_cpp_best,  # noqa: F401  (notebook 13 reads fast.llama_cpp_best)
+    row_best,  # noqa: F401  (notebook 13 reads fast.row_best)
+    row_from_child,
+    settings_report,
+)
+from labkit.benchmarks.fast_report import (
+    compile_report,
+    payback_tokens,  # noqa: F401  (notebook 13 reads fast.payback_tokens)
+    records,
+    table,
+)
+from labkit.benchmarks.fast_rows import (
+    BENCH_PROMPT,  # noqa: F401  (notebook 13 reads fast.BENCH_PROMPT)
     CHILD,
     COMPILED,
-    FP32,
+    FP32,  # noqa: F401  (notebook 13 reads fast.FP32)
     GAMMA,
-    LABKIT_ROWS,
     LLAMA_CPP,
-    MODEL,
     PROBE_STEPS,
     PROBE_TOKENS,
     Q4_1_COMPILED,
-    Q4_1_STATIC,
+    Q4_1_STATIC,  # noqa: F401  (notebook 13 reads fast.Q4_1_STATIC)
     ROWS,
-    STATIC_EAGER,
+    STATIC_EAGER,  # noqa: F401  (notebook 13 reads fast.STATIC_EAGER)
     Row,
 )
 from labkit.core.arguments import check_int
@@ -65,9 +74,10 @@ from labkit.core.doors import check_items, check_model, check_record
 from labkit.core.forward import decode_step, prefill
 from labkit.core.llama import Llama
 from labkit.decoding.generate import generate_ids
-from labkit.fast.cost import HOWS, StepCosts, cost_table, measure_machine, measure_step
+from labkit.fast.cost import HOWS, StepCosts, cost_table, measure_step
+from labkit.fast.machine import measure_machine
 from labkit.fast.optimize import optimize
-from labkit.fast.processes import WAIT_POLICIES, current_policy, run_in_child  # noqa: F401
+from labkit.fast.processes import WAIT_POLICIES, current_policy, run_in_child
 from labkit.fast.roofline import weight_bytes_per_token
 from labkit.fast.static import StaticDecoder, slots_for
 from labkit.fast.threads import fastest_thread_count, thread_candidates, using_threads

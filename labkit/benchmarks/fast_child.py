@@ -19,6 +19,7 @@ import json
 import sys
 
 from labkit.benchmarks import fast
+from labkit.benchmarks.fast_rows import BENCH_PROMPT, MODEL
 from labkit.fast.processes import current_policy
 from labkit.fast.threads import thread_candidates, using_threads
 from labkit.models.loading import load_model
@@ -42,7 +43,7 @@ def llama_cpp_rates(prompt: str, new_tokens: int, repeats: int) -> list[dict]:
         return []
     import llama_cpp
 
-    gguf = EMBEDDED_MODELS[fast.MODEL].locate_gguf()
+    gguf = EMBEDDED_MODELS[MODEL].locate_gguf()
     rows = []
     for threads in thread_candidates():
         llm = llama_cpp.Llama(
@@ -74,8 +75,8 @@ def llama_cpp_rates(prompt: str, new_tokens: int, repeats: int) -> list[dict]:
 
 def labkit_rates(new_tokens: int, repeats: int, quick: bool) -> list[dict]:
     """Every row of fast.ROWS at the probe's thread count, with the cost model's terms (all but prompt lookup)."""
-    hf_model, tokenizer = load_model(fast.MODEL)
-    prompt_ids = tokenizer(fast.BENCH_PROMPT)["input_ids"]
+    hf_model, tokenizer = load_model(MODEL)
+    prompt_ids = tokenizer(BENCH_PROMPT)["input_ids"]
     threads, probe = fast.choose_threads(hf_model, prompt_ids, quick)
     rows, compile_seconds = fast.measure_rows(
         hf_model, tokenizer, prompt_ids, new_tokens, repeats, threads, quick
@@ -101,8 +102,8 @@ def labkit_rates(new_tokens: int, repeats: int, quick: bool) -> list[dict]:
 
 def row_rates(label: str, new_tokens: int, repeats: int) -> list[dict]:
     """One row of fast.ROWS at every thread count (a compiled row compiles on its first count)."""
-    hf_model, tokenizer = load_model(fast.MODEL)
-    prompt_ids = tokenizer(fast.BENCH_PROMPT)["input_ids"]
+    hf_model, tokenizer = load_model(MODEL)
+    prompt_ids = tokenizer(BENCH_PROMPT)["input_ids"]
     out = []
     for threads in thread_candidates():
         [row], compile_seconds = fast.measure_rows(
@@ -132,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args(argv)
     if args.job == "llama_cpp":
-        rows = llama_cpp_rates(fast.BENCH_PROMPT, args.tokens, args.repeats)
+        rows = llama_cpp_rates(BENCH_PROMPT, args.tokens, args.repeats)
     elif args.job == "row":
         rows = row_rates(args.row, args.tokens, args.repeats)
     else:

@@ -29,7 +29,8 @@ import httpx
 from labkit.bench import comparison
 from labkit.benchmarks.progress import progress
 from labkit.benchmarks.serve_servers import LLAMA_SERVER, VLLMS, Contender, contenders, record_tag
-from labkit.serving.http.load import LoadResult, Target, load_test, open_loop
+from labkit.serving.http.load import load_test, open_loop
+from labkit.serving.http.load_result import LoadResult, Target
 from labkit.table import Column, format_row, format_table
 from labkit.this_machine import machine_name
 

@@ -36,14 +36,10 @@ from transformers import PreTrainedTokenizerBase
 
 from labkit.core.arguments import InvalidArgument
 from labkit.decoding import sampling, structured
-from labkit.decoding.config_checks import (
-    SAMPLING_ONLY,  # noqa: F401  (read from here too)
-    check_collections,
-    check_options,
-)
+from labkit.decoding.config_checks import check_collections, check_options
 from labkit.decoding.option_rules import blamed
 from labkit.decoding.thinking import ThinkingBudget, ThinkingFormat
-from labkit.decoding.transforms import Transform, apply_transforms  # noqa: F401  (read from here too)
+from labkit.decoding.transforms import Transform, apply_transforms  # noqa: F401  (notebooks 04 and 09 import it from here)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from transformers import PreTrainedTokenizerBase
 
 from labkit.core.forward import NoCache, decode_step, model_device, prefill
 from labkit.core.text import StopMatcher, TextStream, chat_prompt
-from labkit.decoding.config import DecodingConfig, apply_transforms
+from labkit.decoding.config import DecodingConfig
 from labkit.decoding.request import (
     Prompt,
     Request,
@@ -29,6 +29,7 @@ from labkit.decoding.request import (
 )
 from labkit.decoding.sampling import greedy, sample
 from labkit.decoding.search import beam_search, best_sequence_steps
+from labkit.decoding.transforms import apply_transforms
 
 
 def generate(

@@ -26,10 +26,11 @@ from labkit.core.arguments import check_int
 from labkit.core.doors import check_items
 from labkit.core.forward import crop_cache, decode_step, forward, model_device, prefill
 from labkit.core.text import chat_prompt
-from labkit.decoding.config import DecodingConfig, apply_transforms
+from labkit.decoding.config import DecodingConfig
 from labkit.decoding.diversity import distinct_n
 from labkit.decoding.request import check_request
 from labkit.decoding.sampling import greedy, sample
+from labkit.decoding.transforms import apply_transforms
 
 
 def sample_batch(

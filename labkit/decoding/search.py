@@ -29,8 +29,9 @@ from labkit.core.arguments import check_int
 from labkit.core.doors import check_tensor
 from labkit.core.forward import NoCache, all_logits, decode_step, model_device, prefill, reorder_cache
 from labkit.core.text import StopMatcher, TextStream
-from labkit.decoding.config import DecodingConfig, apply_transforms
+from labkit.decoding.config import DecodingConfig
 from labkit.decoding.request import Prompt, Request, Step, check_request, make_step, text_and_finish
+from labkit.decoding.transforms import apply_transforms
 
 BIG = 1.0e9  # the "minus a lot" transformers adds to rule a candidate out, kept for identical arithmetic
 BEAM_DEFAULTS = {"num_beams": 4, "max_new_tokens": 32}  # beam_search's defaults when no config is given

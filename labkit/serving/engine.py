@@ -38,8 +38,7 @@ from labkit.core.forward import context_length
 from labkit.core.paged import BlockPool
 from labkit.decoding.config import DecodingConfig
 from labkit.decoding.request import Prompt, check_request
-from labkit.serving.admission import (  # noqa: F401
-    EngineBusy,
+from labkit.serving.admission import (
     EngineLoad,
     check_logprobs,
     check_prompt_list,
@@ -48,7 +47,7 @@ from labkit.serving.admission import (  # noqa: F401
     refuse_beams,
 )
 from labkit.serving.block_manager import BlockManager
-from labkit.serving.capacity import DEFAULT_TOKENS_PER_SEQ, check_sizes, default_blocks, default_budget  # noqa: F401
+from labkit.serving.capacity import check_sizes, default_blocks, default_budget
 from labkit.serving.compiled_step import CompiledDecode
 from labkit.serving.request import MAX_LOGPROBS, EngineRequest, EngineRequestMetrics, Status, TokenLogprob
 from labkit.serving.runner import BatchRunner, require_llama

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from labkit.decoding.config import apply_transforms
+from labkit.decoding.transforms import apply_transforms
 
 
 @dataclass

@@ -38,7 +38,7 @@ def plot_staircase(rows: Sequence, bandwidth: float, llama_cpp=None, labkit_best
     rows: objects with `label`, `tokens_per_second`, `bytes_per_token` (labkit.benchmarks.fast.Row),
     in the order the steps were taken; llama_cpp: one more such row, or None when it is not installed;
     labkit_best: labkit's fastest path at its own best settings, in a process of its own (a row with `policy`
-    and `threads`, labkit.benchmarks.fast.row_best), drawn below the steps in its own colour, or None.
+    and `threads`, labkit.benchmarks.fast_best.row_best), drawn below the steps in its own colour, or None.
 
         >>> plot_staircase(rows, machine.read_bandwidth, llama_cpp, labkit_best)
     """

@@ -20,9 +20,10 @@ from transformers import PreTrainedTokenizerBase
 from labkit.core.arguments import check_int
 from labkit.core.doors import check_items, check_model
 from labkit.core.forward import all_logits
-from labkit.decoding.config import DecodingConfig, apply_transforms
+from labkit.decoding.config import DecodingConfig
 from labkit.decoding.generate import generate_text
 from labkit.decoding.request import Step
+from labkit.decoding.transforms import apply_transforms
 from labkit.viz.plots import plot_next_token_distribution
 from labkit.viz.sampling import plot_kept_vs_cut
 from labkit.viz.tokens import step_logits, token_label, top_candidates

@@ -3,6 +3,9 @@
 import pytest
 
 from labkit.benchmarks import fast
+from labkit.benchmarks.fast_best import row_best
+from labkit.benchmarks.fast_report import payback_tokens
+from labkit.benchmarks.fast_rows import FP32, Q4_1_STATIC, STATIC_EAGER
 from labkit.fast.cost import Machine, StepCosts
 from labkit.fast.threads import thread_candidates
 
@@ -80,12 +83,12 @@ def test_each_label_keeps_its_fastest_setting_and_the_report_names_every_setting
         fast.Row(fast.LLAMA_CPP, 1, 70.0, 98e6, "PASSIVE"),
         fast.Row(fast.LLAMA_CPP, 2, 36.0, 98e6, "PASSIVE"),
         fast.Row(fast.LLAMA_CPP, 2, 106.0, 98e6, "ACTIVE"),
-        fast.Row(fast.FP32, 2, 16.0, 538e6, "PASSIVE"),
+        fast.Row(FP32, 2, 16.0, 538e6, "PASSIVE"),
     ]
     best = fast.best_rows(tried)
     assert [(r.label, r.policy, r.threads) for r in best] == [
         (fast.LLAMA_CPP, "ACTIVE", 2),
-        (fast.FP32, "PASSIVE", 2),
+        (FP32, "PASSIVE", 2),
     ]
     records = [
         {
@@ -146,15 +149,15 @@ def test_a_labkit_rows_thread_sweep_is_reported_like_llama_cpps():
     )
     assert lone.costs is None  # predicted under another policy: not this row's terms
     with pytest.raises(ValueError, match="Unknown labkit row"):
-        fast.row_best("transformers generate, float32", 4, 1)
+        row_best("transformers generate, float32", 4, 1)
 
 
 @pytest.mark.slow
 def test_row_best_times_one_row_in_its_own_process_at_every_thread_count():
-    best, tried = fast.row_best(fast.Q4_1_STATIC, new_tokens=2, repeats=1, policies=("PASSIVE",))
-    assert best.label == fast.Q4_1_STATIC and best.policy == "PASSIVE" and best.tokens_per_second > 0
+    best, tried = row_best(Q4_1_STATIC, new_tokens=2, repeats=1, policies=("PASSIVE",))
+    assert best.label == Q4_1_STATIC and best.policy == "PASSIVE" and best.tokens_per_second > 0
     if len(thread_candidates()) > 1:
-        assert f"PASSIVE  {fast.Q4_1_STATIC}, alone: 1 threads" in tried
+        assert f"PASSIVE  {Q4_1_STATIC}, alone: 1 threads" in tried
 
 
 def test_compile_report_says_when_compiling_pays_for_itself():
@@ -172,19 +175,19 @@ def test_compile_report_says_when_compiling_pays_for_itself():
     assert "never pays for itself" in fast.compile_report(slower, {"+ torch.compile, static shapes": 100.0})
     kernel = fast.compile_report(rows, {fast.Q4_1_COMPILED: 50.0})  # eager 52, compiled 50 tok/s
     # weighed against its own eager row
-    assert f"against '{fast.Q4_1_STATIC}' it never pays for itself" in kernel
+    assert f"against '{Q4_1_STATIC}' it never pays for itself" in kernel
 
 
 def test_payback_tokens_weighs_each_compiled_row_against_its_eager_row():
     """The number notebook 13's section 6 reveals, without the notebook naming break_even_tokens."""
-    paybacks = fast.payback_tokens(
+    paybacks = payback_tokens(
         fake_rows(), {"+ torch.compile, static shapes": 100.0, fast.Q4_1_COMPILED: 50.0}
     )
     # 91,800 tokens
     assert paybacks["+ torch.compile, static shapes"] == pytest.approx(100 / (1 / 51 - 1 / 54))
     assert paybacks[fast.Q4_1_COMPILED] == float("inf")  # eager 52, compiled 50 tok/s: never
-    no_eager = [r for r in fake_rows() if r.label != fast.STATIC_EAGER]
-    assert fast.payback_tokens(no_eager, {"+ torch.compile, static shapes": 100.0}) == {
+    no_eager = [r for r in fake_rows() if r.label != STATIC_EAGER]
+    assert payback_tokens(no_eager, {"+ torch.compile, static shapes": 100.0}) == {
         "+ torch.compile, static shapes": float("inf")
     }
 
@@ -232,7 +235,7 @@ def test_quick_run_prints_the_waterfall_and_json_ratios(bench_quick_run):
     assert "compiled rows: left out by --quick" in run.stdout
     assert "fast_fuse_int4_static" in benches
     assert "GB/s" in run.stdout and "labkit int4 probe, threads -> seconds" in run.stdout
-    fp32 = next(line for line in run.stdout.splitlines() if line.startswith(fast.FP32))
+    fp32 = next(line for line in run.stdout.splitlines() if line.startswith(FP32))
     assert any(
         regime in fp32 for regime in ("overhead-bound", "memory-bound", "compute-bound", "kernel-bound")
     )

@@ -6,7 +6,8 @@ import torch
 from transformers import GenerationConfig
 
 import labkit
-from labkit.decoding.config import DecodingConfig, apply_transforms, preset, presets
+from labkit.decoding.config import DecodingConfig, preset, presets
+from labkit.decoding.transforms import apply_transforms
 
 PROMPT = "Once upon a time, in a small village,"
 

@@ -6,7 +6,8 @@ import torch
 
 import labkit
 from labkit.decoding.generate import generate
-from labkit.serving.engine import Engine, EngineBusy
+from labkit.serving.admission import EngineBusy
+from labkit.serving.engine import Engine
 
 from .conftest import run_staggered
 

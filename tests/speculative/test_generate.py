@@ -8,7 +8,8 @@ import pytest
 import torch
 
 import labkit
-from labkit.decoding.config import DecodingConfig, apply_transforms
+from labkit.decoding.config import DecodingConfig
+from labkit.decoding.transforms import apply_transforms
 from labkit.speculative import rule
 from labkit.speculative.drafters import ModelDrafter, PromptLookupDrafter, early_exit_drafter
 from labkit.speculative.generate import speculative_generate

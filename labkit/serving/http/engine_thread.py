@@ -31,7 +31,8 @@ from dataclasses import dataclass
 import torch
 
 from labkit.decoding.config import DecodingConfig
-from labkit.serving.engine import Engine, EngineBusy, EngineLoad
+from labkit.serving.admission import EngineBusy, EngineLoad
+from labkit.serving.engine import Engine
 from labkit.serving.http.server_metrics import ServerMetrics
 from labkit.serving.request import EngineRequestMetrics, TokenLogprob
 

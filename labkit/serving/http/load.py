@@ -35,11 +35,11 @@ from labkit.serving.http.client import (
     stream_ollama,
     stream_openai,
 )
-from labkit.serving.http.load_result import (  # noqa: F401  (Target and the tables: read from here too)
+from labkit.serving.http.load_result import (
     LoadResult,
-    Target,
-    sweep_table,
-    ttft_breakdown,
+    Target,  # noqa: F401  (notebook 11 imports it from here)
+    sweep_table,  # noqa: F401  (notebook 11 imports it from here)
+    ttft_breakdown,  # noqa: F401  (notebook 11 imports it from here)
 )
 from labkit.serving.workload import QUESTIONS
 

@@ -31,11 +31,13 @@ from transformers import PreTrainedTokenizerBase
 from labkit.core.arguments import InvalidArgument
 from labkit.core.forward import context_length
 from labkit.core.text import chat_prompt, encode_prompt
-from labkit.decoding.config import DEFAULT_CONFIG, SAMPLING_ONLY, DecodingConfig
+from labkit.decoding.config import DEFAULT_CONFIG, DecodingConfig
+from labkit.decoding.config_checks import SAMPLING_ONLY
 from labkit.decoding.option_rules import check_option
 from labkit.decoding.tool_prompt import tool_chat_prompt
 from labkit.decoding.tools import ToolSpec
-from labkit.serving.engine import DEFAULT_TOKENS_PER_SEQ, EngineBusy
+from labkit.serving.admission import EngineBusy
+from labkit.serving.capacity import DEFAULT_TOKENS_PER_SEQ
 from labkit.serving.http.engine_thread import EngineThread, TokenEvent
 from labkit.serving.http.errors import ClientError
 from labkit.serving.http.fields import ModelRequest, parse, read_json_object

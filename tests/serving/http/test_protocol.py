@@ -11,7 +11,8 @@ import pytest
 
 import labkit
 from labkit.decoding.config import DecodingConfig
-from labkit.serving.engine import Engine, EngineBusy
+from labkit.serving.admission import EngineBusy
+from labkit.serving.engine import Engine
 from labkit.serving.http.app import build_app
 from labkit.serving.http.engine_thread import EngineThread
 from labkit.serving.http.model_service import ModelService
