@@ -9,6 +9,7 @@ from labkit.core.attention import attention, causal_mask, sliding_window_mask
 from labkit.core.forward import decode_step, prefill
 from labkit.core.gemma3 import Gemma3, Gemma3Config
 from labkit.core.inspect_forward import previous_token_share
+from labkit.core.tiled_attention import attend_in_tiles, tiled_attention
 
 CASES = [
     wrong("labkit.core.attention.attention", words=("q",)),
@@ -34,6 +35,22 @@ CASES = [
         lambda kit: sliding_window_mask(1, 4, window=0, device="cpu"),
         ValueError,
         ("window must be a whole number of 1 or more", "got 0"),
+    ),
+    wrong("labkit.core.tiled_attention.tiled_attention", words=("q must be a tensor [B, heads, T, D]",)),
+    wrong("labkit.core.tiled_attention.attend_in_tiles", words=("q must be a tensor [B, heads, T, D]",)),
+    Door(
+        "labkit.core.tiled_attention.tiled_attention",
+        lambda kit: tiled_attention(
+            torch.zeros(1, 8, 4, 16), torch.zeros(1, 3, 4, 16), torch.zeros(1, 3, 4, 16)
+        ),
+        ValueError,
+        ("q's heads must be a multiple of k's kv_heads", "got 8 heads and 3 kv_heads"),
+    ),
+    Door(
+        "labkit.core.tiled_attention.attend_in_tiles",
+        lambda kit: attend_in_tiles(*(torch.zeros(1, 1, 4, 16) for _ in range(3)), tile=0),
+        ValueError,
+        ("tile must be a whole number of 1 or more", "got 0"),
     ),
     wrong("labkit.core.forward.all_logits", words=("model",)),
     wrong("labkit.core.forward.decode_step", words=("model must be a causal LM",)),
