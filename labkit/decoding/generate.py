@@ -16,6 +16,7 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from labkit.core.forward import NoCache, decode_step, model_device, prefill
+from labkit.core.kv_cache import Cache
 from labkit.core.text import StopMatcher, TextStream, chat_prompt
 from labkit.decoding.config import DecodingConfig
 from labkit.decoding.request import (
@@ -40,6 +41,7 @@ def generate(
     *,
     generator: torch.Generator | None = None,
     use_cache: bool = True,
+    cache: Cache | None = None,
     return_logits: bool = False,
     **options,
 ) -> Iterator[Step]:
@@ -50,10 +52,13 @@ def generate(
         top_k, top_p, min_p, typical_p, penalties, stop, seed, num_beams, ...), not both.
     generator: the randomness for sampling (default: one seeded with the config's seed).
     use_cache: keep keys/values between steps (True), or recompute the whole prefix every step.
+    cache: an empty cache of labkit's for labkit's model to keep them in, room for the prompt and every new
+        token (a `QuantizedKVCache` stores them in 8 or 4 bits); None: a fresh KVCache in the model's dtype.
     return_logits: put each step's full-vocabulary logits [V] on the Step (for plots; costly to keep).
 
         >>> generate(model, tokenizer, prompt, temperature=0.8, top_p=0.9, seed=0)
         >>> generate(model, tokenizer, prompt, DecodingConfig(num_beams=4))   # beam search
+        >>> generate(model, tokenizer, prompt, cache=new_kv_cache(model, 256, kv_dtype="int8"))
 
     With num_beams > 1 the beam search runs to the end first, then its best sequence is yielded.
     """
@@ -64,16 +69,44 @@ def generate(
             "generate() streams one sequence; for the n-best list use "
             "labkit.decoding.search.beam_search(..., num_return_sequences=n)."
         )
+    check_cache(model, cache, use_cache, request)
     generator = generator if generator is not None else request.config.generator()
     # Arguments are checked above, when generate() is called; the loop runs as it is iterated.
     if request.config.num_beams > 1:
         return _beam_steps(model, tokenizer, request, use_cache, return_logits)
-    return _sampled_steps(model, tokenizer, request, generator, use_cache, return_logits)
+    cache = cache if use_cache else NoCache()  # None: prefill makes a fresh KVCache
+    return _sampled_steps(model, tokenizer, request, generator, cache, return_logits)
+
+
+def check_cache(model: torch.nn.Module, cache: object, use_cache: bool, request: Request) -> None:
+    """Refuse a `cache=` that `generate` cannot fill: with use_cache=False or beam search, not one of labkit's
+    caches (or for a model that does not take them), not empty, or too short for the prompt and new tokens."""
+    if cache is None:
+        return
+    if not use_cache or request.config.num_beams > 1:
+        raise ValueError(
+            "cache= is for the one-sequence loop with use_cache=True; beam search keeps a cache per beam and "
+            "use_cache=False recomputes the prefix. Drop cache= or those options."
+        )
+    if not isinstance(cache, Cache) or not hasattr(model, "new_cache"):
+        raise TypeError(
+            "cache must be an empty labkit cache (model.new_cache(...), labkit.quant.quantized_kv's "
+            f"new_kv_cache(...)) for labkit's model (impl='labkit'); got {type(cache).__name__} for "
+            f"{type(model).__name__}."
+        )
+    needed = len(request.prompt_ids) + request.config.max_new_tokens
+    if cache.length or getattr(cache, "batch_size", 1) != 1 or getattr(cache, "max_length", needed) < needed:
+        raise ValueError(
+            f"cache must be empty, for one sequence, with room for {needed} tokens (the prompt and "
+            f"max_new_tokens); it holds {cache.length}, for a batch of {getattr(cache, 'batch_size', 1)}, "
+            f"room for {getattr(cache, 'max_length', '?')}. Make one with max_length={needed} or reset() it."
+        )
 
 
 def _sampled_steps(
-    model, tokenizer, request: Request, generator: torch.Generator, use_cache: bool, return_logits: bool
+    model, tokenizer, request: Request, generator: torch.Generator, cache, return_logits: bool
 ) -> Iterator[Step]:
+    """cache: an empty cache to fill, NoCache() to recompute the prefix, or None for a fresh KVCache."""
     config, prompt_ids = request.config, request.prompt_ids
     if config.max_new_tokens == 0:
         return
@@ -81,9 +114,7 @@ def _sampled_steps(
     text, stopper = TextStream(tokenizer, prompt_ids), StopMatcher(config.stop)
     seen = list(prompt_ids)  # prompt and generated ids, for the transforms that look back
     input_ids = torch.tensor([prompt_ids], device=model_device(model))
-    logits, cache = prefill(
-        model, input_ids, None if use_cache else NoCache(), max_length=len(prompt_ids) + config.max_new_tokens
-    )
+    logits, cache = prefill(model, input_ids, cache, max_length=len(prompt_ids) + config.max_new_tokens)
     for index in range(config.max_new_tokens):
         token = choose(logits, config.temperature, generator, transforms, seen)
         token_id = int(token[0])

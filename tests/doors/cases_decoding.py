@@ -5,6 +5,7 @@ door yet and says where the call crashes today."""
 import torch
 from door import Door, wrong
 
+from labkit.decoding.generate import generate
 from labkit.decoding.sampling import apply_temperature, min_p_filter
 from labkit.decoding.search import beam_step
 
@@ -24,6 +25,12 @@ CASES = [
     wrong("labkit.decoding.exact.greedy_search", words=("prompt",)),
     wrong("labkit.decoding.generate.chat", words=("model",)),
     wrong("labkit.decoding.generate.generate", words=("prompt",)),
+    Door(
+        "labkit.decoding.generate.generate",
+        lambda kit: generate(kit.tiny, kit.tokenizer, "Hi", max_new_tokens=2, cache=kit.tiny.new_cache(1, 2)),
+        ValueError,
+        ("cache must be empty, for one sequence, with room for", "room for 2", "max_length="),
+    ),
     wrong("labkit.decoding.generate.generate_ids", words=("prompt",)),
     wrong("labkit.decoding.generate.generate_text", words=("prompt",)),
     wrong("labkit.decoding.judge.format_results", words=("results",)),

@@ -1,0 +1,279 @@
+"""A KV cache that stores keys and values as small integer codes with their scales (notebook 15).
+
+At long context the cache, not the weights, is what a decode step reads: SmolLM2's float32 KV costs
+46 kB a token (2 x 30 layers x 3 heads x 64 x 4 bytes), 377 MB at 8k tokens. Engines store it in fewer
+bits (vLLM's `--kv-cache-dtype`, llama.cpp's `-ctk / -ctv q8_0, q4_1`). Each token's key (and value) of
+each head, a row of head_dim numbers, is quantized on its own when it is appended, with the group-wise
+scheme of `labkit.quant.schemes` (float16 scales, rounded so every error stays within half a step):
+
+    kv_dtype  groups along head_dim          stored per row of 64       value of code q    like
+    int8      one, symmetric (absmax)        64 codes + a scale         (q - 128) * s      q8_0 per row
+    int4      of 32, asymmetric (min, max)   32 bytes + 2 x (s, m)      q * s + m          q4_1
+
+and dequantized on read: `append` returns float keys and values, so attention runs unchanged. A row's
+codes depend on that row alone, so a prompt prefilled at once sees the same keys as one fed token by token.
+`labkit.quant.kv_quality` measures what each kind costs in quality.
+
+    >>> cache = new_kv_cache(model, max_length=256, kv_dtype="int8")   # where model.new_cache(1, 256) goes
+    >>> logits, cache = prefill(model, prompt_ids, cache)
+    >>> cache.bytes_per_token(), cache.ratio_to_float32()
+    (11880, 0.2578125)
+"""
+
+from __future__ import annotations
+
+import torch
+
+from labkit.core.arguments import check_choice, check_int
+from labkit.core.doors import check_record
+from labkit.core.kv_cache import KVCache, check_crop_length, check_reorder_indices
+from labkit.quant.schemes import GroupQuantized, dequantize_groupwise, quantize_groupwise
+
+KV_DTYPES = {  # what each kind stores per row (one token, one head), as GGUF's block formats name it
+    "int8": "8-bit codes, one float16 scale per token and head (symmetric, like q8_0 over a whole row)",
+    "int4": "4-bit codes in groups of 32 along head_dim, a float16 scale and minimum each (like q4_1)",
+}
+INT4_GROUP_SIZE = 32  # values sharing one scale and minimum in int4 (GGUF's block size)
+FLOAT_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}  # an unquantized cache's bytes per number
+SCALE_BYTES = 2  # scales and minimums are float16
+
+
+def kv_group_size(kv_dtype: str, head_dim: int) -> int:
+    """Values per scale: the whole row for int8; 32 for int4 (all of head_dim when it is shorter)."""
+    return head_dim if kv_dtype == "int8" else min(INT4_GROUP_SIZE, head_dim)
+
+
+def kv_bytes_per_token(
+    kv_dtype: str, n_layers: int, n_kv_heads: int, head_dim: int, batch_size: int = 1
+) -> int:
+    """Bytes one more token of context costs, scales and minimums counted: 2 (K and V) x layers x B x
+    heads x the bytes of one row of head_dim numbers.
+
+        >>> [kv_bytes_per_token(kind, 30, 3, 64) for kind in ("float32", "int8", "int4")]   # SmolLM2
+        [46080, 11880, 7200]
+    """
+    check_choice("kv_dtype", kv_dtype, (*FLOAT_BYTES, *KV_DTYPES))
+    if kv_dtype in FLOAT_BYTES:
+        row = head_dim * FLOAT_BYTES[kv_dtype]
+    elif kv_dtype == "int8":
+        row = head_dim + SCALE_BYTES  # a code per number, one scale
+    else:  # two codes a byte, a scale and a minimum per group
+        row = head_dim // 2 + 2 * SCALE_BYTES * (head_dim // kv_group_size(kv_dtype, head_dim))
+    return 2 * n_layers * batch_size * n_kv_heads * row
+
+
+class QuantizedRows:
+    """Rows of `width` numbers of every layer, [n_layers, batch, heads, max_length, width], kept as codes
+    with float16 scales (and minimums), written and read by position."""
+
+    def __init__(self, shape: tuple[int, ...], bits: int, group_size: int, symmetric: bool, device):
+        *outer, width = shape
+        self.bits, self.group_size, self.width = bits, group_size, width
+        code_width = width // 2 if bits == 4 else width  # two 4-bit codes per byte
+        groups = width // group_size
+        self.codes = torch.zeros((*outer, code_width), dtype=torch.uint8, device=device)
+        self.scales = torch.zeros((*outer, groups), dtype=torch.float16, device=device)
+        self.minimums = None if symmetric else torch.zeros_like(self.scales)
+
+    def tensors(self) -> list[torch.Tensor]:
+        return [self.codes, self.scales] + ([] if self.minimums is None else [self.minimums])
+
+    def write(self, layer: int, start: int, x: torch.Tensor) -> None:
+        """Quantize x [B, H, T, width] into positions start..start+T of `layer`."""
+        batch, heads, tokens, width = x.shape
+        q = quantize_groupwise(
+            x.reshape(-1, width).float(), self.bits, self.group_size, symmetric=self.minimums is None
+        )
+        end = start + tokens
+        self.codes[layer, :, :, start:end] = q.codes.reshape(batch, heads, tokens, -1)
+        self.scales[layer, :, :, start:end] = q.scales.reshape(batch, heads, tokens, -1)
+        if self.minimums is not None:
+            self.minimums[layer, :, :, start:end] = q.minimums.reshape(batch, heads, tokens, -1)
+
+    def read(self, layer: int, end: int) -> torch.Tensor:
+        """Positions 0..end of `layer`, dequantized: float32 [B, H, end, width]."""
+        batch, heads = self.codes.shape[1:3]
+        rows = batch * heads * end
+
+        def flat(t):
+            return None if t is None else t[layer, :, :, :end].reshape(rows, -1)  # a copy: slices are strided
+
+        q = GroupQuantized(
+            codes=flat(self.codes),
+            scales=flat(self.scales),
+            minimums=flat(self.minimums),
+            shape=(rows, self.width),
+            bits=self.bits,
+            group_size=self.group_size,
+        )
+        return dequantize_groupwise(q).view(batch, heads, end, self.width)
+
+    def reorder(self, indices: torch.Tensor) -> None:
+        """Row i of the batch now holds what row indices[i] held."""
+        self.codes = self.codes.index_select(1, indices)
+        self.scales = self.scales.index_select(1, indices)
+        if self.minimums is not None:
+            self.minimums = self.minimums.index_select(1, indices)
+
+
+class QuantizedKVCache:
+    """Keys and values quantized per token and head (int8) or per group of 32 (int4), dequantized on read.
+
+    The members of `labkit.core.kv_cache.Cache`, as `KVCache` has them, so it goes wherever a KVCache goes
+    (`prefill`, `decode_step`, `generate(..., cache=...)`, `greedy_decode`, `reorder`, `crop`).
+
+        >>> cache = QuantizedKVCache(n_layers=30, batch_size=1, n_kv_heads=3, max_length=512, head_dim=64)
+        >>> cache.bytes_per_token(), cache.ratio_to_float32()
+        (11880, 0.2578125)
+    """
+
+    def __init__(
+        self,
+        n_layers: int,
+        batch_size: int,
+        n_kv_heads: int,
+        max_length: int,
+        head_dim: int,
+        kv_dtype: str = "int8",
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str = "cpu",
+    ):
+        check_int("batch_size", batch_size, minimum=1)
+        check_int("max_length", max_length, minimum=1, note="room for the prompt plus the new tokens")
+        check_choice("kv_dtype", kv_dtype, tuple(KV_DTYPES))
+        group_size = kv_group_size(kv_dtype, head_dim)
+        if head_dim % group_size or (kv_dtype == "int4" and head_dim % 2):
+            raise ValueError(
+                f"int4 quantizes head_dim in groups of {INT4_GROUP_SIZE} (or all of it when shorter), "
+                f"two codes a byte; head_dim={head_dim} does not split so. Use kv_dtype='int8'."
+            )
+        shape = (n_layers, batch_size, n_kv_heads, max_length, head_dim)
+        bits, symmetric = (8, True) if kv_dtype == "int8" else (4, False)
+        self.keys = QuantizedRows(shape, bits, group_size, symmetric, device)
+        self.values = QuantizedRows(shape, bits, group_size, symmetric, device)
+        self.kv_dtype, self.dtype, self.shape = kv_dtype, dtype, shape
+        self.length = 0  # tokens stored so far (the same for every layer once a forward pass ends)
+
+    @classmethod
+    def for_model(
+        cls,
+        model: torch.nn.Module,
+        batch_size: int = 1,
+        max_length: int | None = None,
+        kv_dtype: str = "int8",
+    ) -> QuantizedKVCache:
+        """An empty quantized cache sized for labkit's model (default: its whole context), as `model.new_cache`."""
+        check_labkit_model(model)
+        c = model.config
+        context = c.max_position_embeddings
+        max_length = context if max_length is None else max_length
+        check_int("max_length", max_length, minimum=1, maximum=context, note="the model's context")
+        weight = model.embed_tokens.weight
+        return cls(
+            c.n_layers,
+            batch_size,
+            c.n_kv_heads,
+            max_length,
+            c.head_dim,
+            kv_dtype,
+            weight.dtype,
+            weight.device,
+        )
+
+    @property
+    def max_length(self) -> int:
+        return self.shape[3]
+
+    @property
+    def batch_size(self) -> int:
+        return self.shape[1]
+
+    def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Quantize k, v [B, n_kv_heads, T, D] after the cached tokens; return all of them dequantized
+        [B, H, length+T, D] in the model's dtype (the new tokens' too: what a later step will read)."""
+        if k.shape[0] != self.batch_size:
+            raise ValueError(
+                f"This KV cache was made for a batch of {self.batch_size} sequences; the model was given "
+                f"{k.shape[0]}. Create the cache with batch_size={k.shape[0]}."
+            )
+        end = self.length + k.shape[2]
+        if end > self.max_length:
+            raise ValueError(
+                f"The KV cache holds {self.max_length} tokens; {self.length} are stored and "
+                f"{k.shape[2]} more do not fit. Create it with a larger max_length (at least {end})."
+            )
+        self.keys.write(layer, self.length, k)
+        self.values.write(layer, self.length, v)
+        return self.keys.read(layer, end).to(self.dtype), self.values.read(layer, end).to(self.dtype)
+
+    def advance(self, n_tokens: int) -> None:
+        """Mark n_tokens more as stored (called once per forward pass, after every layer appended)."""
+        self.length += n_tokens
+
+    def reset(self) -> None:
+        """Forget every stored token (the tensors stay allocated)."""
+        self.length = 0
+
+    def crop(self, length: int) -> None:
+        """Forget every token after the first `length` (speculative decoding rolls back rejected drafts)."""
+        check_crop_length(length, self.length)
+        self.length = length
+
+    def reorder(self, indices: torch.Tensor) -> None:
+        """Row i now holds what row indices[i] held, indices [B] (beam search keeps its surviving beams)."""
+        check_reorder_indices(indices, self.batch_size)
+        self.keys.reorder(indices.to(self.keys.codes.device))
+        self.values.reorder(indices.to(self.values.codes.device))
+
+    def nbytes(self) -> int:
+        """Bytes held by the codes, scales and minimums (all of max_length, used or not)."""
+        return sum(t.nbytes for rows in (self.keys, self.values) for t in rows.tensors())
+
+    def bytes_per_token(self) -> int:
+        """Bytes one more token of context costs for the whole batch, scales counted (`kv_bytes_per_token`)."""
+        return self.nbytes() // self.max_length
+
+    def ratio_to_float32(self) -> float:
+        """This cache's bytes per token over a float32 KVCache's of the same shape (0.258 for int8, 0.156
+        for int4, at head_dim 64)."""
+        n_layers, batch, heads, _, head_dim = self.shape
+        return self.bytes_per_token() / kv_bytes_per_token("float32", n_layers, heads, head_dim, batch)
+
+    def used_bytes(self) -> int:
+        """Bytes of the tokens stored so far (the rest of the preallocation is reserved but empty)."""
+        return self.length * self.bytes_per_token()
+
+    def __repr__(self) -> str:
+        n_layers, batch, heads, max_length, head_dim = self.shape
+        return (
+            f"QuantizedKVCache({self.kv_dtype}, length={self.length}/{max_length}, layers={n_layers}, "
+            f"batch={batch}, kv_heads={heads}, head_dim={head_dim}, {self.nbytes() / 1e6:.1f} MB, "
+            f"{self.ratio_to_float32():.3f} of float32)"
+        )
+
+
+def check_labkit_model(model: object) -> torch.nn.Module:
+    """model, if it is one of labkit's from-scratch models (they take labkit's caches); else a TypeError."""
+    return check_record(
+        "model",
+        model,
+        "labkit's from-scratch model (load it with impl='labkit'): a transformers model keeps its own cache",
+        of=torch.nn.Module,
+        has=("new_cache", "embed_tokens"),
+    )
+
+
+def new_kv_cache(
+    model: torch.nn.Module, batch_size: int = 1, max_length: int | None = None, kv_dtype: str | None = None
+) -> KVCache | QuantizedKVCache:
+    """An empty cache for labkit's model: `model.new_cache` in the model's own dtype (kv_dtype None), or
+    a QuantizedKVCache storing "int8" or "int4" codes.
+
+        >>> new_kv_cache(model, max_length=64, kv_dtype="int4")
+        QuantizedKVCache(int4, length=0/64, layers=30, ...)
+    """
+    check_labkit_model(model)
+    if kv_dtype is None:
+        return model.new_cache(batch_size, max_length)
+    check_choice("kv_dtype", kv_dtype, tuple(KV_DTYPES))
+    return QuantizedKVCache.for_model(model, batch_size, max_length, kv_dtype)
