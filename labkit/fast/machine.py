@@ -125,7 +125,15 @@ class Machine:
 
 
 def spread_suffix(spread: float) -> str:
-    """' ±6%' for a measured spread, '' for none."""
+    """' ±6%' for a measured spread, '' for none (0.0).
+
+    >>> spread_suffix(0.06), spread_suffix(0.0)
+    (' ±6%', '')
+    """
+    if isinstance(spread, bool) or not isinstance(spread, (int, float)) or not spread >= 0:
+        raise ValueError(
+            f"spread must be a relative spread, a number of 0 or more (0.06 prints ±6%), got {spread!r}."
+        )
     return f" {plus_minus(spread)}" if spread > 0 else ""
 
 

@@ -64,6 +64,7 @@ CASES = [
     wrong("labkit.fast.dot_exercise.build_matvec", words=("group_dot",)),
     wrong("labkit.fast.dot_exercise.matvec_bandwidth", words=("matvec",)),
     wrong("labkit.fast.dot_exercise.race_with_kernel", words=("weight",)),
+    wrong("labkit.fast.machine.spread_suffix", words=("spread",)),
     wrong("labkit.fast.optimize.check_steps", words=("steps",)),
     wrong("labkit.fast.optimize.optimize", words=("model",)),
     wrong("labkit.fast.profile.step_breakdown", words=("decoder",)),
