@@ -58,7 +58,46 @@ class Cache(Protocol):
         """Forget every token after the first `length` (speculative decoding rolls back rejected drafts)."""
 
 
-class KVCache:
+class StoredTokens:
+    """What a contiguous cache keeps about its tokens, whatever it stores them as (KVCache: floats;
+    labkit.quant.quantized_kv.QuantizedKVCache: codes and scales): how many are stored, the checks before
+    storing more, and moving that count. A subclass gives `batch_size` and `max_length`."""
+
+    length: int  # tokens stored so far (the same for every layer once a forward pass ends)
+    batch_size: int
+    max_length: int
+
+    def end_after(self, k: torch.Tensor) -> int:
+        """Where the cached tokens will end once k [B, n_kv_heads, T, D] is stored; a ValueError when the
+        batch is not the cache's or the tokens do not fit."""
+        if k.shape[0] != self.batch_size:
+            raise ValueError(
+                f"This KV cache was made for a batch of {self.batch_size} sequences; the model was given "
+                f"{k.shape[0]}. Create the cache with batch_size={k.shape[0]}."
+            )
+        end = self.length + k.shape[2]
+        if end > self.max_length:
+            raise ValueError(
+                f"The KV cache holds {self.max_length} tokens; {self.length} are stored and "
+                f"{k.shape[2]} more do not fit. Create it with a larger max_length (at least {end})."
+            )
+        return end
+
+    def advance(self, n_tokens: int) -> None:
+        """Mark n_tokens more as stored (called once per forward pass, after every layer appended)."""
+        self.length += n_tokens
+
+    def reset(self) -> None:
+        """Forget every stored token (the tensors stay allocated)."""
+        self.length = 0
+
+    def crop(self, length: int) -> None:
+        """Forget every token after the first `length` (speculative decoding rolls back rejected drafts)."""
+        check_crop_length(length, self.length)
+        self.length = length
+
+
+class KVCache(StoredTokens):
     """Keys and values [n_layers, batch, n_kv_heads, max_length, head_dim], allocated once up front."""
 
     def __init__(
@@ -76,7 +115,7 @@ class KVCache:
         shape = (n_layers, batch_size, n_kv_heads, max_length, head_dim)
         self.keys = torch.zeros(shape, dtype=dtype, device=device)
         self.values = torch.zeros(shape, dtype=dtype, device=device)
-        self.length = 0  # tokens stored so far (the same for every layer once a forward pass ends)
+        self.length = 0
 
     @property
     def max_length(self) -> int:
@@ -88,33 +127,10 @@ class KVCache:
 
     def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Store k, v [B, n_kv_heads, T, D] after the cached tokens; return all of them [B, H, length+T, D]."""
-        if k.shape[0] != self.batch_size:
-            raise ValueError(
-                f"This KV cache was made for a batch of {self.batch_size} sequences; the model was given "
-                f"{k.shape[0]}. Create the cache with batch_size={k.shape[0]}."
-            )
-        end = self.length + k.shape[2]
-        if end > self.max_length:
-            raise ValueError(
-                f"The KV cache holds {self.max_length} tokens; {self.length} are stored and "
-                f"{k.shape[2]} more do not fit. Create it with a larger max_length (at least {end})."
-            )
+        end = self.end_after(k)
         self.keys[layer, :, :, self.length : end] = k
         self.values[layer, :, :, self.length : end] = v
         return self.keys[layer, :, :, :end], self.values[layer, :, :, :end]
-
-    def advance(self, n_tokens: int) -> None:
-        """Mark n_tokens more as stored (called once per forward pass, after every layer appended)."""
-        self.length += n_tokens
-
-    def reset(self) -> None:
-        """Forget every stored token (the tensors stay allocated)."""
-        self.length = 0
-
-    def crop(self, length: int) -> None:
-        """Forget every token after the first `length` (speculative decoding rolls back rejected drafts)."""
-        check_crop_length(length, self.length)
-        self.length = length
 
     def reorder(self, indices: torch.Tensor) -> None:
         """Row i now holds what row indices[i] held, indices [B] (beam search keeps its surviving beams)."""
@@ -155,3 +171,28 @@ def check_reorder_indices(indices: torch.Tensor, batch_size: int) -> None:
         )
     if bool((indices < 0).any()) or bool((indices >= batch_size).any()):
         raise ValueError(f"indices must be row numbers in [0, {batch_size}), got {indices.tolist()}.")
+
+
+def cache_for(config, weight: torch.Tensor, batch_size: int = 1, max_length: int | None = None) -> KVCache:
+    """An empty KVCache sized for a model's config (its n_layers, n_kv_heads, head_dim and context,
+    max_position_embeddings), in the dtype and on the device of its `weight` (default: the whole context).
+    What `Llama.new_cache` and `Gemma3.new_cache` return.
+
+        >>> cache_for(model.config, model.embed_tokens.weight, max_length=256).keys.shape
+        torch.Size([30, 1, 3, 256, 64])
+    """
+    context = config.max_position_embeddings
+    if max_length is not None and max_length > context:
+        raise ValueError(
+            f"max_length={max_length} is beyond the model's context of {context} tokens; ask for at most "
+            f"{context} (prompt + new tokens)."
+        )
+    return KVCache(
+        n_layers=config.n_layers,
+        batch_size=batch_size,
+        n_kv_heads=config.n_kv_heads,
+        max_length=context if max_length is None else max_length,
+        head_dim=config.head_dim,
+        dtype=weight.dtype,
+        device=weight.device,
+    )

@@ -28,7 +28,7 @@ from labkit.core.attention import (
     rotary_cos_sin,
 )
 from labkit.core.doors import check_record
-from labkit.core.kv_cache import Appendable, Cache, KVCache
+from labkit.core.kv_cache import Appendable, Cache, KVCache, cache_for
 
 
 @dataclass(frozen=True)
@@ -272,21 +272,7 @@ class Llama(nn.Module):
 
     def new_cache(self, batch_size: int = 1, max_length: int | None = None) -> KVCache:
         """An empty preallocated KV cache sized for this model (default: its whole context)."""
-        c = self.config
-        if max_length is not None and max_length > c.max_position_embeddings:
-            raise ValueError(
-                f"max_length={max_length} is beyond the model's context of {c.max_position_embeddings} tokens; "
-                f"ask for at most {c.max_position_embeddings} (prompt + new tokens)."
-            )
-        return KVCache(
-            n_layers=c.n_layers,
-            batch_size=batch_size,
-            n_kv_heads=c.n_kv_heads,
-            max_length=c.max_position_embeddings if max_length is None else max_length,
-            head_dim=c.head_dim,
-            dtype=self.embed_tokens.weight.dtype,
-            device=self.embed_tokens.weight.device,
-        )
+        return cache_for(self.config, self.embed_tokens.weight, batch_size, max_length)
 
     @property
     def device(self) -> torch.device:

@@ -26,7 +26,7 @@ import torch
 
 from labkit.core.arguments import check_choice, check_int
 from labkit.core.doors import check_record
-from labkit.core.kv_cache import KVCache, check_crop_length, check_reorder_indices
+from labkit.core.kv_cache import KVCache, StoredTokens, check_reorder_indices
 from labkit.quant.schemes import GroupQuantized, dequantize_groupwise, quantize_groupwise
 
 KV_DTYPES = {  # what each kind stores per row (one token, one head), as GGUF's block formats name it
@@ -116,7 +116,7 @@ class QuantizedRows:
             self.minimums = self.minimums.index_select(1, indices)
 
 
-class QuantizedKVCache:
+class QuantizedKVCache(StoredTokens):
     """Keys and values quantized per token and head (int8) or per group of 32 (int4), dequantized on read.
 
     The members of `labkit.core.kv_cache.Cache`, as `KVCache` has them, so it goes wherever a KVCache goes
@@ -191,33 +191,10 @@ class QuantizedKVCache:
     def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Quantize k, v [B, n_kv_heads, T, D] after the cached tokens; return all of them dequantized
         [B, H, length+T, D] in the model's dtype (the new tokens' too: what a later step will read)."""
-        if k.shape[0] != self.batch_size:
-            raise ValueError(
-                f"This KV cache was made for a batch of {self.batch_size} sequences; the model was given "
-                f"{k.shape[0]}. Create the cache with batch_size={k.shape[0]}."
-            )
-        end = self.length + k.shape[2]
-        if end > self.max_length:
-            raise ValueError(
-                f"The KV cache holds {self.max_length} tokens; {self.length} are stored and "
-                f"{k.shape[2]} more do not fit. Create it with a larger max_length (at least {end})."
-            )
+        end = self.end_after(k)
         self.keys.write(layer, self.length, k)
         self.values.write(layer, self.length, v)
         return self.keys.read(layer, end).to(self.dtype), self.values.read(layer, end).to(self.dtype)
-
-    def advance(self, n_tokens: int) -> None:
-        """Mark n_tokens more as stored (called once per forward pass, after every layer appended)."""
-        self.length += n_tokens
-
-    def reset(self) -> None:
-        """Forget every stored token (the tensors stay allocated)."""
-        self.length = 0
-
-    def crop(self, length: int) -> None:
-        """Forget every token after the first `length` (speculative decoding rolls back rejected drafts)."""
-        check_crop_length(length, self.length)
-        self.length = length
 
     def reorder(self, indices: torch.Tensor) -> None:
         """Row i now holds what row indices[i] held, indices [B] (beam search keeps its surviving beams)."""
