@@ -25,6 +25,7 @@ from labkit.core.attention import causal_mask, rotary_cos_sin, sliding_window_ma
 from labkit.core.doors import check_record, check_tensor
 from labkit.core.gemma3_config import Gemma3Config
 from labkit.core.gemma3_layers import Block, RMSNorm
+from labkit.core.hf_weights import on_hf_weights
 from labkit.core.kv_cache import Cache, KVCache, cache_for
 
 
@@ -143,13 +144,4 @@ class Gemma3(nn.Module):
                 f"{type(hf_model).__name__} of model_type {getattr(hf_model.config, 'model_type', None)!r}. "
                 "Use impl='transformers' for it."
             )
-        with torch.device("meta"):
-            model = cls(Gemma3Config.from_hf(hf_model.config))
-        state = {name.removeprefix("model."): tensor for name, tensor in hf_model.state_dict().items()}
-        model.load_state_dict(state, strict=False, assign=True)
-        if model.config.tie_word_embeddings:
-            model.lm_head.weight = model.embed_tokens.weight
-        missing = [n for n, p in model.named_parameters() if p.is_meta]
-        if missing:
-            raise ValueError(f"These weights were not found in the transformers model: {missing[:5]}")
-        return model.eval()
+        return on_hf_weights(lambda: cls(Gemma3Config.from_hf(hf_model.config)), hf_model)

@@ -28,6 +28,7 @@ from labkit.core.attention import (
     rotary_cos_sin,
 )
 from labkit.core.doors import check_record
+from labkit.core.hf_weights import on_hf_weights
 from labkit.core.kv_cache import Appendable, Cache, KVCache, cache_for
 
 
@@ -287,16 +288,7 @@ class Llama(nn.Module):
                 f"labkit's from-scratch model is a Llama; this model is "
                 f"{hf_model.config.model_type!r}. Use impl='transformers' for it."
             )
-        with torch.device("meta"):
-            model = cls(LlamaConfig.from_hf(hf_model.config))
-        state = {name.removeprefix("model."): tensor for name, tensor in hf_model.state_dict().items()}
-        model.load_state_dict(state, strict=False, assign=True)
-        if model.config.tie_word_embeddings:
-            model.lm_head.weight = model.embed_tokens.weight
-        missing = [n for n, p in model.named_parameters() if p.is_meta]
-        if missing:
-            raise ValueError(f"These weights were not found in the transformers model: {missing[:5]}")
-        return model.eval()
+        return on_hf_weights(lambda: cls(LlamaConfig.from_hf(hf_model.config)), hf_model)
 
 
 class NotLabkitLlama(TypeError, ValueError):
