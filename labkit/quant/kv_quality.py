@@ -1,5 +1,5 @@
-"""What a quantized KV cache costs in quality: the same text read through a float cache and through int8
-and int4 ones (notebook 15).
+"""What a quantized KV cache costs in quality: the same text read through a float cache and through int8,
+int4 and int4-rot ones (notebook 15).
 
 Teacher-forced: the model reads the text's own tokens (not its guesses), in chunks through each cache, so
 every cache sees the same inputs and the run is deterministic. At every position, against the next token
@@ -38,7 +38,7 @@ from labkit.table import Column, format_table
 class KVQualityRow:
     """One cache kind read over the text."""
 
-    kv_dtype: str  # "float32" (the model's own dtype: the reference), "int8" or "int4"
+    kv_dtype: str  # "float32" (the model's own dtype: the reference), "int8", "int4" or "int4-rot"
     bytes_per_token: int  # KV bytes one more token of context costs (batch 1; scales and minimums counted)
     ratio_to_float32: float  # bytes_per_token over a float32 cache's
     nll: float  # mean negative log-likelihood of the text's next token, nats per token
@@ -58,7 +58,7 @@ class KVQuality:
     rows: tuple[KVQualityRow, ...]
 
     def row(self, kv_dtype: str) -> KVQualityRow:
-        """The row of one cache kind ("float32", "int8", "int4")."""
+        """The row of one cache kind ("float32", "int8", "int4", "int4-rot")."""
         found = [row for row in self.rows if row.kv_dtype == kv_dtype]
         if not found:
             raise KeyError(f"No row {kv_dtype!r}; the rows are {[row.kv_dtype for row in self.rows]}.")

@@ -9,8 +9,14 @@ scheme of `labkit.quant.schemes` (float16 scales, rounded so every error stays w
     kv_dtype  groups along head_dim          stored per row of 64       value of code q    like
     int8      one, symmetric (absmax)        64 codes + a scale         (q - 128) * s      q8_0 per row
     int4      of 32, asymmetric (min, max)   32 bytes + 2 x (s, m)      q * s + m          q4_1
+    int4-rot  as int4, of the row x H        as int4                    (q * s + m) H      q4_1, rotated
 
-and dequantized on read: `append` returns float keys and values, so attention runs unchanged. A row's
+int4-rot first multiplies each row by the normalized Hadamard matrix H [head_dim, head_dim]
+(`labkit.quant.hadamard`: orthogonal and its own inverse), so a channel with large values spreads over the
+whole row and no longer sets one group's step alone; on read it multiplies by H again. H is one shared
+matrix, made from head_dim alone and not stored per token: int4-rot costs int4's bytes per token.
+
+Codes are dequantized on read: `append` returns float keys and values, so attention runs unchanged. A row's
 codes depend on that row alone, so a prompt prefilled at once sees the same keys as one fed token by token.
 `labkit.quant.kv_quality` measures what each kind costs in quality.
 
@@ -27,12 +33,15 @@ import torch
 from labkit.core.arguments import check_choice, check_int
 from labkit.core.doors import check_record
 from labkit.core.kv_cache import KVCache, StoredTokens, check_reorder_indices
+from labkit.quant.hadamard import hadamard, is_power_of_two
 from labkit.quant.schemes import GroupQuantized, dequantize_groupwise, quantize_groupwise
 
 KV_DTYPES = {  # what each kind stores per row (one token, one head), as GGUF's block formats name it
     "int8": "8-bit codes, one float16 scale per token and head (symmetric, like q8_0 over a whole row)",
     "int4": "4-bit codes in groups of 32 along head_dim, a float16 scale and minimum each (like q4_1)",
+    "int4-rot": "int4 of each row times the normalized Hadamard matrix (QuaRot); the shared matrix is not stored",
 }
+ROTATED = ("int4-rot",)  # the kinds that store x H instead of x (head_dim a power of two)
 INT4_GROUP_SIZE = 32  # values sharing one scale and minimum in int4 (GGUF's block size)
 FLOAT_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}  # an unquantized cache's bytes per number
 SCALE_BYTES = 2  # scales and minimums are float16
@@ -49,26 +58,51 @@ def kv_bytes_per_token(
     """Bytes one more token of context costs, scales and minimums counted: 2 (K and V) x layers x B x
     heads x the bytes of one row of head_dim numbers.
 
-        >>> [kv_bytes_per_token(kind, 30, 3, 64) for kind in ("float32", "int8", "int4")]   # SmolLM2
-        [46080, 11880, 7200]
+        >>> [kv_bytes_per_token(kind, 30, 3, 64) for kind in ("float32", "int8", "int4", "int4-rot")]
+        [46080, 11880, 7200, 7200]
     """
     check_choice("kv_dtype", kv_dtype, (*FLOAT_BYTES, *KV_DTYPES))
     if kv_dtype in FLOAT_BYTES:
         row = head_dim * FLOAT_BYTES[kv_dtype]
     elif kv_dtype == "int8":
         row = head_dim + SCALE_BYTES  # a code per number, one scale
-    else:  # two codes a byte, a scale and a minimum per group
+    else:  # int4, int4-rot (the rotation is one shared matrix): two codes a byte, a scale and minimum a group
         row = head_dim // 2 + 2 * SCALE_BYTES * (head_dim // kv_group_size(kv_dtype, head_dim))
     return 2 * n_layers * batch_size * n_kv_heads * row
 
 
+def check_kv_head_dim(kv_dtype: str, head_dim: int) -> None:
+    """A ValueError when head_dim does not split into kv_dtype's groups (int4: 32, two codes a byte) or,
+    for a rotated kind, is not a power of two (Sylvester's Hadamard matrix has no other sizes)."""
+    group_size = kv_group_size(kv_dtype, head_dim)
+    if head_dim % group_size or (kv_dtype != "int8" and head_dim % 2):
+        raise ValueError(
+            f"{kv_dtype} quantizes head_dim in groups of {INT4_GROUP_SIZE} (or all of it when shorter), "
+            f"two codes a byte; head_dim={head_dim} does not split so. Use kv_dtype='int8'."
+        )
+    if kv_dtype in ROTATED and not is_power_of_two(head_dim):
+        raise ValueError(
+            f"{kv_dtype} rotates each row by a Hadamard matrix, whose size is a power of two (32, 64, 128); "
+            f"head_dim={head_dim} is not one. Use kv_dtype='int4'."
+        )
+
+
 class QuantizedRows:
     """Rows of `width` numbers of every layer, [n_layers, batch, heads, max_length, width], kept as codes
-    with float16 scales (and minimums), written and read by position."""
+    with float16 scales (and minimums), written and read by position; with a `rotation` H [width, width]
+    (orthogonal, H H = I), the codes are those of x H and a read multiplies by H again."""
 
-    def __init__(self, shape: tuple[int, ...], bits: int, group_size: int, symmetric: bool, device):
+    def __init__(
+        self,
+        shape: tuple[int, ...],
+        bits: int,
+        group_size: int,
+        symmetric: bool,
+        device,
+        rotation: torch.Tensor | None = None,
+    ):
         *outer, width = shape
-        self.bits, self.group_size, self.width = bits, group_size, width
+        self.bits, self.group_size, self.width, self.rotation = bits, group_size, width, rotation
         code_width = width // 2 if bits == 4 else width  # two 4-bit codes per byte
         groups = width // group_size
         self.codes = torch.zeros((*outer, code_width), dtype=torch.uint8, device=device)
@@ -81,9 +115,11 @@ class QuantizedRows:
     def write(self, layer: int, start: int, x: torch.Tensor) -> None:
         """Quantize x [B, H, T, width] into positions start..start+T of `layer`."""
         batch, heads, tokens, width = x.shape
-        q = quantize_groupwise(
-            x.reshape(-1, width).float(), self.bits, self.group_size, symmetric=self.minimums is None
-        )
+        rows = x.reshape(-1, width).float()
+        if self.rotation is not None:  # QuaRot (Ashkboos et al. 2024): quantize x H, the outliers spread
+            # in float64, rounded once: a row's codes stay its own whatever rows a matmul kernel groups it with
+            rows = (rows.double() @ self.rotation.double()).float()
+        q = quantize_groupwise(rows, self.bits, self.group_size, symmetric=self.minimums is None)
         end = start + tokens
         self.codes[layer, :, :, start:end] = q.codes.reshape(batch, heads, tokens, -1)
         self.scales[layer, :, :, start:end] = q.scales.reshape(batch, heads, tokens, -1)
@@ -106,7 +142,10 @@ class QuantizedRows:
             bits=self.bits,
             group_size=self.group_size,
         )
-        return dequantize_groupwise(q).view(batch, heads, end, self.width)
+        restored = dequantize_groupwise(q)
+        if self.rotation is not None:
+            restored = restored @ self.rotation  # (x H) H = x: H is symmetric and orthogonal
+        return restored.view(batch, heads, end, self.width)
 
     def reorder(self, indices: torch.Tensor) -> None:
         """Row i of the batch now holds what row indices[i] held."""
@@ -117,7 +156,8 @@ class QuantizedRows:
 
 
 class QuantizedKVCache(StoredTokens):
-    """Keys and values quantized per token and head (int8) or per group of 32 (int4), dequantized on read.
+    """Keys and values quantized per token and head (int8) or per group of 32 (int4, int4-rot: of the row
+    rotated by a Hadamard matrix), dequantized on read.
 
     The members of `labkit.core.kv_cache.Cache`, as `KVCache` has them, so it goes wherever a KVCache goes
     (`prefill`, `decode_step`, `generate(..., cache=...)`, `greedy_decode`, `reorder`, `crop`).
@@ -141,16 +181,13 @@ class QuantizedKVCache(StoredTokens):
         check_int("batch_size", batch_size, minimum=1)
         check_int("max_length", max_length, minimum=1, note="room for the prompt plus the new tokens")
         check_choice("kv_dtype", kv_dtype, tuple(KV_DTYPES))
-        group_size = kv_group_size(kv_dtype, head_dim)
-        if head_dim % group_size or (kv_dtype == "int4" and head_dim % 2):
-            raise ValueError(
-                f"int4 quantizes head_dim in groups of {INT4_GROUP_SIZE} (or all of it when shorter), "
-                f"two codes a byte; head_dim={head_dim} does not split so. Use kv_dtype='int8'."
-            )
+        check_kv_head_dim(kv_dtype, head_dim)
         shape = (n_layers, batch_size, n_kv_heads, max_length, head_dim)
         bits, symmetric = (8, True) if kv_dtype == "int8" else (4, False)
-        self.keys = QuantizedRows(shape, bits, group_size, symmetric, device)
-        self.values = QuantizedRows(shape, bits, group_size, symmetric, device)
+        group_size = kv_group_size(kv_dtype, head_dim)
+        rotation = hadamard(head_dim, device=device) if kv_dtype in ROTATED else None  # shared by all rows
+        self.keys = QuantizedRows(shape, bits, group_size, symmetric, device, rotation)
+        self.values = QuantizedRows(shape, bits, group_size, symmetric, device, rotation)
         self.kv_dtype, self.dtype, self.shape = kv_dtype, dtype, shape
         self.length = 0  # tokens stored so far (the same for every layer once a forward pass ends)
 
@@ -212,7 +249,7 @@ class QuantizedKVCache(StoredTokens):
 
     def ratio_to_float32(self) -> float:
         """This cache's bytes per token over a float32 KVCache's of the same shape (0.258 for int8, 0.156
-        for int4, at head_dim 64)."""
+        for int4 and int4-rot, at head_dim 64)."""
         n_layers, batch, heads, _, head_dim = self.shape
         return self.bytes_per_token() / kv_bytes_per_token("float32", n_layers, heads, head_dim, batch)
 
@@ -244,7 +281,7 @@ def new_kv_cache(
     model: torch.nn.Module, batch_size: int = 1, max_length: int | None = None, kv_dtype: str | None = None
 ) -> KVCache | QuantizedKVCache:
     """An empty cache for labkit's model: `model.new_cache` in the model's own dtype (kv_dtype None), or
-    a QuantizedKVCache storing "int8" or "int4" codes.
+    a QuantizedKVCache storing "int8", "int4" or "int4-rot" codes.
 
         >>> new_kv_cache(model, max_length=64, kv_dtype="int4")
         QuantizedKVCache(int4, length=0/64, layers=30, ...)
