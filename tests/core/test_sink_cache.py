@@ -1,0 +1,140 @@
+"""StreamingLLM's sink cache: a KVCache until it is full, then the sinks and the window, with moved keys
+equal to the keys of their new positions, and clear errors."""
+
+import pytest
+import torch
+
+from labkit.core.forward import decode_step, prefill
+from labkit.core.kv_cache import Cache, KVCache
+from labkit.core.llama import NotLabkitLlama
+from labkit.core.sink_cache import SinkKVCache
+
+# Kept keys vs the keys a fresh cache computes at their new positions, SmolLM2's layer 0, float32: the kept
+# ones were rotated back once per eviction (up to 5 times here). Measured: |k| up to 8.8, differences up
+# to 3.3e-6 (a few float32 steps of the largest key). Values are not rotated; they differ only by the
+# projection's summation order over a different number of tokens (measured 5.6e-8).
+KEY_ATOL = 1e-4
+VALUE_ATOL = 1e-6
+
+
+def random_ids(batch, length, seed=0):
+    return torch.randint(0, 49152, (batch, length), generator=torch.Generator().manual_seed(seed))
+
+
+def feed(model, ids, cache, sizes):
+    """Run ids [B, N] through the cache in passes of the given sizes; return the last pass's logits."""
+    start, logits = 0, None
+    for size in sizes:
+        logits = model(ids[:, start : start + size], cache)
+        start += size
+    assert start == ids.shape[1]
+    return logits
+
+
+def test_a_sink_cache_is_a_cache(tiny):
+    assert isinstance(SinkKVCache.for_model(tiny, sinks=4, window=8), Cache)
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_a_window_longer_than_the_text_is_a_kv_cache(tiny, batch):
+    ids = random_ids(batch, 40)
+    sink = SinkKVCache.for_model(tiny, sinks=4, window=60, chunk=16, batch_size=batch)
+    full = KVCache(2, batch, 2, sink.max_length, 16)  # the same tensors' shape: the same attention kernels
+    for size in (16, 16, 8):
+        start = full.length
+        assert torch.equal(tiny(ids[:, start : start + size], sink), tiny(ids[:, start : start + size], full))
+    assert sink.length == full.length == 40 and sink.evicted == 0
+
+
+@pytest.mark.parametrize("sinks", [0, 4])
+def test_length_never_passes_sinks_plus_window(tiny, sinks):
+    ids = random_ids(1, 100)
+    cache = SinkKVCache.for_model(tiny, sinks=sinks, window=20, chunk=16)
+    fed = 0
+    for size in (16, 3, 16, 1, 16, 16, 16, 16):
+        tiny(ids[:, fed : fed + size], cache)
+        fed += size
+        assert cache.length == min(fed, sinks + 20)
+        assert cache.evicted == max(0, fed - sinks - 20)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sinks", [0, 4])
+def test_kept_keys_are_the_keys_of_their_new_positions(smollm2_labkit, sinks):
+    # Layer 0's keys depend only on each token and its position, so after evictions the kept ones must be
+    # what a fresh KVCache computes for the kept tokens at positions 0..n-1.
+    model, window = smollm2_labkit, 20
+    ids = random_ids(1, 61)
+    cache = SinkKVCache.for_model(model, sinks=sinks, window=window, chunk=8)
+    with torch.no_grad():
+        feed(model, ids, cache, [8] * 7 + [5])
+    kept = torch.cat([ids[:, :sinks], ids[:, -window:]], dim=1)
+    fresh = model.new_cache(max_length=kept.shape[1])
+    with torch.no_grad():
+        model(kept, fresh)
+    assert cache.length == kept.shape[1] and cache.evicted == 61 - kept.shape[1]
+    torch.testing.assert_close(cache.keys[0, :, :, : cache.length], fresh.keys[0], atol=KEY_ATOL, rtol=0)
+    torch.testing.assert_close(
+        cache.values[0, :, :, : cache.length], fresh.values[0], atol=VALUE_ATOL, rtol=0
+    )
+
+
+def test_prefill_and_decode_step_run_past_the_window(tiny):
+    cache = SinkKVCache.for_model(tiny, sinks=2, window=10, chunk=16)
+    logits, cache = prefill(tiny, random_ids(1, 12), cache)
+    for _ in range(30):
+        logits = decode_step(tiny, logits.argmax(-1), cache)
+        assert cache.length == 12
+    assert cache.evicted == 30 and torch.isfinite(logits).all()
+    assert "2 sinks + 10 window" in repr(cache) and "evicted=30" in repr(cache)
+
+
+def test_reset_crop_reorder_and_bytes(tiny):
+    cache = SinkKVCache.for_model(tiny, sinks=2, window=10, chunk=8, batch_size=2)
+    tiny(random_ids(2, 6), cache)
+    cache.crop(4)  # nothing evicted yet: a crop is a KVCache's
+    assert cache.length == 4
+    swapped = cache.keys[:, [1, 0]]
+    cache.reorder(torch.tensor([1, 0]))
+    assert torch.equal(cache.keys, swapped)
+    assert cache.nbytes() == 2 * 2 * 2 * 2 * 20 * 16 * 4  # K and V, layers, batch, heads, 2+10+8, head_dim
+    assert cache.used_bytes() == cache.nbytes() * 4 // 20
+    feed(tiny, random_ids(2, 16), cache, [8, 8])  # 20 tokens: 8 evicted
+    assert cache.evicted == 8
+    with pytest.raises(ValueError, match="cannot crop after it has evicted"):
+        cache.crop(3)
+    cache.reset()
+    assert cache.length == 0 and cache.evicted == 0
+
+
+def test_a_pass_longer_than_chunk_is_refused(tiny):
+    cache = SinkKVCache.for_model(tiny, sinks=4, window=8, chunk=4)
+    with pytest.raises(ValueError, match="at most chunk=4 new tokens a forward pass; got 5"):
+        tiny(random_ids(1, 5), cache)
+    assert cache.length == 0
+
+
+@pytest.mark.parametrize(
+    "options, words",
+    [
+        ({"sinks": -1, "window": 8}, "sinks must be a whole number of 0 or more"),
+        ({"sinks": 4, "window": 0}, "window must be a whole number of 1 or more"),
+        ({"sinks": 4, "window": 8, "chunk": 0}, "chunk must be a whole number of 1 or more"),
+        ({"sinks": 4, "window": 500, "chunk": 16}, "sinks + window + chunk = 520 positions is beyond"),
+    ],
+)
+def test_bad_sizes_are_refused(tiny, options, words):
+    with pytest.raises(ValueError, match=words.replace("+", r"\+")):
+        SinkKVCache.for_model(tiny, **options)
+
+
+def test_bad_constructor_arguments_are_refused():
+    with pytest.raises(ValueError, match="head_dim must be even"):
+        SinkKVCache(2, 2, 15, sinks=4, window=8)
+    with pytest.raises(ValueError, match="rope_theta must be a positive number"):
+        SinkKVCache(2, 2, 16, sinks=4, window=8, rope_theta=0)
+
+
+def test_for_model_wants_labkits_llama():
+    with pytest.raises(NotLabkitLlama, match="SinkKVCache.for_model runs labkit's Llama"):
+        SinkKVCache.for_model(torch.nn.Linear(2, 2), sinks=4, window=8)
