@@ -12,6 +12,7 @@ from labkit.models.catalog import load_catalog
 from labkit.models.fit import fits_here, what_can_i_run
 from labkit.models.footprint import format_bytes
 from labkit.models.loading import from_scratch
+from labkit.models.long_text import long_text_ids
 
 
 class OtherArchitecture(torch.nn.Module):
@@ -68,6 +69,13 @@ CASES = [
     wrong("labkit.models.registry.build_cache", words=("name",)),
     wrong("labkit.models.shapes.model_shape", words=("Unknown model", "smollm2-135m")),
     wrong("labkit.models.shapes.shape_of", words=("model_or_config",)),
+    wrong("labkit.models.long_text.long_text_ids", words=("tokenizer",)),
+    Door(
+        "labkit.models.long_text.long_text_ids",
+        lambda kit: long_text_ids(kit.tokenizer, 10_000_000),
+        ValueError,
+        ("long_text() has", "tokens with this tokenizer", "n_tokens=10,000,000"),
+    ),
 ]
 
 NO_ARGUMENT = {  # name -> why it has no bad-input case
@@ -77,5 +85,6 @@ NO_ARGUMENT = {  # name -> why it has no bad-input case
     "labkit.models.loading.pick_device": "its device argument is load_model's, tested in tests/models/test_bad_input.py",
     "labkit.models.loading.tiny_model": "only impl and seed, the suite's own fixture; impl is checked with load_model's",
     "labkit.models.registry.cache_dir": "takes no argument: a folder from the environment",
+    "labkit.models.long_text.long_text": "takes no argument: Python's own documentation topics as one text",
     "labkit.models.sizing.memory_table": "its models and dtypes are checked by sizing, tested in tests/models/test_bad_input.py",
 }
