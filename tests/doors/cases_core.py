@@ -9,6 +9,8 @@ from labkit.core.attention import attention, causal_mask, sliding_window_mask
 from labkit.core.forward import decode_step, prefill
 from labkit.core.gemma3 import Gemma3, Gemma3Config
 from labkit.core.inspect_forward import previous_token_share
+from labkit.core.sink_cache import SinkKVCache
+from labkit.core.streaming_perplexity import read_long_text
 from labkit.core.tiled_attention import attend_in_tiles, tiled_attention
 
 CASES = [
@@ -127,6 +129,38 @@ CASES = [
     wrong("labkit.core.text.chat_prompt", words=("tokenizer",)),
     wrong("labkit.core.text.encode_prompt", words=("prompt",)),
     wrong("labkit.core.text.token_pieces", words=("tokenizer",)),
+    wrong("labkit.core.sink_cache.SinkKVCache", words=("n_layers must be a whole number",)),
+    wrong(
+        "labkit.core.sink_cache.SinkKVCache.for_model", words=("SinkKVCache.for_model runs labkit's Llama",)
+    ),
+    Door(
+        "labkit.core.sink_cache.SinkKVCache.for_model",
+        lambda kit: SinkKVCache.for_model(kit.tiny, sinks=4, window=500, chunk=16),
+        ValueError,
+        ("sinks + window + chunk = 520 positions is beyond the model's context of 512",),
+    ),
+    Door(
+        "labkit.core.sink_cache.SinkKVCache",
+        lambda kit: kit.tiny(torch.zeros(1, 5, dtype=torch.long), SinkKVCache(2, 2, 16, 4, 8, chunk=4)),
+        ValueError,
+        ("at most chunk=4 new tokens a forward pass; got 5", "create the cache with chunk=5"),
+    ),
+    wrong("labkit.core.streaming_perplexity.read_long_text", words=("model",)),
+    Door(
+        "labkit.core.streaming_perplexity.read_long_text",
+        lambda kit: read_long_text(
+            kit.tiny, torch.zeros(1, 100, dtype=torch.long), kit.tiny.new_cache(1, 64)
+        ),
+        ValueError,
+        ("ids has 100 tokens", "this KVCache holds 64", "use a SinkKVCache"),
+    ),
+    Door(
+        "labkit.core.streaming_perplexity.read_long_text",
+        lambda kit: read_long_text(kit.tiny, torch.zeros(1, 10, dtype=torch.long), "cache"),
+        TypeError,
+        ("cache must be a labkit cache (KVCache, SinkKVCache, QuantizedKVCache)", "got str"),
+    ),
+    wrong("labkit.core.streaming_perplexity.reads_table", words=("reads must be a list of LongRead",)),
 ]
 
 NO_ARGUMENT = {  # name -> why it has no bad-input case
