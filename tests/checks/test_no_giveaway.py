@@ -541,6 +541,17 @@ def vote(texts, strip_zeros=True, first_wins=True):
     return max(order, key=order.count) if order else None
 
 
+def softmax_merge(a, b, rescale=True, weight=1.0):  # the online softmax's merge, the student's own
+    m = torch.maximum(a[0], b[0])
+    alpha, beta = (torch.exp(a[0] - m), torch.exp(b[0] - m)) if rescale else (1.0, 1.0)
+    return m, a[1] * alpha + b[1] * beta, weight * a[2] * alpha + b[2] * beta
+
+
+def windowed_cache_bytes(tokens, global_layers, local_layers, window, heads, head_dim, size, cap=True):
+    kept = global_layers * tokens + local_layers * (min(tokens, window) if cap else tokens)
+    return 2 * kept * heads * head_dim * size
+
+
 def cow_append(pool, name, token, copy=True, release=True):  # copy on write, the student's own
     table = pool.tables[name]
     if not table or len(pool.blocks[table[-1]]) == pool.block_size:
@@ -841,6 +852,19 @@ CASES: dict[str, Sequence[Case] | Callable[[Fixture], Sequence[Case]]] = {
         Case(cow_append, [lambda *a: cow_append(*a, copy=False), lambda *a: cow_append(*a, release=False)])
     ],
     "check_frontier_reading": [numeric(100 * (4 - 5) / 60, 0.01, (False, "outvoted", *FRONTIER))],
+    # long context, notebook 15
+    "check_softmax_merge": [
+        Case(
+            softmax_merge,
+            [lambda a, b: softmax_merge(a, b, rescale=False), lambda a, b: softmax_merge(a, b, weight=0.5)],
+        )
+    ],
+    "check_windowed_cache_bytes": [
+        Case(
+            windowed_cache_bytes,
+            [lambda *p: windowed_cache_bytes(*p, cap=False), lambda *p: windowed_cache_bytes(*p) * 1.5],
+        )
+    ],
 }
 
 
