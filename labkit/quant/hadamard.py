@@ -1,4 +1,4 @@
-"""The normalized Hadamard matrix: a rotation that spreads a vector's outliers over all its numbers (notebook 15).
+"""The normalized Hadamard matrix: a rotation that spreads a row's outliers over the row (notebook 15).
 
 Sylvester's construction doubles a matrix of +-1: H_1 = [1], H_2n = [[H_n, H_n], [H_n, -H_n]], so the size is
 a power of two. Divided by sqrt(n) it is orthogonal and its own transpose, so it is its own inverse:

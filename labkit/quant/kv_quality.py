@@ -15,6 +15,21 @@ of the text and against the float cache's next-token distribution p:
     float32        46,080      1.000      25.083       100.0%    0.00000
     int8           11,880      0.258      25.117        98.4%    0.00073
     int4            7,200      0.156      25.762        83.9%    0.06013
+    int4-rot        7,200      0.156      25.234        86.7%    0.03530
+
+    >>> print(kv_quality(model, tokenizer, eval_text(), max_tokens=1024))
+    1024 tokens, teacher-forced
+    KV cache  bytes/token  x float32  perplexity  top-1 agree  KL (nats)
+    float32        46,080      1.000      31.673       100.0%    0.00000
+    int8           11,880      0.258      31.710        98.2%    0.00061
+    int4            7,200      0.156      33.546        85.4%    0.05015
+    int4-rot        7,200      0.156      32.576        89.1%    0.03248
+
+Rotating before quantizing (int4-rot) cuts int4's KL by 35-41 % at int4's bytes, and its perplexity
+excess over float32 from 2.7-5.9 % to 0.6-2.9 %; int8 stays far closer still. Measured on SmolLM2-135M
+float32 (labkit's Llama) on a shared 2-core AMD EPYC (AVX2); the numbers are the model's, not the
+machine's: the same text gives them on any CPU up to float rounding. Under load from other jobs the
+256-token table took 26-28 s, the 1024-token one 90 s; the whole text (3,702 tokens) was not run.
 """
 
 from __future__ import annotations

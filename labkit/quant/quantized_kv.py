@@ -39,7 +39,7 @@ from labkit.quant.schemes import GroupQuantized, dequantize_groupwise, quantize_
 KV_DTYPES = {  # what each kind stores per row (one token, one head), as GGUF's block formats name it
     "int8": "8-bit codes, one float16 scale per token and head (symmetric, like q8_0 over a whole row)",
     "int4": "4-bit codes in groups of 32 along head_dim, a float16 scale and minimum each (like q4_1)",
-    "int4-rot": "int4 of each row times the normalized Hadamard matrix (QuaRot); the shared matrix is not stored",
+    "int4-rot": "int4 of each row times the normalized Hadamard matrix (QuaRot); the matrix is shared",
 }
 ROTATED = ("int4-rot",)  # the kinds that store x H instead of x (head_dim a power of two)
 INT4_GROUP_SIZE = 32  # values sharing one scale and minimum in int4 (GGUF's block size)
@@ -117,7 +117,7 @@ class QuantizedRows:
         batch, heads, tokens, width = x.shape
         rows = x.reshape(-1, width).float()
         if self.rotation is not None:  # QuaRot (Ashkboos et al. 2024): quantize x H, the outliers spread
-            # in float64, rounded once: a row's codes stay its own whatever rows a matmul kernel groups it with
+            # in float64, rounded once: a row's codes stay its own whatever rows a matmul groups it with
             rows = (rows.double() @ self.rotation.double()).float()
         q = quantize_groupwise(rows, self.bits, self.group_size, symmetric=self.minimums is None)
         end = start + tokens
