@@ -5,6 +5,7 @@ door yet and says where the call crashes today."""
 from door import Door, wrong
 
 from labkit.benchmarks.fast_best import llama_cpp_best
+from labkit.benchmarks.longctx import decode_step_seconds_at
 
 CASES = [
     wrong("labkit.benchmarks.engines.decode_rate_in_child", words=("policy",)),
@@ -34,6 +35,19 @@ CASES = [
     wrong("labkit.benchmarks.kvcache.decode_step_seconds", words=("model",)),
     wrong("labkit.benchmarks.kvcache.filler_ids", words=("tokenizer",)),
     wrong("labkit.benchmarks.kvcache.fit_nonnegative", words=("columns",)),
+    wrong("labkit.benchmarks.longctx.decode_step_seconds_at", words=("model", "from-scratch")),
+    Door(
+        "labkit.benchmarks.longctx.decode_step_seconds_at",
+        lambda kit: decode_step_seconds_at(kit.tiny, "q4_0", 64),
+        ValueError,
+        ("kv_dtype must be None", "'int8', 'int4', 'int4-rot'", "got 'q4_0'"),
+    ),
+    Door(
+        "labkit.benchmarks.longctx.decode_step_seconds_at",
+        lambda kit: decode_step_seconds_at(kit.tiny, "int8", 512),
+        ValueError,
+        ("context must be a whole number from 1 to 511", "minus the step's token"),
+    ),
     wrong("labkit.benchmarks.serve_servers.labkit_settings", words=("options",)),
 ]
 

@@ -2,7 +2,9 @@
 columns). `wrong(name, error, words)`: every required argument a Wrong(); a case with `missing=` has no
 door yet and says where the call crashes today."""
 
-from door import wrong
+from door import Door, wrong
+
+from labkit.quant.kv_quality import kv_quality
 
 CASES = [
     wrong("labkit.quant.bnb.load_bitsandbytes_model", words=("name",)),
@@ -10,6 +12,13 @@ CASES = [
     wrong("labkit.quant.evaluation.results_table", words=("results",)),
     wrong("labkit.quant.gguf_blocks.dequantize_gguf", words=("kind",)),
     wrong("labkit.quant.gguf_blocks.read_gguf_tensor", words=("source",)),
+    wrong("labkit.quant.kv_quality.kv_quality", words=("model", "labkit's Llama")),
+    Door(
+        "labkit.quant.kv_quality.kv_quality",
+        lambda kit: kv_quality(kit.tiny, kit.tokenizer, "Some text to read.", kv_dtypes=("int5",)),
+        ValueError,
+        ("kv_dtypes must be a tuple of names", "'int4-rot'", "('int5',)"),
+    ),
     wrong("labkit.quant.linear.QuantLinear", words=("linear",)),
     wrong("labkit.quant.linear.QuantLinear.from_linear", words=("linear",)),
     wrong("labkit.quant.linear.quantize_model", words=("model",)),

@@ -1,0 +1,124 @@
+"""Decode speed by context for each KV cache kind (notebook 15): one batch-1 decode step of labkit's Llama
+with `context` tokens already cached, in the model's dtype or quantized ("int8", "int4", "int4-rot").
+
+A quantized cache stores fewer bytes but dequantizes every cached key and value on every step
+(`QuantizedKVCache.append` returns them as floats, so attention runs unchanged): here it does more work per
+step than a float cache, not less, and the gap grows with the context.
+
+Filling a cache honestly but cheaply: data/eval's text (repeated to length) is prefilled once into a float
+cache, in chunks of 512 tokens, and kept for the model (the longest so far: a causal model's keys at a
+position do not depend on later tokens, so a shorter context is its prefix, up to float rounding). Each
+kind's cache is then filled by appending those keys and values layer by layer, which quantizes them as a
+prefill would; no kind prefills the text again. Each timed step feeds the text's next token and is then
+cropped off, so every repeat runs at the same context.
+
+    >>> model, tokenizer = labkit.load_model("smollm2-135m", impl="labkit")
+    >>> torch.set_num_threads(1)
+    >>> decode_step_seconds_at(model, "int4", context=2048)
+    0.1112
+
+Measured so on SmolLM2-135M float32, on a shared 2-core AMD EPYC (AVX2) with another job running: one
+torch thread (two threads, contending with that job, gave medians up to 45x these), median of 5 steps,
+two sweeps each (ms; 8,191 rather than 8,192: the step's own token takes SmolLM2's last position):
+
+    context   float32       int8          int4           int4-rot
+    512       58.1 / 54.6   72.9 / 68.3   80.5 / 78.4    91.4 / 92.3
+    2,048     68.3 / 68.3   86.7 / 91.0   113.8 / 111.2  158.5 / 157.1
+    8,191     118.1 / 116.4 228.7 / 236.9 270.4 / 271.4  424.3 / 429.5
+
+Where a step's time goes at 8,191 tokens (torch.profiler, mean of 3 steps, one thread): attention itself
+is 59-66 ms for every kind (it reads float keys either way); the 60 reads of a quantized cache (keys and
+values of 30 layers) dequantize for 105 ms (int8) or 150 ms (int4), and int4-rot's multiplication of
+every row by H adds 179 ms more; quantizing the step's one new token costs 20-29 ms of small operations.
+Rotating the query and the attention output instead of every cached row, as llama.cpp does ((q H) . (k H)
+= q . k and (p (V H)) H = p V), would take that 179 ms away.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import torch
+
+from labkit.core.arguments import check_int
+from labkit.core.doors import check_model
+from labkit.core.forward import decode_step, forward, vocab_size
+from labkit.core.kv_cache import KVCache
+from labkit.models.eval_data import eval_ids
+from labkit.models.loading import load_tokenizer
+from labkit.quant.quantized_kv import KV_DTYPES, QuantizedKVCache, check_labkit_model, new_kv_cache
+from labkit.timing import median_seconds
+
+PREFILL_CHUNK = 512  # tokens a prefill forward pass takes at once: its scores stay [9, 512, 8192] at most
+TEXT_MODEL = "smollm2-135m"  # whose tokenizer turns data/eval's text into the ids the cache is filled with
+_PREFILLED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> (ids [1, N], its float cache)
+
+
+def text_ids(n_tokens: int) -> torch.Tensor:
+    """data/eval's text as SmolLM2 token ids [1, n_tokens], repeated from its start when it is shorter."""
+    ids = eval_ids(load_tokenizer(TEXT_MODEL))
+    return ids.repeat(1, n_tokens // ids.shape[1] + 1)[:, :n_tokens]
+
+
+def prefilled(model: torch.nn.Module, n_tokens: int) -> tuple[torch.Tensor, KVCache]:
+    """(ids [1, N], a float cache holding their first N - 1 tokens) with N > n_tokens, made once per model
+    and kept until a longer one is asked for (then prefilled again, to the new length)."""
+    kept = _PREFILLED.get(model)
+    if kept is not None and kept[0].shape[1] > n_tokens:
+        return kept
+    ids = text_ids(n_tokens + 1).to(model.embed_tokens.weight.device)  # the last one: the step's token
+    if int(ids.max()) >= vocab_size(model):
+        raise ValueError(
+            f"model's vocabulary ({vocab_size(model)}) is smaller than {TEXT_MODEL}'s, "
+            "whose tokens of data/eval's text fill the cache."
+        )
+    cache = model.new_cache(1, n_tokens + 1)
+    for start in range(0, n_tokens, PREFILL_CHUNK):
+        forward(model, ids[:, start : min(start + PREFILL_CHUNK, n_tokens)], cache, keep=1)
+    _PREFILLED[model] = (ids, cache)
+    return ids, cache
+
+
+def filled_cache(model: torch.nn.Module, kv_dtype: str | None, context: int) -> KVCache | QuantizedKVCache:
+    """A cache of kind kv_dtype (None: the model's dtype) holding the text's first `context` tokens, with room
+    for one more: the float prefill's keys and values appended layer by layer (quantized on the way in)."""
+    _, source = prefilled(model, context)
+    cache = new_kv_cache(model, 1, context + 1, kv_dtype)
+    with torch.no_grad():
+        for layer in range(model.config.n_layers):
+            cache.append(layer, source.keys[layer, :, :, :context], source.values[layer, :, :, :context])
+    cache.advance(context)
+    return cache
+
+
+def decode_step_seconds_at(
+    model: torch.nn.Module, kv_dtype: str | None, context: int, repeats: int = 5
+) -> float:
+    """The median seconds of one decode step (batch 1) of labkit's model with `context` tokens of real text
+    already in a cache of kind kv_dtype: None for the model's own dtype, or "int8", "int4", "int4-rot"
+    (`labkit.quant.quantized_kv`). One untimed warm-up step, then `repeats` timed ones (labkit.timing's
+    median_seconds, so the run log keeps them), each cropped off after it.
+
+    context: 1 up to the model's context minus one (the step's own token takes the last position).
+
+        >>> decode_step_seconds_at(model, "int4-rot", context=512, repeats=5)   # one torch thread
+        0.0923
+    """
+    check_model("model", model, "labkit's from-scratch Llama (load it with impl='labkit')")
+    check_labkit_model(model)
+    if kv_dtype is not None and kv_dtype not in KV_DTYPES:
+        raise ValueError(
+            f"kv_dtype must be None (the model's dtype) or one of {tuple(KV_DTYPES)}, got {kv_dtype!r}."
+        )
+    limit = model.config.max_position_embeddings - 1
+    check_int("context", context, minimum=1, maximum=limit, note="the model's context minus the step's token")
+    check_int("repeats", repeats, minimum=1)
+    ids, _ = prefilled(model, context)
+    cache = filled_cache(model, kv_dtype, context)
+    token = ids[:, context]  # [1]: the text's next token
+
+    def step() -> None:
+        decode_step(model, token, cache)
+        cache.crop(context)
+
+    return median_seconds(step, repeats)
