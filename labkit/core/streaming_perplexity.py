@@ -10,6 +10,13 @@ positions, so a plot shows where a plain sliding window blows up (StreamingLLM, 
     >>> ids = long_text_ids(tokenizer, 4096)                         # labkit.models.long_text
     >>> read = read_long_text(model, ids, SinkKVCache.for_model(model, sinks=4, window=252))
     >>> print(read)                                                  # perplexity per 512 positions
+
+Measured on SmolLM2-135M, float32, the first 4,096 tokens of `long_text()`, chunk 256 (so a query sees
+between 256 and 512 tokens in a 256-token cache: the pass's own tokens are evicted only after it):
+a plain window of 256 reads at perplexity 20.68, 4 sinks + 252 at 12.55, the full KVCache at 10.83. Per
+512 positions, from the first eviction on (position 512), the plain window is 1.8-2.6x the full cache's
+perplexity, the sinks 1.04-1.40x. Over 20,000 tokens (past the trained 8,192) with 1,024 kept: plain window
+16.70, 4 sinks + 1,020 window 10.40 (the full KVCache reads the first 8,192 at 10.27).
 """
 
 from __future__ import annotations
