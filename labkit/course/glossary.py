@@ -49,7 +49,7 @@ T09, T10, T11, T12 = (
     "11_serving",
     "12_run_locally_and_choose_a_model",
 )
-T13, T14 = "13_how_fast_can_we_decode", "14_spending_compute_at_inference_time"
+T13, T14, T15 = "13_how_fast_can_we_decode", "14_spending_compute_at_inference_time", "15_long_context"
 
 GLOSSARY: dict[str, Term] = {
     "tokenizer": Term(
@@ -252,5 +252,30 @@ GLOSSARY: dict[str, Term] = {
     ),
     "thinking budget": Term(
         "A cap on how many tokens a model may spend reasoning before it answers.", T14, "5. A budget to think"
+    ),
+    "FlashAttention": Term(
+        "Attention computed one tile of keys at a time with an online softmax, never holding the score matrix.",
+        T15,
+        "2. Attention in tiles",
+    ),
+    "online softmax": Term(
+        "A softmax built block by block from a running max and sum, rescaling what was summed when the max grows.",
+        T15,
+        "2. Attention in tiles",
+    ),
+    "quantized KV cache": Term(
+        "A KV cache that stores keys and values in fewer bits (int8, 4-bit, fp8) with their scales.",
+        T15,
+        "3. Fewer bits per cached number",
+    ),
+    "sliding window": Term(
+        "Attention (and a cache) that keeps only the last W tokens, so the cache stops growing.",
+        T15,
+        "4. A window, and its sinks",
+    ),
+    "attention sinks": Term(
+        "The first few tokens, on which a model parks much of its attention; a window that keeps them holds.",
+        T15,
+        "4. A window, and its sinks",
     ),
 }

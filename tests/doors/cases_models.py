@@ -67,6 +67,7 @@ CASES = [
     wrong("labkit.models.quality.bits_per_byte", words=("model",)),
     wrong("labkit.models.quality.task_results", words=("model",)),
     wrong("labkit.models.registry.build_cache", words=("name",)),
+    wrong("labkit.models.registry.known_model", words=("name",)),
     wrong("labkit.models.shapes.model_shape", words=("Unknown model", "smollm2-135m")),
     wrong("labkit.models.shapes.shape_of", words=("model_or_config",)),
     wrong("labkit.models.long_text.long_text_ids", words=("tokenizer",)),
@@ -85,6 +86,7 @@ NO_ARGUMENT = {  # name -> why it has no bad-input case
     "labkit.models.loading.pick_device": "its device argument is load_model's, tested in tests/models/test_bad_input.py",
     "labkit.models.loading.tiny_model": "only impl and seed, the suite's own fixture; impl is checked with load_model's",
     "labkit.models.registry.cache_dir": "takes no argument: a folder from the environment",
+    "labkit.models.eval_data.eval_text": "takes no argument: the project's evaluation text, data/eval/eval_text.txt",
     "labkit.models.long_text.long_text": "takes no argument: Python's own documentation topics as one text",
     "labkit.models.sizing.memory_table": "its models and dtypes are checked by sizing, tested in tests/models/test_bad_input.py",
 }
