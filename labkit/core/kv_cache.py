@@ -97,28 +97,17 @@ class StoredTokens:
         self.length = length
 
 
-class KVCache(StoredTokens):
-    """Keys and values [n_layers, batch, n_kv_heads, max_length, head_dim], allocated once up front."""
+class FloatKV(StoredTokens):
+    """Keys and values kept as two float tensors [n_layers, batch, n_kv_heads, slots, head_dim], written
+    and read by position: what KVCache and labkit.core.sink_cache.SinkKVCache share. A subclass allocates
+    `keys` and `values`."""
 
-    def __init__(
-        self,
-        n_layers: int,
-        batch_size: int,
-        n_kv_heads: int,
-        max_length: int,
-        head_dim: int,
-        dtype: torch.dtype = torch.float32,
-        device: torch.device | str = "cpu",
-    ):
-        check_int("batch_size", batch_size, minimum=1)
-        check_int("max_length", max_length, minimum=1, note="room for the prompt plus the new tokens")
-        shape = (n_layers, batch_size, n_kv_heads, max_length, head_dim)
-        self.keys = torch.zeros(shape, dtype=dtype, device=device)
-        self.values = torch.zeros(shape, dtype=dtype, device=device)
-        self.length = 0
+    keys: torch.Tensor
+    values: torch.Tensor
 
     @property
     def max_length(self) -> int:
+        """Tokens the tensors have room for."""
         return self.keys.shape[3]
 
     @property
@@ -149,6 +138,27 @@ class KVCache(StoredTokens):
     def used_bytes(self) -> int:
         """Bytes of the tokens stored so far (the rest of the preallocation is reserved but empty)."""
         return self.length * self.bytes_per_token()
+
+
+class KVCache(FloatKV):
+    """Keys and values [n_layers, batch, n_kv_heads, max_length, head_dim], allocated once up front."""
+
+    def __init__(
+        self,
+        n_layers: int,
+        batch_size: int,
+        n_kv_heads: int,
+        max_length: int,
+        head_dim: int,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str = "cpu",
+    ):
+        check_int("batch_size", batch_size, minimum=1)
+        check_int("max_length", max_length, minimum=1, note="room for the prompt plus the new tokens")
+        shape = (n_layers, batch_size, n_kv_heads, max_length, head_dim)
+        self.keys = torch.zeros(shape, dtype=dtype, device=device)
+        self.values = torch.zeros(shape, dtype=dtype, device=device)
+        self.length = 0
 
     def __repr__(self) -> str:
         n_layers, batch, heads, max_length, head_dim = self.keys.shape

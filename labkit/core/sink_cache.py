@@ -25,11 +25,11 @@ import torch
 
 from labkit.core.arguments import check_int
 from labkit.core.attention import apply_rotary, rotary_cos_sin
-from labkit.core.kv_cache import StoredTokens, check_reorder_indices
+from labkit.core.kv_cache import FloatKV
 from labkit.core.llama import check_llama
 
 
-class SinkKVCache(StoredTokens):
+class SinkKVCache(FloatKV):
     """Keys and values [n_layers, batch, n_kv_heads, sinks + window + chunk, head_dim], allocated once:
     the sinks, the window, and room for the `chunk` tokens one forward pass may add before `advance`
     evicts down to sinks + window again. Works wherever a KVCache goes with labkit's Llama."""
@@ -98,15 +98,6 @@ class SinkKVCache(StoredTokens):
         )  # fmt: skip
 
     @property
-    def batch_size(self) -> int:
-        return self.keys.shape[1]
-
-    @property
-    def max_length(self) -> int:
-        """Tokens the tensors hold: sinks + window + chunk (only during a pass does length pass sinks + window)."""
-        return self.keys.shape[3]
-
-    @property
     def kept(self) -> int:
         """Tokens kept between passes: sinks + window."""
         return self.sinks + self.window
@@ -119,10 +110,7 @@ class SinkKVCache(StoredTokens):
                 f"{k.shape[2]}. Feed the text in pieces of at most {self.chunk} tokens, or create the cache "
                 f"with chunk={k.shape[2]}."
             )
-        end = self.end_after(k)  # the batch check; length <= sinks + window, so T <= chunk fits
-        self.keys[layer, :, :, self.length : end] = k
-        self.values[layer, :, :, self.length : end] = v
-        return self.keys[layer, :, :, :end], self.values[layer, :, :, :end]
+        return super().append(layer, k, v)  # length <= sinks + window between passes, so T <= chunk fits
 
     def advance(self, n_tokens: int) -> None:
         """Count the pass's n_tokens, then evict down to sinks + window: the oldest tokens after the sinks
@@ -156,20 +144,6 @@ class SinkKVCache(StoredTokens):
                 "decoding."
             )
         super().crop(length)
-
-    def reorder(self, indices: torch.Tensor) -> None:
-        """Row i now holds what row indices[i] held, indices [B] (beam search keeps its surviving beams)."""
-        check_reorder_indices(indices, self.batch_size)
-        self.keys = self.keys.index_select(1, indices.to(self.keys.device))
-        self.values = self.values.index_select(1, indices.to(self.values.device))
-
-    def nbytes(self) -> int:
-        """Bytes held by the key and value tensors (all of sinks + window + chunk, used or not)."""
-        return self.keys.nbytes + self.values.nbytes
-
-    def used_bytes(self) -> int:
-        """Bytes of the tokens stored now (at most sinks + window of them between passes)."""
-        return self.length * (self.nbytes() // self.max_length)
 
     def __repr__(self) -> str:
         n_layers, batch, heads, _, head_dim = self.keys.shape
