@@ -13,7 +13,8 @@ scheme of `labkit.quant.schemes` (float16 scales, rounded so every error stays w
 
 int4-rot first multiplies each row by the normalized Hadamard matrix H [head_dim, head_dim]
 (`labkit.quant.hadamard`: orthogonal and its own inverse), so a channel with large values spreads over the
-whole row and no longer sets one group's step alone; on read it multiplies by H again. H is one shared
+whole row and no longer sets one group's step alone. Its rows stay rotated on read: the cache's own `attend`
+rotates the query and the output instead, once each, since a rotation keeps every dot product. H is one shared
 matrix, made from head_dim alone and not stored per token: int4-rot costs int4's bytes per token.
 
 Codes are dequantized on read: `append` returns float keys and values, so attention runs unchanged. A row's
@@ -31,8 +32,10 @@ from __future__ import annotations
 import torch
 
 from labkit.core.arguments import check_choice, check_int
+from labkit.core.attention import attention
 from labkit.core.doors import check_record
 from labkit.core.kv_cache import KVCache, StoredTokens, check_reorder_indices
+from labkit.core.llama import Llama
 from labkit.quant.hadamard import hadamard, is_power_of_two
 from labkit.quant.schemes import GroupQuantized, dequantize_groupwise, quantize_groupwise
 
@@ -126,8 +129,9 @@ class QuantizedRows:
         if self.minimums is not None:
             self.minimums[layer, :, :, start:end] = q.minimums.reshape(batch, heads, tokens, -1)
 
-    def read(self, layer: int, end: int) -> torch.Tensor:
-        """Positions 0..end of `layer`, dequantized: float32 [B, H, end, width]."""
+    def read(self, layer: int, end: int, unrotate: bool = True) -> torch.Tensor:
+        """Positions 0..end of `layer`, dequantized: float32 [B, H, end, width]; a rotated kind's rows stay
+        rotated (x H) with unrotate=False."""
         batch, heads = self.codes.shape[1:3]
         rows = batch * heads * end
 
@@ -143,7 +147,7 @@ class QuantizedRows:
             group_size=self.group_size,
         )
         restored = dequantize_groupwise(q)
-        if self.rotation is not None:
+        if self.rotation is not None and unrotate:
             restored = restored @ self.rotation  # (x H) H = x: H is symmetric and orthogonal
         return restored.view(batch, heads, end, self.width)
 
@@ -186,6 +190,7 @@ class QuantizedKVCache(StoredTokens):
         bits, symmetric = (8, True) if kv_dtype == "int8" else (4, False)
         group_size = kv_group_size(kv_dtype, head_dim)
         rotation = hadamard(head_dim, device=device) if kv_dtype in ROTATED else None  # shared by all rows
+        self.rotation = rotation  # H [head_dim, head_dim] of a rotated kind, else None
         self.keys = QuantizedRows(shape, bits, group_size, symmetric, device, rotation)
         self.values = QuantizedRows(shape, bits, group_size, symmetric, device, rotation)
         self.kv_dtype, self.dtype, self.shape = kv_dtype, dtype, shape
@@ -201,6 +206,11 @@ class QuantizedKVCache(StoredTokens):
     ) -> QuantizedKVCache:
         """An empty quantized cache sized for labkit's model (default: its whole context), as `model.new_cache`."""
         check_labkit_model(model)
+        if kv_dtype in ROTATED and not isinstance(model, Llama):
+            raise ValueError(
+                f"kv_dtype={kv_dtype!r} keeps keys and values rotated and reads them through the cache's own "
+                f"attention, which labkit's Llama calls and {type(model).__name__} does not; use 'int4' or 'int8'."
+            )
         c = model.config
         context = c.max_position_embeddings
         max_length = context if max_length is None else max_length
@@ -227,11 +237,24 @@ class QuantizedKVCache(StoredTokens):
 
     def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Quantize k, v [B, n_kv_heads, T, D] after the cached tokens; return all of them dequantized
-        [B, H, length+T, D] in the model's dtype (the new tokens' too: what a later step will read)."""
+        [B, H, length+T, D] in the model's dtype (the new tokens' too: what a later step will read). A
+        rotated kind returns them rotated, k H and v H, for its own `attend` to read."""
         end = self.end_after(k)
         self.keys.write(layer, self.length, k)
         self.values.write(layer, self.length, v)
-        return self.keys.read(layer, end).to(self.dtype), self.values.read(layer, end).to(self.dtype)
+        rotated = self.rotation is not None
+        keys, values = self.keys.read(layer, end, not rotated), self.values.read(layer, end, not rotated)
+        return keys.to(self.dtype), values.to(self.dtype)
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """labkit's `attention` over what `append` returned, q [B, heads, T, D] -> [B, heads, T, D]. For a
+        rotated kind k and v are k H and v H: (q H)(k H)^T = q k^T and softmax(..) (v H) H = softmax(..) v,
+        so the query is rotated once and the output once, instead of every cached row (llama.cpp's rotated
+        cache does the same)."""
+        if self.rotation is None:
+            return attention(q, k, v, mask)
+        rotation = self.rotation.to(q.dtype)
+        return attention(q @ rotation, k, v, mask) @ rotation
 
     def reorder(self, indices: torch.Tensor) -> None:
         """Row i now holds what row indices[i] held, indices [B] (beam search keeps its surviving beams)."""

@@ -7,7 +7,9 @@ import pytest
 import torch
 
 import labkit
+from labkit.core.attention import attention, causal_mask
 from labkit.core.kv_cache import Cache, KVCache
+from labkit.core.llama import LlamaConfig
 from labkit.models.eval_data import eval_text
 from labkit.quant.hadamard import hadamard
 from labkit.quant.kv_quality import kv_quality
@@ -84,17 +86,41 @@ def test_hadamard_matrix_is_symmetric_orthogonal_and_sylvesters():
 
 def test_int4_rot_stores_int4_codes_of_the_rotated_rows_and_loses_less_where_there_are_outliers():
     x = keys_with_outliers()
-    cache, restored = stored_and_read("int4-rot", x)
+    cache, returned = stored_and_read("int4-rot", x)  # rotated rows, x H, for the cache's own attend
     # in the rotated space each number is within half its group's step, as plain int4's are
     h = hadamard(64).double()
-    rotated, restored_rotated = ((t.double() @ h).view(*x.shape[:3], 2, 32) for t in (x, restored))
+    rotated, restored_rotated = (t.view(*x.shape[:3], 2, 32) for t in (x.double() @ h, returned.double()))
     scale = cache.keys.scales[1, :, :, : x.shape[2], :, None].double()
     assert bool(((restored_rotated - rotated).abs() <= scale / 2 + 1e-5 * rotated.abs().amax()).all())
     # the outlier channels set plain int4's step in their groups; rotated, they spread over the whole row
+    restored = cache.keys.read(1, x.shape[2])  # rotated back: (x H) H = x
     _, plain = stored_and_read("int4", x)
     error, plain_error = (restored - x).abs().mean(), (plain - x).abs().mean()
     assert error < 0.75 * plain_error  # measured 0.60x (0.127 against 0.212)
     assert torch.equal(restored[0, 0, 0], torch.zeros(64))  # an all-zero row rotates to zeros, comes back so
+
+
+def test_a_rotated_cache_attends_as_plain_attention_over_its_rows_rotated_back():
+    x = keys_with_outliers(batch=1, tokens=6)
+    cache, keys = stored_and_read("int4-rot", x)
+    values = cache.values.read(1, 6, unrotate=False)
+    q = torch.randn(1, 6, 6, 64, generator=torch.Generator().manual_seed(1))  # 6 query heads on 3 kv heads
+    mask = causal_mask(6, 6, q.device)
+    h = hadamard(64)
+    expected = attention(q, keys @ h, values @ h, mask)  # the rows rotated back, then plain attention
+    assert torch.allclose(cache.attend(q, keys, values, mask), expected, atol=1e-5)
+
+
+def test_a_rotated_cache_is_refused_for_a_model_that_does_not_call_its_attention():
+    class NotLlama(torch.nn.Module):  # has what a labkit model has, but is not labkit's Llama
+        config = LlamaConfig.tiny()
+        embed_tokens = torch.nn.Embedding(8, 4)
+
+        def new_cache(self, *args):
+            return None
+
+    with pytest.raises(ValueError, match="reads them through the cache's own attention"):
+        QuantizedKVCache.for_model(NotLlama(), kv_dtype="int4-rot")
 
 
 @pytest.mark.parametrize(
