@@ -4,12 +4,28 @@ door yet and says where the call crashes today."""
 
 from door import Door, wrong
 
+from labkit.engines.llama_kv import llama_decode_seconds_at, llama_kv_quality
 from labkit.engines.llama_server import LlamaServerSettings
 from labkit.engines.server_runner import process_tree_rss
 
 CASES = [
     wrong("labkit.engines.compare.greedy_agreement", words=("reference",)),
     wrong("labkit.engines.compare.side_by_side", words=("rows",)),
+    wrong("labkit.engines.llama_kv.kv_type_bytes_per_token", words=("kv_type must be one of",)),
+    wrong("labkit.engines.llama_kv.llama_decode_seconds_at", words=("kv_type must be one of",)),
+    wrong("labkit.engines.llama_kv.llama_kv_quality", words=("text_ids must be a list",)),
+    Door(
+        "labkit.engines.llama_kv.llama_kv_quality",
+        lambda kit: llama_kv_quality([1, 2, 3], kv_types=("q5_0",)),
+        ValueError,
+        ("kv_type must be one of", "'q5_0'"),
+    ),
+    Door(
+        "labkit.engines.llama_kv.llama_decode_seconds_at",
+        lambda kit: llama_decode_seconds_at("q8_0", context=8192),
+        ValueError,
+        ("context must be", "8192"),
+    ),
     wrong("labkit.engines.llama_server.LlamaServerSettings", words=("model",)),
     wrong("labkit.engines.measure.answer_rate", words=("runner",)),
     wrong("labkit.engines.measure.decode_rate", words=("prompt",)),
