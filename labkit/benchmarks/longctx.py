@@ -17,21 +17,16 @@ cropped off, so every repeat runs at the same context.
     >>> decode_step_seconds_at(model, "int4", context=2048)
     0.1112
 
-Measured so on SmolLM2-135M float32, on a shared 2-core AMD EPYC (AVX2) with another job running: one
-torch thread (two threads, contending with that job, gave medians up to 45x these), median of 5 steps,
-two sweeps each (ms; 8,191 rather than 8,192: the step's own token takes SmolLM2's last position):
+Measured so on SmolLM2-135M float32, on a 2-core AMD EPYC (AVX2), idle, two torch threads (notebook 15's
+saved run; median of 5 steps, ms; 8,191 rather than 8,192: the step's own token takes SmolLM2's last
+position): at 8,191 tokens float32 95.1, int8 180.1, int4 251.6, int4-rot 267.8.
 
-    context   float32       int8          int4           int4-rot
-    512       58.1 / 54.6   72.9 / 68.3   80.5 / 78.4    91.4 / 92.3
-    2,048     68.3 / 68.3   86.7 / 91.0   113.8 / 111.2  158.5 / 157.1
-    8,191     118.1 / 116.4 228.7 / 236.9 270.4 / 271.4  424.3 / 429.5
-
-Where a step's time goes at 8,191 tokens (torch.profiler, mean of 3 steps, one thread): attention itself
-is 59-66 ms for every kind (it reads float keys either way); the 60 reads of a quantized cache (keys and
-values of 30 layers) dequantize for 105 ms (int8) or 150 ms (int4), and int4-rot's multiplication of
-every row by H adds 179 ms more; quantizing the step's one new token costs 20-29 ms of small operations.
-Rotating the query and the attention output instead of every cached row, as llama.cpp does ((q H) . (k H)
-= q . k and (p (V H)) H = p V), would take that 179 ms away.
+Where a step's time went at 8,191 tokens (torch.profiler, mean of 3 steps, one thread, before int4-rot read
+its rows rotated): attention itself is 59-66 ms for every kind (it reads float keys either way); the 60
+reads of a quantized cache (keys and values of 30 layers) dequantize for 105 ms (int8) or 150 ms (int4);
+quantizing the step's one new token costs 20-29 ms of small operations. int4-rot then multiplied every row
+by H, 179 ms more; it now rotates the query and the attention output instead ((q H) . (k H) = q . k and
+(p (V H)) H = p V), as llama.cpp does, and costs little more than int4.
 """
 
 from __future__ import annotations

@@ -254,10 +254,11 @@ def test_kv_quality_on_the_tiny_model_is_chunk_invariant_with_the_reference_firs
 @pytest.mark.slow
 def test_smollm2_int8_kv_keeps_its_perplexity_and_int4_loses_more(smollm2_labkit, tokenizer):
     """Measured on a 2-core x86 machine, the first 256 tokens of data/eval/eval_text.txt (and at 1024):
-    float32 perplexity 25.083 (31.673), int8 25.117 (31.710), int4 25.762 (33.546), int4-rot 25.234
-    (32.576); top-1 agreement with float32 98.4 % / 83.9 % / 86.7 % (98.2 % / 85.4 % / 89.1 %); KL
-    0.0007 / 0.060 / 0.035 nats (0.0006 / 0.050 / 0.032; over the whole text 0.0006 / 0.044 / 0.034).
-    Asserted: only what holds on any CPU, with wide margins around those numbers."""
+    float32 perplexity 25.083 (31.673), int8 25.117 (31.710), int4 25.762 (33.546), int4-rot 25.453
+    (32.838); top-1 agreement with float32 98.4 % / 83.9 % / 87.5 % (98.2 % / 85.4 % / 89.2 %); KL
+    0.0007 / 0.060 / 0.041 nats (0.0006 / 0.050 / 0.035). A 4-bit cache's KL moves with float rounding:
+    reading the rotated rows another way, equal in exact arithmetic, gave int4-rot 0.035 (0.032), since a
+    rounding flips a few codes in later layers. Asserted: only what holds on any CPU, with wide margins."""
     quality = kv_quality(smollm2_labkit, tokenizer, eval_text(), max_tokens=256)
     full, int8, int4, rot = (quality.row(kind) for kind in ("float32", "int8", "int4", "int4-rot"))
     assert abs(int8.perplexity / full.perplexity - 1) < 0.01  # measured 0.14 %
@@ -266,5 +267,5 @@ def test_smollm2_int8_kv_keeps_its_perplexity_and_int4_loses_more(smollm2_labkit
     assert int4.kl > 10 * int8.kl  # measured 80x
     assert (int8.bytes_per_token, int4.bytes_per_token, rot.bytes_per_token) == (11880, 7200, 7200)
     # rotated, the 4-bit cache moves the distribution less at the same bytes, still far more than int8
-    assert rot.kl < 0.8 * int4.kl and rot.kl > 10 * int8.kl  # measured 0.59x int4's, 48x int8's
-    assert full.perplexity < rot.perplexity < int4.perplexity  # measured +0.6 % and +2.7 % over float32
+    assert rot.kl < 0.9 * int4.kl and rot.kl > 10 * int8.kl  # measured 0.68x int4's, 56x int8's
+    assert full.perplexity < rot.perplexity < int4.perplexity  # measured +1.5 % and +2.7 % over float32
