@@ -27,10 +27,10 @@ matmuls quantize activations to 8 bits, so its f32-KV perplexity is not labkit's
 engine's quantized rows against its own reference.
 
     >>> ids = eval_ids(load_tokenizer("smollm2-135m"), 1024)[0].tolist()
-    >>> print(llama_kv_quality(ids, ("f32", "q8_0", "q4_0", "q4_0-norot", "q4_1")))
+    >>> print(llama_kv_quality(ids, ("f16", "q8_0", "q4_0", "q4_0-norot", "q4_1", "q8_0-norot")))
 
     1024 tokens, teacher-forced, llama.cpp, 256 tokens a batch
-    KV type     bytes/token  x f32  perplexity  top-1 agree  KL (nats)
+    KV cache    bytes/token  x f32  perplexity  top-1 agree  KL (nats)
     f32              46,080  1.000      31.763       100.0%    0.00000
     f16              23,040  0.500      31.827        96.4%    0.00382
     q8_0             12,240  0.266      31.824        96.1%    0.00423
@@ -59,11 +59,9 @@ best on this machine), median of 5, two sweeps (ms), nothing else running:
 
 from __future__ import annotations
 
-import math
 import os
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -74,7 +72,7 @@ from labkit.engines.install import require_llamacpp
 from labkit.engines.llamacpp import gguf_path
 from labkit.models.eval_data import eval_ids
 from labkit.models.loading import load_tokenizer
-from labkit.table import Column, format_table
+from labkit.quant.kv_quality import KVQuality, KVQualityRow
 from labkit.timing import clock, record
 
 MODEL = "smollm2-135m"  # the GGUF read: SmolLM2-135M-Instruct Q4_1, SmolLM2's vocabulary
@@ -84,57 +82,6 @@ TYPE_BYTES = {"f32": 4 * BLOCK, "f16": 2 * BLOCK, "q8_0": 34, "q4_0": 18, "q4_1"
 NO_ROTATION = "-norot"  # a type's name with this suffix: llama.cpp's Hadamard rotation switched off
 ROTATION_SWITCH = "LLAMA_ATTN_ROT_DISABLE"  # read by llama.cpp when it makes a KV cache
 DECODE_THREADS = 2  # llama.cpp's best count on the course's 2 cores (labkit.benchmarks.fast_best)
-
-
-@dataclass(frozen=True)
-class LlamaKVRow:
-    """One llama.cpp KV type read over the text."""
-
-    kv_type: str  # "f32" (the reference), "f16", "q8_0", "q4_0", "q4_1", or one of them + "-norot"
-    bytes_per_token: int  # K and V bytes one more token of context costs (GGML blocks, scales counted)
-    ratio_to_f32: float  # bytes_per_token over an f32 cache's
-    nll: float  # mean negative log-likelihood of the text's next token, nats per token
-    top1_agreement: float  # share of positions whose argmax equals the f32 cache's
-    kl: float  # mean KL(p_f32 || q) of the next-token distributions, nats
-
-    @property
-    def perplexity(self) -> float:
-        return math.exp(self.nll)
-
-
-@dataclass(frozen=True)
-class LlamaKVQuality:
-    """The rows of `llama_kv_quality`, in the order asked; `print` shows them as a table."""
-
-    n_tokens: int  # tokens read (n_tokens - 1 positions scored)
-    batch: int  # tokens per llama_decode call (n_batch = n_ubatch)
-    rows: tuple[LlamaKVRow, ...]
-
-    def row(self, kv_type: str) -> LlamaKVRow:
-        """The row of one KV type ("f32", "q8_0", ...)."""
-        found = [row for row in self.rows if row.kv_type == kv_type]
-        if not found:
-            raise KeyError(f"No row {kv_type!r}; the rows are {[row.kv_type for row in self.rows]}.")
-        return found[0]
-
-    def table(self) -> str:
-        columns = [
-            Column("KV type", 10, align="<"),
-            Column("bytes/token", 13, ",d"),
-            Column("x f32", 7, ".3f"),
-            Column("perplexity", 12, ".3f"),
-            Column("top-1 agree", 13, ".1%"),
-            Column("KL (nats)", 11, ".5f"),
-        ]
-        cells = [
-            [r.kv_type, r.bytes_per_token, r.ratio_to_f32, r.perplexity, r.top1_agreement, r.kl]
-            for r in self.rows
-        ]
-        head = f"{self.n_tokens} tokens, teacher-forced, llama.cpp, {self.batch} tokens a batch\n"
-        return head + format_table(columns, cells)
-
-    def __str__(self) -> str:
-        return self.table()
 
 
 def check_kv_type(kv_type: object) -> str:
@@ -197,7 +144,7 @@ def llama_kv_quality(
     kv_types: Sequence[str] = ("f32", "q8_0", "q4_0", "q4_1"),
     batch: int = 256,
     threads: int = DECODE_THREADS,
-) -> LlamaKVQuality:
+) -> KVQuality:
     """Teacher-forced over text_ids (SmolLM2 token ids, e.g. `eval_ids(tokenizer, 1024)`), `batch` tokens
     a llama_decode call, once per KV type, every position's logits kept; each compared with an f32 cache:
     perplexity, top-1 agreement, mean KL(p_f32 || q) in nats. f32 runs first (added if missing).
@@ -227,8 +174,9 @@ def llama_kv_quality(
         agree = float((q.argmax(-1) == p.argmax(-1)).double().mean())
         kl = float((p.exp() * (p - q)).sum(-1).mean())
         size = kv_type_bytes_per_token(name)
-        rows[name] = LlamaKVRow(name, size, size / kv_type_bytes_per_token("f32"), nll, agree, kl)
-    return LlamaKVQuality(len(text_ids), batch, tuple(rows[name] for name in names))
+        rows[name] = KVQualityRow(name, size, size / kv_type_bytes_per_token("f32"), nll, agree, kl)
+    read_by = f"llama.cpp, {batch} tokens a batch"
+    return KVQuality(len(text_ids), tuple(rows[name] for name in names), read_by)
 
 
 def llama_decode_seconds_at(

@@ -63,7 +63,8 @@ from labkit.table import Column, format_table
 class KVQualityRow:
     """One cache kind read over the text."""
 
-    kv_dtype: str  # "float32" (the model's own dtype: the reference), "int8", "int4" or "int4-rot"
+    kv_dtype: str  # "float32" (the model's own dtype: the reference), "int8", "int4", "int4-rot"; or
+    # llama.cpp's type names, "f32" (its reference), "q8_0", ... (labkit.engines.llama_kv)
     bytes_per_token: int  # KV bytes one more token of context costs (batch 1; scales and minimums counted)
     ratio_to_float32: float  # bytes_per_token over a float32 cache's
     nll: float  # mean negative log-likelihood of the text's next token, nats per token
@@ -77,10 +78,12 @@ class KVQualityRow:
 
 @dataclass(frozen=True)
 class KVQuality:
-    """The rows of `kv_quality`, the reference first; `print` shows them as a table."""
+    """The rows of `kv_quality` (or of llama.cpp's `llama_kv_quality`), the reference first; `print` shows
+    them as a table."""
 
     n_tokens: int  # tokens of text read (n_tokens - 1 positions scored)
     rows: tuple[KVQualityRow, ...]
+    source: str = ""  # who read it, when not labkit: "llama.cpp, 256 tokens a batch"
 
     def row(self, kv_dtype: str) -> KVQualityRow:
         """The row of one cache kind ("float32", "int8", "int4", "int4-rot")."""
@@ -90,10 +93,12 @@ class KVQuality:
         return found[0]
 
     def table(self) -> str:
+        names = [row.kv_dtype for row in self.rows]
+        ratio = f"x {names[0]}"  # bytes against the reference's
         columns = [
-            Column("KV cache", 8, align="<"),
+            Column("KV cache", max(8, *map(len, names)), align="<"),
             Column("bytes/token", 13, ",d"),
-            Column("x float32", 11, ".3f"),
+            Column(ratio, max(7, len(ratio) + 2), ".3f"),
             Column("perplexity", 12, ".3f"),
             Column("top-1 agree", 13, ".1%"),
             Column("KL (nats)", 11, ".5f"),
@@ -102,7 +107,8 @@ class KVQuality:
             [r.kv_dtype, r.bytes_per_token, r.ratio_to_float32, r.perplexity, r.top1_agreement, r.kl]
             for r in self.rows
         ]
-        return f"{self.n_tokens} tokens, teacher-forced\n" + format_table(columns, cells)
+        head = f"{self.n_tokens} tokens, teacher-forced" + (f", {self.source}" if self.source else "")
+        return head + "\n" + format_table(columns, cells)
 
     def __str__(self) -> str:
         return self.table()

@@ -25,14 +25,14 @@ def quality():
 
 
 def test_rows_come_reference_first_then_in_the_order_asked(quality):
-    assert [row.kv_type for row in quality.rows] == ["f32", "q8_0", "q4_0"]
-    assert quality.n_tokens == 256 and quality.batch == 64
+    assert [row.kv_dtype for row in quality.rows] == ["f32", "q8_0", "q4_0"]
+    assert quality.n_tokens == 256 and quality.source == "llama.cpp, 64 tokens a batch"
     assert "perplexity" in str(quality) and "q4_0" in str(quality)
 
 
 def test_the_f32_reference_agrees_with_itself(quality):
     reference = quality.row("f32")
-    assert reference.kl == 0.0 and reference.top1_agreement == 1.0 and reference.ratio_to_f32 == 1.0
+    assert reference.kl == 0.0 and reference.top1_agreement == 1.0 and reference.ratio_to_float32 == 1.0
     assert 5 < reference.perplexity < 100  # a small model reading prose and code
 
 
