@@ -39,7 +39,7 @@ from labkit.core.arguments import check_int
 from labkit.core.doors import check_model
 from labkit.core.forward import decode_step, forward, vocab_size
 from labkit.core.kv_cache import KVCache
-from labkit.models.eval_data import eval_ids
+from labkit.models.eval_data import eval_ids_repeated
 from labkit.models.loading import load_tokenizer
 from labkit.quant.quantized_kv import KV_DTYPES, QuantizedKVCache, check_labkit_model, new_kv_cache
 from labkit.timing import median_seconds
@@ -51,8 +51,7 @@ _PREFILLED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> 
 
 def text_ids(n_tokens: int) -> torch.Tensor:
     """data/eval's text as SmolLM2 token ids [1, n_tokens], repeated from its start when it is shorter."""
-    ids = eval_ids(load_tokenizer(TEXT_MODEL))
-    return ids.repeat(1, n_tokens // ids.shape[1] + 1)[:, :n_tokens]
+    return eval_ids_repeated(load_tokenizer(TEXT_MODEL), n_tokens)
 
 
 def prefilled(model: torch.nn.Module, n_tokens: int) -> tuple[torch.Tensor, KVCache]:

@@ -70,9 +70,9 @@ import torch.nn.functional as F
 from labkit.core.arguments import check_int
 from labkit.engines.install import require_llamacpp
 from labkit.engines.llamacpp import gguf_path
-from labkit.models.eval_data import eval_ids
+from labkit.models.eval_data import eval_ids_repeated
 from labkit.models.loading import load_tokenizer
-from labkit.quant.kv_quality import KVQuality, KVQualityRow
+from labkit.quant.kv_quality import KVQuality, KVQualityRow, Totals
 from labkit.timing import clock, record
 
 MODEL = "smollm2-135m"  # the GGUF read: SmolLM2-135M-Instruct Q4_1, SmolLM2's vocabulary
@@ -170,11 +170,11 @@ def llama_kv_quality(
     rows = {}
     for name in names:
         q = p if name == "f32" else _log_probs(name, text_ids, batch, threads)
-        nll = float(-q.gather(1, targets).mean())
-        agree = float((q.argmax(-1) == p.argmax(-1)).double().mean())
-        kl = float((p.exp() * (p - q)).sum(-1).mean())
+        totals, positions = Totals(), len(targets)
+        totals.add(p, q, targets)
         size = kv_type_bytes_per_token(name)
-        rows[name] = KVQualityRow(name, size, size / kv_type_bytes_per_token("f32"), nll, agree, kl)
+        means = (totals.nll / positions, totals.agree / positions, totals.kl / positions)
+        rows[name] = KVQualityRow(name, size, size / kv_type_bytes_per_token("f32"), *means)
     read_by = f"llama.cpp, {batch} tokens a batch"
     return KVQuality(len(text_ids), tuple(rows[name] for name in names), read_by)
 
@@ -196,8 +196,7 @@ def llama_decode_seconds_at(
     check_int("context", context, minimum=1, maximum=8191, note="SmolLM2's context minus the step's token")
     check_int("repeats", repeats, minimum=1)
     check_int("threads", threads, minimum=1)
-    text = eval_ids(load_tokenizer(MODEL))[0].tolist()  # repeated from its start when it is shorter
-    ids = (text * ((context + 1) // len(text) + 1))[: context + 1]  # as labkit.benchmarks.longctx's text_ids
+    ids = eval_ids_repeated(load_tokenizer(MODEL), context + 1)[0].tolist()  # the step's token last
     llm = load_with_kv(kv_type, context + 1, 512, threads, logits_all=False)
     llm.reset()
     llm.eval(ids[:context])

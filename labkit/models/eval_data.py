@@ -58,3 +58,15 @@ def eval_ids(tokenizer: PreTrainedTokenizerBase, max_tokens: int | None = None) 
         check_int("max_tokens", max_tokens, minimum=2, note="or None for the whole text")
         ids = ids[:max_tokens]
     return torch.tensor([ids])
+
+
+def eval_ids_repeated(tokenizer: PreTrainedTokenizerBase, n_tokens: int) -> torch.Tensor:
+    """The evaluation text as input ids [1, n_tokens], repeated from its start when it is shorter: a long
+    context of real text for timing (labkit.benchmarks.longctx, labkit.engines.llama_kv).
+
+        >>> eval_ids_repeated(tokenizer, 8192).shape
+        torch.Size([1, 8192])
+    """
+    ids = eval_ids(tokenizer)  # the tokenizer checked first
+    check_int("n_tokens", n_tokens, minimum=1)
+    return ids.repeat(1, n_tokens // ids.shape[1] + 1)[:, :n_tokens]

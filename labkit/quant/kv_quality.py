@@ -115,10 +115,19 @@ class KVQuality:
 
 
 @dataclass
-class _Totals:
+class Totals:
+    """Sums over the positions scored so far: -log q(next token), argmax agreements, KL(p || q)."""
+
     nll: float = 0.0
     agree: int = 0
     kl: float = 0.0
+
+    def add(self, p: torch.Tensor, q: torch.Tensor, targets: torch.Tensor) -> None:
+        """Count positions scored: p, q next-token log-probabilities [n, V] (p the reference's), targets
+        [n, 1] the text's next tokens."""
+        self.nll -= float(q.gather(1, targets).sum())
+        self.agree += int((q.argmax(-1) == p.argmax(-1)).sum())
+        self.kl += float((p.exp() * (p - q)).sum())
 
 
 def kv_quality(
@@ -152,7 +161,7 @@ def kv_quality(
     reference = str(llama.embed_tokens.weight.dtype).removeprefix("torch.")
     kinds = {reference: None, **{kind: kind for kind in kv_dtypes}}
     caches = {name: new_kv_cache(llama, 1, len(ids), kind) for name, kind in kinds.items()}
-    totals = {name: _Totals() for name in kinds}
+    totals = {name: Totals() for name in kinds}
     ids = torch.tensor([ids], device=llama.device)
     for start in range(0, ids.shape[1] - 1, chunk):
         inputs = ids[:, start : min(start + chunk, ids.shape[1] - 1)]
@@ -160,13 +169,11 @@ def kv_quality(
         p = F.log_softmax(forward(llama, inputs, caches[reference])[0], dim=-1)  # [n, V]
         for name in kinds:
             q = p if name == reference else F.log_softmax(forward(llama, inputs, caches[name])[0], dim=-1)
-            totals[name].nll -= float(q.gather(1, targets).sum())
-            totals[name].agree += int((q.argmax(-1) == p.argmax(-1)).sum())
-            totals[name].kl += float((p.exp() * (p - q)).sum())
+            totals[name].add(p, q, targets)
     return _quality_of(llama, ids.shape[1], totals)
 
 
-def _quality_of(llama: torch.nn.Module, n_tokens: int, totals: dict[str, _Totals]) -> KVQuality:
+def _quality_of(llama: torch.nn.Module, n_tokens: int, totals: dict[str, Totals]) -> KVQuality:
     c, positions = llama.config, n_tokens - 1
     shape = (c.n_layers, c.n_kv_heads, c.head_dim)
     float32_bytes = kv_bytes_per_token("float32", *shape)

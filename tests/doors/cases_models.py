@@ -50,6 +50,7 @@ CASES = [
     ),
     wrong("labkit.models.catalog_model.CatalogModel", words=()),
     wrong("labkit.models.eval_data.eval_ids", words=("tokenizer",)),
+    wrong("labkit.models.eval_data.eval_ids_repeated", words=("tokenizer",)),
     wrong("labkit.models.fit.Fit", words=()),
     wrong("labkit.models.fit.fit_table", words=("rows",)),
     wrong("labkit.models.fit.fits_here", words=("model",)),
