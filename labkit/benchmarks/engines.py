@@ -39,8 +39,8 @@ from labkit.engines.runners import LabkitRunner, LlamaCppRunner, TransformersRun
 from labkit.engines.server_runner import ServerRunner
 from labkit.fast.processes import check_policy, run_in_child
 from labkit.launcher import ServerHandle
+from labkit.loadtest.load import question
 from labkit.models.loading import load_model, load_tokenizer
-from labkit.serving.http.load import question
 from labkit.table import Column, format_table
 from labkit.this_machine import machine_name
 from labkit.timing import check_repeats

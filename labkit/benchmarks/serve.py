@@ -29,8 +29,8 @@ import httpx
 from labkit.bench import comparison
 from labkit.benchmarks.progress import progress
 from labkit.benchmarks.serve_servers import LLAMA_SERVER, VLLMS, Contender, contenders, record_tag
-from labkit.serving.http.load import load_test, open_loop
-from labkit.serving.http.load_result import LoadResult, Target
+from labkit.loadtest.load import load_test, open_loop
+from labkit.loadtest.load_result import LoadResult, Target
 from labkit.table import Column, format_row, format_table
 from labkit.this_machine import machine_name
 
@@ -68,7 +68,7 @@ async def sweep_once(
     repeat: int,
 ) -> list[LoadResult]:
     """Every closed-loop level, then every open-loop rate, against the server at `url`. Each level's questions
-    start with a tag of their own (labkit.serving.http.load.question): all three servers cache prefixes, and
+    start with a tag of their own (labkit.loadtest.load.question): all three servers cache prefixes, and
     a level would otherwise find the previous level's whole prompts; the default system prompt before them
     is shared by every request, as in real traffic."""
     limits = httpx.Limits(max_connections=max(max(clients), n) + 4)

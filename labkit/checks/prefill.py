@@ -14,10 +14,10 @@ from collections.abc import Callable
 from labkit.checks.common import matching_hint, not_attempted, read_number, verdict
 from labkit.checks.own_answer import refuse_own_answer
 from labkit.checks.work import choice_miss, progressive, refuse_unmeasured, reset, run_own
+from labkit.loadtest.client import client_tpot
 from labkit.metrics import RequestMetrics
 from labkit.models.hardware import RESERVES, reserve_bytes
 from labkit.models.sizing import GB, ModelShape, format_bytes, model_shape
-from labkit.serving.http.client import client_tpot
 
 __all__ = ["check_arithmetic_intensity", "check_bfloat16_speedup", "check_max_context", "check_ttft_tpot"]
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from labkit.checks.common import matching_hint, not_attempted, read_number, verdict
 from labkit.checks.work import choice_verdict, progressive, refuse_unmeasured, reset, run_own
-from labkit.serving.http.client import client_tpot, parse_sse
+from labkit.loadtest.client import client_tpot, parse_sse
 
 __all__ = ["check_client_metrics", "check_littles_law", "check_sse_parser", "check_streaming_gain"]
 

@@ -27,9 +27,9 @@ from labkit.core.doors import check_callable, check_items, check_number, check_r
 from labkit.core.text import chat_prompt
 from labkit.decoding.generate import generate, generate_ids
 from labkit.engines.compare import GREEDY_TOKENS, TOP_K, EngineRow
+from labkit.loadtest.load import question
 from labkit.metrics import current_memory_bytes
 from labkit.run_log import record
-from labkit.serving.http.load import question
 
 T = TypeVar("T")
 

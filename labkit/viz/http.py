@@ -15,7 +15,7 @@ import matplotlib.pyplot as plt
 from matplotlib.patches import Patch
 
 from labkit.core.doors import check_items, check_record
-from labkit.serving.http.load import LoadResult
+from labkit.loadtest.load_result import LoadResult
 from labkit.viz.alt import with_alt_text
 from labkit.viz.axes import plain_log_ticks
 
@@ -32,11 +32,11 @@ def plot_load_sweep(results: Sequence[LoadResult], seats: int | None = None, axe
     check_items(
         "results",
         results,
-        "LoadResult (labkit.serving.http.load.sweep)",
+        "LoadResult (labkit.loadtest.load.sweep)",
         has=("concurrency", "tokens_per_s", "quantile"),
     )
     if not results:
-        raise ValueError("Give at least one LoadResult (from labkit.serving.http.load.sweep).")
+        raise ValueError("Give at least one LoadResult (from labkit.loadtest.load.sweep).")
     if axes is None:
         _, axes = plt.subplots(1, 3, figsize=(12, 3.3), layout="constrained")
     levels = [r.concurrency for r in results]
@@ -82,7 +82,7 @@ def plot_request_timeline(result: LoadResult, ax=None):
     """Each request of one level as a bar from when it was sent: waiting for its first token (queue +
     prefill), then decoding until its last token. Returns the Axes."""
     check_record(
-        "result", result, "a LoadResult (labkit.serving.http.load.sweep)", has=("requests", "concurrency")
+        "result", result, "a LoadResult (labkit.loadtest.load.sweep)", has=("requests", "concurrency")
     )
     timed = sorted((r for r in result.requests if not math.isnan(r.e2e_s)), key=lambda r: r.sent_s)
     if not timed:

@@ -8,8 +8,8 @@ import pytest
 
 from labkit.benchmarks import serve as bench
 from labkit.benchmarks.serve_servers import FASTEST_LABKIT, LABKIT_FLOAT32, LLAMA_SERVER, contenders
-from labkit.serving.http.client import StreamTiming
-from labkit.serving.http.load_result import LoadResult, Target
+from labkit.loadtest.client import StreamTiming
+from labkit.loadtest.load_result import LoadResult, Target
 
 TARGET = Target(ttft_s=1.0, tpot_s=0.1)
 

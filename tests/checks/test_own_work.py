@@ -23,9 +23,9 @@ from labkit.engines.compare import greedy_agreement
 from labkit.fast.cost import StepCosts
 from labkit.fast.roofline import bandwidth_utilisation
 from labkit.fast.static import break_even_tokens
+from labkit.loadtest.client import client_tpot, parse_sse
 from labkit.quant.gguf_blocks import decode_q4_1
 from labkit.quant.schemes import absmax_quantize
-from labkit.serving.http.client import client_tpot, parse_sse
 from labkit.serving.static_batch import planned_waste
 from labkit.speculative.drafters import PromptLookupDrafter
 from labkit.speculative.rule import (

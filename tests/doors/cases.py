@@ -21,6 +21,7 @@ FOLDERS = [
     "engines",
     "fast",
     "grade",
+    "loadtest",
     "models",
     "quant",
     "serving",

@@ -5,8 +5,6 @@ door yet and says where the call crashes today."""
 from door import Door, wrong
 
 from labkit.serving.engine import Engine
-from labkit.serving.http.load import sweep
-from labkit.serving.http.load_result import Target
 
 CASES = [
     wrong("labkit.serving.agent.agent_loop", words=("messages",)),
@@ -22,28 +20,6 @@ CASES = [
         KeyError,
         ("No request with id 7", "held now: none", "add_request"),
     ),
-    wrong("labkit.serving.http.client.engine_summaries", words=("metrics_text",)),
-    wrong("labkit.serving.http.client.mean_between", words=("before",)),
-    wrong("labkit.serving.http.client.metric_value", words=("metrics_text",)),
-    wrong("labkit.serving.http.client.stream_ollama", words=("http",)),
-    wrong("labkit.serving.http.client.stream_openai", words=("http",)),
-    wrong("labkit.serving.http.load.open_loop", words=("http",)),
-    wrong("labkit.serving.http.load.sweep", words=("url",)),
-    Door(
-        "labkit.serving.http.load.sweep",
-        lambda kit: sweep("http://127.0.0.1:8000", "smollm2-135m", [1, 0]),
-        ValueError,
-        ("concurrency must be a whole number of 1 or more", "got 0"),
-    ),
-    wrong("labkit.serving.http.load_result.Target", words=("ttft_s",)),
-    Door(
-        "labkit.serving.http.load_result.Target",
-        lambda kit: Target(ttft_s=1.0, tpot_s=-0.1),
-        ValueError,
-        ("tpot_s must be a number of seconds above 0", "got -0.1"),
-    ),
-    wrong("labkit.serving.http.load_result.sweep_table", words=("results",)),
-    wrong("labkit.serving.http.load_result.ttft_breakdown", words=("results",)),
     wrong("labkit.serving.interference.interference_run", words=("model",)),
     wrong("labkit.serving.interference.interference_table", words=("runs",)),
     wrong("labkit.serving.method_run.Method", words=("name",)),

@@ -8,8 +8,8 @@ matplotlib.use("Agg")
 
 import pytest  # noqa: E402
 
-from labkit.serving.http.client import StreamTiming  # noqa: E402
-from labkit.serving.http.load import LoadResult  # noqa: E402
+from labkit.loadtest.client import StreamTiming  # noqa: E402
+from labkit.loadtest.load_result import LoadResult  # noqa: E402
 from labkit.viz import http as http_plots  # noqa: E402
 
 

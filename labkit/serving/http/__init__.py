@@ -6,7 +6,8 @@ The engine runs in its own thread (`engine_thread`); the ASGI app (`app`) only t
 (`ollama_protocol`, `openai_protocol`, on `fields`), reports mistakes in each protocol's shape (`errors`)
 and exports Prometheus metrics (`server_metrics`). `server` starts it from Python or from the command line, through
 `launcher`, which starts, waits for and stops every server process of the course (llama-server and vLLM
-too); `client` and `load` time it from the client's side.
+too). labkit.loadtest times it from the client's side (`client` and `load` here are only notebook 11's old
+paths to it).
 
     >>> from labkit.serving.http import start_server
     >>> server = start_server("smollm2-135m")        # a background process on 127.0.0.1

@@ -1,4 +1,4 @@
-"""The client-side timing and load generator of notebook 11 (labkit.serving.http.client and .load).
+"""The client-side timing and load generator of notebook 11 (labkit.loadtest: client, metrics_page, load).
 
 Fast tests drive the app in process on the tiny random model (ASGITransport hands over a whole body at
 once, so they check counts, text and parsing, not timing); the timing arithmetic is checked on its own;
@@ -11,31 +11,22 @@ import httpx
 import pytest
 
 import labkit
-from labkit.serving.engine import Engine
-from labkit.serving.http import start_server
-from labkit.serving.http.app import build_app
-from labkit.serving.http.client import (
+from labkit.loadtest.client import (
     FrameClock,
     StreamTiming,
     client_tpot,
-    engine_summaries,
-    metric_value,
     parse_sse,
     sse_payload,
     stream_ollama,
     stream_openai,
 )
+from labkit.loadtest.load import load_test, open_loop, poisson_arrivals, question, sweep
+from labkit.loadtest.load_result import LoadResult, sweep_table, ttft_breakdown
+from labkit.loadtest.metrics_page import engine_summaries, metric_value
+from labkit.serving.engine import Engine
+from labkit.serving.http import start_server
+from labkit.serving.http.app import build_app
 from labkit.serving.http.engine_thread import EngineThread
-from labkit.serving.http.load import (
-    LoadResult,
-    load_test,
-    open_loop,
-    poisson_arrivals,
-    question,
-    sweep,
-    sweep_table,
-    ttft_breakdown,
-)
 from labkit.serving.http.model_service import ModelService
 from labkit.serving.workload import QUESTIONS
 

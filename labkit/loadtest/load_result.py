@@ -7,7 +7,7 @@ token received; its latencies are per request, as percentiles over the requests 
 typical request and p95 the unlucky one in twenty. Goodput counts the requests per second that met a
 target (DistServe's measure): throughput that no user waited too long for. The server reports its own
 mean TTFT, TPOT and queue time on /metrics; set beside the client's, they say where a first token waited.
-`labkit.serving.http.load` runs the levels and makes these results.
+`labkit.loadtest.load` runs the levels and makes these results.
 
     >>> result = LoadResult(1, (timing,), wall_s=2.0)
     >>> result.tokens_per_s, result.goodput(Target(ttft_s=1.0, tpot_s=0.15))
@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 from labkit.core.arguments import check_seconds
 from labkit.core.doors import check_items
+from labkit.loadtest.client import StreamTiming
 from labkit.metrics import percentile
-from labkit.serving.http.client import StreamTiming
 from labkit.table import Column, format_row, format_table
 
 
