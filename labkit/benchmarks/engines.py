@@ -70,13 +70,15 @@ def in_process_rates(repeats: int, tokens: int) -> dict[str, float]:
 
 
 def server_rates(
-    repeats: int, tokens: int, concurrent_tokens: int
+    repeats: int, tokens: int, concurrent_tokens: int, quick: bool = False
 ) -> tuple[dict[str, float], dict[str, float]]:
-    """(batch-1 tokens/s of vLLM, 8-request tokens/s of each server), one server running at a time."""
+    """(batch-1 tokens/s of vLLM, 8-request tokens/s of each server), one server running at a time; quick:
+    labkit's server eager (serve_servers.contenders), vLLM kept."""
     tokenizer = load_tokenizer(MODEL)
     chats = [question(i) for i in range(CONCURRENT_REQUESTS)]
     left_out = (FASTEST_LABKIT, VLLM_ALL_CORES)  # notebook 12's table: float32 labkit, vLLM at its default
-    servers = [server for server in contenders(CONCURRENT_REQUESTS) if server.name not in left_out]
+    servers = contenders(CONCURRENT_REQUESTS, quick=quick, vllm=True)
+    servers = [server for server in servers if server.name not in left_out]
     batch1, concurrent = {}, {}
     for server in (server for server in servers if server.available):
         began = time.perf_counter()
@@ -211,7 +213,7 @@ def run(repeats: int = 3, quick: bool = False) -> list[dict]:
         f"median of {repeats}\nmachine: {machine_name()}"
     )
     batch1 = in_process_rates(repeats, tokens)
-    vllm_batch1, concurrent = server_rates(repeats, tokens, concurrent_tokens)
+    vllm_batch1, concurrent = server_rates(repeats, tokens, concurrent_tokens, quick)
     batch1.update(vllm_batch1)
     print_table("batch 1 (vLLM over HTTP, the others in-process)", batch1, "labkit")
     print_table(f"{CONCURRENT_REQUESTS} requests at once, through each server", concurrent, LABKIT_FLOAT32)

@@ -4,7 +4,8 @@
                                 decode step compiled per batch size (eager with --quick: no compile)
     labkit server, fuse+q4_1    the same with fused projections and Q4_1 weights on labkit's own kernel
                                 (labkit.fast.optimize: Q4_1 x Q8_1 for every row of a batch, head Q8_0),
-                                its decode step compiled per batch size (labkit.serving.compiled_step)
+                                its decode step compiled per batch size (labkit.serving.compiled_step;
+                                eager with --quick)
     llama-server                llama.cpp's own server on the shipped Q4_1 GGUF, one slot per seat
     vLLM CPU                    vLLM 0.32's CPU build, float32, eager, 1 GiB of KV cache, its default threads
     vLLM CPU, all cores         the same with an OpenMP thread on every core and none kept for its API server
@@ -124,9 +125,11 @@ def vllm_settings(wait_policy: str | None = None, all_cores: bool = False) -> st
     )
 
 
-def contenders(seats: int, quick: bool = False) -> list[Contender]:
+def contenders(seats: int, quick: bool = False, vllm: bool | None = None) -> list[Contender]:
     """The servers, with `seats` requests decoding at once in labkit and llama-server (vLLM: its default of
-    128). quick leaves vLLM out (its start alone takes a minute)."""
+    128). quick runs labkit's servers eager (compiling their decode steps at start-up takes a minute or more
+    on 2 cores; the compiled step has tests of its own) and, unless vllm is True, leaves vLLM out (its start
+    alone takes a minute); vllm None: vLLM only when not quick."""
     llama = LlamaServerSettings(MODEL, slots=seats)
     servers = [
         labkit_contender(
@@ -134,7 +137,7 @@ def contenders(seats: int, quick: bool = False) -> list[Contender]:
         ),
         labkit_contender(
             FASTEST_LABKIT,
-            ServerOptions(MODEL, max_num_seqs=seats, optimize=FASTEST, compile=True),
+            ServerOptions(MODEL, max_num_seqs=seats, optimize=FASTEST, compile=not quick),
             "fused projections, Q4_1 weights x Q8_1 activations on labkit's kernel, head Q8_0",
         ),
         Contender(
@@ -145,7 +148,7 @@ def contenders(seats: int, quick: bool = False) -> list[Contender]:
             f"not built. {MAKE_ENGINES}",
         ),
     ]
-    if not quick:
+    if (not quick) if vllm is None else vllm:
         missing = f"not installed. {MAKE_ENGINES}"
         servers += [
             Contender(VLLM, vllm_settings(), start_vllm_server, vllm_installed(), missing),

@@ -87,6 +87,16 @@ def test_every_server_states_its_settings_and_llama_server_gets_a_slot_per_clien
     assert "vLLM CPU" not in [server.name for server in contenders(seats=4, quick=True)]
 
 
+def test_quick_runs_labkits_servers_eager_and_keeps_vllm_only_when_asked():
+    quick = {server.name: server for server in contenders(seats=8, quick=True, vllm=True)}
+    assert list(quick) == [LABKIT_FLOAT32, FASTEST_LABKIT, LLAMA_SERVER, "vLLM CPU", "vLLM CPU, all cores"]
+    for name in (LABKIT_FLOAT32, FASTEST_LABKIT):
+        assert "eager" in quick[name].settings and "compiled" not in quick[name].settings
+    full = {server.name: server for server in contenders(seats=8)}
+    assert all("decode step compiled" in full[name].settings for name in (LABKIT_FLOAT32, FASTEST_LABKIT))
+    assert "vLLM CPU" not in [server.name for server in contenders(seats=8, quick=True, vllm=False)]
+
+
 @pytest.mark.slow
 def test_quick_run_prints_the_table_and_json_ratios(bench_quick_run):
     run = bench_quick_run("serve")
