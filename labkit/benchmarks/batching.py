@@ -31,11 +31,10 @@ from labkit.bench import comparison
 from labkit.benchmarks.progress import progress
 from labkit.core.forward import context_length
 from labkit.models.loading import load_model
+from labkit.serving.run_result import RunResult, results_table
 from labkit.serving.workload import (
-    RunResult,
     WorkItem,
     make_workload,
-    results_table,
     run_continuous,
     run_one_at_a_time,
     run_static_batches,

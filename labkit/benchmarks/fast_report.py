@@ -79,7 +79,7 @@ def table(rows: list[Row], machine: Machine) -> str:
     """The waterfall as text: each row's settings, speed, bandwidth use, ratios against labkit float32 and
     llama.cpp at its best, and the cost model's predicted and measured step (ms) where it has one."""
     check_items("rows", rows, "Row (from measure_rows)", of=Row)
-    check_record("machine", machine, "a Machine (labkit.fast.cost.measure_machine())", of=Machine)
+    check_record("machine", machine, "a Machine (labkit.fast.machine.measure_machine())", of=Machine)
     fp32 = next(r for r in rows if r.label == FP32).tokens_per_second
     peer = next((r.tokens_per_second for r in rows if r.label == LLAMA_CPP), None)
     return format_table(COLUMNS, [row_cells(r, fp32, peer, machine) for r in rows])

@@ -20,16 +20,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from labkit.bench import comparison
-from labkit.benchmarks.fast import (
-    CHILD,
-    LLAMA_CPP,
-    Q4_1_COMPILED,
-    Q4_1_STATIC,
-    Row,
-    best_rows,
-    row_from_child,
-    settings_report,
-)
+from labkit.benchmarks.fast_best import best_rows, row_from_child, settings_report
+from labkit.benchmarks.fast_rows import CHILD, LLAMA_CPP, Q4_1_COMPILED, Q4_1_STATIC, Row
 from labkit.engines.install import engines_dir
 from labkit.fast.kernel import load_kernel
 from labkit.fast.processes import WAIT_POLICIES, current_policy, run_in_child

@@ -13,10 +13,9 @@ from labkit.fast.cost import (
     count_ops,
     kv_bytes_read,
     linear_flops,
-    measure_machine,
     measure_step,
 )
-from labkit.fast.machine import matmul_peak, thread_wake_seconds
+from labkit.fast.machine import matmul_peak, measure_machine, thread_wake_seconds
 from labkit.fast.regime import Probed
 from labkit.fast.step_probes import linear_layers, probe_model
 from labkit.fast.threads import using_threads

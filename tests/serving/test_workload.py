@@ -8,12 +8,11 @@ import pytest
 
 import labkit
 from labkit.decoding.config import DecodingConfig
+from labkit.serving.run_result import RunResult, results_table
 from labkit.serving.static_batch import StaticBatch, Waste, planned_waste, slot_waste
 from labkit.serving.workload import (
-    RunResult,
     WorkItem,
     make_workload,
-    results_table,
     run_continuous,
     run_one_at_a_time,
     run_static_batches,
