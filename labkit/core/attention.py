@@ -75,15 +75,18 @@ def attend_and_project(
     return o_proj(out.transpose(1, 2).reshape(batch, new_tokens, n_heads * head_dim))
 
 
-def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """softmax(q k^T / sqrt(D) + mask) v (Vaswani et al. 2017, eq. 1), with torch's fused kernel.
+def attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float | None = None
+) -> torch.Tensor:
+    """softmax(q k^T / sqrt(D) + mask) v (Vaswani et al. 2017, eq. 1), with torch's fused kernel; `scale`
+    replaces 1 / sqrt(D) where a model sets its own (Gemma 3: query_pre_attn_scalar ** -0.5).
 
     q [B, H, T, D]; k, v [B, H_kv, S, D] with H a multiple of H_kv (grouped-query attention,
     Ainslie et al. 2023: each K/V head serves H / H_kv query heads); mask [T, S] or [B, 1, T, S] additive.
     `attention_explicit` spells out the same arithmetic; the fused kernel is several times faster.
     """
     check_attention_inputs(q, k, v, mask)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.dtype), enable_gqa=True)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.dtype), scale=scale, enable_gqa=True)
 
 
 def attention_explicit(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -45,24 +45,44 @@ class Gemma3(nn.Module):
             self.lm_head.weight = self.embed_tokens.weight
 
     def forward(
-        self, input_ids: torch.Tensor, cache: Cache | None = None, logits_at: torch.Tensor | None = None
+        self,
+        input_ids: torch.Tensor,
+        cache: Cache | None = None,
+        logits_at: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+        mask: torch.Tensor | None = None,
+        window_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """input_ids [B, T] -> logits [B, T, vocab] (float32), or [B, vocab] at `logits_at` [B] (one index
         into T per row).
 
-        The T tokens continue the `cache.length` tokens already in the cache (0 without one): their keys
-        and values are appended, the cache is advanced by T, and a position beyond the context is a
-        ValueError.
+        Without `positions`, the T tokens continue the `cache.length` tokens already in the cache (0 without
+        one): their keys and values are appended, the cache is advanced by T, and a position beyond the
+        context is a ValueError. With `positions` [B, T] (long), rows sit at their own positions, as in the
+        serving engine's mixed batches (`Llama.forward` says the same): the cache only appends, and the
+        caller gives the global layers' `mask` and the local layers' `window_mask`, both [B, 1, T, S]
+        additive (`labkit.serving.batch_cache`'s layout(T) and layout(T, window)).
 
             >>> cache = model.new_cache(max_length=64)
             >>> logits = model(prompt_ids, cache)            # prefill
             >>> logits = model(next_id[:, None], cache)      # one token further
         """
         check_tensor("input_ids", input_ids, "[B, T] of token ids", dims=2)
-        past, new_tokens = (cache.length if cache is not None else 0), input_ids.shape[1]
-        self.check_position(past + new_tokens - 1)
-        x = self.run_blocks(self.embed(input_ids), past, cache)
-        if cache is not None:
+        new_tokens, counted = input_ids.shape[1], positions is None  # counted: the cache counts its tokens
+        if counted:
+            past = cache.length if cache is not None else 0
+            self.check_position(past + new_tokens - 1)
+            positions = torch.arange(past, past + new_tokens, device=input_ids.device)
+            mask = causal_mask(new_tokens, past + new_tokens, input_ids.device)
+            window_mask = sliding_window_mask(
+                new_tokens, past + new_tokens, self.config.sliding_window, mask.device
+            )
+        elif mask is None or window_mask is None:
+            raise ValueError(
+                "With positions, give both masks: mask (global layers) and window_mask (local ones)."
+            )
+        x = self.run_blocks(self.embed(input_ids), positions, {False: mask, True: window_mask}, cache)
+        if counted and cache is not None:
             cache.advance(new_tokens)
         if logits_at is not None:
             x = x[torch.arange(x.shape[0], device=x.device), logits_at.to(x.device)]  # [B, hidden]
@@ -74,33 +94,28 @@ class Gemma3(nn.Module):
         x = self.embed_tokens(input_ids)
         return x * torch.tensor(self.config.hidden_size**0.5).to(x.dtype)
 
-    def run_blocks(self, x: torch.Tensor, past: int, cache: Cache | None) -> torch.Tensor:
-        """Every layer in turn: x [B, T, hidden] of the T tokens after the first `past` -> [B, T, hidden],
-        each layer appending its keys and values to `cache`.
+    def run_blocks(
+        self, x: torch.Tensor, positions: torch.Tensor, masks: dict[bool, torch.Tensor], cache: Cache | None
+    ) -> torch.Tensor:
+        """Every layer in turn: x [B, T, hidden] of the tokens at `positions` ([T] or [B, T]) -> [B, T,
+        hidden], each layer appending its keys and values to `cache`.
 
-        Two RoPE tables and two masks serve all the layers: local layers read (local base, sliding-window
-        mask), global ones (global base, causal mask), each mask [T, S] with S = past + T. The tables are
-        rounded to x's dtype first, as transformers rounds them: Gemma-3-270M in bfloat16 then gives its
-        logits bit for bit (measured on three prompts).
+        Two RoPE tables and two masks serve all the layers: local layers read (local base, masks[True], the
+        sliding window), global ones (global base, masks[False], causal), each mask [T, S] or [B, 1, T, S].
+        The tables are rounded to x's dtype first, as transformers rounds them: Gemma-3-270M in bfloat16
+        then gives its logits bit for bit (measured on three prompts).
 
-            >>> x = model.run_blocks(model.embed(ids), past=0, cache=None)
+            >>> masks = {False: causal_mask(T, T, "cpu"), True: sliding_window_mask(T, T, 512, "cpu")}
+            >>> x = model.run_blocks(model.embed(ids), torch.arange(T), masks, cache=None)
         """
-        c, new_tokens = self.config, x.shape[1]
-        total = past + new_tokens
-        positions = torch.arange(past, total, device=x.device)
+        c = self.config
         tables = {
-            False: (
-                *(t.to(x.dtype) for t in rotary_cos_sin(positions, c.head_dim, c.rope_theta)),
-                causal_mask(new_tokens, total, x.device),
-            ),
-            True: (
-                *(t.to(x.dtype) for t in rotary_cos_sin(positions, c.head_dim, c.rope_local_theta)),
-                sliding_window_mask(new_tokens, total, c.sliding_window, x.device),
-            ),
+            sliding: tuple(t.to(x.dtype) for t in rotary_cos_sin(positions, c.head_dim, base))
+            for sliding, base in ((False, c.rope_theta), (True, c.rope_local_theta))
         }
         for index, block in enumerate(self.layers):
-            cos, sin, mask = tables[block.self_attn.sliding]
-            x = block(x, cos, sin, mask, cache, index)
+            sliding = block.self_attn.sliding
+            x = block(x, *tables[sliding], masks[sliding], cache, index)
         return x
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:

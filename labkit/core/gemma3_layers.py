@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from labkit.core.attention import apply_rotary, check_attention_inputs
+from labkit.core.attention import apply_rotary, attention
 from labkit.core.gemma3_config import Gemma3Config
 from labkit.core.kv_cache import Cache
 
@@ -43,20 +43,6 @@ class RMSNorm(nn.Module):
         x32 = x.float()
         x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
         return (x32 * (1.0 + self.weight.float())).to(x.dtype)
-
-
-def scaled_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float
-) -> torch.Tensor:
-    """softmax(q k^T * scale + mask) v over grouped key/value heads, with torch's fused kernel: labkit's
-    `attention` with Gemma's scale, query_pre_attn_scalar ** -0.5, in place of head_dim ** -0.5.
-
-    q [B, H, T, D]; k, v [B, H_kv, S, D]; mask [T, S] or [B, 1, T, S] additive -> [B, H, T, D].
-
-        >>> scaled_attention(q, k, v, causal_mask(T, S, q.device), scale=256**-0.5)
-    """
-    check_attention_inputs(q, k, v, mask)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.dtype), scale=scale, enable_gqa=True)
 
 
 class Attention(nn.Module):
@@ -82,8 +68,10 @@ class Attention(nn.Module):
         cache: Cache | None,
         layer: int,
     ) -> torch.Tensor:
-        """x [B, T, hidden] -> [B, T, hidden]; cos, sin [T, D] of this layer's RoPE base; mask [T, S] of this
-        layer's kind, S = the cache's tokens + T. With a cache, k and v are appended to it first."""
+        """x [B, T, hidden] -> [B, T, hidden]; cos, sin [T, D] (or [B, 1, T, D]) of this layer's RoPE base; mask
+        [T, S] (or [B, 1, T, S]) of this layer's kind, S = the cache's tokens + T. With a cache, k and v are
+        appended to it first, and a cache that brings its own attention (`attend`: the serving engine's,
+        batch-invariant) is read with it, at Gemma's scale query_pre_attn_scalar ** -0.5."""
         c = self.config
         batch, new_tokens, _ = x.shape
         q = self.q_proj(x).view(batch, new_tokens, c.n_heads, c.head_dim).transpose(1, 2)
@@ -93,7 +81,8 @@ class Attention(nn.Module):
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         if cache is not None:
             k, v = cache.append(layer, k, v)  # [B, n_kv_heads, past + T, D]
-        out = scaled_attention(q, k, v, mask, c.query_pre_attn_scalar**-0.5)  # [B, n_heads, T, D]
+        attend = getattr(cache, "attend", attention)
+        out = attend(q, k, v, mask, c.query_pre_attn_scalar**-0.5)  # [B, n_heads, T, D]
         return self.o_proj(out.transpose(1, 2).reshape(batch, new_tokens, c.n_heads * c.head_dim))
 
 

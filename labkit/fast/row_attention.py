@@ -31,15 +31,22 @@ def runs_on_kernel(q: torch.Tensor) -> bool:
     return q.device.type == "cpu" and q.shape[-1] % LANES == 0 and load_kernel().available
 
 
-def row_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """softmax(q k^T / sqrt(D) + mask) v, batch-invariant (module doc); shapes as `attention`'s, out [B, H, T, D]
-    in q's dtype. The kernel computes in float32."""
+def row_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float | None = None
+) -> torch.Tensor:
+    """softmax(q k^T * scale + mask) v, batch-invariant (module doc); scale 1 / sqrt(D) unless given; shapes
+    as `attention`'s, out [B, H, T, D] in q's dtype. The kernel computes in float32."""
     check_attention_inputs(q, k, v, mask)
     if not runs_on_kernel(q):
-        return attention(q, k, v, mask)
+        return attention(q, k, v, mask, scale)
     batch, _, tokens, head_dim = q.shape
     full_mask = (mask if mask.dim() == 4 else mask[None, None]).float().expand(batch, 1, tokens, k.shape[-2])
     out = torch.ops.labkit.row_attention(
-        q.float(), k.float(), v.float(), full_mask, head_dim**-0.5, load_kernel().path
+        q.float(),
+        k.float(),
+        v.float(),
+        full_mask,
+        head_dim**-0.5 if scale is None else scale,
+        load_kernel().path,
     )
     return out.to(q.dtype)

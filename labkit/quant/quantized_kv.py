@@ -35,7 +35,6 @@ from labkit.core.arguments import check_choice, check_int
 from labkit.core.attention import attention
 from labkit.core.doors import check_record
 from labkit.core.kv_cache import KVCache, StoredTokens, check_reorder_indices
-from labkit.core.llama import Llama
 from labkit.quant.hadamard import hadamard, is_power_of_two
 from labkit.quant.schemes import GroupQuantized, dequantize_groupwise, quantize_groupwise
 
@@ -206,11 +205,6 @@ class QuantizedKVCache(StoredTokens):
     ) -> QuantizedKVCache:
         """An empty quantized cache sized for labkit's model (default: its whole context), as `model.new_cache`."""
         check_labkit_model(model)
-        if kv_dtype in ROTATED and not isinstance(model, Llama):
-            raise ValueError(
-                f"kv_dtype={kv_dtype!r} keeps keys and values rotated and reads them through the cache's own "
-                f"attention, which labkit's Llama calls and {type(model).__name__} does not; use 'int4' or 'int8'."
-            )
         c = model.config
         context = c.max_position_embeddings
         max_length = context if max_length is None else max_length
@@ -246,15 +240,22 @@ class QuantizedKVCache(StoredTokens):
         keys, values = self.keys.read(layer, end, not rotated), self.values.read(layer, end, not rotated)
         return keys.to(self.dtype), values.to(self.dtype)
 
-    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """labkit's `attention` over what `append` returned, q [B, heads, T, D] -> [B, heads, T, D]. For a
+    def attend(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        mask: torch.Tensor,
+        scale: float | None = None,
+    ) -> torch.Tensor:
+        """labkit's `attention` (its `scale`) over what `append` returned, q [B, heads, T, D] -> [B, heads, T, D]. For a
         rotated kind k and v are k H and v H: (q H)(k H)^T = q k^T and softmax(..) (v H) H = softmax(..) v,
         so the query is rotated once and the output once, instead of every cached row (llama.cpp's rotated
         cache does the same)."""
         if self.rotation is None:
-            return attention(q, k, v, mask)
+            return attention(q, k, v, mask, scale)
         rotation = self.rotation.to(q.dtype)
-        return attention(q @ rotation, k, v, mask) @ rotation
+        return attention(q @ rotation, k, v, mask, scale) @ rotation
 
     def reorder(self, indices: torch.Tensor) -> None:
         """Row i now holds what row indices[i] held, indices [B] (beam search keeps its surviving beams)."""

@@ -77,14 +77,17 @@ class BatchKV:
     def batch_size(self) -> int:
         return self.positions.shape[0]
 
-    def layout(self, new_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """(positions [B, T] long, mask [B, 1, T, S] additive float): key s is visible iff s <= query position."""
+    def layout(self, new_tokens: int, window: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(positions [B, T] long, mask [B, 1, T, S] additive float): key s is visible iff s <= query position,
+        and, with a `window` (a local layer's, Gemma 3's), s > query position - window."""
         if new_tokens != self.new_tokens:
             raise ValueError(
                 f"This batch was laid out for {self.new_tokens} tokens per row, got {new_tokens}."
             )
-        keys = torch.arange(self.total, device=self.positions.device)
-        hidden = keys[None, None, :] > self.positions[:, :, None]  # [B, T, S]
+        keys = torch.arange(self.total, device=self.positions.device)[None, None, :]  # [1, 1, S]
+        hidden = keys > self.positions[:, :, None]  # [B, T, S]
+        if window is not None:
+            hidden |= keys <= self.positions[:, :, None] - window
         mask = torch.zeros(hidden.shape, device=hidden.device).masked_fill(hidden, float("-inf"))
         return self.positions, mask[:, None]
 
@@ -116,10 +119,10 @@ class PackedKV:
         positions = torch.cat([torch.arange(s, e) for s, e in zip(starts, ends)])  # [N]
         key_row = rows.repeat_interleave(torch.tensor(ends))  # [S] the row of each key read
         key_position = torch.cat([torch.arange(e) for e in ends])  # [S]
-        visible = (key_row[None, :] == token_row[:, None]) & (key_position[None, :] <= positions[:, None])
+        self.same_row = key_row[None, :] == token_row[:, None]  # [N, S]
+        self.key_position = key_position  # [S]
         self.positions = positions[None].to(device)  # [1, N]
-        # [1, 1, N, S]
-        self.mask = torch.zeros(visible.shape).masked_fill(~visible, float("-inf"))[None, None].to(device)
+        self.mask = self.visible_mask(None)  # [1, 1, N, S]
         writes = [slot_index(t, list(range(s, e)), size) for t, s, e in zip(block_tables, starts, ends)]
         self.write_slots = torch.tensor([x for row in writes for x in row], device=device)  # [N]
         reads = [slot_index(t, list(range(e)), size) for t, e in zip(block_tables, ends)]
@@ -127,11 +130,24 @@ class PackedKV:
         # [R] each row's last token in the sequence
         self.last = (torch.tensor(n_new).cumsum(0) - 1).to(device)
 
-    def layout(self, new_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """(positions [1, N] long, mask [1, 1, N, S] additive float): a token sees its own row's keys up to itself."""
+    def visible_mask(self, window: int | None) -> torch.Tensor:
+        """[1, 1, N, S] additive: a token sees its own row's keys up to itself (within `window` of it, if given)."""
+        query = self.positions[0, :, None].cpu()  # [N, 1]
+        visible = self.same_row & (self.key_position[None, :] <= query)
+        if window is not None:
+            visible &= self.key_position[None, :] > query - window
+        return (
+            torch.zeros(visible.shape)
+            .masked_fill(~visible, float("-inf"))[None, None]
+            .to(self.positions.device)
+        )
+
+    def layout(self, new_tokens: int, window: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(positions [1, N] long, mask [1, 1, N, S] additive float): a token sees its own row's keys up to
+        itself, and with a `window` (a local layer's) only the last `window` of them."""
         if new_tokens != self.new_tokens:
             raise ValueError(f"This batch was packed into {self.new_tokens} tokens, got {new_tokens}.")
-        return self.positions, self.mask
+        return self.positions, self.mask if window is None else self.visible_mask(window)
 
     def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Store k, v [1, H, N, D]; return every row's keys, values end to end [1, H, S, D]."""

@@ -50,7 +50,7 @@ from labkit.serving.block_manager import BlockManager
 from labkit.serving.capacity import check_sizes, default_blocks, default_budget
 from labkit.serving.compiled_step import CompiledDecode
 from labkit.serving.request import MAX_LOGPROBS, EngineRequest, EngineRequestMetrics, Status, TokenLogprob
-from labkit.serving.runner import BatchRunner, require_llama
+from labkit.serving.runner import BatchRunner, require_llama, require_paged_model
 from labkit.serving.scheduler import ScheduledBatch, Scheduler, SchedulerConfig
 
 Output = tuple[int, int, str, str | None]  # (request id, token id, text piece, finish reason or None)
@@ -76,7 +76,7 @@ def finish_on_arrival(seq: EngineRequest) -> None:
 
 
 class Engine:
-    """Continuous batching for labkit's Llama. See the module doc; `generate_batch` for a one-liner.
+    """Continuous batching for labkit's Llama or Gemma3. See the module doc; `generate_batch` for a one-liner.
 
     chunked_prefill: every step feeds every decode and spends the rest of `max_num_batched_tokens`
     (default 256 then) on prompt chunks of at most `prefill_chunk` tokens. max_waiting: add_request
@@ -101,7 +101,7 @@ class Engine:
         step_history: int | None = None,
         compile_decode: bool = False,
     ):
-        require_llama(model)  # a transformers model is refused before anything is allocated
+        require_paged_model(model)  # a transformers model is refused before anything is allocated
         if not isinstance(tokenizer, PreTrainedTokenizerBase):
             raise TypeError(
                 f"tokenizer must be the model's tokenizer (as load_model returns it), got "
@@ -115,6 +115,8 @@ class Engine:
         self.config = SchedulerConfig(max_num_seqs, budget, context, chunked_prefill, prefill_chunk)
         if not isinstance(compile_decode, bool):
             raise TypeError(f"compile_decode must be True or False, got {compile_decode!r}.")
+        if compile_decode:
+            require_llama(model)  # the compiled step is a Llama's; Gemma3's steps run eager
         self.pool = BlockPool.for_model(model, n_blocks, block_size)
         compiled = CompiledDecode(model, self.pool, max_num_seqs) if compile_decode else None
         self.compile_seconds = compiled.warm_up() if compiled else {}  # batch size -> seconds to compile

@@ -1,4 +1,4 @@
-"""One batched forward pass per engine step, over labkit's Llama and a paged KV cache.
+"""One batched forward pass per engine step, over labkit's Llama or Gemma3 and a paged KV cache.
 
 The rows of a batch may be at different positions (a decode row at position 300 next to a prompt
 being prefilled from 0) and feed different numbers of tokens: `BatchKV` (rows right-padded, for
@@ -16,24 +16,43 @@ from __future__ import annotations
 
 import torch
 
-from labkit.core.llama import Llama, check_llama
+from labkit.core.gemma3 import Gemma3
+from labkit.core.llama import Llama, NotLabkitLlama, check_llama
 from labkit.core.paged import BlockPool
 from labkit.serving.batch_cache import BatchKV, PackedKV
 from labkit.serving.compiled_step import CompiledDecode
 from labkit.serving.request import EngineRequest
 
+PAGED_USER = "The serving engine (a paged KV cache, rows at different positions)"
+
 
 def require_llama(model: torch.nn.Module) -> None:
-    """Raise NotLabkitLlama unless model is labkit's Llama (the only model with a paged, mixed-position path)."""
-    check_llama(model, "The serving engine (a paged KV cache, rows at different positions)")
+    """Raise NotLabkitLlama unless model is labkit's Llama (static batching, compiled decode steps)."""
+    check_llama(model, PAGED_USER)
+
+
+def require_paged_model(model: object) -> Llama | Gemma3:
+    """model, if it is one of labkit's from-scratch models with a paged, mixed-position path (Llama,
+    Gemma3); else NotLabkitLlama saying how to load one.
+
+    >>> require_paged_model(torch.nn.Linear(2, 2))
+    Traceback (most recent call last):
+    NotLabkitLlama: The serving engine (...) runs labkit's Llama or Gemma3 (the from-scratch models), got Linear. ...
+    """
+    if not isinstance(model, (Llama, Gemma3)):
+        raise NotLabkitLlama(
+            f"{PAGED_USER} runs labkit's Llama or Gemma3 (the from-scratch models), got {type(model).__name__}. "
+            "Load one with labkit.load_model(name, impl='labkit')."
+        )
+    return model
 
 
 class BatchRunner:
-    """labkit's Llama, the BlockPool its sequences' keys and values live in, and its compiled decode step
-    (None: every step eager)."""
+    """labkit's Llama or Gemma3, the BlockPool its sequences' keys and values live in, and its compiled
+    decode step (None: every step eager; a Llama's only)."""
 
     def __init__(self, model: torch.nn.Module, pool: BlockPool, compiled: CompiledDecode | None = None):
-        require_llama(model)
+        require_paged_model(model)
         self.model, self.pool, self.compiled = model, pool, compiled
 
     def run(
@@ -62,7 +81,7 @@ class BatchRunner:
 
 
 def forward_padded(
-    model: Llama, pool: BlockPool, rows: list[list[int]], tables: list[list[int]], starts: list[int]
+    model: Llama | Gemma3, pool: BlockPool, rows: list[list[int]], tables: list[list[int]], starts: list[int]
 ) -> torch.Tensor:
     """Rows of new token ids right-padded to the longest, [B, T], over a `BatchKV`: the logits after each
     row's last one, [B, V] float32 (CPU). Row b continues the starts[b] tokens in its block table.
@@ -78,7 +97,7 @@ def forward_padded(
 
 
 def forward_packed(
-    model: Llama, pool: BlockPool, rows: list[list[int]], tables: list[list[int]], starts: list[int]
+    model: Llama | Gemma3, pool: BlockPool, rows: list[list[int]], tables: list[list[int]], starts: list[int]
 ) -> torch.Tensor:
     """The same rows end to end, [1, N] with N = the sum of their lengths, over a `PackedKV`: [B, V] float32 (CPU).
 
@@ -91,10 +110,14 @@ def forward_packed(
 
 
 def forward_laid_out(
-    model: Llama, ids: torch.Tensor, cache: BatchKV | PackedKV, logits_at: torch.Tensor
+    model: Llama | Gemma3, ids: torch.Tensor, cache: BatchKV | PackedKV, logits_at: torch.Tensor
 ) -> torch.Tensor:
-    """model on ids [B, T] at the positions and under the mask of the cache's layout: the logits [B, V]
-    float32 (CPU) at logits_at [B], one index into T per row."""
+    """model on ids [B, T] at the positions and under the mask of the cache's layout (a Gemma3's local
+    layers under the layout of its window): the logits [B, V] float32 (CPU) at logits_at [B], one index
+    into T per row."""
     positions, mask = cache.layout(ids.shape[1])
+    masks = {"mask": mask}
+    if isinstance(model, Gemma3):
+        masks["window_mask"] = cache.layout(ids.shape[1], model.config.sliding_window)[1]
     with torch.no_grad():
-        return model(ids, cache, logits_at=logits_at, positions=positions, mask=mask).cpu()
+        return model(ids, cache, logits_at=logits_at, positions=positions, **masks).cpu()

@@ -8,8 +8,8 @@ import torch
 
 import labkit
 from labkit.core.attention import attention, causal_mask
+from labkit.core.gemma3 import Gemma3, Gemma3Config
 from labkit.core.kv_cache import Cache, KVCache
-from labkit.core.llama import LlamaConfig
 from labkit.models.eval_data import eval_text
 from labkit.quant.hadamard import hadamard
 from labkit.quant.kv_quality import kv_quality
@@ -100,27 +100,38 @@ def test_int4_rot_stores_int4_codes_of_the_rotated_rows_and_loses_less_where_the
     assert torch.equal(restored[0, 0, 0], torch.zeros(64))  # an all-zero row rotates to zeros, comes back so
 
 
-def test_a_rotated_cache_attends_as_plain_attention_over_its_rows_rotated_back():
+@pytest.mark.parametrize("scale", [None, 32**-0.5], ids=["1/sqrt(head_dim)", "a model's own scale"])
+def test_a_rotated_cache_attends_as_plain_attention_over_its_rows_rotated_back(scale):
     x = keys_with_outliers(batch=1, tokens=6)
     cache, keys = stored_and_read("int4-rot", x)
     values = cache.values.read(1, 6, unrotate=False)
     q = torch.randn(1, 6, 6, 64, generator=torch.Generator().manual_seed(1))  # 6 query heads on 3 kv heads
     mask = causal_mask(6, 6, q.device)
     h = hadamard(64)
-    expected = attention(q, keys @ h, values @ h, mask)  # the rows rotated back, then plain attention
-    assert torch.allclose(cache.attend(q, keys, values, mask), expected, atol=1e-5)
+    expected = attention(q, keys @ h, values @ h, mask, scale)  # the rows rotated back, then plain attention
+    assert torch.allclose(cache.attend(q, keys, values, mask, scale), expected, atol=1e-5)
 
 
-def test_a_rotated_cache_is_refused_for_a_model_that_does_not_call_its_attention():
-    class NotLlama(torch.nn.Module):  # has what a labkit model has, but is not labkit's Llama
-        config = LlamaConfig.tiny()
-        embed_tokens = torch.nn.Embedding(8, 4)
+def test_gemma3_reads_a_cache_through_the_caches_attention_at_its_own_scale():
+    # Gemma3Config.tiny()'s scale is 32 ** -0.5, not 1 / sqrt(head_dim) = 16 ** -0.5
+    torch.manual_seed(0)
+    model = Gemma3(Gemma3Config.tiny()).eval()
+    ids = torch.randint(0, 1000, (1, 12), generator=torch.Generator().manual_seed(2))
+    scales = []
 
-        def new_cache(self, *args):
-            return None
+    class Attending(KVCache):  # a float cache that brings its own attention, as the engine's caches do
+        def attend(self, q, k, v, mask, scale=None):
+            scales.append(scale)
+            return attention(q, k, v, mask, scale)
 
-    with pytest.raises(ValueError, match="reads them through the cache's own attention"):
-        QuantizedKVCache.for_model(NotLlama(), kv_dtype="int4-rot")
+    with torch.no_grad():
+        exact = model(ids)
+        attended = model(ids, Attending(3, 1, 2, 12, 16))
+        rotated = model(ids, new_kv_cache(model, max_length=12, kv_dtype="int4-rot"))
+    assert scales == [32**-0.5] * 3 and torch.allclose(attended, exact, atol=1e-5)
+    # read without rotating the query back, the rows would move the logits by 12.7 (of 70); int4's own
+    # rounding moves them by 0.78 here
+    assert (rotated - exact).abs().max() < 0.05 * exact.abs().max()
 
 
 @pytest.mark.parametrize(
