@@ -4,7 +4,8 @@
     python -m labkit.bench decode [--repeats 3] [--quick]
 
 Each topic (a module in labkit/benchmarks/) prints a readable table, then one JSON line per
-comparison: {"bench", "metric", "labkit", "peer", "peer_name", "ratio", "machine"}.
+comparison: {"bench", "metric", "labkit", "peer", "peer_name", "ratio", "machine"}
+(labkit.benchmarks.comparison).
 
 The timing every benchmark shares is labkit.timing's.
 """
@@ -17,47 +18,24 @@ import importlib.util
 import json
 import sys
 
-from labkit.this_machine import machine_name
-
-# modules of labkit/benchmarks/
-TOPICS = [
-    "decode",
-    "kvcache",
-    "quant",
-    "speculative",
-    "batching",
-    "sampling",
-    "serve",
-    "engines",
-    "fast",
-    "simd",
-]
+# topic -> its module, named in full: tests/project/test_structure.py reads these as imports of labkit.bench
+TOPICS = {
+    "decode": "labkit.benchmarks.decode",
+    "kvcache": "labkit.benchmarks.kvcache",
+    "quant": "labkit.benchmarks.quant",
+    "speculative": "labkit.benchmarks.speculative",
+    "batching": "labkit.benchmarks.batching",
+    "sampling": "labkit.benchmarks.sampling",
+    "serve": "labkit.benchmarks.serve",
+    "engines": "labkit.benchmarks.engines",
+    "fast": "labkit.benchmarks.fast",
+    "simd": "labkit.benchmarks.simd",
+}
 
 
 def available_topics() -> list[str]:
     """The topics whose module exists (later labs add theirs)."""
-    return [t for t in TOPICS if importlib.util.find_spec(f"labkit.benchmarks.{t}") is not None]
-
-
-def _significant(value: float, digits: int = 6) -> float:
-    return float(f"{value:.{digits}g}")
-
-
-def comparison(bench: str, metric: str, labkit_value: float, peer_value: float, peer_name: str) -> dict:
-    """One JSON record: labkit's figure against a peer's, measured in the same run.
-
-    Figures keep 6 significant digits (seconds per token are small numbers: 3 decimals would lose the
-    ratio between them); the ratio keeps 3 decimals.
-    """
-    return {
-        "bench": bench,
-        "metric": metric,
-        "labkit": _significant(labkit_value),
-        "peer": _significant(peer_value),
-        "peer_name": peer_name,
-        "ratio": round(labkit_value / peer_value, 3),
-        "machine": machine_name(),
-    }
+    return [topic for topic, module in TOPICS.items() if importlib.util.find_spec(module) is not None]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,15 +50,13 @@ def main(argv: list[str] | None = None) -> int:
     topics = available_topics()
     if args.list:
         for name in topics:
-            print(f"{name:<12}{importlib.import_module(f'labkit.benchmarks.{name}').__doc__.splitlines()[0]}")
+            print(f"{name:<12}{importlib.import_module(TOPICS[name]).__doc__.splitlines()[0]}")
         return 0
     if args.topic not in topics:
         parser.error(f"unknown topic {args.topic!r}; choose one of: {', '.join(topics)} (or --list)")
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
-    results = importlib.import_module(f"labkit.benchmarks.{args.topic}").run(
-        repeats=args.repeats, quick=args.quick
-    )
+    results = importlib.import_module(TOPICS[args.topic]).run(repeats=args.repeats, quick=args.quick)
     for result in results:
         print(json.dumps(result))
     return 0

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
-from labkit.bench import comparison
+from labkit.benchmarks.comparison import comparison
 from labkit.benchmarks.progress import progress
 from labkit.core.forward import context_length
 from labkit.models.loading import load_model

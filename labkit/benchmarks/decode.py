@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import torch
 
-from labkit.bench import comparison
+from labkit.benchmarks.comparison import comparison
 from labkit.core.llama import Llama
 from labkit.decoding.generate import generate_ids
 from labkit.models.loading import load_model

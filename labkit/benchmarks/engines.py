@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from labkit.bench import comparison
+from labkit.benchmarks.comparison import comparison
 from labkit.benchmarks.engines_child import DECODE_PROMPT, IN_PROCESS_ENGINES
 from labkit.benchmarks.progress import progress
 from labkit.benchmarks.serve_servers import FASTEST_LABKIT, LABKIT_FLOAT32, VLLM, VLLM_ALL_CORES, contenders

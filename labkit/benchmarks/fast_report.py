@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 
-from labkit.bench import comparison
+from labkit.benchmarks.comparison import comparison
 from labkit.benchmarks.fast_rows import FP32, LLAMA_CPP, ROWS, Row, eager_counterpart, fastest_labkit
 from labkit.core.doors import check_items, check_record, check_table
 from labkit.fast.machine import Machine

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from labkit.bench import comparison
+from labkit.benchmarks.comparison import comparison
 from labkit.benchmarks.progress import progress
 from labkit.core.arguments import check_int
 from labkit.core.doors import check_items, check_model, check_record, check_tensor

@@ -15,7 +15,7 @@ quantization lab aims for are printed as JSON lines:
 
 from __future__ import annotations
 
-from labkit.bench import comparison
+from labkit.benchmarks.comparison import comparison
 from labkit.quant.evaluation import VARIANTS, Result, evaluate, results_table
 from labkit.this_machine import machine_name
 

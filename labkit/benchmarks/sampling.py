@@ -29,7 +29,7 @@ import os
 import statistics
 from pathlib import Path
 
-from labkit.bench import comparison
+from labkit.benchmarks.comparison import comparison
 from labkit.benchmarks.progress import progress
 from labkit.benchmarks.sampling_servers import measure_servers, server_records, server_table
 from labkit.models.loading import load_model

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from labkit.bench import comparison
+from labkit.benchmarks.comparison import comparison
 from labkit.benchmarks.progress import progress
 from labkit.benchmarks.serve_servers import (
     FASTEST_LABKIT,

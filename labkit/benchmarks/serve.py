@@ -26,7 +26,7 @@ import asyncio
 
 import httpx
 
-from labkit.bench import comparison
+from labkit.benchmarks.comparison import comparison
 from labkit.benchmarks.progress import progress
 from labkit.benchmarks.serve_servers import LLAMA_SERVER, VLLMS, Contender, contenders, record_tag
 from labkit.loadtest.load import load_test, open_loop

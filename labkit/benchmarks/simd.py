@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from labkit.bench import comparison
+from labkit.benchmarks.comparison import comparison
 from labkit.benchmarks.fast_best import best_rows, row_from_child, settings_report
 from labkit.benchmarks.fast_rows import CHILD, LLAMA_CPP, Q4_1_COMPILED, Q4_1_STATIC, Row
 from labkit.engines.install import engines_dir

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import torch
 
-from labkit.bench import comparison
+from labkit.benchmarks.comparison import comparison
 from labkit.benchmarks.progress import progress
 from labkit.core.llama import Llama
 from labkit.core.text import chat_prompt
