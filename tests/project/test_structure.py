@@ -1,7 +1,9 @@
 """labkit's shape: layers stay layered and a newcomer can find their way around.
 
 These tests read labkit's source with `ast` (nothing is imported), and guard:
-- no import cycle between labkit modules, so each folder can be read on its own;
+- no import cycle between labkit modules, so each folder can be read on its own; a module that
+  importlib.import_module's another by its full name (a literal, or a module-level list or dict of them,
+  as labkit.bench's TOPICS) imports it, and a labkit module's name is never built at run time;
 - no two labkit folders that import each other, even through different modules (a cycle of folders: the
   folders stack in layers, each one readable with only the ones below it);
 - no private `_name` imported from another module, so a module's internals stay its own;
@@ -13,6 +15,11 @@ These tests read labkit's source with `ast` (nothing is imported), and guard:
 import ast
 from collections.abc import Iterator
 from pathlib import Path
+
+from dynamic_imports import (  # this folder's conftest.py puts it on sys.path
+    built_at_run_time,
+    dynamic_imports,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "labkit"
@@ -60,13 +67,17 @@ def existing_module(dotted: str, package: Path = PACKAGE) -> bool:
 
 
 def imported_modules(path: Path, package: Path = PACKAGE) -> Iterator[tuple[str, list[str]]]:
-    """(module, names) for every import anywhere in `path`; names is empty for `import x`."""
-    for node in ast.walk(parse(path)):
+    """(module, names) for every import anywhere in `path`, importlib.import_module's by name included
+    (dynamic_imports); names is empty for `import x` and for those."""
+    tree = parse(path)
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield alias.name, []
         elif isinstance(node, ast.ImportFrom):
             yield absolute_from(node, path, package), [alias.name for alias in node.names]
+    for module in dynamic_imports(tree):
+        yield module, []
 
 
 def labkit_targets(path: Path, package: Path = PACKAGE) -> set[str]:
@@ -151,6 +162,18 @@ def folder_graph(package: Path = PACKAGE) -> dict[str, dict[str, list[str]]]:
             if here != there:
                 graph.setdefault(here, {}).setdefault(there, []).append(f"{source} -> {target}")
     return graph
+
+
+def runtime_named_imports(package: Path = PACKAGE) -> list[str]:
+    """`file:line` for every importlib.import_module of a labkit module whose name is built at run time
+    (f"labkit.benchmarks.{topic}", "labkit.x." + name): dynamic_imports cannot read it, so its edge would
+    be missing from the import graph. The flat API's lazy `f"{__name__}.{name}"` starts with no text and
+    is left to labkit/__init__.py, which the graph leaves out anyway."""
+    return sorted(
+        f"{path.relative_to(package.parent)}:{line}"
+        for path in source_files(package)
+        for line in built_at_run_time(parse(path), package.name + ".")
+    )
 
 
 def private_imports(package: Path = PACKAGE) -> list[str]:
@@ -252,6 +275,37 @@ def test_folder_cycle_through_a_function_level_import_is_found(tmp_path):
     assert graph["labkit.b"] == {"labkit.b.c": ["labkit.b.mid -> labkit.b.c.low"]}  # a subfolder is a folder
     assert cycles({folder: set(edges) for folder, edges in graph.items()}) == [["labkit.a", "labkit.b.c"]]
     assert folder_of("labkit.timing") == "labkit.timing"  # a module directly under labkit/: its own
+
+
+def test_an_import_by_name_through_importlib_is_an_edge(tmp_path):
+    package = tmp_path / "labkit"
+    files = {
+        "__init__.py": "",
+        "bench.py": 'import importlib\nTOPICS = {"one": "labkit.b.one"}\n\n'
+        "def main(topic):\n    return importlib.import_module(TOPICS[topic]).run()\n",
+        "cli.py": 'from importlib import import_module\nMODULES = ["labkit.b.two"]\n'
+        'import_module("labkit.b.one")\nimport_module(MODULES[0])\n',
+        "b/__init__.py": "",
+        "b/one.py": "from labkit.bench import comparison  # a topic importing the command line back\n",
+        "b/two.py": "",
+        "b/three.py": 'import importlib\nimportlib.import_module(f"labkit.b.{name}")\nimportlib.import_module("labkit.b." + x)\n',
+    }
+    for name, text in files.items():
+        (package / name).parent.mkdir(parents=True, exist_ok=True)
+        (package / name).write_text(text)
+    graph = import_graph(package)
+    assert graph["labkit.bench"] == {"labkit.b.one"}  # a mapping of literal names
+    assert graph["labkit.cli"] == {"labkit.b.one", "labkit.b.two"}  # a literal, a list of literals
+    assert cycles(graph) == [["labkit.b.one", "labkit.bench"]]
+    assert runtime_named_imports(package) == ["labkit/b/three.py:2", "labkit/b/three.py:3"]
+
+
+def test_modules_imported_through_importlib_are_named_in_full():
+    offenders = runtime_named_imports()
+    assert not offenders, (
+        "importlib.import_module of a labkit module built at run time (name it in full, e.g. a dict of "
+        "topic -> 'labkit.x.y', so the import graph sees it):\n" + "\n".join(offenders)
+    )
 
 
 def test_no_private_names_imported_across_modules():
