@@ -8,9 +8,14 @@ from __future__ import annotations
 
 import hashlib
 
-from labkit.core.forward import as_llama
+from labkit.core.gemma3 import Gemma3
 
 PARAMETER_SIZE_UNITS = ((1e9, "B"), (1e6, "M"), (1e3, "K"))
+
+
+def architecture(service) -> str:
+    """The served model's architecture as GGUF and Ollama name it: "gemma3" or "llama"."""
+    return "gemma3" if isinstance(service.model, Gemma3) else "llama"
 
 
 def parameter_count(service) -> int:
@@ -40,8 +45,8 @@ def model_details(service, modified_at: str) -> dict:
         "details": {
             "parent_model": "",
             "format": "safetensors",
-            "family": "llama",
-            "families": ["llama"],
+            "family": architecture(service),
+            "families": [architecture(service)],
             "parameter_size": parameter_size(count),
             "quantization_level": dtype.upper(),
         },
@@ -49,19 +54,23 @@ def model_details(service, modified_at: str) -> dict:
 
 
 def ollama_model_info(service) -> dict:
-    """Ollama's `model_info`: GGUF-style keys for the architecture (what /api/show must always carry)."""
-    config = as_llama(service.model).config
-    return {
-        "general.architecture": "llama",
+    """Ollama's `model_info`: GGUF-style keys under the architecture's name (what /api/show must always
+    carry), "gemma3.attention.sliding_window" too for Gemma 3, as its GGUF file holds it."""
+    config, name = service.model.config, architecture(service)
+    info = {
+        "general.architecture": name,
         "general.basename": service.name,
         "general.parameter_count": parameter_count(service),
-        "llama.context_length": service.context,
-        "llama.embedding_length": config.hidden_size,
-        "llama.block_count": config.n_layers,
-        "llama.attention.head_count": config.n_heads,
-        "llama.attention.head_count_kv": config.n_kv_heads,
-        "llama.vocab_size": config.vocab_size,
+        f"{name}.context_length": service.context,
+        f"{name}.embedding_length": config.hidden_size,
+        f"{name}.block_count": config.n_layers,
+        f"{name}.attention.head_count": config.n_heads,
+        f"{name}.attention.head_count_kv": config.n_kv_heads,
+        f"{name}.vocab_size": config.vocab_size,
     }
+    if name == "gemma3":
+        info["gemma3.attention.sliding_window"] = config.sliding_window
+    return info
 
 
 def openai_model_card(service) -> dict:
