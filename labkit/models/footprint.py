@@ -91,6 +91,26 @@ def weight_bytes(n_params: float, dtype: str | torch.dtype = "fp16") -> float:
     return n_params * bytes_per_element(dtype)
 
 
+KV_SCALE_BYTES = 2  # a quantized KV cache's scales and minimums are float16
+KV_GROUP_SIZE = 32  # numbers sharing one scale and minimum in a 4-bit KV cache (GGUF's block size)
+QUANTIZED_KV = ("int8", "int4", "int4-rot")  # labkit's quantized KV caches (labkit.quant.quantized_kv)
+
+
+def kv_row_bytes(dtype: str | torch.dtype, head_dim: int) -> float:
+    """Bytes of one cached row (one token's key or value in one head, head_dim numbers), scales counted:
+    labkit's "int8" keeps a float16 scale a row, "int4" and "int4-rot" a float16 scale and minimum a group
+    of 32; any other dtype is head_dim x its bytes per number (`bytes_per_element`).
+
+        >>> [kv_row_bytes(kind, 64) for kind in ("fp32", "int8", "int4", "int4-rot")]
+        [256, 66, 40, 40]
+    """
+    if dtype == "int8":
+        return head_dim + KV_SCALE_BYTES  # a code per number, one scale
+    if dtype in QUANTIZED_KV:  # two codes a byte, a scale and minimum a group (the rotation is shared)
+        return head_dim // 2 + 2 * KV_SCALE_BYTES * math.ceil(head_dim / min(KV_GROUP_SIZE, head_dim))
+    return head_dim * bytes_per_element(dtype)
+
+
 def kv_cache_bytes(
     n_layers: int,
     n_kv_heads: int,
@@ -99,11 +119,12 @@ def kv_cache_bytes(
     batch: int = 1,
     dtype: str | torch.dtype = "fp16",
 ) -> float:
-    """Bytes of a KV cache: 2 (keys and values) x layers x KV heads x head dim x tokens x batch x bytes."""
+    """Bytes of a KV cache: 2 (keys and values) x layers x KV heads x tokens x batch x the bytes of one row
+    of head_dim numbers (`kv_row_bytes`: labkit's int8 and int4 caches count their scales)."""
     for name, value in [("n_layers", n_layers), ("n_kv_heads", n_kv_heads), ("head_dim", head_dim)]:
         check_size(name, value)
     check_tokens_and_batch(tokens, batch)
-    return 2 * n_layers * n_kv_heads * head_dim * tokens * batch * bytes_per_element(dtype)
+    return 2 * n_layers * n_kv_heads * tokens * batch * kv_row_bytes(dtype, head_dim)
 
 
 def format_bytes(n_bytes: float) -> str:

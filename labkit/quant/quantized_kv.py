@@ -35,6 +35,7 @@ from labkit.core.arguments import check_choice, check_int
 from labkit.core.attention import attention
 from labkit.core.doors import check_record
 from labkit.core.kv_cache import KVCache, StoredTokens, check_reorder_indices
+from labkit.models.footprint import KV_GROUP_SIZE, kv_row_bytes
 from labkit.quant.hadamard import hadamard, is_power_of_two
 from labkit.quant.schemes import GroupQuantized, dequantize_groupwise, quantize_groupwise
 
@@ -44,14 +45,12 @@ KV_DTYPES = {  # what each kind stores per row (one token, one head), as GGUF's 
     "int4-rot": "int4 of each row times the normalized Hadamard matrix (QuaRot); the matrix is shared",
 }
 ROTATED = ("int4-rot",)  # the kinds that store x H instead of x (head_dim a power of two)
-INT4_GROUP_SIZE = 32  # values sharing one scale and minimum in int4 (GGUF's block size)
 FLOAT_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}  # an unquantized cache's bytes per number
-SCALE_BYTES = 2  # scales and minimums are float16
 
 
 def kv_group_size(kv_dtype: str, head_dim: int) -> int:
     """Values per scale: the whole row for int8; 32 for int4 (all of head_dim when it is shorter)."""
-    return head_dim if kv_dtype == "int8" else min(INT4_GROUP_SIZE, head_dim)
+    return head_dim if kv_dtype == "int8" else min(KV_GROUP_SIZE, head_dim)
 
 
 def kv_bytes_per_token(
@@ -64,13 +63,7 @@ def kv_bytes_per_token(
         [46080, 11880, 7200, 7200]
     """
     check_choice("kv_dtype", kv_dtype, (*FLOAT_BYTES, *KV_DTYPES))
-    if kv_dtype in FLOAT_BYTES:
-        row = head_dim * FLOAT_BYTES[kv_dtype]
-    elif kv_dtype == "int8":
-        row = head_dim + SCALE_BYTES  # a code per number, one scale
-    else:  # int4, int4-rot (the rotation is one shared matrix): two codes a byte, a scale and minimum a group
-        row = head_dim // 2 + 2 * SCALE_BYTES * (head_dim // kv_group_size(kv_dtype, head_dim))
-    return 2 * n_layers * batch_size * n_kv_heads * row
+    return int(2 * n_layers * batch_size * n_kv_heads * kv_row_bytes(kv_dtype, head_dim))
 
 
 def check_kv_head_dim(kv_dtype: str, head_dim: int) -> None:
@@ -79,7 +72,7 @@ def check_kv_head_dim(kv_dtype: str, head_dim: int) -> None:
     group_size = kv_group_size(kv_dtype, head_dim)
     if head_dim % group_size or (kv_dtype != "int8" and head_dim % 2):
         raise ValueError(
-            f"{kv_dtype} quantizes head_dim in groups of {INT4_GROUP_SIZE} (or all of it when shorter), "
+            f"{kv_dtype} quantizes head_dim in groups of {KV_GROUP_SIZE} (or all of it when shorter), "
             f"two codes a byte; head_dim={head_dim} does not split so. Use kv_dtype='int8'."
         )
     if kv_dtype in ROTATED and not is_power_of_two(head_dim):

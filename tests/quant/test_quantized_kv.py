@@ -11,6 +11,7 @@ from labkit.core.attention import attention, causal_mask
 from labkit.core.gemma3 import Gemma3, Gemma3Config
 from labkit.core.kv_cache import Cache, KVCache
 from labkit.models.eval_data import eval_text
+from labkit.models.footprint import kv_cache_bytes
 from labkit.quant.hadamard import hadamard
 from labkit.quant.kv_quality import kv_quality
 from labkit.quant.quantized_kv import QuantizedKVCache, kv_bytes_per_token, new_kv_cache
@@ -146,6 +147,8 @@ def test_gemma3_reads_a_cache_through_the_caches_attention_at_its_own_scale():
 def test_bytes_per_token_of_smollm2s_shape_count_the_scales(kv_dtype, per_token, ratio):
     assert kv_bytes_per_token(kv_dtype, n_layers=30, n_kv_heads=3, head_dim=64) == per_token
     assert kv_bytes_per_token(kv_dtype, 30, 3, 64, batch_size=2) == 2 * per_token
+    # the memory calculator counts what the cache holds: the scales and minimums too
+    assert kv_cache_bytes(30, 3, 64, tokens=1000, dtype=kv_dtype) == 1000 * per_token
     if kv_dtype == "float32":
         cache = KVCache(n_layers=30, batch_size=2, n_kv_heads=3, max_length=16, head_dim=64)
         assert cache.bytes_per_token() == 2 * per_token  # the arithmetic is KVCache's own
