@@ -35,7 +35,7 @@ its best over wait policies and thread counts) and fast_report.py (the table, th
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 from tqdm.auto import tqdm
@@ -70,7 +70,7 @@ from labkit.benchmarks.fast_rows import (
     Row,
 )
 from labkit.core.arguments import check_int
-from labkit.core.doors import check_items, check_model, check_record
+from labkit.core.doors import check_items, check_model, check_record, check_table
 from labkit.core.forward import decode_step, prefill
 from labkit.core.llama import Llama
 from labkit.decoding.generate import generate_ids
@@ -88,6 +88,16 @@ from labkit.timing import interleaved_tokens_per_second
 def labkit_model(hf_model: torch.nn.Module, steps: tuple[str, ...]) -> Llama:
     """labkit's Llama on the transformers model's weights, with `steps` applied (the peer is untouched)."""
     return optimize(Llama.from_hf(hf_model), steps)
+
+
+def row_model(
+    hf_model: torch.nn.Module, steps: tuple[str, ...], label: str, models: Mapping[str, Llama]
+) -> Llama:
+    """The labkit model of the row `label`: models[label] when the caller built it, else labkit_model's.
+
+    >>> row_model(hf_model, ("fuse",), "+ fused QKV and gate/up", {})      # a fused labkit Llama
+    """
+    return models[label] if label in models else labkit_model(hf_model, steps)
 
 
 def labkit_run(
@@ -150,10 +160,12 @@ def measure_rows(
     quick: bool = False,
     labels: Sequence[str] | None = None,
     progress: bool = False,
+    models: Mapping[str, Llama] | None = None,
 ) -> tuple[list[Row], dict[str, float]]:
     """The rows of ROWS named in `labels` (default: all; the compiled ones only when not quick), each at
     `threads` threads, timed in turns (labkit.timing.interleaved_tokens_per_second): (rows, {label: compile
-    seconds} of the compiled ones). progress: a tqdm bar over the rounds.
+    seconds} of the compiled ones). progress: a tqdm bar over the rounds. models: {label: labkit_model(hf_model,
+    the row's steps)} built by the caller, which row_costs can then reuse; a row not in it builds its own.
 
         >>> rows, compiled = measure_rows(hf_model, tokenizer, ids, 48, 3, 2, labels=[FP32, STATIC_EAGER])
     """
@@ -161,6 +173,7 @@ def measure_rows(
     if unknown:
         raise ValueError(f"Unknown rows {sorted(unknown)}; the rows are: {[label for label, _, _ in ROWS]}.")
     check_model("hf_model", hf_model, "a transformers model (labkit.load_model(name))")
+    models = check_table("models", models or {}, "labkit Llama (labkit_model(hf_model, steps))", of=Llama)
     chosen = [
         (label, steps, how)
         for label, steps, how in ROWS
@@ -169,7 +182,7 @@ def measure_rows(
     prepared = []  # (label, model, run, decoder)
     with using_threads(threads):
         for label, steps, how in chosen:
-            model = hf_model if steps is None else labkit_model(hf_model, steps)
+            model = hf_model if steps is None else row_model(hf_model, steps, label, models)
             prepared.append((label, model, *row_run(hf_model, model, tokenizer, prompt_ids, new_tokens, how)))
         bar = (lambda rounds: tqdm(rounds, desc="rounds (the first compiles)")) if progress else None
         rates = interleaved_tokens_per_second([run for _, _, run, _ in prepared], repeats, bar)
@@ -186,14 +199,25 @@ def measure_rows(
 
 
 def row_costs(
-    hf_model: torch.nn.Module, labels: Sequence[str], context: int, repeats: int = 5
+    hf_model: torch.nn.Module,
+    labels: Sequence[str],
+    context: int,
+    repeats: int = 5,
+    models: Mapping[str, Llama] | None = None,
 ) -> dict[str, StepCosts]:
     """The cost model's terms (labkit.fast.cost.measure_step) of each labkit row in `labels` but prompt lookup,
-    one decode step after `context` tokens (a compiled row compiles its step and its probe's)."""
+    one decode step after `context` tokens (a compiled row compiles its step and its probe's). models: as
+    measure_rows takes them, reused here instead of quantizing the weights again.
+
+        >>> costs = row_costs(hf_model, [FP32, STATIC_EAGER], context=48)     # {label: StepCosts}
+    """
     check_model("hf_model", hf_model, "a transformers model (labkit.load_model(name))")
     check_items("labels", labels, "row labels (str) of ROWS", of=str)
+    models = check_table("models", models or {}, "labkit Llama (labkit_model(hf_model, steps))", of=Llama)
     return {
-        label: measure_step(labkit_model(hf_model, steps), steps, context=context, repeats=repeats, how=how)
+        label: measure_step(
+            row_model(hf_model, steps, label, models), steps, context=context, repeats=repeats, how=how
+        )
         for label, steps, how in ROWS
         if label in labels and how in HOWS
     }

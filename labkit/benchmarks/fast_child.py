@@ -19,7 +19,7 @@ import json
 import sys
 
 from labkit.benchmarks import fast
-from labkit.benchmarks.fast_rows import BENCH_PROMPT, MODEL
+from labkit.benchmarks.fast_rows import BENCH_PROMPT, COMPILED, MODEL, ROWS
 from labkit.fast.processes import current_policy
 from labkit.fast.threads import thread_candidates, using_threads
 from labkit.models.loading import load_model
@@ -78,12 +78,20 @@ def labkit_rates(new_tokens: int, repeats: int, quick: bool) -> list[dict]:
     hf_model, tokenizer = load_model(MODEL)
     prompt_ids = tokenizer(BENCH_PROMPT)["input_ids"]
     threads, probe = fast.choose_threads(hf_model, prompt_ids, quick)
+    # each eager labkit row's weights quantized once, for its timing and its cost model's step (a compiled
+    # row builds its own in each: the cost model counts the kernels of its own compile)
+    models = {
+        label: fast.labkit_model(hf_model, steps)
+        for label, steps, how in ROWS
+        if steps is not None and how not in COMPILED
+    }
     rows, compile_seconds = fast.measure_rows(
-        hf_model, tokenizer, prompt_ids, new_tokens, repeats, threads, quick
+        hf_model, tokenizer, prompt_ids, new_tokens, repeats, threads, quick, models=models
     )
     context = len(prompt_ids) + new_tokens // 2  # the middle of the run
     with using_threads(threads):
-        costs = fast.row_costs(hf_model, [row.label for row in rows], context, repeats=1 if quick else 5)
+        labels = [row.label for row in rows]
+        costs = fast.row_costs(hf_model, labels, context, repeats=1 if quick else 5, models=models)
     out = []
     for row in rows:
         record = {

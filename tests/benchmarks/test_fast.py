@@ -205,6 +205,12 @@ def test_runs_are_timed_in_turns_after_one_untimed_round():
     assert len(rates) == 2 and all(rate > 0 for rate in rates)
 
 
+def test_a_row_runs_the_model_its_caller_built_and_bad_models_are_refused_by_name(tiny, tiny_hf):
+    assert fast.row_model(tiny_hf, ("fuse",), FP32, {FP32: tiny}) is tiny  # reused, not quantized again
+    with pytest.raises(TypeError, match="models"):
+        fast.row_costs(tiny_hf, [FP32], context=8, models={FP32: "weights"})
+
+
 def test_measure_rows_refuses_an_unknown_row():
     with pytest.raises(ValueError, match="Unknown rows"):
         fast.measure_rows(None, None, [1], 4, 1, 1, labels=["warp drive"])
