@@ -30,6 +30,7 @@ TOPICS = {
     "engines": "labkit.benchmarks.engines",
     "fast": "labkit.benchmarks.fast",
     "simd": "labkit.benchmarks.simd",
+    "longctx": "labkit.benchmarks.longctx_bench",
 }
 
 

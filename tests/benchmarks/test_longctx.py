@@ -1,62 +1,44 @@
-"""labkit.benchmarks.longctx: the caches it times hold the text's real keys (prefilled once, copied into each
-kind), every timed step runs at the same context, and bad arguments are refused. No timing is asserted."""
+"""`python -m labkit.bench longctx`: decode speed and KV memory by context for each KV cache kind, labkit
+beside llama.cpp on the same Q4_1 weights; one JSON ratio per like-with-like pair and per quantized kind
+against labkit's float32 cache."""
 
 import pytest
-import torch
 
-from labkit.benchmarks import longctx
-from labkit.core.forward import decode_step, prefill
-
-pytestmark = pytest.mark.usefixtures("one_thread")
+from labkit.benchmarks.longctx_bench import LABKIT_KINDS, SAME_BITS, Row, records
+from labkit.engines.install import llamacpp_installed
 
 
-def test_a_float_cache_filled_from_the_prefill_decodes_as_a_fresh_prefill_does(tiny):
-    context = 40
-    ids, _ = longctx.prefilled(tiny, context)
-    assert ids.shape == (1, context + 1) and torch.equal(ids[0], longctx.text_ids(context + 1)[0])
-    filled = longctx.filled_cache(tiny, None, context)
-    assert filled.length == context and filled.max_length == context + 1
-    _, fresh = prefill(tiny, ids[:, :context], max_length=context + 1)
-    assert torch.allclose(filled.keys[:, :, :, :context], fresh.keys[:, :, :, :context], atol=1e-5)
-    token = ids[:, context]
-    assert torch.allclose(decode_step(tiny, token, filled), decode_step(tiny, token, fresh), atol=1e-4)
+def rows_at(context: int, labkit_seconds: dict[str, float], llama_seconds: dict[str, float]) -> list[Row]:
+    return [Row("labkit", k, {context: s}, 1) for k, s in labkit_seconds.items()] + [
+        Row("llama.cpp", k, {context: s}, 1) for k, s in llama_seconds.items()
+    ]
 
 
-def test_the_prefill_is_kept_and_reused_for_shorter_contexts(tiny):
-    long_ids, long_cache = longctx.prefilled(tiny, 60)
-    short_ids, short_cache = longctx.prefilled(tiny, 20)
-    assert short_cache is long_cache and short_ids is long_ids  # no second prefill
-    assert longctx.prefilled(tiny, 70)[1] is not long_cache  # a longer context prefills again
+def test_records_pair_each_kind_with_the_same_bits_and_with_float32():
+    labkit = {"float32": 0.1, "int8": 0.2, "int4": 0.25, "int4-rot": 0.4}
+    llama = {"f32": 0.05, "q8_0": 0.05, "q4_1": 0.1, "q4_0": 0.1}
+    found = {r["bench"]: r for r in records(rows_at(8191, labkit, llama), 8191)}
+    assert found["longctx_int4-rot_kv"]["ratio"] == 0.25  # 2.5 against 10 tokens/s: llama.cpp's q4_0
+    assert found["longctx_int4-rot_kv"]["peer_name"] == "llama.cpp q4_0 KV cache at 8191 tokens"
+    assert found["longctx_int8_kv_vs_float32"]["ratio"] == 0.5
+    assert len(found) == 7 and all(r["metric"] == "tokens_per_second" for r in found.values())
 
 
-@pytest.mark.parametrize("kv_dtype", ["int8", "int4", "int4-rot"])
-def test_a_quantized_cache_holds_the_prefills_keys_quantized(tiny, kv_dtype):
-    context = 33
-    _, source = longctx.prefilled(tiny, context)
-    cache = longctx.filled_cache(tiny, kv_dtype, context)
-    assert cache.kv_dtype == kv_dtype and cache.length == context
-    keys = cache.keys.read(0, context)  # every stored key of layer 0, dequantized (and rotated back)
-    error = (keys - source.keys[0, :, :, :context]).abs().max()
-    assert 0 < error < 0.5 * source.keys[0, :, :, :context].abs().max()  # quantized, yet near
+def test_without_llamacpp_only_labkits_own_ratios_are_printed():
+    labkit = {"float32": 0.1, "int8": 0.2, "int4": 0.25, "int4-rot": 0.4}
+    found = records(rows_at(512, labkit, {}), 512)
+    assert [r["bench"] for r in found] == [f"longctx_{k}_kv_vs_float32" for k in LABKIT_KINDS[1:]]
 
 
-@pytest.mark.parametrize("kv_dtype", [None, "int4-rot"])
-def test_decode_step_seconds_at_times_steps_at_one_context(tiny, kv_dtype):
-    seconds = longctx.decode_step_seconds_at(tiny, kv_dtype, context=24, repeats=2)
-    assert isinstance(seconds, float) and seconds > 0
-
-
-@pytest.mark.parametrize(
-    "arguments, match",
-    [
-        ((None, 0), "context must be a whole number from 1 to 511"),
-        ((None, 512), "context must be a whole number from 1 to 511"),
-        (("int3", 8), "kv_dtype must be None .* 'int4-rot'"),
-        ((None, 8, 0), "repeats must be"),
-    ],
-)
-def test_bad_arguments_are_refused(tiny, arguments, match):
-    with pytest.raises(ValueError, match=match):
-        longctx.decode_step_seconds_at(tiny, *arguments)
-    with pytest.raises(TypeError, match="labkit's from-scratch"):
-        longctx.decode_step_seconds_at(torch.nn.Linear(2, 2), None, 8)
+@pytest.mark.slow
+def test_quick_run_prints_the_table_and_json_ratios(bench_quick_run):
+    run = bench_quick_run("longctx")
+    expected = {f"longctx_{k}_kv_vs_float32" for k in LABKIT_KINDS[1:]}
+    if llamacpp_installed():
+        expected |= {f"longctx_{k}_kv" for k in SAME_BITS}
+    assert {record["bench"] for record in run.records} == expected
+    lines = run.stdout.splitlines()
+    assert any(line.startswith("machine: ") and ("idle" in line or "busy" in line) for line in lines)
+    for kind in LABKIT_KINDS:
+        assert any(line.split()[:2] == ["labkit", kind] for line in lines), kind
+    assert "128 tok/s" in run.stdout and "256 tok/s" in run.stdout

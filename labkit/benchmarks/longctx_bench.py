@@ -1,0 +1,137 @@
+"""`python -m labkit.bench longctx`: decode speed and KV memory by context, for each KV cache kind, labkit
+beside llama.cpp on the same weights.
+
+Both engines run SmolLM2-135M's Q4_1 weights (llama.cpp reads the GGUF; labkit quantizes the same model
+with its fastest path, `optimize(model, ("fuse", "q4_1"))`), batch 1, 2 threads each (llama.cpp's best
+count here, labkit.benchmarks.fast_best; torch's two threads for labkit), at each context of CONTEXTS:
+one decode step with that many tokens of data/eval's text already cached, median of `repeats` steps
+(`labkit.benchmarks.longctx.decode_step_seconds_at`, `labkit.engines.llama_kv.llama_decode_seconds_at`).
+labkit's steps run eager: its compiled decoder (notebook 13's fastest path) keeps only a float cache.
+Memory is the cache's bytes at that context (scales counted). llama.cpp runs flash attention for every
+type but f32 (a quantized V cache needs it; f32 stays float32 only without it).
+
+The JSON compares like with like at the longest context: each labkit kind against llama.cpp's type of the
+same bits (float32 / f32, int8 / q8_0, int4 / q4_1, int4-rot / q4_0, both rotated), and each quantized
+labkit kind against labkit's own float32 cache (the speed a smaller cache buys, or costs).
+
+    python -m labkit.bench longctx            # 512, 2,048 and 8,191 tokens, ~5 minutes on 2 cores
+    python -m labkit.bench longctx --quick    # 128 and 256 tokens: checks the bench runs, not speed
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from labkit.benchmarks.comparison import comparison
+from labkit.benchmarks.longctx import decode_step_seconds_at
+from labkit.benchmarks.progress import progress
+from labkit.engines.install import MAKE_ENGINES, llamacpp_installed
+from labkit.engines.llama_kv import DECODE_THREADS, kv_type_bytes_per_token, llama_decode_seconds_at
+from labkit.fast.optimize import optimize
+from labkit.models.loading import load_model
+from labkit.quant.quantized_kv import kv_bytes_per_token
+from labkit.this_machine import run_line
+
+CONTEXTS, QUICK_CONTEXTS = (512, 2048, 8191), (128, 256)
+LABKIT_KINDS = ("float32", "int8", "int4", "int4-rot")
+SAME_BITS = {"float32": "f32", "int8": "q8_0", "int4": "q4_1", "int4-rot": "q4_0"}  # labkit -> llama.cpp
+SMOLLM2_KV = (30, 3, 64)  # SmolLM2-135M's layers, KV heads, head size
+
+
+@dataclass(frozen=True)
+class Row:
+    """One engine's KV kind: seconds of one decode step and the cache's bytes, per context."""
+
+    engine: str  # "labkit" or "llama.cpp"
+    kind: str  # labkit's kv_dtype or llama.cpp's type_k / type_v
+    seconds: dict[int, float]  # context -> median seconds of one decode step
+    bytes_per_token: int
+
+    def tokens_per_second(self, context: int) -> float:
+        return 1.0 / self.seconds[context]
+
+
+def labkit_rows(contexts: tuple[int, ...], repeats: int) -> list[Row]:
+    """labkit's Q4_1 model with each of its KV cache kinds, at each context."""
+    model, _ = load_model("smollm2-135m", impl="labkit")
+    model = optimize(model, ("fuse", "q4_1"))
+    rows = []
+    for kind in LABKIT_KINDS:
+        progress("longctx", f"labkit, {kind} KV cache, contexts {contexts}")
+        kv_dtype = None if kind == "float32" else kind
+        with torch.no_grad():
+            seconds = {c: decode_step_seconds_at(model, kv_dtype, c, repeats) for c in contexts}
+        rows.append(Row("labkit", kind, seconds, kv_bytes_per_token(kind, *SMOLLM2_KV)))
+    return rows
+
+
+def llamacpp_rows(contexts: tuple[int, ...], repeats: int) -> list[Row]:
+    """llama.cpp in this process (llama-cpp-python) with each KV type of SAME_BITS, at each context."""
+    rows = []
+    for kind in SAME_BITS.values():
+        progress("longctx", f"llama.cpp, {kind} KV cache, contexts {contexts}")
+        seconds = {c: llama_decode_seconds_at(kind, c, repeats, DECODE_THREADS) for c in contexts}
+        rows.append(Row("llama.cpp", kind, seconds, kv_type_bytes_per_token(kind)))
+    return rows
+
+
+def print_table(rows: list[Row], contexts: tuple[int, ...], repeats: int, load_line: str) -> None:
+    """Tokens/s and cache MB per engine and kind, one column pair per context; load_line: `run_line()`
+    taken before the timings (the machine, and whether other work shared it)."""
+    print(
+        f"longctx: SmolLM2-135M Q4_1 weights, batch-1 decode with N tokens cached, median of {repeats} steps; "
+        f"labkit fuse+q4_1, torch {torch.get_num_threads()} threads; llama.cpp {DECODE_THREADS} threads, "
+        "flash attention but for f32"
+    )
+    print(f"machine: {load_line}")
+    header = "".join(f"  {f'{c:,} tok/s':>13} {'cache MB':>9}" for c in contexts)
+    print(f"{'engine':<10} {'KV':<9}{header}")
+    for row in rows:
+        cells = "".join(
+            f"  {row.tokens_per_second(c):13.1f} {row.bytes_per_token * c / 1e6:9.1f}" for c in contexts
+        )
+        print(f"{row.engine:<10} {row.kind:<9}{cells}")
+
+
+def records(rows: list[Row], context: int) -> list[dict]:
+    """At `context`: each labkit kind against llama.cpp's type of the same bits, then each quantized labkit
+    kind against labkit's float32 cache (tokens/s, higher is better)."""
+    labkit = {row.kind: row for row in rows if row.engine == "labkit"}
+    llama = {row.kind: row for row in rows if row.engine == "llama.cpp"}
+    out = []
+    for kind, peer in SAME_BITS.items():
+        if peer in llama:
+            out.append(
+                comparison(
+                    f"longctx_{kind}_kv",
+                    "tokens_per_second",
+                    labkit[kind].tokens_per_second(context),
+                    llama[peer].tokens_per_second(context),
+                    f"llama.cpp {peer} KV cache at {context} tokens",
+                )
+            )
+    for kind in LABKIT_KINDS[1:]:
+        out.append(
+            comparison(
+                f"longctx_{kind}_kv_vs_float32",
+                "tokens_per_second",
+                labkit[kind].tokens_per_second(context),
+                labkit["float32"].tokens_per_second(context),
+                f"labkit float32 KV cache at {context} tokens",
+            )
+        )
+    return out
+
+
+def run(repeats: int = 3, quick: bool = False) -> list[dict]:
+    contexts = QUICK_CONTEXTS if quick else CONTEXTS
+    load_line = run_line().removeprefix("this run: ")
+    rows = labkit_rows(contexts, repeats)
+    if llamacpp_installed():
+        rows += llamacpp_rows(contexts, repeats)
+    else:
+        progress("longctx", f"llama.cpp is not installed ({MAKE_ENGINES}): labkit's rows only")
+    print_table(rows, contexts, repeats, load_line)
+    return records(rows, contexts[-1])
