@@ -1,5 +1,7 @@
 """labkit's serving engine: continuous batching over a paged KV cache; step = schedule -> run -> postprocess.
 
+It runs labkit's Llama (SmolLM2) and labkit's Gemma3 (Gemma-3-270M, its sliding windows as masks: runner.py).
+
 Requests arrive at any time (`add_request`) and leave as soon as they finish; every `step()` runs ONE
 forward pass over the batch the scheduler picks (new prompts, or one token for each running sequence;
 with chunked prefill, both: each decode's token and chunks of prompts within a token budget), then

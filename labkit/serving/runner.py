@@ -6,7 +6,15 @@ decode steps) or `PackedKV` (rows end to end, for steps that feed prompts) gives
 positions, its blocks and its mask.
 
 A `CompiledDecode` (compiled_step.py), when given, runs the steps where every row feeds one token and
-the batch fits one of its sizes; every other step runs eagerly here.
+the batch fits one of its sizes; every other step runs eagerly here (always, for a Gemma3).
+
+**Gemma3's windows.** Its 15 local layers see the last 512 keys of each row through a second mask,
+`layout(T, window)`; here every layer keeps every block, so the prefix cache reuses a prefix for all
+layers, as for a Llama. vLLM's hybrid KV cache manager keeps a sliding layer's blocks only for its last
+window: a prefix hit then needs every block of a full-attention layer but only the last window's blocks
+of a sliding one, and the hit is the longest prefix both kinds of layer still hold. What that would save
+here, by the memory calculator (labkit.models.sizing, gemma-3-270m, float32, 8 sequences): 176 MB
+instead of this engine's 302 MB at 1,024 tokens each, 528 MB instead of 2,416 MB at 8,192.
 
     >>> runner = BatchRunner(model, pool)
     >>> logits = runner.run(batch.seqs)        # [B, V]: after each row's last new token
