@@ -40,13 +40,17 @@ from labkit.engines.server_runner import ServerRunner
 from labkit.fast.processes import check_policy, run_in_child
 from labkit.launcher import ServerHandle
 from labkit.loadtest.load import question
-from labkit.models.loading import load_model, load_tokenizer
+from labkit.models.loading import from_scratch, load_model, load_tokenizer
 from labkit.table import Column, format_table
 from labkit.this_machine import machine_name
 from labkit.timing import check_repeats
 
 MODEL = "smollm2-135m"
 CHILD = "labkit.benchmarks.engines_child"  # the module each in-process engine's own process runs
+# The address of a vLLM server already running at start_vllm_server(MODEL)'s defaults, which the bench then
+# measures and leaves running instead of starting its own (a minute on 2 cores): tests/engines/test_real.py
+# hands its module's server to the quick run this way.
+VLLM_URL_ENV = "LABKIT_BENCH_VLLM_URL"
 
 
 def median_rate(measure_once: Callable[[int], float], repeats: int) -> float:
@@ -58,7 +62,7 @@ def median_rate(measure_once: Callable[[int], float], repeats: int) -> float:
 def in_process_rates(repeats: int, tokens: int) -> dict[str, float]:
     """Batch-1 tokens/s of every engine that runs inside this process."""
     model, tokenizer = load_model(MODEL)
-    llama, _ = load_model(MODEL, impl="labkit")
+    llama = from_scratch(model)  # labkit's Llama on the same weights: one load, not two
     runners = [TransformersRunner(model, tokenizer), LabkitRunner(llama, tokenizer)]
     if llamacpp_installed():
         runners.append(LlamaCppRunner(load_llamacpp(MODEL, n_threads=torch.get_num_threads()), tokenizer))
