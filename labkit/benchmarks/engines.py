@@ -20,15 +20,25 @@ measure_started (a server started under a policy, then stopped), fastest_rows an
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from types import SimpleNamespace
 
 import torch
 
 from labkit.benchmarks.comparison import comparison
 from labkit.benchmarks.engines_child import DECODE_PROMPT, IN_PROCESS_ENGINES
 from labkit.benchmarks.progress import progress
-from labkit.benchmarks.serve_servers import FASTEST_LABKIT, LABKIT_FLOAT32, VLLM, VLLM_ALL_CORES, contenders
+from labkit.benchmarks.serve_servers import (
+    FASTEST_LABKIT,
+    LABKIT_FLOAT32,
+    VLLM,
+    VLLM_ALL_CORES,
+    Contender,
+    contenders,
+)
 from labkit.core.arguments import check_int
 from labkit.core.doors import check_items
 from labkit.engines.compare import EngineRow, number
@@ -73,6 +83,30 @@ def in_process_rates(repeats: int, tokens: int) -> dict[str, float]:
     return rates
 
 
+def shared_url(server: Contender) -> str | None:
+    """$LABKIT_BENCH_VLLM_URL when `server` is vLLM CPU and the variable is set, else None.
+
+    >>> shared_url(server)          # vLLM CPU, with LABKIT_BENCH_VLLM_URL=http://127.0.0.1:8000
+    'http://127.0.0.1:8000'
+    """
+    url = os.environ.get(VLLM_URL_ENV)
+    return url if server.name == VLLM and url else None
+
+
+def started(server: Contender) -> AbstractContextManager:
+    """server.start(), a handle with the server's `url` that stops it at the end of the `with`; or, where
+    shared_url(server) names a running server, a handle with that url, left running.
+
+        >>> with started(server) as handle:
+        ...     runner = ServerRunner(server.name, handle.url, MODEL, tokenizer)
+    """
+    url = shared_url(server)
+    if url:
+        progress("engines", f"{server.name}: the server already running at {url} (${VLLM_URL_ENV})")
+        return nullcontext(SimpleNamespace(url=url))
+    return server.start()
+
+
 def server_rates(
     repeats: int, tokens: int, concurrent_tokens: int, quick: bool = False
 ) -> tuple[dict[str, float], dict[str, float]]:
@@ -86,7 +120,7 @@ def server_rates(
     batch1, concurrent = {}, {}
     for server in (server for server in servers if server.available):
         began = time.perf_counter()
-        with server.start() as handle:
+        with started(server) as handle:
             progress("engines", f"{server.name} ready after {time.perf_counter() - began:.0f} s")
             runner = ServerRunner(server.name, handle.url, MODEL, tokenizer)
             if server.name == VLLM:
@@ -102,7 +136,12 @@ def server_rates(
                 f"{server.name}: {concurrent[server.name]:.1f} tokens/s with {CONCURRENT_REQUESTS} requests at once",
             )
     print(
-        "\nservers, one at a time:\n" + "\n".join(f"  {server.name}: {server.settings}" for server in servers)
+        "\nservers, one at a time:\n"
+        + "\n".join(
+            f"  {server.name}: {server.settings}"
+            + (f" (already running at {url}: ${VLLM_URL_ENV})" if (url := shared_url(server)) else "")
+            for server in servers
+        )
     )
     return batch1, concurrent
 

@@ -6,6 +6,7 @@ import json
 import pytest
 
 from labkit.benchmarks import engines, engines_child
+from labkit.benchmarks.serve_servers import LABKIT_FLOAT32, VLLM, Contender
 from labkit.engines.compare import EngineRow
 from labkit.engines.measure import AGREEMENT_CHATS
 from labkit.engines.runners import Answer
@@ -102,3 +103,21 @@ def test_the_decode_child_prints_its_rate_and_policy(monkeypatch, capsys):
         "tokens_per_second": 16.0,
         "policy": "PASSIVE",
     }
+
+
+def test_a_shared_vllm_server_is_measured_where_it_runs_and_nothing_is_started(monkeypatch):
+    def must_not_start():
+        raise AssertionError("the bench started a server it was handed")
+
+    vllm = Contender(VLLM, "settings", must_not_start)
+    labkit = Contender(LABKIT_FLOAT32, "settings", must_not_start)
+    monkeypatch.delenv(engines.VLLM_URL_ENV, raising=False)
+    assert engines.shared_url(vllm) is None
+    with pytest.raises(AssertionError, match="started a server"):
+        engines.started(vllm)
+    monkeypatch.setenv(engines.VLLM_URL_ENV, "http://127.0.0.1:8123")
+    assert engines.shared_url(vllm) == "http://127.0.0.1:8123" and engines.shared_url(labkit) is None
+    with engines.started(vllm) as handle:
+        assert handle.url == "http://127.0.0.1:8123"
+    with pytest.raises(AssertionError, match="started a server"):
+        engines.started(labkit)  # only vLLM is ever shared

@@ -27,6 +27,7 @@ import psutil
 import pytest
 import torch
 
+from labkit.benchmarks.engines import VLLM_URL_ENV
 from labkit.core.text import chat_prompt
 from labkit.engines import (
     llama_server_installed,
@@ -340,6 +341,29 @@ def test_vllm_refuses_an_unknown_model_name(vllm_server):
     assert error.value.status_code == 404 and "gpt-4" in str(error.value)
 
 
+def test_bench_engines_quick_prints_one_ratio_per_peer(bench_quick_run, vllm_server, monkeypatch):
+    # The quick run measures the module's vLLM server instead of starting its own (a minute on 2 cores);
+    # it starts labkit's server and llama-server itself, one at a time.
+    need_llamacpp()
+    need_llama_server()
+    monkeypatch.setenv(VLLM_URL_ENV, vllm_server.url)
+    run = bench_quick_run("engines", timeout=1200)  # also checks the fields, peer > 0 and the ratio to 0.01
+    assert run.benches == [
+        "engines_batch1_vs_transformers",
+        "engines_batch1_vs_llamacpp",
+        "engines_batch1_vs_vLLM",
+        "engines_concurrent8_vs_llama-server",
+        "engines_concurrent8_vs_vLLM",
+    ]
+    for record in run.records:
+        assert record["metric"] == "tokens_per_second"
+        assert record["labkit"] > 0
+    assert "not installed" not in run.stdout and "not built" not in run.stdout
+    assert "llama-server: llama.cpp" in run.stdout and "8 slots" in run.stdout  # each server's settings
+    assert f"already running at {vllm_server.url}" in run.stdout  # the module's server, not one of its own
+    assert vllm_server.is_running()  # left running for the tests after this one
+
+
 def test_vllm_server_stop_ends_engine_core_and_worker_and_frees_the_port(vllm_server):
     # Last test using the module's server: it stops it (the fixture's own stop is then a no-op).
     processes = server_tree(vllm_server)
@@ -370,25 +394,3 @@ def test_vllm_that_cannot_start_says_why_and_leaves_no_process(monkeypatch):
     while live_group_members(launched[0].pid) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert live_group_members(launched[0].pid) == []
-
-
-# --- the benchmark ------------------------------------------------------------------------------------
-
-
-def test_bench_engines_quick_prints_one_ratio_per_peer(bench_quick_run):
-    need_llamacpp()
-    need_llama_server()
-    need_vllm()
-    run = bench_quick_run("engines", timeout=1200)  # also checks the fields, peer > 0 and the ratio to 0.01
-    assert run.benches == [
-        "engines_batch1_vs_transformers",
-        "engines_batch1_vs_llamacpp",
-        "engines_batch1_vs_vLLM",
-        "engines_concurrent8_vs_llama-server",
-        "engines_concurrent8_vs_vLLM",
-    ]
-    for record in run.records:
-        assert record["metric"] == "tokens_per_second"
-        assert record["labkit"] > 0
-    assert "not installed" not in run.stdout and "not built" not in run.stdout
-    assert "llama-server: llama.cpp" in run.stdout and "8 slots" in run.stdout  # each server's settings
