@@ -128,9 +128,12 @@ def vllm_settings(wait_policy: str | None = None, all_cores: bool = False) -> st
 def contenders(seats: int, quick: bool = False, vllm: bool | None = None) -> list[Contender]:
     """The servers, with `seats` requests decoding at once in labkit and llama-server (vLLM: its default of
     128). quick runs labkit's servers eager (compiling their decode steps at start-up takes a minute or more
-    on 2 cores; the compiled step has tests of its own) and, unless vllm is True, leaves vLLM out (its start
-    alone takes a minute); vllm None: vLLM only when not quick."""
-    llama = LlamaServerSettings(MODEL, slots=seats)
+    on 2 cores; the compiled step has tests of its own), llama-server with OMP_WAIT_POLICY=PASSIVE (its
+    threads sleep when they wait: under OpenMP's default they spin, which on a busy machine stretched a
+    4-token quick level to a minute) and, unless vllm is True, leaves vLLM out (its start alone takes a
+    minute); vllm None: vLLM only when not quick."""
+    wait_policy = "PASSIVE" if quick else None
+    llama = LlamaServerSettings(MODEL, slots=seats, wait_policy=wait_policy)
     servers = [
         labkit_contender(
             LABKIT_FLOAT32, ServerOptions(MODEL, max_num_seqs=seats, compile=not quick), "float32 weights"
@@ -143,7 +146,7 @@ def contenders(seats: int, quick: bool = False, vllm: bool | None = None) -> lis
         Contender(
             LLAMA_SERVER,
             f"llama.cpp as llama-cpp-python 0.3.36 vendors it, {llama.describe()}",
-            lambda: start_llama_server(MODEL, slots=seats),
+            lambda: start_llama_server(MODEL, slots=seats, wait_policy=wait_policy),
             llama_server_installed(),
             f"not built. {MAKE_ENGINES}",
         ),

@@ -94,6 +94,8 @@ def test_quick_runs_labkits_servers_eager_and_keeps_vllm_only_when_asked():
         assert "eager" in quick[name].settings and "compiled" not in quick[name].settings
     full = {server.name: server for server in contenders(seats=8)}
     assert all("decode step compiled" in full[name].settings for name in (LABKIT_FLOAT32, FASTEST_LABKIT))
+    assert quick[LLAMA_SERVER].settings.endswith("OMP_WAIT_POLICY=PASSIVE")
+    assert full[LLAMA_SERVER].settings.endswith("OpenMP default wait")
     assert "vLLM CPU" not in [server.name for server in contenders(seats=8, quick=True, vllm=False)]
 
 
