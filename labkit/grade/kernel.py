@@ -1,15 +1,16 @@
 """One submission in a kernel of its own: the student's cells in order, then the grader's calls of the
 course's checkers, in a child process that the grader can stop whatever the notebook does.
 
-The child runs `python -m labkit.grade.kernel NOTEBOOK EXERCISES_JSON RESULT_JSON SECONDS` in the
-submission's own temporary folder (the kernel's working directory, so a notebook that deletes files deletes
+The child runs `python -P labkit/grade/kernel.py NOTEBOOK EXERCISES_JSON RESULT_JSON SECONDS` (the file, so
+that the labkit package is not imported here: it imports nothing of labkit) in the submission's own
+temporary folder (the kernel's working directory, so a notebook that deletes files deletes
 its own copy). The student's cells share one time limit; a cell past it is interrupted and the rest skipped.
 Then one grading cell reloads labkit.checks (a student's patch of a checker does not survive it) and
 evaluates each exercise's call as the instructor wrote it, on the names the student's run defined, with
 hints reset to their first level. Its output carries a nonce drawn after the student's cells ran, so
 nothing a notebook prints can pass for it.
 
-    $ python -m labkit.grade.kernel sub/06_kv_cache.ipynb exercises.json result.json 600
+    $ python -P labkit/grade/kernel.py sub/06_kv_cache.ipynb exercises.json result.json 600
 """
 
 from __future__ import annotations

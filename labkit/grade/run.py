@@ -23,6 +23,10 @@ from labkit.grade.kernel import GRADING_BUDGET_S
 from labkit.grade.report import write_report
 
 START_MARGIN_S = 120.0  # the kernel's start and labkit's imports, beyond the notebook's and grading's time
+# The child runs kernel.py as a file, not as `-m labkit.grade.kernel`: that would import the labkit package
+# first (torch, transformers: about 6 s of CPU), which the child never uses; only the student's kernel does.
+# -P: kernel.py's folder is not put on sys.path, so its neighbours (run.py, report.py) shadow no module.
+KERNEL_SCRIPT = Path(__file__).with_name("kernel.py")
 
 
 @dataclass(frozen=True)
@@ -78,8 +82,8 @@ def run_child(notebook: Path, calls: list[str], time_limit_s: float, scratch: Pa
     calls_path.write_text(json.dumps(calls), encoding="utf-8")
     command = [
         sys.executable,
-        "-m",
-        "labkit.grade.kernel",
+        "-P",
+        str(KERNEL_SCRIPT),
         str(notebook),
         str(calls_path),
         str(result_path),
