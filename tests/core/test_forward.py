@@ -18,17 +18,14 @@ from labkit.core.forward import (
 )
 from labkit.core.paged import BlockPool
 
+from .conftest import SMOLLM2_VOCAB, random_ids
+
 # Random tiny weights give logits of order 1; the two implementations and the cached / recomputed paths
 # differ only in summation order (measured ~2e-7), so 1e-4 leaves room without hiding a wrong position.
 ATOL = 1e-4
-VOCAB = 49152
 BLOCK_SIZE = 4
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # many millisecond-sized tiny-model calls
-
-
-def random_ids(batch, length, seed=0):
-    return torch.randint(0, VOCAB, (batch, length), generator=torch.Generator().manual_seed(seed))
 
 
 def assert_close(actual, expected, what=""):
@@ -62,7 +59,7 @@ def from_scratch(model, ids):
 def test_both_implementations_give_the_same_logits_without_a_cache(tiny, tiny_hf):
     ids = random_ids(2, 7)
     logits = forward(tiny, ids)
-    assert logits.dtype == torch.float32 and logits.shape == (2, 7, VOCAB)
+    assert logits.dtype == torch.float32 and logits.shape == (2, 7, SMOLLM2_VOCAB)
     assert_close(logits, forward(tiny_hf, ids), "forward, labkit vs transformers")
     assert_close(forward(tiny, ids, keep=2), logits[:, -2:], "keep=2 is the last two positions")
 
@@ -245,7 +242,7 @@ def test_cached_sequence_run_crop_run_equals_one_run_over_the_final_ids(tiny, ti
     final = first[:4] + [101, 202, 303]
     assert sequence.ids == final
     whole = CachedSequence(model, max_length=16).run(final)
-    assert whole.shape == (7, VOCAB)
+    assert whole.shape == (7, SMOLLM2_VOCAB)
     assert_close(second, whole[4:], "run, crop, run vs one run")
     with pytest.raises(ValueError, match="length"):
         sequence.crop(8)

@@ -15,6 +15,8 @@ from labkit.core.gemma3 import Gemma3, Gemma3Config
 from labkit.core.gemma3_config import check_supported
 from labkit.core.paged import BlockPool
 
+from .conftest import GEMMA3_VOCAB, random_ids
+
 # Tiny random weights give logits of order 1; the two implementations differ only in summation order
 # (measured below 1e-6), so 1e-5 leaves room without hiding a wrong mask, position or norm.
 TINY_ATOL = 1e-5
@@ -52,10 +54,6 @@ def tiny_pair(seed: int = 0, **changes) -> tuple[Gemma3, Gemma3ForCausalLM]:
     return Gemma3.from_hf(hf), hf
 
 
-def random_ids(batch: int, length: int, seed: int = 1) -> torch.Tensor:
-    return torch.randint(0, 262144, (batch, length), generator=torch.Generator().manual_seed(seed))
-
-
 def max_difference(a: torch.Tensor, b: torch.Tensor) -> float:
     assert a.shape == b.shape
     return (a - b).abs().max().item()
@@ -73,10 +71,10 @@ def test_tiny_matches_transformers_past_the_window(tiny_gemma):
         True,
         False,
     ]
-    ids = random_ids(2, SEQUENCE)
+    ids = random_ids(2, SEQUENCE, seed=1, vocab=GEMMA3_VOCAB)
     with torch.no_grad():
         logits, expected = model(ids), hf(ids).logits
-    assert logits.dtype == torch.float32 and logits.shape == (2, SEQUENCE, 262144)
+    assert logits.dtype == torch.float32 and logits.shape == (2, SEQUENCE, GEMMA3_VOCAB)
     assert max_difference(logits, expected) < TINY_ATOL
 
 
@@ -86,7 +84,7 @@ def test_the_window_hides_the_old_keys_of_the_local_layers(tiny_gemma):
     model, _ = tiny_gemma
     wide = Gemma3(dataclasses.replace(model.config, sliding_window=64))
     wide.load_state_dict(model.state_dict())
-    ids = random_ids(1, SEQUENCE)
+    ids = random_ids(1, SEQUENCE, seed=1, vocab=GEMMA3_VOCAB)
     with torch.no_grad():
         narrow_logits, wide_logits = model(ids)[0], wide(ids)[0]
     assert max_difference(narrow_logits[:4], wide_logits[:4]) < TINY_ATOL
@@ -95,7 +93,7 @@ def test_the_window_hides_the_old_keys_of_the_local_layers(tiny_gemma):
 
 def test_final_logit_softcapping_matches_transformers():
     model, hf = tiny_pair(seed=2, final_logit_softcapping=0.5)
-    ids = random_ids(1, SEQUENCE, seed=3)
+    ids = random_ids(1, SEQUENCE, seed=3, vocab=GEMMA3_VOCAB)
     with torch.no_grad():
         logits, expected = model(ids), hf(ids).logits
     assert logits.abs().max() < 0.5
@@ -107,7 +105,7 @@ def test_prefill_then_decode_equals_the_full_forward_past_the_window(tiny_gemma,
     """labkit's incremental path (forward.prefill, then decode_step one token at a time) through the
     contiguous and the paged KV cache: 3 prompt tokens, then 9 steps, 8 of them past the window."""
     model, _ = tiny_gemma
-    ids = random_ids(2, SEQUENCE, seed=4)
+    ids = random_ids(2, SEQUENCE, seed=4, vocab=GEMMA3_VOCAB)
     with torch.no_grad():
         full = model(ids)
     if cache_kind == "kv":
@@ -123,7 +121,7 @@ def test_prefill_then_decode_equals_the_full_forward_past_the_window(tiny_gemma,
 def test_a_prompt_after_a_cached_prefix_sees_the_same_window(tiny_gemma):
     """Two prefills of 5 and 7 tokens on one cache: the second's local layers hide the first's old keys."""
     model, _ = tiny_gemma
-    ids = random_ids(1, SEQUENCE, seed=5)
+    ids = random_ids(1, SEQUENCE, seed=5, vocab=GEMMA3_VOCAB)
     cache = model.new_cache(max_length=SEQUENCE)
     with torch.no_grad():
         pieces = torch.cat([model(ids[:, :5], cache), model(ids[:, 5:], cache)], dim=1)
@@ -157,7 +155,7 @@ def test_gemma3_270m_logits_match_transformers(gemma3):
     ids = torch.tensor([tokenizer(GREEDY_PROMPT)["input_ids"]])
     with torch.no_grad():
         logits, expected = model(ids), hf(ids).logits.float()
-    assert logits.shape == expected.shape == (1, ids.shape[1], 262144)
+    assert logits.shape == expected.shape == (1, ids.shape[1], GEMMA3_VOCAB)
     assert max_difference(logits, expected) < REAL_MODEL_ATOL
     assert torch.equal(logits.argmax(-1), expected.argmax(-1))
 

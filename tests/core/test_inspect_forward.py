@@ -16,6 +16,8 @@ from labkit.core.inspect_forward import (
     trace_forward,
 )
 
+from .conftest import random_ids
+
 # float32 attention of one layer: the fused kernel and weights @ v differ by summation order only
 # (measured differences on SmolLM2 are below 3e-7).
 FLOAT32_ATOL = 1e-5
@@ -39,7 +41,7 @@ def expected_shapes(config, batch, tokens):
 @pytest.fixture(scope="module")
 def tiny_trace():
     model = labkit.tiny_model("labkit", seed=0)
-    ids = torch.randint(0, 49152, (2, 7), generator=torch.Generator().manual_seed(0))
+    ids = random_ids(2, 7)
     return model, trace_forward(model, ids)
 
 

@@ -8,15 +8,13 @@ from labkit.core.forward import NoCache, greedy_decode
 from labkit.core.kv_cache import Cache, KVCache
 from labkit.core.paged import BlockPool
 
+from .conftest import random_ids
+
 # Tolerances on logits, cached vs recomputed. tiny(): random weights, logits of order 1, the two paths
 # differ only in summation order (measured ~5e-7). SmolLM2: fp32 logits reach |40|; measured
 # differences are ~1e-4, so 1e-3 absolute, as in test_llama.py.
 TINY_ATOL = 1e-5
 REAL_MODEL_ATOL = 1e-3
-
-
-def random_ids(batch, length, seed=0):
-    return torch.randint(0, 49152, (batch, length), generator=torch.Generator().manual_seed(seed))
 
 
 @pytest.mark.parametrize("batch", [1, 3])

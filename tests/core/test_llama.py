@@ -6,6 +6,8 @@ import torch
 import labkit
 from labkit.core.attention import attention, attention_explicit, causal_mask
 
+from .conftest import random_ids
+
 # fp32 logits of SmolLM2 reach |40|; summation order differs between the two implementations,
 # so the tolerance is absolute and 1e-3 (measured differences are around 6e-5).
 REAL_MODEL_ATOL = 1e-3
@@ -43,7 +45,7 @@ def test_smollm2_logits_match_transformers(smollm2, smollm2_labkit):
 
 def test_cached_forward_equals_full_forward():
     model = labkit.tiny_model("labkit", seed=0)
-    input_ids = torch.randint(0, 49152, (1, 12), generator=torch.Generator().manual_seed(1))
+    input_ids = random_ids(1, 12, seed=1)
     with torch.no_grad():
         full = model(input_ids)
         cache = model.new_cache(max_length=12)

@@ -15,15 +15,13 @@ from labkit.core.forward import greedy_decode  # noqa: E402
 from labkit.core.paged import BlockAllocator, BlockPool, NoFreeBlocksError, PagedKVCache, sharing_summary  # noqa: E402
 from labkit.viz.paged import draw_block_tables, format_block_tables  # noqa: E402
 
+from .conftest import random_ids  # noqa: E402
+
 # Paged vs contiguous: the same numbers in the same order go into attention, only gathered from
 # blocks; measured differences are 0 on tiny() and SmolLM2. The tolerance leaves room for a kernel
 # that sums in another order: 1e-5 on tiny() (logits of order 1), 1e-4 on SmolLM2 (logits up to |40|).
 TINY_ATOL = 1e-5
 REAL_MODEL_ATOL = 1e-4
-
-
-def random_ids(batch, length, seed=0):
-    return torch.randint(0, 49152, (batch, length), generator=torch.Generator().manual_seed(seed))
 
 
 @pytest.mark.parametrize("block_size", [1, 3, 16])

@@ -9,16 +9,14 @@ from labkit.core.kv_cache import Cache, KVCache
 from labkit.core.llama import NotLabkitLlama
 from labkit.core.sink_cache import SinkKVCache
 
+from .conftest import random_ids
+
 # Kept keys vs the keys a fresh cache computes at their new positions, SmolLM2's layer 0, float32: the kept
 # ones were rotated back once per eviction (up to 5 times here). Measured: |k| up to 8.8, differences up
 # to 3.3e-6 (a few float32 steps of the largest key). Values are not rotated; they differ only by the
 # projection's summation order over a different number of tokens (measured 5.6e-8).
 KEY_ATOL = 1e-4
 VALUE_ATOL = 1e-6
-
-
-def random_ids(batch, length, seed=0):
-    return torch.randint(0, 49152, (batch, length), generator=torch.Generator().manual_seed(seed))
 
 
 def feed(model, ids, cache, sizes):
