@@ -4,7 +4,8 @@ The order: the longest files first (LONGEST_FIRST), so that `make test`'s two wo
 
 Fixtures: the real embedded models, loaded once per session (`smollm2`, `smollm2_labkit`, `gemma3`);
 SmolLM2's tokenizer alone (`tokenizer`, no weights read); the tiny random model in labkit's and
-transformers' implementation (`tiny`, `tiny_hf`, one set of weights); `one_thread`; and
+transformers' implementation (`tiny`, `tiny_hf`, one set of weights); the HTTP layer's ModelService on
+the tiny model (`service`, options from the module's SERVICE_OPTIONS); `one_thread`; and
 `bench_quick_run`, which runs `python -m labkit.bench TOPIC --quick` and checks its JSON records.
 
 The guard: `make test-fast` leaves out the tests marked `slow`, so every test that loads a real model
@@ -116,6 +117,27 @@ def tiny():
 def tiny_hf():
     """transformers' LlamaForCausalLM with the same weights as `tiny`; one per module."""
     return labkit.tiny_model("transformers", seed=0)
+
+
+@pytest.fixture(scope="module")
+def service(request, tokenizer):
+    """The HTTP layer's ModelService "tiny" on a tiny model of its own, its engine thread started; one per
+    module, for tests that drive the app in process. A module names its options in SERVICE_OPTIONS: the
+    Engine's keyword arguments (default: max_num_seqs=4, max_waiting=8) and ModelService's max_body_bytes.
+
+        SERVICE_OPTIONS = {"max_waiting": 64}  # a module's queue of 64 instead of 8
+    """
+    from labkit.serving.engine import Engine
+    from labkit.serving.http.engine_thread import EngineThread
+    from labkit.serving.http.model_service import ModelService
+
+    options = {"max_num_seqs": 4, "max_waiting": 8, **getattr(request.module, "SERVICE_OPTIONS", {})}
+    limits = {"max_body_bytes": options.pop("max_body_bytes")} if "max_body_bytes" in options else {}
+    model = labkit.tiny_model("labkit", seed=0)
+    engine_thread = EngineThread(Engine(model, tokenizer, **options))
+    engine_thread.start()
+    yield ModelService("tiny", model, tokenizer, engine_thread, **limits)
+    engine_thread.stop()
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ import math
 import httpx
 import pytest
 
-import labkit
 from labkit.loadtest.client import (
     FrameClock,
     StreamTiming,
@@ -23,24 +22,13 @@ from labkit.loadtest.client import (
 from labkit.loadtest.load import load_test, open_loop, poisson_arrivals, question, sweep
 from labkit.loadtest.load_result import LoadResult, sweep_table, ttft_breakdown
 from labkit.loadtest.metrics_page import engine_summaries, metric_value
-from labkit.serving.engine import Engine
 from labkit.serving.http import start_server
 from labkit.serving.http.app import build_app
-from labkit.serving.http.engine_thread import EngineThread
-from labkit.serving.http.model_service import ModelService
 from labkit.serving.workload import QUESTIONS
 
-NAME = "tiny"
+NAME = "tiny"  # the model the `service` fixture serves (tests/conftest.py)
+SERVICE_OPTIONS = {"max_waiting": 64}
 HI = [{"role": "user", "content": "Hi"}]
-
-
-@pytest.fixture(scope="module")
-def service():
-    model, tokenizer = labkit.tiny_model(impl="labkit"), labkit.load_tokenizer("smollm2-135m")
-    engine_thread = EngineThread(Engine(model, tokenizer, max_num_seqs=4, max_waiting=64))
-    engine_thread.start()
-    yield ModelService(NAME, model, tokenizer, engine_thread)
-    engine_thread.stop()
 
 
 def in_process(service, work):

@@ -15,19 +15,10 @@ from labkit.serving.admission import EngineBusy
 from labkit.serving.engine import Engine
 from labkit.serving.http.app import build_app
 from labkit.serving.http.engine_thread import EngineThread
-from labkit.serving.http.model_service import ModelService
 from labkit.serving.http.server import ServerOptions, exposure_warning, parse_args
 
-NAME = "tiny"
-
-
-@pytest.fixture(scope="module")
-def service():
-    model, tokenizer = labkit.tiny_model(impl="labkit"), labkit.load_tokenizer("smollm2-135m")
-    engine_thread = EngineThread(Engine(model, tokenizer, max_num_seqs=4, max_waiting=8))
-    engine_thread.start()
-    yield ModelService(NAME, model, tokenizer, engine_thread, max_body_bytes=10_000)
-    engine_thread.stop()
+NAME = "tiny"  # the model the `service` fixture serves (tests/conftest.py)
+SERVICE_OPTIONS = {"max_body_bytes": 10_000}
 
 
 def post(service, path: str, **kwargs) -> httpx.Response:

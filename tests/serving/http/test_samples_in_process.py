@@ -9,10 +9,7 @@ import time
 
 import pytest
 
-import labkit
 from labkit.decoding.config import DecodingConfig
-from labkit.serving.engine import Engine
-from labkit.serving.http.engine_thread import EngineThread
 from labkit.serving.http.errors import ClientError
 from labkit.serving.http.fields import parse
 from labkit.serving.http.logprobs import (
@@ -22,21 +19,13 @@ from labkit.serving.http.logprobs import (
     ollama_logprobs,
     text_offsets,
 )
-from labkit.serving.http.model_service import ModelService, collect
+from labkit.serving.http.model_service import collect
 from labkit.serving.http.ollama_protocol import GenerateRequest
 from labkit.serving.http.openai_protocol import ChatCompletionRequest, CompletionRequest
 from labkit.serving.request import TokenLogprob
 
 SEATS = 4
-
-
-@pytest.fixture(scope="module")
-def service(tokenizer):
-    model = labkit.tiny_model(impl="labkit")
-    engine_thread = EngineThread(Engine(model, tokenizer, max_num_seqs=SEATS, max_waiting=8))
-    engine_thread.start()
-    yield ModelService("tiny", model, tokenizer, engine_thread)
-    engine_thread.stop()
+SERVICE_OPTIONS = {"max_num_seqs": SEATS}  # the module's `service` (tests/conftest.py)
 
 
 def wait_for(condition, timeout: float = 10.0) -> None:
