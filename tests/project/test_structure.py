@@ -23,8 +23,13 @@ from dynamic_imports import (  # this folder's conftest.py puts it on sys.path
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "labkit"
-MAX_FILE_LINES = 350
-MAX_FUNCTION_LINES = 60
+# The size caps count lines as ruff format writes them (110 columns, one argument a line where a call does not
+# fit). The first caps, 350 and 60, were set on hand-formatted code; formatting the package and nothing else
+# (commit 2ba2877) added 19% to its lines: +16% (median) to the files of 250 lines or more, +29% to all its
+# functions' lines (+42% median for the 55 of 30 lines or more). The caps grow by the smaller figures, rounded
+# down: 350 x 1.16 = 406 -> 400 and 60 x 1.29 = 77 -> 75, the same reading length as before, not more.
+MAX_FILE_LINES = 400
+MAX_FUNCTION_LINES = 75
 VIZ_ONLY = {"matplotlib", "ipywidgets"}
 
 
@@ -326,6 +331,17 @@ def test_files_are_short():
 def test_functions_are_short():
     offenders = long_functions()
     assert not offenders, f"functions over {MAX_FUNCTION_LINES} lines:\n" + "\n".join(offenders)
+
+
+def test_a_file_or_function_one_line_over_its_cap_is_named(tmp_path):
+    package = tmp_path / "labkit"
+    package.mkdir()
+    body = "".join(f"    x = {i}\n" for i in range(MAX_FUNCTION_LINES - 1))
+    (package / "at_cap.py").write_text("def fits():\n" + body)  # the cap's own length passes
+    (package / "long_function.py").write_text("def too_long():\n" + body + "    return x\n")
+    (package / "long_file.py").write_text("x = 0\n" * (MAX_FILE_LINES + 1))
+    assert long_files(package) == [f"labkit/long_file.py ({MAX_FILE_LINES + 1} lines)"]
+    assert long_functions(package) == [f"labkit/long_function.py: too_long ({MAX_FUNCTION_LINES + 1} lines)"]
 
 
 def test_readme_layout_names_every_folder():
