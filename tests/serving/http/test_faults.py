@@ -11,8 +11,6 @@ import ollama
 import openai
 import pytest
 
-from labkit.serving.http import start_server
-
 pytestmark = pytest.mark.slow
 
 MODEL = "smollm2-135m"
@@ -20,12 +18,7 @@ KEY = "course-secret"
 AUTH = {"Authorization": f"Bearer {KEY}"}
 LONG = 400  # new tokens: a request that keeps the one slot busy for many seconds
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "Tell me a long story about a dragon."}]}
-
-
-@pytest.fixture(scope="module")
-def server():
-    with start_server(MODEL, max_num_seqs=1, max_waiting=1, api_key=KEY) as handle:
-        yield handle
+SERVER_OPTIONS = {"max_num_seqs": 1, "max_waiting": 1, "api_key": KEY}  # the module's server (conftest.py)
 
 
 def health(server) -> dict:

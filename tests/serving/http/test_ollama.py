@@ -16,7 +16,6 @@ import ollama
 import pytest
 
 import labkit
-from labkit.serving.http import start_server
 
 pytestmark = pytest.mark.slow
 
@@ -33,14 +32,8 @@ COLORS = {
     "required": ["colors"],
     "additionalProperties": False,
 }
-
-
-@pytest.fixture(scope="module")
-def server():
-    with start_server(
-        MODEL, max_num_seqs=4, chunked_prefill=True, max_num_batched_tokens=CHUNK_BUDGET
-    ) as handle:
-        yield handle
+# the module's server (conftest.py): chunked prefill under a budget smaller than a chat prompt
+SERVER_OPTIONS = {"max_num_seqs": 4, "chunked_prefill": True, "max_num_batched_tokens": CHUNK_BUDGET}
 
 
 @pytest.fixture(scope="module")

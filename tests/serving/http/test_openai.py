@@ -16,7 +16,6 @@ import pydantic
 import pytest
 
 import labkit
-from labkit.serving.http import start_server
 
 pytestmark = pytest.mark.slow
 
@@ -34,16 +33,11 @@ COLORS = {
     "additionalProperties": False,
 }
 COLORS_FORMAT = {"type": "json_schema", "json_schema": {"name": "colors", "schema": COLORS, "strict": True}}
+SERVER_OPTIONS = {"max_num_seqs": 8, "max_waiting": 64}  # the module's server (conftest.py)
 
 
 class Capital(pydantic.BaseModel):
     city: str
-
-
-@pytest.fixture(scope="module")
-def server():
-    with start_server(MODEL, max_num_seqs=8, max_waiting=64) as handle:
-        yield handle
 
 
 @pytest.fixture(scope="module")
