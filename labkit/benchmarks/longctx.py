@@ -3,7 +3,8 @@ with `context` tokens already cached, in the model's dtype or quantized ("int8",
 
 A quantized cache stores fewer bytes but dequantizes every cached key and value on every step
 (`QuantizedKVCache.append` returns them as floats, so attention runs unchanged): here it does more work per
-step than a float cache, not less, and the gap grows with the context.
+step than a float cache, not less, and the gap grows with the context. With read_codes=True the cache is a
+`labkit.fast.code_attention.CodeReadingKVCache`, whose one-token steps attend over the codes instead.
 
 Filling a cache honestly but cheaply: data/eval's text (repeated to length) is prefilled once into a float
 cache, in chunks of 512 tokens, and kept for the model (the longest so far: a causal model's keys at a
@@ -39,6 +40,7 @@ from labkit.core.arguments import check_int
 from labkit.core.doors import check_model
 from labkit.core.forward import decode_step, forward, vocab_size
 from labkit.core.kv_cache import KVCache
+from labkit.fast.code_attention import CodeReadingKVCache
 from labkit.models.eval_data import eval_ids_repeated
 from labkit.models.loading import load_tokenizer
 from labkit.quant.quantized_kv import KV_DTYPES, QuantizedKVCache, check_labkit_model, new_kv_cache
@@ -73,11 +75,17 @@ def prefilled(model: torch.nn.Module, n_tokens: int) -> tuple[torch.Tensor, KVCa
     return ids, cache
 
 
-def filled_cache(model: torch.nn.Module, kv_dtype: str | None, context: int) -> KVCache | QuantizedKVCache:
+def filled_cache(
+    model: torch.nn.Module, kv_dtype: str | None, context: int, read_codes: bool = False
+) -> KVCache | QuantizedKVCache:
     """A cache of kind kv_dtype (None: the model's dtype) holding the text's first `context` tokens, with room
-    for one more: the float prefill's keys and values appended layer by layer (quantized on the way in)."""
+    for one more: the float prefill's keys and values appended layer by layer (quantized on the way in).
+    read_codes: a quantized cache is a CodeReadingKVCache, whose decode steps attend over its codes."""
     _, source = prefilled(model, context)
-    cache = new_kv_cache(model, 1, context + 1, kv_dtype)
+    if read_codes and kv_dtype is not None:
+        cache = CodeReadingKVCache.for_model(model, 1, context + 1, kv_dtype)
+    else:
+        cache = new_kv_cache(model, 1, context + 1, kv_dtype)
     with torch.no_grad():
         for layer in range(model.config.n_layers):
             cache.append(layer, source.keys[layer, :, :, :context], source.values[layer, :, :, :context])
@@ -86,7 +94,7 @@ def filled_cache(model: torch.nn.Module, kv_dtype: str | None, context: int) -> 
 
 
 def decode_step_seconds_at(
-    model: torch.nn.Module, kv_dtype: str | None, context: int, repeats: int = 5
+    model: torch.nn.Module, kv_dtype: str | None, context: int, repeats: int = 5, read_codes: bool = False
 ) -> float:
     """The median seconds of one decode step (batch 1) of labkit's model with `context` tokens of real text
     already in a cache of kind kv_dtype: None for the model's own dtype, or "int8", "int4", "int4-rot"
@@ -94,6 +102,8 @@ def decode_step_seconds_at(
     median_seconds, so the run log keeps them), each cropped off after it.
 
     context: 1 up to the model's context minus one (the step's own token takes the last position).
+    read_codes: a quantized cache's step attends over its codes instead of dequantizing them
+    (`labkit.fast.code_attention.CodeReadingKVCache`; where labkit's kernel is unavailable it dequantizes).
 
         >>> decode_step_seconds_at(model, "int4-rot", context=512, repeats=5)   # one torch thread
         0.0923
@@ -108,7 +118,11 @@ def decode_step_seconds_at(
     check_int("context", context, minimum=1, maximum=limit, note="the model's context minus the step's token")
     check_int("repeats", repeats, minimum=1)
     ids, _ = prefilled(model, context)
-    cache = filled_cache(model, kv_dtype, context)
+    if not isinstance(read_codes, bool):
+        raise TypeError(
+            f"read_codes must be True or False, got {read_codes!r} ({type(read_codes).__name__})."
+        )
+    cache = filled_cache(model, kv_dtype, context, read_codes)
     token = ids[:, context]  # [1]: the text's next token
 
     def step() -> None:

@@ -12,7 +12,10 @@ type but f32 (a quantized V cache needs it; f32 stays float32 only without it).
 
 The JSON compares like with like at the longest context: each labkit kind against llama.cpp's type of the
 same bits (float32 / f32, int8 / q8_0, int4 / q4_1, int4-rot / q4_0, both rotated), and each quantized
-labkit kind against labkit's own float32 cache (the speed a smaller cache buys, or costs).
+labkit kind against labkit's own float32 cache (the speed a smaller cache buys, or costs). The rows "int8,
+codes read" etc. run the same kinds with read_codes=True (`labkit.fast.code_attention.CodeReadingKVCache`:
+a decode step's attention reads the codes instead of dequantizing every row), each also compared with
+labkit's float32.
 
     python -m labkit.bench longctx            # 512, 2,048 and 8,191 tokens, ~5 minutes on 2 cores
     python -m labkit.bench longctx --quick    # 128 and 256 tokens: checks the bench runs, not speed
@@ -36,6 +39,8 @@ from labkit.this_machine import run_line
 
 CONTEXTS, QUICK_CONTEXTS = (512, 2048, 8191), (128, 256)
 LABKIT_KINDS = ("float32", "int8", "int4", "int4-rot")
+CODES_READ = ", codes read"  # a kind's row name with read_codes=True: "int8, codes read"
+CODES_KINDS = tuple(kind + CODES_READ for kind in LABKIT_KINDS[1:])
 SAME_BITS = {"float32": "f32", "int8": "q8_0", "int4": "q4_1", "int4-rot": "q4_0"}  # labkit -> llama.cpp
 SMOLLM2_KV = (30, 3, 64)  # SmolLM2-135M's layers, KV heads, head size
 
@@ -58,12 +63,13 @@ def labkit_rows(contexts: tuple[int, ...], repeats: int) -> list[Row]:
     model, _ = load_model("smollm2-135m", impl="labkit")
     model = optimize(model, ("fuse", "q4_1"))
     rows = []
-    for kind in LABKIT_KINDS:
+    for kind in (*LABKIT_KINDS, *CODES_KINDS):
         progress("longctx", f"labkit, {kind} KV cache, contexts {contexts}")
-        kv_dtype = None if kind == "float32" else kind
+        dtype = kind.removesuffix(CODES_READ)
+        kv_dtype, read_codes = None if kind == "float32" else dtype, kind.endswith(CODES_READ)
         with torch.no_grad():
-            seconds = {c: decode_step_seconds_at(model, kv_dtype, c, repeats) for c in contexts}
-        rows.append(Row("labkit", kind, seconds, kv_bytes_per_token(kind, *SMOLLM2_KV)))
+            seconds = {c: decode_step_seconds_at(model, kv_dtype, c, repeats, read_codes) for c in contexts}
+        rows.append(Row("labkit", kind, seconds, kv_bytes_per_token(dtype, *SMOLLM2_KV)))
     return rows
 
 
@@ -87,17 +93,18 @@ def print_table(rows: list[Row], contexts: tuple[int, ...], repeats: int, load_l
     )
     print(f"machine: {load_line}")
     header = "".join(f"  {f'{c:,} tok/s':>13} {'cache MB':>9}" for c in contexts)
-    print(f"{'engine':<10} {'KV':<9}{header}")
+    print(f"{'engine':<10} {'KV':<18}{header}")
     for row in rows:
         cells = "".join(
             f"  {row.tokens_per_second(c):13.1f} {row.bytes_per_token * c / 1e6:9.1f}" for c in contexts
         )
-        print(f"{row.engine:<10} {row.kind:<9}{cells}")
+        print(f"{row.engine:<10} {row.kind:<18}{cells}")
 
 
 def records(rows: list[Row], context: int) -> list[dict]:
     """At `context`: each labkit kind against llama.cpp's type of the same bits, then each quantized labkit
-    kind against labkit's float32 cache (tokens/s, higher is better)."""
+    kind against labkit's float32 cache, and each kind read as codes (CODES_KINDS) that was run, likewise
+    (tokens/s, higher is better)."""
     labkit = {row.kind: row for row in rows if row.engine == "labkit"}
     llama = {row.kind: row for row in rows if row.engine == "llama.cpp"}
     out = []
@@ -112,10 +119,11 @@ def records(rows: list[Row], context: int) -> list[dict]:
                     f"llama.cpp {peer} KV cache at {context} tokens",
                 )
             )
-    for kind in LABKIT_KINDS[1:]:
+    for kind in (*LABKIT_KINDS[1:], *(k for k in CODES_KINDS if k in labkit)):
+        name = kind.removesuffix(CODES_READ) + ("_codes" if kind.endswith(CODES_READ) else "")
         out.append(
             comparison(
-                f"longctx_{kind}_kv_vs_float32",
+                f"longctx_{name}_kv_vs_float32",
                 "tokens_per_second",
                 labkit[kind].tokens_per_second(context),
                 labkit["float32"].tokens_per_second(context),

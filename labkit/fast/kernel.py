@@ -7,7 +7,9 @@ alike), into labkit's cache: `labkit.cache_dir() / "extensions"`, one folder per
 version. A later process finds the .so there and loads it in milliseconds. Loading registers the op
 `torch.ops.labkit.q4_1_linear(x, codes, scales, minimums, path="auto")` and its twin for Q8_0
 weights, `torch.ops.labkit.q8_0_linear(x, codes, scales, path="auto")`, and
-`torch.ops.labkit.row_attention(q, k, v, mask, scale, path="auto")` (labkit.fast.row_attention), each with
+`torch.ops.labkit.row_attention(q, k, v, mask, scale, path="auto")` (labkit.fast.row_attention) and the
+decode attention over a quantized KV cache's codes, `torch.ops.labkit.kv_code_attention`
+(labkit.quant.code_attention, kv_code_attention.cpp), each with
 a fake (shape-only) implementation so `torch.compile(fullgraph=True)` traces through them.
 
 When the build fails (no compiler, no ninja, a compile error) `load_kernel()` says why, warns once,
@@ -35,7 +37,10 @@ import torch
 
 from labkit.models.registry import cache_dir
 
-SOURCES = tuple(Path(__file__).with_name(name) for name in ("q4_kernel.cpp", "attention_kernel.cpp"))
+SOURCES = tuple(
+    Path(__file__).with_name(name)
+    for name in ("q4_kernel.cpp", "attention_kernel.cpp", "kv_code_attention.cpp")
+)
 CFLAGS = ("-O3",)  # never -march=native: the cached build may move to another CPU
 OPENMP_FLAGS = ("-fopenmp",)  # at::parallel_for is a header template: without it, it runs on one thread
 PATHS = ("scalar", "avx2", "avx512")  # every SIMD path the kernel has, slowest first
@@ -126,6 +131,12 @@ def register_fake() -> None:
 
     @torch.library.register_fake("labkit::row_attention")
     def row_attention_fake(q, k, v, mask, scale, path="auto"):
+        return q.new_empty(q.shape)
+
+    @torch.library.register_fake("labkit::kv_code_attention")
+    def kv_code_attention_fake(
+        q, k_codes, k_scales, k_min, v_codes, v_scales, v_min, mask, scale, path="auto"
+    ):
         return q.new_empty(q.shape)
 
 

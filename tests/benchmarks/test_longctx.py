@@ -4,7 +4,7 @@ against labkit's float32 cache."""
 
 import pytest
 
-from labkit.benchmarks.longctx_bench import LABKIT_KINDS, SAME_BITS, Row, records
+from labkit.benchmarks.longctx_bench import CODES_KINDS, LABKIT_KINDS, SAME_BITS, Row, records
 from labkit.engines.install import llamacpp_installed
 
 
@@ -30,10 +30,20 @@ def test_without_llamacpp_only_labkits_own_ratios_are_printed():
     assert [r["bench"] for r in found] == [f"longctx_{k}_kv_vs_float32" for k in LABKIT_KINDS[1:]]
 
 
+def test_kinds_read_as_codes_are_compared_with_labkits_float32_beside_the_dequantizing_ones():
+    labkit = {"float32": 0.1, "int8": 0.2, "int4": 0.25, "int4-rot": 0.4, "int8, codes read": 0.05}
+    found = {r["bench"]: r for r in records(rows_at(8191, labkit, {}), 8191)}
+    assert found["longctx_int8_codes_kv_vs_float32"]["ratio"] == 2.0  # 20 against 10 tokens/s
+    assert found["longctx_int8_kv_vs_float32"]["ratio"] == 0.5  # the dequantizing row's record is kept
+    assert "longctx_int4_codes_kv_vs_float32" not in found  # a kind not run has no record
+    assert CODES_KINDS == ("int8, codes read", "int4, codes read", "int4-rot, codes read")
+
+
 @pytest.mark.slow
 def test_quick_run_prints_the_table_and_json_ratios(bench_quick_run):
     run = bench_quick_run("longctx")
     expected = {f"longctx_{k}_kv_vs_float32" for k in LABKIT_KINDS[1:]}
+    expected |= {f"longctx_{k}_codes_kv_vs_float32" for k in LABKIT_KINDS[1:]}
     if llamacpp_installed():
         expected |= {f"longctx_{k}_kv" for k in SAME_BITS}
     assert {record["bench"] for record in run.records} == expected
@@ -41,4 +51,6 @@ def test_quick_run_prints_the_table_and_json_ratios(bench_quick_run):
     assert any(line.startswith("machine: ") and ("idle" in line or "busy" in line) for line in lines)
     for kind in LABKIT_KINDS:
         assert any(line.split()[:2] == ["labkit", kind] for line in lines), kind
+    for kind in CODES_KINDS:
+        assert any(line.startswith(f"labkit     {kind} ") for line in lines), kind
     assert "128 tok/s" in run.stdout and "256 tok/s" in run.stdout

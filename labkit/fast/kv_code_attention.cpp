@@ -1,0 +1,274 @@
+// labkit's decode attention over a quantized KV cache's codes, registered as the op labkit::kv_code_attention
+// (labkit.quant.code_attention; QuantizedKVCache(read_codes=True) calls it for a one-token step).
+//
+// One query token per (row b, head h) attends to keys 0..S-1 kept as labkit.quant.quantized_kv's
+// QuantizedRows keeps them, never dequantized into memory:
+//   int8: codes uint8 [.., D], value (c - 128) * s, one float16 scale s per row
+//   int4: codes uint8 [.., D/2], element 2i in byte i's low nibble and 2i+1 in its high one,
+//         value c * s_g + m_g, a float16 scale and minimum per group of 32 (all of D when shorter)
+//   score_{h,s} = (q_h . k_s) * scale + mask_s,   p = softmax over s,   out_h = sum_s p_{h,s} v_s
+// with grouped-query heads: query head h reads key/value head h / (H / H_kv). A task is one (row, KV head):
+// its query heads read each key and value row once, decoded 8 values at a time into registers exactly as
+// dequantize_groupwise decodes them ((c - 128) * s; c * s + m, no fused multiply-add), so the output equals
+// the dequantize-then-attend path up to float32 rounding of the sums.
+//
+// Two paths, chosen at run time: AVX2 (+FMA; AVX-512 CPUs run it too) and scalar.
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <c10/util/Half.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define LABKIT_X86 1
+#endif
+
+namespace {
+
+constexpr int64_t kBlock = 4;  // query heads that share one pass over the key rows
+
+struct CodeRows {  // one (row, KV head): row s's codes at codes + s * code_stride, its scales likewise
+  const uint8_t* codes;
+  const c10::Half* scales;
+  const c10::Half* minimums;  // nullptr for int8
+  int64_t code_stride, scale_stride, group;
+};
+
+struct Task {                 // one (row, KV head) and its query heads
+  const float* const* q;      // heads pointers to [D]
+  int64_t heads, keys, d;
+  const float* mask;          // key s's additive mask at mask[s * mask_stride]
+  int64_t mask_stride;
+  float scale;
+};
+
+template <bool kInt4>
+void decode_row_scalar(const CodeRows& r, int64_t s, int64_t d, float* out) {
+  const uint8_t* c = r.codes + s * r.code_stride;
+  for (int64_t j = 0; j < d; ++j) {
+    const int64_t g = s * r.scale_stride + j / r.group;
+    if (kInt4) {
+      const float code = float((j & 1) ? (c[j / 2] >> 4) : (c[j / 2] & 0x0F));
+      out[j] = code * float(r.scales[g]) + float(r.minimums[g]);
+    } else {
+      out[j] = (float(c[j]) - 128.f) * float(r.scales[g]);
+    }
+  }
+}
+
+template <bool kInt4>
+void scores_scalar(const Task& t, const CodeRows& k, float* scores) {  // scores [heads][keys], unscaled
+  std::vector<float> row(t.d);
+  for (int64_t s = 0; s < t.keys; ++s) {
+    decode_row_scalar<kInt4>(k, s, t.d, row.data());
+    for (int64_t h = 0; h < t.heads; ++h) {
+      float sum = 0.f;
+      for (int64_t j = 0; j < t.d; ++j) sum = std::fma(t.q[h][j], row[j], sum);
+      scores[h * t.keys + s] = sum;
+    }
+  }
+}
+
+template <bool kInt4>
+void values_scalar(const Task& t, const float* p, const CodeRows& v, float* out) {  // out [heads][d] += p v
+  std::vector<float> row(t.d);
+  for (int64_t s = 0; s < t.keys; ++s) {
+    decode_row_scalar<kInt4>(v, s, t.d, row.data());
+    for (int64_t h = 0; h < t.heads; ++h)
+      for (int64_t j = 0; j < t.d; ++j) out[h * t.d + j] = std::fma(p[h * t.keys + s], row[j], out[h * t.d + j]);
+  }
+}
+
+#ifdef LABKIT_X86
+
+__attribute__((target("avx2,fma"), always_inline)) inline float sum8(__m256 v) {
+  __m128 r = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+  return _mm_cvtss_f32(_mm_add_ss(r, _mm_movehdup_ps(r)));
+}
+
+// Values c..c+7 of a row whose codes start at `codes`, with their group's scale and minimum broadcast.
+template <bool kInt4>
+__attribute__((target("avx2,fma"), always_inline)) inline __m256 decode8(const uint8_t* codes, int64_t c,
+                                                                         __m256 scale, __m256 minimum) {
+  if (kInt4) {
+    int32_t word;
+    std::memcpy(&word, codes + c / 2, 4);
+    const __m128i bytes = _mm_cvtsi32_si128(word), nibble = _mm_set1_epi8(0x0F);
+    const __m128i low = _mm_and_si128(bytes, nibble), high = _mm_and_si128(_mm_srli_epi16(bytes, 4), nibble);
+    const __m256 x = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_unpacklo_epi8(low, high)));
+    return _mm256_add_ps(_mm256_mul_ps(x, scale), minimum);
+  }
+  const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + c));
+  const __m256 x = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes));
+  return _mm256_mul_ps(_mm256_sub_ps(x, _mm256_set1_ps(128.f)), scale);
+}
+
+// The scale and minimum of the group holding value c of row s (minimum 0 for int8).
+template <bool kInt4>
+__attribute__((target("avx2,fma"), always_inline)) inline void group_of(const CodeRows& r, int64_t s, int64_t c,
+                                                                        __m256& scale, __m256& minimum) {
+  const int64_t g = s * r.scale_stride + c / r.group;
+  scale = _mm256_set1_ps(float(r.scales[g]));
+  minimum = kInt4 ? _mm256_set1_ps(float(r.minimums[g])) : _mm256_setzero_ps();
+}
+
+template <bool kInt4>
+__attribute__((target("avx2,fma"))) void scores_avx2(const Task& t, const CodeRows& k, float* scores) {
+  for (int64_t h0 = 0; h0 < t.heads; h0 += kBlock) {
+    const int64_t nh = std::min(kBlock, t.heads - h0);
+    for (int64_t s = 0; s < t.keys; ++s) {
+      const uint8_t* codes = k.codes + s * k.code_stride;
+      __m256 acc[kBlock], scale, minimum;
+      for (int64_t j = 0; j < kBlock; ++j) acc[j] = _mm256_setzero_ps();
+      for (int64_t c = 0; c < t.d; c += 8) {
+        if (c % k.group == 0) group_of<kInt4>(k, s, c, scale, minimum);
+        const __m256 x = decode8<kInt4>(codes, c, scale, minimum);
+        for (int64_t j = 0; j < nh; ++j) acc[j] = _mm256_fmadd_ps(_mm256_loadu_ps(t.q[h0 + j] + c), x, acc[j]);
+      }
+      for (int64_t j = 0; j < nh; ++j) scores[(h0 + j) * t.keys + s] = sum8(acc[j]);
+    }
+  }
+}
+
+template <bool kInt4>
+__attribute__((target("avx2,fma"))) void values_avx2(const Task& t, const float* p, const CodeRows& v, float* out) {
+  for (int64_t s = 0; s < t.keys; ++s) {
+    const uint8_t* codes = v.codes + s * v.code_stride;
+    __m256 weight[kBlock * 4], scale, minimum;  // up to 16 heads share a KV head
+    for (int64_t h = 0; h < t.heads; ++h) weight[h] = _mm256_set1_ps(p[h * t.keys + s]);
+    for (int64_t c = 0; c < t.d; c += 8) {
+      if (c % v.group == 0) group_of<kInt4>(v, s, c, scale, minimum);
+      const __m256 x = decode8<kInt4>(codes, c, scale, minimum);
+      for (int64_t h = 0; h < t.heads; ++h) {
+        float* o = out + h * t.d + c;
+        _mm256_storeu_ps(o, _mm256_fmadd_ps(weight[h], x, _mm256_loadu_ps(o)));
+      }
+    }
+  }
+}
+
+#endif  // LABKIT_X86
+
+using Scores = void (*)(const Task&, const CodeRows&, float*);
+using Values = void (*)(const Task&, const float*, const CodeRows&, float*);
+
+struct Path {
+  Scores scores[2];  // [int8, int4]
+  Values values[2];
+};
+
+Path pick(const std::string& name) {
+#ifdef LABKIT_X86
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  if (name == "avx2" || (name == "auto" && avx2)) {
+    TORCH_CHECK(avx2, "labkit::kv_code_attention: path 'avx2' is not available on this CPU");
+    return {{scores_avx2<false>, scores_avx2<true>}, {values_avx2<false>, values_avx2<true>}};
+  }
+#endif
+  TORCH_CHECK(name == "auto" || name == "scalar", "labkit::kv_code_attention: path '", name,
+              "' is not one of auto, scalar, avx2 (on x86)");
+  return {{scores_scalar<false>, scores_scalar<true>}, {values_scalar<false>, values_scalar<true>}};
+}
+
+// softmax over each head's scores (scaled, masked) in place; returns nothing, fills total[h]
+void softmax(const Task& t, float* scores, float* total) {
+  for (int64_t h = 0; h < t.heads; ++h) {
+    float* w = scores + h * t.keys;
+    float top = -std::numeric_limits<float>::infinity();
+    for (int64_t s = 0; s < t.keys; ++s) {
+      w[s] = w[s] * t.scale + t.mask[s * t.mask_stride];
+      top = std::max(top, w[s]);
+    }
+    float sum = 0.f;
+    for (int64_t s = 0; s < t.keys; ++s) {
+      w[s] = top == -std::numeric_limits<float>::infinity() ? 0.f : std::exp(w[s] - top);
+      sum += w[s];
+    }
+    total[h] = sum;
+  }
+}
+
+CodeRows rows_of(const at::Tensor& codes, const at::Tensor& scales, const c10::optional<at::Tensor>& minimums,
+                 int64_t b, int64_t kv, int64_t d) {
+  const c10::Half* m = minimums.has_value() ? minimums->data_ptr<c10::Half>() + b * minimums->stride(0) +
+                                                  kv * minimums->stride(1)
+                                            : nullptr;
+  return {codes.data_ptr<uint8_t>() + b * codes.stride(0) + kv * codes.stride(1),
+          scales.data_ptr<c10::Half>() + b * scales.stride(0) + kv * scales.stride(1), m, codes.stride(2),
+          scales.stride(2), d / scales.size(3)};
+}
+
+void check_inputs(const at::Tensor& q, const at::Tensor& codes, const at::Tensor& scales,
+                  const c10::optional<at::Tensor>& minimums, const at::Tensor& mask) {
+  const char* op = "labkit::kv_code_attention";
+  const int64_t d = q.size(3), b = q.size(0), keys = mask.size(1);
+  TORCH_CHECK(q.dim() == 4 && q.size(2) == 1 && q.scalar_type() == at::kFloat && q.is_contiguous(), op,
+              ": q must be a contiguous float32 [B, H, 1, D]");
+  TORCH_CHECK(d % 8 == 0, op, ": head_dim ", d, " must be a multiple of 8");
+  const bool int4 = minimums.has_value();
+  TORCH_CHECK(codes.dim() == 4 && codes.scalar_type() == at::kByte && codes.size(0) == b &&
+                  codes.size(3) == (int4 ? d / 2 : d) && codes.stride(3) == 1 && codes.size(2) >= keys,
+              op, ": codes must be uint8 [B, H_kv, >= S, D] (int8) or [B, H_kv, >= S, D / 2] (int4)");
+  TORCH_CHECK(q.size(1) % codes.size(1) == 0 && q.size(1) / codes.size(1) <= 4 * kBlock, op,
+              ": H must be a multiple of H_kv, at most 16 times it");
+  for (const at::Tensor* t : {&scales, minimums.has_value() ? &*minimums : &scales})
+    TORCH_CHECK(t->scalar_type() == at::kHalf && t->dim() == 4 && t->stride(3) == 1 &&
+                    t->sizes().slice(0, 3) == codes.sizes().slice(0, 3) && d % t->size(3) == 0 &&
+                    (d / t->size(3)) % 8 == 0,
+                op, ": scales and minimums must be float16 [B, H_kv, >= S, groups], groups of a multiple of 8");
+  TORCH_CHECK(mask.dim() == 2 && mask.size(0) == b && mask.scalar_type() == at::kFloat, op,
+              ": mask must be float32 [B, S]");
+}
+
+at::Tensor kv_code_attention(const at::Tensor& q, const at::Tensor& k_codes, const at::Tensor& k_scales,
+                             const c10::optional<at::Tensor>& k_minimums, const at::Tensor& v_codes,
+                             const at::Tensor& v_scales, const c10::optional<at::Tensor>& v_minimums,
+                             const at::Tensor& mask, double scale, c10::string_view path_name) {
+  check_inputs(q, k_codes, k_scales, k_minimums, mask);
+  check_inputs(q, v_codes, v_scales, v_minimums, mask);
+  TORCH_CHECK(k_codes.sizes() == v_codes.sizes(), "labkit::kv_code_attention: keys and values differ in shape");
+  const Path path = pick(std::string(path_name));
+  const int int4 = k_minimums.has_value() ? 1 : 0;
+  const int64_t batch = q.size(0), heads = q.size(1), d = q.size(3), kv_heads = k_codes.size(1);
+  const int64_t group = heads / kv_heads, keys = mask.size(1);
+  at::Tensor out = at::zeros_like(q);
+  const float* qp = q.data_ptr<float>();
+  float* op = out.data_ptr<float>();
+  at::parallel_for(0, batch * kv_heads, 1, [&](int64_t begin, int64_t end) {  // a task: one (row, KV head)
+    std::vector<float> scores(group * keys), total(group);
+    std::vector<const float*> queries(group);
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t b = task / kv_heads, kv = task % kv_heads;
+      for (int64_t j = 0; j < group; ++j) queries[j] = qp + (b * heads + kv * group + j) * d;
+      const Task t{queries.data(), group, keys, d, mask.data_ptr<float>() + b * mask.stride(0), mask.stride(1),
+                   static_cast<float>(scale)};
+      float* o = op + (b * heads + kv * group) * d;
+      path.scores[int4](t, rows_of(k_codes, k_scales, k_minimums, b, kv, d), scores.data());
+      softmax(t, scores.data(), total.data());
+      path.values[int4](t, scores.data(), rows_of(v_codes, v_scales, v_minimums, b, kv, d), o);
+      for (int64_t j = 0; j < group; ++j)
+        for (int64_t f = 0; f < d; ++f) o[j * d + f] = total[j] > 0.f ? o[j * d + f] / total[j] : 0.f;
+    }
+  });
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(labkit, m) {
+  m.def(
+      "kv_code_attention(Tensor q, Tensor k_codes, Tensor k_scales, Tensor? k_minimums, Tensor v_codes, "
+      "Tensor v_scales, Tensor? v_minimums, Tensor mask, float scale, str path='auto') -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(labkit, CPU, m) { m.impl("kv_code_attention", kv_code_attention); }
