@@ -10,9 +10,10 @@
 // with grouped-query heads: query head h reads key/value head h / (H / H_kv). A task is one (row, KV head):
 // its query heads read each key and value row once, decoded 8 values at a time into registers exactly as
 // dequantize_groupwise decodes them ((c - 128) * s; c * s + m, no fused multiply-add), so the output equals
-// the dequantize-then-attend path up to float32 rounding of the sums.
+// the dequantize-then-attend path up to float32 rounding of the sums (and, on the AVX2 path, of exp: a
+// polynomial within 2 ulps, 8 keys at a time).
 //
-// Two paths, chosen at run time: AVX2 (+FMA; AVX-512 CPUs run it too) and scalar.
+// Two paths, chosen at run time: AVX2 (+FMA, F16C; AVX-512 CPUs run it too) and scalar.
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -88,100 +89,8 @@ void values_scalar(const Task& t, const float* p, const CodeRows& v, float* out)
   }
 }
 
-#ifdef LABKIT_X86
-
-__attribute__((target("avx2,fma"), always_inline)) inline float sum8(__m256 v) {
-  __m128 r = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-  return _mm_cvtss_f32(_mm_add_ss(r, _mm_movehdup_ps(r)));
-}
-
-// Values c..c+7 of a row whose codes start at `codes`, with their group's scale and minimum broadcast.
-template <bool kInt4>
-__attribute__((target("avx2,fma"), always_inline)) inline __m256 decode8(const uint8_t* codes, int64_t c,
-                                                                         __m256 scale, __m256 minimum) {
-  if (kInt4) {
-    int32_t word;
-    std::memcpy(&word, codes + c / 2, 4);
-    const __m128i bytes = _mm_cvtsi32_si128(word), nibble = _mm_set1_epi8(0x0F);
-    const __m128i low = _mm_and_si128(bytes, nibble), high = _mm_and_si128(_mm_srli_epi16(bytes, 4), nibble);
-    const __m256 x = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_unpacklo_epi8(low, high)));
-    return _mm256_add_ps(_mm256_mul_ps(x, scale), minimum);
-  }
-  const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + c));
-  const __m256 x = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes));
-  return _mm256_mul_ps(_mm256_sub_ps(x, _mm256_set1_ps(128.f)), scale);
-}
-
-// The scale and minimum of the group holding value c of row s (minimum 0 for int8).
-template <bool kInt4>
-__attribute__((target("avx2,fma"), always_inline)) inline void group_of(const CodeRows& r, int64_t s, int64_t c,
-                                                                        __m256& scale, __m256& minimum) {
-  const int64_t g = s * r.scale_stride + c / r.group;
-  scale = _mm256_set1_ps(float(r.scales[g]));
-  minimum = kInt4 ? _mm256_set1_ps(float(r.minimums[g])) : _mm256_setzero_ps();
-}
-
-template <bool kInt4>
-__attribute__((target("avx2,fma"))) void scores_avx2(const Task& t, const CodeRows& k, float* scores) {
-  for (int64_t h0 = 0; h0 < t.heads; h0 += kBlock) {
-    const int64_t nh = std::min(kBlock, t.heads - h0);
-    for (int64_t s = 0; s < t.keys; ++s) {
-      const uint8_t* codes = k.codes + s * k.code_stride;
-      __m256 acc[kBlock], scale, minimum;
-      for (int64_t j = 0; j < kBlock; ++j) acc[j] = _mm256_setzero_ps();
-      for (int64_t c = 0; c < t.d; c += 8) {
-        if (c % k.group == 0) group_of<kInt4>(k, s, c, scale, minimum);
-        const __m256 x = decode8<kInt4>(codes, c, scale, minimum);
-        for (int64_t j = 0; j < nh; ++j) acc[j] = _mm256_fmadd_ps(_mm256_loadu_ps(t.q[h0 + j] + c), x, acc[j]);
-      }
-      for (int64_t j = 0; j < nh; ++j) scores[(h0 + j) * t.keys + s] = sum8(acc[j]);
-    }
-  }
-}
-
-template <bool kInt4>
-__attribute__((target("avx2,fma"))) void values_avx2(const Task& t, const float* p, const CodeRows& v, float* out) {
-  for (int64_t s = 0; s < t.keys; ++s) {
-    const uint8_t* codes = v.codes + s * v.code_stride;
-    __m256 weight[kBlock * 4], scale, minimum;  // up to 16 heads share a KV head
-    for (int64_t h = 0; h < t.heads; ++h) weight[h] = _mm256_set1_ps(p[h * t.keys + s]);
-    for (int64_t c = 0; c < t.d; c += 8) {
-      if (c % v.group == 0) group_of<kInt4>(v, s, c, scale, minimum);
-      const __m256 x = decode8<kInt4>(codes, c, scale, minimum);
-      for (int64_t h = 0; h < t.heads; ++h) {
-        float* o = out + h * t.d + c;
-        _mm256_storeu_ps(o, _mm256_fmadd_ps(weight[h], x, _mm256_loadu_ps(o)));
-      }
-    }
-  }
-}
-
-#endif  // LABKIT_X86
-
-using Scores = void (*)(const Task&, const CodeRows&, float*);
-using Values = void (*)(const Task&, const float*, const CodeRows&, float*);
-
-struct Path {
-  Scores scores[2];  // [int8, int4]
-  Values values[2];
-};
-
-Path pick(const std::string& name) {
-#ifdef LABKIT_X86
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  if (name == "avx2" || (name == "auto" && avx2)) {
-    TORCH_CHECK(avx2, "labkit::kv_code_attention: path 'avx2' is not available on this CPU");
-    return {{scores_avx2<false>, scores_avx2<true>}, {values_avx2<false>, values_avx2<true>}};
-  }
-#endif
-  TORCH_CHECK(name == "auto" || name == "scalar", "labkit::kv_code_attention: path '", name,
-              "' is not one of auto, scalar, avx2 (on x86)");
-  return {{scores_scalar<false>, scores_scalar<true>}, {values_scalar<false>, values_scalar<true>}};
-}
-
-// softmax over each head's scores (scaled, masked) in place; returns nothing, fills total[h]
-void softmax(const Task& t, float* scores, float* total) {
+// Each head's scores scaled and masked, then e^(score - max) in place; total[h]: their sum.
+void softmax_scalar(const Task& t, float* scores, float* total) {
   for (int64_t h = 0; h < t.heads; ++h) {
     float* w = scores + h * t.keys;
     float top = -std::numeric_limits<float>::infinity();
@@ -196,6 +105,183 @@ void softmax(const Task& t, float* scores, float* total) {
     }
     total[h] = sum;
   }
+}
+
+#ifdef LABKIT_X86
+
+__attribute__((target("avx2,fma,f16c"), always_inline)) inline float sum8(__m256 v) {
+  __m128 r = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+  return _mm_cvtss_f32(_mm_add_ss(r, _mm_movehdup_ps(r)));
+}
+
+// Values c..c+7 of a row whose codes start at `codes`, with their group's scale and minimum broadcast.
+template <bool kInt4>
+__attribute__((target("avx2,fma,f16c"), always_inline)) inline __m256 decode8(const uint8_t* codes, int64_t c,
+                                                                         __m256 scale, __m256 minimum) {
+  if (kInt4) {
+    int32_t word;
+    std::memcpy(&word, codes + c / 2, 4);
+    const __m128i bytes = _mm_cvtsi32_si128(word), nibble = _mm_set1_epi8(0x0F);
+    const __m128i low = _mm_and_si128(bytes, nibble), high = _mm_and_si128(_mm_srli_epi16(bytes, 4), nibble);
+    const __m256 x = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_unpacklo_epi8(low, high)));
+    return _mm256_add_ps(_mm256_mul_ps(x, scale), minimum);
+  }
+  const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + c));
+  const __m256 x = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes));
+  return _mm256_mul_ps(_mm256_sub_ps(x, _mm256_set1_ps(128.f)), scale);
+}
+
+// The scale and minimum of the group holding value c of row s (minimum 0 for int8); F16C converts them.
+template <bool kInt4>
+__attribute__((target("avx2,fma,f16c"), always_inline)) inline void group_of(const CodeRows& r, int64_t s,
+                                                                             int64_t c, __m256& scale,
+                                                                             __m256& minimum) {
+  const int64_t g = s * r.scale_stride + c / r.group;
+  scale = _mm256_set1_ps(_cvtsh_ss(r.scales[g].x));
+  minimum = kInt4 ? _mm256_set1_ps(_cvtsh_ss(r.minimums[g].x)) : _mm256_setzero_ps();
+}
+
+// kHeads query heads from h0 on (a compile-time count, so their sums stay in registers): scores of every key.
+template <bool kInt4, int kHeads>
+__attribute__((target("avx2,fma,f16c"))) void scores_block(const Task& t, const CodeRows& k, int64_t h0,
+                                                           float* scores) {
+  for (int64_t s = 0; s < t.keys; ++s) {
+    const uint8_t* codes = k.codes + s * k.code_stride;
+    __m256 acc[2][kHeads], scale, minimum;  // even and odd chunks: two chains of multiply-adds, not one
+    for (int j = 0; j < kHeads; ++j) acc[0][j] = acc[1][j] = _mm256_setzero_ps();
+    for (int64_t c = 0; c < t.d; c += 8) {
+      if (c % k.group == 0) group_of<kInt4>(k, s, c, scale, minimum);
+      const __m256 x = decode8<kInt4>(codes, c, scale, minimum);
+      __m256* chain = acc[(c / 8) & 1];
+      for (int j = 0; j < kHeads; ++j) chain[j] = _mm256_fmadd_ps(_mm256_loadu_ps(t.q[h0 + j] + c), x, chain[j]);
+    }
+    for (int j = 0; j < kHeads; ++j) scores[(h0 + j) * t.keys + s] = sum8(_mm256_add_ps(acc[0][j], acc[1][j]));
+  }
+}
+
+// kHeads heads' outputs, kChunks x 8 features at a time summed in registers over every key, in key order.
+template <bool kInt4, int kHeads, int kChunks>
+__attribute__((target("avx2,fma,f16c"))) void values_block(const Task& t, const float* p, const CodeRows& v,
+                                                           int64_t h0, float* out) {
+  for (int64_t first = 0; first < t.d; first += 8 * kChunks) {
+    __m256 acc[kHeads][kChunks], scale, minimum;
+    for (int j = 0; j < kHeads; ++j)
+      for (int f = 0; f < kChunks; ++f) acc[j][f] = _mm256_setzero_ps();
+    for (int64_t s = 0; s < t.keys; ++s) {
+      const uint8_t* codes = v.codes + s * v.code_stride;
+      group_of<kInt4>(v, s, first, scale, minimum);  // 8 * kChunks divides the group: one group
+      for (int f = 0; f < kChunks; ++f) {
+        const __m256 x = decode8<kInt4>(codes, first + 8 * f, scale, minimum);
+        for (int j = 0; j < kHeads; ++j)
+          acc[j][f] = _mm256_fmadd_ps(_mm256_set1_ps(p[(h0 + j) * t.keys + s]), x, acc[j][f]);
+      }
+    }
+    for (int j = 0; j < kHeads; ++j)
+      for (int f = 0; f < kChunks; ++f) _mm256_storeu_ps(out + (h0 + j) * t.d + first + 8 * f, acc[j][f]);
+  }
+}
+
+// e^x for x <= 0 (Cephes' expf: 2^n times a degree-6 polynomial, within 2 float32 ulps); 0 below -87.
+__attribute__((target("avx2,fma,f16c"), always_inline)) inline __m256 exp8(__m256 x) {
+  const __m256 tiny = _mm256_cmp_ps(x, _mm256_set1_ps(-87.f), _CMP_LT_OQ);
+  x = _mm256_max_ps(x, _mm256_set1_ps(-87.f));
+  const __m256 n = _mm256_floor_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f)));
+  x = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  x = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), x);
+  __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+  for (float c : {1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f})
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(c));
+  y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.f)));
+  const __m256i two_n = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_andnot_ps(tiny, _mm256_mul_ps(y, _mm256_castsi256_ps(two_n)));
+}
+
+// As softmax_scalar, 8 keys at a time (the sums in another order) where the mask is contiguous.
+__attribute__((target("avx2,fma,f16c"))) void softmax_avx2(const Task& t, float* scores, float* total) {
+  if (t.mask_stride != 1 || t.keys < 8) return softmax_scalar(t, scores, total);
+  const int64_t whole = t.keys / 8 * 8;
+  const __m256 scale = _mm256_set1_ps(t.scale);
+  for (int64_t h = 0; h < t.heads; ++h) {
+    float* w = scores + h * t.keys;
+    __m256 top8 = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+    for (int64_t s = 0; s < whole; s += 8) {
+      const __m256 x = _mm256_fmadd_ps(_mm256_loadu_ps(w + s), scale, _mm256_loadu_ps(t.mask + s));
+      _mm256_storeu_ps(w + s, x);
+      top8 = _mm256_max_ps(top8, x);
+    }
+    float lanes[8], top = -std::numeric_limits<float>::infinity();
+    _mm256_storeu_ps(lanes, top8);
+    for (float lane : lanes) top = std::max(top, lane);
+    for (int64_t s = whole; s < t.keys; ++s) top = std::max(top, w[s] = w[s] * t.scale + t.mask[s]);
+    if (top == -std::numeric_limits<float>::infinity()) {  // every key masked: no weight anywhere
+      std::fill(w, w + t.keys, 0.f);
+      total[h] = 0.f;
+      continue;
+    }
+    __m256 sum8v = _mm256_setzero_ps();
+    for (int64_t s = 0; s < whole; s += 8) {
+      const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(w + s), _mm256_set1_ps(top)));
+      _mm256_storeu_ps(w + s, e);
+      sum8v = _mm256_add_ps(sum8v, e);
+    }
+    float sum = sum8(sum8v);
+    for (int64_t s = whole; s < t.keys; ++s) sum += (w[s] = std::exp(w[s] - top));
+    total[h] = sum;
+  }
+}
+
+constexpr int kAvx2Heads = 3;  // heads a block holds: 3 x 4 sums of 8 in registers, with room for the rest
+
+template <bool kInt4>
+__attribute__((target("avx2,fma,f16c"))) void scores_avx2(const Task& t, const CodeRows& k, float* scores) {
+  for (int64_t h0 = 0; h0 < t.heads; h0 += kAvx2Heads) {
+    const int64_t n = std::min<int64_t>(kAvx2Heads, t.heads - h0);
+    if (n == 3) scores_block<kInt4, 3>(t, k, h0, scores);
+    else if (n == 2) scores_block<kInt4, 2>(t, k, h0, scores);
+    else scores_block<kInt4, 1>(t, k, h0, scores);
+  }
+}
+
+template <bool kInt4>
+__attribute__((target("avx2,fma,f16c"))) void values_avx2(const Task& t, const float* p, const CodeRows& v,
+                                                          float* out) {
+  const bool wide = (v.group % 32) == 0;  // 4 chunks of 8 features within one group
+  for (int64_t h0 = 0; h0 < t.heads; h0 += kAvx2Heads) {
+    const int64_t n = std::min<int64_t>(kAvx2Heads, t.heads - h0);
+    if (wide && n == 3) values_block<kInt4, 3, 4>(t, p, v, h0, out);
+    else if (wide && n == 2) values_block<kInt4, 2, 4>(t, p, v, h0, out);
+    else if (wide) values_block<kInt4, 1, 4>(t, p, v, h0, out);
+    else if (n == 3) values_block<kInt4, 3, 1>(t, p, v, h0, out);
+    else if (n == 2) values_block<kInt4, 2, 1>(t, p, v, h0, out);
+    else values_block<kInt4, 1, 1>(t, p, v, h0, out);
+  }
+}
+
+#endif  // LABKIT_X86
+
+using Scores = void (*)(const Task&, const CodeRows&, float*);
+using Values = void (*)(const Task&, const float*, const CodeRows&, float*);
+using Softmax = void (*)(const Task&, float*, float*);
+
+struct Path {
+  Scores scores[2];  // [int8, int4]
+  Values values[2];
+  Softmax softmax;
+};
+
+Path pick(const std::string& name) {
+#ifdef LABKIT_X86
+  const bool avx2 =
+      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  if (name == "avx2" || (name == "auto" && avx2)) {
+    TORCH_CHECK(avx2, "labkit::kv_code_attention: path 'avx2' is not available on this CPU");
+    return {{scores_avx2<false>, scores_avx2<true>}, {values_avx2<false>, values_avx2<true>}, softmax_avx2};
+  }
+#endif
+  TORCH_CHECK(name == "auto" || name == "scalar", "labkit::kv_code_attention: path '", name,
+              "' is not one of auto, scalar, avx2 (on x86)");
+  return {{scores_scalar<false>, scores_scalar<true>}, {values_scalar<false>, values_scalar<true>}, softmax_scalar};
 }
 
 CodeRows rows_of(const at::Tensor& codes, const at::Tensor& scales, const c10::optional<at::Tensor>& minimums,
@@ -254,7 +340,7 @@ at::Tensor kv_code_attention(const at::Tensor& q, const at::Tensor& k_codes, con
                    static_cast<float>(scale)};
       float* o = op + (b * heads + kv * group) * d;
       path.scores[int4](t, rows_of(k_codes, k_scales, k_minimums, b, kv, d), scores.data());
-      softmax(t, scores.data(), total.data());
+      path.softmax(t, scores.data(), total.data());
       path.values[int4](t, scores.data(), rows_of(v_codes, v_scales, v_minimums, b, kv, d), o);
       for (int64_t j = 0; j < group; ++j)
         for (int64_t f = 0; f < d; ++f) o[j * d + f] = total[j] > 0.f ? o[j * d + f] / total[j] : 0.f;
