@@ -61,7 +61,9 @@ from __future__ import annotations
 
 import os
 import statistics
+import sys
 from collections.abc import Sequence
+from contextlib import contextmanager
 
 import numpy as np
 import torch
@@ -103,6 +105,21 @@ def kv_type_bytes_per_token(kv_type: str) -> int:
     return numbers // BLOCK * TYPE_BYTES[check_kv_type(kv_type).removesuffix(NO_ROTATION)]
 
 
+@contextmanager
+def stderr_silenced():
+    """The process's C-level stderr (file descriptor 2) sent to /dev/null while the block runs, then back:
+    llama.cpp prints some notices there even with verbose=False."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(os.devnull, "w") as null:
+        os.dup2(null.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
 def load_with_kv(kv_type: str, n_ctx: int, batch: int, threads: int, logits_all: bool):
     """llama.cpp's `Llama` on SmolLM2's GGUF with a K and V cache of kv_type, flash attention on for all but
     f32 (kept float32 only without it); the rotation switch is set only while the cache is made."""
@@ -113,19 +130,20 @@ def load_with_kv(kv_type: str, n_ctx: int, batch: int, threads: int, logits_all:
     before = os.environ.get(ROTATION_SWITCH)
     os.environ[ROTATION_SWITCH] = "1" if kv_type.endswith(NO_ROTATION) else "0"
     try:
-        return llama_cpp.Llama(
-            model_path=str(gguf_path(MODEL)),
-            n_ctx=n_ctx,
-            n_batch=batch,
-            n_ubatch=batch,
-            n_threads=threads,
-            n_threads_batch=threads,
-            logits_all=logits_all,
-            flash_attn=kv_type != "f32",
-            type_k=ggml,
-            type_v=ggml,
-            verbose=False,
-        )
+        with stderr_silenced():  # llama.cpp says "attention rotation force disabled" on the C stream
+            return llama_cpp.Llama(
+                model_path=str(gguf_path(MODEL)),
+                n_ctx=n_ctx,
+                n_batch=batch,
+                n_ubatch=batch,
+                n_threads=threads,
+                n_threads_batch=threads,
+                logits_all=logits_all,
+                flash_attn=kv_type != "f32",
+                type_k=ggml,
+                type_v=ggml,
+                verbose=False,
+            )
     finally:
         os.environ.pop(ROTATION_SWITCH) if before is None else os.environ.update({ROTATION_SWITCH: before})
 
