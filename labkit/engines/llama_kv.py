@@ -63,7 +63,7 @@ import os
 import statistics
 import sys
 from collections.abc import Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stderr
 
 import numpy as np
 import torch
@@ -107,11 +107,12 @@ def kv_type_bytes_per_token(kv_type: str) -> int:
 
 @contextmanager
 def stderr_silenced():
-    """The process's C-level stderr (file descriptor 2) sent to /dev/null while the block runs, then back:
+    """stderr sent to /dev/null while the block runs, then back: the C-level stream (file descriptor 2) and
+    Python's sys.stderr, where llama-cpp-python's log callback writes (a notebook's sys.stderr is not fd 2).
     llama.cpp prints some notices there even with verbose=False."""
     sys.stderr.flush()
     saved = os.dup(2)
-    with open(os.devnull, "w") as null:
+    with open(os.devnull, "w") as null, redirect_stderr(null):
         os.dup2(null.fileno(), 2)
         try:
             yield
