@@ -17,8 +17,19 @@ codes read" etc. run the same kinds with read_codes=True (`labkit.fast.code_atte
 a decode step's attention reads the codes instead of dequantizing every row), each also compared with
 labkit's float32.
 
-    python -m labkit.bench longctx            # 512, 2,048 and 8,191 tokens, ~5 minutes on 2 cores
+    python -m labkit.bench longctx            # 512, 2,048 and 8,191 tokens: 21 minutes on 2 cores, idle
     python -m labkit.bench longctx --quick    # 128 and 256 tokens: checks the bench runs, not speed
+
+The saved run (2-core AMD EPYC, AVX2, idle; tokens/s at 512 / 2,048 / 8,191 tokens cached):
+
+    labkit float32 KV          21.8 / 14.3 /  9.3     llama.cpp f32    23.2 / 24.7 / 15.6
+    labkit int8, dequantizing  19.2 / 13.5 /  4.4     llama.cpp q8_0   30.8 / 21.8 / 12.8
+    labkit int8, codes read    22.7 / 21.0 / 13.7     llama.cpp q4_1   26.6 / 18.9 /  8.2
+    labkit int4-rot, codes     18.3 / 16.6 / 11.3     llama.cpp q4_0   27.9 / 18.6 /  8.4
+
+At 8,191 tokens int8 read as codes ran 1.47x labkit's float32 cache and 1.07x llama.cpp's q8_0; int4-rot
+read as codes 1.22x float32 and 1.35x llama.cpp's q4_0, while labkit's float32 cache ran 0.60x llama.cpp's
+f32. The aims of notebook 15's issue: int8 at least 1.3x float32 (met here), rotated 4-bit 1.6x (not met).
 """
 
 from __future__ import annotations
@@ -101,36 +112,44 @@ def print_table(rows: list[Row], contexts: tuple[int, ...], repeats: int, load_l
         print(f"{row.engine:<10} {row.kind:<18}{cells}")
 
 
+def slug(kind: str) -> str:
+    """A kind's name in a record: "int8" -> "int8", "int8, codes read" -> "int8_codes"."""
+    return kind.removesuffix(CODES_READ) + ("_codes" if kind.endswith(CODES_READ) else "")
+
+
 def records(rows: list[Row], context: int) -> list[dict]:
-    """At `context`: each labkit kind against llama.cpp's type of the same bits, then each quantized labkit
-    kind against labkit's float32 cache, and each kind read as codes (CODES_KINDS) that was run, likewise
-    (tokens/s, higher is better)."""
+    """At `context`: each labkit kind, dequantizing or reading codes (CODES_KINDS), against llama.cpp's type
+    of the same bits, then each quantized labkit kind against labkit's float32 cache (tokens/s, higher is
+    better). Only the rows that were run are paired."""
     labkit = {row.kind: row for row in rows if row.engine == "labkit"}
     llama = {row.kind: row for row in rows if row.engine == "llama.cpp"}
-    out = []
+    pairs = []  # (bench name, labkit's row, the peer's row, the peer's name)
     for kind, peer in SAME_BITS.items():
-        if peer in llama:
-            out.append(
-                comparison(
-                    f"longctx_{kind}_kv",
-                    "tokens_per_second",
-                    labkit[kind].tokens_per_second(context),
-                    llama[peer].tokens_per_second(context),
-                    f"llama.cpp {peer} KV cache at {context} tokens",
+        for own in (kind, kind + CODES_READ):
+            if own in labkit and peer in llama:
+                pairs.append(
+                    (f"longctx_{slug(own)}_kv", labkit[own], llama[peer], f"llama.cpp {peer} KV cache")
+                )
+    for own in (*LABKIT_KINDS[1:], *CODES_KINDS):
+        if own in labkit:
+            pairs.append(
+                (
+                    f"longctx_{slug(own)}_kv_vs_float32",
+                    labkit[own],
+                    labkit["float32"],
+                    "labkit float32 KV cache",
                 )
             )
-    for kind in (*LABKIT_KINDS[1:], *(k for k in CODES_KINDS if k in labkit)):
-        name = kind.removesuffix(CODES_READ) + ("_codes" if kind.endswith(CODES_READ) else "")
-        out.append(
-            comparison(
-                f"longctx_{name}_kv_vs_float32",
-                "tokens_per_second",
-                labkit[kind].tokens_per_second(context),
-                labkit["float32"].tokens_per_second(context),
-                f"labkit float32 KV cache at {context} tokens",
-            )
+    return [
+        comparison(
+            name,
+            "tokens_per_second",
+            a.tokens_per_second(context),
+            b.tokens_per_second(context),
+            f"{peer} at {context} tokens",
         )
-    return out
+        for name, a, b, peer in pairs
+    ]
 
 
 def run(repeats: int = 3, quick: bool = False) -> list[dict]:

@@ -39,6 +39,14 @@ def test_kinds_read_as_codes_are_compared_with_labkits_float32_beside_the_dequan
     assert CODES_KINDS == ("int8, codes read", "int4, codes read", "int4-rot, codes read")
 
 
+def test_kinds_read_as_codes_meet_llamacpps_type_of_the_same_bits_too():
+    labkit = {"float32": 0.1, "int8": 0.2, "int8, codes read": 0.05}
+    found = {r["bench"]: r for r in records(rows_at(8191, labkit, {"f32": 0.05, "q8_0": 0.1}), 8191)}
+    assert found["longctx_int8_codes_kv"]["ratio"] == 2.0  # 20 against llama.cpp q8_0's 10 tokens/s
+    assert found["longctx_int8_codes_kv"]["peer_name"] == "llama.cpp q8_0 KV cache at 8191 tokens"
+    assert "longctx_int4_kv" not in found  # neither engine ran int4 / q4_1 here
+
+
 @pytest.mark.slow
 def test_quick_run_prints_the_table_and_json_ratios(bench_quick_run):
     run = bench_quick_run("longctx")
@@ -46,6 +54,7 @@ def test_quick_run_prints_the_table_and_json_ratios(bench_quick_run):
     expected |= {f"longctx_{k}_codes_kv_vs_float32" for k in LABKIT_KINDS[1:]}
     if llamacpp_installed():
         expected |= {f"longctx_{k}_kv" for k in SAME_BITS}
+        expected |= {f"longctx_{k}_codes_kv" for k in LABKIT_KINDS[1:]}
     assert {record["bench"] for record in run.records} == expected
     lines = run.stdout.splitlines()
     assert any(line.startswith("machine: ") and ("idle" in line or "busy" in line) for line in lines)
