@@ -54,6 +54,7 @@ CASES = [
 
 NO_ARGUMENT = {  # name -> why it has no bad-input case
     "labkit.engines.install.EngineNotInstalled": "an error labkit raises, with its message; never called with input",
+    "labkit.engines.install.MAKE_ENGINES": "a constant: the sentence that says how to install the engines, not a call",
     "labkit.engines.measure.AGREEMENT_CHATS": "a constant: data the notebooks read, not a call",
     "labkit.engines.measure.TOP_CHAT": "a constant: data the notebooks read, not a call",
     "labkit.engines.install.engine_versions": "takes no argument: reads installed versions",
