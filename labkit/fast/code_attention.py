@@ -106,7 +106,4 @@ class CodeReadingKVCache(QuantizedKVCache):
         output rotated, as QuantizedKVCache.attend does), else QuantizedKVCache.attend over float rows."""
         if not isinstance(k, CodeRows):
             return super().attend(q, k, v, mask, scale)
-        if self.rotation is None:
-            return code_attention(q, k, v, mask, scale)
-        rotation = self.rotation.to(q.dtype)
-        return code_attention(q @ rotation, k, v, mask, scale) @ rotation
+        return self.attend_with(code_attention, q, k, v, mask, scale)

@@ -245,10 +245,15 @@ class QuantizedKVCache(StoredTokens):
         rotated kind k and v are k H and v H: (q H)(k H)^T = q k^T and softmax(..) (v H) H = softmax(..) v,
         so the query is rotated once and the output once, instead of every cached row (llama.cpp's rotated
         cache does the same)."""
+        return self.attend_with(attention, q, k, v, mask, scale)
+
+    def attend_with(self, attend, q, k, v, mask: torch.Tensor, scale: float | None = None) -> torch.Tensor:
+        """`attend(q, k, v, mask, scale)` over this cache's rows, a rotated kind's query rotated before it and
+        its output after it (see `attend`); CodeReadingKVCache passes its kernel over the codes."""
         if self.rotation is None:
-            return attention(q, k, v, mask, scale)
+            return attend(q, k, v, mask, scale)
         rotation = self.rotation.to(q.dtype)
-        return attention(q @ rotation, k, v, mask, scale) @ rotation
+        return attend(q @ rotation, k, v, mask, scale) @ rotation
 
     def reorder(self, indices: torch.Tensor) -> None:
         """Row i now holds what row indices[i] held, indices [B] (beam search keeps its surviving beams)."""
