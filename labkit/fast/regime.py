@@ -23,6 +23,7 @@ line is **borderline**: the label is what the lines say, and the reading names b
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -63,13 +64,21 @@ def relative_spread(repeats: Sequence[float]) -> float:
     """The interquartile range of a probe's repeats over their median (0 for one repeat): of 5 repeats,
     (4th - 2nd) / 3rd in sorted order, so that one repeat disturbed by another process does not widen it.
 
+    A median of zero (a probe whose repeats all vanished under the noise, as a step no slower than its
+    matmuls alone) has no relative spread: 0 when the repeats agree, infinite when they do not.
+
     >>> relative_spread([30e9, 31e9, 32e9, 33e9, 40e9])    # (33 - 31) / 32; the disturbed 40 changes nothing
     0.0625
+    >>> relative_spread([0.0, 0.0])
+    0.0
     """
     if len(repeats) < 2:
         return 0.0
     low, _, high = statistics.quantiles(repeats, n=4, method="inclusive")
-    return (high - low) / statistics.median(repeats)
+    middle = statistics.median(repeats)
+    if middle == 0:
+        return 0.0 if high == low else math.inf
+    return (high - low) / middle
 
 
 def percent(share: float) -> str:

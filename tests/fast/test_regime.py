@@ -39,6 +39,15 @@ def test_the_spread_is_the_interquartile_range_over_the_median_and_one_disturbed
     assert Probed.of([34.0, 30.0, 32.0, 31.0, 33.0]) == Probed(32.0, pytest.approx(2 / 32))
 
 
+def test_a_probe_whose_repeats_all_vanish_reads_zero_with_a_spread_not_a_division_by_zero():
+    # Under load a probe's step can time no slower than its matmuls alone: each repeat clamps to 0 s/op
+    assert Probed.of([0.0, 0.0]) == Probed(0.0, 0.0)
+    assert relative_spread([0.0, 0.0, 0.0, 1e-6, 2e-6]) == float("inf")
+    assert plus_minus(relative_spread([0.0, 0.0, 0.0, 1e-6, 2e-6])) == "±>100%"
+    vanished = StepCosts(**{**NEAR_HALF.__dict__, "op_seconds": 0.0, "op_spread": 0.0})
+    assert "batch" in cost_table({"batch 1": vanished}, SPREAD_MACHINE)
+
+
 def test_a_share_within_the_bandwidth_spread_of_the_line_is_borderline_but_keeps_its_plain_label():
     reading = NEAR_HALF.regime_reading(SPREAD_MACHINE)
     # the plain label is what the lines say (48 % < 50 %): callers that compare it see no change
