@@ -43,30 +43,23 @@ from tqdm.auto import tqdm
 from labkit.benchmarks.decode import hf_run
 from labkit.benchmarks.fast_best import (
     best_rows,
-    llama_cpp_best,  # noqa: F401  (notebook 13 reads fast.llama_cpp_best)
-    row_best,  # noqa: F401  (notebook 13 reads fast.row_best)
     row_from_child,
     settings_report,
 )
 from labkit.benchmarks.fast_report import (
     compile_report,
-    payback_tokens,  # noqa: F401  (notebook 13 reads fast.payback_tokens)
     records,
     table,
 )
 from labkit.benchmarks.fast_rows import (
-    BENCH_PROMPT,  # noqa: F401  (notebook 13 reads fast.BENCH_PROMPT)
     CHILD,
     COMPILED,
-    FP32,  # noqa: F401  (notebook 13 reads fast.FP32)
     GAMMA,
     LLAMA_CPP,
     PROBE_STEPS,
     PROBE_TOKENS,
     Q4_1_COMPILED,
-    Q4_1_STATIC,  # noqa: F401  (notebook 13 reads fast.Q4_1_STATIC)
     ROWS,
-    STATIC_EAGER,  # noqa: F401  (notebook 13 reads fast.STATIC_EAGER)
     Row,
 )
 from labkit.core.arguments import check_int

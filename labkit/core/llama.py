@@ -22,9 +22,6 @@ from transformers import LlamaConfig as HFLlamaConfig
 from labkit.core.attention import (
     apply_rotary,
     attend_and_project,
-    attention,  # noqa: F401  (notebook 06 imports it from here)
-    attention_explicit,  # noqa: F401  (notebook 06 imports it from here)
-    causal_mask,  # noqa: F401  (notebook 06 imports it from here)
     rotary_cos_sin,
 )
 from labkit.core.doors import check_record

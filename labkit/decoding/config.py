@@ -39,7 +39,7 @@ from labkit.decoding import sampling, structured
 from labkit.decoding.config_checks import check_collections, check_options
 from labkit.decoding.option_rules import blamed
 from labkit.decoding.thinking import ThinkingBudget, ThinkingFormat
-from labkit.decoding.transforms import Transform, apply_transforms  # noqa: F401  (notebooks 04 and 09 import it from here)
+from labkit.decoding.transforms import Transform
 
 
 @dataclass(frozen=True)

@@ -53,7 +53,7 @@ from torch import nn
 from labkit.core.arguments import check_int
 from labkit.core.doors import check_record, check_table
 from labkit.core.llama import Llama, check_llama
-from labkit.fast.machine import Machine, measure_machine, spread_suffix  # noqa: F401  (notebooks 07, 08, 10, 11 and 13 import measure_machine from here)
+from labkit.fast.machine import Machine, spread_suffix
 from labkit.fast.ops import count_ops
 from labkit.fast.optimize import check_steps
 from labkit.fast.q4_linear import KernelLinear

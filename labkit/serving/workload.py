@@ -36,7 +36,7 @@ from labkit.decoding.config import DecodingConfig
 from labkit.decoding.generate import generate
 from labkit.metrics import time_per_output_token
 from labkit.serving.engine import Engine
-from labkit.serving.run_result import RunResult, results_table  # noqa: F401  (notebook 10 imports results_table from here)
+from labkit.serving.run_result import RunResult
 from labkit.serving.static_batch import StaticBatch, Waste
 
 BLOCK_SIZE = 16  # tokens per KV block of the engines these runners make

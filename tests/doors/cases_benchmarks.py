@@ -54,6 +54,11 @@ CASES = [
 NO_ARGUMENT = {  # name -> why it has no bad-input case
     "labkit.benchmarks.engines_child.IN_PROCESS_ENGINES": "a constant: data the notebooks read, not a call",
     "labkit.benchmarks.serve_servers.FASTEST": "a constant: data the notebooks read, not a call",
+    "labkit.benchmarks.fast_rows.BENCH_PROMPT": "a constant: a row label or prompt notebook 13 reads, not a call",
+    "labkit.benchmarks.fast_rows.FP32": "a constant: a row label or prompt notebook 13 reads, not a call",
+    "labkit.benchmarks.fast_rows.Q4_1_COMPILED": "a constant: a row label or prompt notebook 13 reads, not a call",
+    "labkit.benchmarks.fast_rows.Q4_1_STATIC": "a constant: a row label or prompt notebook 13 reads, not a call",
+    "labkit.benchmarks.fast_rows.STATIC_EAGER": "a constant: a row label or prompt notebook 13 reads, not a call",
     "labkit.benchmarks.speculative.PASSAGE": "a constant: data the notebooks read, not a call",
     "labkit.benchmarks.serve_servers.vllm_settings": "only optional flags, turned into text for a table heading",
 }
