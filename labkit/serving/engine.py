@@ -1,6 +1,7 @@
 """labkit's serving engine: continuous batching over a paged KV cache; step = schedule -> run -> postprocess.
 
-It runs labkit's Llama (SmolLM2) and labkit's Gemma3 (Gemma-3-270M, its sliding windows as masks: runner.py).
+It runs labkit's Llama (SmolLM2) and labkit's Gemma3 (Gemma-3-270M: its local layers keep only the blocks
+their sliding window still sees, in a pool of their own; runner.py).
 
 Requests arrive at any time (`add_request`) and leave as soon as they finish; every `step()` runs ONE
 forward pass over the batch the scheduler picks (new prompts, or one token for each running sequence;
@@ -37,7 +38,6 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from labkit.core.forward import context_length
-from labkit.core.paged import BlockPool
 from labkit.decoding.config import DecodingConfig
 from labkit.decoding.request import Prompt, check_request
 from labkit.serving.admission import (
@@ -51,6 +51,7 @@ from labkit.serving.admission import (
 from labkit.serving.block_manager import BlockManager
 from labkit.serving.capacity import check_sizes, default_blocks, default_budget
 from labkit.serving.compiled_step import CompiledDecode
+from labkit.serving.layer_pools import LayerPools
 from labkit.serving.request import MAX_LOGPROBS, EngineRequest, EngineRequestMetrics, Status, TokenLogprob
 from labkit.serving.runner import BatchRunner, require_llama, require_paged_model
 from labkit.serving.scheduler import ScheduledBatch, Scheduler, SchedulerConfig
@@ -119,11 +120,18 @@ class Engine:
             raise TypeError(f"compile_decode must be True or False, got {compile_decode!r}.")
         if compile_decode:
             require_llama(model)  # the compiled step is a Llama's; Gemma3's steps run eager
-        self.pool = BlockPool.for_model(model, n_blocks, block_size)
+        self.pools = LayerPools.for_model(model, n_blocks, block_size)  # a Gemma3's: global and local
+        self.pool = self.pools.full  # every layer of a Llama, the global layers of a Gemma3
         compiled = CompiledDecode(model, self.pool, max_num_seqs) if compile_decode else None
         self.compile_seconds = compiled.warm_up() if compiled else {}  # batch size -> seconds to compile
-        self.runner = BatchRunner(model, self.pool, compiled)
-        self.block_manager = BlockManager(self.pool.allocator, block_size)
+        self.runner = BatchRunner(model, self.pools, compiled)
+        window = self.pools.window
+        self.block_manager = BlockManager(
+            self.pool.allocator,
+            block_size,
+            None if window is None else window.allocator,
+            None if window is None else model.config.sliding_window,
+        )
         self.scheduler = Scheduler(self.config, self.block_manager)
         self.model, self.tokenizer, self.clock, self.max_waiting = model, tokenizer, clock, max_waiting
         self.record_logits = record_logits  # keep each token's logits [V] on its EngineRequest (tests, plots)
@@ -268,7 +276,7 @@ class Engine:
         self.last_batch = batch
         for seq in batch.seqs:  # leaving the queue: the step that first feeds a request starts now
             seq.scheduled_s = start if seq.scheduled_s is None else seq.scheduled_s
-        logits = self.runner.run(batch.seqs, batch.n_new, batch.copies)  # [B, V]
+        logits = self.runner.run(batch.seqs, batch.n_new, batch.copies, batch.window_copies)  # [B, V]
         outputs = self._postprocess(batch, logits)
         self.step_metrics.append(
             StepMetrics(
@@ -288,7 +296,7 @@ class Engine:
         Sample 0 of n forks first: every sample chooses from its row."""
         outputs, now = [], self.clock()
         for row, (seq, n_fed) in enumerate(zip(batch.seqs, batch.n_new)):
-            seq.num_cached_tokens += n_fed
+            self.block_manager.advance(seq, n_fed)  # counted; local blocks that left the window released
             if seq.num_cached_tokens < len(seq):  # a prompt chunk: the rest comes in later steps
                 continue
             forked = self.scheduler.fork(seq)  # none, unless seq is sample 0 of n and its prompt just ended

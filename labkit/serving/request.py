@@ -130,6 +130,7 @@ class EngineRequest:
         self.output_ids: list[int] = []
         self.finish_reason: str | None = None
         self.block_table: list[int] = []  # pool block of each block_size tokens, set by the BlockManager
+        self.window_table: list[int] = []  # a Gemma3's local layers' blocks (NULL_BLOCK: left the window)
         self.num_cached_tokens = 0  # tokens whose keys/values are already in the pool
         self.arrival_s = arrival_s
         self.scheduled_s: float | None = None  # first admitted

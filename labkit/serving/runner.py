@@ -8,15 +8,17 @@ positions, its blocks and its mask.
 A `CompiledDecode` (compiled_step.py), when given, runs the steps where every row feeds one token and
 the batch fits one of its sizes; every other step runs eagerly here (always, for a Gemma3).
 
-**Gemma3's windows.** Its 15 local layers see the last 512 keys of each row through a second mask,
-`layout(T, window)`; here every layer keeps every block, so the prefix cache reuses a prefix for all
-layers, as for a Llama. vLLM's hybrid KV cache manager keeps a sliding layer's blocks only for its last
-window: a prefix hit then needs every block of a full-attention layer but only the last window's blocks
-of a sliding one, and the hit is the longest prefix both kinds of layer still hold. What that would save
-here, by the memory calculator (labkit.models.sizing, gemma-3-270m, float32, 8 sequences): 176 MB
-instead of this engine's 302 MB at 1,024 tokens each, 528 MB instead of 2,416 MB at 8,192.
+**Gemma3's windows** (vLLM's hybrid KV cache manager). Its 15 local layers see the last 512 keys of each
+row through a second mask, `layout(T, window)`, and keep their keys in a pool of their own (`LayerPools`)
+through each sequence's `window_table`: the block manager releases a local block once it lies wholly
+before the window of the sequence's next token, while the 3 global layers keep every block. The prefix
+cache then reuses a prefix of L tokens only where both kinds still hold theirs: every global block of it,
+and the local blocks of the window before L (those holding keys L - window + 1 .. L - 1); a local block
+released and since handed out again ends the hit there. What that saves, by the memory calculator
+(labkit.models.sizing, gemma-3-270m, float32, 8 sequences): 176 MB instead of 302 MB at 1,024 tokens
+each, 528 MB instead of 2,416 MB at 8,192.
 
-    >>> runner = BatchRunner(model, pool)
+    >>> runner = BatchRunner(model, LayerPools.for_model(model, n_blocks=64, block_size=16))
     >>> logits = runner.run(batch.seqs)        # [B, V]: after each row's last new token
 """
 
@@ -29,6 +31,7 @@ from labkit.core.llama import Llama, NotLabkitLlama, check_llama
 from labkit.core.paged import BlockPool
 from labkit.serving.batch_cache import BatchKV, PackedKV
 from labkit.serving.compiled_step import CompiledDecode
+from labkit.serving.layer_pools import LayerPools
 from labkit.serving.request import EngineRequest
 
 PAGED_USER = "The serving engine (a paged KV cache, rows at different positions)"
@@ -56,43 +59,55 @@ def require_paged_model(model: object) -> Llama | Gemma3:
 
 
 class BatchRunner:
-    """labkit's Llama or Gemma3, the BlockPool its sequences' keys and values live in, and its compiled
-    decode step (None: every step eager; a Llama's only)."""
+    """labkit's Llama or Gemma3, the pools its sequences' keys and values live in (a BlockPool: every layer
+    in it), and its compiled decode step (None: every step eager; a Llama's only)."""
 
-    def __init__(self, model: torch.nn.Module, pool: BlockPool, compiled: CompiledDecode | None = None):
+    def __init__(
+        self, model: torch.nn.Module, pools: BlockPool | LayerPools, compiled: CompiledDecode | None = None
+    ):
         require_paged_model(model)
-        self.model, self.pool, self.compiled = model, pool, compiled
+        self.model, self.pools, self.compiled = model, LayerPools.of(pools), compiled
+        self.pool = self.pools.full
 
     def run(
         self,
         seqs: tuple[EngineRequest, ...] | list[EngineRequest],
         n_new: tuple[int, ...] | list[int] | None = None,
         copies: tuple[tuple[int, int], ...] = (),
+        window_copies: tuple[tuple[int, int], ...] = (),
     ) -> torch.Tensor:
         """Feed each sequence its next `n_new[i]` uncached tokens (all of them by default); return the logits
-        after each row's last one, [B, V] float32 (CPU). copies: (shared, private) block pairs copied first,
-        in every layer (copy on write: a sample's first write after its fork).
+        after each row's last one, [B, V] float32 (CPU). copies, window_copies: (shared, private) block pairs
+        of the global and the local layers' pool, copied first (copy on write: a sample's first write after
+        its fork).
 
         Rows that all feed one token (decode) run as a batch [B, 1]; when some feed more (prompts, chunks)
         and there are several rows, they run packed end to end [1, N], so no row is padded to the longest.
         Each sequence's block table must already cover its new tokens (the scheduler sees to it).
         """
-        self.pool.copy_blocks(list(copies))
+        self.pools.copy_blocks(list(copies), list(window_copies))
         rows = [seq.new_token_ids(None if n_new is None else n_new[i]) for i, seq in enumerate(seqs)]
         tables, starts = [seq.block_table for seq in seqs], [seq.num_cached_tokens for seq in seqs]
+        windows = [seq.window_table for seq in seqs] if self.pools.window is not None else None
         self.model.check_position(max(start + len(row) for start, row in zip(starts, rows)) - 1)
         if self.compiled is not None and max(map(len, rows)) == 1 and self.compiled.fits(len(rows)):
             return self.compiled.run(rows, tables, starts)
         if len(rows) > 1 and max(len(row) for row in rows) > 1:
-            return forward_packed(self.model, self.pool, rows, tables, starts)
-        return forward_padded(self.model, self.pool, rows, tables, starts)
+            return forward_packed(self.model, self.pools, rows, tables, starts, windows)
+        return forward_padded(self.model, self.pools, rows, tables, starts, windows)
 
 
 def forward_padded(
-    model: Llama | Gemma3, pool: BlockPool, rows: list[list[int]], tables: list[list[int]], starts: list[int]
+    model: Llama | Gemma3,
+    pool: BlockPool | LayerPools,
+    rows: list[list[int]],
+    tables: list[list[int]],
+    starts: list[int],
+    window_tables: list[list[int]] | None = None,
 ) -> torch.Tensor:
     """Rows of new token ids right-padded to the longest, [B, T], over a `BatchKV`: the logits after each
-    row's last one, [B, V] float32 (CPU). Row b continues the starts[b] tokens in its block table.
+    row's last one, [B, V] float32 (CPU). Row b continues the starts[b] tokens in its block table (and,
+    with `LayerPools` that have a window pool, its window table for the local layers).
 
         >>> forward_padded(model, pool, [[5], [9]], tables=[[0], [1]], starts=[3, 7]).shape   # two decodes
         torch.Size([2, 49152])
@@ -101,18 +116,23 @@ def forward_padded(
     width, device = max(n_new), model.device
     ids = torch.tensor([row + [0] * (width - len(row)) for row in rows], device=device)  # [B, T]
     last = torch.tensor(n_new, device=device) - 1  # [B]: each row's last new token
-    return forward_laid_out(model, ids, BatchKV(pool, tables, starts, n_new), last)
+    return forward_laid_out(model, ids, BatchKV(pool, tables, starts, n_new, window_tables), last)
 
 
 def forward_packed(
-    model: Llama | Gemma3, pool: BlockPool, rows: list[list[int]], tables: list[list[int]], starts: list[int]
+    model: Llama | Gemma3,
+    pool: BlockPool | LayerPools,
+    rows: list[list[int]],
+    tables: list[list[int]],
+    starts: list[int],
+    window_tables: list[list[int]] | None = None,
 ) -> torch.Tensor:
     """The same rows end to end, [1, N] with N = the sum of their lengths, over a `PackedKV`: [B, V] float32 (CPU).
 
     >>> forward_packed(model, pool, [[5], [1, 2, 3]], tables=[[0], [1]], starts=[3, 0]).shape
     torch.Size([2, 49152])
     """
-    cache = PackedKV(pool, tables, starts, [len(row) for row in rows])
+    cache = PackedKV(pool, tables, starts, [len(row) for row in rows], window_tables)
     ids = torch.tensor([[t for row in rows for t in row]], device=model.device)  # [1, N]
     return forward_laid_out(model, ids, cache, cache.last)
 

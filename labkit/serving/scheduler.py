@@ -22,13 +22,19 @@ far is kept; sampling continues with its own generator; blocks it had computed s
 from it (`EngineRequest.seats`), and is admitted only when its group's seats are free and, beyond its
 prompt's blocks, one block per later sample (each one's first copy or fresh block). Its prompt is
 prefilled once; then `fork` seats the other samples, sharing its blocks (copy on write: the block
-manager's `copies` travel with the batch, `ScheduledBatch.copies`). A sample preempted later is
-recomputed like any request; sample 0 preempted before its fork forks when its prompt is done again.
+manager's `copies` travel with the batch, `ScheduledBatch.copies` and `window_copies`). A sample
+preempted later is recomputed like any request; sample 0 preempted before its fork forks when its prompt
+is done again.
 
 Never a deadlock: `add` refuses a request that could not run even alone (beyond the whole pool, or,
 without chunks, the per-step token budget), and a sequence alone in the pool can always grow. The context
 rule is not checked here but once, where the request is made: the engine's `check_request` holds it to
 the smaller of the model's context and `max_model_len` (vLLM checks it in its input processor too).
+
+**Two kinds of block** (a Gemma3): admission (`can_admit`) and each decode's slot (`can_append`) count the
+blocks of both pools, the global layers' and the local layers'; preemption frees both. A sequence's local
+blocks that left its window are already free (the block manager's `advance`), so at long context a Gemma3
+sequence asks for few local blocks beside its global ones.
 
 Invariants (`check()`): waiting sequences are WAITING and hold no blocks; running ones are RUNNING and
 hold blocks; none is in both; the running sequences' seats (samples still to fork included) are at most
@@ -93,8 +99,9 @@ class ScheduledBatch:
     n_new: tuple[int, ...]  # tokens each row feeds this step
     n_decode: int = 0  # the first n_decode rows decode; the others prefill
     preempted: tuple[EngineRequest, ...] = ()  # sequences sent back to the waiting queue by this schedule
-    # (shared, private) blocks to copy before the pass (copy on write)
+    # (shared, private) blocks to copy before the pass (copy on write), in the global and the local pool
     copies: tuple[tuple[int, int], ...] = ()
+    window_copies: tuple[tuple[int, int], ...] = ()
 
     @property
     def n_tokens(self) -> int:
@@ -236,9 +243,9 @@ class Scheduler:
         seqs, n_new = decodes + prefills, [1] * len(decodes) + chunks
         for seq, n in zip(seqs, n_new):
             self.block_manager.publish(seq, seq.num_cached_tokens + n)
-        return ScheduledBatch(
-            tuple(seqs), tuple(n_new), len(decodes), preempted, tuple(self.block_manager.take_copies())
-        )
+        manager = self.block_manager
+        copies, window_copies = tuple(manager.take_copies()), tuple(manager.take_window_copies())
+        return ScheduledBatch(tuple(seqs), tuple(n_new), len(decodes), preempted, copies, window_copies)
 
     def _reserve_decode_slots(self) -> tuple[EngineRequest, ...]:
         """A slot for each decoding sequence's next token; when the pool is full, preempt the newest."""

@@ -49,7 +49,9 @@ def without_prefix_cache(engine: Engine) -> Engine:
     """
     if engine.requests or engine.step_metrics:
         raise ValueError("Turn the prefix cache off before the engine's first request.")
-    manager = NoPrefixCache(engine.pool.allocator, engine.block_manager.block_size)
+    old = engine.block_manager
+    window = None if old.window is None else old.window.allocator
+    manager = NoPrefixCache(old.allocator, old.block_size, window, old.sliding_window)
     engine.block_manager = engine.scheduler.block_manager = manager
     return engine
 

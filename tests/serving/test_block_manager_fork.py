@@ -13,6 +13,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from labkit.core.paged import BlockAllocator, BlockPool
 from labkit.decoding.config import DecodingConfig
 from labkit.serving.block_manager import BlockManager
+from labkit.serving.named_blocks import NULL_BLOCK
 from labkit.serving.request import EngineRequest, Status
 from labkit.serving.scheduler import Scheduler, SchedulerConfig
 
@@ -271,3 +272,26 @@ class GroupMachine(RuleBasedStateMachine):
 
 TestGroupMachine = GroupMachine.TestCase
 TestGroupMachine.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
+
+
+def test_a_window_table_is_forked_copied_on_write_and_lets_go_of_what_its_window_left():
+    """With a sliding window (4 keys), both tables are shared by a fork and copied on the first write; once
+    the next token's window is past a block, every holder releases its local block, the global one stays."""
+    manager = BlockManager(BlockAllocator(8), 4, window_allocator=BlockAllocator(8), sliding_window=4)
+    samples = prefilled_group(manager, range(6), n=2)  # 6 tokens: keys 3..6 are the window of position 6
+    assert all(s.window_table == samples[0].window_table for s in samples)
+    assert manager.window.allocator.n_used == 2
+    for index, seq in enumerate(samples):
+        seq.output_ids.append(50 + index)
+        manager.append_slot(seq)
+    assert (
+        len(manager.take_copies()) == len(manager.take_window_copies()) == 1
+    )  # the last holder writes in place
+    for seq in samples:
+        manager.advance(seq, 1)  # 7 cached: position 7 sees keys 4..7, block 0 is out of every window
+        assert seq.window_table[0] == NULL_BLOCK and seq.block_table[0] == samples[0].block_table[0]
+    manager.check()
+    assert manager.window.allocator.n_used == 2 and manager.allocator.n_used == 3  # one private block each
+    samples[0].window_table[0] = samples[0].window_table[1]
+    with pytest.raises(AssertionError, match="no window sees"):
+        manager.check_window_table(samples[0])

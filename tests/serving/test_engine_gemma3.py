@@ -1,7 +1,8 @@
 """The serving engine on labkit's Gemma3: a tiny Gemma 3 (random weights, 2 local layers with a window of 4
 keys and 1 global layer) gives in the engine exactly what `labkit.generate` gives on each prompt alone, with
-staggered arrivals, chunked prefill, preemption, the prefix cache and n samples; the real Gemma-3-270M does
-too on prompts longer than its 512-token window. Every prompt here is longer than the tiny window, so a
+staggered arrivals, chunked prefill, preemption, the prefix cache and n samples, while its local layers
+keep only the blocks their window still sees; the real Gemma-3-270M does too on prompts longer than its
+512-token window. Every prompt here is longer than the tiny window, so a
 local layer that saw one key too many (or too few) would change the logits."""
 
 import pytest
@@ -13,6 +14,7 @@ from labkit.core.llama import NotLabkitLlama
 from labkit.decoding.generate import generate
 from labkit.models.long_text import long_text
 from labkit.serving.engine import Engine
+from labkit.serving.named_blocks import NULL_BLOCK
 
 from .conftest import compare, run_staggered
 
@@ -154,3 +156,58 @@ def test_gemma3_270m_in_the_engine_equals_generate_past_its_window(gemma3):
     print(
         f"max |engine - alone| logit difference: {max(f[2] for f in found):.2e}; {compared}/{total} compared"
     )
+
+
+def local_blocks_held(seq):
+    return sum(block != NULL_BLOCK for block in seq.window_table)
+
+
+@pytest.mark.parametrize("chunking", [{}, {"chunked_prefill": True, "max_num_batched_tokens": 8}])
+def test_window_blocks_freed(tiny_gemma3, gemma_tokenizer, one_thread, chunking):
+    """Decoding far past the window, a sequence holds at most ceil(window / block) + 1 local blocks (those its
+    next token's window sees), while its global blocks grow; the local pool's free count shows it, the
+    invariants hold after every step, and the output is still generate's."""
+    window, block = tiny_gemma3.config.sliding_window, 2
+    bound = -(-window // block) + 1  # 3
+    requests = requests_of(PROMPTS[3:5], [40, 30])
+    engine = Engine(
+        tiny_gemma3, gemma_tokenizer, max_num_seqs=2, block_size=block, record_logits=True, **chunking
+    )
+    ids = [engine.add_request(prompt, **options) for prompt, options in requests]
+    local, full, steps = engine.pools.window.allocator, engine.pool.allocator, 0
+    while engine.has_unfinished():
+        engine.step()
+        engine.scheduler.check()
+        running = list(engine.scheduler.running)
+        assert all(
+            local_blocks_held(seq) <= bound for seq in running if seq.num_cached_tokens == len(seq) - 1
+        )
+        if len(running) == 2 and all(len(seq) > 20 for seq in running):  # both long past their windows
+            assert local.n_used <= 2 * bound < full.n_used
+            steps += 1
+    assert steps > 5
+    assert_each_alone(engine, ids, requests, tiny_gemma3, gemma_tokenizer)
+    assert_all_free(engine)
+    assert engine.pools.window.allocator.n_used == 0
+
+
+def test_a_prefix_hit_needs_the_local_blocks_of_its_last_window(tiny_gemma3, gemma_tokenizer, one_thread):
+    """A later prompt reuses a prefix longer than the window (its global blocks, and the local blocks of the
+    window before it, released but still named); once those local blocks are handed out again, only the
+    global blocks remain, and the prefix is not a hit (vLLM's rule)."""
+    shared = "You are a helpful assistant. Answer briefly, in one short sentence. "
+    engine = Engine(tiny_gemma3, gemma_tokenizer, max_num_seqs=2, block_size=4)
+    manager, window = engine.block_manager, tiny_gemma3.config.sliding_window
+    engine.add_request(shared + "What is the sea?", max_new_tokens=6)
+    engine.run_until_done()
+    later = gemma_tokenizer(shared + "Why is the sky blue?").input_ids
+    full, local = manager.prefix_hit(later)
+    assert len(full) * 4 > 2 * window and len(local) == 1  # 1 block of 4 holds keys L-3 .. L-1
+    request = engine.add_request(shared + "Why is the sky blue?", max_new_tokens=6)
+    engine.run_until_done()
+    assert manager.hits >= len(full) and engine.requests[request].output_ids == labkit.generate_ids(
+        tiny_gemma3, gemma_tokenizer, shared + "Why is the sky blue?", max_new_tokens=6
+    )
+    while manager.window.n_cached_free:  # hand out every free local block: their names go
+        manager.window.fresh()
+    assert manager.cached_prefix(later) and manager.prefix_hit(later) == ([], [])
