@@ -5,7 +5,11 @@ checks are in tests/fast/test_static.py."""
 import pytest
 import torch
 
+from labkit.core.paged import BlockAllocator, BlockPool
+from labkit.serving.batch_cache import BatchKV
+from labkit.serving.block_manager import BlockManager
 from labkit.serving.engine import Engine
+from labkit.serving.named_blocks import NULL_BLOCK
 
 
 @pytest.mark.parametrize(
@@ -50,3 +54,16 @@ def test_unknown_request_ids_are_named(tiny, tokenizer):
         engine.abort(7)
     with pytest.raises(KeyError, match=r"\(7: no such request\)"):
         engine.release(7)
+
+
+def test_a_block_manager_takes_a_window_pool_and_its_window_together():
+    with pytest.raises(ValueError, match="window_allocator and sliding_window together"):
+        BlockManager(BlockAllocator(4), 4, sliding_window=4)
+    with pytest.raises(ValueError, match="sliding_window"):
+        BlockManager(BlockAllocator(4), 4, BlockAllocator(4), sliding_window=0)
+
+
+def test_a_pass_may_not_write_into_a_released_window_block(tiny):
+    pool = BlockPool.for_model(tiny, n_blocks=4, block_size=2)
+    with pytest.raises(ValueError, match=r"released a block this pass writes \(from position 2\)"):
+        BatchKV(pool, [[NULL_BLOCK, NULL_BLOCK]], starts=[2], n_new=[1])
