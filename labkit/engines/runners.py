@@ -11,7 +11,6 @@ transformers' `generate`, labkit's `generate` (and its batching engine), and lla
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -22,6 +21,7 @@ from labkit.core.doors import check_model, check_record
 from labkit.core.text import chat_prompt
 from labkit.decoding.generate import generate
 from labkit.serving.engine import Engine
+from labkit.timing import clock, time_once
 
 Messages = list[dict[str, str]]
 
@@ -71,9 +71,7 @@ class TransformersRunner:
 
     def answer(self, messages: Messages, max_tokens: int) -> Answer:
         ids = torch.tensor([chat_prompt(self.tokenizer, messages)])
-        start = time.perf_counter()
-        new = self._generate(ids, torch.ones_like(ids), max_tokens)[0].tolist()
-        seconds = time.perf_counter() - start
+        new, seconds = time_once(lambda: self._generate(ids, torch.ones_like(ids), max_tokens)[0].tolist())
         return Answer(self.tokenizer.decode(new, skip_special_tokens=True), len(new), seconds)
 
     def ttft(self, messages: Messages) -> float:
@@ -88,9 +86,7 @@ class TransformersRunner:
         width = max(map(len, prompts))
         ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts])
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
-        start = time.perf_counter()
-        new = self._generate(ids, mask, max_tokens)
-        seconds = time.perf_counter() - start
+        new, seconds = time_once(lambda: self._generate(ids, mask, max_tokens))
         return count_until_eos(new.tolist(), self.tokenizer.eos_token_id) / seconds
 
 
@@ -119,44 +115,35 @@ class LabkitRunner:
         self.model, self.tokenizer = model, tokenizer
 
     def answer(self, messages: Messages, max_tokens: int) -> Answer:
-        start = time.perf_counter()
-        steps = list(
-            generate(
-                self.model,
-                self.tokenizer,
-                chat_prompt(self.tokenizer, messages),
-                max_new_tokens=max_tokens,
-                temperature=0,
+        prompt = chat_prompt(self.tokenizer, messages)
+        steps, seconds = time_once(
+            lambda: list(
+                generate(self.model, self.tokenizer, prompt, max_new_tokens=max_tokens, temperature=0)
             )
         )
-        seconds = time.perf_counter() - start
         return Answer("".join(step.text for step in steps), len(steps), seconds)
 
     def ttft(self, messages: Messages) -> float:
-        start = time.perf_counter()
-        next(
-            iter(
-                generate(
-                    self.model,
-                    self.tokenizer,
-                    chat_prompt(self.tokenizer, messages),
-                    max_new_tokens=1,
-                    temperature=0,
-                )
-            )
-        )
-        return time.perf_counter() - start
+        prompt = chat_prompt(self.tokenizer, messages)
+        return time_once(
+            lambda: next(iter(generate(self.model, self.tokenizer, prompt, max_new_tokens=1, temperature=0)))
+        )[1]
 
     def top_tokens(self, messages: Messages, k: int) -> list[str]:
         return top_token_texts(self.model, self.tokenizer, messages, k)
 
     def concurrent_rate(self, chats: Sequence[Messages], max_tokens: int) -> float:
         engine = Engine(self.model, self.tokenizer, max_num_seqs=len(chats))
-        start = time.perf_counter()
-        for chat in chats:
-            engine.add_request(chat_prompt(self.tokenizer, chat), max_new_tokens=max_tokens, temperature=0)
-        outputs = engine.run_until_done()
-        return len(outputs) / (time.perf_counter() - start)
+
+        def run_all() -> list:
+            for chat in chats:
+                engine.add_request(
+                    chat_prompt(self.tokenizer, chat), max_new_tokens=max_tokens, temperature=0
+                )
+            return engine.run_until_done()
+
+        outputs, seconds = time_once(run_all)
+        return len(outputs) / seconds
 
 
 class LlamaCppRunner:
@@ -173,16 +160,16 @@ class LlamaCppRunner:
         self.llm, self.tokenizer = llm, tokenizer
 
     def answer(self, messages: Messages, max_tokens: int) -> Answer:
-        start = time.perf_counter()
-        reply = self.llm.create_chat_completion(messages, max_tokens=max_tokens, **self.NEUTRAL)
-        seconds = time.perf_counter() - start
+        reply, seconds = time_once(
+            lambda: self.llm.create_chat_completion(messages, max_tokens=max_tokens, **self.NEUTRAL)
+        )
         return Answer(reply["choices"][0]["message"]["content"], reply["usage"]["completion_tokens"], seconds)
 
     def ttft(self, messages: Messages) -> float:
-        start = time.perf_counter()
+        start = clock()
         for chunk in self.llm.create_chat_completion(messages, max_tokens=8, stream=True, **self.NEUTRAL):
             if chunk["choices"][0]["delta"].get("content"):
-                return time.perf_counter() - start
+                return clock() - start
         return float("nan")
 
     def top_tokens(self, messages: Messages, k: int) -> list[str]:

@@ -11,7 +11,6 @@ llama.cpp's server `{"repeat_penalty": 1.0}`: it penalises repeats by 1.1 unless
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -21,6 +20,7 @@ import psutil
 from labkit.core.arguments import check_int, check_text
 from labkit.core.text import chat_prompt
 from labkit.engines.runners import Answer, Messages, check_tokenizer
+from labkit.timing import clock, time_once
 
 
 class ServerRunner:
@@ -48,19 +48,19 @@ class ServerRunner:
         )
 
     def answer(self, messages: Messages, max_tokens: int) -> Answer:
-        start = time.perf_counter()
-        reply = self.client.chat.completions.create(
-            model=self.model,
-            messages=messages,
-            max_tokens=max_tokens,
-            temperature=0,
-            extra_body=self.extra_body,
+        reply, seconds = time_once(
+            lambda: self.client.chat.completions.create(
+                model=self.model,
+                messages=messages,
+                max_tokens=max_tokens,
+                temperature=0,
+                extra_body=self.extra_body,
+            )
         )
-        seconds = time.perf_counter() - start
         return Answer(reply.choices[0].message.content or "", reply.usage.completion_tokens, seconds)
 
     def ttft(self, messages: Messages) -> float:
-        start = time.perf_counter()
+        start = clock()
         stream = self.client.chat.completions.create(
             model=self.model,
             messages=messages,
@@ -72,7 +72,7 @@ class ServerRunner:
         with stream:
             for chunk in stream:
                 if chunk.choices and chunk.choices[0].delta.content:
-                    return time.perf_counter() - start
+                    return clock() - start
         return float("nan")
 
     def top_tokens(self, messages: Messages, k: int) -> list[str] | None:
@@ -98,10 +98,13 @@ class ServerRunner:
 
     def concurrent_rate(self, chats: Sequence[Messages], max_tokens: int) -> float:
         """All output tokens / wall time, with every chat sent at once from its own thread."""
-        start = time.perf_counter()
-        with ThreadPoolExecutor(len(chats)) as pool:
-            answers = list(pool.map(lambda chat: self.answer(chat, max_tokens), chats))
-        return sum(a.tokens for a in answers) / (time.perf_counter() - start)
+
+        def send_all() -> list[Answer]:
+            with ThreadPoolExecutor(len(chats)) as pool:
+                return list(pool.map(lambda chat: self.answer(chat, max_tokens), chats))
+
+        answers, seconds = time_once(send_all)
+        return sum(a.tokens for a in answers) / seconds
 
     def rss_bytes(self) -> int | None:
         """Resident memory of the server process and every process it started."""
