@@ -39,16 +39,20 @@ class EngineLoad:
     running: int  # sequences with a seat (decoding, or their prompt being prefilled)
     waiting: int  # requests queued for a seat or for memory
     free_seats: int  # max_num_seqs - running - samples still to fork from the running ones
-    blocks_used: int  # KV blocks held by running requests
+    blocks_used: int  # KV blocks held by running requests (a Gemma3's: its global layers' pool)
     blocks_cached: int  # free blocks still holding a named prefix (reused by a later request, or evicted)
     blocks_total: int  # the pool
     prefix_hit_rate: float  # share of looked-up prompt blocks found in the pool
+    # a Gemma3's sliding-window layers' pool (None without window layers): blocks held, and its size
+    window_blocks_used: int | None = None
+    window_blocks_total: int | None = None
 
     @classmethod
     def of(cls, scheduler: Scheduler) -> EngineLoad:
         """The load of the engine `scheduler` schedules for, read from its queues and its block manager."""
         manager, allocator = scheduler.block_manager, scheduler.block_manager.allocator
         free_seats = scheduler.config.max_num_seqs - scheduler.seats_used
+        local = None if manager.window is None else manager.window.allocator
         return cls(
             len(scheduler.running),
             len(scheduler.waiting),
@@ -57,6 +61,8 @@ class EngineLoad:
             manager.n_cached_free,
             allocator.n_blocks,
             manager.hit_rate,
+            None if local is None else local.n_used,
+            None if local is None else local.n_blocks,
         )
 
 

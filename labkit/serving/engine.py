@@ -66,9 +66,10 @@ class StepMetrics:
     kind: str  # "prefill", "decode" or "mixed" (decodes and prompt chunks in one pass: chunked prefill)
     batch_size: int  # sequences in the forward pass
     n_tokens: int  # tokens fed (padding not counted)
-    blocks_used: int  # KV blocks in use after the step
+    blocks_used: int  # KV blocks in use after the step (a Gemma3's: its global layers' pool)
     preempted: int  # sequences sent back to the queue by this step's schedule
     duration_s: float  # schedule + run + postprocess, on the engine's clock
+    window_blocks_used: int | None = None  # a Gemma3's local layers' blocks in use after it (else None)
 
 
 def finish_on_arrival(seq: EngineRequest) -> None:
@@ -286,6 +287,7 @@ class Engine:
                 self.pool.allocator.n_used,
                 len(batch.preempted),
                 self.clock() - start,
+                None if self.pools.window is None else self.pools.window.allocator.n_used,
             )
         )
         return outputs

@@ -4,11 +4,14 @@ a Gemma3's sliding-window layers (vLLM's hybrid KV cache: one group of blocks pe
 A Llama has one kind: `window` is None and layer i lives in row i of `full`. Gemma-3-270M's 3 global layers
 live in `full` (3 layer rows), its 15 local ones in `window` (15 rows); a block id names a block of its own
 kind's pool, so a local block holds 15 layers' keys and values, a global one 3 layers'. Both pools have the
-same number of blocks (a sequence never holds more local blocks than global ones).
+same number of blocks (a sequence never holds more local blocks than global ones). The local pool could be
+smaller only if admission took a prompt's local blocks chunk by chunk: `BlockManager.allocate` takes them all
+at once, so a prompt the global pool just admits needs as many local blocks (freed once its window passes).
 
     >>> pools = LayerPools.for_model(gemma3, n_blocks=64, block_size=16)
     >>> pools.rows[5], pools.rows[6]          # (False, 0): layer 5 is global, row 0; (True, 5): local, row 5
     >>> pools.used_bytes()                    # bytes of the blocks in use, both kinds
+    >>> pools.describe()                      # each pool's layers, blocks and bytes
 """
 
 from __future__ import annotations
@@ -74,3 +77,15 @@ class LayerPools:
     def nbytes(self) -> int:
         """Bytes of both pools, free blocks included."""
         return self.full.nbytes() + (self.window.nbytes() if self.window is not None else 0)
+
+    def describe(self) -> str:
+        """Each pool's layers, blocks and bytes (free blocks included), e.g. for Gemma-3-270M in float32 at
+        512 blocks of 16: "global layers: 3 layers x 512 blocks of 16 tokens, 50,331,648 bytes; sliding-window
+        layers: 15 layers x 512 blocks of 16 tokens, 251,658,240 bytes"."""
+        kinds = [("every layer" if self.window is None else "global layers", self.full)]
+        kinds += [] if self.window is None else [("sliding-window layers", self.window)]
+        return "; ".join(
+            f"{name}: {pool.keys.shape[0]} layers x {pool.allocator.n_blocks} blocks of {pool.block_size} "
+            f"tokens, {pool.nbytes():,} bytes"
+            for name, pool in kinds
+        )

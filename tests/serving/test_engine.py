@@ -8,6 +8,8 @@ import labkit
 from labkit.decoding.generate import generate
 from labkit.serving.admission import EngineBusy
 from labkit.serving.engine import Engine
+from labkit.serving.http.app import window_blocks
+from labkit.serving.http.server_metrics import ServerMetrics
 
 from .conftest import run_staggered
 
@@ -257,3 +259,9 @@ def test_engine_reports_its_load_and_turns_requests_away_when_its_queue_is_full(
     assert (load.running, load.waiting, load.free_seats) == (0, 2, 1)
     engine.step()
     assert (engine.load().running, engine.load().free_seats) == (1, 0) and engine.load().blocks_used > 0
+    # one pool: nothing about a sliding-window pool, on the load, the step, /health or /metrics
+    assert engine.load().window_blocks_total is None and engine.step_metrics[-1].window_blocks_used is None
+    assert window_blocks(engine.load()) == {}
+    metrics = ServerMetrics()
+    metrics.set_load(1, 1, engine.load().blocks_used, engine.load().blocks_total)
+    assert b"window" not in metrics.render()

@@ -14,6 +14,9 @@ from labkit.core.llama import NotLabkitLlama
 from labkit.decoding.generate import generate
 from labkit.models.long_text import long_text
 from labkit.serving.engine import Engine
+from labkit.serving.http.app import window_blocks
+from labkit.serving.http.server_metrics import ServerMetrics
+from labkit.serving.layer_pools import LayerPools
 from labkit.serving.named_blocks import NULL_BLOCK
 
 from .conftest import compare, run_staggered
@@ -211,3 +214,47 @@ def test_a_prefix_hit_needs_the_local_blocks_of_its_last_window(tiny_gemma3, gem
     while manager.window.n_cached_free:  # hand out every free local block: their names go
         manager.window.fresh()
     assert manager.cached_prefix(later) and manager.prefix_hit(later) == ([], [])
+
+
+def test_the_local_pool_is_reported_beside_the_global_one(tiny_gemma3, gemma_tokenizer, one_thread):
+    """Each step's metrics, the engine's load, /health's counts and /metrics show the local layers' pool:
+    decoding far past the window, its count stays bounded while the global one grows."""
+    window, block = tiny_gemma3.config.sliding_window, 2
+    bound = 2 * (-(-window // block) + 1)  # two sequences, each at most ceil(window / block) + 1 local blocks
+    engine = Engine(tiny_gemma3, gemma_tokenizer, max_num_seqs=2, block_size=block)
+    for prompt, options in requests_of(PROMPTS[3:5], [40, 30]):
+        engine.add_request(prompt, **options)
+    loads = []
+    while engine.has_unfinished():
+        engine.step()
+        loads.append(engine.load())
+    decodes = [(step, load) for step, load in zip(engine.step_metrics, loads) if step.kind == "decode"]
+    assert all(step.window_blocks_used == load.window_blocks_used <= bound for step, load in decodes)
+    assert all(step.blocks_used == load.blocks_used for step, load in decodes)
+    peak = max(step.blocks_used for step, _ in decodes)  # the global count grew past the local bound
+    assert peak > decodes[0][0].blocks_used and peak > 2 * bound
+    load = loads[len(decodes) // 2]
+    assert load.window_blocks_total == engine.pools.window.allocator.n_blocks == load.blocks_total
+    assert window_blocks(load) == {
+        "kv_window_blocks_used": load.window_blocks_used,
+        "kv_window_blocks_total": load.window_blocks_total,
+    }
+    metrics = ServerMetrics()
+    metrics.set_load(2, 0, load.blocks_used, load.blocks_total, (load.window_blocks_used, 7))
+    assert f"labkit_kv_window_blocks_used {float(load.window_blocks_used)}" in metrics.render().decode()
+    assert "labkit_kv_window_blocks_total 7.0" in metrics.render().decode()
+    assert engine.load().window_blocks_used == 0
+
+
+def test_each_pools_bytes_are_described(tiny_gemma3, gemma_tokenizer):
+    """Gemma-3-270M's shapes on the meta device (no weights, no memory): at 8 seats and blocks of 16, the
+    default 512 blocks a pool, its 3 global layers take 50.3 MB and its 15 local layers 251.7 MB (float32)."""
+    with torch.device("meta"):
+        pools = LayerPools.for_model(Gemma3(Gemma3Config()), n_blocks=512, block_size=16)
+    assert pools.describe() == (
+        "global layers: 3 layers x 512 blocks of 16 tokens, 50,331,648 bytes; "
+        "sliding-window layers: 15 layers x 512 blocks of 16 tokens, 251,658,240 bytes"
+    )
+    assert pools.nbytes() == 50_331_648 + 251_658_240
+    engine = Engine(tiny_gemma3, gemma_tokenizer, max_num_seqs=2, n_blocks=8, block_size=4)
+    assert engine.pools.describe().startswith("global layers: 1 layers x 8 blocks of 4 tokens")

@@ -4,7 +4,9 @@ This is the only place the web framework meets labkit: routes translate protocol
 does the work. Every error leaves in the shape of the protocol its path belongs to (`errors`), and a
 client's mistake is never a 500. Routes parse their bodies themselves, after a size-limited read (413),
 with their protocol's pydantic models, so FastAPI's own body validation never runs; GET /openapi.json
-describes those models all the same (`openapi`), and, like /health, needs no API key.
+describes those models all the same (`openapi`), and, like /health, needs no API key. /health shows the KV
+blocks in use and in the pool; for a Gemma3 those of its global layers, and beside them its sliding-window
+layers' pool (`kv_window_blocks_used`, `kv_window_blocks_total`).
 
     >>> app = build_app(service, api_key=None)
     >>> uvicorn.run(app, host="127.0.0.1", port=8000)
@@ -20,6 +22,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
+from labkit.serving.admission import EngineLoad
 from labkit.serving.http import ollama_api, openai_api
 from labkit.serving.http.errors import ClientError, error_response
 from labkit.serving.http.model_service import ClientGone, ModelService
@@ -75,6 +78,20 @@ async def server_error(request: Request, error: Exception) -> JSONResponse:
     )
 
 
+def window_blocks(load: EngineLoad) -> dict[str, int]:
+    """/health's counts of a Gemma3's sliding-window layers' pool; nothing for a model without one.
+
+    >>> window_blocks(EngineLoad(2, 0, 2, 40, 0, 64, 0.0, window_blocks_used=6, window_blocks_total=64))
+    {'kv_window_blocks_used': 6, 'kv_window_blocks_total': 64}
+    """
+    if load.window_blocks_total is None:
+        return {}
+    return {
+        "kv_window_blocks_used": load.window_blocks_used,
+        "kv_window_blocks_total": load.window_blocks_total,
+    }
+
+
 def build_app(service: ModelService, api_key: str | None = None) -> FastAPI:
     """The app serving `service`; with an api_key, every route but /health needs it."""
     app = FastAPI(title="labkit server", docs_url=None, redoc_url=None, openapi_url="/openapi.json")
@@ -109,6 +126,7 @@ def build_app(service: ModelService, api_key: str | None = None) -> FastAPI:
                 "kv_blocks_total": load.blocks_total,
                 "kv_blocks_cached": load.blocks_cached,
                 "prefix_cache_hit_rate": load.prefix_hit_rate,
+                **window_blocks(load),
             },
             status_code=200 if alive else 503,
         )

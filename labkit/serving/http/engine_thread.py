@@ -235,6 +235,8 @@ class EngineThread:
 
     def _publish_load(self) -> None:
         self.load = self.engine.load()
-        self.metrics.set_load(
-            self.load.running, self.load.waiting, self.load.blocks_used, self.load.blocks_total
+        load = self.load
+        window = (
+            None if load.window_blocks_total is None else (load.window_blocks_used, load.window_blocks_total)
         )
+        self.metrics.set_load(load.running, load.waiting, load.blocks_used, load.blocks_total, window)

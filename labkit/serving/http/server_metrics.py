@@ -59,6 +59,7 @@ class ServerMetrics:
         self.waiting = Gauge("labkit_requests_waiting", "Requests queued for admission.", registry=r)
         self.blocks_used = Gauge("labkit_kv_blocks_used", "KV-cache blocks in use.", registry=r)
         self.blocks_total = Gauge("labkit_kv_blocks_total", "KV-cache blocks in the pool.", registry=r)
+        self.window_blocks: tuple[Gauge, Gauge] | None = None  # a Gemma3's local layers' (set_load)
         self.finished = Counter(
             "labkit_requests_finished", "Requests that ended, by reason.", ["reason"], registry=r
         )
@@ -77,11 +78,37 @@ class ServerMetrics:
             self.tpot.observe(request.tpot_s)
         self.finished.labels(request.finish_reason or "unknown").inc()
 
-    def set_load(self, running: int, waiting: int, blocks_used: int, blocks_total: int) -> None:
+    def set_load(
+        self,
+        running: int,
+        waiting: int,
+        blocks_used: int,
+        blocks_total: int,
+        window_blocks: tuple[int, int] | None = None,
+    ) -> None:
+        """The load gauges; window_blocks, (used, total) of a Gemma3's sliding-window layers' pool, adds
+        labkit_kv_window_blocks_used and _total the first time it is given (a Llama's metrics have neither)."""
         self.running.set(running)
         self.waiting.set(waiting)
         self.blocks_used.set(blocks_used)
         self.blocks_total.set(blocks_total)
+        if window_blocks is None:
+            return
+        if self.window_blocks is None:
+            self.window_blocks = (
+                Gauge(
+                    "labkit_kv_window_blocks_used",
+                    "Sliding-window layers' KV blocks in use.",
+                    registry=self.registry,
+                ),
+                Gauge(
+                    "labkit_kv_window_blocks_total",
+                    "Sliding-window layers' KV blocks in their pool.",
+                    registry=self.registry,
+                ),
+            )
+        for gauge, value in zip(self.window_blocks, window_blocks):
+            gauge.set(value)
 
     def render(self) -> bytes:
         """The Prometheus text exposition of every metric."""
