@@ -26,7 +26,7 @@ from labkit.core.llama import Llama
 from labkit.core.paged import BlockPool
 from labkit.models.loading import load_model
 from labkit.this_machine import machine_name
-from labkit.timing import best_seconds
+from labkit.timing import best_seconds, time_once
 
 BENCH_PROMPT = "The history of the Roman Empire begins with"
 FILLER = (
@@ -157,9 +157,7 @@ def prefill_decode_paged(
         model, n_blocks=(prompt_length + steps + 2) // block_size + 2, block_size=block_size
     )
     for _ in range(repeats):
-        start = time.perf_counter()
-        prefill(model, long_prompt, max_length=prompt_length + 1)
-        prefill_s.append(time.perf_counter() - start)
+        prefill_s.append(time_once(lambda: prefill(model, long_prompt, max_length=prompt_length + 1))[1])
         decode_s += step_seconds(model, long_prompt, steps)
         paged_cache = pool.new_cache(max_length=prompt_length + steps + 1)
         paged_s += step_seconds(model, long_prompt, steps, paged_cache)

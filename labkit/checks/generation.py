@@ -9,7 +9,6 @@ measurement is timed again by the checker, so made-up seconds do not pass.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import torch
@@ -21,6 +20,7 @@ from labkit.core.forward import NoCache, decode_step, greedy_decode, prefill
 from labkit.core.text import encode_prompt
 from labkit.decoding import generate as generate_module
 from labkit.decoding.search import beam_search
+from labkit.timing import time_once
 
 __all__ = ["check_next_token_probs", "check_greedy_loop", "check_cache_speedup"]
 
@@ -170,9 +170,7 @@ def loop_seconds(model: torch.nn.Module, prompt_ids: list[int], n_tokens: int) -
         prefill(model, ids)  # warm-up
         seconds = []
         for cache in (NoCache(), None):  # None: prefill makes the model's own KV cache
-            start = time.perf_counter()
-            greedy(cache)
-            seconds.append(time.perf_counter() - start)
+            seconds.append(time_once(lambda: greedy(cache))[1])
     return seconds[0], seconds[1]
 
 

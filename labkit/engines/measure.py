@@ -30,6 +30,7 @@ from labkit.engines.compare import GREEDY_TOKENS, TOP_K, EngineRow
 from labkit.loadtest.load import question
 from labkit.metrics import current_memory_bytes
 from labkit.run_log import record
+from labkit.timing import time_once
 
 T = TypeVar("T")
 
@@ -112,9 +113,8 @@ def timed_load(load: Callable[[], T], warm_up: Callable[[T], object]) -> tuple[T
     """
     check_callable("load", load, "a function of no arguments that loads the engine and returns it")
     check_callable("warm_up", warm_up, "a function of what load returned that answers one request")
-    before, start = current_memory_bytes(), time.perf_counter()
-    loaded = load()
-    seconds = time.perf_counter() - start
+    before = current_memory_bytes()
+    loaded, seconds = time_once(load)
     warm_up(loaded)
     after = current_memory_bytes()
     return loaded, seconds, None if before is None or after is None else after - before

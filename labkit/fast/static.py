@@ -21,7 +21,6 @@ cache they append to differs.
 from __future__ import annotations
 
 import math
-import time
 import types
 from collections.abc import Sequence
 from pathlib import Path
@@ -34,6 +33,7 @@ from labkit.core.llama import Llama, check_llama, rotary_cos_sin
 from labkit.core.text import check_token_ids
 from labkit.speculative.drafters import PromptLookupDrafter
 from labkit.speculative.rule import accept_greedy
+from labkit.timing import time_once
 
 SLOT_MULTIPLE = 64  # S is rounded up to a multiple of this, so nearby request sizes share one compiled step
 
@@ -265,7 +265,5 @@ class StaticDecoder:
         """Call a step; its first call is timed into compile_seconds[name] (with compile=True, it compiles)."""
         if name in self.compile_seconds:
             return step(*args)
-        start = time.perf_counter()
-        out = step(*args)
-        self.compile_seconds[name] = time.perf_counter() - start
+        out, self.compile_seconds[name] = time_once(lambda: step(*args))
         return out

@@ -25,8 +25,6 @@ Steps that feed a prompt (prefill, chunks, mixed) and batches beyond the largest
 
 from __future__ import annotations
 
-import time
-
 import torch
 
 from labkit.core.arguments import check_int
@@ -36,6 +34,7 @@ from labkit.fast.kernel import load_kernel
 from labkit.fast.row_attention import row_attention
 from labkit.fast.static import compiled_function
 from labkit.serving.batch_cache import slot_index
+from labkit.timing import time_once
 
 MIN_CONTEXT = 2  # S of at least 2: dynamo would specialize a length-1 dimension into a graph of its own
 
@@ -144,9 +143,7 @@ class CompiledDecode:
         with torch.no_grad():
             self.model(torch.zeros(1, 1, dtype=torch.long, device=self.model.device))
         for size in self.sizes:
-            started = time.perf_counter()
-            self.inputs_and_run([], [], [], size)
-            self.compile_seconds[size] = time.perf_counter() - started
+            self.compile_seconds[size] = time_once(lambda: self.inputs_and_run([], [], [], size))[1]
         return dict(self.compile_seconds)
 
     def run(self, rows: list[list[int]], tables: list[list[int]], starts: list[int]) -> torch.Tensor:

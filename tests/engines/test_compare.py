@@ -110,13 +110,13 @@ def test_an_unknown_wait_policy_is_refused_before_a_server_starts(tmp_path, monk
 
 
 def test_a_timed_load_counts_the_load_not_the_warm_up_and_the_memory_both_add(monkeypatch):
-    from types import SimpleNamespace
 
+    import labkit.timing
     from labkit.engines import measure as measure_module
 
-    # a fake clock and memory: no timing
+    # a fake clock and memory: no timing (timed_load reads labkit.timing's clock, through time_once)
     clock, memory, calls = iter([10.0, 12.5, 99.0]), iter([100, 700]), []
-    monkeypatch.setattr(measure_module, "time", SimpleNamespace(perf_counter=lambda: next(clock)))
+    monkeypatch.setattr(labkit.timing, "clock", lambda: next(clock))
     monkeypatch.setattr(measure_module, "current_memory_bytes", lambda: next(memory))
     loaded, seconds, rss = measure_module.timed_load(
         lambda: calls.append("load") or "model", lambda model: calls.append(f"warm {model}")
