@@ -14,13 +14,15 @@ least recently freed one, and if that one had a name, the name is evicted (LRU).
 
 **Sliding windows** (Gemma 3's local layers; vLLM's hybrid KV cache manager, its SlidingWindowManager):
 with a `window_allocator`, each sequence has a second table, `window_table`, in the pool of the local
-layers, as long as its `block_table` (the global layers'). Once c tokens are cached, the next query (at
-position c) sees keys from c - window + 1 on, so the first (c - window + 1) // block_size blocks of the
-window table are released (`advance`) and their entries become NULL_BLOCK: a decoding Gemma3 sequence
-holds at most ceil((window - 1) / block_size) + 1 local blocks (those of its next token's window; a prompt
-being prefilled also holds those of the tokens its step feeds), while its global blocks grow. A prefix hit of L tokens needs every global block of the prefix and, for the local layers, the
-blocks that hold keys L - window + 1 .. L - 1 (the window of the first token computed); the hit is the
-longest L for which both kinds still hold theirs, each kind naming its own blocks.
+layers. Global blocks are taken for the whole prompt at admission; local ones one scheduled chunk at a time
+(vLLM's SlidingWindowManager): a step that feeds tokens c .. c + n - 1 needs the local blocks of keys
+c - window + 1 .. c + n - 1 (`allocate(seq, limit)` for the first chunk, `grow_window` for a later one,
+`append_slot` for a decode), so the window table reaches ceil((c + n) / block_size) blocks. Once c tokens
+are cached, the first (c - window + 1) // block_size entries are released (`advance`) and become
+NULL_BLOCK: a decoding Gemma3 sequence holds at most ceil((window - 1) / block_size) + 1 local blocks,
+while its global blocks grow. A prefix hit of L tokens needs every global block of the prefix and, for the
+local layers, the blocks that hold keys L - window + 1 .. L - 1 (the window of the first token computed);
+the hit is the longest L for which both kinds still hold theirs, each kind naming its own blocks.
 
 **Forks and copy on write** (vLLM's parallel sampling): `fork` gives a sample of the same prompt the
 parent's tables (reference counts + 1, nothing copied). Positions only grow, so a full shared block is
@@ -37,8 +39,9 @@ Invariants (`check()`), for each kind of block:
    num_cached_tokens <= len(table) * block_size and len(table) <= ceil(len(seq) / block_size);
 5. a block held by several tables sits at the same index in each, and its holders agree on the tokens
    in it, as far as each has them cached (a write into a shared block, without its copy, breaks this);
-6. a window table is as long as its block table, and holds exactly the blocks its next token's window
-   can still see: NULL_BLOCK before index (num_cached_tokens - window + 1) // block_size, a block from it on.
+6. a window table holds exactly the blocks from its window's start to its computed/scheduled end e
+   (`window_end`, num_cached_tokens <= e <= len(seq)): ceil(e / block_size) entries, NULL_BLOCK before
+   index (num_cached_tokens - window + 1) // block_size, a block from it on.
 
     >>> manager = BlockManager(BlockAllocator(8), block_size=4)
     >>> manager.allocate(seq)                  # seq.block_table == [0, 1] for 6 tokens
@@ -94,6 +97,7 @@ class BlockManager:
         self.holders: dict[int, EngineRequest] = {}  # request_id -> sequence holding blocks
         # request_id -> (blocks named so far, last chain hash)
         self.published: dict[int, tuple[int, int]] = {}
+        self.window_end: dict[int, int] = {}  # request_id -> tokens its window table has room for
         self.lookups = 0  # full prompt blocks looked up in the prefix cache
         self.hits = 0  # ... and found there (in use by another sequence, or free and still named)
         # (shared, private) pairs to copy before the next forward pass, in the global and the local pool
@@ -147,48 +151,52 @@ class BlockManager:
         """How many leading full blocks of token_ids are already in the pool (for every kind of layer)."""
         return len(self.prefix_hit(token_ids)[0])
 
-    def needed(self, token_ids: Ids[int]) -> tuple[int, int]:
+    def needed(self, token_ids: Ids[int], limit: int | None = None) -> tuple[int, int]:
         """Free (global, local) blocks that allocating token_ids would take: fresh ones, and cached ones
-        that sit free; local 0 without a window."""
+        that sit free; local 0 without a window. limit: the most tokens its first step feeds (None: all);
+        the local blocks are those of that first chunk's window."""
         full, window = self.prefix_hit(token_ids)
         total = math.ceil(len(token_ids) / self.block_size)
         need_full = total - sum(self.full.in_use(block) for block in full)
         if self.window is None:
             return need_full, 0
-        held = total - self.skipped_blocks(len(full) * self.block_size)
+        hit = len(full) * self.block_size
+        end = len(token_ids) if limit is None else min(len(token_ids), hit + limit)
+        held = math.ceil(end / self.block_size) - self.skipped_blocks(hit)
         return need_full, held - sum(self.window.in_use(block) for block in window)
 
     def blocks_needed(self, token_ids: Ids[int]) -> int:
         """Free blocks of the (global layers') pool that allocating token_ids would take."""
         return self.needed(token_ids)[0]
 
-    def _fits(self, token_ids: Ids[int], extra: int = 0) -> bool:
-        """Whether both kinds have the blocks of token_ids free, and `extra` more each."""
-        full, window = self.needed(token_ids)
+    def _fits(self, token_ids: Ids[int], extra: int = 0, limit: int | None = None) -> bool:
+        """Whether both kinds have the blocks of token_ids (its first `limit` new tokens' window) free, and
+        `extra` more each."""
+        full, window = self.needed(token_ids, limit)
         return full + extra <= self.full.allocator.n_free and (
             self.window is None or window + extra <= self.window.allocator.n_free
         )
 
-    def can_allocate(self, token_ids: Ids[int]) -> bool:
-        return self._fits(token_ids)
+    def can_allocate(self, token_ids: Ids[int], limit: int | None = None) -> bool:
+        return self._fits(token_ids, limit=limit)
 
-    def can_admit(self, seq: EngineRequest) -> bool:
-        """Whether seq's blocks are free, and one more of each kind for each sample still to fork from it
-        (the copy or the fresh block its first decode will need)."""
-        return self._fits(seq.token_ids, len(seq.unforked))
+    def can_admit(self, seq: EngineRequest, limit: int | None = None) -> bool:
+        """Whether seq's blocks are free (local ones for its first `limit` new tokens), and one more of each
+        kind for each sample still to fork from it (the copy or the fresh block its first decode will need)."""
+        return self._fits(seq.token_ids, len(seq.unforked), limit)
 
-    def allocate(self, seq: EngineRequest) -> None:
-        """Give seq blocks for all its tokens: its cached prefix blocks shared or reused, the rest fresh; a
-        window table without the blocks its first computed token's window no longer sees."""
+    def allocate(self, seq: EngineRequest, limit: int | None = None) -> None:
+        """Give seq global blocks for all its tokens: its cached prefix blocks shared or reused, the rest
+        fresh; local blocks for the window of its first chunk, at most `limit` new tokens (None: all)."""
         if seq.request_id in self.holders or seq.block_table:
             raise ValueError(
                 f"Request {seq.request_id} already holds blocks {seq.block_table}; free them first."
             )
-        if not self.can_allocate(seq.token_ids):
+        if not self.can_allocate(seq.token_ids, limit):
             raise ValueError(
                 f"Request {seq.request_id} needs {self.blocks_needed(seq.token_ids)} blocks; "
                 f"{self.full.allocator.n_free} are free (and of the local layers' pool, if any: "
-                f"{self.needed(seq.token_ids)[1]} needed). Ask can_allocate() first."
+                f"{self.needed(seq.token_ids, limit)[1]} needed). Ask can_allocate() first."
             )
         self.lookups += len(chain_hashes(seq.token_ids, self.block_size))
         full, window = self.prefix_hit(seq.token_ids)
@@ -199,11 +207,35 @@ class BlockManager:
         ]
         if self.window is not None:
             skipped = [NULL_BLOCK] * self.skipped_blocks(hits * self.block_size)
-            taken = [self.window.take_cached(block) for block in window]
-            seq.window_table = skipped + taken + [self.window.fresh() for _ in range(hits, total)]
+            seq.window_table = skipped + [self.window.take_cached(block) for block in window]
         seq.num_cached_tokens = hits * self.block_size
         self.holders[seq.request_id] = seq
         self.published[seq.request_id] = (hits, self.full.block_hash[full[-1]][0] if hits else NO_HASH)
+        self.window_end[seq.request_id] = seq.num_cached_tokens
+        self.grow_window(seq, len(seq) - seq.num_cached_tokens if limit is None else limit)
+
+    def window_short(self, seq: EngineRequest, n_new: int) -> int:
+        """Fresh local blocks seq's window table needs before a step feeds its next n_new tokens."""
+        if self.window is None:
+            return 0
+        end = min(len(seq), seq.num_cached_tokens + n_new)
+        return max(0, math.ceil(end / self.block_size) - len(seq.window_table))
+
+    def can_grow_window(self, seq: EngineRequest, n_new: int) -> bool:
+        return self.window is None or self.window_short(seq, n_new) <= self.window.allocator.n_free
+
+    def grow_window(self, seq: EngineRequest, n_new: int) -> None:
+        """Fresh local blocks for seq's next n_new tokens (a chunk); nothing without a window."""
+        if self.window is None:
+            return
+        if not self.can_grow_window(seq, n_new):
+            raise ValueError(
+                f"Request {seq.request_id} needs {self.window_short(seq, n_new)} local blocks for {n_new} "
+                f"tokens; {self.window.allocator.n_free} are free. Ask can_grow_window() first."
+            )
+        seq.window_table += [self.window.fresh() for _ in range(self.window_short(seq, n_new))]
+        end = min(len(seq), seq.num_cached_tokens + n_new)
+        self.window_end[seq.request_id] = max(self.window_end[seq.request_id], end)
 
     def fork(self, parent: EngineRequest, child: EngineRequest) -> None:
         """child (a sample of parent's prompt, no blocks yet) shares every block of parent's tables,
@@ -219,6 +251,7 @@ class BlockManager:
         child.num_cached_tokens = parent.num_cached_tokens
         self.holders[child.request_id] = child
         self.published[child.request_id] = self.published[parent.request_id]
+        self.window_end[child.request_id] = self.window_end[parent.request_id]
 
     def publish(self, seq: EngineRequest, computed_tokens: int) -> None:
         """Name seq's full blocks among its first `computed_tokens` tokens (computed by the end of this step),
@@ -230,8 +263,9 @@ class BlockManager:
             tokens = tuple(ids[index * self.block_size : (index + 1) * self.block_size])
             previous = hash((previous, tokens))
             self.full.name(seq.block_table[index], previous, tokens)
-            if self.window is not None and seq.window_table[index] != NULL_BLOCK:
-                self.window.name(seq.window_table[index], previous, tokens)
+            local = seq.window_table[index] if index < len(seq.window_table) else NULL_BLOCK
+            if self.window is not None and local != NULL_BLOCK:
+                self.window.name(local, previous, tokens)
             named = index + 1
         self.published[seq.request_id] = (named, previous)
 
@@ -241,6 +275,7 @@ class BlockManager:
         seq.num_cached_tokens += n_computed
         if self.window is None:
             return
+        self.window_end[seq.request_id] = max(self.window_end[seq.request_id], seq.num_cached_tokens)
         for index in range(self.skipped_blocks(seq.num_cached_tokens)):
             if seq.window_table[index] != NULL_BLOCK:
                 self.window.allocator.release(seq.window_table[index])
@@ -255,10 +290,12 @@ class BlockManager:
         seq.block_table, seq.window_table, seq.num_cached_tokens = [], [], 0
         self.holders.pop(seq.request_id, None)
         self.published.pop(seq.request_id, None)
+        self.window_end.pop(seq.request_id, None)
 
-    def needs_block(self, seq: EngineRequest) -> bool:
-        """Whether the next token fed (at position len(seq) - 1) starts a new block."""
-        return len(seq.block_table) * self.block_size < len(seq)
+    def needs_block(self, seq: EngineRequest, table: list[int] | None = None) -> bool:
+        """Whether the next token fed (at position len(seq) - 1) starts a new block (of `table`: by default
+        the global one)."""
+        return len(seq.block_table if table is None else table) * self.block_size < len(seq)
 
     def kinds(self, seq: EngineRequest) -> list[tuple[NamedBlocks, list[int], list[tuple[int, int]]]]:
         """(blocks, seq's table, copies) of each kind of layer: the global one, and the local one if any."""
@@ -274,18 +311,21 @@ class BlockManager:
         return any(self._shared_next(names, table, seq) for names, table, _ in self.kinds(seq))
 
     def can_append(self, seq: EngineRequest) -> bool:
-        grow = self.needs_block(seq)
+        """Whether each kind has the block a decode of seq needs (fresh or a copy), if it needs one."""
         return all(
-            not (grow or self._shared_next(names, table, seq)) or names.allocator.n_free >= 1
+            not (self.needs_block(seq, table) or self._shared_next(names, table, seq))
+            or names.allocator.n_free >= 1
             for names, table, _ in self.kinds(seq)
         )
 
     def append_slot(self, seq: EngineRequest) -> None:
         """Before a decode step, in each kind: a fresh block when the token to feed crosses a block boundary;
         a private copy (recorded in `copies` or `window_copies`) when it lands in a shared block."""
-        grow, index = self.needs_block(seq), (len(seq) - 1) // self.block_size
+        index = (len(seq) - 1) // self.block_size
+        if self.window is not None:
+            self.window_end[seq.request_id] = len(seq)
         for names, table, copies in self.kinds(seq):
-            if grow:
+            if self.needs_block(seq, table):
                 table.append(names.fresh())
             elif self._shared_next(names, table, seq):
                 shared, private = table[index], names.fresh()
@@ -322,11 +362,15 @@ class BlockManager:
         self.check_shared_blocks(lambda seq: seq.window_table)
 
     def check_window_table(self, seq: EngineRequest) -> None:
-        """Invariant 6: the window table holds exactly the blocks its next token's window still sees."""
+        """Invariant 6: the window table holds exactly the blocks from its window's start to its end."""
         if self.window is None:
             assert not seq.window_table, f"{seq}: a window table without a window"
             return
-        assert len(seq.window_table) == len(seq.block_table), f"{seq}: its two tables differ in length"
+        end = self.window_end[seq.request_id]
+        assert seq.num_cached_tokens <= end <= len(seq), f"{seq}: its window ends at {end}"
+        assert len(seq.window_table) == math.ceil(end / self.block_size), (
+            f"{seq}: {len(seq.window_table)} window entries for {end} tokens computed or scheduled"
+        )
         first = self.skipped_blocks(seq.num_cached_tokens)
         table = seq.window_table
         assert set(table[:first]) <= {NULL_BLOCK}, f"{seq}: holds local blocks no window sees: {table}"

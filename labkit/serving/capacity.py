@@ -49,6 +49,34 @@ def default_blocks(max_num_seqs: int, context: int, block_size: int) -> int:
     return math.ceil(max_num_seqs * min(context, DEFAULT_TOKENS_PER_SEQ) / block_size)
 
 
+def default_window_blocks(max_num_seqs: int, window: int, block_size: int, budget: int, n_blocks: int) -> int:
+    """Blocks of a Gemma3's sliding-window layers' pool that are never short of what the global pool admits.
+
+    A step that feeds a sequence tokens c .. c + n - 1 holds the local blocks of keys c - W + 1 .. c + n - 1
+    (W the window; local blocks are taken one scheduled chunk at a time): W - 1 + n positions, which touch
+    at most f(n) = ceil((W - 2 + n) / B) + 1 blocks of B tokens (n = 0: a prompt that waits a step; n = 1:
+    a decode). With W - 2 = q B + r (0 <= r < B), f(n) - f(0) counts block boundaries crossed: the first
+    after g = (B - r) % B + 1 tokens, each next after B more. Over at most S = max_num_seqs seats (a sample
+    still to fork counts; its first copy is one block) feeding at most T = budget tokens in all, the most
+    boundaries are k = min(S, T // g) first ones and (T - k g) // B more, so the pool never holds more than
+
+        S * f(0) + k + (T - k * g) // B
+
+    blocks while a step runs, whatever arrives: admission, a chunk's blocks and a decode's never wait on the
+    local pool (the tiny Gemma3's random workloads in tests/serving/test_window_pool.py reach it). It is
+    also capped at n_blocks, the global pool's size: a local table never has more entries than its global
+    one (with prefill first, T is a whole context, and this cap is what binds).
+
+    >>> default_window_blocks(max_num_seqs=8, window=512, block_size=16, budget=256, n_blocks=512)
+    286
+    """
+    q, r = divmod(window - 2, block_size) if window >= 2 else (0, 0)
+    first = (block_size - r) % block_size + 1  # tokens to a sequence's first new block boundary
+    crossed = min(max_num_seqs, budget // first)
+    idle = q + (1 if r else 0) + 1  # f(0): the blocks of W - 1 keys, worst aligned
+    return min(max_num_seqs * idle + crossed + (budget - crossed * first) // block_size, n_blocks)
+
+
 def check_sizes(
     max_num_seqs: object,
     block_size: object,

@@ -37,7 +37,9 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from labkit.core.arguments import check_int
 from labkit.core.forward import context_length
+from labkit.core.gemma3 import Gemma3
 from labkit.decoding.config import DecodingConfig
 from labkit.decoding.request import Prompt, check_request
 from labkit.serving.admission import (
@@ -49,7 +51,7 @@ from labkit.serving.admission import (
     refuse_beams,
 )
 from labkit.serving.block_manager import BlockManager
-from labkit.serving.capacity import check_sizes, default_blocks, default_budget
+from labkit.serving.capacity import check_sizes, default_blocks, default_budget, default_window_blocks
 from labkit.serving.compiled_step import CompiledDecode
 from labkit.serving.layer_pools import LayerPools
 from labkit.serving.request import MAX_LOGPROBS, EngineRequest, EngineRequestMetrics, Status, TokenLogprob
@@ -72,6 +74,26 @@ class StepMetrics:
     window_blocks_used: int | None = None  # a Gemma3's local layers' blocks in use after it (else None)
 
 
+def window_pool_size(
+    model: torch.nn.Module, n_window_blocks: object, config: SchedulerConfig, block_size: int, n_blocks: int
+) -> int | None:
+    """Blocks of a Gemma3's sliding-window layers' pool: as given, or `default_window_blocks` (never short of
+    what the global pool admits); None for a model without window layers, which must not be given one."""
+    window = getattr(model.config, "sliding_window", None) if isinstance(model, Gemma3) else None
+    if window is None:
+        if n_window_blocks is not None:
+            raise ValueError(
+                f"n_window_blocks={n_window_blocks!r} sizes a Gemma3's sliding-window layers' pool; "
+                f"{type(model).__name__} has none. Leave it None."
+            )
+        return None
+    if n_window_blocks is not None:
+        check_int("n_window_blocks", n_window_blocks, minimum=1)
+        return n_window_blocks
+    budget, seats = config.max_num_batched_tokens, config.max_num_seqs
+    return default_window_blocks(seats, window, block_size, budget, n_blocks)
+
+
 def finish_on_arrival(seq: EngineRequest) -> None:
     """Finish a request that asks for no new tokens, and its samples, the moment it arrives ("length")."""
     for sample in (seq, *seq.siblings):
@@ -87,6 +109,9 @@ class Engine:
     raises EngineBusy once this many requests would wait beyond the free seats (None: no limit).
     compile_decode: decode steps run compiled for batch sizes up to max_num_seqs, each compiled here, at
     start-up (`compile_seconds`; labkit.serving.compiled_step).
+    n_window_blocks: a Gemma3's sliding-window layers' pool, taken one scheduled chunk at a time; by default
+    `capacity.default_window_blocks`, max_num_seqs x (ceil((window - 1) / block_size) + 1) + what the step's
+    token budget adds, at most n_blocks: never short of what the global pool admits (a Llama: leave None).
     """
 
     def __init__(
@@ -104,6 +129,7 @@ class Engine:
         clock: Callable[[], float] = time.perf_counter,
         step_history: int | None = None,
         compile_decode: bool = False,
+        n_window_blocks: int | None = None,
     ):
         require_paged_model(model)  # a transformers model is refused before anything is allocated
         if not isinstance(tokenizer, PreTrainedTokenizerBase):
@@ -121,7 +147,8 @@ class Engine:
             raise TypeError(f"compile_decode must be True or False, got {compile_decode!r}.")
         if compile_decode:
             require_llama(model)  # the compiled step is a Llama's; Gemma3's steps run eager
-        self.pools = LayerPools.for_model(model, n_blocks, block_size)  # a Gemma3's: global and local
+        n_window_blocks = window_pool_size(model, n_window_blocks, self.config, block_size, n_blocks)
+        self.pools = LayerPools.for_model(model, n_blocks, block_size, n_window_blocks)  # global, local
         self.pool = self.pools.full  # every layer of a Llama, the global layers of a Gemma3
         compiled = CompiledDecode(model, self.pool, max_num_seqs) if compile_decode else None
         self.compile_seconds = compiled.warm_up() if compiled else {}  # batch size -> seconds to compile

@@ -3,12 +3,12 @@ a Gemma3's sliding-window layers (vLLM's hybrid KV cache: one group of blocks pe
 
 A Llama has one kind: `window` is None and layer i lives in row i of `full`. Gemma-3-270M's 3 global layers
 live in `full` (3 layer rows), its 15 local ones in `window` (15 rows); a block id names a block of its own
-kind's pool, so a local block holds 15 layers' keys and values, a global one 3 layers'. Both pools have the
-same number of blocks (a sequence never holds more local blocks than global ones). The local pool could be
-smaller only if admission took a prompt's local blocks chunk by chunk: `BlockManager.allocate` takes them all
-at once, so a prompt the global pool just admits needs as many local blocks (freed once its window passes).
+kind's pool, so a local block holds 15 layers' keys and values, a global one 3 layers'. The local pool has
+its own number of blocks (`n_window_blocks`, by default n_blocks): the block manager takes local blocks one
+scheduled chunk at a time and releases those that left the window, so the engine sizes it by what its seats
+and its token budget can hold at once (`labkit.serving.capacity.default_window_blocks`).
 
-    >>> pools = LayerPools.for_model(gemma3, n_blocks=64, block_size=16)
+    >>> pools = LayerPools.for_model(gemma3, n_blocks=64, block_size=16, n_window_blocks=24)
     >>> pools.rows[5], pools.rows[6]          # (False, 0): layer 5 is global, row 0; (True, 5): local, row 5
     >>> pools.used_bytes()                    # bytes of the blocks in use, both kinds
     >>> pools.describe()                      # each pool's layers, blocks and bytes
@@ -40,8 +40,11 @@ class LayerPools:
         return pools if isinstance(pools, LayerPools) else cls.single(pools)
 
     @classmethod
-    def for_model(cls, model: torch.nn.Module, n_blocks: int, block_size: int) -> LayerPools:
-        """One pool for a Llama; for a Gemma3, its global layers' and its local layers' pools."""
+    def for_model(
+        cls, model: torch.nn.Module, n_blocks: int, block_size: int, n_window_blocks: int | None = None
+    ) -> LayerPools:
+        """One pool for a Llama; for a Gemma3, its global layers' pool (n_blocks) and its local layers' pool
+        (n_window_blocks; None: n_blocks too)."""
         if not isinstance(model, Gemma3):
             return cls.single(BlockPool.for_model(model, n_blocks, block_size))
         c, weight = model.config, model.embed_tokens.weight
@@ -51,7 +54,7 @@ class LayerPools:
                 sliding.count(kind),
                 c.n_kv_heads,
                 c.head_dim,
-                n_blocks,
+                n_window_blocks if kind and n_window_blocks is not None else n_blocks,
                 block_size,
                 weight.dtype,
                 weight.device,

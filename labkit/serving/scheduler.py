@@ -31,10 +31,13 @@ without chunks, the per-step token budget), and a sequence alone in the pool can
 rule is not checked here but once, where the request is made: the engine's `check_request` holds it to
 the smaller of the model's context and `max_model_len` (vLLM checks it in its input processor too).
 
-**Two kinds of block** (a Gemma3): admission (`can_admit`) and each decode's slot (`can_append`) count the
-blocks of both pools, the global layers' and the local layers'; preemption frees both. A sequence's local
-blocks that left its window are already free (the block manager's `advance`), so at long context a Gemma3
-sequence asks for few local blocks beside its global ones.
+**Two kinds of block** (a Gemma3): admission (`can_admit`) counts a prompt's global blocks and the local
+blocks of its first chunk's window; each later chunk asks for its own local blocks (`can_grow_window`), and
+each decode's slot (`can_append`) counts both pools; when a chunk's local blocks are short, the newest
+running sequence is preempted, as for a decode's; preemption frees both. A sequence's local blocks that left
+its window are already free (the block manager's `advance`), so the local pool can be much smaller than
+the global one (`labkit.serving.capacity.default_window_blocks`). `add` refuses a request whose group could
+not run alone in either pool.
 
 Invariants (`check()`): waiting sequences are WAITING and hold no blocks; running ones are RUNNING and
 hold blocks; none is in both; the running sequences' seats (samples still to fork included) are at most
@@ -117,6 +120,22 @@ class ScheduledBatch:
         return self.kind == "prefill"
 
 
+def window_blocks_alone(seq: EngineRequest, chunk: int, window: int, block_size: int) -> int:
+    """The most local blocks seq's group could hold at once running alone: a chunk of up to `chunk` tokens
+    with its window (and one block per sample still to fork), or every sample decoding with its window.
+
+    A step feeding n tokens holds the blocks of its W - 1 + n keys, at most ceil((W - 2 + n) / B) + 1.
+
+    >>> window_blocks_alone(seq, chunk=256, window=512, block_size=16)   # 49 for a long prompt
+    """
+    most = math.ceil(seq.max_length / block_size)  # no table is longer than the longest sequence's
+
+    def held(n: int) -> int:
+        return min(most, math.ceil(max(0, window - 2 + n) / block_size) + 1)
+
+    return max(held(chunk) + len(seq.unforked), seq.seats * held(1))
+
+
 def is_decoding(seq: EngineRequest) -> bool:
     """Whether every token but the last is cached: the next step feeds one token and chooses the next."""
     return seq.num_cached_tokens == len(seq) - 1
@@ -153,6 +172,7 @@ class Scheduler:
                 f"{len(seq.prompt_ids)} + {seq.config.max_new_tokens} new{samples}); the whole pool has "
                 f"{manager.allocator.n_blocks}. Create the engine with more blocks, or ask for less."
             )
+        self._check_window_room(seq)
         if not c.chunked_prefill and seq.max_length - 1 > c.max_num_batched_tokens:
             raise ValueError(
                 f"This request may need {seq.max_length - 1} tokens in one forward pass (a recomputed "
@@ -160,6 +180,20 @@ class Scheduler:
             )
         seq.status = Status.WAITING
         self.waiting.append(seq)
+
+    def _check_window_room(self, seq: EngineRequest) -> None:
+        """Refuse a request whose group could not run alone in the local layers' pool (none: nothing)."""
+        manager = self.block_manager
+        if manager.window is None:
+            return
+        chunk = self.config.chunk if self.config.chunked_prefill else seq.max_length - 1
+        need = window_blocks_alone(seq, chunk, manager.sliding_window, manager.block_size)
+        if need > manager.window.allocator.n_blocks:
+            raise ValueError(
+                f"This request may need {need} blocks of the sliding-window layers' pool at once (its "
+                f"window, a chunk of up to {chunk} tokens, {seq.seats} sample(s)); that pool has "
+                f"{manager.window.allocator.n_blocks}. Create the engine with more n_window_blocks."
+            )
 
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)
@@ -195,11 +229,14 @@ class Scheduler:
 
     def _schedule_chunked(self) -> ScheduledBatch:
         """Every decode first (one token each), then prompt chunks within the step's token budget."""
-        preempted = self._reserve_decode_slots()
+        preempted = list(self._reserve_decode_slots())
         decodes = [seq for seq in self.running if is_decoding(seq)]
         budget = self.config.max_num_batched_tokens - len(decodes)
         prefills, chunks = [], []
         for seq in [seq for seq in self.running if not is_decoding(seq)]:  # prompts started in earlier steps
+            if seq not in self.running or not self._window_room(seq, budget, decodes, preempted):
+                continue  # preempted, for an older prompt's chunk or its own
+            self.block_manager.grow_window(seq, self._chunk(seq, budget))
             chunks.append(self._chunk(seq, budget))
             prefills.append(seq)
             budget -= chunks[-1]
@@ -208,23 +245,40 @@ class Scheduler:
             and budget > 0
             and self.waiting
             and self._seats_for_next()
-            and self.block_manager.can_admit(self.waiting[0])
+            and self.block_manager.can_admit(self.waiting[0], min(budget, self.config.chunk))
         ):
-            prefills.append(self._admit())
+            prefills.append(self._admit(min(budget, self.config.chunk)))
             chunks.append(self._chunk(prefills[-1], budget))
             self.block_manager.publish(prefills[-1], prefills[-1].num_cached_tokens + chunks[-1])
             budget -= chunks[-1]
         rows = [(seq, n) for seq, n in zip(prefills, chunks) if n > 0]  # a started prompt may wait a step
-        return self._batch(decodes, [seq for seq, _ in rows], [n for _, n in rows], preempted)
+        return self._batch(decodes, [seq for seq, _ in rows], [n for _, n in rows], tuple(preempted))
+
+    def _window_room(
+        self, seq: EngineRequest, budget: int, decodes: list[EngineRequest], preempted: list[EngineRequest]
+    ) -> bool:
+        """Whether seq's next chunk has its local blocks, preempting the newest running sequences (seq itself
+        last) until it does; a preempted decode leaves `decodes`. False if seq itself was preempted."""
+        manager = self.block_manager
+        while not manager.can_grow_window(seq, self._chunk(seq, budget)):
+            victim = self.running.pop()  # the newest still running
+            self._preempt(victim)
+            preempted.append(victim)
+            if victim in decodes:
+                decodes.remove(victim)
+            if victim is seq:
+                return False
+        return True
 
     def _chunk(self, seq: EngineRequest, budget: int) -> int:
         """How many of seq's uncached tokens this step feeds: all, or what the budget and chunk size allow."""
         return max(0, min(len(seq) - seq.num_cached_tokens, budget, self.config.chunk))
 
-    def _admit(self) -> EngineRequest:
-        """The oldest waiting sequence, given its blocks (cached prefix reused) and moved to running."""
+    def _admit(self, limit: int | None = None) -> EngineRequest:
+        """The oldest waiting sequence, given its blocks (cached prefix reused; local ones for its first
+        `limit` new tokens, None: all) and moved to running."""
         seq = self.waiting.popleft()
-        self.block_manager.allocate(seq)
+        self.block_manager.allocate(seq, limit)
         seq.status = Status.RUNNING
         self.running.append(seq)
         return seq
@@ -252,6 +306,9 @@ class Scheduler:
         kept, preempted, manager = [], [], self.block_manager
         while self.running:
             seq = self.running.popleft()
+            if not is_decoding(seq):  # a prompt being prefilled: its chunk asks for its blocks
+                kept.append(seq)
+                continue
             while not manager.can_append(seq):
                 victim = self.running.pop() if self.running else seq  # the newest still running
                 self._preempt(victim)

@@ -234,7 +234,7 @@ def test_the_local_pool_is_reported_beside_the_global_one(tiny_gemma3, gemma_tok
     peak = max(step.blocks_used for step, _ in decodes)  # the global count grew past the local bound
     assert peak > decodes[0][0].blocks_used and peak > 2 * bound
     load = loads[len(decodes) // 2]
-    assert load.window_blocks_total == engine.pools.window.allocator.n_blocks == load.blocks_total
+    assert load.window_blocks_total == engine.pools.window.allocator.n_blocks < load.blocks_total
     assert window_blocks(load) == {
         "kv_window_blocks_used": load.window_blocks_used,
         "kv_window_blocks_total": load.window_blocks_total,
