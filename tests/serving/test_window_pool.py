@@ -10,6 +10,7 @@ import torch
 
 import labkit
 from labkit.core.gemma3 import Gemma3, Gemma3Config
+from labkit.core.llama import Llama, LlamaConfig
 from labkit.serving.capacity import default_window_blocks
 from labkit.serving.engine import Engine, window_pool_size
 from labkit.serving.layer_pools import LayerPools
@@ -157,6 +158,9 @@ def test_the_local_pool_of_gemma3_270m_is_smaller():
 def test_a_window_pool_is_refused_without_window_layers_and_when_too_small(tiny_gemma3, gemma_tokenizer):
     with pytest.raises(ValueError, match="n_window_blocks"):
         Engine(tiny_gemma3, gemma_tokenizer, n_window_blocks=0)
+    llama = Llama(LlamaConfig.tiny()).eval()
+    with pytest.raises(ValueError, match="Llama has none"):
+        Engine(llama, labkit.load_tokenizer("smollm2-135m"), n_window_blocks=4)
     engine = Engine(tiny_gemma3, gemma_tokenizer, max_num_seqs=2, block_size=2, n_window_blocks=3)
     with pytest.raises(ValueError, match="sliding-window layers' pool"):
         engine.add_request(LONG[0], max_new_tokens=4)
