@@ -1,8 +1,10 @@
 """Helpers shared by the engine tests (fixtures live in tests/conftest.py)."""
 
+import pytest
 import torch
 
 import labkit
+from labkit.core.gemma3 import Gemma3, Gemma3Config
 
 # Batched vs alone, the same float32 arithmetic in other shapes (rows padded to the longest, keys
 # padded and masked, a shared prefix computed in another row), so matmuls may sum in another order.
@@ -56,3 +58,15 @@ def compare(engine, request_id, model, tokenizer, prompt_ids, max_new_tokens) ->
     if trusted == len(tokens):
         assert len(seq.output_ids) == len(tokens) and seq.finish_reason in ("eos", "length")
     return trusted, len(tokens), difference
+
+
+@pytest.fixture(scope="module")
+def tiny_gemma3():
+    """labkit's Gemma3 of `Gemma3Config.tiny()` (window 4), random weights (seed 0)."""
+    torch.manual_seed(0)
+    return Gemma3(Gemma3Config.tiny()).eval()
+
+
+@pytest.fixture(scope="module")
+def gemma_tokenizer():
+    return labkit.load_tokenizer("gemma3-270m")

@@ -38,18 +38,6 @@ NEW_TOKENS = [5, 9, 3, 12, 7, 4]
 ARRIVALS = [0, 0, 1, 2, 2, 4]
 
 
-@pytest.fixture(scope="module")
-def tiny_gemma3():
-    """labkit's Gemma3 of `Gemma3Config.tiny()` (window 4), random weights (seed 0)."""
-    torch.manual_seed(0)
-    return Gemma3(Gemma3Config.tiny()).eval()
-
-
-@pytest.fixture(scope="module")
-def gemma_tokenizer():
-    return labkit.load_tokenizer("gemma3-270m")
-
-
 def alone(model, tokenizer, prompt, **options):
     steps = list(generate(model, tokenizer, prompt, return_logits=True, **options))
     return [s.token_id for s in steps], torch.stack([s.logits for s in steps])

@@ -25,17 +25,6 @@ POLICIES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def tiny_gemma3():
-    torch.manual_seed(0)
-    return Gemma3(Gemma3Config.tiny()).eval()
-
-
-@pytest.fixture(scope="module")
-def gemma_tokenizer():
-    return labkit.load_tokenizer("gemma3-270m")
-
-
 def run_checked(engine, requests, arrivals):
     """requests[i] = (prompt, options, n) added once arrivals[i] steps ran; check() after every step; the
     local pool's peak use. Returns (ids, peak)."""
