@@ -40,6 +40,13 @@ TASK_DIR = Path(__file__).resolve().parents[2] / "data" / "inference_compute"
 
 # The stated prompt: worked examples (none of them in the data) before the question, one sum a line.
 SHOTS = (("6 + 3", "9"), ("23 + 14", "37"), ("48 + 7", "55"), ("71 + 5", "76"))
+# The same sums worked digit by digit, for a prompt that leaves the model room to reason (`steps_prompt`).
+STEPS = (
+    "6 + 3 = 9.",
+    "3 + 4 = 7, and 2 + 1 = 3.",
+    "8 + 7 = 15, so write 5 and carry 1. 4 + 1 = 5.",
+    "1 + 5 = 6, and 7 stays.",
+)
 STOP = ("\n",)  # a base model goes on to write the next sum: the answer ends at the line break
 CHAT_SYSTEM = "Reply with the answer number only."
 
@@ -131,6 +138,27 @@ def task_prompt(item: Item) -> str:
     """
     check_item(item)
     return "".join(f"{question} = {answer}\n" for question, answer in SHOTS) + f"{item.question} ="
+
+
+def steps_prompt(item: Item) -> str:
+    """The same worked sums as `task_prompt`, each with its digit-by-digit steps before the answer, for a base
+    model: room to reason on one line. Generate with `stop=STOP`; `extract_answer` reads the line's last number.
+
+    Measured once on Gemma-3-270M base, the first 60 sums, float32, through the serving engine (a 2-core Intel
+    Xeon with AVX-512, under load): greedy is right on 13 of 60 (22 %), against 25 (42 %) with `task_prompt`;
+    its steps copy the examples' shape, not their arithmetic ("77 + 3 = 78, and 77 stays. The answer is 78.").
+    Sampled at temperature 0.8 (16 samples, at most 48 tokens; 790 s), 4 % of the samples are right, their vote 5 %,
+    and the right answer is among the 16 on 38 % of the sums: the steps add ways to go wrong, not to agree.
+
+        >>> print(steps_prompt(Item("47 + 8", "55")).splitlines()[-3:])
+        ['A: 1 + 5 = 6, and 7 stays. The answer is 76.', 'Q: 47 + 8', 'A:']
+    """
+    check_item(item)
+    shots = "".join(
+        f"Q: {question}\nA: {steps} The answer is {answer}.\n"
+        for (question, answer), steps in zip(SHOTS, STEPS)
+    )
+    return shots + f"Q: {item.question}\nA:"
 
 
 def task_messages(item: Item) -> list[dict[str, str]]:

@@ -15,6 +15,7 @@ from labkit.decoding.verifiable import (
     is_correct,
     load_task,
     majority_answer,
+    steps_prompt,
     task_messages,
     task_names,
     task_prompt,
@@ -100,6 +101,18 @@ def test_task_prompt_is_worked_sums_then_the_question():
     assert "\n" in STOP  # the answer ends where the model starts the next line
 
 
+def test_steps_prompt_works_each_sum_on_its_line_and_the_checker_reads_it():
+    prompt = steps_prompt(Item("47 + 8", "55"))
+    *worked, question, answer_line = prompt.split("\n")
+    assert (question, answer_line) == ("Q: 47 + 8", "A:")
+    assert [line for line in worked if line.startswith("Q: ")] == [f"Q: {q}" for q, _ in SHOTS]
+    answers = [line for line in worked if line.startswith("A: ")]
+    # each worked line holds steps before its answer, and the checker reads the answer, not a step
+    assert [extract_answer(line) for line in answers] == [a for _, a in SHOTS]
+    assert all(line.count("=") >= 1 for line in answers)
+    assert "\n" in STOP  # one line each: the answer ends at the line break
+
+
 def test_task_messages_render_through_smollm2_chat_template(tokenizer):
     messages = task_messages(Item("47 + 8", "55"))
     assert [m["role"] for m in messages] == ["system"] + ["user", "assistant"] * len(SHOTS) + ["user"]
@@ -159,6 +172,7 @@ def test_a_well_formed_file_of_ones_own_loads(tmp_path):
         lambda: is_correct({"answer": "55"}, "55"),
         lambda: task_prompt("47 + 8"),
         lambda: task_messages(None),
+        lambda: steps_prompt({"question": "47 + 8"}),
         lambda: majority_answer("55"),
     ],
 )

@@ -74,12 +74,15 @@ CASES = [
     wrong("labkit.decoding.thinking.thinking_prompt", words=("tokenizer",)),
     wrong("labkit.decoding.transforms.apply_transforms", words=("logits",)),
     wrong("labkit.decoding.verifiable.is_correct", words=("item",)),
+    wrong("labkit.decoding.verifiable.steps_prompt", words=("item",)),
     wrong("labkit.decoding.verifiable.task_messages", words=("item",)),
+    wrong("labkit.decoding.verifiable.task_prompt", words=("item",)),
 ]
 
 NO_ARGUMENT = {  # name -> why it has no bad-input case
     "labkit.decoding.calculator.CALCULATOR": "a constant: data the notebooks read, not a call",
     "labkit.decoding.choose.CHOOSERS": "a constant: data the notebooks read, not a call",
+    "labkit.decoding.verifiable.STOP": "a constant: the stop strings the notebooks pass, not a call",
     "labkit.decoding.config.DecodingConfig": "its options are checked by decoding/config.py, tested in tests/decoding/test_config.py",
     "labkit.decoding.config.presets": "takes no argument: returns every preset by name",
     "labkit.decoding.tools.ToolSpec.grammar": "a method of a tool's spec: the tool, built by labkit, is its only input",
