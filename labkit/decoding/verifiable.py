@@ -67,7 +67,7 @@ def task_names(folder: Path = TASK_DIR) -> list[str]:
     """The tasks in `folder`: the names of its .jsonl files, sorted.
 
     >>> task_names()
-    ['sums']
+    ['sums', 'two_steps']
     """
     return sorted(path.stem for path in Path(folder).glob("*.jsonl"))
 
