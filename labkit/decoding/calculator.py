@@ -58,6 +58,19 @@ CALCULATOR_TOOL = {
     },
 }
 CALCULATOR = ToolSpec.from_openai([CALCULATOR_TOOL], tool_choice="required", parallel_tool_calls=False)
+# The same tool, each turn free to call it or to answer (labkit.serving.agent.solve_with_tool)
+CALCULATOR_AUTO = ToolSpec.from_openai([CALCULATOR_TOOL], tool_choice="auto", parallel_tool_calls=False)
+# Worked two-step questions (none is in data/inference_compute/two_steps.jsonl): the second expression
+# starts with the first one's result, which the model only knows by reading the tool's reply.
+TWO_STEP_SHOTS = (
+    ("Add 23 and 14, then multiply the result by 3.", ("23 + 14", "37 * 3")),
+    ("Add 52 and 19, then multiply the result by 2.", ("52 + 19", "71 * 2")),
+    ("Add 31 and 45, then multiply the result by 5.", ("31 + 45", "76 * 5")),
+    ("Add 17 and 26, then multiply the result by 4.", ("17 + 26", "43 * 4")),
+)
+# What the assistant writes beside each call, and before its answer. Without them SmolLM2-135M repeats the
+# first result as its answer (6 of 6 tried); with only the step words it never stops calling (6 of 6).
+STEP_WORDS, DONE_WORDS = ("Step 1 of 2: add.", "Step 2 of 2: multiply."), "Both steps done: {}"
 
 
 def value_of(node: ast.AST) -> Fraction:
@@ -143,6 +156,34 @@ def calculator_messages(question: str, shots: Sequence[tuple[str, str]] = SHOTS)
             *worked_call(f"call_shot{index}", shot),
             {"role": "assistant", "content": answer},
         ]
+    return messages + [{"role": "user", "content": question}]
+
+
+def two_step_messages(
+    question: str, shots: Sequence[tuple[str, Sequence[str]]] = TWO_STEP_SHOTS
+) -> list[dict]:
+    """OpenAI chat messages that ask `question` after worked two-step turns, one per shot (question, its
+    two expressions): the assistant says the step and calls the calculator, the tool answers, the
+    assistant calls again with that result, and then answers (STEP_WORDS, DONE_WORDS).
+
+        >>> [m["role"] for m in two_step_messages("Add 41 and 25, then multiply the result by 4.", shots=[
+        ...     ("Add 23 and 14, then multiply the result by 3.", ("23 + 14", "37 * 3"))])]
+        ['user', 'assistant', 'tool', 'assistant', 'tool', 'assistant', 'user']
+    """
+    if not isinstance(question, str) or not question.strip():
+        raise ValueError(
+            f"question must be non-empty text such as 'Add 41 and 25, then multiply the result by 4.', "
+            f"got {question!r}."
+        )
+    messages = []
+    for index, (shot, expressions) in enumerate(shots):
+        if len(expressions) != len(STEP_WORDS):
+            raise ValueError(f"shots[{index}] must hold {len(STEP_WORDS)} expressions, got {expressions!r}.")
+        messages.append({"role": "user", "content": shot})
+        for step, (words, expression) in enumerate(zip(STEP_WORDS, expressions)):
+            call, result = worked_call(f"call_shot{index}_{step}", expression)
+            messages += [{**call, "content": words}, result]
+        messages.append({"role": "assistant", "content": DONE_WORDS.format(evaluate(expressions[-1]))})
     return messages + [{"role": "user", "content": question}]
 
 

@@ -15,6 +15,7 @@ CASES = [
     wrong("labkit.decoding.calculator.calculator_prompt", words=("question",)),
     wrong("labkit.decoding.calculator.evaluate", words=("expression",)),
     wrong("labkit.decoding.calculator.run_call", words=("call",)),
+    wrong("labkit.decoding.calculator.two_step_messages", words=("question",)),
     wrong("labkit.decoding.config.preset", words=("Unknown preset", "choose one of: chat")),
     wrong("labkit.decoding.diversity.distinct_n", words=("texts",)),
     wrong("labkit.decoding.diversity.greedy_repetition", words=("model",)),
@@ -81,6 +82,7 @@ CASES = [
 
 NO_ARGUMENT = {  # name -> why it has no bad-input case
     "labkit.decoding.calculator.CALCULATOR": "a constant: data the notebooks read, not a call",
+    "labkit.decoding.calculator.CALCULATOR_AUTO": "a constant: data the notebooks read, not a call",
     "labkit.decoding.choose.CHOOSERS": "a constant: data the notebooks read, not a call",
     "labkit.decoding.verifiable.STOP": "a constant: the stop strings the notebooks pass, not a call",
     "labkit.decoding.config.DecodingConfig": "its options are checked by decoding/config.py, tested in tests/decoding/test_config.py",
