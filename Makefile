@@ -96,6 +96,14 @@ LLAMACPP_INSTALLED := $(VENV)/.llamacpp-$(LLAMACPP_VERSION)-installed
 VLLM_INSTALLED := $(ENGINES)/vllm/.installed
 LLAMACPP_CMAKE_OPTIONS := -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DCMAKE_BUILD_RPATH_USE_ORIGIN=ON \
 	-DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF
+# No AMX on x86: -march=native turns on ggml's AMX kernels wherever the CPU lists AMX, but a virtual machine
+# can list it without letting a program use the tiles (measured on a 2-core Intel Xeon VM: llama-server died
+# with an illegal instruction at `ldtilecfg` in ggml_backend_amx_mul_mat). Explicit -mno-amx-* flags win over
+# -march=native in GCC and Clang; AVX-512 and VNNI stay on.
+ifeq ($(shell uname -m),x86_64)
+NO_AMX := -mno-amx-tile -mno-amx-int8 -mno-amx-bf16
+LLAMACPP_CMAKE_OPTIONS += -DCMAKE_C_FLAGS="$(NO_AMX)" -DCMAKE_CXX_FLAGS="$(NO_AMX)"
+endif
 
 engines: $(LLAMACPP_INSTALLED) $(VLLM_INSTALLED)
 

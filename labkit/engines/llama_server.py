@@ -1,8 +1,9 @@
 """llama.cpp's own server, `llama-server`: parallel slots with continuous batching, on the shipped GGUF file.
 
 `make engines` builds it once from the llama.cpp sources that llama-cpp-python 0.3.36 vendors (CMake,
--march=native for this CPU, no web UI, shared libraries that llama-cpp-python loads too), so the server
-and the in-process `Llama` of notebook 12 are the same llama.cpp.
+-march=native for this CPU but no AMX, which a virtual machine may list and not allow; no web UI; shared
+libraries that llama-cpp-python loads too), so the server and the in-process `Llama` of notebook 12 are
+the same llama.cpp.
 
 Each of `slots` requests decodes at once in one batch (`-np`, continuous batching on by default); each
 slot holds `n_ctx` tokens (`-c` is the whole KV cache, split between the slots). Its OpenMP threads keep
