@@ -32,6 +32,7 @@ from fractions import Fraction
 
 from transformers import PreTrainedTokenizerBase
 
+from labkit.core.arguments import check_text
 from labkit.core.doors import check_record
 from labkit.decoding.tool_prompt import tool_chat_prompt
 from labkit.decoding.tools import ToolCall, ToolSpec
@@ -170,11 +171,7 @@ def two_step_messages(
         ...     ("Add 23 and 14, then multiply the result by 3.", ("23 + 14", "37 * 3"))])]
         ['user', 'assistant', 'tool', 'assistant', 'tool', 'assistant', 'user']
     """
-    if not isinstance(question, str) or not question.strip():
-        raise ValueError(
-            f"question must be non-empty text such as 'Add 41 and 25, then multiply the result by 4.', "
-            f"got {question!r}."
-        )
+    check_text("question", question, example="'Add 41 and 25, then multiply the result by 4.'")
     messages = []
     for index, (shot, expressions) in enumerate(shots):
         if len(expressions) != len(STEP_WORDS):

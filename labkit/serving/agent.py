@@ -36,6 +36,7 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from labkit.core.arguments import check_int
 from labkit.core.doors import check_items, check_model, check_record
 from labkit.decoding.tool_prompt import tool_chat_prompt
 from labkit.decoding.tools import CALL_OPEN, ToolCall, ToolSpec
@@ -131,16 +132,16 @@ def solve_with_tool(
     its call, which labkit's "auto" grammar (text or a call, not both) would not allow; pass
     grammar=spec.grammar() for that. A call runs, and the call (with its words) and its result join the
     chat. A turn whose text holds a "<tool_call>" that does not parse (an unfinished or invalid call)
-    ends the run with no answer; of several calls in one turn, the first runs. Starts from `messages` (OpenAI's shape, not changed); options: each
-    turn's decoding options (greedy, CALL_TOKENS new tokens by default).
+    ends the run with no answer; of several calls in one turn, the first runs. Starts from `messages`
+    (OpenAI's shape, not changed); options: each turn's decoding options (greedy, CALL_TOKENS new tokens
+    by default).
 
         >>> run = solve_with_tool(engine, tokenizer, two_step_messages("Add 42 and 38, then multiply the "
         ...                       "result by 6."), CALCULATOR_AUTO, run_call)
         >>> [turn.call.arguments["expression"] for turn in run.turns if turn.call], run.answer
         (['42 + 38', '80 * 6'], 'Both steps done: 480')
     """
-    if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
-        raise ValueError(f"max_turns must be a whole number of turns, 1 or more, got {max_turns!r}.")
+    check_int("max_turns", max_turns, minimum=1, note="turns")
     if not isinstance(engine, Engine):
         raise TypeError(f"engine must be a labkit serving Engine, got {type(engine).__name__}.")
     require_auto(spec)
