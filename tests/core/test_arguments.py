@@ -36,6 +36,8 @@ LAUNCHERS = {
             "chunked_prefill": ["yes", 1, None],
             "max_num_batched_tokens": [0, 4, 256.0, "256", True],
             "compile": ["yes", 1, None],
+            "n_blocks": BAD_COUNTS,
+            "n_window_blocks": BAD_COUNTS,
         },
     ),
     "start_llama_server": (

@@ -18,9 +18,10 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import os
+import re
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 from labkit.core.arguments import check_int, check_seconds, check_text
 from labkit.launcher import ServerHandle, check_address, launch, require_free_port
@@ -74,6 +75,8 @@ class ServerOptions:
     chunked_prefill: bool = False  # vLLM V1's scheduling: prompts fed in chunks beside the running decodes
     max_num_batched_tokens: int | None = None  # tokens per step (None: the engine's default for the policy)
     compile: bool = False  # decode steps compiled per batch size at start-up (labkit.serving.compiled_step)
+    n_blocks: int | None = None  # KV blocks in the pool (a Gemma3's: its global layers'); None: the engine's
+    n_window_blocks: int | None = None  # a Gemma3's sliding-window layers' pool; None: the engine's default
 
     def check(self) -> ServerOptions:
         """These options with every field checked and the steps put in their canonical form."""
@@ -88,6 +91,10 @@ class ServerOptions:
                 raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}.")
         if self.max_num_batched_tokens is not None:
             check_int("max_num_batched_tokens", self.max_num_batched_tokens, minimum=self.max_num_seqs)
+        # n_window_blocks for a model without sliding-window layers: the engine refuses it (EngineRefused)
+        for name in ("n_blocks", "n_window_blocks"):
+            if getattr(self, name) is not None:
+                check_int(name, getattr(self, name), minimum=1)
         try:
             return replace(self, optimize=check_steps(self.optimize))
         except ValueError as error:
@@ -106,8 +113,13 @@ class ServerOptions:
         args += ["--optimize", ",".join(self.optimize)] if self.optimize else []
         args += ["--chunked-prefill"] if self.chunked_prefill else []
         args += ["--compile"] if self.compile else []
-        budget = self.max_num_batched_tokens
-        return args + (["--max-num-batched-tokens", str(budget)] if budget is not None else [])
+        for flag, value in (
+            ("--max-num-batched-tokens", self.max_num_batched_tokens),
+            ("--n-blocks", self.n_blocks),
+            ("--n-window-blocks", self.n_window_blocks),
+        ):
+            args += [flag, str(value)] if value is not None else []
+        return args
 
     def scheduling(self) -> str:
         """How the engine schedules prompts, as a settings table says it.
@@ -146,24 +158,57 @@ def create_app(options: ServerOptions = ServerOptions(), api_key: str | None = N
     return build_app(ModelService(options.model, llama, tokenizer, engine_thread), api_key)
 
 
+class EngineRefused(ValueError):
+    """The engine refused options that only the loaded model can rule out (n_window_blocks for a model
+    without sliding-window layers); `parameter` names the option (None: no one option)."""
+
+    def __init__(self, message: str, parameter: str | None):
+        super().__init__(message)
+        self.parameter = parameter
+
+    def command_line(self) -> str:
+        """The message as `python -m labkit serve` says it, naming the option by its flag.
+
+        >>> EngineRefused("n_window_blocks=8 sizes ...", "n_window_blocks").command_line()
+        '--n-window-blocks: n_window_blocks=8 sizes ...'
+        """
+        flag = (
+            "--" + self.parameter.replace("_", "-") if self.parameter else "the engine refused these options"
+        )
+        return f"{flag}: {self}"
+
+
+def refused_option_name(message: str) -> str | None:
+    """The ServerOptions field an engine error starts with ("n_window_blocks=8 sizes ..."), else None."""
+    first = re.match(r"\w+", message)
+    names = {field.name for field in fields(ServerOptions)}
+    return first.group() if first and first.group() in names else None
+
+
 def build_engine(options: ServerOptions):
-    """(model, tokenizer, engine) as `options` ask: labkit's Llama with its labkit.fast steps, and its Engine."""
+    """(model, tokenizer, engine) as `options` ask: labkit's Llama with its labkit.fast steps, and its Engine.
+    Options the engine refuses for this model raise EngineRefused (a ValueError naming the option)."""
     from labkit.fast.optimize import optimize
     from labkit.models.loading import load_model
     from labkit.serving.engine import Engine
 
     llama, tokenizer = load_model(options.model, impl="labkit")
     llama = optimize(llama, options.optimize) if options.optimize else llama
-    engine = Engine(
-        llama,
-        tokenizer,
-        max_num_seqs=options.max_num_seqs,
-        max_waiting=options.max_waiting,
-        chunked_prefill=options.chunked_prefill,
-        max_num_batched_tokens=options.max_num_batched_tokens,
-        step_history=STEP_HISTORY,
-        compile_decode=options.compile,
-    )
+    try:
+        engine = Engine(
+            llama,
+            tokenizer,
+            max_num_seqs=options.max_num_seqs,
+            max_waiting=options.max_waiting,
+            chunked_prefill=options.chunked_prefill,
+            max_num_batched_tokens=options.max_num_batched_tokens,
+            step_history=STEP_HISTORY,
+            compile_decode=options.compile,
+            n_blocks=options.n_blocks,
+            n_window_blocks=options.n_window_blocks,
+        )
+    except (ValueError, TypeError) as error:  # the engine checks its options before it allocates its pools
+        raise EngineRefused(str(error), refused_option_name(str(error))) from error
     return llama, tokenizer, engine
 
 
@@ -235,6 +280,22 @@ def argument_parser() -> argparse.ArgumentParser:
         help="compile the decode step for batch sizes up to --max-num-seqs at start-up (minutes "
         "on 2 cores the first time; cached on disk)",
     )
+    parser.add_argument(
+        "--n-blocks",
+        type=int,
+        default=None,
+        metavar="N",
+        help="KV-cache blocks of 16 tokens in the pool, a Gemma3's global layers' (default: 1024 tokens "
+        "a sequence, or the context if shorter, times --max-num-seqs)",
+    )
+    parser.add_argument(
+        "--n-window-blocks",
+        type=int,
+        default=None,
+        metavar="N",
+        help="blocks of a Gemma3's sliding-window layers' pool (default: what its sequences and tokens per "
+        "step can hold at once, at most --n-blocks); only for a model with sliding-window layers",
+    )
     return parser
 
 
@@ -256,6 +317,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.chunked_prefill,
         args.max_num_batched_tokens,
         args.compile,
+        args.n_blocks,
+        args.n_window_blocks,
     )
     try:
         args.options = options.check()
@@ -266,9 +329,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """`python -m labkit serve --model smollm2-135m [--host H] [--port P] [--max-num-seqs N] [--chunked-prefill]`."""
+    """`python -m labkit serve --model smollm2-135m [--host H] [--port P] [--max-num-seqs N] [--chunked-prefill]`.
+    Options the engine refuses once the model is loaded (--n-window-blocks for a model without sliding-window
+    layers) end it as a bad option does, naming the option (exit status 2), before it serves."""
     args = parse_args(argv)
-    serve(args.options, args.host, args.port, args.api_key)
+    try:
+        serve(args.options, args.host, args.port, args.api_key)
+    except EngineRefused as error:
+        argument_parser().error(error.command_line())
 
 
 def start_server(
@@ -284,20 +352,30 @@ def start_server(
     chunked_prefill: bool = False,
     max_num_batched_tokens: int | None = None,
     compile: bool = False,
+    n_blocks: int | None = None,
+    n_window_blocks: int | None = None,
 ) -> ServerHandle:
     """Start `python -m labkit serve` in the background (port 0: a free one) and wait until it answers.
     Every argument is checked first: a bad one raises an error naming it, and no process starts.
     env: variables set for the server process on top of this one's, e.g. {"OMP_WAIT_POLICY": "ACTIVE"}.
-    chunked_prefill, max_num_batched_tokens: the engine's scheduling; compile: its decode step compiled
-    (ServerOptions). timeout: seconds to wait until it answers (None: START_TIMEOUT_S, plus COMPILE_TIMEOUT_S
-    with compile).
+    chunked_prefill, max_num_batched_tokens: the engine's scheduling; compile: its decode step compiled;
+    n_blocks, n_window_blocks: its KV pools, None the engine's defaults (ServerOptions). timeout: seconds to
+    wait until it answers (None: START_TIMEOUT_S, plus COMPILE_TIMEOUT_S with compile).
 
         >>> with start_server(max_num_seqs=4, chunked_prefill=True) as server:
         ...     print(httpx.get(server.url + "/health").json()["status"])
         ok
     """
     options = ServerOptions(
-        model, max_num_seqs, max_waiting, optimize, chunked_prefill, max_num_batched_tokens, compile
+        model,
+        max_num_seqs,
+        max_waiting,
+        optimize,
+        chunked_prefill,
+        max_num_batched_tokens,
+        compile,
+        n_blocks,
+        n_window_blocks,
     ).check()
     check_address(host, port)
     if timeout is None:
