@@ -5,9 +5,12 @@ QuantizedKVCache.append dequantizes every cached row on every step, so at long c
 decodes slower than a float one: the dequantization costs more than the bytes saved. Here a one-token step's
 `append` stores the new row and returns `CodeRows` handles instead, and `attend` runs labkit's C++ kernel
 `torch.ops.labkit.kv_code_attention` (kv_code_attention.cpp), which decodes each key and value row in
-registers as it goes, as llama.cpp's flash-attention CPU path reads q8_0 and q4_1 blocks. int4-rot's codes
-are read the same way, the query rotated and the output rotated back as QuantizedKVCache.attend does. The
-output equals the dequantize-then-attend path up to float32 rounding (measured in tests/fast/test_code_attention.py).
+registers as it goes, as llama.cpp's flash-attention CPU path reads q8_0 and q4_1 blocks, each thread a chunk
+of 512 keys. int4-rot's codes are read the same way, the kernel rotating the query and the output as
+QuantizedKVCache.attend does. The step's new row is quantized into the cache by one C++ call too
+(`torch.ops.labkit.kv_code_write`, kv_code_write.cpp: QuantizedRows.write's codes bit for bit), not by a dozen
+small torch operations. The output equals the dequantize-then-attend path up to float32 rounding (measured in
+tests/fast/test_code_attention.py).
 
 Every other step (a prefill, T > 1, a model not in float32 on the CPU, labkit's kernel unavailable:
 `labkit.fast.kernel.load_kernel()`'s status) runs QuantizedKVCache's own dequantizing path.
@@ -60,11 +63,17 @@ def kernel_runs(q_or_k: torch.Tensor, tokens: int) -> bool:
 
 
 def code_attention(
-    q: torch.Tensor, keys: CodeRows, values: CodeRows, mask: torch.Tensor, scale: float | None = None
+    q: torch.Tensor,
+    keys: CodeRows,
+    values: CodeRows,
+    mask: torch.Tensor,
+    scale: float | None = None,
+    rotate: bool = False,
 ) -> torch.Tensor:
     """softmax(q k^T * scale + mask) v over the codes of `keys` and `values`; q [B, H, 1, D] float32 with H a
     multiple of H_kv, mask additive [1, S], [B, S] or [B, 1, 1, S] (S = keys.end) -> [B, H, 1, D] float32.
-    scale: 1 / sqrt(D) when None.
+    scale: 1 / sqrt(D) when None. rotate: the codes are those of k H and v H (int4-rot), so the kernel
+    attends with q H and returns its output times H ((q H)(k H)^T = q k^T, (p (V H)) H = p V).
 
         >>> out = code_attention(q, CodeRows(cache.keys, 0, 8), CodeRows(cache.values, 0, 8), mask)
     """
@@ -78,7 +87,7 @@ def code_attention(
     k_codes, k_scales, k_minimums = keys.parts()
     v_codes, v_scales, v_minimums = values.parts()
     return torch.ops.labkit.kv_code_attention(
-        q.contiguous(), k_codes, k_scales, k_minimums, v_codes, v_scales, v_minimums, mask, scale
+        q.contiguous(), k_codes, k_scales, k_minimums, v_codes, v_scales, v_minimums, mask, scale, rotate
     )
 
 
@@ -97,13 +106,16 @@ class CodeReadingKVCache(QuantizedKVCache):
         if not (self.dtype == torch.float32 and kernel_runs(k, k.shape[2])):
             return super().append(layer, k, v)
         end = self.end_after(k)
-        self.keys.write(layer, self.length, k)
-        self.values.write(layer, self.length, v)
+        rotate = self.rotation is not None
+        for rows, x in ((self.keys, k), (self.values, v)):  # QuantizedRows.write's codes, in one call each
+            codes, scales, minimums = CodeRows(rows, layer, end).parts()
+            torch.ops.labkit.kv_code_write(x.contiguous(), codes, scales, minimums, self.length, rotate)
         return CodeRows(self.keys, layer, end), CodeRows(self.values, layer, end)
 
     def attend(self, q, k, v, mask: torch.Tensor, scale: float | None = None) -> torch.Tensor:
         """q [B, heads, T, D] -> [B, heads, T, D]: the kernel over `CodeRows` k, v (a rotated kind's query and
-        output rotated, as QuantizedKVCache.attend does), else QuantizedKVCache.attend over float rows."""
+        output rotated inside it, as QuantizedKVCache.attend rotates them), else QuantizedKVCache.attend over
+        float rows."""
         if not isinstance(k, CodeRows):
             return super().attend(q, k, v, mask, scale)
-        return self.attend_with(code_attention, q, k, v, mask, scale)
+        return code_attention(q, k, v, mask, scale, rotate=self.rotation is not None)

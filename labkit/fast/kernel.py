@@ -9,7 +9,8 @@ version. A later process finds the .so there and loads it in milliseconds. Loadi
 weights, `torch.ops.labkit.q8_0_linear(x, codes, scales, path="auto")`, and
 `torch.ops.labkit.row_attention(q, k, v, mask, scale, path="auto")` (labkit.fast.row_attention) and the
 decode attention over a quantized KV cache's codes, `torch.ops.labkit.kv_code_attention`
-(labkit.quant.code_attention, kv_code_attention.cpp), each with
+(labkit.fast.code_attention, kv_code_attention.cpp) and its writer `torch.ops.labkit.kv_code_write`
+(kv_code_write.cpp: a step's new rows quantized into the cache in one call), each attention op with
 a fake (shape-only) implementation so `torch.compile(fullgraph=True)` traces through them.
 
 When the build fails (no compiler, no ninja, a compile error) `load_kernel()` says why, warns once,
@@ -39,7 +40,7 @@ from labkit.models.registry import cache_dir
 
 SOURCES = tuple(
     Path(__file__).with_name(name)
-    for name in ("q4_kernel.cpp", "attention_kernel.cpp", "kv_code_attention.cpp")
+    for name in ("q4_kernel.cpp", "attention_kernel.cpp", "kv_code_attention.cpp", "kv_code_write.cpp")
 )
 CFLAGS = ("-O3",)  # never -march=native: the cached build may move to another CPU
 OPENMP_FLAGS = ("-fopenmp",)  # at::parallel_for is a header template: without it, it runs on one thread
@@ -135,7 +136,7 @@ def register_fake() -> None:
 
     @torch.library.register_fake("labkit::kv_code_attention")
     def kv_code_attention_fake(
-        q, k_codes, k_scales, k_min, v_codes, v_scales, v_min, mask, scale, path="auto"
+        q, k_codes, k_scales, k_min, v_codes, v_scales, v_min, mask, scale, rotate=False, path="auto"
     ):
         return q.new_empty(q.shape)
 

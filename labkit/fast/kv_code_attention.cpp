@@ -7,8 +7,12 @@
 //   int4: codes uint8 [.., D/2], element 2i in byte i's low nibble and 2i+1 in its high one,
 //         value c * s_g + m_g, a float16 scale and minimum per group of 32 (all of D when shorter)
 //   score_{h,s} = (q_h . k_s) * scale + mask_s,   p = softmax over s,   out_h = sum_s p_{h,s} v_s
-// with grouped-query heads: query head h reads key/value head h / (H / H_kv). A task is one (row, KV head):
-// its query heads read each key and value row once, decoded 8 values at a time into registers exactly as
+// with grouped-query heads: query head h reads key/value head h / (H / H_kv). A task is one (row, KV head) and
+// a chunk of 512 keys, so a long context splits over every thread even at batch 1 (SmolLM2 has 3 KV heads for
+// 2 threads); each chunk's softmax runs against its own max, and the chunks are merged after, rescaled to the
+// overall max (FlashDecoding, Dao et al. 2023). rotate (int4-rot, whose rows are stored as k H and v H): the
+// query is multiplied by H first and the output by H last, in a Walsh-Hadamard transform each. A task's
+// query heads read each key and value row once, decoded 8 values at a time into registers exactly as
 // dequantize_groupwise decodes them ((c - 128) * s; c * s + m, no fused multiply-add), so the output equals
 // the dequantize-then-attend path up to float32 rounding of the sums (and, on the AVX2 path, of exp: a
 // polynomial within 2 ulps, 8 keys at a time).
@@ -89,8 +93,8 @@ void values_scalar(const Task& t, const float* p, const CodeRows& v, float* out)
   }
 }
 
-// Each head's scores scaled and masked, then e^(score - max) in place; total[h]: their sum.
-void softmax_scalar(const Task& t, float* scores, float* total) {
+// Each head's scores scaled and masked, then e^(score - max) in place; total[h]: their sum, top[h]: the max.
+void softmax_scalar(const Task& t, float* scores, float* total, float* top_of) {
   for (int64_t h = 0; h < t.heads; ++h) {
     float* w = scores + h * t.keys;
     float top = -std::numeric_limits<float>::infinity();
@@ -104,6 +108,7 @@ void softmax_scalar(const Task& t, float* scores, float* total) {
       sum += w[s];
     }
     total[h] = sum;
+    top_of[h] = top;
   }
 }
 
@@ -198,8 +203,9 @@ __attribute__((target("avx2,fma,f16c"), always_inline)) inline __m256 exp8(__m25
 }
 
 // As softmax_scalar, 8 keys at a time (the sums in another order) where the mask is contiguous.
-__attribute__((target("avx2,fma,f16c"))) void softmax_avx2(const Task& t, float* scores, float* total) {
-  if (t.mask_stride != 1 || t.keys < 8) return softmax_scalar(t, scores, total);
+__attribute__((target("avx2,fma,f16c"))) void softmax_avx2(const Task& t, float* scores, float* total,
+                                                           float* top_of) {
+  if (t.mask_stride != 1 || t.keys < 8) return softmax_scalar(t, scores, total, top_of);
   const int64_t whole = t.keys / 8 * 8;
   const __m256 scale = _mm256_set1_ps(t.scale);
   for (int64_t h = 0; h < t.heads; ++h) {
@@ -214,6 +220,7 @@ __attribute__((target("avx2,fma,f16c"))) void softmax_avx2(const Task& t, float*
     _mm256_storeu_ps(lanes, top8);
     for (float lane : lanes) top = std::max(top, lane);
     for (int64_t s = whole; s < t.keys; ++s) top = std::max(top, w[s] = w[s] * t.scale + t.mask[s]);
+    top_of[h] = top;
     if (top == -std::numeric_limits<float>::infinity()) {  // every key masked: no weight anywhere
       std::fill(w, w + t.keys, 0.f);
       total[h] = 0.f;
@@ -262,7 +269,7 @@ __attribute__((target("avx2,fma,f16c"))) void values_avx2(const Task& t, const f
 
 using Scores = void (*)(const Task&, const CodeRows&, float*);
 using Values = void (*)(const Task&, const float*, const CodeRows&, float*);
-using Softmax = void (*)(const Task&, float*, float*);
+using Softmax = void (*)(const Task&, float*, float*, float*);
 
 struct Path {
   Scores scores[2];  // [int8, int4]
@@ -284,14 +291,29 @@ Path pick(const std::string& name) {
   return {{scores_scalar<false>, scores_scalar<true>}, {values_scalar<false>, values_scalar<true>}, softmax_scalar};
 }
 
+// The rows of batch row b and KV head kv from key `first` on.
 CodeRows rows_of(const at::Tensor& codes, const at::Tensor& scales, const c10::optional<at::Tensor>& minimums,
-                 int64_t b, int64_t kv, int64_t d) {
-  const c10::Half* m = minimums.has_value() ? minimums->data_ptr<c10::Half>() + b * minimums->stride(0) +
-                                                  kv * minimums->stride(1)
-                                            : nullptr;
-  return {codes.data_ptr<uint8_t>() + b * codes.stride(0) + kv * codes.stride(1),
-          scales.data_ptr<c10::Half>() + b * scales.stride(0) + kv * scales.stride(1), m, codes.stride(2),
+                 int64_t b, int64_t kv, int64_t first, int64_t d) {
+  const auto at = [&](const at::Tensor& t) { return b * t.stride(0) + kv * t.stride(1) + first * t.stride(2); };
+  const c10::Half* m = minimums.has_value() ? minimums->data_ptr<c10::Half>() + at(*minimums) : nullptr;
+  return {codes.data_ptr<uint8_t>() + at(codes), scales.data_ptr<c10::Half>() + at(scales), m, codes.stride(2),
           scales.stride(2), d / scales.size(3)};
+}
+
+// x H in place for each of `rows` rows of d floats: the normalized Hadamard matrix (labkit.quant.hadamard), as a
+// Walsh-Hadamard transform (d log d additions instead of a d x d product).
+void rotate_rows(float* x, int64_t rows, int64_t d) {
+  const float entry = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
+  for (float* row = x; row < x + rows * d; row += d) {
+    for (int64_t half = 1; half < d; half *= 2)
+      for (int64_t i = 0; i < d; i += 2 * half)
+        for (int64_t j = i; j < i + half; ++j) {
+          const float a = row[j], c = row[j + half];
+          row[j] = a + c;
+          row[j + half] = a - c;
+        }
+    for (int64_t j = 0; j < d; ++j) row[j] *= entry;
+  }
 }
 
 void check_inputs(const at::Tensor& q, const at::Tensor& codes, const at::Tensor& scales,
@@ -316,36 +338,71 @@ void check_inputs(const at::Tensor& q, const at::Tensor& codes, const at::Tensor
               ": mask must be float32 [B, S]");
 }
 
+constexpr int64_t kChunkKeys = 512;  // keys one task reads: a long context splits over every thread
+
+// What one task leaves for the merge: each of its query heads' max score, sum of e^(score - max), and
+// sum of e^(score - max) v (unnormalized) over its chunk of keys.
+struct Partial {
+  std::vector<float> top, total, out;  // [heads], [heads], [heads * d]
+};
+
+// out [heads * d] = sum_c e^(top_c - top) out_c / sum_c e^(top_c - top) total_c over the chunks (FlashDecoding's
+// merge: each chunk's softmax was taken against its own max).
+void merge(const Partial* chunks, int64_t n, int64_t heads, int64_t d, float* out) {
+  for (int64_t h = 0; h < heads; ++h) {
+    float top = -std::numeric_limits<float>::infinity(), total = 0.f;
+    for (int64_t c = 0; c < n; ++c) top = std::max(top, chunks[c].top[h]);
+    float* o = out + h * d;
+    std::fill(o, o + d, 0.f);
+    if (top == -std::numeric_limits<float>::infinity()) continue;  // every key masked: no weight anywhere
+    for (int64_t c = 0; c < n; ++c) {
+      if (chunks[c].total[h] == 0.f) continue;
+      const float weight = std::exp(chunks[c].top[h] - top);
+      total += weight * chunks[c].total[h];
+      for (int64_t f = 0; f < d; ++f) o[f] += weight * chunks[c].out[h * d + f];
+    }
+    for (int64_t f = 0; f < d; ++f) o[f] /= total;
+  }
+}
+
 at::Tensor kv_code_attention(const at::Tensor& q, const at::Tensor& k_codes, const at::Tensor& k_scales,
                              const c10::optional<at::Tensor>& k_minimums, const at::Tensor& v_codes,
                              const at::Tensor& v_scales, const c10::optional<at::Tensor>& v_minimums,
-                             const at::Tensor& mask, double scale, c10::string_view path_name) {
+                             const at::Tensor& mask, double scale, bool rotate, c10::string_view path_name) {
   check_inputs(q, k_codes, k_scales, k_minimums, mask);
   check_inputs(q, v_codes, v_scales, v_minimums, mask);
   TORCH_CHECK(k_codes.sizes() == v_codes.sizes(), "labkit::kv_code_attention: keys and values differ in shape");
+  const int64_t batch = q.size(0), heads = q.size(1), d = q.size(3), kv_heads = k_codes.size(1);
+  TORCH_CHECK(!rotate || (d & (d - 1)) == 0, "labkit::kv_code_attention: rotate needs a power-of-two head size");
   const Path path = pick(std::string(path_name));
   const int int4 = k_minimums.has_value() ? 1 : 0;
-  const int64_t batch = q.size(0), heads = q.size(1), d = q.size(3), kv_heads = k_codes.size(1);
   const int64_t group = heads / kv_heads, keys = mask.size(1);
-  at::Tensor out = at::zeros_like(q);
-  const float* qp = q.data_ptr<float>();
-  float* op = out.data_ptr<float>();
-  at::parallel_for(0, batch * kv_heads, 1, [&](int64_t begin, int64_t end) {  // a task: one (row, KV head)
-    std::vector<float> scores(group * keys), total(group);
+  const int64_t chunks = std::max<int64_t>(1, (keys + kChunkKeys - 1) / kChunkKeys);
+  at::Tensor queries_in = q.clone();  // a rotated kind's query is q H: its keys are stored as k H
+  if (rotate) rotate_rows(queries_in.data_ptr<float>(), batch * heads, d);
+  const float* qp = queries_in.data_ptr<float>();
+  std::vector<Partial> partials(batch * kv_heads * chunks);
+  at::parallel_for(0, batch * kv_heads * chunks, 1, [&](int64_t begin, int64_t end) {  // (row, KV head, chunk)
+    std::vector<float> scores(group * kChunkKeys);
     std::vector<const float*> queries(group);
     for (int64_t task = begin; task < end; ++task) {
-      const int64_t b = task / kv_heads, kv = task % kv_heads;
+      const int64_t pair = task / chunks, first = task % chunks * kChunkKeys;
+      const int64_t b = pair / kv_heads, kv = pair % kv_heads, n = std::min(kChunkKeys, keys - first);
       for (int64_t j = 0; j < group; ++j) queries[j] = qp + (b * heads + kv * group + j) * d;
-      const Task t{queries.data(), group, keys, d, mask.data_ptr<float>() + b * mask.stride(0), mask.stride(1),
-                   static_cast<float>(scale)};
-      float* o = op + (b * heads + kv * group) * d;
-      path.scores[int4](t, rows_of(k_codes, k_scales, k_minimums, b, kv, d), scores.data());
-      path.softmax(t, scores.data(), total.data());
-      path.values[int4](t, scores.data(), rows_of(v_codes, v_scales, v_minimums, b, kv, d), o);
-      for (int64_t j = 0; j < group; ++j)
-        for (int64_t f = 0; f < d; ++f) o[j * d + f] = total[j] > 0.f ? o[j * d + f] / total[j] : 0.f;
+      const Task t{queries.data(), group, n, d, mask.data_ptr<float>() + b * mask.stride(0) + first * mask.stride(1),
+                   mask.stride(1), static_cast<float>(scale)};
+      Partial& part = partials[task];
+      part.top.assign(group, 0.f), part.total.assign(group, 0.f), part.out.assign(group * d, 0.f);
+      path.scores[int4](t, rows_of(k_codes, k_scales, k_minimums, b, kv, first, d), scores.data());
+      path.softmax(t, scores.data(), part.total.data(), part.top.data());
+      path.values[int4](t, scores.data(), rows_of(v_codes, v_scales, v_minimums, b, kv, first, d), part.out.data());
     }
   });
+  at::Tensor out = at::empty_like(q);
+  float* op = out.data_ptr<float>();
+  for (int64_t pair = 0; pair < batch * kv_heads; ++pair)
+    merge(&partials[pair * chunks], chunks, group, d, op + pair * group * d);  // pair's heads are contiguous
+  if (rotate) rotate_rows(op, batch * heads, d);  // (p (V H)) H = p V
   return out;
 }
 
@@ -354,7 +411,7 @@ at::Tensor kv_code_attention(const at::Tensor& q, const at::Tensor& k_codes, con
 TORCH_LIBRARY_FRAGMENT(labkit, m) {
   m.def(
       "kv_code_attention(Tensor q, Tensor k_codes, Tensor k_scales, Tensor? k_minimums, Tensor v_codes, "
-      "Tensor v_scales, Tensor? v_minimums, Tensor mask, float scale, str path='auto') -> Tensor");
+      "Tensor v_scales, Tensor? v_minimums, Tensor mask, float scale, bool rotate=False, str path='auto') -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(labkit, CPU, m) { m.impl("kv_code_attention", kv_code_attention); }

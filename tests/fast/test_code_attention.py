@@ -142,3 +142,53 @@ def test_prefill_and_an_unavailable_kernel_take_the_dequantizing_path(monkeypatc
 def test_the_benchmarks_read_codes_must_be_a_bool(tiny, bad):
     with pytest.raises(TypeError, match="read_codes must be True or False"):
         decode_step_seconds_at(tiny, "int8", 8, read_codes=bad)
+
+
+@pytest.mark.parametrize("kv_dtype", KINDS)
+def test_a_long_context_split_in_chunks_equals_the_dequantizing_path(kv_dtype):
+    """1,300 keys: three chunks of 512 read by different tasks and merged (FlashDecoding's rescaling); under a
+    sliding window of 600 keys the first chunk is all masked and must weigh nothing."""
+    needs_kernel()
+    (plain, codes), k, v = two_caches(kv_dtype, 1, 3, 64, past=1300)
+    q = torch.randn(1, 9, 1, 64, generator=torch.Generator().manual_seed(4)) * 2
+    k_float, v_float = plain.append(0, k, v)
+    k_codes, v_codes = codes.append(0, k, v)
+    for mask in (causal_mask(1, 1301, q.device), sliding_window_mask(1, 1301, 600, q.device)):
+        expected = plain.attend(q, k_float, v_float, mask)
+        assert (codes.attend(q, k_codes, v_codes, mask) - expected).abs().max() < TOLERANCE
+
+
+def rows_with_edges(batch, heads, tokens, head_dim, seed):
+    """Random rows [B, H, T, D] with an outlier channel, and rows whose quantization is an edge case: all
+    zero (scale 0 becomes 1), constant, all negative, and values on float16's smallest steps."""
+    x = torch.randn(batch, heads, tokens, head_dim, generator=torch.Generator().manual_seed(seed)) * 3
+    x[..., 5] *= 10
+    x[0, 0, 0] = 0.0
+    x[0, 0, 1] = 0.37
+    x[0, 0, 2] = -x[0, 0, 2].abs() - 1
+    x[0, 0, 3] *= 1e-6
+    return x
+
+
+@pytest.mark.parametrize("kv_dtype", KINDS)
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_the_writer_stores_the_codes_quantize_groupwise_stores(kv_dtype, head_dim):
+    """labkit::kv_code_write (one C++ call) against QuantizedRows.write (quantize_groupwise in torch): the same
+    codes, scales and minimums, bit for bit, at positions after a prefix already written."""
+    needs_kernel()
+    plain = QuantizedKVCache(2, 2, 3, 12, head_dim, kv_dtype)
+    codes = CodeReadingKVCache(2, 2, 3, 12, head_dim, kv_dtype)
+    prefix = rows_with_edges(2, 3, 4, head_dim, seed=1)
+    for cache in (plain, codes):
+        cache.append(1, prefix, prefix)
+        cache.advance(4)
+    steps = rows_with_edges(2, 3, 4, head_dim, seed=2)
+    for position in range(4):  # four one-token steps: the edge-case rows of rows_with_edges in turn
+        step = steps[:, :, position : position + 1]
+        for cache in (plain, codes):
+            cache.append(1, step, -step)
+            cache.advance(1)
+    for mine, theirs in zip(
+        [*codes.keys.tensors(), *codes.values.tensors()], [*plain.keys.tensors(), *plain.values.tensors()]
+    ):
+        assert torch.equal(mine, theirs)
