@@ -1,5 +1,5 @@
 // labkit's decode attention over a quantized KV cache's codes, registered as the op labkit::kv_code_attention
-// (labkit.quant.code_attention; QuantizedKVCache(read_codes=True) calls it for a one-token step).
+// (labkit.fast.code_attention; its CodeReadingKVCache calls it for a one-token step).
 //
 // One query token per (row b, head h) attends to keys 0..S-1 kept as labkit.quant.quantized_kv's
 // QuantizedRows keeps them, never dequantized into memory:
@@ -12,10 +12,12 @@
 // 2 threads); each chunk's softmax runs against its own max, and the chunks are merged after, rescaled to the
 // overall max (FlashDecoding, Dao et al. 2023). rotate (int4-rot, whose rows are stored as k H and v H): the
 // query is multiplied by H first and the output by H last, in a Walsh-Hadamard transform each. A task's
-// query heads read each key and value row once, decoded 8 values at a time into registers exactly as
-// dequantize_groupwise decodes them ((c - 128) * s; c * s + m, no fused multiply-add), so the output equals
-// the dequantize-then-attend path up to float32 rounding of the sums (and, on the AVX2 path, of exp: a
-// polynomial within 2 ulps, 8 keys at a time).
+// query heads read each key and value row once. The scalar path decodes each row as dequantize_groupwise does
+// ((c - 128) * s; c * s + m). The AVX2 path multiplies the codes as they are, 16 at a time in registers, and
+// applies each group's scale (and int4's minimum) once to their sums:
+//   q . k = sum_g s_g (q_g . c_g) + m_g sum(q_g),    out += sum_g (p s_g) c_g + p m_g
+// so both equal the dequantize-then-attend path up to float32 rounding of the sums (and, on the AVX2 path, of
+// exp: a polynomial within 2 ulps, 8 keys at a time).
 //
 // Two paths, chosen at run time: AVX2 (+FMA, F16C; AVX-512 CPUs run it too) and scalar.
 
@@ -29,6 +31,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -54,6 +57,7 @@ struct Task {                 // one (row, KV head) and its query heads
   const float* mask;          // key s's additive mask at mask[s * mask_stride]
   int64_t mask_stride;
   float scale;
+  const float* qsums;         // [heads][groups]: each head's query summed over each group of the keys' codes
 };
 
 template <bool kInt4>
@@ -120,70 +124,94 @@ __attribute__((target("avx2,fma,f16c"), always_inline)) inline float sum8(__m256
   return _mm_cvtss_f32(_mm_add_ss(r, _mm_movehdup_ps(r)));
 }
 
-// Values c..c+7 of a row whose codes start at `codes`, with their group's scale and minimum broadcast.
-template <bool kInt4>
-__attribute__((target("avx2,fma,f16c"), always_inline)) inline __m256 decode8(const uint8_t* codes, int64_t c,
-                                                                         __m256 scale, __m256 minimum) {
+// A row's codes c..c + 8 kWide - 1 as floats in x[0..kWide), not yet scaled: int8's c - 128 (exact: the byte's
+// top bit flipped, then sign-extended), int4's c in 0..15 (element 2i in byte i's low nibble, 2i+1 in its high).
+template <bool kInt4, int kWide>
+__attribute__((target("avx2,fma,f16c"), always_inline)) inline void raw_codes(const uint8_t* codes, int64_t c,
+                                                                              __m256* x) {
+  __m128i bytes;  // int8: 8 kWide codes; int4: 8 kWide codes in order, one a byte
   if (kInt4) {
-    int32_t word;
-    std::memcpy(&word, codes + c / 2, 4);
-    const __m128i bytes = _mm_cvtsi32_si128(word), nibble = _mm_set1_epi8(0x0F);
-    const __m128i low = _mm_and_si128(bytes, nibble), high = _mm_and_si128(_mm_srli_epi16(bytes, 4), nibble);
-    const __m256 x = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_unpacklo_epi8(low, high)));
-    return _mm256_add_ps(_mm256_mul_ps(x, scale), minimum);
+    int32_t word;  // four bytes: eight codes
+    if (kWide == 1) std::memcpy(&word, codes + c / 2, 4);
+    const __m128i packed =
+        kWide == 2 ? _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + c / 2)) : _mm_cvtsi32_si128(word);
+    const __m128i nibble = _mm_set1_epi8(0x0F);
+    bytes = _mm_unpacklo_epi8(_mm_and_si128(packed, nibble), _mm_and_si128(_mm_srli_epi16(packed, 4), nibble));
+    x[0] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes));
+    if (kWide == 2) x[1] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(bytes, 8)));
+    return;
   }
-  const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + c));
-  const __m256 x = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes));
-  return _mm256_mul_ps(_mm256_sub_ps(x, _mm256_set1_ps(128.f)), scale);
-}
-
-// The scale and minimum of the group holding value c of row s (minimum 0 for int8); F16C converts them.
-template <bool kInt4>
-__attribute__((target("avx2,fma,f16c"), always_inline)) inline void group_of(const CodeRows& r, int64_t s,
-                                                                             int64_t c, __m256& scale,
-                                                                             __m256& minimum) {
-  const int64_t g = s * r.scale_stride + c / r.group;
-  scale = _mm256_set1_ps(_cvtsh_ss(r.scales[g].x));
-  minimum = kInt4 ? _mm256_set1_ps(_cvtsh_ss(r.minimums[g].x)) : _mm256_setzero_ps();
+  bytes = kWide == 2 ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + c))
+                     : _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + c));
+  bytes = _mm_xor_si128(bytes, _mm_set1_epi8(static_cast<char>(0x80)));
+  x[0] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes));
+  if (kWide == 2) x[1] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(bytes, 8)));
 }
 
 // kHeads query heads from h0 on (a compile-time count, so their sums stay in registers): scores of every key.
-template <bool kInt4, int kHeads>
+// Per group, q . k = s (q . c) + m (sum of q over the group) for int4 (c * s + m) and s (q . (c - 128)) for
+// int8: the codes are multiplied by q as they are, and the scale once a group (t.qsums: each head's sums of q).
+template <bool kInt4, int kHeads, int kWide>
 __attribute__((target("avx2,fma,f16c"))) void scores_block(const Task& t, const CodeRows& k, int64_t h0,
                                                            float* scores) {
+  const int64_t groups = t.d / k.group;
   for (int64_t s = 0; s < t.keys; ++s) {
     const uint8_t* codes = k.codes + s * k.code_stride;
-    __m256 acc[2][kHeads], scale, minimum;  // even and odd chunks: two chains of multiply-adds, not one
-    for (int j = 0; j < kHeads; ++j) acc[0][j] = acc[1][j] = _mm256_setzero_ps();
-    for (int64_t c = 0; c < t.d; c += 8) {
-      if (c % k.group == 0) group_of<kInt4>(k, s, c, scale, minimum);
-      const __m256 x = decode8<kInt4>(codes, c, scale, minimum);
-      __m256* chain = acc[(c / 8) & 1];
-      for (int j = 0; j < kHeads; ++j) chain[j] = _mm256_fmadd_ps(_mm256_loadu_ps(t.q[h0 + j] + c), x, chain[j]);
+    const c10::Half* scale = k.scales + s * k.scale_stride;
+    __m256 acc[kHeads];
+    float offset[kHeads] = {};
+    for (int j = 0; j < kHeads; ++j) acc[j] = _mm256_setzero_ps();
+    for (int64_t g = 0; g < groups; ++g) {
+      __m256 part[kWide][kHeads], x[kWide];  // one chain of multiply-adds per vector of a step, not one
+      for (int w = 0; w < kWide; ++w)
+        for (int j = 0; j < kHeads; ++j) part[w][j] = _mm256_setzero_ps();
+      for (int64_t c = g * k.group; c < (g + 1) * k.group; c += 8 * kWide) {
+        raw_codes<kInt4, kWide>(codes, c, x);
+        for (int w = 0; w < kWide; ++w)
+          for (int j = 0; j < kHeads; ++j)
+            part[w][j] = _mm256_fmadd_ps(_mm256_loadu_ps(t.q[h0 + j] + c + 8 * w), x[w], part[w][j]);
+      }
+      const __m256 step = _mm256_set1_ps(_cvtsh_ss(scale[g].x));
+      for (int j = 0; j < kHeads; ++j)
+        acc[j] = _mm256_fmadd_ps(kWide == 2 ? _mm256_add_ps(part[0][j], part[kWide - 1][j]) : part[0][j], step,
+                                 acc[j]);
+      if (kInt4) {
+        const float minimum = _cvtsh_ss(k.minimums[s * k.scale_stride + g].x);
+        for (int j = 0; j < kHeads; ++j) offset[j] += minimum * t.qsums[(h0 + j) * groups + g];
+      }
     }
-    for (int j = 0; j < kHeads; ++j) scores[(h0 + j) * t.keys + s] = sum8(_mm256_add_ps(acc[0][j], acc[1][j]));
+    for (int j = 0; j < kHeads; ++j) scores[(h0 + j) * t.keys + s] = sum8(acc[j]) + offset[j];
   }
 }
 
-// kHeads heads' outputs, kChunks x 8 features at a time summed in registers over every key, in key order.
-template <bool kInt4, int kHeads, int kChunks>
+// kHeads heads' outputs, kVecs x 8 features of one group at a time summed in registers over every key, in key
+// order: out += (p s) c for each key's codes c, and p m (int4's minimum) added once to every feature at the end.
+template <bool kInt4, int kHeads, int kVecs, int kWide>
 __attribute__((target("avx2,fma,f16c"))) void values_block(const Task& t, const float* p, const CodeRows& v,
                                                            int64_t h0, float* out) {
-  for (int64_t first = 0; first < t.d; first += 8 * kChunks) {
-    __m256 acc[kHeads][kChunks], scale, minimum;
+  for (int64_t first = 0; first < t.d; first += 8 * kVecs) {
+    const int64_t g = first / v.group;  // 8 * kVecs divides the group: one group
+    __m256 acc[kHeads][kVecs], x[kWide], weight[kHeads];
+    float offset[kHeads] = {};
     for (int j = 0; j < kHeads; ++j)
-      for (int f = 0; f < kChunks; ++f) acc[j][f] = _mm256_setzero_ps();
+      for (int f = 0; f < kVecs; ++f) acc[j][f] = _mm256_setzero_ps();
     for (int64_t s = 0; s < t.keys; ++s) {
       const uint8_t* codes = v.codes + s * v.code_stride;
-      group_of<kInt4>(v, s, first, scale, minimum);  // 8 * kChunks divides the group: one group
-      for (int f = 0; f < kChunks; ++f) {
-        const __m256 x = decode8<kInt4>(codes, first + 8 * f, scale, minimum);
-        for (int j = 0; j < kHeads; ++j)
-          acc[j][f] = _mm256_fmadd_ps(_mm256_set1_ps(p[(h0 + j) * t.keys + s]), x, acc[j][f]);
+      const float step = _cvtsh_ss(v.scales[s * v.scale_stride + g].x);
+      for (int j = 0; j < kHeads; ++j) weight[j] = _mm256_set1_ps(p[(h0 + j) * t.keys + s] * step);
+      if (kInt4) {
+        const float minimum = _cvtsh_ss(v.minimums[s * v.scale_stride + g].x);
+        for (int j = 0; j < kHeads; ++j) offset[j] += p[(h0 + j) * t.keys + s] * minimum;
+      }
+      for (int f = 0; f < kVecs; f += kWide) {
+        raw_codes<kInt4, kWide>(codes, first + 8 * f, x);
+        for (int w = 0; w < kWide; ++w)
+          for (int j = 0; j < kHeads; ++j) acc[j][f + w] = _mm256_fmadd_ps(weight[j], x[w], acc[j][f + w]);
       }
     }
     for (int j = 0; j < kHeads; ++j)
-      for (int f = 0; f < kChunks; ++f) _mm256_storeu_ps(out + (h0 + j) * t.d + first + 8 * f, acc[j][f]);
+      for (int f = 0; f < kVecs; ++f)
+        _mm256_storeu_ps(out + (h0 + j) * t.d + first + 8 * f, _mm256_add_ps(acc[j][f], _mm256_set1_ps(offset[j])));
   }
 }
 
@@ -242,26 +270,30 @@ constexpr int kAvx2Heads = 3;  // heads a block holds: 3 x 4 sums of 8 in regist
 
 template <bool kInt4>
 __attribute__((target("avx2,fma,f16c"))) void scores_avx2(const Task& t, const CodeRows& k, float* scores) {
+  const bool wide = k.group % 16 == 0;  // two vectors of codes a step
   for (int64_t h0 = 0; h0 < t.heads; h0 += kAvx2Heads) {
     const int64_t n = std::min<int64_t>(kAvx2Heads, t.heads - h0);
-    if (n == 3) scores_block<kInt4, 3>(t, k, h0, scores);
-    else if (n == 2) scores_block<kInt4, 2>(t, k, h0, scores);
-    else scores_block<kInt4, 1>(t, k, h0, scores);
+    if (wide && n == 3) scores_block<kInt4, 3, 2>(t, k, h0, scores);
+    else if (wide && n == 2) scores_block<kInt4, 2, 2>(t, k, h0, scores);
+    else if (wide) scores_block<kInt4, 1, 2>(t, k, h0, scores);
+    else if (n == 3) scores_block<kInt4, 3, 1>(t, k, h0, scores);
+    else if (n == 2) scores_block<kInt4, 2, 1>(t, k, h0, scores);
+    else scores_block<kInt4, 1, 1>(t, k, h0, scores);
   }
 }
 
 template <bool kInt4>
 __attribute__((target("avx2,fma,f16c"))) void values_avx2(const Task& t, const float* p, const CodeRows& v,
                                                           float* out) {
-  const bool wide = (v.group % 32) == 0;  // 4 chunks of 8 features within one group
+  const bool wide = (v.group % 32) == 0;  // 4 vectors of 8 features within one group, 2 decoded at a time
   for (int64_t h0 = 0; h0 < t.heads; h0 += kAvx2Heads) {
     const int64_t n = std::min<int64_t>(kAvx2Heads, t.heads - h0);
-    if (wide && n == 3) values_block<kInt4, 3, 4>(t, p, v, h0, out);
-    else if (wide && n == 2) values_block<kInt4, 2, 4>(t, p, v, h0, out);
-    else if (wide) values_block<kInt4, 1, 4>(t, p, v, h0, out);
-    else if (n == 3) values_block<kInt4, 3, 1>(t, p, v, h0, out);
-    else if (n == 2) values_block<kInt4, 2, 1>(t, p, v, h0, out);
-    else values_block<kInt4, 1, 1>(t, p, v, h0, out);
+    if (wide && n == 3) values_block<kInt4, 3, 4, 2>(t, p, v, h0, out);
+    else if (wide && n == 2) values_block<kInt4, 2, 4, 2>(t, p, v, h0, out);
+    else if (wide) values_block<kInt4, 1, 4, 2>(t, p, v, h0, out);
+    else if (n == 3) values_block<kInt4, 3, 1, 1>(t, p, v, h0, out);
+    else if (n == 2) values_block<kInt4, 2, 1, 1>(t, p, v, h0, out);
+    else values_block<kInt4, 1, 1, 1>(t, p, v, h0, out);
   }
 }
 
@@ -385,12 +417,18 @@ at::Tensor kv_code_attention(const at::Tensor& q, const at::Tensor& k_codes, con
   at::parallel_for(0, batch * kv_heads * chunks, 1, [&](int64_t begin, int64_t end) {  // (row, KV head, chunk)
     std::vector<float> scores(group * kChunkKeys);
     std::vector<const float*> queries(group);
+    const int64_t groups = k_scales.size(3), width = d / groups;
+    std::vector<float> qsums(group * groups);
     for (int64_t task = begin; task < end; ++task) {
       const int64_t pair = task / chunks, first = task % chunks * kChunkKeys;
       const int64_t b = pair / kv_heads, kv = pair % kv_heads, n = std::min(kChunkKeys, keys - first);
-      for (int64_t j = 0; j < group; ++j) queries[j] = qp + (b * heads + kv * group + j) * d;
+      for (int64_t j = 0; j < group; ++j) {
+        queries[j] = qp + (b * heads + kv * group + j) * d;
+        for (int64_t g = 0; g < groups; ++g)
+          qsums[j * groups + g] = std::accumulate(queries[j] + g * width, queries[j] + (g + 1) * width, 0.f);
+      }
       const Task t{queries.data(), group, n, d, mask.data_ptr<float>() + b * mask.stride(0) + first * mask.stride(1),
-                   mask.stride(1), static_cast<float>(scale)};
+                   mask.stride(1), static_cast<float>(scale), qsums.data()};
       Partial& part = partials[task];
       part.top.assign(group, 0.f), part.total.assign(group, 0.f), part.out.assign(group * d, 0.f);
       path.scores[int4](t, rows_of(k_codes, k_scales, k_minimums, b, kv, first, d), scores.data());

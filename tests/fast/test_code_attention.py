@@ -16,11 +16,13 @@ from labkit.quant.quantized_kv import QuantizedKVCache, new_kv_cache
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 KINDS = ("int8", "int4", "int4-rot")
-# Measured largest |difference| from the dequantizing path over 5 seeds of these rows (outputs up to 3.3; the
-# outlier channel makes scores of tens, whose float32 rounding the softmax carries): AVX2 path 5.8e-6 (int8),
-# 5.3e-6 (int4), 5.3e-6 (int4-rot); scalar path 1.4e-5, 1.1e-5, 6.5e-6. The sums run in another order and the
-# AVX2 path's exp is a polynomial within 2 ulps. A decoding mistake in every row (nibble order, a group's scale)
-# moves the output by 1e-2 or more; one row's minimum off by one step moves it by 4e-5 here.
+# Measured largest |difference| from the dequantizing path over 5 seeds of these rows, at 37 and 1,300 keys
+# (outputs up to 3.3; the outlier channel makes scores of tens, whose float32 rounding the softmax carries): AVX2
+# path 8.6e-6 (int8), 1.5e-5 (int4), 8.9e-6 (int4-rot); scalar path 2.0e-5, 1.2e-5, 1.0e-5. The sums run in
+# another order (the AVX2 path scales each group's sum of q times the codes once, and adds int4's minimum times
+# the sum of q), chunks of 512 keys are merged, and the AVX2 path's exp is a polynomial within 2 ulps. A
+# decoding mistake in every row (nibble order, a group's scale) moves the output by 1e-2 or more; one row's
+# minimum off by one step moves it by 4e-5 here.
 TOLERANCE = 1e-4
 
 
