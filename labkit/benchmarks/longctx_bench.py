@@ -20,16 +20,26 @@ labkit's float32.
     python -m labkit.bench longctx            # 512, 2,048 and 8,191 tokens: 21 minutes on 2 cores, idle
     python -m labkit.bench longctx --quick    # 128 and 256 tokens: checks the bench runs, not speed
 
-The saved run (2-core AMD EPYC, AVX2, idle; tokens/s at 512 / 2,048 / 8,191 tokens cached):
+The saved run (2-core Intel Xeon with AVX-512, idle, 3 steps a median; tokens/s at 512 / 2,048 / 8,191 tokens
+cached):
 
-    labkit float32 KV          21.8 / 14.3 /  9.3     llama.cpp f32    23.2 / 24.7 / 15.6
-    labkit int8, dequantizing  19.2 / 13.5 /  4.4     llama.cpp q8_0   30.8 / 21.8 / 12.8
-    labkit int8, codes read    22.7 / 21.0 / 13.7     llama.cpp q4_1   26.6 / 18.9 /  8.2
-    labkit int4-rot, codes     18.3 / 16.6 / 11.3     llama.cpp q4_0   27.9 / 18.6 /  8.4
+    labkit float32 KV          21.1 / 15.9 /  9.8     llama.cpp f32    21.3 / 18.1 / 12.0
+    labkit int8, dequantizing  13.1 / 10.9 /  6.1     llama.cpp q8_0   22.2 / 19.3 / 10.0
+    labkit int8, codes read    20.4 / 20.7 / 14.6     llama.cpp q4_1   22.8 / 15.6 /  8.0
+    labkit int4-rot, codes     20.0 / 18.1 / 14.4     llama.cpp q4_0   23.0 / 16.8 /  7.5
 
-At 8,191 tokens int8 read as codes ran 1.47x labkit's float32 cache and 1.07x llama.cpp's q8_0; int4-rot
-read as codes 1.22x float32 and 1.35x llama.cpp's q4_0, while labkit's float32 cache ran 0.60x llama.cpp's
-f32. The aims of notebook 15's issue: int8 at least 1.3x float32 (met here), rotated 4-bit 1.6x (not met).
+At 8,191 tokens int8 read as codes ran 1.48x labkit's float32 cache and 1.45x llama.cpp's q8_0; int4-rot read
+as codes 1.46x float32 and 1.92x llama.cpp's q4_0, while labkit's float32 cache ran 0.82x llama.cpp's f32.
+The aims of notebook 15's issue: int8 at least 1.3x float32 (met), rotated 4-bit 1.6x (not met in this run;
+three shorter idle runs of the same two kinds the same hour, 5 steps a median, gave int4-rot 1.57x, 1.65x and
+1.79x: on this machine a step at 8,191 tokens varies by 10 % or more from run to run). Where an int4-rot step
+at 8,191 tokens goes (torch.profiler, 3 steps, idle, just before the kernel's last change): the kernel 21 ms,
+the Q4_1 matmuls 19 ms and the head 2.4 ms, the rest small operations that every cache kind runs. An AVX-512
+variant of the kernel was tried and ran slower than its AVX2 path here (1.02 against 0.79 ms a layer on one
+thread), so the kernel has none.
+
+The earlier saved run, on a 2-core AMD EPYC with AVX2 (idle), before the kernel split keys into chunks
+across threads and quantized a step's new row in C++: int8 codes 1.47x float32, int4-rot codes 1.22x.
 """
 
 from __future__ import annotations
