@@ -4,4 +4,5 @@ torch.distributed (gloo), measured on this machine's cores.
     ranks            run_ranks: one function in `world` processes joined by gloo, results in rank order
     tensor_parallel  shard_llama: Megatron's split of every layer (heads, MLP columns, vocabulary)
     tensor_run       what each rank runs: logits, greedy text, a decode step's cost, the link's speed
+    pipeline         pp_forward: consecutive stages of layers, micro-batches sent on, the bubble measured
 """
