@@ -47,6 +47,20 @@ alone moves 0.00382 nats. Its rotated q4_0 (0.044) sits between labkit's int4 an
 Measured on a shared 2-core AMD EPYC (AVX2), llama-cpp-python 0.3.36; the figures are the models', not the
 machine's (the llama.cpp run took 144 s, labkit's 22 s, one after the other, nothing else running).
 
+At long context, over the same text as `kv_quality`'s long table (`labkit.models.long_text`, Python's own
+documentation, SmolLM2 tokens), llama.cpp against its own f32 cache (perplexity / top-1 agreement / KL;
+324 s and 1,039 s on a 2-core Intel Xeon with AVX-512, idle):
+
+    tokens   f32      q8_0                       q4_1                        q4_0 (rotated)
+     4,096   10.860   10.881 / 96.3 % / 0.00422   11.557 / 87.4 % / 0.05602   11.675 / 87.3 % / 0.06317
+     8,192   10.302   10.307 / 96.5 % / 0.00413   10.991 / 87.8 % / 0.05553   11.171 / 87.3 % / 0.06694
+
+Like with like, at 8,192 tokens: labkit's int8 (KL 0.00083) moves its float32 cache's distributions less than
+llama.cpp's q8_0 moves its f32 one (0.00413), and labkit's int4-rot (0.04694) less than llama.cpp's rotated
+q4_0 (0.06694, fewer bytes: one scale a block, no minimum); llama.cpp's q4_1 (0.05553, int4's bytes) beats
+labkit's unrotated int4 (0.06402). Each engine is measured against its own reference (llama.cpp's weights are
+the 4-bit file's, its matmuls quantize activations), so the comparison is of what each cache costs.
+
 Decode step, `llama_decode_seconds_at`, 2 threads, OMP_WAIT_POLICY=ACTIVE in a process of its own (llama.cpp's
 best on this machine), median of 5, two sweeps (ms), nothing else running:
 
