@@ -410,7 +410,7 @@ at::Tensor kv_code_attention(const at::Tensor& q, const at::Tensor& k_codes, con
   const int int4 = k_minimums.has_value() ? 1 : 0;
   const int64_t group = heads / kv_heads, keys = mask.size(1);
   const int64_t chunks = std::max<int64_t>(1, (keys + kChunkKeys - 1) / kChunkKeys);
-  at::Tensor queries_in = q.clone();  // a rotated kind's query is q H: its keys are stored as k H
+  const at::Tensor queries_in = rotate ? q.clone() : q;  // a rotated kind's query is q H: keys are k H
   if (rotate) rotate_rows(queries_in.data_ptr<float>(), batch * heads, d);
   const float* qp = queries_in.data_ptr<float>();
   std::vector<Partial> partials(batch * kv_heads * chunks);

@@ -39,7 +39,6 @@ def rank_main(
 ) -> None:
     """One rank: set its threads, join the group, run function(rank, world, *args), put (rank, ok, value)."""
     torch.set_num_threads(threads)
-    os.environ["OMP_NUM_THREADS"] = str(threads)
     try:
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
         try:
