@@ -209,6 +209,8 @@ class BlockManager:
             skipped = [NULL_BLOCK] * self.skipped_blocks(hits * self.block_size)
             seq.window_table = skipped + [self.window.take_cached(block) for block in window]
         seq.num_cached_tokens = hits * self.block_size
+        if seq.prefix_cached_tokens is None:  # its first admission: what /metrics counts as prefix-cache hits
+            seq.prefix_cached_tokens = seq.num_cached_tokens
         self.holders[seq.request_id] = seq
         self.published[seq.request_id] = (hits, self.full.block_hash[full[-1]][0] if hits else NO_HASH)
         self.window_end[seq.request_id] = seq.num_cached_tokens

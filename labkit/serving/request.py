@@ -132,6 +132,7 @@ class EngineRequest:
         self.block_table: list[int] = []  # pool block of each block_size tokens, set by the BlockManager
         self.window_table: list[int] = []  # a Gemma3's local layers' blocks (NULL_BLOCK: left the window)
         self.num_cached_tokens = 0  # tokens whose keys/values are already in the pool
+        self.prefix_cached_tokens: int | None = None  # prompt tokens the prefix cache held at first admission
         self.arrival_s = arrival_s
         self.scheduled_s: float | None = None  # first admitted
         self.first_token_s: float | None = None

@@ -202,6 +202,10 @@ class EngineThread:
         event (its reason and metrics): once counted, a request is wholly gone, and a client that has its
         answer finds it counted on /metrics."""
         stream, sample_metrics = self.streams.pop(sample_id), self.engine.metrics(sample_id)
+        if stream.index == 0:  # a request's samples share one prefill: its prompt is counted once
+            self.metrics.observe_prefix(
+                sample_metrics.prompt_tokens, self.engine.requests[sample_id].prefix_cached_tokens
+            )
         group = self.groups[stream.group_id]
         group.discard(sample_id)
         if not group:

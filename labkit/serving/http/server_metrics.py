@@ -2,6 +2,8 @@
 
 TTFT, TPOT and the queue time are observed when a request finishes (the engine's own clock, queue time
 included in TTFT, as vLLM's `request_queue_time_seconds` beside its TTFT); running and waiting requests and KV blocks are set after every engine step.
+The prefix cache's queries and hits count prompt tokens, as vLLM's `prefix_cache_queries` and `_hits` do:
+each request's prompt when it ends, and the tokens of it the cache held when it was first admitted.
 
     >>> metrics = ServerMetrics()
     >>> metrics.render()[:40]
@@ -67,6 +69,13 @@ class ServerMetrics:
             "labkit_requests_rejected", "Requests refused because the queue was full.", registry=r
         )
         self.generated = Counter("labkit_generation_tokens", "Tokens generated.", registry=r)
+        # vLLM's vllm:prefix_cache_queries / _hits, in tokens: hits / queries is the prefix cache's hit rate
+        self.prefix_queries = Counter(
+            "labkit_prefix_cache_queries", "Prompt tokens looked up in the prefix cache.", registry=r
+        )
+        self.prefix_hits = Counter(
+            "labkit_prefix_cache_hits", "Prompt tokens found in the prefix cache (whole blocks).", registry=r
+        )
 
     def observe_finished(self, request: EngineRequestMetrics) -> None:
         """Record a finished or aborted request's TTFT, TPOT and reason."""
@@ -77,6 +86,14 @@ class ServerMetrics:
         if not math.isnan(request.tpot_s):
             self.tpot.observe(request.tpot_s)
         self.finished.labels(request.finish_reason or "unknown").inc()
+
+    def observe_prefix(self, prompt_tokens: int, cached_tokens: int | None) -> None:
+        """Count a request's prompt in the prefix cache's queries and its cached tokens in its hits; a
+        request never admitted (cached_tokens None) was never looked up, and counts in neither."""
+        if cached_tokens is None:
+            return
+        self.prefix_queries.inc(prompt_tokens)
+        self.prefix_hits.inc(cached_tokens)
 
     def set_load(
         self,
