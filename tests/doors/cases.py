@@ -23,6 +23,7 @@ FOLDERS = [
     "grade",
     "loadtest",
     "models",
+    "parallel",
     "quant",
     "serving",
     "speculative",

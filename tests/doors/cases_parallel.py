@@ -1,0 +1,60 @@
+"""Bad-input cases of labkit's parallel/ public doors (see door.py for the
+columns). `wrong(name, error, words)`: every required argument a Wrong(); a case with `missing=` has no
+door yet and says where the call crashes today."""
+
+from door import Door, wrong
+
+from labkit.parallel.cluster import H100_SXM, LLAMA_3_70B, NVLINK_4, decode_step, this_machine_link
+
+CLUSTER = "labkit.parallel.cluster"
+
+CASES = [
+    # a split wider than the model's heads, a link measured at one size only, times that fall with size
+    Door(
+        f"{CLUSTER}.decode_step",
+        lambda kit: decode_step(LLAMA_3_70B, H100_SXM, NVLINK_4, tp=128, pp=1, batch=1, context=4096),
+        ValueError,
+        ("tp", "at most one query head per GPU", "128"),
+    ),
+    Door(
+        f"{CLUSTER}.this_machine_link",
+        lambda kit: this_machine_link({576: 1e-4}),
+        ValueError,
+        ("all_reduce_seconds_by_size", "at least two message sizes"),
+    ),
+    Door(
+        f"{CLUSTER}.this_machine_link",
+        lambda kit: this_machine_link({576: 2e-4, 49152: 1e-4}),
+        ValueError,
+        ("do not grow with the message size",),
+    ),
+    wrong(f"{CLUSTER}.Accelerator", words=("memory_bytes",)),
+    wrong(f"{CLUSTER}.Link", words=("bytes_per_s",)),
+    wrong(f"{CLUSTER}.ModelDims", words=("n_layers",)),
+    wrong(f"{CLUSTER}.dims_of", words=("model", "ModelDims")),
+    wrong(f"{CLUSTER}.ring_all_reduce_seconds", words=("nbytes",)),
+    wrong(f"{CLUSTER}.ring_all_gather_seconds", words=("nbytes",)),
+    wrong(f"{CLUSTER}.decode_step", words=("model",)),
+    wrong(f"{CLUSTER}.layouts", words=("gpus_per_node",)),
+    wrong(f"{CLUSTER}.format_layouts", words=("rows", "DecodeStep")),
+    wrong(f"{CLUSTER}.this_machine_link", words=("all_reduce_seconds_by_size",)),
+    wrong(f"{CLUSTER}.tp_collective_prediction", words=("model",)),
+]
+
+NO_ARGUMENT = {  # name -> why it has no bad-input case
+    **{
+        f"{CLUSTER}.{name}": "a constant: a published preset the notebook reads, not a call"
+        for name in [
+            "H100_SXM",
+            "A100_80GB",
+            "NVLINK_4",
+            "PCIE_4",
+            "PCIE_5",
+            "ETHERNET_100G",
+            "ETHERNET_25G",
+            "INFINIBAND_NDR",
+            "LLAMA_3_70B",
+            "SMOLLM2_135M",
+        ]
+    },
+}
