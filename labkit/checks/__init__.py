@@ -15,6 +15,7 @@ from labkit.checks.foundation import *  # noqa: F403  notebooks 00-01
 from labkit.checks.generation import *  # noqa: F403  notebook 02
 from labkit.checks.kvcache import *  # noqa: F403  notebook 06
 from labkit.checks.longctx import *  # noqa: F403  notebook 15
+from labkit.checks.parallel import *  # noqa: F403  notebook 16
 from labkit.checks.prefill import *  # noqa: F403  notebook 07
 from labkit.checks.quant import *  # noqa: F403  notebook 08
 from labkit.checks.sampling import *  # noqa: F403  notebook 04

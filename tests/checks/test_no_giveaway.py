@@ -552,6 +552,27 @@ def windowed_cache_bytes(tokens, global_layers, local_layers, window, heads, hea
     return 2 * kept * heads * head_dim * size
 
 
+def sharded_mlp(x, w_up, w_down, world, relu_local=True):  # the Megatron split of an MLP, the student's own
+    base, extra = divmod(w_up.shape[0], world)
+    partials, start = [], 0
+    for rank in range(world):
+        stop = start + base + (rank < extra)
+        partial = (torch.relu(x @ w_up[start:stop].T) if relu_local else x @ w_up[start:stop].T) @ w_down[
+            :, start:stop
+        ].T
+        partials.append(partial)
+        start = stop
+    return partials
+
+
+def pipeline_time(stage_seconds, micro_batches, fill=True):
+    return (sum(stage_seconds) if fill else 0) + (micro_batches - 1) * max(stage_seconds)
+
+
+def all_reduce_seconds(nbytes, ranks, bytes_per_s, latency_s, rounds=2):
+    return rounds * (ranks - 1) / ranks * nbytes / bytes_per_s + rounds * (ranks - 1) * latency_s
+
+
 def cow_append(pool, name, token, copy=True, release=True):  # copy on write, the student's own
     table = pool.tables[name]
     if not table or len(pool.blocks[table[-1]]) == pool.block_size:
@@ -863,6 +884,24 @@ CASES: dict[str, Sequence[Case] | Callable[[Fixture], Sequence[Case]]] = {
         Case(
             windowed_cache_bytes,
             [lambda *p: windowed_cache_bytes(*p, cap=False), lambda *p: windowed_cache_bytes(*p) * 1.5],
+        )
+    ],
+    # past one machine, notebook 16
+    "check_sharded_mlp": [
+        Case(
+            sharded_mlp,
+            [
+                lambda *a: sharded_mlp(*a, relu_local=False),
+                lambda x, u, d, w: [sum(sharded_mlp(x, u, d, w)) / w] * w,
+            ],
+        )
+    ],
+    "check_pipeline_time": [
+        Case(pipeline_time, [lambda s, m: pipeline_time(s, m, fill=False), lambda s, m: m * sum(s)])
+    ],
+    "check_all_reduce_seconds": [
+        Case(
+            all_reduce_seconds, [lambda *a: all_reduce_seconds(*a, rounds=1), lambda n, p, b, lat: 2 * n / b]
         )
     ],
 }
