@@ -38,6 +38,7 @@ from labkit.engines import (
     vllm_installed,
 )
 from labkit.engines.install import MAKE_ENGINES
+from labkit.engines.llamacpp import default_threads
 from labkit.launcher import live_group_members, require_free_port
 
 MODEL = "smollm2-135m"
@@ -155,8 +156,11 @@ def test_llamacpp_next_token_logits_agree_with_transformers(llamacpp_scores, smo
 
 @pytest.fixture(scope="module")
 def llama_server():
+    """llama-server with the in-process `Llama`'s thread count (one per two cores). At its own default, a thread
+    per core, its threads meet at a barrier on every op and a busy 2-core machine (the other test worker) keeps
+    one of them waiting: 32 greedy tokens took 43-45 s with 2 threads and 5-9 s with 1, measured under load."""
     need_llama_server()
-    server = start_llama_server(MODEL, slots=4)
+    server = start_llama_server(MODEL, slots=4, n_threads=default_threads())
     yield server
     server.stop()
 
