@@ -162,12 +162,24 @@ def pipeline_hint(got: float, stage_seconds: list[float], micro_batches: int) ->
     """The usual slip behind a wrong pipeline time (said at once); else the idea, then the formula."""
     total, slowest, m, s = sum(stage_seconds), max(stage_seconds), micro_batches, len(stage_seconds)
     slips = [
-        (m * total, "micro-batches overlap: while a later stage works on one, the earlier stages start the next."),
-        ((m + s - 1) * total / s, "the stages differ: the slowest stage sets the pace once the pipe is full."),
-        ((m + s - 1) * slowest, "before the pipe is full, the first micro-batch passes each stage at that stage's own speed."),
-        (total + m * slowest, "the first micro-batch's trip through every stage already holds one pass of the slowest stage."),
+        (
+            m * total,
+            "micro-batches overlap: while a later stage works on one, the earlier stages start the next.",
+        ),
+        (
+            (m + s - 1) * total / s,
+            "the stages differ: the slowest stage sets the pace once the pipe is full.",
+        ),
+        (
+            (m + s - 1) * slowest,
+            "before the pipe is full, the first micro-batch passes each stage at that stage's own speed.",
+        ),
+        (
+            total + m * slowest,
+            "the first micro-batch's trip through every stage already holds one pass of the slowest stage.",
+        ),
         (m * slowest, "the first micro-batch still has to cross every stage before the last one can start."),
-    ]  # fmt: skip
+    ]
     for wrong, hint in slips:
         if math.isclose(got, wrong, rel_tol=1e-9):
             return hint
@@ -196,7 +208,8 @@ def check_pipeline_time(pipeline_time: Callable | None) -> bool:
     reset("pipeline_time")
     return verdict(
         True,
-        "the first micro-batch crosses every stage, then each further one leaves at the slowest stage's pace: "
+        "the first micro-batch crosses every stage, then each further one leaves at the slowest stage's "
+        "pace: "
         "more micro-batches hide the fill, and a slow stage slows them all.",
     )
 
@@ -214,8 +227,14 @@ def ring_problems(generator: random.Random) -> list[tuple[float, int, float, flo
         (float(generator.randrange(10**6, 10**8)), 8, 450e9, 2e-6, "8 ranks over NVLink"),
         (float(generator.randrange(10**3, 10**5)), 1, 25e9, 5e-6, "a single rank"),
         (16384.0, generator.choice([3, 5, 6]), 3.125e9, 1e-5, "an odd group over 25 Gb/s Ethernet"),
-        (float(generator.randrange(10**4, 10**6)), 4, generator.uniform(1e9, 5e9), 0.0, "a link without latency"),
-    ]  # fmt: skip
+        (
+            float(generator.randrange(10**4, 10**6)),
+            4,
+            generator.uniform(1e9, 5e9),
+            0.0,
+            "a link without latency",
+        ),
+    ]
     return cases
 
 
@@ -235,16 +254,31 @@ def ring_hint(got: float, nbytes: float, ranks: int, bytes_per_s: float, latency
     if ranks == 1:
         return "a single rank has nothing to add up with anyone: the all-reduce costs nothing."
     slips = [
-        (2 * (p - 1) * (nbytes / bytes_per_s + latency_s), "each step sends one chunk, a 1/ranks share of the message, not all of it."),
-        (share * nbytes / bytes_per_s + (p - 1) * latency_s, "an all-reduce is two rounds: a reduce-scatter, then an all-gather."),
-        (2 * share * nbytes / bytes_per_s, "every step waits for the link's latency before its bytes arrive."),
-        (2 * share * nbytes / bytes_per_s + latency_s, "the latency is paid at every step of the ring, not once."),
-        (2 * nbytes / bytes_per_s + 2 * (p - 1) * latency_s, "each rank sends only (ranks - 1) of the ranks chunks in a round."),
-    ]  # fmt: skip
+        (
+            2 * (p - 1) * (nbytes / bytes_per_s + latency_s),
+            "each step sends one chunk, a 1/ranks share of the message, not all of it.",
+        ),
+        (
+            share * nbytes / bytes_per_s + (p - 1) * latency_s,
+            "an all-reduce is two rounds: a reduce-scatter, then an all-gather.",
+        ),
+        (
+            2 * share * nbytes / bytes_per_s,
+            "every step waits for the link's latency before its bytes arrive.",
+        ),
+        (
+            2 * share * nbytes / bytes_per_s + latency_s,
+            "the latency is paid at every step of the ring, not once.",
+        ),
+        (
+            2 * nbytes / bytes_per_s + 2 * (p - 1) * latency_s,
+            "each rank sends only (ranks - 1) of the ranks chunks in a round.",
+        ),
+    ]
     for wrong, hint in slips:
         if math.isclose(got, wrong, rel_tol=1e-9):
             return hint
-    idea = "cut the message in one chunk per rank and count the steps of the ring, each a latency plus one chunk."
+    idea = "cut the message in one chunk per rank and count the ring's steps, each a latency plus one chunk."
     return progressive("all_reduce_seconds", [idea, RING_IDEA])
 
 

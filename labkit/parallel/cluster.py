@@ -208,10 +208,10 @@ def decode_step(
     pp_link: Link | None = None,
 ) -> DecodeStep:
     """A decode step's cost on tp x pp `accelerator`s: TP's all-reduces over `link`, PP's sends over `pp_link`
-    (`link` if None). Weights split evenly over the tp x pp GPUs; KV heads over tp (replicated where tp exceeds
-    them, as vLLM does), layers over pp; activations and KV in 2-byte bf16. A stage reads its weights and KV
-    or computes, whichever is slower (a roofline); at batch 1 the stages run one after the other (no
-    micro-batching during decode), and a larger batch moves through them as one.
+    (`link` if None). Weights split evenly over the tp x pp GPUs; KV heads over tp (replicated where tp
+    exceeds them, as vLLM does), layers over pp; activations and KV in 2-byte bf16. A stage reads its
+    weights and KV or computes, whichever is slower (a roofline); at batch 1 the stages run one after the
+    other (no micro-batching during decode), and a larger batch moves through them as one.
 
         >>> step = decode_step(LLAMA_3_70B, H100_SXM, NVLINK_4, tp=2, pp=1, batch=1, context=4096)
         >>> step.fits, round(step.memory_per_gpu / 1e9, 1), round(step.weight_read_s * 1e3, 2)
@@ -297,7 +297,8 @@ LAYOUT_COLUMNS = [
 def format_layouts(rows: list[DecodeStep]) -> str:
     """`layouts`' rows as a text table (labkit.table): a layout that does not fit says "-" for its times.
 
-    >>> print(format_layouts(layouts(LLAMA_3_70B, H100_SXM, NVLINK_4, NVLINK_4, 8, 1, 1, 4096)).splitlines()[0][:22])
+    >>> table = format_layouts(layouts(LLAMA_3_70B, H100_SXM, NVLINK_4, NVLINK_4, 8, 1, 1, 4096))
+    >>> print(table.splitlines()[0][:22])
      tp  pp  fits   GB/GPU
     """
     if not isinstance(rows, list | tuple) or not all(isinstance(row, DecodeStep) for row in rows):
@@ -318,8 +319,9 @@ def this_machine_link(
     all_reduce_seconds_by_size: dict[int, float], ranks: int = 2, bytes_per_number: int = 4
 ) -> Link:
     """The Link whose ring all-reduce best matches measured times ({float32 numbers: seconds}, what
-    labkit.parallel.tensor_run.link_seconds returns): a least-squares line seconds = slope x bytes + intercept,
-    read as slope = 2 (p - 1) / p / bandwidth and intercept = 2 (p - 1) x latency (0 if the fit goes below).
+    labkit.parallel.tensor_run.link_seconds returns): a least-squares line seconds = slope x bytes +
+    intercept, read as slope = 2 (p - 1) / p / bandwidth and intercept = 2 (p - 1) x latency (0 if the fit
+    goes below).
 
         >>> link = this_machine_link({1_000: 60e-6, 100_000: 140e-6, 1_000_000: 860e-6})
         >>> round(link.bytes_per_s / 1e9, 2), round(link.latency_s * 1e6, 1)
@@ -366,9 +368,9 @@ class TPCollectives:
 def tp_collective_prediction(
     model, link: Link, batch: int = 1, world: int = 2, bytes_per_number: int = 4
 ) -> TPCollectives:
-    """What labkit.parallel.tensor_parallel's split spends talking in one decode step (batch tokens): 2 x layers
-    all-reduces of batch x hidden numbers, then the head's all-gather of world x ceil(vocab / world) numbers a
-    token. SmolLM2 over 2 float32 ranks: 60 all-reduces of 2,304 bytes and one all-gather of 196,608.
+    """What labkit.parallel.tensor_parallel's split spends talking in one decode step (batch tokens): 2 x
+    layers all-reduces of batch x hidden numbers, then the head's all-gather of world x ceil(vocab / world)
+    numbers a token. SmolLM2, 2 float32 ranks: 60 all-reduces of 2,304 bytes and one all-gather of 196,608.
 
         >>> link = Link("gloo", 1e9, 50e-6)
         >>> round(tp_collective_prediction(SMOLLM2_135M, link).seconds * 1e3, 3)   # 61 calls
