@@ -5,4 +5,6 @@ torch.distributed (gloo), measured on this machine's cores.
     tensor_parallel  shard_llama: Megatron's split of every layer (heads, MLP columns, vocabulary)
     tensor_run       what each rank runs: logits, greedy text, a decode step's cost, the link's speed
     pipeline         pp_forward: consecutive stages of layers, micro-batches sent on, the bubble measured
+    router           start_router: an OpenAI-API router in front of replicas, round-robin or prefix-aware
+    routing_run      compare_routing: both policies on a multi-turn chat trace, prefix-cache hits and TTFT
 """

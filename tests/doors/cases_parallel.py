@@ -5,6 +5,8 @@ door yet and says where the call crashes today."""
 from door import Door, wrong
 
 from labkit.parallel.cluster import H100_SXM, LLAMA_3_70B, NVLINK_4, decode_step, this_machine_link
+from labkit.parallel.router import start_router
+from labkit.parallel.routing_run import chat_trace, compare_routing
 
 CLUSTER = "labkit.parallel.cluster"
 
@@ -39,6 +41,26 @@ CASES = [
     wrong(f"{CLUSTER}.format_layouts", words=("rows", "DecodeStep")),
     wrong(f"{CLUSTER}.this_machine_link", words=("all_reduce_seconds_by_size",)),
     wrong(f"{CLUSTER}.tp_collective_prediction", words=("model",)),
+    wrong("labkit.parallel.router.start_router", words=("urls",)),
+    Door(
+        "labkit.parallel.router.start_router",
+        lambda kit: start_router(["http://127.0.0.1:1"], "random"),
+        ValueError,
+        ("policy", "round-robin", "prefix"),
+    ),
+    Door(
+        "labkit.parallel.routing_run.compare_routing",
+        lambda kit: compare_routing(policies=("random",)),
+        ValueError,
+        ("policies", "round-robin"),
+    ),
+    Door(
+        "labkit.parallel.routing_run.chat_trace",
+        lambda kit: chat_trace(n_conversations=0),
+        ValueError,
+        ("n_conversations",),
+    ),
+    wrong("labkit.parallel.routing_run.routing_table", words=("results", "RoutingResult")),
 ]
 
 NO_ARGUMENT = {  # name -> why it has no bad-input case
