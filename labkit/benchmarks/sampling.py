@@ -78,11 +78,13 @@ def run_way(way: str, model, tokenizer, prompt: list[int], n: int, options: dict
 
 
 def measure(
-    model, tokenizer, prompt: list[int], n: int, options: dict, repeats: int
+    model, tokenizer, prompt: list[int], n: int, options: dict, repeats: int, warm_up: bool = True
 ) -> dict[str, list[SharingRun]]:
-    """Every way `repeats` times, in turns (one, shared, separate, cached, one, ...), after one untimed warm-up."""
+    """Every way `repeats` times, in turns (one, shared, separate, cached, one, ...), after one untimed warm-up
+    unless warm_up is False (--quick: it checks that every way runs and answers alike, not its speed)."""
     ways = (ONE, SHARED, SEPARATE, CACHED)
-    run_way(SHARED, model, tokenizer, prompt, n, options)  # warm-up: first-call costs land on no row
+    if warm_up:
+        run_way(SHARED, model, tokenizer, prompt, n, options)  # first-call costs land on no row
     runs: dict[str, list[SharingRun]] = {way: [] for way in ways}
     for round_index in range(repeats):
         progress("sampling", f"round {round_index + 1} of {repeats}")
@@ -148,7 +150,7 @@ def run(repeats: int = 3, quick: bool = False) -> list[dict]:
     model, tokenizer = load_model("smollm2-135m", impl="labkit")
     prompt = long_prompt(tokenizer, 64 if quick else PROMPT_TOKENS)
     n, options = (4 if quick else N), {"temperature": 0.8, "max_new_tokens": 8 if quick else 32}
-    runs = measure(model, tokenizer, prompt, n, options, 1 if quick else repeats)
+    runs = measure(model, tokenizer, prompt, n, options, 1 if quick else repeats, warm_up=not quick)
     print(
         f"machine: {machine_name()}; labkit's Llama, float32, eager, OMP_WAIT_POLICY="
         f"{os.environ.get('OMP_WAIT_POLICY', 'unset')}; "

@@ -111,9 +111,17 @@ async def timed_way(http, model: str, way: str, prompt: str, n: int, max_tokens:
 
 
 async def measure_one(
-    url: str, contender: Contender, prompt: str, n: int, max_tokens: int, repeats: int, tokenizer
+    url: str,
+    contender: Contender,
+    prompt: str,
+    n: int,
+    max_tokens: int,
+    repeats: int,
+    tokenizer,
+    warm_up: bool = True,
 ) -> list[ServerSampling]:
-    """Both ways against one running server, after one untimed request of each; a refused way says why."""
+    """Both ways against one running server, after one untimed request of each; a refused way says why.
+    warm_up False (--quick): that first request of each way is its first timed repeat."""
     rates: dict[str, list[float]] = {ONE_REQUEST: [], PARALLEL: []}
     errors: dict[str, str] = {}
     async with httpx.AsyncClient(
@@ -121,10 +129,13 @@ async def measure_one(
     ) as http:
         for way in rates:  # warm-up, and the check that the server accepts the way at all
             try:
-                await timed_way(http, contender.model, way, prompt, n, max_tokens, tokenizer)
+                rate = await timed_way(http, contender.model, way, prompt, n, max_tokens, tokenizer)
             except RuntimeError as error:
                 errors[way] = str(error)
-        for _ in range(repeats):
+                continue
+            if not warm_up:
+                rates[way].append(rate)
+        for _ in range(repeats if warm_up else repeats - 1):
             for way in (w for w in rates if w not in errors):
                 rates[way].append(
                     await timed_way(http, contender.model, way, prompt, n, max_tokens, tokenizer)
@@ -135,13 +146,18 @@ async def measure_one(
 def measure_servers(
     prompt: str, tokenizer, n: int, max_tokens: int, repeats: int, quick: bool = False
 ) -> tuple[list[Contender], list[ServerSampling]]:
-    """Every available server of `bench serve` with n seats, one at a time: both ways, `repeats` times each."""
+    """Every available server of `bench serve` with n seats, one at a time: both ways, `repeats` times each
+    (quick: with no untimed warm-up request)."""
     servers = contenders(seats=n, quick=quick)
     rows: list[ServerSampling] = []
     for contender in (server for server in servers if server.available):
         progress("sampling", f"{contender.name}: starting")
         with contender.start() as server:
-            rows += asyncio.run(measure_one(server.url, contender, prompt, n, max_tokens, repeats, tokenizer))
+            rows += asyncio.run(
+                measure_one(
+                    server.url, contender, prompt, n, max_tokens, repeats, tokenizer, warm_up=not quick
+                )
+            )
     return servers, rows
 
 
