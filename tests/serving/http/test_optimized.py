@@ -9,6 +9,7 @@ kernels round activations and logits to bfloat16 (steps of 0.125 at these logits
 two such steps apart may swap between a batch of requests and a single one."""
 
 import concurrent.futures
+import functools
 
 import httpx
 import openai
@@ -42,6 +43,24 @@ def test_optimize_steps_are_read_and_checked_on_the_command_line(capsys):
     assert "Unknown steps ['turbo']" in capsys.readouterr().err
 
 
+@functools.cache
+def sure_answers(steps: tuple[str, ...]) -> list[tuple[str, int]]:
+    """For each of QUESTIONS, labkit's generation loop on the model optimized with `steps`: the text of its
+    greedy answer up to its first narrow step, and how many tokens that is. Cached: the eager and the compiled
+    server of the same steps are held to the same answers, so the model is loaded and run once for both."""
+    model, tokenizer = labkit.load_model(MODEL, impl="labkit")
+    labkit.optimize(model, steps)
+    sure_texts = []
+    for question in QUESTIONS:
+        prompt_ids = labkit.chat_prompt(tokenizer, [{"role": "user", "content": question}])
+        new_ids = labkit.generate_ids(model, tokenizer, prompt_ids, max_new_tokens=8)
+        top2 = all_logits(model, prompt_ids + new_ids)[len(prompt_ids) - 1 : -1].topk(2, dim=-1).values
+        narrow = [step for step, gap in enumerate((top2[:, 0] - top2[:, 1]).tolist()) if gap < WIDE]
+        sure = narrow[0] if narrow else len(new_ids)  # tokens before the first narrow step
+        sure_texts.append((tokenizer.decode(new_ids[:sure], skip_special_tokens=True), sure))
+    return sure_texts
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "steps, compile",
@@ -49,8 +68,6 @@ def test_optimize_steps_are_read_and_checked_on_the_command_line(capsys):
     ids=["int4", "q4_1", "q4_1-compiled"],
 )
 def test_an_optimized_server_answers_what_the_optimized_model_generates(steps, compile):
-    model, tokenizer = labkit.load_model(MODEL, impl="labkit")
-    labkit.optimize(model, steps)
     with start_server(MODEL, max_num_seqs=4, optimize=steps, compile=compile) as server:
         step = httpx.get(server.url + "/health").json()["decode_step"]
         assert step.startswith("compiled for batch sizes 1, 2, 4 (") if compile else step == "eager"
@@ -66,15 +83,7 @@ def test_an_optimized_server_answers_what_the_optimized_model_generates(steps, c
             answers = list(pool.map(ask, QUESTIONS))
         assert f"({', '.join(steps)})" in server.log.read_text()
     compared = 0
-    for question, answer in zip(QUESTIONS, answers):
-        prompt_ids = labkit.chat_prompt(tokenizer, [{"role": "user", "content": question}])
-        new_ids = labkit.generate_ids(model, tokenizer, prompt_ids, max_new_tokens=8)
-        top2 = all_logits(model, prompt_ids + new_ids)[len(prompt_ids) - 1 : -1].topk(2, dim=-1).values
-        narrow = [step for step, gap in enumerate((top2[:, 0] - top2[:, 1]).tolist()) if gap < WIDE]
-        sure = narrow[0] if narrow else len(new_ids)  # tokens before the first narrow step
-        assert answer.startswith(tokenizer.decode(new_ids[:sure], skip_special_tokens=True)), (
-            question,
-            answer,
-        )
+    for question, answer, (sure_text, sure) in zip(QUESTIONS, answers, sure_answers(steps)):
+        assert answer.startswith(sure_text), (question, answer)
         compared += sure
     assert compared >= 5, f"only {compared} tokens had wide margins; add questions"
