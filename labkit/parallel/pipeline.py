@@ -22,7 +22,8 @@ import torch.distributed as dist
 
 from labkit.core.arguments import check_int
 from labkit.core.attention import rotary_cos_sin
-from labkit.core.llama import Llama
+from labkit.core.doors import check_items, check_tensor
+from labkit.core.llama import Llama, check_llama
 from labkit.models.loading import load_model
 
 
@@ -44,6 +45,7 @@ def stage_layers(model: Llama, world: int) -> list[range]:
     >>> stage_layers(smollm2, 2)   # 19 layers, then 11 and the head
     [range(0, 19), range(19, 30)]
     """
+    check_llama(model, "stage_layers")
     check_int("world", world, minimum=1, maximum=model.config.n_layers, note="a layer for every stage")
     layer = sum(p.numel() for p in model.layers[0].parameters())
     n, head = model.config.n_layers, model.lm_head.weight.numel()
@@ -76,8 +78,34 @@ def pp_forward(rank: int, world: int, model_name: str, ids: torch.Tensor, micro_
     and 8 micro-batches, against the formula's 0.50, 0.33, 0.20 and 0.11: smaller micro-batches compute less
     efficiently (rank 1 busy 0.97 s at 4, 1.27 s at 8). The runs took 2.38, 1.36, 1.31 and 1.52 s; one process
     of 2 threads, 1.61 s."""
-    check_int("micro_batches", micro_batches, minimum=1, maximum=ids.shape[0], note="at most one row each")
     model, _ = load_model(model_name, impl="labkit")
+    return pipeline_run(model, rank, world, ids, micro_batches)
+
+
+def pp_sweep(
+    rank: int, world: int, model_name: str, ids: torch.Tensor, micro_batch_counts: tuple
+) -> list[dict]:
+    """`pp_forward` at each count of `micro_batch_counts`, the model loaded once (notebook 16), without the
+    logits: [{"micro_batches": M, "busy": ..., "total": ..., "bubble": ...}, ...] for this rank.
+
+        >>> [run["bubble"] for run in run_ranks(pp_sweep, 2, "smollm2-135m", ids, (1, 2, 4, 8))[1]]
+        [0.48, 0.37, 0.26, 0.16]
+    """
+    check_tensor("ids", ids, "[B, T] of token ids", dims=2)
+    counts = check_items(
+        "micro_batch_counts", micro_batch_counts, "micro-batch counts such as (1, 2, 4, 8)", of=int
+    )
+    model, _ = load_model(model_name, impl="labkit")
+    runs = []
+    for micro_batches in counts:
+        run = pipeline_run(model, rank, world, ids, micro_batches)
+        runs.append({"micro_batches": micro_batches, **{k: v for k, v in run.items() if k != "logits"}})
+    return runs
+
+
+def pipeline_run(model: Llama, rank: int, world: int, ids: torch.Tensor, micro_batches: int) -> dict:
+    """This rank's stage of `pp_forward` for a model already loaded (the same returns)."""
+    check_int("micro_batches", micro_batches, minimum=1, maximum=ids.shape[0], note="at most one row each")
     layers = stage_layers(model, world)[rank]
     last = rank == world - 1
     outputs, sends, busy = [], [], 0.0

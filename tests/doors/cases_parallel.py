@@ -11,6 +11,12 @@ from labkit.parallel.routing_run import chat_trace, compare_routing
 CLUSTER = "labkit.parallel.cluster"
 
 CASES = [
+    wrong("labkit.parallel.ranks.run_ranks", words=("function",)),
+    wrong("labkit.parallel.tensor_run.tp_session", words=("ids",)),
+    wrong("labkit.parallel.tensor_run.decode_costs", words=("decode_costs", "Llama")),
+    wrong("labkit.parallel.pipeline.pp_sweep", words=("ids",)),
+    wrong("labkit.parallel.pipeline.stage_layers", words=("stage_layers", "Llama")),
+    wrong("labkit.parallel.pipeline.bubble_fraction", words=("stages",)),
     # a split wider than the model's heads, a link measured at one size only, times that fall with size
     Door(
         f"{CLUSTER}.decode_step",

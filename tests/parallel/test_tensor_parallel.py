@@ -10,7 +10,7 @@ import torch
 from labkit.core.llama import Llama, LlamaConfig
 from labkit.parallel.ranks import run_ranks
 from labkit.parallel.tensor_parallel import even_split, shard_llama
-from labkit.parallel.tensor_run import tp_generate, tp_logits
+from labkit.parallel.tensor_run import tp_session
 
 MODEL = "smollm2-135m"
 # Measured largest |difference| of the split's logits from one process's, SmolLM2, 2 ranks, these ids: 5.2e-5
@@ -42,16 +42,21 @@ def test_a_shard_is_a_llama_of_its_share_of_heads_and_columns():
 
 
 @pytest.mark.slow
-def test_two_ranks_give_one_processs_logits_and_greedy_text():
+def test_two_ranks_give_one_processs_logits_and_greedy_text_and_count_their_collectives():
     ids = torch.tensor([[1, 504, 3458, 282, 260, 1789, 30, 378]])
-    one = run_ranks(tp_logits, 1, MODEL, ids, threads=2)[0]
-    split, none = run_ranks(tp_logits, 2, MODEL, ids)
-    assert none is None and split.shape == one.shape == (1, 8, 49152)
-    assert (split - one).abs().max() < TOLERANCE
-    assert one.abs().max() > 5  # real logits, not zeros on both sides
-    prompt = "The three primary colours are"
-    texts = [run_ranks(tp_generate, world, MODEL, prompt, 16)[0] for world in (1, 2)]
-    assert texts[0] == texts[1] and len(texts[0]) > 20
+    prompt, context = "The three primary colours are", 32
+    one = run_ranks(tp_session, 1, MODEL, ids, prompt, 16, context, threads=2)[0]
+    first, second = run_ranks(tp_session, 2, MODEL, ids, prompt, 16, context)
+    assert second["logits"] is None and second["text"] is None  # rank 0's alone travel back
+    assert first["logits"].shape == one["logits"].shape == (1, 8, 49152)
+    assert (first["logits"] - one["logits"]).abs().max() < TOLERANCE
+    assert one["logits"].abs().max() > 5  # real logits, not zeros on both sides
+    assert first["text"] == one["text"] and len(one["text"]) > 20
+    assert one["costs"]["calls"] == 0 and one["link"] == {}  # the whole model talks to no one
+    layers = 30  # two all-reduces a layer, one all-gather of the head's logits
+    assert first["costs"]["calls"] == second["costs"]["calls"] == 2 * layers + 1
+    assert 0 < first["costs"]["collective_seconds"] < first["costs"]["seconds"]
+    assert sorted(first["link"]) == [576, 49152] and min(first["link"].values()) > 0
 
 
 def fail_on_rank_one(rank, world):
@@ -64,7 +69,7 @@ def fail_on_rank_one(rank, world):
 @pytest.mark.slow
 def test_a_failing_rank_ends_the_run_with_its_traceback_and_no_process_left():
     with pytest.raises(RuntimeError, match="(?s)rank 1 of 2 failed.*rank one refuses"):
-        run_ranks(fail_on_rank_one, 2, timeout=60)
+        run_ranks(fail_on_rank_one, 2, timeout=240)  # a backstop: a busy box starts processes slowly
     assert mp.active_children() == []
 
 
@@ -75,6 +80,6 @@ def test_bad_launches_are_refused_before_any_process_starts():
     with pytest.raises(TypeError, match="top level"):
         run_ranks(local, 2)
     with pytest.raises(ValueError, match="world"):
-        run_ranks(tp_logits, 0)
+        run_ranks(tp_session, 0)
     with pytest.raises(ValueError, match="threads"):
-        run_ranks(tp_logits, 1, threads=0)
+        run_ranks(tp_session, 1, threads=0)
