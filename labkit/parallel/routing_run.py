@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass
 
@@ -122,6 +123,17 @@ def prefix_counts(urls: Sequence[str]) -> tuple[int, int]:
     )
 
 
+def run_to_end(coroutine):
+    """asyncio.run(coroutine), also where an event loop already runs (a notebook's): then in a thread of its
+    own, since asyncio.run refuses to start inside a running loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
+
+
 def run_policy(
     policy: str, urls: Sequence[str], trace: list[list[str]], model: str, max_tokens: int, session: int
 ) -> RoutingResult:
@@ -129,7 +141,7 @@ def run_policy(
     own: its prompts share no block with another session's, so the replicas' caches start cold for it."""
     before = prefix_counts(urls)
     with start_router(urls, policy) as router:
-        timings = asyncio.run(play(router.url, model, trace, max_tokens, session))
+        timings = run_to_end(play(router.url, model, trace, max_tokens, session))
         per_replica = tuple(router.per_replica())
     after = prefix_counts(urls)
     ttfts = [timing.ttft_s for timing in timings if timing.status == 200 and timing.error is None]
