@@ -63,14 +63,16 @@ CHILD = "labkit.benchmarks.engines_child"  # the module each in-process engine's
 VLLM_URL_ENV = "LABKIT_BENCH_VLLM_URL"
 
 
-def median_rate(measure_once: Callable[[int], float], repeats: int) -> float:
-    """The median of measure_once(1), ... measure_once(repeats), after measure_once(0) as an untimed warm-up."""
-    measure_once(0)
+def median_rate(measure_once: Callable[[int], float], repeats: int, warm_up: bool = True) -> float:
+    """The median of measure_once(1), ... measure_once(repeats), after measure_once(0) as an untimed warm-up
+    unless warm_up is False (--quick: it checks that every engine answers, not its speed)."""
+    if warm_up:
+        measure_once(0)
     return median_of(lambda i: measure_once(i + 1), repeats)
 
 
-def in_process_rates(repeats: int, tokens: int) -> dict[str, float]:
-    """Batch-1 tokens/s of every engine that runs inside this process."""
+def in_process_rates(repeats: int, tokens: int, quick: bool = False) -> dict[str, float]:
+    """Batch-1 tokens/s of every engine that runs inside this process (quick: no warm-up)."""
     model, tokenizer = load_model(MODEL)
     llama = from_scratch(model)  # labkit's Llama on the same weights: one load, not two
     runners = [TransformersRunner(model, tokenizer), LabkitRunner(llama, tokenizer)]
@@ -78,7 +80,9 @@ def in_process_rates(repeats: int, tokens: int) -> dict[str, float]:
         runners.append(LlamaCppRunner(load_llamacpp(MODEL, n_threads=torch.get_num_threads()), tokenizer))
     rates = {}
     for runner in runners:
-        rates[runner.name] = median_rate(lambda i: answer_rate(runner, tokens, number=i), repeats)
+        rates[runner.name] = median_rate(
+            lambda i: answer_rate(runner, tokens, number=i), repeats, warm_up=not quick
+        )
         progress("engines", f"{runner.name}: {rates[runner.name]:.1f} tokens/s at batch 1")
     return rates
 
@@ -111,7 +115,7 @@ def server_rates(
     repeats: int, tokens: int, concurrent_tokens: int, quick: bool = False
 ) -> tuple[dict[str, float], dict[str, float]]:
     """(batch-1 tokens/s of vLLM, 8-request tokens/s of each server), one server running at a time; quick:
-    labkit's server eager (serve_servers.contenders), vLLM kept."""
+    labkit's server eager (serve_servers.contenders), vLLM kept, no warm-up."""
     tokenizer = load_tokenizer(MODEL)
     chats = [question(i) for i in range(CONCURRENT_REQUESTS)]
     left_out = (FASTEST_LABKIT, VLLM_ALL_CORES)  # notebook 12's table: float32 labkit, vLLM at its default
@@ -124,12 +128,15 @@ def server_rates(
             progress("engines", f"{server.name} ready after {time.perf_counter() - began:.0f} s")
             runner = ServerRunner(server.name, handle.url, MODEL, tokenizer)
             if server.name == VLLM:
-                batch1["vLLM"] = median_rate(lambda i: answer_rate(runner, tokens, number=i), repeats)
+                batch1["vLLM"] = median_rate(
+                    lambda i: answer_rate(runner, tokens, number=i), repeats, warm_up=not quick
+                )
             concurrent[server.name] = median_rate(
                 lambda i: runner.concurrent_rate(
                     [fresh(chat, i * len(chats) + k) for k, chat in enumerate(chats)], concurrent_tokens
                 ),
                 repeats,
+                warm_up=not quick,
             )
             progress(
                 "engines",
@@ -255,7 +262,7 @@ def run(repeats: int = 3, quick: bool = False) -> list[dict]:
         f"included); {CONCURRENT_REQUESTS} requests x {concurrent_tokens} tokens at once through the OpenAI API; "
         f"median of {repeats}\nmachine: {machine_name()}"
     )
-    batch1 = in_process_rates(repeats, tokens)
+    batch1 = in_process_rates(repeats, tokens, quick)
     vllm_batch1, concurrent = server_rates(repeats, tokens, concurrent_tokens, quick)
     batch1.update(vllm_batch1)
     print_table("batch 1 (vLLM over HTTP, the others in-process)", batch1, "labkit")
