@@ -12,6 +12,7 @@ and `--enforce-eager` skips a torch.compile step that takes minutes on 2 cores.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -35,9 +36,18 @@ OUT_OF_MEMORY_HINTS = (
 
 
 def vllm_server_command(
-    python: Path, folder: Path, model: str, host: str, port: int, max_model_len: int, dtype: str
+    python: Path,
+    folder: Path,
+    model: str,
+    host: str,
+    port: int,
+    max_model_len: int,
+    dtype: str,
+    tensor_parallel_size: int = 1,
 ) -> list[str]:
-    """The vLLM API server on a local Hugging Face folder, served under labkit's model name."""
+    """The vLLM API server on a local Hugging Face folder, served under labkit's model name; with
+    tensor_parallel_size > 1, the model split over that many worker processes on this machine."""
+    split = ["--tensor-parallel-size", str(tensor_parallel_size), "--distributed-executor-backend", "mp"]
     return [
         str(python),
         "-m",
@@ -56,6 +66,7 @@ def vllm_server_command(
         str(max_model_len),
         "--enforce-eager",
         "--disable-log-stats",
+        *(split if tensor_parallel_size > 1 else []),
     ]
 
 
@@ -69,6 +80,31 @@ def all_cores_env(cores: int | None = None) -> dict[str, str]:
     return {"VLLM_CPU_OMP_THREADS_BIND": f"0-{cores - 1}", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
 
 
+def tensor_parallel_env(size: int) -> dict[str, str]:
+    """vLLM's CPU settings for `size` tensor-parallel ranks, rank i's one OpenMP thread bound to core i.
+
+    vLLM otherwise reserves `size` cores for its API server and, with `auto`, wants one NUMA node per rank.
+
+    >>> tensor_parallel_env(2)
+    {'VLLM_CPU_OMP_THREADS_BIND': '0|1', 'VLLM_CPU_NUM_OF_RESERVED_CPU': '0'}
+    """
+    check_int("tensor_parallel_size", size, minimum=1, maximum=os.cpu_count() or 1)
+    return {"VLLM_CPU_OMP_THREADS_BIND": "|".join(map(str, range(size))), "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
+
+
+def check_heads_divide(folder: Path, size: int) -> None:
+    """Raise a ValueError unless the model in `folder` has a number of attention heads that `size` divides.
+
+    vLLM splits attention by heads; a model with fewer KV heads than ranks gets them copied to every rank.
+    """
+    heads = json.loads((folder / "config.json").read_text())["num_attention_heads"]
+    if heads % size:
+        raise ValueError(
+            f"tensor_parallel_size must divide the model's {heads} attention heads, got {size}; "
+            "use 1, or a model such as 'gemma3-270m' (4 heads)."
+        )
+
+
 def start_vllm_server(
     model: str = "smollm2-135m",
     port: int = 0,
@@ -79,13 +115,16 @@ def start_vllm_server(
     timeout: float = READY_TIMEOUT_S,
     wait_policy: str | None = None,
     all_cores: bool = False,
+    tensor_parallel_size: int = 1,
 ) -> ServerHandle:
     """Start vLLM's OpenAI server on labkit's safetensors cache of `model`; return once /v1/models answers.
 
     Offline (HF_HUB_OFFLINE=1); vLLM's and inductor's caches stay in .engines/cache. wait_policy:
     OMP_WAIT_POLICY for its processes, "PASSIVE" or "ACTIVE" (None: this process's own). all_cores: its
     OpenMP threads bound to every core and none reserved for its API server (all_cores_env); by default
-    vLLM keeps one core for the API server and runs the model on the rest. When the server
+    vLLM keeps one core for the API server and runs the model on the rest. tensor_parallel_size: the model
+    split over that many ranks, one core each (tensor_parallel_env); it must divide the model's attention
+    heads (SmolLM2 has 9, Gemma-3-270M 4) and cannot be combined with all_cores. When the server
     dies while starting, the error carries the end of its log (and says so when memory ran out). Every
     argument is checked first: a bad one raises a ValueError naming it, and no process starts.
     """
@@ -97,11 +136,21 @@ def start_vllm_server(
     check_seconds("timeout", timeout)
     if not isinstance(all_cores, bool):
         raise TypeError(f"all_cores must be True or False, got {all_cores!r}.")
+    split = tensor_parallel_env(tensor_parallel_size)  # checks it: a whole number from 1 to the cores
+    if tensor_parallel_size == 1:
+        split = {}  # one rank keeps vLLM's default binding, or all_cores
+    if all_cores and split:
+        raise ValueError("all_cores and tensor_parallel_size > 1 both bind the cores: pass one of them.")
+    if split:
+        check_heads_divide(build_cache(model), tensor_parallel_size)
     policy = {} if wait_policy is None else {"OMP_WAIT_POLICY": check_policy(wait_policy)}
     python = require_vllm()
     port = require_free_port(host, port)
-    command = vllm_server_command(python, build_cache(model), model, host, port, max_model_len, dtype)
-    cores = all_cores_env() if all_cores else {}
+    folder = build_cache(model)
+    command = vllm_server_command(
+        python, folder, model, host, port, max_model_len, dtype, tensor_parallel_size
+    )
+    cores = split or (all_cores_env() if all_cores else {})
     env = {**os.environ, **engine_cache_env(), "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib), **policy, **cores}
     return launch(
         command,

@@ -63,6 +63,7 @@ LAUNCHERS = {
             "kv_cache_gib": [0, 1.5, "1"],
             "dtype": ["fp8", None, "int4"],
             "all_cores": ["yes", 1, None],
+            "tensor_parallel_size": [0, 1.5, "2", True, 4096],
         },
     ),
     "load_llamacpp": (

@@ -1,12 +1,14 @@
 """The side-by-side measures of notebook 12 and the engines' clear errors (no engine needs to be installed)."""
 
 import socket
+from pathlib import Path
 
 import pytest
 
 from labkit.engines import EngineNotInstalled, start_llama_server, start_vllm_server
 from labkit.engines.compare import EngineRow, greedy_agreement, side_by_side, topk_agreement
 from labkit.engines.install import require_llamacpp
+from labkit.engines.vllm import tensor_parallel_env, vllm_server_command
 from labkit.launcher import require_free_port
 
 
@@ -54,6 +56,20 @@ def test_a_missing_vllm_says_to_run_make_engines(tmp_path, monkeypatch):
     monkeypatch.setenv("LABKIT_ENGINES", str(tmp_path))  # an engines folder with nothing installed
     with pytest.raises(EngineNotInstalled, match="make engines"):
         start_vllm_server()
+
+
+def test_a_tensor_parallel_vllm_binds_one_core_per_rank_and_needs_heads_it_divides(tmp_path, monkeypatch):
+    monkeypatch.setenv("LABKIT_ENGINES", str(tmp_path))  # nothing installed: a check that passed would say so
+    assert tensor_parallel_env(2) == {"VLLM_CPU_OMP_THREADS_BIND": "0|1", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
+    command = vllm_server_command(Path("python"), Path("folder"), "m", "127.0.0.1", 8000, 2048, "float32", 2)
+    assert command[-4:] == ["--tensor-parallel-size", "2", "--distributed-executor-backend", "mp"]
+    assert "--tensor-parallel-size" not in vllm_server_command(
+        Path("p"), Path("f"), "m", "h", 1, 16, "float32"
+    )
+    with pytest.raises(ValueError, match="divide the model's 9 attention heads, got 2"):
+        start_vllm_server("smollm2-135m", tensor_parallel_size=2)  # SmolLM2: 9 heads
+    with pytest.raises(ValueError, match="all_cores and tensor_parallel_size"):
+        start_vllm_server(all_cores=True, tensor_parallel_size=2)
 
 
 def test_a_missing_llamacpp_says_to_run_make_engines(monkeypatch):
