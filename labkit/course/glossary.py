@@ -50,6 +50,7 @@ T09, T10, T11, T12 = (
     "12_run_locally_and_choose_a_model",
 )
 T13, T14, T15 = "13_how_fast_can_we_decode", "14_spending_compute_at_inference_time", "15_long_context"
+T16 = "16_past_one_machine"
 
 GLOSSARY: dict[str, Term] = {
     "tokenizer": Term(
@@ -277,5 +278,25 @@ GLOSSARY: dict[str, Term] = {
         "The first few tokens, on which a model parks much of its attention; a window that keeps them holds.",
         T15,
         "4. A window, and its sinks",
+    ),
+    "tensor parallelism": Term(
+        "Every layer's matrices split across devices (heads, then MLP columns and rows), summed by all-reduces.",
+        T16,
+        "2. Tensor parallelism: every layer split",
+    ),
+    "all-reduce": Term(
+        "A collective in which every rank ends with the sum of all ranks' tensors.",
+        T16,
+        "2. Tensor parallelism: every layer split",
+    ),
+    "pipeline parallelism": Term(
+        "Consecutive layers on each device, micro-batches passed from stage to stage.",
+        T16,
+        "3. Pipeline parallelism: layers in stages",
+    ),
+    "pipeline bubble": Term(
+        "The share of a pipeline's run its stages wait: (S - 1) / (M + S - 1) with equal stages.",
+        T16,
+        "3. Pipeline parallelism: layers in stages",
     ),
 }

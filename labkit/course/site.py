@@ -17,7 +17,7 @@ note, checker verdict or saved reveal), prepared here for a page that has no ker
   (labkit.course.accessibility), and a title on the search page (SEARCH_PAGE).
 
 Why Sphinx with MyST-NB (both from PyPI, pinned in pyproject.toml's `site` extra) and the Furo theme: it
-builds from the saved outputs with no network (measured on a 2-core machine: 16 notebooks in about 10 s),
+builds from the saved outputs with no network (measured on a 2-core machine: 17 notebooks in about 10 s),
 and its search is a JavaScript index loaded as a script, so it works from file://. Jupyter Book 2 (mystmd,
 npm) fetches its HTML theme from the internet at build time ("Querying template metadata from
 api.mystmd.org"); Quarto's PyPI package downloads the Quarto binary when it installs. Both are out.

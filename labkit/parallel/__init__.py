@@ -3,8 +3,9 @@ torch.distributed (gloo), measured on this machine's cores.
 
     ranks            run_ranks: one function in `world` processes joined by gloo, results in rank order
     tensor_parallel  shard_llama: Megatron's split of every layer (heads, MLP columns, vocabulary)
-    tensor_run       what each rank runs: logits, greedy text, a decode step's cost, the link's speed
-    pipeline         pp_forward: consecutive stages of layers, micro-batches sent on, the bubble measured
+    tensor_run       tp_session: what each rank runs (logits, greedy text, a decode step's cost, the link)
+    pipeline         pp_forward, pp_sweep: consecutive stages of layers, micro-batches sent on, the bubble
+    cluster          decode_step, layouts: tensor and pipeline parallelism priced on a real cluster
     router           start_router: an OpenAI-API router in front of replicas, round-robin or prefix-aware
     routing_run      compare_routing: both policies on a multi-turn chat trace, prefix-cache hits and TTFT
 """
