@@ -153,12 +153,7 @@ def ring_all_reduce_seconds(nbytes: float, ranks: int, link: Link) -> float:
         >>> ring_all_reduce_seconds(16384, 4, NVLINK_4) * 1e6   # 1.5 x 16 KB / 450 GB/s + 6 x 2 us
         12.054613333333334
     """
-    check_number("nbytes", nbytes, minimum=0)
-    check_int("ranks", ranks, minimum=1)
-    link = check_link("link", link)
-    if ranks == 1:
-        return 0.0
-    return 2 * (ranks - 1) / ranks * nbytes / link.bytes_per_s + 2 * (ranks - 1) * link.latency_s
+    return 2 * ring_all_gather_seconds(nbytes, ranks, link)  # a reduce-scatter costs what an all-gather does
 
 
 def ring_all_gather_seconds(nbytes: float, ranks: int, link: Link) -> float:
