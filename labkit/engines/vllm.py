@@ -141,12 +141,12 @@ def start_vllm_server(
         split = {}  # one rank keeps vLLM's default binding, or all_cores
     if all_cores and split:
         raise ValueError("all_cores and tensor_parallel_size > 1 both bind the cores: pass one of them.")
+    folder = build_cache(model)
     if split:
-        check_heads_divide(build_cache(model), tensor_parallel_size)
+        check_heads_divide(folder, tensor_parallel_size)
     policy = {} if wait_policy is None else {"OMP_WAIT_POLICY": check_policy(wait_policy)}
     python = require_vllm()
     port = require_free_port(host, port)
-    folder = build_cache(model)
     command = vllm_server_command(
         python, folder, model, host, port, max_model_len, dtype, tensor_parallel_size
     )
