@@ -53,6 +53,7 @@ from labkit.serving.admission import (
 from labkit.serving.block_manager import BlockManager
 from labkit.serving.capacity import check_sizes, default_blocks, default_budget, default_window_blocks
 from labkit.serving.compiled_step import CompiledDecode
+from labkit.serving.handoff import PrefillHandoff, add_prefilled, export_prefill
 from labkit.serving.layer_pools import LayerPools
 from labkit.serving.request import MAX_LOGPROBS, EngineRequest, EngineRequestMetrics, Status, TokenLogprob
 from labkit.serving.runner import BatchRunner, require_llama, require_paged_model
@@ -291,6 +292,15 @@ class Engine:
         for sample in group:
             del self.requests[sample.request_id]
         return seq
+
+    def export_prefill(self, request_id: int, out: torch.Tensor | None = None) -> PrefillHandoff:
+        """A request whose prompt and first token this engine just ran, taken out of it with its prompt's keys
+        and values, for another engine to decode (labkit.serving.handoff; out: where to gather them)."""
+        return export_prefill(self, request_id, out)
+
+    def add_prefilled(self, handoff: PrefillHandoff) -> int:
+        """Another engine's `export_prefill`, seated here to decode on as if prefilled here; its new id."""
+        return add_prefilled(self, handoff)
 
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished()

