@@ -8,4 +8,6 @@ torch.distributed (gloo), measured on this machine's cores.
     cluster          decode_step, layouts: tensor and pipeline parallelism priced on a real cluster
     router           start_router: an OpenAI-API router in front of replicas, round-robin or prefix-aware
     routing_run      compare_routing: both policies on a multi-turn chat trace, prefix-cache hits and TTFT
+    disaggregated    a prefill worker and a decode worker, the prompt's KV handed over through shared memory
+    disagg_run       compare_disaggregated: disaggregated against colocated replicas, TTFT, TPOT, goodput
 """

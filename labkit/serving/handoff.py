@@ -103,8 +103,8 @@ def check_exportable(engine, seq: EngineRequest) -> None:
             "export_prefill needs a running request whose prompt is prefilled and whose first token is "
             "chosen "
             f"(the step after its prompt's last chunk); request {seq.request_id} is {seq.status.value} with "
-            f"{len(seq.output_ids)} tokens and {seq.num_cached_tokens} of {len(seq.prompt_ids)} prompt tokens "
-            "cached."
+            f"{len(seq.output_ids)} tokens and {seq.num_cached_tokens} of {len(seq.prompt_ids)} prompt "
+            "tokens cached."
         )
 
 
@@ -178,8 +178,8 @@ def check_handoff(engine, handoff: object) -> PrefillHandoff:
 
 
 def has_room(engine, token_ids: list[int] | tuple[int, ...]) -> bool:
-    """Whether `engine` has a free seat and the free blocks for a prefilled request of these tokens (the prompt
-    and its first token) now: `add_prefilled` would seat it.
+    """Whether `engine` has a free seat and the free blocks for a prefilled request of these tokens (the
+    prompt and its first token) now: `add_prefilled` would seat it.
 
     >>> has_room(decode, [*handoff.prompt_ids, handoff.first_token])
     True

@@ -5,6 +5,7 @@ door yet and says where the call crashes today."""
 from door import Door, wrong
 
 from labkit.parallel.cluster import H100_SXM, LLAMA_3_70B, NVLINK_4, decode_step, this_machine_link
+from labkit.parallel.disagg_run import compare_disaggregated
 from labkit.parallel.router import start_router
 from labkit.parallel.routing_run import chat_trace, compare_routing
 
@@ -67,6 +68,27 @@ CASES = [
         ("n_conversations",),
     ),
     wrong("labkit.parallel.routing_run.routing_table", words=("results", "RoutingResult")),
+    wrong("labkit.parallel.disaggregated.mixed_trace", words=("tokenizer",)),
+    # no required argument: each bad one is refused before a worker starts
+    Door(
+        "labkit.parallel.disagg_run.compare_disaggregated",
+        lambda kit: compare_disaggregated(tpot_target_s=-1),
+        ValueError,
+        ("tpot_target_s",),
+    ),
+    Door(
+        "labkit.parallel.disagg_run.compare_disaggregated",
+        lambda kit: compare_disaggregated(quick="yes"),
+        TypeError,
+        ("quick", "True or False"),
+    ),
+    Door(
+        "labkit.parallel.disagg_run.compare_disaggregated",
+        lambda kit: compare_disaggregated(trace=[1, 2]),
+        TypeError,
+        ("trace", "TraceRequest"),
+    ),
+    wrong("labkit.parallel.disagg_run.disaggregated_table", words=("results", "DisaggResult")),
 ]
 
 NO_ARGUMENT = {  # name -> why it has no bad-input case

@@ -1,13 +1,23 @@
-"""Disaggregated prefill and decode: a request prefilled by one engine and decoded by another gives one engine's
-tokens and logits, its blocks are freed on both sides, bad hand-offs are refused by name; and, in real
-processes on SmolLM2, the answers equal one engine's and every worker process is gone afterwards."""
+"""Disaggregated prefill and decode: a request prefilled by one engine and decoded by another gives one
+engine's tokens and logits, its blocks are freed on both sides, bad hand-offs are refused by name; and, in
+real processes on SmolLM2, the answers equal one engine's and every worker process is gone afterwards."""
+
+import math
+import multiprocessing
+import os
 
 import pytest
 import torch
 
 from labkit.core.gemma3 import Gemma3, Gemma3Config
+from labkit.models.loading import load_model
+from labkit.parallel.disagg_run import compare_disaggregated, disaggregated_table
+from labkit.parallel.disaggregated import disaggregated_rank, mixed_trace, queues
+from labkit.parallel.ranks import run_ranks
 from labkit.serving.engine import Engine
 from labkit.serving.handoff import PrefillHandoff
+
+MODEL = "smollm2-135m"
 
 LOGITS_ATOL = 1e-3  # float32 rounding between batch shapes (tests/serving/conftest.py says why)
 
@@ -101,3 +111,50 @@ def test_bad_hand_offs_are_refused_by_name(tiny, tokenizer):
     gemma = Gemma3(Gemma3Config.tiny()).eval()
     with pytest.raises(ValueError, match="sliding-window"):
         Engine(gemma, tokenizer).add_prefilled(handoff)
+
+
+def test_the_trace_mixes_long_and_short_prompts_and_bad_arguments_are_refused(tokenizer):
+    trace = mixed_trace(tokenizer, n_long=2, n_short=4, mean_gap_s=0.2)
+    assert [r.kind for r in trace].count("long") == 2 and trace[0].arrival_s == 0.0
+    assert all(400 <= len(r.prompt_ids) <= 640 for r in trace if r.kind == "long")
+    assert all(20 <= len(r.prompt_ids) <= 60 for r in trace if r.kind == "short")
+    assert [r.arrival_s for r in trace] == sorted(r.arrival_s for r in trace)
+    assert mixed_trace(tokenizer, n_long=2, n_short=4, mean_gap_s=0.2) == trace  # a seed reproduces it
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        mixed_trace(tokenizer, max_new_tokens=1)
+    with pytest.raises(ValueError, match="long_tokens"):
+        mixed_trace(tokenizer, long_tokens=(600, 400))
+    with pytest.raises(ValueError, match="ttft_target_s"):
+        compare_disaggregated(ttft_target_s=0)
+    with pytest.raises(TypeError, match="results"):
+        disaggregated_table([1])
+
+
+def shm_names() -> set[str]:
+    """torch's shared-memory files (torch_<pid>_...) in /dev/shm: none should outlive a run."""
+    return {name for name in os.listdir("/dev/shm") if name.startswith("torch_")}
+
+
+@pytest.mark.slow
+def test_two_worker_processes_give_one_engines_answers_and_leave_nothing_behind():
+    model, tokenizer = load_model(MODEL, impl="labkit")
+    trace = mixed_trace(
+        tokenizer, n_long=1, n_short=2, max_new_tokens=6, mean_gap_s=0.1, long_tokens=(120, 140)
+    )
+    reference = Engine(model, tokenizer, max_num_seqs=4)
+    ids = [reference.add_request(list(r.prompt_ids), max_new_tokens=r.max_new_tokens) for r in trace]
+    reference.run_until_done()
+    before = shm_names()
+    prefill, decode = run_ranks(disaggregated_rank, 2, MODEL, trace, queues(), {"max_num_seqs": 4})
+    records = {r["index"]: r for r in prefill["records"] + decode["records"]}
+    assert [records[i]["tokens"] for i in range(len(trace))] == [
+        reference.requests[i].output_ids for i in ids
+    ]
+    moved = len(prefill["gather_s"])
+    assert moved == len(decode["copy_s"]) == len(trace) - len(prefill["records"]) >= 2
+    assert prefill["bytes"] == sum(
+        30 * 3 * math.ceil(len(r.prompt_ids) / 16) * 16 * 64 * 4 * 2 for r in trace
+    )
+    assert all(0 < records[i]["ttft_s"] < records[i]["finish_s"] - prefill["start"] + 1e-9 for i in records)
+    assert not multiprocessing.active_children()  # both workers joined
+    assert shm_names() <= before  # the slots' shared memory went with them
