@@ -5,13 +5,14 @@ real processes on SmolLM2, the answers equal one engine's and every worker proce
 import math
 import multiprocessing
 import os
+from dataclasses import replace
 
 import pytest
 import torch
 
 from labkit.core.gemma3 import Gemma3, Gemma3Config
 from labkit.models.loading import load_model
-from labkit.parallel.disagg_run import compare_disaggregated, disaggregated_table
+from labkit.parallel.disagg_run import DisaggResult, compare_disaggregated, disaggregated_table
 from labkit.parallel.disaggregated import disaggregated_rank, mixed_trace, queues
 from labkit.parallel.ranks import run_ranks
 from labkit.serving.engine import Engine
@@ -158,3 +159,15 @@ def test_two_worker_processes_give_one_engines_answers_and_leave_nothing_behind(
     assert all(0 < records[i]["ttft_s"] < records[i]["finish_s"] - prefill["start"] + 1e-9 for i in records)
     assert not multiprocessing.active_children()  # both workers joined
     assert shm_names() <= before  # the slots' shared memory went with them
+
+
+def test_the_table_prints_each_setup_and_the_hand_offs():
+    common = dict(n_requests=8, duration_s=12.0, same_answers=True, ttft_target_s=3.0, tpot_target_s=0.5)
+    split = DisaggResult("disaggregated", ttft_p50_s=2.48, ttft_p95_s=6.2, tpot_p50_s=0.54, tpot_p95_s=0.81,
+                         throughput=4.9, slo_met=2, goodput=0.08, handoff_bytes=59_719_680, handoff_ms=315.0,
+                         gather_ms=77.0, n_handoffs=8, **common)  # fmt: skip
+    together = replace(split, setup="colocated", handoff_bytes=0, handoff_ms=0.0, gather_ms=0.0, n_handoffs=0)
+    table = disaggregated_table([split, together])
+    assert "disaggregated     2480ms    6200ms     540ms     810ms" in table
+    assert "8 hand-offs, 59.7 MB in 315 ms (gathered 77 ms, copied into the decode pool 238 ms)" in table
+    assert table.count("hand-offs") == 1 and "TTFT <= 3 s and TPOT <= 500 ms" in table
