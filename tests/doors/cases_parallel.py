@@ -84,6 +84,12 @@ CASES = [
     ),
     Door(
         "labkit.parallel.disagg_run.compare_disaggregated",
+        lambda kit: compare_disaggregated(colocated_chunked=1),
+        TypeError,
+        ("colocated_chunked", "True or False"),
+    ),
+    Door(
+        "labkit.parallel.disagg_run.compare_disaggregated",
         lambda kit: compare_disaggregated(trace=[1, 2]),
         TypeError,
         ("trace", "TraceRequest"),

@@ -16,7 +16,7 @@ from labkit.parallel.disagg_run import DisaggResult, compare_disaggregated, disa
 from labkit.parallel.disaggregated import disaggregated_rank, mixed_trace, queues
 from labkit.parallel.ranks import run_ranks
 from labkit.serving.engine import Engine
-from labkit.serving.handoff import PrefillHandoff
+from labkit.serving.handoff import PrefillHandoff, has_room
 
 MODEL = "smollm2-135m"
 
@@ -41,8 +41,9 @@ def one_engine(model, tokenizer, ids, options):
     return [engine.requests[r] for r in requests]
 
 
-def handed_over(model, tokenizer, ids, options, **decode_options):
-    """Each prompt prefilled in one engine, exported after its first token and decoded in another."""
+def handed_over(model, tokenizer, ids, options, together=False, **decode_options):
+    """Each prompt prefilled in one engine, exported after its first token and decoded in another (which
+    steps after each arrives; together: only once all have arrived)."""
     prefill = Engine(model, tokenizer, max_num_seqs=4, record_logits=True)
     decode = Engine(model, tokenizer, max_num_seqs=8, record_logits=True, **decode_options)
     firsts, moved = {}, {}
@@ -52,16 +53,22 @@ def handed_over(model, tokenizer, ids, options, **decode_options):
             for rid, token, _, finish in prefill.step():
                 firsts[rid] = prefill.requests[rid].logits[0]
                 assert finish is None
-        moved[i] = decode.add_prefilled(prefill.export_prefill(request_id))
+        handoff = prefill.export_prefill(request_id)
+        while not has_room(decode, [*handoff.prompt_ids, handoff.first_token]):  # a small pool: wait
+            decode.step()
+            decode.scheduler.check()
+        moved[i] = decode.add_prefilled(handoff)
         prefill.scheduler.check()
-        decode.step()
-        decode.scheduler.check()
+        if not together:
+            decode.step()
+            decode.scheduler.check()
     while decode.has_unfinished():
         decode.step()
         decode.scheduler.check()
     assert prefill.block_manager.allocator.n_used == 0 and not prefill.requests
     assert decode.block_manager.allocator.n_used == 0  # every block freed as its request finished
     firsts = list(firsts.values())
+    handed_over.decode = decode  # for a test that counts its preemptions
     return [(decode.requests[moved[i]], firsts[i]) for i in range(len(ids))]
 
 
@@ -87,6 +94,14 @@ def test_the_decode_engine_may_chunk_its_prefills(tiny, tokenizer):
     ids = prompts(3)
     alone = one_engine(tiny, tokenizer, ids, OPTIONS[:1])
     results = handed_over(tiny, tokenizer, ids, OPTIONS[:1], chunked_prefill=True)
+    assert [seq.output_ids for seq, _ in results] == [seq.output_ids for seq in alone]
+
+
+def test_a_handed_over_request_preempted_by_the_decode_engine_is_recomputed_there(tiny, tokenizer):
+    ids = prompts(3, (31,))  # 2 blocks each with the first token; the second new token needs a third
+    alone = one_engine(tiny, tokenizer, ids, OPTIONS[:1])
+    results = handed_over(tiny, tokenizer, ids, OPTIONS[:1], together=True, n_blocks=6)
+    assert handed_over.decode.scheduler.n_preemptions > 0
     assert [seq.output_ids for seq, _ in results] == [seq.output_ids for seq in alone]
 
 
