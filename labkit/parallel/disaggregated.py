@@ -76,19 +76,19 @@ def long_prompt(tokenizer: PreTrainedTokenizerBase, tokens: int, rng: random.Ran
 
 def mixed_trace(
     tokenizer: PreTrainedTokenizerBase,
-    n_long: int = 3,
-    n_short: int = 9,
+    n_long: int = 2,
+    n_short: int = 6,
     max_new_tokens: int = 16,
-    mean_gap_s: float = 0.5,
+    mean_gap_s: float = 1.5,
     long_tokens: tuple[int, int] = (400, 600),
     seed: int = 0,
 ) -> list[TraceRequest]:
-    """n_long prompts of long_tokens tokens (summaries) among n_short chat questions (about 30-45 tokens),
+    """n_long prompts of long_tokens tokens (summaries) among n_short chat questions (35-55 tokens),
     spread evenly, arriving with exponential gaps of mean `mean_gap_s` (the first at 0), each answering up to
     max_new_tokens greedily. A seed reproduces it.
 
-    >>> [(r.kind, len(r.prompt_ids)) for r in mixed_trace(tokenizer, 1, 2)]
-    [('short', 36), ('long', 4..), ('short', 4.)]
+    >>> [(r.kind, len(r.prompt_ids), r.arrival_s) for r in mixed_trace(tokenizer, 1, 2)]
+    [('short', 51, 0.0), ('long', 536, 0.062), ('short', 43, 0.939)]
     """
     if not isinstance(tokenizer, PreTrainedTokenizerBase):
         raise TypeError(
@@ -105,7 +105,7 @@ def mixed_trace(
     if not 64 <= low <= high:
         raise ValueError(f"long_tokens must be (low, high) with 64 <= low <= high, got {long_tokens!r}.")
     rng, n = random.Random(seed), n_long + n_short
-    longs = {round((i + 0.5) * n / n_long) for i in range(n_long)} if n_long else set()
+    longs = {int((i + 0.5) * n / n_long) for i in range(n_long)} if n_long else set()
     questions = rng.sample(QUESTIONS[:12], min(12, n_short)) * math.ceil(n_short / 12)
     trace, arrival = [], 0.0
     for i in range(n):
