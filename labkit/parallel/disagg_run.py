@@ -23,8 +23,8 @@ the disaggregated run, the hand-offs' bytes and milliseconds (gathering into sha
 side plus the one copy into the decode pool). `same_answers`: the disaggregated run's greedy tokens equal
 the colocated run's, where every answer came whole from one engine. The targets, TTFT <= 3 s and TPOT <=
 0.5 s: a 500-token prompt alone takes about 2.5 s to prefill on one core of this machine, and a decode step
-of 8 rows about 0.35 s (lightly loaded), so a request meets them when it neither queues behind much nor
-decodes beside a long prompt's chunks.
+of 8 rows about 0.35 s (both measured at load average 3.3), so a request meets them when it neither queues
+behind much nor decodes beside a long prompt's chunks.
 
 Measured with the defaults (2 long prompts of 400-600 tokens among 6 short, 16 new tokens, mean gap 1.5 s)
 on a 2-core Intel Xeon shared with other work (load average 5.5-5.7: the figures are noisy), 79 s in all:
@@ -38,12 +38,12 @@ on a 2-core Intel Xeon shared with other work (load average 5.5-5.7: the figures
 
 Three more runs under load averages 4.0-5.6 put TTFT p50 at 2.4-4.2 s disaggregated against 0.75-0.92 s
 colocated (one core prefills everything, and a short prompt queues behind a long one there, where a second
-replica often is free), TTFT p95 at 3.7-5.4 s against 4.4-6.1 s (the long prompt prefills alone, not in
-chunks beside decodes), TPOT p95 at 358-1093 ms against 595-947 ms (lower disaggregated in two runs of the
-four), throughput within 20% either way, and the hand-offs at 200-315 ms for 59.7 MB (4 ms per MB: small
-beside a 2.5 s prefill). Where it loses on a CPU: decodes batched in one process are not free (a step of 8
-rows costs about 2.7 steps of 1 here, unlike a GPU's), so the decode worker's TPOT p50 is no better than two
-replicas', and prefill has one core instead of two.
+replica often is free); TTFT p95 at 3.7-5.4 s against 4.4-6.1 s (lower disaggregated in three runs of the
+four: the long prompt prefills alone, not in chunks beside decodes); TPOT p95 at 358-1093 ms against
+595-947 ms (lower disaggregated in two runs of the four); throughput within 25% either way; the hand-offs
+200-315 ms for 59.7 MB (3-5 ms per MB: small beside a 2.5 s prefill). Where it loses on a CPU: decodes
+batched in one process are not free (a step of 8 rows costs about 2.7 steps of 1 here, unlike a GPU's), so
+the decode worker's TPOT p50 is no better than two replicas', and prefill has one core instead of two.
 """
 
 from __future__ import annotations
