@@ -36,14 +36,15 @@ on a 2-core Intel Xeon shared with other work (load average 5.5-5.7: the figures
     disaggregated: 8 hand-offs, 59.7 MB in 315 ms (gathered 77 ms, copied into the decode pool 238 ms)
     goodput: requests with TTFT <= 3 s and TPOT <= 500 ms, per second; same answers both ways: True
 
-Three more runs under load averages 4.0-5.6 put TTFT p50 at 2.4-4.2 s disaggregated against 0.75-0.92 s
+Four more runs under load averages 4.0-5.6 put TTFT p50 at 2.4-4.2 s disaggregated against 0.75-1.39 s
 colocated (one core prefills everything, and a short prompt queues behind a long one there, where a second
-replica often is free); TTFT p95 at 3.7-5.4 s against 4.4-6.1 s (lower disaggregated in three runs of the
-four: the long prompt prefills alone, not in chunks beside decodes); TPOT p95 at 358-1093 ms against
-595-947 ms (lower disaggregated in two runs of the four); throughput within 25% either way; the hand-offs
-200-315 ms for 59.7 MB (3-5 ms per MB: small beside a 2.5 s prefill). Where it loses on a CPU: decodes
+replica often is free); TTFT p95 at 3.7-5.4 s against 4.4-8.1 s (lower disaggregated in four runs of the
+five: the long prompt prefills alone, not in chunks beside decodes); TPOT p95 at 358-1093 ms against
+595-947 ms (lower disaggregated in three runs of the five); throughput within 25% either way; the hand-offs
+140-315 ms for 59.7 MB (2-5 ms per MB: small beside a 2.5 s prefill). Where it loses on a CPU: decodes
 batched in one process are not free (a step of 8 rows costs about 2.7 steps of 1 here, unlike a GPU's), so
-the decode worker's TPOT p50 is no better than two replicas', and prefill has one core instead of two.
+the decode worker's TPOT p50 beats two replicas' in only two runs of the five (by 9% and 38%), and prefill
+has one core instead of two.
 """
 
 from __future__ import annotations
