@@ -198,10 +198,11 @@ def interleaved_seconds(
 
 
 def interleaved_tokens_per_second(
-    runs: list[Callable[[], int]], repeats: int, progress: Callable | None = None
+    runs: list[Callable[[], int]], repeats: int, progress: Callable | None = None, warmup: bool = True
 ) -> list[float]:
     """Median tokens/s of each run() -> tokens produced, timed in turns by interleaved_seconds: one
-    untimed warm-up round, then `repeats` rounds in which every run is timed once.
+    untimed warm-up round (unless warmup is False: a check that the runs run, not of their speed), then
+    `repeats` rounds in which every run is timed once.
     progress(iterable) wraps the rounds (e.g. tqdm); the default shows nothing.
 
         >>> interleaved_tokens_per_second([fp32_run, int4_run], repeats=3)
@@ -209,16 +210,19 @@ def interleaved_tokens_per_second(
     """
     check_items("runs", runs, "functions of no arguments that return the tokens they produced", of=Callable)
     check_repeats(repeats)
+    if not isinstance(warmup, bool):
+        raise TypeError(f"warmup must be True or False (one untimed round first, or none), got {warmup!r}.")
     tokens: list[list[int]] = [[] for _ in runs]
 
     def counted(index: int) -> Callable[[], None]:
         return lambda: tokens[index].append(runs[index]())
 
     seconds = interleaved_seconds(
-        [counted(i) for i in range(len(runs))], repeats, warmup=True, progress=progress
+        [counted(i) for i in range(len(runs))], repeats, warmup=warmup, progress=progress
     )
     rates = [
-        statistics.median(n / t for n, t in zip(counts[1:], times)) for counts, times in zip(tokens, seconds)
+        statistics.median(n / t for n, t in zip(counts[bool(warmup) :], times))
+        for counts, times in zip(tokens, seconds)
     ]
     record(rates)
     return rates

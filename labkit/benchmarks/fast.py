@@ -122,11 +122,19 @@ def decode_probe(model: Llama, prompt_ids: list[int], steps: int) -> Callable[[]
 
 
 def choose_threads(
-    hf_model: torch.nn.Module, prompt_ids: list[int], quick: bool
+    hf_model: torch.nn.Module, prompt_ids: list[int], quick: bool, model: Llama | None = None
 ) -> tuple[int, dict[int, float]]:
-    """The probe: (fastest thread count for the int4 path, {count: seconds})."""
-    model = labkit_model(hf_model, PROBE_STEPS)
-    return fastest_thread_count(decode_probe(model, prompt_ids, PROBE_TOKENS[quick]), thread_candidates())
+    """The probe: (fastest thread count for the int4 path, {count: seconds}); one timed round of each
+    count when quick, else three. model: labkit_model(hf_model, PROBE_STEPS) when the caller has it
+    already (its weights are only read), else quantized here.
+
+        >>> threads, seconds = choose_threads(hf_model, prompt_ids, quick=True)      # (2, {1: 0.9, 2: 0.6})
+    """
+    if model is None:
+        model = labkit_model(hf_model, PROBE_STEPS)
+    check_record("model", model, "a labkit Llama (labkit_model(hf_model, PROBE_STEPS))", of=Llama)
+    probe = decode_probe(model, prompt_ids, PROBE_TOKENS[quick])
+    return fastest_thread_count(probe, thread_candidates(), repeats=1 if quick else 3)
 
 
 def row_run(hf_model, model, tokenizer, prompt_ids: list[int], new_tokens: int, how: str):
@@ -178,7 +186,9 @@ def measure_rows(
             model = hf_model if steps is None else row_model(hf_model, steps, label, models)
             prepared.append((label, model, *row_run(hf_model, model, tokenizer, prompt_ids, new_tokens, how)))
         bar = (lambda rounds: tqdm(rounds, desc="rounds (the first compiles)")) if progress else None
-        rates = interleaved_tokens_per_second([run for _, _, run, _ in prepared], repeats, bar)
+        # quick: no untimed warm-up round (it checks that every row runs; its compiled rows are left out)
+        runs = [run for _, _, run, _ in prepared]
+        rates = interleaved_tokens_per_second(runs, repeats, bar, warmup=not quick)
     rows = [
         Row(label, threads, rate, weight_bytes_per_token(model))
         for (label, model, _, _), rate in zip(prepared, rates)
@@ -217,7 +227,7 @@ def row_costs(
 
 
 def run(repeats: int = 3, quick: bool = False) -> list[dict]:
-    new_tokens = 8 if quick else 128
+    new_tokens = 4 if quick else 128
     policies = (current_policy(),) if quick else WAIT_POLICIES
     args = ["--tokens", str(new_tokens), "--repeats", str(repeats)] + (["--quick"] if quick else [])
     machine = measure_machine()  # in this process, while no child runs

@@ -19,7 +19,7 @@ import json
 import sys
 
 from labkit.benchmarks import fast
-from labkit.benchmarks.fast_rows import BENCH_PROMPT, COMPILED, MODEL, ROWS
+from labkit.benchmarks.fast_rows import BENCH_PROMPT, COMPILED, MODEL, PROBE_STEPS, ROWS
 from labkit.fast.processes import current_policy
 from labkit.fast.threads import thread_candidates, using_threads
 from labkit.models.loading import load_model
@@ -77,14 +77,16 @@ def labkit_rates(new_tokens: int, repeats: int, quick: bool) -> list[dict]:
     """Every row of fast.ROWS at the probe's thread count, with the cost model's terms (all but prompt lookup)."""
     hf_model, tokenizer = load_model(MODEL)
     prompt_ids = tokenizer(BENCH_PROMPT)["input_ids"]
-    threads, probe = fast.choose_threads(hf_model, prompt_ids, quick)
     # each eager labkit row's weights quantized once, for its timing and its cost model's step (a compiled
-    # row builds its own in each: the cost model counts the kernels of its own compile)
+    # row builds its own in each: the cost model counts the kernels of its own compile); the thread probe
+    # reads the weights of the first row on its path
     models = {
         label: fast.labkit_model(hf_model, steps)
         for label, steps, how in ROWS
         if steps is not None and how not in COMPILED
     }
+    probe_model = next(models[label] for label, steps, how in ROWS if steps == PROBE_STEPS and how == "loop")
+    threads, probe = fast.choose_threads(hf_model, prompt_ids, quick, model=probe_model)
     rows, compile_seconds = fast.measure_rows(
         hf_model, tokenizer, prompt_ids, new_tokens, repeats, threads, quick, models=models
     )
