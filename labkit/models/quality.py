@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
+from labkit.core.arguments import check_int
 from labkit.core.doors import check_model, check_tokenizer
 from labkit.core.text import chat_prompt, encode_prompt
 from labkit.decoding.generate import generate_text
@@ -80,10 +81,18 @@ def ask(model: torch.nn.Module, tokenizer, question: str, chat: bool) -> str:
     return next((line.strip() for line in text.splitlines() if line.strip()), "")
 
 
-def task_results(model: torch.nn.Module, tokenizer, chat: bool) -> list[TaskResult]:
-    """Every task asked once (greedy), each answer checked by its regular expression."""
+def task_results(
+    model: torch.nn.Module, tokenizer, chat: bool, n_tasks: int = len(TASKS)
+) -> list[TaskResult]:
+    """Every task (or the first `n_tasks`, for a quick run) asked once (greedy), each answer checked by its
+    regular expression: one TaskResult per task, in TASKS' order.
+
+        >>> [r.correct for r in task_results(model, tokenizer, chat=True, n_tasks=3)]
+        [True, True, True]
+    """
+    check_int("n_tasks", n_tasks, minimum=1, maximum=len(TASKS), note="the questions in TASKS")
     results = []
-    for question, pattern in TASKS:
+    for question, pattern in TASKS[:n_tasks]:
         answer = ask(model, tokenizer, question, chat)
         results.append(TaskResult(question, answer, re.search(pattern, answer, re.IGNORECASE) is not None))
     return results

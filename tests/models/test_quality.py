@@ -80,6 +80,18 @@ def test_each_answer_is_its_first_nonempty_line_checked_by_its_regex(tokenizer, 
         assert prompts == [f"Question: {q}\nAnswer:" for q, _ in TASKS]
 
 
+def test_n_tasks_asks_only_the_first_questions_and_refuses_a_count_outside_the_set(tokenizer, monkeypatch):
+    asked = []
+    monkeypatch.setattr(
+        quality, "generate_text", lambda model, tok, prompt, **options: asked.append(prompt) or ""
+    )
+    results = task_results(None, tokenizer, chat=False, n_tasks=3)
+    assert [r.question for r in results] == [q for q, _ in TASKS[:3]] and len(asked) == 3
+    for bad in (0, len(TASKS) + 1, 2.0, True):
+        with pytest.raises(ValueError, match="n_tasks"):
+            task_results(None, tokenizer, chat=False, n_tasks=bad)
+
+
 def greedy_margins(model, tokenizer, question: str, n: int) -> tuple[str, list[float]]:
     """transformers' own greedy answer (n tokens) and the top-1 margin, in logits, at each step."""
     ids = torch.tensor([chat_prompt(tokenizer, question)])
