@@ -134,6 +134,8 @@ def start_lab(folder: Path, root: Path = ROOT) -> Lab:
         f"--FileCheckpoints.checkpoint_dir={folder / 'checkpoints'}",  # none written into the repository
         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
         "--LabApp.news_url=None",
+        # window.jupyterapp, so that a test can close its notebooks' tabs without a save prompt
+        "--LabApp.expose_app_in_browser=True",
     ]
     if os.geteuid() == 0:  # JupyterLab refuses to run as root unless told it is on purpose
         command.append("--allow-root")
@@ -221,16 +223,23 @@ def browser_context(tmp_path_factory):
 
 
 @pytest.fixture
-def page(browser_context, lab):
-    """A fresh browser tab on the session's JupyterLab; afterwards it closes and its kernels stop."""
+def browser_tab(browser_context):
+    """A fresh browser tab, closed afterwards; it starts no JupyterLab (Voila's tests need none)."""
     tab = browser_context.new_page()
     yield tab
     tab.close()
+
+
+@pytest.fixture
+def page(browser_tab, lab):
+    """A fresh browser tab on the session's JupyterLab; afterwards it closes and its kernels stop."""
+    yield browser_tab
+    browser_tab.close()  # before its kernels stop, as a student closes the tab (closing twice is a no-op)
     lab.shut_down_kernels()
 
 
 @pytest.fixture
-def console_errors(page) -> list[str]:
+def console_errors(browser_tab) -> list[str]:
     """The tab's console messages of type error and its uncaught exceptions, as they happen."""
     errors: list[str] = []
 
@@ -238,6 +247,6 @@ def console_errors(page) -> list[str]:
         if message.type == "error":
             errors.append(f"console.error: {message.text} (from {message.location.get('url') or 'the page'})")
 
-    page.on("console", record_message)
-    page.on("pageerror", lambda error: errors.append(f"uncaught exception: {error}"))
+    browser_tab.on("console", record_message)
+    browser_tab.on("pageerror", lambda error: errors.append(f"uncaught exception: {error}"))
     return errors
