@@ -49,8 +49,9 @@ COMPARISONS = [
 
 def run(repeats: int = 3, quick: bool = False) -> list[dict]:
     names = QUICK_VARIANTS if quick else list(VARIANTS)
+    # quick: the fewest tokens and prompts that still fill every column of every variant's row
     options = (
-        dict(max_tokens=64, agreement_tokens=4, decode_tokens=8)
+        dict(max_tokens=64, agreement_tokens=4, agreement_prompts=2, decode_tokens=4)
         if quick
         else dict(max_tokens=None, agreement_tokens=24, decode_tokens=128)
     )
