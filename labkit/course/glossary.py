@@ -294,6 +294,11 @@ GLOSSARY: dict[str, Term] = {
         T16,
         "3. Pipeline parallelism: layers in stages",
     ),
+    "disaggregated prefill": Term(
+        "Prefill and decode on separate workers; the prompt's KV cache is handed from one to the other.",
+        T16,
+        "5. Prefill and decode apart",
+    ),
     "pipeline bubble": Term(
         "The share of a pipeline's run its stages wait: (S - 1) / (M + S - 1) with equal stages.",
         T16,
