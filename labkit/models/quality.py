@@ -82,7 +82,7 @@ def ask(model: torch.nn.Module, tokenizer, question: str, chat: bool) -> str:
 
 
 def task_results(
-    model: torch.nn.Module, tokenizer, chat: bool, n_tasks: int = len(TASKS)
+    model: torch.nn.Module, tokenizer, chat: bool, n_tasks: int | None = None
 ) -> list[TaskResult]:
     """Every task (or the first `n_tasks`, for a quick run) asked once (greedy), each answer checked by its
     regular expression: one TaskResult per task, in TASKS' order.
@@ -90,6 +90,8 @@ def task_results(
         >>> [r.correct for r in task_results(model, tokenizer, chat=True, n_tasks=3)]
         [True, True, True]
     """
+    if n_tasks is None:  # read TASKS at the call, not at import: every question there now
+        n_tasks = len(TASKS)
     check_int("n_tasks", n_tasks, minimum=1, maximum=len(TASKS), note="the questions in TASKS")
     results = []
     for question, pattern in TASKS[:n_tasks]:
