@@ -30,6 +30,8 @@ import llguidance.hf
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from labkit.core.arguments import InvalidArgument
+
 ANY_JSON_OBJECT = {"type": "object"}  # what json_schema=True means (OpenAI's json_object, Ollama's "json")
 # json.dumps' separators and no other whitespace: a model cannot pad forever between tokens.
 COMPILE_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
@@ -50,17 +52,21 @@ def check_json_schema(schema: object, option: str = "json_schema") -> dict | Non
     if schema is True:
         return dict(ANY_JSON_OBJECT)
     if not isinstance(schema, dict):
-        raise ValueError(
-            f"{option} must be a JSON schema (a dict), True for any JSON object, or None; got {schema!r}."
+        raise InvalidArgument(
+            f"{option} must be a JSON schema (a dict), True for any JSON object, or None; got {schema!r}.",
+            option,
+            schema,
         )
     try:
         text = json.dumps(schema, allow_nan=False)  # properties keep their order
     except (TypeError, ValueError) as error:
-        raise ValueError(f"{option} must be plain JSON data: {error}.") from None
+        raise InvalidArgument(f"{option} must be plain JSON data: {error}.", option, schema) from None
     try:
         compiled_grammar(text)
     except ValueError as error:
-        raise ValueError(f"{option} is not a JSON schema that llguidance can follow: {error}") from None
+        raise InvalidArgument(
+            f"{option} is not a JSON schema that llguidance can follow: {error}", option, schema
+        ) from None
     return json.loads(text)
 
 

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 
 import jsonschema
 
+from labkit.core.arguments import InvalidArgument
 from labkit.decoding import structured
 
 TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")  # OpenAI's rule for a function's name
@@ -71,21 +72,29 @@ class Tool:
         """
         if not isinstance(tool, dict) or tool.get("type") != "function":
             got = tool.get("type") if isinstance(tool, dict) else tool
-            raise ValueError(f'{where}.type must be "function" (labkit calls functions only), got {got!r}.')
+            raise InvalidArgument(
+                f'{where}.type must be "function" (labkit calls functions only), got {got!r}.',
+                f"{where}.type",
+            )
         function = tool.get("function")
         if not isinstance(function, dict):
-            raise ValueError(
+            raise InvalidArgument(
                 f'{where}.function must be an object {{"name", "description", "parameters"}}, '
-                f"got {function!r}."
+                f"got {function!r}.",
+                f"{where}.function",
             )
         name = function.get("name")
         if not isinstance(name, str) or not TOOL_NAME.fullmatch(name):
-            raise ValueError(
-                f"{where}.function.name must be 1 to 64 letters, digits, '_' or '-', got {name!r}."
+            raise InvalidArgument(
+                f"{where}.function.name must be 1 to 64 letters, digits, '_' or '-', got {name!r}.",
+                f"{where}.function.name",
             )
         description = function.get("description", "")
         if not isinstance(description, str):
-            raise ValueError(f"{where}.function.description must be text, got {description!r}.")
+            raise InvalidArgument(
+                f"{where}.function.description must be text, got {description!r}.",
+                f"{where}.function.description",
+            )
         parameters = check_parameters(function.get("parameters"), f"{where}.function.parameters")
         return cls(name, description, parameters)
 
@@ -103,17 +112,20 @@ def check_parameters(parameters: object, where: str) -> dict:
     if parameters is None:
         return {"type": "object", "properties": {}}
     if not isinstance(parameters, dict):
-        raise ValueError(f"{where} must be a JSON schema of the arguments (an object), got {parameters!r}.")
+        raise InvalidArgument(
+            f"{where} must be a JSON schema of the arguments (an object), got {parameters!r}.", f"{where}"
+        )
     if parameters.get("type", "object") != "object":
-        raise ValueError(
+        raise InvalidArgument(
             f'{where} must describe an object ("type": "object": arguments are named), '
-            f"got type {parameters['type']!r}."
+            f"got type {parameters['type']!r}.",
+            f"{where}",
         )
     checked = structured.check_json_schema({"type": "object", **parameters}, where)
     try:
         jsonschema.validators.validator_for(checked).check_schema(checked)
     except jsonschema.SchemaError as error:
-        raise ValueError(f"{where} is not a valid JSON schema: {error.message}.") from None
+        raise InvalidArgument(f"{where} is not a valid JSON schema: {error.message}.", f"{where}") from None
     return checked
 
 
@@ -122,8 +134,9 @@ def check_tools(tools: object) -> tuple[Tool, ...]:
     if tools is None:
         return ()
     if isinstance(tools, (str, dict)) or not isinstance(tools, Iterable):
-        raise ValueError(
-            f'tools must be a list of {{"type": "function", "function": {{...}}}} objects, got {tools!r}.'
+        raise InvalidArgument(
+            f'tools must be a list of {{"type": "function", "function": {{...}}}} objects, got {tools!r}.',
+            "tools",
         )
     checked = tuple(
         tool if isinstance(tool, Tool) else Tool.from_openai(tool, f"tools[{index}]")
@@ -132,7 +145,9 @@ def check_tools(tools: object) -> tuple[Tool, ...]:
     names = [tool.name for tool in checked]
     repeated = sorted({name for name in names if names.count(name) > 1})
     if repeated:
-        raise ValueError(f"tools must have different names; {', '.join(repeated)} is given more than once.")
+        raise InvalidArgument(
+            f"tools must have different names; {', '.join(repeated)} is given more than once.", "tools"
+        )
     return checked
 
 
@@ -155,22 +170,26 @@ def check_tool_choice(choice: object, tools: Sequence[Tool]) -> ToolChoice:
         return ToolChoice("auto" if tools else "none")
     if isinstance(choice, str) and choice in CHOICES:
         if choice == "required" and not tools:
-            raise ValueError('tool_choice "required" needs tools to call, and tools is empty.')
+            raise InvalidArgument(
+                'tool_choice "required" needs tools to call, and tools is empty.', "tool_choice"
+            )
         return ToolChoice(choice)
     function = (
         choice.get("function") if isinstance(choice, dict) and choice.get("type") == "function" else None
     )
     name = function.get("name") if isinstance(function, dict) else None
     if not isinstance(name, str):
-        raise ValueError(
+        raise InvalidArgument(
             f'tool_choice must be "none", "auto", "required" or {{"type": "function", "function": '
-            f'{{"name": ...}}}}, got {choice!r}.'
+            f'{{"name": ...}}}}, got {choice!r}.',
+            "tool_choice",
         )
     offered = [tool.name for tool in tools]
     if name not in offered:
-        raise ValueError(
+        raise InvalidArgument(
             f"tool_choice names the function {name!r}, which is not among tools "
-            f"({', '.join(offered) or 'none given'})."
+            f"({', '.join(offered) or 'none given'}).",
+            "tool_choice",
         )
     return ToolChoice("function", name)
 
@@ -309,7 +328,10 @@ class ToolSpec:
         """Check OpenAI's three fields; a ValueError names the one at fault."""
         checked = check_tools(tools)
         if not isinstance(parallel_tool_calls, bool):
-            raise ValueError(f"parallel_tool_calls must be true or false, got {parallel_tool_calls!r}.")
+            raise InvalidArgument(
+                f"parallel_tool_calls must be true or false, got {parallel_tool_calls!r}.",
+                "parallel_tool_calls",
+            )
         return cls(checked, check_tool_choice(tool_choice, checked), parallel_tool_calls)
 
     @property

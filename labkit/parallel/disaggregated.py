@@ -177,8 +177,8 @@ def serve_arrivals(
         if not engine.has_unfinished():
             time.sleep(max(0.0, min(0.005, start + trace[waiting[0]].arrival_s - now)))
             continue
-        for rid, _, _, finish in engine.step():
-            on_output(rid, ids[rid], finish)
+        for out in engine.step():
+            on_output(out.request_id, ids[out.request_id], out.finish_reason)
 
 
 def prefill_side(engine: Engine, trace: list[TraceRequest], start: float, slots, handoffs, free) -> dict:
@@ -235,9 +235,9 @@ def decode_side(engine: Engine, n_requests: int, slots, handoffs, free) -> dict:
             copies.append(time.perf_counter() - began)
             free.put(slot)
             pending.popleft()
-        for rid, _, _, finish in engine.step() if engine.has_unfinished() else ():
-            if finish is not None:
-                records.append(record(engine, rid, ids[rid]))
+        for out in engine.step() if engine.has_unfinished() else ():
+            if out.finish_reason is not None:
+                records.append(record(engine, out.request_id, ids[out.request_id]))
     return {"records": records, "copy_s": copies}
 
 

@@ -12,7 +12,7 @@ seat or a block, for one of two reasons:
 
 `EngineLoad` is the engine's state between steps, the numbers this decision reads and a server's /health shows.
 
-    >>> check_samples(4, max_num_seqs=8)            # fine: 4 seats of 8
+    >>> check_seats(4, max_num_seqs=8)              # fine: 4 seats of 8
     >>> check_queue_room(EngineLoad(8, 70, 0, 120, 3, 512, 0.4), max_waiting=64)
     Traceback (most recent call last):
     EngineBusy: The server is busy: 8 requests running and 70 waiting (at most 64 may wait). Try again shortly.
@@ -22,9 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from labkit.core.arguments import check_int
+from labkit.core.arguments import InvalidArgument
 from labkit.decoding.config import DecodingConfig
-from labkit.serving.request import MAX_LOGPROBS
 from labkit.serving.scheduler import Scheduler
 
 
@@ -81,31 +80,21 @@ def check_prompt_list(prompts: object) -> None:
         )
 
 
-def check_samples(n: object, max_num_seqs: int) -> None:
-    """Refuse n unless it is a whole number from 1 to max_num_seqs: n samples share one prefill and then
-    decode side by side, so all n need a seat at once.
+def check_seats(n: int, max_num_seqs: int) -> None:
+    """Refuse n samples when the engine has fewer seats: n samples share one prefill and then decode side
+    by side, so all n need a seat at once (n itself is checked by `RequestSpec`). An InvalidArgument naming
+    "n", which a server renames to its client's field.
 
-        >>> check_samples(9, max_num_seqs=8)
+        >>> check_seats(9, max_num_seqs=8)
         Traceback (most recent call last):
-        ValueError: n=9 samples share one prefill, so they need 9 seats at once; this engine has ...
+        InvalidArgument: n must be at most 8 (this engine's max_num_seqs): the 9 samples share one prefill ...
     """
-    check_int("n", n, minimum=1, note="samples of the prompt")
     if n > max_num_seqs:
-        raise ValueError(
-            f"n={n} samples share one prefill, so they need {n} seats at once; this engine has "
-            f"max_num_seqs={max_num_seqs}. Ask for fewer, or create it with more seats."
-        )
-
-
-def check_logprobs(logprobs: object) -> None:
-    """Refuse logprobs unless it is None (not recorded) or 0 to MAX_LOGPROBS alternatives per token.
-
-    >>> check_logprobs(2), check_logprobs(None)
-    (None, None)
-    """
-    if logprobs is not None:
-        check_int(
-            "logprobs", logprobs, minimum=0, maximum=MAX_LOGPROBS, note="alternatives per token, or None"
+        raise InvalidArgument(
+            f"n must be at most {max_num_seqs} (this engine's max_num_seqs): the {n} samples share one "
+            f"prefill, so they need {n} seats at once. Ask for fewer, or create the engine with more seats.",
+            "n",
+            n,
         )
 
 

@@ -171,7 +171,7 @@ def run_turn(
     prompt = tool_chat_prompt(tokenizer, chat, spec)
     hits = engine.block_manager.hits
     request_id = engine.add_request(prompt, **options)
-    text = "".join(piece for rid, _, piece, _ in engine.run_until_done() if rid == request_id)
+    text = "".join(out.text for out in engine.run_until_done() if out.request_id == request_id)
     cached = (engine.block_manager.hits - hits) * engine.block_manager.block_size
     _, calls = spec.parse(text)
     call = calls[0] if calls else None

@@ -22,8 +22,8 @@ the model's raw distribution, with the k most likely alternatives (`EngineReques
     >>> b = engine.add_request("Once upon a time", temperature=0.8, seed=1, n=3, logprobs=2)
     >>> engine.samples(b)                                     # [1, 2, 3]: three answers, one prefill
     >>> while engine.has_unfinished():
-    ...     for request_id, token_id, text, finish_reason in engine.step():
-    ...         print(request_id, repr(text))
+    ...     for out in engine.step():                            # Output(request_id, token_id, text, ...)
+    ...         print(out.request_id, repr(out.text))
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from transformers import PreTrainedTokenizerBase
@@ -41,13 +42,12 @@ from labkit.core.arguments import check_int
 from labkit.core.forward import context_length
 from labkit.core.gemma3 import Gemma3
 from labkit.decoding.config import DecodingConfig
-from labkit.decoding.request import Prompt, check_request
+from labkit.decoding.request import Prompt, check_request, resolve_config
 from labkit.serving.admission import (
     EngineLoad,
-    check_logprobs,
     check_prompt_list,
     check_queue_room,
-    check_samples,
+    check_seats,
     refuse_beams,
 )
 from labkit.serving.block_manager import BlockManager
@@ -56,10 +56,23 @@ from labkit.serving.compiled_step import CompiledDecode
 from labkit.serving.handoff import PrefillHandoff, add_prefilled, export_prefill
 from labkit.serving.layer_pools import LayerPools
 from labkit.serving.request import MAX_LOGPROBS, EngineRequest, EngineRequestMetrics, Status, TokenLogprob
+from labkit.serving.request_spec import SPEC_KEYWORDS, RequestSpec
 from labkit.serving.runner import BatchRunner, require_llama, require_paged_model
 from labkit.serving.scheduler import ScheduledBatch, Scheduler, SchedulerConfig
 
-Output = tuple[int, int, str, str | None]  # (request id, token id, text piece, finish reason or None)
+
+class Output(NamedTuple):
+    """One token a step produced for one request (one sample of it).
+
+    >>> request_id, token_id, text, finish_reason, logprob = engine.step()[0]
+    """
+
+    request_id: int
+    token_id: int
+    text: str  # the text this token adds ('' while a character is incomplete)
+    finish_reason: str | None  # "eos", "length" or "stop" on the request's last token, else None
+    # its log-probability and alternatives, when the request asked for them
+    logprob: TokenLogprob | None = None
 
 
 @dataclass(frozen=True)
@@ -189,34 +202,48 @@ class Engine:
         return EngineLoad.of(self.scheduler)
 
     def add_request(
-        self,
-        prompt: Prompt,
-        config: DecodingConfig | None = None,
-        arrival_s: float | None = None,
-        n: int = 1,
-        logprobs: int | None = None,
-        **options,
+        self, prompt: Prompt | RequestSpec, config: DecodingConfig | None = None, **options
     ) -> int:
-        """Queue a prompt with its own decoding options; return its request id (sample 0's when n > 1).
+        """Queue a request; return its request id (sample 0's when n > 1).
 
+        prompt: a `RequestSpec`, the prompt and all it asks in one object (what a server builds), taken
+        whole; or a prompt (text, token ids or messages) with config=DecodingConfig(...) or its options by
+        name, and RequestSpec's own keywords, from which one is built:
         n: samples of the prompt, prefilled once; sample i draws with seed + i and has its own request id
         (`samples`). logprobs: None (not recorded), or 0 to 20: each token's log-probability under the
-        model's raw distribution and that many alternatives (`logprobs`).
+        model's raw distribution and that many alternatives (`logprobs`, and each `Output`'s).
         arrival_s: when the request really arrived, on the engine's clock (a server stamps it on receipt,
         so that TTFT counts the wait for the step in flight); now by default.
-        Raises ValueError/TypeError for bad options, and for a request that could never run: longer than
-        the model's context, than the whole pool, or than the per-step token budget (without chunks), or
-        more samples than seats; EngineBusy when max_waiting requests already wait beyond the free seats.
+
+        Raises InvalidArgument (a ValueError naming the argument, `RequestSpec.fields` renames it for a
+        client) or TypeError for bad options, and for a request that could never run: longer than the
+        model's context, than the whole pool, or than the per-step token budget (without chunks), or more
+        samples than seats; EngineBusy when max_waiting requests already wait beyond the free seats.
+
+            >>> engine.add_request("The sea is", max_new_tokens=8, n=2)
+            >>> engine.add_request(RequestSpec(ids, DecodingConfig(max_new_tokens=8), n=2, arrival_s=t0))
         """
-        check_samples(n, self.config.max_num_seqs)
-        check_logprobs(logprobs)
+        if isinstance(prompt, RequestSpec):
+            if config is not None or options:
+                raise TypeError(
+                    "add_request() takes a RequestSpec whole: put config and options inside it, got "
+                    f"{', '.join(['config'] * (config is not None) + sorted(options))} beside it."
+                )
+            return self._add(prompt)
+        spec_options = {name: options.pop(name) for name in SPEC_KEYWORDS if name in options}
+        config = resolve_config(config, options, "add_request")
+        return self._add(RequestSpec(prompt, config, **spec_options))
+
+    def _add(self, spec: RequestSpec) -> int:
+        """Queue the request `spec` describes (see add_request); its id."""
+        check_seats(spec.n, self.config.max_num_seqs)
         # the one context check
         request = check_request(
             self.model,
             self.tokenizer,
-            prompt,
-            config,
-            options,
+            spec.prompt,
+            spec.config,
+            {},
             "add_request",
             max_model_len=self.config.max_model_len,
         )
@@ -228,10 +255,10 @@ class Engine:
             request.config,
             request.eos_ids,
             self.tokenizer,
-            self.clock() if arrival_s is None else arrival_s,
-            logprobs=logprobs,
+            self.clock() if spec.arrival_s is None else spec.arrival_s,
+            logprobs=spec.logprobs,
         )
-        samples = [seq, *seq.add_samples([next(self.request_ids) for _ in range(n - 1)])]
+        samples = [seq, *seq.add_samples([next(self.request_ids) for _ in range(spec.n - 1)])]
         if request.config.max_new_tokens == 0:  # nothing to generate: done on arrival, as in generate()
             finish_on_arrival(seq)
         else:
@@ -353,7 +380,7 @@ class Engine:
         if finish is not None:
             self.scheduler.finish(seq, Status.FINISHED)
             seq.finish_reason, seq.finish_s = finish, now
-        return seq.request_id, token_id, piece, finish
+        return Output(seq.request_id, token_id, piece, finish, seq.logprobs[-1] if seq.logprobs else None)
 
     def run_until_done(self) -> list[Output]:
         """Step until every request has finished; all the outputs, in order."""
@@ -372,9 +399,9 @@ class Engine:
         check_prompt_list(prompts)
         ids = [self.add_request(prompt, config, **options) for prompt in prompts]
         texts = {request_id: "" for request_id in ids}
-        for request_id, _, piece, _ in self.run_until_done():
-            if request_id in texts:
-                texts[request_id] += piece
+        for out in self.run_until_done():
+            if out.request_id in texts:
+                texts[out.request_id] += out.text
         return [texts[request_id] for request_id in ids]
 
     def metrics(self, request_id: int) -> EngineRequestMetrics:

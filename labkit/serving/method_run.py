@@ -184,10 +184,10 @@ def run_method(
     texts: dict[int, str] = {sample: "" for head in heads for sample in engine.samples(head)}
     while engine.has_unfinished():
         outputs = engine.step()
-        for request_id, _, piece, _ in outputs:
-            texts[request_id] += piece
+        for out in outputs:
+            texts[out.request_id] += out.text
         if progress is not None:
-            progress(sum(finish is not None for *_, finish in outputs))
+            progress(sum(out.finish_reason is not None for out in outputs))
     wall_s = engine.clock() - start
     collected = tuple(
         ItemSamples(

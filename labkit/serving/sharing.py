@@ -100,8 +100,8 @@ def run_requests(
     heads = [engine.add_request(prompt, n=n, seed=seed, **options) for seed in seeds]
     samples = [sample for head in heads for sample in engine.samples(head)]
     texts = {sample: "" for sample in samples}
-    for request_id, _, piece, _ in engine.run_until_done():
-        texts[request_id] += piece
+    for out in engine.run_until_done():
+        texts[out.request_id] += out.text
     wall_s = engine.clock() - start
     steps = list(engine.step_metrics)
     return SharingRun(

@@ -229,8 +229,8 @@ def serve(engine: Engine, line: Timeline, config: DecodingConfig | None) -> None
                 index
             )
         if engine.has_unfinished():
-            for request_id, token_id, _, _ in engine.step():
-                line.record(index_of[request_id], token_id)
+            for out in engine.step():
+                line.record(index_of[out.request_id], out.token_id)
         elif pending:
             line.wait_until(workload[pending[0]].arrival_s)
 

@@ -87,7 +87,7 @@ def run_traced(engine: Engine, requests: Sequence[tuple], arrivals: Sequence[int
                 preempted,
                 tuple(s.request_id for s in scheduler.waiting),
                 tuple(s.request_id for s in scheduler.running),
-                tuple(i for i, _, _, reason in outputs if reason is not None),
+                tuple(out.request_id for out in outputs if out.finish_reason is not None),
                 {s.request_id: tuple(s.block_table) for s in scheduler.running},
                 metrics.blocks_used,
                 tuple(seq.request_id for seq in ran.seqs[ran.n_decode :]),

@@ -50,9 +50,9 @@ def handed_over(model, tokenizer, ids, options, together=False, **decode_options
     for i, prompt in enumerate(ids):
         request_id = prefill.add_request(prompt, **options[i % len(options)])
         while request_id not in firsts:
-            for rid, token, _, finish in prefill.step():
-                firsts[rid] = prefill.requests[rid].logits[0]
-                assert finish is None
+            for out in prefill.step():
+                firsts[out.request_id] = prefill.requests[out.request_id].logits[0]
+                assert out.finish_reason is None
         handoff = prefill.export_prefill(request_id)
         while not has_room(decode, [*handoff.prompt_ids, handoff.first_token]):  # a small pool: wait
             decode.step()

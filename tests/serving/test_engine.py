@@ -121,10 +121,10 @@ def test_eos_and_stop_end_one_sequence_only(tiny, tokenizer, one_thread):
     eos = engine.add_request("Hi", max_new_tokens=8, logit_bias={tokenizer.eos_token_id: 100.0})
     stop = engine.add_request("Dear friend,", max_new_tokens=8, stop=[stop_text])
     outputs = engine.run_until_done()
-    reasons = {i: r for i, _, _, r in outputs if r is not None}
+    reasons = {out.request_id: out.finish_reason for out in outputs if out.finish_reason is not None}
     assert reasons == {plain: "length", eos: "eos", stop: "stop"}
     assert engine.requests[eos].output_ids == [tokenizer.eos_token_id]
-    assert stop_text not in "".join(text for i, _, text, _ in outputs if i == stop)
+    assert stop_text not in "".join(out.text for out in outputs if out.request_id == stop)
     assert engine.requests[plain].output_ids == labkit.generate_ids(
         tiny, tokenizer, "The sea is", max_new_tokens=8
     )

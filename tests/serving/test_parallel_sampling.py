@@ -242,7 +242,7 @@ def test_samples_abort_release_and_logprobs_speak_for_the_group(tiny, tokenizer)
         ({"n": 0}, "n must be a whole number of 1 or more"),
         ({"n": 2.0}, "n must be a whole number"),
         ({"n": True}, "n must be a whole number"),
-        ({"n": 5}, "n=5 samples share one prefill, so they need 5 seats"),
+        ({"n": 5}, "n must be at most 4 .* the 5 samples share one prefill, so they need 5 seats"),
         ({"n": 2, "num_beams": 2}, "beam search"),
         ({"logprobs": 21}, "logprobs must be a whole number from 0 to 20"),
         ({"logprobs": -1}, "logprobs must be"),

@@ -8,14 +8,16 @@ otherwise. An add is answered (request id, or the error) before the next step.
 A request of `n` samples is one group in the engine (one prefill, `Engine.samples`): every sample's events
 go to the request's one queue, each marked with its `index` (0..n-1), and each sample ends with a last
 event of its own. Aborting the request (its id is sample 0's) stops every sample; the group is released
-once all its samples are done. With `logprobs=k`, each token's event carries its `TokenLogprob`.
+once all its samples are done. With `logprobs=k`, each token's event carries its `TokenLogprob` (the
+engine's `Output` carries it). A request travels as one `RequestSpec`, handed to `Engine.add_request` whole.
 
     thread = EngineThread(Engine(model, tokenizer, max_num_seqs=8, max_waiting=64))
     thread.start()
-    request_id, events = await thread.submit(prompt_ids, DecodingConfig(max_new_tokens=16), time.perf_counter())
+    spec = RequestSpec(prompt_ids, DecodingConfig(max_new_tokens=16), arrival_s=time.perf_counter())
+    request_id, events = await thread.submit(spec)
     while (event := await events.get()).finish_reason is None:
         print(event.text, end="")
-    request_id, events = await thread.submit(prompt_ids, config, n=3, logprobs=2)   # 3 last events, index 0-2
+    request_id, events = await thread.submit(RequestSpec(prompt_ids, config, n=3, logprobs=2))  # index 0-2
 """
 
 from __future__ import annotations
@@ -26,15 +28,15 @@ import queue
 import threading
 import time
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
-from labkit.decoding.config import DecodingConfig
 from labkit.serving.admission import EngineBusy, EngineLoad
 from labkit.serving.engine import Engine
 from labkit.serving.http.server_metrics import ServerMetrics
 from labkit.serving.request import EngineRequestMetrics, TokenLogprob
+from labkit.serving.request_spec import RequestSpec
 
 log = logging.getLogger("labkit.serving.http")
 
@@ -55,14 +57,10 @@ class TokenEvent:
 
 @dataclass
 class EngineHandoff:
-    prompt_ids: list[int]
-    config: DecodingConfig
+    spec: RequestSpec  # the request, whole; its arrival_s stamped (time.perf_counter) before any wait
     loop: asyncio.AbstractEventLoop
     events: asyncio.Queue
     answer: Future  # the request id, or the exception add_request raised
-    arrival_s: float  # when the server received it (time.perf_counter), before any wait for the engine
-    n: int = 1  # samples of the prompt
-    logprobs: int | None = None  # alternatives per token's log-probability; None: not recorded
 
 
 @dataclass(frozen=True)
@@ -100,25 +98,16 @@ class EngineThread:
         self.inbox.put(None)
         self.thread.join(timeout)
 
-    async def submit(
-        self,
-        prompt_ids: list[int],
-        config: DecodingConfig,
-        arrival_s: float | None = None,
-        n: int = 1,
-        logprobs: int | None = None,
-    ) -> tuple[int, asyncio.Queue]:
-        """Queue a request that arrived at arrival_s (time.perf_counter; now by default); its id and the
-        queue its `TokenEvent`s arrive on: those of its n samples, each ending with a last event.
-        logprobs: None, or the alternatives each token's `TokenLogprob` lists (0 to 20).
+    async def submit(self, spec: RequestSpec) -> tuple[int, asyncio.Queue]:
+        """Queue the request `spec` (its arrival_s on time.perf_counter, now if None); its id and the queue
+        its `TokenEvent`s arrive on: those of its n samples, each ending with a last event.
 
         Raises EngineBusy when the engine's queue is full, ValueError/TypeError when it refuses the request.
         """
         loop = asyncio.get_running_loop()
-        arrival_s = time.perf_counter() if arrival_s is None else arrival_s
-        handoff = EngineHandoff(
-            list(prompt_ids), config, loop, asyncio.Queue(), Future(), arrival_s, n, logprobs
-        )
+        if spec.arrival_s is None:
+            spec = replace(spec, arrival_s=time.perf_counter())
+        handoff = EngineHandoff(spec, loop, asyncio.Queue(), Future())
         self.inbox.put(handoff)
         request_id = await asyncio.wrap_future(handoff.answer)
         return request_id, handoff.events
@@ -157,9 +146,7 @@ class EngineThread:
 
     def _add(self, handoff: EngineHandoff) -> None:
         try:
-            request_id = self.engine.add_request(
-                handoff.prompt_ids, handoff.config, handoff.arrival_s, n=handoff.n, logprobs=handoff.logprobs
-            )
+            request_id = self.engine.add_request(handoff.spec)
         except EngineBusy as error:
             self.metrics.rejected.inc()
             handoff.answer.set_exception(error)
@@ -184,18 +171,14 @@ class EngineThread:
             log.exception("engine step failed")
             self._fail_all(f"The engine failed: {type(error).__name__}: {error}")
             return
-        for sample_id, token_id, piece, finish in outputs:
+        for out in outputs:
             self.metrics.generated.inc()
-            stream = self.streams.get(sample_id)
+            stream = self.streams.get(out.request_id)
             if stream is None:
                 continue
-            recorded = self.engine.requests[sample_id].logprobs  # filled only when logprobs were asked for
-            self._send(
-                stream,
-                TokenEvent(piece, token_id, index=stream.index, logprob=recorded[-1] if recorded else None),
-            )
-            if finish is not None:
-                self._finish(sample_id)
+            self._send(stream, TokenEvent(out.text, out.token_id, index=stream.index, logprob=out.logprob))
+            if out.finish_reason is not None:
+                self._finish(out.request_id)
 
     def _finish(self, sample_id: int) -> None:
         """Forget a sample's stream, release its request once every sample is done, count it, and send its last

@@ -141,6 +141,22 @@ class PromptRequest(ModelRequest):
 
     PROMPT_FIELD: ClassVar[str]  # the field of the prompt: "prompt" or "messages"
     VOCABULARY_FIELDS: ClassVar[dict[str, str]] = {}  # options of token ids (checked by the engine) -> fields
+    # new tokens when the client sets no limit; None: up to the context (ModelService.default_max_tokens)
+    DEFAULT_MAX_TOKENS: ClassVar[int | None] = None
+
+    @property
+    def samples(self) -> int:
+        """How many samples of the prompt the client asks for (OpenAI's `n`; 1 where a protocol has none)."""
+        return 1
+
+    @property
+    def engine_logprobs(self) -> int | None:
+        """Alternatives each token's log-probability lists (0: the chosen token's alone); None: not asked for."""
+        raise NotImplementedError
+
+    def decoding_config(self, default_max_tokens: int) -> Any:
+        """The request's options as one DecodingConfig (a 400 names the client's field)."""
+        raise NotImplementedError
 
     @property
     def limit_field(self) -> str:

@@ -8,10 +8,10 @@ marked with its sample's index, and `collect` gathers them into one `Sample` per
     >>> service = ModelService("smollm2-135m", model, tokenizer, EngineThread(engine))
     >>> service.check_model("smollm2-135m:latest")            # a 404 ClientError for any other name
     >>> ids = service.chat_ids([{"role": "user", "content": "Hi"}], "messages")
-    >>> submitted = await service.submit(ids, DecodingConfig(max_new_tokens=8), arrival_s=time.perf_counter())
+    >>> submitted = await service.submit(RequestSpec(ids, DecodingConfig(max_new_tokens=8), arrival_s=t0))
     >>> async for event in service.events(submitted, request):
     ...     print(event.text, end="")
-    >>> submitted = await service.submit(ids, DecodingConfig(max_new_tokens=8, seed=1), n=3, logprobs=2)
+    >>> submitted = await service.submit(RequestSpec(ids, DecodingConfig(max_new_tokens=8, seed=1), n=3, logprobs=2))
     >>> [sample.text for sample in await collect(service.events(submitted, request), submitted.n)]
 """
 
@@ -40,8 +40,9 @@ from labkit.serving.admission import EngineBusy
 from labkit.serving.capacity import DEFAULT_TOKENS_PER_SEQ
 from labkit.serving.http.engine_thread import EngineThread, TokenEvent
 from labkit.serving.http.errors import ClientError
-from labkit.serving.http.fields import ModelRequest, parse, read_json_object
+from labkit.serving.http.fields import ModelRequest, PromptRequest, parse, read_json_object
 from labkit.serving.http.logprobs import TokenSpeller
+from labkit.serving.request_spec import RequestSpec
 
 DISCONNECT_POLL_S = 0.5  # a non-streaming request checks this often whether its client is still there
 MAX_BODY_BYTES = 1_000_000  # larger request bodies get 413
@@ -131,44 +132,38 @@ class ModelService:
         """New tokens when the client sets no limit: up to the context, at most DEFAULT_TOKENS_PER_SEQ in all."""
         return max(1, min(self.context, DEFAULT_TOKENS_PER_SEQ) - len(prompt_ids))
 
-    @property
-    def max_samples(self) -> int:
-        """The most samples one request may ask for: its n samples run together, one seat each."""
-        return self.engine_thread.engine.config.max_num_seqs
+    def request_spec(self, body: PromptRequest, prompt_ids: list[int], arrival_s: float) -> RequestSpec:
+        """The one object a route hands the engine: the body's options as a DecodingConfig (its own default
+        limit, else `default_max_tokens`), its samples and log-probabilities, the arrival time and the
+        body's names for what the engine may refuse.
 
-    async def submit(
-        self,
-        prompt_ids: list[int],
-        config: DecodingConfig,
-        arrival_s: float | None = None,
-        n: int = 1,
-        logprobs: int | None = None,
-        fields: dict[str, str] | None = None,
-    ) -> AcceptedRequest:
-        """Queue a request in the engine: 503 when the queue is full, 400 when the engine refuses it (naming
-        'n' for more samples than seats, and the client's field for an argument the engine names: `fields`
-        maps the engine's names, such as "prompt" and "max_new_tokens" of the context rule, to the client's).
+            >>> service.request_spec(body, ids, arrival_s=time.perf_counter()).n
+            3
+        """
+        limit = body.DEFAULT_MAX_TOKENS or self.default_max_tokens(prompt_ids)
+        return RequestSpec(
+            prompt_ids,
+            body.decoding_config(limit),
+            n=body.samples,
+            logprobs=body.engine_logprobs,
+            arrival_s=arrival_s,
+            fields=body.engine_fields,
+        )
 
-        arrival_s: when the handler received it (time.perf_counter), so that the engine's TTFT counts the
-        wait for the step in flight; now by default. n: samples of the prompt. logprobs: None, or the
-        alternatives each token's log-probability lists (0 to 20)."""
-        if n > self.max_samples:
-            raise ClientError(
-                400,
-                f"'n' must be at most {self.max_samples}, got {n}: the samples of a request are "
-                f"decoded together, and this server decodes at most {self.max_samples} sequences "
-                "at once (max_num_seqs).",
-                "n",
-            )
+    async def submit(self, spec: RequestSpec) -> AcceptedRequest:
+        """Queue the request `spec` (built by the route: its prompt ids, options, samples, log-probabilities,
+        arrival time and the client's field names) in the engine: 503 when the queue is full, 400 when the
+        engine refuses it, naming the client's field for the argument the engine names (`spec.fields` maps
+        the engine's names, such as "n", "prompt" and "max_new_tokens", to the client's)."""
         try:
-            request_id, events = await self.engine_thread.submit(prompt_ids, config, arrival_s, n, logprobs)
+            request_id, events = await self.engine_thread.submit(spec)
         except EngineBusy as error:
             raise ClientError(503, str(error), headers={"retry-after": "1"}) from None
         except InvalidArgument as error:
-            raise refused_option(error, fields or {}) from None
+            raise refused_option(error, spec.fields) from None
         except (TypeError, ValueError) as error:
             raise ClientError(400, str(error)) from None
-        submitted = AcceptedRequest(request_id, events, len(prompt_ids), n)
+        submitted = AcceptedRequest(request_id, events, len(spec.prompt), spec.n)
         # Whoever drops the request without reading it to the end (a client gone before its first token
         # was read, a handler that failed) aborts it; for a finished request the abort is ignored.
         weakref.finalize(submitted, self.engine_thread.abort, request_id)

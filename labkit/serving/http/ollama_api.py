@@ -175,10 +175,7 @@ async def answer(
 ) -> JSONResponse | StreamingResponse:
     """Run the request and answer in NDJSON (stream, Ollama's default) or as one JSON object."""
     service = service_of(request)
-    config = body.decoding_config(service.default_max_tokens(prompt_ids))
-    submitted = await service.submit(
-        prompt_ids, config, arrival_s=arrival_s, logprobs=body.engine_logprobs, fields=body.engine_fields
-    )
+    submitted = await service.submit(service.request_spec(body, prompt_ids, arrival_s))
     chat = isinstance(body, ChatRequest)
     writer = ChunkWriter(
         body.model,

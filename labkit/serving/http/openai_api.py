@@ -78,15 +78,7 @@ async def completions(request: Request):
 async def answer(request: Request, body: OpenAIRequest, prompt_ids: list[int], arrival_s: float):
     """Run the request's n samples; one JSON object with n choices, or an SSE stream when `stream` is true."""
     service = service_of(request)
-    config = body.decoding_config(body.DEFAULT_MAX_TOKENS or service.default_max_tokens(prompt_ids))
-    submitted = await service.submit(
-        prompt_ids,
-        config,
-        arrival_s=arrival_s,
-        n=body.n,
-        logprobs=body.engine_logprobs,
-        fields=body.engine_fields,
-    )
+    submitted = await service.submit(service.request_spec(body, prompt_ids, arrival_s))
     chat = isinstance(body, ChatCompletionRequest)
     writer = ChoiceWriter(
         chat,

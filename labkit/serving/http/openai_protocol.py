@@ -125,9 +125,6 @@ class ResponseFormat(RequestModel):
 class OpenAIRequest(PromptRequest):
     """What chat completions and completions share: streaming, limits and sampling (OpenAI's and vLLM's)."""
 
-    DEFAULT_MAX_TOKENS: ClassVar[int | None] = (
-        None  # None: up to the context (ModelService.default_max_tokens)
-    )
     VOCABULARY_FIELDS: ClassVar[dict[str, str]] = {"logit_bias": "logit_bias"}
     stream: bool = False
     stream_options: StreamOptions = Field(default_factory=StreamOptions)
@@ -157,9 +154,12 @@ class OpenAIRequest(PromptRequest):
     ignore_eos: NoIgnoreEos = None
 
     @property
-    def engine_logprobs(self) -> int | None:
-        """Alternatives each token's log-probability lists (0: the chosen token's alone); None: not asked for."""
-        raise NotImplementedError
+    def samples(self) -> int:
+        return self.n
+
+    @property
+    def engine_fields(self) -> dict[str, str]:
+        return {**super().engine_fields, "n": "n"}
 
     @property
     def limit_field(self) -> str:

@@ -32,14 +32,21 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from labkit.core.arguments import InvalidArgument
 from labkit.decoding.tools import CALL_OPEN, ToolCall, ToolSpec, check_tool_choice, check_tools
 from labkit.serving.http.errors import ClientError
 
 
 def field_error(error: ValueError, param: str) -> ClientError:
-    """The decoding layer's ValueError ("tools[0].function.name must be ...") as a 400 that quotes the field."""
-    where, _, rest = str(error).partition(" ")
-    return ClientError(400, f"'{where}' {rest}", param)
+    """The decoding layer's InvalidArgument (its `parameter` is the field at fault, such as
+    "tools[0].function.name") as a 400 that quotes that field; `param` is the request's top field.
+
+        >>> field_error(InvalidArgument("tools[0].type must be \"function\", got 'x'.", "tools[0].type"), "tools")
+        ClientError(400, "'tools[0].type' must be \"function\", got 'x'.", param="tools")
+    """
+    if not isinstance(error, InvalidArgument):
+        return ClientError(400, str(error), param)
+    return ClientError(400, error.called(f"'{error.parameter or param}'"), param)
 
 
 def request_tools(tools: object, tool_choice: object = None, parallel_tool_calls: bool = True) -> ToolSpec:

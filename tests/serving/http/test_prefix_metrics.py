@@ -5,6 +5,7 @@ process."""
 import asyncio
 
 from labkit.decoding.config import DecodingConfig
+from labkit.serving.request_spec import RequestSpec
 
 
 def test_a_repeated_prompt_counts_its_whole_blocks_as_hits(service, one_thread):
@@ -17,7 +18,7 @@ def test_a_repeated_prompt_counts_its_whole_blocks_as_hits(service, one_thread):
         )
 
     async def answer(prompt_ids: list[int]) -> None:
-        submitted = await service.submit(prompt_ids, DecodingConfig(max_new_tokens=1))
+        submitted = await service.submit(RequestSpec(prompt_ids, DecodingConfig(max_new_tokens=1)))
         async for _ in service.events(submitted, request=None):
             pass
 

@@ -16,6 +16,7 @@ from labkit.serving.engine import Engine
 from labkit.serving.http.app import build_app
 from labkit.serving.http.engine_thread import EngineThread
 from labkit.serving.http.server import ServerOptions, exposure_warning, parse_args
+from labkit.serving.request_spec import RequestSpec
 
 NAME = "tiny"  # the model the `service` fixture serves (tests/conftest.py)
 SERVICE_OPTIONS = {"max_body_bytes": 10_000}
@@ -139,8 +140,8 @@ def test_a_full_queue_refuses_at_once(one_thread):
 
     async def two_at_once():
         config = DecodingConfig(max_new_tokens=4)
-        first = asyncio.ensure_future(engine_thread.submit([1, 2, 3], config))
-        second = asyncio.ensure_future(engine_thread.submit([4, 5, 6], config))
+        first = asyncio.ensure_future(engine_thread.submit(RequestSpec([1, 2, 3], config)))
+        second = asyncio.ensure_future(engine_thread.submit(RequestSpec([4, 5, 6], config)))
         await asyncio.sleep(0.05)
         engine_thread.start()  # both wait in the inbox: the first takes the slot, the second finds no room
         return await asyncio.gather(first, second, return_exceptions=True)
@@ -162,7 +163,7 @@ def test_an_abandoned_stream_is_aborted_and_frees_its_blocks(service, one_thread
     )
 
     async def read_two_then_leave() -> int:
-        submitted = await service.submit([1, 2, 3, 4], DecodingConfig(max_new_tokens=200))
+        submitted = await service.submit(RequestSpec([1, 2, 3, 4], DecodingConfig(max_new_tokens=200)))
         events = service.events(submitted, request=None)
         await anext(events), await anext(events)
         await events.aclose()  # what a cancelled streaming response does
@@ -213,7 +214,9 @@ def test_a_request_dropped_before_its_first_event_is_aborted(service, one_thread
     aborted_before = registry.get_sample_value("labkit_requests_finished_total", {"reason": "abort"}) or 0.0
 
     async def submit_and_forget() -> None:
-        await service.submit([1, 2, 3, 4], DecodingConfig(max_new_tokens=200))  # nobody reads its events
+        await service.submit(
+            RequestSpec([1, 2, 3, 4], DecodingConfig(max_new_tokens=200))
+        )  # nobody reads its events
 
     asyncio.run(submit_and_forget())
     deadline = time.monotonic() + 10
@@ -259,9 +262,9 @@ def test_arrival_is_stamped_when_the_handler_starts_so_ttft_counts_parsing(servi
     stamps = []
     submit = service.submit
 
-    async def recording(prompt_ids, config, arrival_s=None, **samples):
-        stamps.append((arrival_s, time.perf_counter()))
-        return await submit(prompt_ids, config, arrival_s=arrival_s, **samples)
+    async def recording(spec):
+        stamps.append((spec.arrival_s, time.perf_counter()))
+        return await submit(spec)
 
     monkeypatch.setattr(service, "submit", recording)
     before = time.perf_counter()

@@ -23,6 +23,7 @@ from labkit.serving.http.model_service import collect
 from labkit.serving.http.ollama_protocol import GenerateRequest
 from labkit.serving.http.openai_protocol import ChatCompletionRequest, CompletionRequest
 from labkit.serving.request import TokenLogprob
+from labkit.serving.request_spec import RequestSpec
 
 SEATS = 4
 SERVICE_OPTIONS = {"max_num_seqs": SEATS}  # the module's `service` (tests/conftest.py)
@@ -44,7 +45,7 @@ def test_every_sample_arrives_with_its_index_logprobs_and_last_event(service, on
     config = DecodingConfig(max_new_tokens=5, temperature=1.0, seed=3)
 
     async def three_samples():
-        submitted = await service.submit([1, 2, 3, 4, 5], config, n=3, logprobs=2)
+        submitted = await service.submit(RequestSpec([1, 2, 3, 4, 5], config, n=3, logprobs=2))
         return submitted, await collect(service.events(submitted, request=None), submitted.n)
 
     submitted, samples = asyncio.run(three_samples())
@@ -66,7 +67,9 @@ def test_a_request_of_n_dropped_unread_aborts_every_sample(service, one_thread):
     before = aborted(service)
 
     async def submit_and_forget() -> None:
-        await service.submit([1, 2, 3, 4], DecodingConfig(max_new_tokens=200), n=3)  # nobody reads its events
+        await service.submit(
+            RequestSpec([1, 2, 3, 4], DecodingConfig(max_new_tokens=200), n=3)
+        )  # nobody reads its events
 
     asyncio.run(submit_and_forget())
     wait_for(lambda: aborted(service) == before + 3)
@@ -76,7 +79,11 @@ def test_a_request_of_n_dropped_unread_aborts_every_sample(service, one_thread):
 
 def test_more_samples_than_seats_are_refused_naming_n(service):
     with pytest.raises(ClientError) as caught:
-        asyncio.run(service.submit([1, 2, 3], DecodingConfig(max_new_tokens=2), n=SEATS + 1))
+        asyncio.run(
+            service.submit(
+                RequestSpec([1, 2, 3], DecodingConfig(max_new_tokens=2), n=SEATS + 1, fields={"n": "n"})
+            )
+        )
     assert (caught.value.status, caught.value.param) == (
         400,
         "n",
