@@ -153,31 +153,39 @@ def server_rates(
     return batch1, concurrent
 
 
-def measure_in_child(engine: str, policy: str, repeats: int = 3) -> EngineRow:
+def measure_in_child(engine: str, policy: str, repeats: int = 3, quick: bool = False) -> EngineRow:
     """One in-process engine of notebook 12's table ("transformers", "labkit" or "llama.cpp"), loaded and
-    measured in a process of its own under OpenMP wait policy `policy`."""
+    measured in a process of its own under OpenMP wait policy `policy` (quick: `measure`'s quick sizes)."""
     if engine not in IN_PROCESS_ENGINES:
         raise ValueError(
             f"Unknown in-process engine {engine!r}; choose one of: {', '.join(IN_PROCESS_ENGINES)}."
         )
     check_policy(policy)
     check_repeats(repeats)
-    [record] = run_in_child(CHILD, [engine, "--repeats", str(repeats)], policy)
+    [record] = run_in_child(
+        CHILD, [engine, "--repeats", str(repeats), *(["--quick"] if quick else [])], policy
+    )
     return EngineRow(**record)
 
 
 def measure_started(
-    name: str, start: Callable[[], ServerHandle], tokenizer, policy: str, repeats: int = 3
+    name: str,
+    start: Callable[[], ServerHandle],
+    tokenizer,
+    policy: str,
+    repeats: int = 3,
+    quick: bool = False,
 ) -> EngineRow:
     """A server's row: start() (a server under OpenMP wait policy `policy`), timed until it answers, measured
-    through the OpenAI API, then stopped, so that no other server's threads wait beside the next one."""
+    through the OpenAI API (quick: `measure`'s quick sizes), then stopped, so that no other server's threads
+    wait beside the next one."""
     check_policy(policy)
     check_repeats(repeats)
     began = time.perf_counter()
     with start() as handle:
         startup = time.perf_counter() - began
         runner = ServerRunner(name, handle.url, MODEL, tokenizer, pid=handle.process.pid)
-        return measure(runner, startup, repeats=repeats, policy=policy)
+        return measure(runner, startup, repeats=repeats, policy=policy, quick=quick)
 
 
 def decode_rate_in_child(model: str, policy: str, prompt: str = DECODE_PROMPT, new_tokens: int = 64) -> float:

@@ -52,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("job", choices=(*IN_PROCESS_ENGINES, "decode"))
     parser.add_argument("--repeats", type=int, default=3, help="medians of TTFT and tokens/s (engines)")
+    parser.add_argument("--quick", action="store_true", help="measure's quick sizes (engines)")
     parser.add_argument("--model", default=MODEL, help="the model `decode` times")
     parser.add_argument("--tokens", type=int, default=64, help="new tokens `decode` times")
     parser.add_argument("--prompt", default=DECODE_PROMPT, help="the plain-text prompt `decode` continues")
@@ -65,7 +66,9 @@ def main(argv: list[str] | None = None) -> int:
         }
     else:
         runner, seconds, rss = load_runner(args.job)
-        record = asdict(measure(runner, seconds, rss, repeats=args.repeats, policy=current_policy()))
+        record = asdict(
+            measure(runner, seconds, rss, repeats=args.repeats, policy=current_policy(), quick=args.quick)
+        )
     print(json.dumps(record))
     return 0
 

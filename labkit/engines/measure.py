@@ -47,6 +47,9 @@ SPEED_CHAT = [{"role": "user", "content": "Write a short story about a robot who
 SPEED_TOKENS = 64
 CONCURRENT_REQUESTS = 8
 CONCURRENT_TOKENS = 32
+# measure(quick=True), CI's run of notebook 12, which checks that every engine fills its row, not its speed:
+# a 16-token answer, 4 requests of 8 tokens at once, and greedy agreement on the first chat only.
+QUICK_SPEED_TOKENS, QUICK_CONCURRENT, QUICK_CHATS = 16, (4, 8), 1
 
 
 def check_runner(runner: object) -> object:
@@ -139,17 +142,28 @@ def measure(
     chats: Sequence[list[dict]] = AGREEMENT_CHATS,
     notes: str = "",
     policy: str = "",
+    quick: bool = False,
 ) -> EngineRow:
     """One EngineRow for `runner` (see the module doc); rss_bytes defaults to the runner's own, if it has one.
-    policy: the OpenMP wait policy the engine's process runs under, as the table states it."""
+    policy: the OpenMP wait policy the engine's process runs under, as the table states it. quick: fewer
+    tokens everywhere (QUICK_SPEED_TOKENS, QUICK_CONCURRENT, the first QUICK_CHATS chats), for a run that
+    checks that every engine answers rather than how fast."""
     check_runner(runner)
     check_number("startup_s", startup_s, minimum=0)
     check_int("repeats", repeats, minimum=1)
     check_items("chats", chats, "chats (lists of {'role', 'content'} messages)", of=list)
+    if not isinstance(quick, bool):
+        raise TypeError(f"quick must be True or False, got {quick!r}.")
+    speed_tokens, (requests, tokens) = (
+        (QUICK_SPEED_TOKENS, QUICK_CONCURRENT)
+        if quick
+        else (SPEED_TOKENS, (CONCURRENT_REQUESTS, CONCURRENT_TOKENS))
+    )
+    chats = chats[:QUICK_CHATS] if quick else chats
     runner.answer(TOP_CHAT, 4)  # warm-up: first calls allocate and load lazily
     ttft = median_of(lambda i: runner.ttft(fresh(TOP_CHAT, i)), repeats)
-    rate = median_of(lambda i: answer_rate(runner, number=repeats + i), repeats)
-    concurrent = runner.concurrent_rate([question(i) for i in range(CONCURRENT_REQUESTS)], CONCURRENT_TOKENS)
+    rate = median_of(lambda i: answer_rate(runner, speed_tokens, number=repeats + i), repeats)
+    concurrent = runner.concurrent_rate([question(i) for i in range(requests)], tokens)
     if rss_bytes is None and hasattr(runner, "rss_bytes"):
         rss_bytes = runner.rss_bytes()
     return EngineRow(
