@@ -30,7 +30,8 @@ from labkit.engines.install import MAKE_ENGINES, llama_server_installed, vllm_in
 from labkit.engines.llama_server import LlamaServerSettings, start_llama_server
 from labkit.engines.vllm import DEFAULT_KV_CACHE_GIB, all_cores_env, start_vllm_server
 from labkit.launcher import ServerHandle
-from labkit.serving.http.server import ServerOptions, start_server
+from labkit.serving.http.server import start_server
+from labkit.serving.http.server_options import ServerOptions
 
 MODEL = "smollm2-135m"
 LABKIT_FLOAT32, FASTEST_LABKIT, LLAMA_SERVER = (

@@ -16,6 +16,7 @@ paths to it).
 """
 
 from labkit.launcher import ServerHandle
-from labkit.serving.http.server import ServerOptions, start_server
+from labkit.serving.http.server import start_server
+from labkit.serving.http.server_options import ServerOptions
 
 __all__ = ["ServerHandle", "ServerOptions", "start_server"]

@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from labkit.serving.http.server import ServerOptions, build_engine, parse_args
+from labkit.serving.http.server import build_engine, parse_args
+from labkit.serving.http.server_options import ServerOptions
 
 POOLS = ["--n-blocks", "40", "--n-window-blocks", "24"]
 

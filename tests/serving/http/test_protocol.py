@@ -15,7 +15,8 @@ from labkit.serving.admission import EngineBusy
 from labkit.serving.engine import Engine
 from labkit.serving.http.app import build_app
 from labkit.serving.http.engine_thread import EngineThread
-from labkit.serving.http.server import ServerOptions, exposure_warning, parse_args
+from labkit.serving.http.server import exposure_warning, parse_args
+from labkit.serving.http.server_options import ServerOptions
 from labkit.serving.request_spec import RequestSpec
 
 NAME = "tiny"  # the model the `service` fixture serves (tests/conftest.py)
