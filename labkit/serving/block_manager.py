@@ -57,6 +57,7 @@ from collections.abc import Sequence as Ids
 
 from labkit.core.arguments import check_int
 from labkit.core.paged import BlockAllocator
+from labkit.serving.draft_slots import DraftSlots
 from labkit.serving.named_blocks import NULL_BLOCK, NamedBlocks
 from labkit.serving.request import EngineRequest
 
@@ -73,7 +74,7 @@ def chain_hashes(token_ids: Ids[int], block_size: int) -> list[tuple[int, tuple[
     return out
 
 
-class BlockManager:
+class BlockManager(DraftSlots):
     """Block tables of the sequences that hold blocks, a prefix cache of full blocks, and its hit rate.
 
     window_allocator and sliding_window (together, or neither): the local layers' pool and their window,
