@@ -24,6 +24,8 @@ each, 528 MB instead of 2,416 MB at 8,192.
 
 from __future__ import annotations
 
+import itertools
+
 import torch
 
 from labkit.core.gemma3 import Gemma3
@@ -75,11 +77,14 @@ class BatchRunner:
         n_new: tuple[int, ...] | list[int] | None = None,
         copies: tuple[tuple[int, int], ...] = (),
         window_copies: tuple[tuple[int, int], ...] = (),
+        drafts: tuple[tuple[int, ...], ...] = (),
     ) -> torch.Tensor:
         """Feed each sequence its next `n_new[i]` uncached tokens (all of them by default); return the logits
         after each row's last one, [B, V] float32 (CPU). copies, window_copies: (shared, private) block pairs
         of the global and the local layers' pool, copied first (copy on write: a sample's first write after
-        its fork).
+        its fork). drafts (speculation): row i's last len(drafts[i]) of its n_new[i] tokens are these draft
+        tokens, after its pending one; the logits are then those at every token of a drafted row and at the
+        last of the others, in row order: [sum over rows of (1 + len(drafts[i])), V], always packed.
 
         Rows that all feed one token (decode) run as a batch [B, 1]; when some feed more (prompts, chunks)
         and there are several rows, they run packed end to end [1, N], so no row is padded to the longest.
@@ -87,11 +92,16 @@ class BatchRunner:
         """
         self.pools.copy_blocks(list(copies), list(window_copies))
         rows = [seq.new_token_ids(None if n_new is None else n_new[i]) for i, seq in enumerate(seqs)]
+        if any(drafts):
+            rows = [seq.new_token_ids(n - len(d)) + list(d) for seq, n, d in zip(seqs, n_new, drafts)]
         tables, starts = [seq.block_table for seq in seqs], [seq.num_cached_tokens for seq in seqs]
         windows = [seq.window_table for seq in seqs] if self.pools.window is not None else None
         self.model.check_position(max(start + len(row) for start, row in zip(starts, rows)) - 1)
         if self.compiled is not None and max(map(len, rows)) == 1 and self.compiled.fits(len(rows)):
             return self.compiled.run(rows, tables, starts)
+        if any(drafts):
+            n_logits = [1 + len(d) for d in drafts]
+            return forward_packed(self.model, self.pools, rows, tables, starts, windows, n_logits)
         if len(rows) > 1 and max(len(row) for row in rows) > 1:
             return forward_packed(self.model, self.pools, rows, tables, starts, windows)
         return forward_padded(self.model, self.pools, rows, tables, starts, windows)
@@ -126,15 +136,24 @@ def forward_packed(
     tables: list[list[int]],
     starts: list[int],
     window_tables: list[list[int]] | None = None,
+    n_logits: list[int] | None = None,
 ) -> torch.Tensor:
-    """The same rows end to end, [1, N] with N = the sum of their lengths, over a `PackedKV`: [B, V] float32 (CPU).
+    """The same rows end to end, [1, N] with N = the sum of their lengths, over a `PackedKV`: [B, V] float32 (CPU);
+    with n_logits, the logits at each row's last n_logits[b] tokens instead, [sum(n_logits), V] (a drafted
+    row's: its pending token's and each draft's).
 
     >>> forward_packed(model, pool, [[5], [1, 2, 3]], tables=[[0], [1]], starts=[3, 0]).shape
     torch.Size([2, 49152])
+    >>> forward_packed(model, pool, [[5], [1, 2, 3]], [[0], [1]], [3, 0], n_logits=[1, 3]).shape
+    torch.Size([4, 49152])
     """
     cache = PackedKV(pool, tables, starts, [len(row) for row in rows], window_tables)
     ids = torch.tensor([[t for row in rows for t in row]], device=model.device)  # [1, N]
-    return forward_laid_out(model, ids, cache, cache.last)
+    if n_logits is None:
+        return forward_laid_out(model, ids, cache, cache.last)
+    ends = itertools.accumulate(len(row) for row in rows)
+    at = [i for end, n in zip(ends, n_logits) for i in range(end - n, end)]
+    return forward_laid_out(model, ids, cache, torch.tensor(at, device=model.device))
 
 
 def forward_laid_out(
@@ -142,7 +161,7 @@ def forward_laid_out(
 ) -> torch.Tensor:
     """model on ids [B, T] at the positions and under the mask of the cache's layout (a Gemma3's local
     layers under the layout of its window): the logits [B, V] float32 (CPU) at logits_at [B], one index
-    into T per row."""
+    into T per row; packed (B = 1), logits_at [M] may hold any indices into N: [M, V]."""
     positions, mask = cache.layout(ids.shape[1])
     masks = {"mask": mask}
     if isinstance(model, Gemma3):
