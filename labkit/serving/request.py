@@ -58,6 +58,8 @@ class EngineRequestMetrics:
     tpot_s: float  # mean gap between later tokens (nan for fewer than 2 tokens)
     e2e_s: float  # arrival -> finish
     finish_reason: str | None  # "eos", "length", "stop", "abort"
+    draft_n: int = 0  # draft tokens it fed (speculative decoding; llama-server's timings name)
+    draft_n_accepted: int = 0  # ... and kept
 
 
 MAX_LOGPROBS = 20  # the most alternatives a token's log-probabilities list (OpenAI's top_logprobs limit)
@@ -142,6 +144,9 @@ class EngineRequest:
             logprobs  # None: no log-probabilities; k: each token's and the k most likely tokens'
         )
         self.logprobs: list[TokenLogprob] = []  # one per generated token when n_logprobs is not None
+        self.drafting = None  # its DraftState (labkit.serving.speculation) once the engine drafts for it
+        self.draft_n = 0  # draft tokens it fed
+        self.draft_n_accepted = 0  # ... and kept
 
     @property
     def token_ids(self) -> list[int]:
@@ -197,13 +202,15 @@ class EngineRequest:
         end = len(self) if n is None else self.num_cached_tokens + n
         return self.token_ids[self.num_cached_tokens : end]
 
-    def choose_next(self, logits: torch.Tensor) -> tuple[int, str, str | None]:
+    def choose_next(self, logits: torch.Tensor, token_id: int | None = None) -> tuple[int, str, str | None]:
         """Choose this request's next token from its logits [1, V] as `labkit.generate` would (its own
         transforms, `choose`, its seeded generator) and append it, with its `TokenLogprob` when asked; (token
-        id, the text it adds, the finish reason: "eos", "length", "stop", or None while it goes on)."""
-        token_id = int(
-            choose(logits, self.config.temperature, self.generator, self.transforms, self.token_ids)[0]
-        )
+        id, the text it adds, the finish reason: "eos", "length", "stop", or None while it goes on).
+        token_id: the token already chosen from these logits (by speculative verification), appended as is."""
+        if token_id is None:
+            token_id = int(
+                choose(logits, self.config.temperature, self.generator, self.transforms, self.token_ids)[0]
+            )
         if self.n_logprobs is not None:  # only when asked: a log_softmax over the vocabulary per token
             self.logprobs.append(token_logprob(logits[0], token_id, self.n_logprobs))
         self.output_ids.append(token_id)
@@ -228,6 +235,8 @@ class EngineRequest:
             tpot,
             since(self.finish_s, self.arrival_s),
             self.finish_reason,
+            self.draft_n,
+            self.draft_n_accepted,
         )
 
     def __repr__(self) -> str:

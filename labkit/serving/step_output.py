@@ -37,3 +37,5 @@ class StepMetrics:
     preempted: int  # sequences sent back to the queue by this step's schedule
     duration_s: float  # schedule + run + postprocess, on the engine's clock
     window_blocks_used: int | None = None  # a Gemma3's local layers' blocks in use after it (else None)
+    drafted: int = 0  # draft tokens fed (speculation; labkit.serving.speculation)
+    accepted: int = 0  # ... and kept
