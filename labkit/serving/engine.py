@@ -57,6 +57,7 @@ from labkit.serving.request import MAX_LOGPROBS, EngineRequest, EngineRequestMet
 from labkit.serving.request_spec import SPEC_KEYWORDS, RequestSpec
 from labkit.serving.runner import BatchRunner, require_llama, require_paged_model
 from labkit.serving.scheduler import ScheduledBatch, Scheduler, SchedulerConfig
+from labkit.serving.speculation import Speculation, speculator_for
 from labkit.serving.step_output import Output, StepMetrics
 
 
@@ -98,6 +99,9 @@ class Engine:
     n_window_blocks: a Gemma3's sliding-window layers' pool, taken one scheduled chunk at a time; by default
     `capacity.default_window_blocks`, max_num_seqs x (ceil((window - 1) / block_size) + 1) + what the step's
     token budget adds, at most n_blocks: never short of what the global pool admits (a Llama: leave None).
+    speculation: `Speculation(...)` drafts by prompt lookup for every request that may (labkit.serving.
+    speculation), verified in the same batched pass; a Llama's only (compiled decode steps stay compiled
+    when no row drafts); None: no drafts, today's steps unchanged.
     """
 
     def __init__(
@@ -116,6 +120,7 @@ class Engine:
         step_history: int | None = None,
         compile_decode: bool = False,
         n_window_blocks: int | None = None,
+        speculation: Speculation | None = None,
     ):
         require_paged_model(model)  # a transformers model is refused before anything is allocated
         if not isinstance(tokenizer, PreTrainedTokenizerBase):
@@ -146,7 +151,10 @@ class Engine:
             None if window is None else window.allocator,
             None if window is None else model.config.sliding_window,
         )
-        self.scheduler = Scheduler(self.config, self.block_manager)
+        self.speculator = speculator_for(speculation, self.block_manager)  # None without speculation
+        self.scheduler = Scheduler(
+            self.config, self.block_manager, self.speculator and self.speculator.drafts
+        )
         self.model, self.tokenizer, self.clock, self.max_waiting = model, tokenizer, clock, max_waiting
         self.record_logits = record_logits  # keep each token's logits [V] on its EngineRequest (tests, plots)
         self.requests: dict[int, EngineRequest] = {}  # every request added and not yet released, by id
@@ -313,39 +321,49 @@ class Engine:
         self.last_batch = batch
         for seq in batch.seqs:  # leaving the queue: the step that first feeds a request starts now
             seq.scheduled_s = start if seq.scheduled_s is None else seq.scheduled_s
-        logits = self.runner.run(batch.seqs, batch.n_new, batch.copies, batch.window_copies)  # [B, V]
-        outputs = self._postprocess(batch, logits)
-        self.step_metrics.append(
-            StepMetrics(
-                batch.kind,
-                len(batch.seqs),
-                batch.n_tokens,
-                self.pool.allocator.n_used,
-                len(batch.preempted),
-                self.clock() - start,
-                None if self.pools.window is None else self.pools.window.allocator.n_used,
-            )
+        logits = self.runner.run(batch.seqs, batch.n_new, batch.copies, batch.window_copies, batch.drafts)
+        outputs = self._postprocess(batch, logits)  # logits [B, V]; with drafts [B + drafts, V]
+        metrics = StepMetrics(
+            batch.kind,
+            len(batch.seqs),
+            batch.n_tokens,
+            self.pool.allocator.n_used,
+            len(batch.preempted),
+            self.clock() - start,
+            None if self.pools.window is None else self.pools.window.allocator.n_used,
+            *(self.speculator.step_counts() if self.speculator else ()),  # draft tokens fed, kept
         )
+        self.step_metrics.append(metrics)
+        if self.speculator:
+            self.speculator.add_step(metrics)  # adaptive drafts fit the step's cost
         return outputs
 
     def _postprocess(self, batch: ScheduledBatch, logits: torch.Tensor) -> list[Output]:
         """Row by row: a complete prompt's row chooses its token with the request's own transforms and
         generator (a chunk that leaves some prompt uncached chooses nothing); EOS/stop/length end it.
-        Sample 0 of n forks first: every sample chooses from its row."""
-        outputs, now = [], self.clock()
-        for row, (seq, n_fed) in enumerate(zip(batch.seqs, batch.n_new)):
+        Sample 0 of n forks first: every sample chooses from its row. A drafted row keeps what its logits at
+        each fed position verify (`Speculator.verify`)."""
+        outputs, now, at = [], self.clock(), 0
+        for seq, n_fed, draft in zip(batch.seqs, batch.n_new, batch.drafts or [()] * len(batch.seqs)):
+            rows, at = logits[at : at + 1 + len(draft)], at + 1 + len(draft)  # its pending token's, drafts'
+            if draft:
+                outputs += self.speculator.verify(seq, draft, rows, self._choose, now)
+                continue
             self.block_manager.advance(seq, n_fed)  # counted; local blocks that left the window released
             if seq.num_cached_tokens < len(seq):  # a prompt chunk: the rest comes in later steps
                 continue
             forked = self.scheduler.fork(seq)  # none, unless seq is sample 0 of n and its prompt just ended
             for sample in (seq, *forked):  # forked before any sample finishes and lets go of the blocks
                 sample.scheduled_s = seq.scheduled_s
-                outputs.append(self._choose(sample, logits[row : row + 1], now))
+                outputs.append(self._choose(sample, rows, now))
         return outputs
 
-    def _choose(self, seq: EngineRequest, logits: torch.Tensor, now: float) -> Output:
-        """The request's next token from its logits [1, V]; the text it adds; finish it if it is done."""
-        token_id, piece, finish = seq.choose_next(logits)
+    def _choose(
+        self, seq: EngineRequest, logits: torch.Tensor, now: float, token_id: int | None = None
+    ) -> Output:
+        """The request's next token from its logits [1, V] (or token_id, chosen from them by speculative
+        verification); the text it adds; finish it if it is done."""
+        token_id, piece, finish = seq.choose_next(logits, token_id)
         if self.record_logits:
             seq.logits.append(logits[0].clone())
         seq.first_token_s = seq.first_token_s if seq.first_token_s is not None else now

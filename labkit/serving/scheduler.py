@@ -39,6 +39,10 @@ its window are already free (the block manager's `advance`), so the local pool c
 the global one (`labkit.serving.capacity.default_window_blocks`). `add` refuses a request whose group could
 not run alone in either pool.
 
+**Speculation** (`drafts`, labkit.serving.speculation): once every row has its slots, each decoding
+sequence may feed draft tokens after its own, within what is left of the token budget and the free blocks
+(`BlockManager.reserve_drafts`): drafts are the first thing dropped, and never preempt.
+
 Invariants (`check()`): waiting sequences are WAITING and hold no blocks; running ones are RUNNING and
 hold blocks; none is in both; the running sequences' seats (samples still to fork included) are at most
 max_num_seqs; a sample still to fork is WAITING, holds no blocks and is in neither queue, and its sample
@@ -52,6 +56,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from labkit.core.arguments import check_int
@@ -105,6 +110,8 @@ class ScheduledBatch:
     # (shared, private) blocks to copy before the pass (copy on write), in the global and the local pool
     copies: tuple[tuple[int, int], ...] = ()
     window_copies: tuple[tuple[int, int], ...] = ()
+    # speculation: each row's draft tokens, fed after its pending token and counted in n_new (() : none)
+    drafts: tuple[tuple[int, ...], ...] = ()
 
     @property
     def n_tokens(self) -> int:
@@ -142,11 +149,15 @@ def is_decoding(seq: EngineRequest) -> bool:
 
 
 class Scheduler:
-    """A waiting queue and a running set over a BlockManager; `schedule()` picks each step's batch."""
+    """A waiting queue and a running set over a BlockManager; `schedule()` picks each step's batch.
 
-    def __init__(self, config: SchedulerConfig, block_manager: BlockManager):
+    drafts (speculation): drafts(decodes, rows, tokens, budget) -> each row's draft tokens, their slots
+    reserved (`Speculator.drafts`); asked once every row has its own slots, the step's tokens counted."""
+
+    def __init__(self, config: SchedulerConfig, block_manager: BlockManager, drafts: Callable | None = None):
         self.config = config
         self.block_manager = block_manager
+        self.drafts = drafts
         self.waiting: deque[EngineRequest] = deque()  # oldest first; preempted ones go back to the front
         self.running: deque[EngineRequest] = deque()  # admission order: the newest is on the right
         self.n_preemptions = 0  # how many times a sequence was preempted
@@ -290,16 +301,22 @@ class Scheduler:
         chunks: list[int],
         preempted: tuple[EngineRequest, ...],
     ) -> ScheduledBatch:
-        """The step's batch; each row's blocks are named as computed by its end (prefix cache).
+        """The step's batch; each row's blocks are named as computed by its end (prefix cache), a draft's
+        never (it may be rejected). With `drafts`, decodes draft within what the token budget has left.
 
         Within one step a later row may read blocks an earlier row computes: each layer writes every
         row's new keys and values before any row attends (`BatchKV`)."""
         seqs, n_new = decodes + prefills, [1] * len(decodes) + chunks
         for seq, n in zip(seqs, n_new):
             self.block_manager.publish(seq, seq.num_cached_tokens + n)
+        budget = self.config.max_num_batched_tokens
+        drafts = self.drafts(decodes, len(seqs), sum(n_new), budget) if self.drafts else ()
+        n_new = [n + len(draft) for n, draft in zip(n_new, drafts)] if drafts else n_new
         manager = self.block_manager
         copies, window_copies = tuple(manager.take_copies()), tuple(manager.take_window_copies())
-        return ScheduledBatch(tuple(seqs), tuple(n_new), len(decodes), preempted, copies, window_copies)
+        return ScheduledBatch(
+            tuple(seqs), tuple(n_new), len(decodes), preempted, copies, window_copies, drafts
+        )
 
     def _reserve_decode_slots(self) -> tuple[EngineRequest, ...]:
         """A slot for each decoding sequence's next token; when the pool is full, preempt the newest."""

@@ -1,0 +1,281 @@
+"""Speculative decoding inside the serving engine: prompt lookup (n-gram) drafts, verified in the batch.
+
+`Engine(..., speculation=Speculation())` (engine-wide, like vLLM's `speculative_config`): at each step,
+every decoding request that may draft (one sample, no json_schema, grammar or thinking budget) looks up
+the last n-gram of its own prompt + output earlier in it (`PromptLookupDrafter` of notebook 09) and
+feeds its pending token and up to k of the tokens that followed there, in the SAME packed forward pass
+as every other row; the runner returns the logits at each fed position of a drafted row. Then, position
+by position with the request's own transforms and generator, notebook 09's rule decides
+(`labkit.speculative.rule`): greedy keeps drafts while each equals the argmax (`verify_greedy`: the
+output is `labkit.generate`'s exactly); sampling keeps draft x with probability p(x), else resamples
+from p without x (`verify` with q a point mass on the draft), where p is the distribution `choose_next`
+samples from. The tokens kept, and the target's own token after them, are appended one at a time as
+plain decoding would, so EOS, stop strings and max_new_tokens end the run exactly where it would.
+
+Slots: the scheduler gives a draft its KV slots only from what is left of the step's token budget and
+the free blocks once every other row has its own (drafts are the first thing dropped, never a reason to
+preempt). After verification the rejected tokens' slots are dropped: only the kept tokens are counted as
+cached, the blocks past the sequence's length go back (`BlockManager.release_past`), and a block is named
+for the prefix cache only up to the cached tokens, so no rejected key is ever shared.
+
+**Adaptive draft length** (`adaptive=True`): each request keeps alpha, an exponential moving average of
+its drafts' acceptance (a first draft token it did not feed still scores: was it the token chosen?). The
+engine's step time is fitted as a + b x (tokens fed) over its recent steps (`StepCost`). A request's k
+is the one in 0..max_draft that maximises the step's tokens per second,
+(rows - 1 + E(alpha, k)) / (a + b (tokens + k)), E of Leviathan et al.'s eq. 1
+(`expected_tokens_per_step`): k = 0 when verifying costs more than it saves.
+
+    >>> engine = Engine(model, tokenizer, speculation=Speculation(max_draft=4))
+    >>> engine.metrics(request_id).draft_n_accepted      # drafts kept (llama-server's timings name)
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from labkit.core.arguments import InvalidArgument, check_int
+from labkit.serving.block_manager import BlockManager
+from labkit.serving.request import EngineRequest
+from labkit.serving.step_output import StepMetrics
+from labkit.speculative.drafters import PromptLookupDrafter
+from labkit.speculative.policy import SamplingPolicy
+from labkit.speculative.rule import expected_tokens_per_step, verify, verify_greedy
+
+METHODS = ("ngram",)  # prompt lookup over the request's own tokens (vLLM's "ngram", its prompt_lookup_*)
+ALPHA_PRIOR = 0.5  # a request's acceptance before it has drafted
+ALPHA_WEIGHT = 0.25  # the weight of each verified draft position in the moving average
+MIN_FIT_STEPS = 8  # steps measured before the fitted step time replaces the prior
+# Before that: a step costs 1 + PRIOR_TOKEN_COST per token fed. Conservative: on a compute-bound machine
+# a token costs much more than that already, where a wide GPU's verification pass is almost free.
+PRIOR_TOKEN_COST = 0.25
+
+
+@dataclass(frozen=True)
+class Speculation:
+    """Engine-wide speculative decoding (`Engine(..., speculation=...)`).
+
+    method: "ngram", prompt lookup over the request's own prompt and output (no draft model).
+    max_draft: the most draft tokens a request feeds in one step. min_ngram / max_ngram: the n-gram sizes
+    looked up, longest first (vLLM's prompt_lookup_min / prompt_lookup_max). adaptive: each request's draft
+    length follows its acceptance and the engine's measured step cost (module doc); False: always
+    max_draft (as many as the lookup gives).
+
+        >>> Speculation(max_draft=4, min_ngram=1, max_ngram=3)
+    """
+
+    method: str = "ngram"
+    max_draft: int = 4
+    min_ngram: int = 1
+    max_ngram: int = 3
+    adaptive: bool = True
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise InvalidArgument(
+                f"Speculation.method must be one of {', '.join(map(repr, METHODS))} (prompt lookup over the "
+                f"request's own tokens), got {self.method!r}.",
+                "method",
+                self.method,
+            )
+        check_int("Speculation.max_draft", self.max_draft, minimum=1, maximum=64, note="tokens per step")
+        check_int("Speculation.min_ngram", self.min_ngram, minimum=1, note="tokens looked up")
+        check_int("Speculation.max_ngram", self.max_ngram, minimum=1, note="tokens looked up")
+        if self.min_ngram > self.max_ngram:
+            raise InvalidArgument(
+                f"Speculation.min_ngram ({self.min_ngram}) must be at most max_ngram ({self.max_ngram}).",
+                "min_ngram",
+                self.min_ngram,
+            )
+        if not isinstance(self.adaptive, bool):
+            raise InvalidArgument(
+                f"Speculation.adaptive must be True or False, got {self.adaptive!r}.",
+                "adaptive",
+                self.adaptive,
+            )
+
+
+@dataclass
+class DraftState:
+    """One request's drafting: its acceptance so far, the draft length it uses now, a guess to score."""
+
+    k: int  # draft tokens it fed (or would feed) in its latest step
+    alpha: float = ALPHA_PRIOR  # moving average of its drafts' acceptance, per verified position
+    guess: tuple[int, int] | None = None  # (index, token): a first draft token not fed, scored next step
+
+    def observe(self, accepted: bool) -> None:
+        self.alpha += ALPHA_WEIGHT * (float(accepted) - self.alpha)
+
+
+def may_draft(seq: EngineRequest) -> bool:
+    """Whether seq drafts: a request of one sample, without json_schema, grammar, thinking budget or beams
+    (those decode as without speculation)."""
+    c = seq.config
+    return (
+        not seq.siblings
+        and seq.group_id == seq.request_id
+        and c.num_beams == 1
+        and c.json_schema is None
+        and c.grammar is None
+        and c.thinking_budget is None
+        and c.thinking_min == 0
+    )
+
+
+class StepCost:
+    """The engine's step time as a + b x (tokens fed), least squares over its last `window` steps; a
+    prior (1, PRIOR_TOKEN_COST), in units of a step, before MIN_FIT_STEPS steps of different sizes.
+
+        >>> cost = StepCost(); [cost.add(n, 0.01 + 0.002 * n) for n in (1, 9, 1, 4, 30, 2, 2, 5)]
+        >>> cost.fit()          # (0.01, 0.002)
+    """
+
+    def __init__(self, window: int = 64):
+        self.points: deque[tuple[int, float]] = deque(maxlen=window)
+
+    def add(self, n_tokens: int, seconds: float) -> None:
+        self.points.append((n_tokens, seconds))
+
+    def fit(self) -> tuple[float, float]:
+        """(a, b): seconds per step and per token fed (b >= 0, a > 0)."""
+        if len(self.points) < MIN_FIT_STEPS:
+            return 1.0, PRIOR_TOKEN_COST
+        n = torch.tensor([p[0] for p in self.points], dtype=torch.float64)
+        t = torch.tensor([p[1] for p in self.points], dtype=torch.float64)
+        spread = float(((n - n.mean()) ** 2).sum())
+        if spread < 1 or float(t.mean()) <= 0:
+            return 1.0, PRIOR_TOKEN_COST
+        b = max(0.0, float(((n - n.mean()) * (t - t.mean())).sum()) / spread)
+        a = max(float(t.mean()) - b * float(n.mean()), 0.05 * float(t.mean()))  # a noisy fit stays positive
+        return a, b
+
+
+def best_draft_length(alpha: float, most: int, rows: int, tokens: int, a: float, b: float) -> int:
+    """k in 0..most maximising the step's tokens per second (rows - 1 + E(alpha, k)) / (a + b (tokens + k)):
+    the other rows' tokens, one each, and this one's expected tokens, over the step's cost with k more
+    tokens fed (tokens: those the step feeds already). The smallest k on a tie.
+
+        >>> best_draft_length(0.8, 4, rows=1, tokens=1, a=1.0, b=0.01)      # cheap tokens: 4
+        >>> best_draft_length(0.8, 4, rows=8, tokens=8, a=0.01, b=1.0)      # compute-bound: 0
+    """
+    return max(
+        range(most + 1),
+        key=lambda k: (rows - 1 + expected_tokens_per_step(alpha, k)) / (a + b * (tokens + k)),
+    )
+
+
+class Speculator:
+    """The engine's drafting and verification (module doc): `drafts` for the scheduler, `verify` for the
+    engine's postprocess, `add_step` for the cost fit; `drafted` and `accepted` count the latest step's."""
+
+    def __init__(self, speculation: Speculation, block_manager: BlockManager):
+        self.speculation, self.block_manager = speculation, block_manager
+        self.drafter = PromptLookupDrafter(speculation.max_ngram, speculation.min_ngram)
+        self.cost = StepCost()
+        self.drafted = self.accepted = 0  # draft tokens fed and kept in the latest step scheduled
+
+    def state(self, seq: EngineRequest) -> DraftState | None:
+        """seq's DraftState, made on first use; None for a request that does not draft."""
+        if seq.drafting is None and may_draft(seq):
+            seq.drafting = DraftState(self.speculation.max_draft)
+        return seq.drafting
+
+    def drafts(
+        self, decodes: list[EngineRequest], rows: int, tokens: int, budget: int
+    ) -> tuple[tuple[int, ...], ...]:
+        """The scheduler's hook: each decode's draft, its slots reserved, then () for each other row of the
+        step's `rows`. Drafts are the first thing dropped: they get only what the token `budget` and the free
+        blocks have left once every row has its own (`tokens` fed without drafts), and never preempt.
+
+            >>> speculator.drafts([seq], rows=1, tokens=1, budget=256)      # ((287, 287, 287, 287),)
+        """
+        drafts, manager = [], self.block_manager
+        self.drafted = self.accepted = 0  # a new step
+        for seq in decodes:
+            draft = self.propose(seq, max(0, budget - tokens), rows, tokens)
+            while draft and manager.draft_blocks(seq, len(draft)) > manager.allocator.n_free:
+                draft = draft[:-1]
+            if draft:
+                manager.reserve_drafts(seq, len(draft))
+            drafts.append(draft)
+            tokens, self.drafted = tokens + len(draft), self.drafted + len(draft)
+        return tuple(drafts) + ((),) * (rows - len(decodes))
+
+    def propose(self, seq: EngineRequest, room: int, rows: int, tokens: int) -> tuple[int, ...]:
+        """The draft tokens decoding seq feeds this step after its pending token: at most `room` (what the
+        step's budget has left), none when it does not draft, when it is one token from its end, or when
+        its tokens hold no earlier match. rows, tokens: the step's rows and tokens so far (adaptive k)."""
+        state = self.state(seq)
+        if state is None:
+            return ()
+        if state.guess is not None and len(seq) > state.guess[0]:  # last step's unfed guess: right?
+            state.observe(seq.token_ids[state.guess[0]] == state.guess[1])
+        state.guess = None
+        # the target always adds one token of its own
+        most = min(self.speculation.max_draft, seq.config.max_new_tokens - len(seq.output_ids) - 1)
+        draft = self.drafter.propose(seq.token_ids, most)[0] if most > 0 else []
+        if not draft:
+            return ()
+        most = min(len(draft), room)
+        if self.speculation.adaptive:
+            most = best_draft_length(state.alpha, most, rows, tokens, *self.cost.fit())
+        state.k = most
+        if most == 0:
+            state.guess = (len(seq), draft[0])
+        return tuple(draft[:most])
+
+    def verify(
+        self, seq: EngineRequest, draft: tuple[int, ...], logits: torch.Tensor, choose: Callable, now: float
+    ) -> list:
+        """The tokens decoding seq keeps from its draft and its own next one, from the logits [1 + k, V] at
+        its pending token and each draft token; each appended by choose(seq, logits [1, V], now, token_id),
+        the engine's, until one finishes the request. Its outputs, in order; rejected tokens' slots dropped."""
+        policy = SamplingPolicy(seq.transforms, seq.config.temperature, seq.generator)
+        if policy.is_greedy:  # the argmax after seq's transforms, as choose_next takes it
+            n, token = verify_greedy(policy.logits(logits, seq.token_ids, draft), draft)
+        else:  # p: what choose_next samples from; q: a point mass on each draft token
+            n, token = verify(policy.probs(logits, seq.token_ids, draft), draft, None, seq.generator)
+        for i in range(min(len(draft), n + 1)):  # each verified position: kept, or the first rejected
+            seq.drafting.observe(i < n)
+        outputs = []
+        for i, chosen in enumerate((*draft[:n], token)):
+            self.block_manager.advance(seq, 1)  # the token fed at this position is cached now
+            outputs.append(choose(seq, logits[i : i + 1], now, chosen))
+            if outputs[-1][3] is not None:  # finished (its blocks freed): the rest is dropped
+                break
+        kept = min(n, len(outputs))
+        seq.draft_n, seq.draft_n_accepted = seq.draft_n + len(draft), seq.draft_n_accepted + kept
+        self.accepted += kept
+        if not seq.is_done:
+            self.block_manager.release_past(seq)
+        return outputs
+
+    def step_counts(self) -> tuple[int, int]:
+        """(draft tokens fed, kept) in the latest step."""
+        return self.drafted, self.accepted
+
+    def add_step(self, metrics: StepMetrics) -> None:
+        """One step's tokens fed and duration, for the cost fit."""
+        self.cost.add(metrics.n_tokens, metrics.duration_s)
+
+
+def speculator_for(speculation: Speculation | None, block_manager: BlockManager) -> Speculator | None:
+    """The engine's Speculator for `speculation`, None for None; refused for a Gemma3 (its block manager has
+    a sliding-window pool, whose blocks leave as the window moves: a rejected draft could not be rolled
+    back there), and for anything but a Speculation."""
+    if speculation is None:
+        return None
+    if not isinstance(speculation, Speculation):
+        raise TypeError(
+            f"speculation must be a Speculation (labkit.serving.speculation) or None, got "
+            f"{type(speculation).__name__}: e.g. Speculation(max_draft=4)."
+        )
+    if block_manager.window is not None:
+        raise ValueError(
+            "speculation runs on labkit's Llama only: a Gemma3's sliding-window layers release blocks as "
+            "the window moves, and a rejected draft cannot be rolled back there yet. Leave speculation=None."
+        )
+    return Speculator(speculation, block_manager)
