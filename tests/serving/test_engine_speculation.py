@@ -296,3 +296,17 @@ def test_bad_speculation_is_refused(tiny, tokenizer, tiny_gemma3, gemma_tokenize
         Engine(tiny, tokenizer, speculation="ngram")
     with pytest.raises(ValueError, match="labkit's Llama only"):
         Engine(tiny_gemma3, gemma_tokenizer, speculation=Speculation())
+
+
+@pytest.mark.slow  # compiles: about 10 s per batch size on 2 cores
+def test_a_compiled_engine_speculates_and_keeps_greedy_output(tiny, tokenizer, one_thread):
+    # steps where no row drafts run the compiled decode step; drafted steps run packed and eager
+    engine = Engine(
+        tiny, tokenizer, max_num_seqs=2, compile_decode=True, speculation=Speculation(adaptive=False)
+    )
+    ids = run_staggered(engine, REQUESTS[:4], [0, 0, 1, 3])
+    for request_id, (prompt, options) in zip(ids, REQUESTS):
+        assert engine.requests[request_id].output_ids == alone(tiny, tokenizer, prompt, options)[0]
+    assert sum(engine.metrics(i).draft_n_accepted for i in ids) > 0
+    assert any(s.kind == "decode" and not s.drafted for s in engine.step_metrics)  # a compiled step ran
+    assert_all_free(engine)
