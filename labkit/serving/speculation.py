@@ -206,21 +206,18 @@ class Speculator:
 
     def propose(self, seq: EngineRequest, room: int, rows: int, tokens: int) -> tuple[int, ...]:
         """The draft tokens decoding seq feeds this step after its pending token: at most `room` (what the
-        step's budget has left), none when it does not draft, when it is one token from its end, or when
-        its tokens hold no earlier match. rows, tokens: the step's rows and tokens so far (adaptive k)."""
+        step's budget has left) and its own max_draft if it has one, none when it does not draft, when it is
+        one token from its end, or when its tokens hold no earlier match. rows, tokens: the step's rows and
+        tokens so far (adaptive k)."""
         state = self.state(seq)
         if state is None:
             return ()
         if state.guess is not None and len(seq) > state.guess[0]:  # last step's unfed guess: right?
             state.observe(seq.token_ids[state.guess[0]] == state.guess[1])
         state.guess = None
-        # the target always adds one token of its own
-        cap = (
-            self.speculation.max_draft
-            if seq.max_draft is None
-            else min(seq.max_draft, self.speculation.max_draft)
-        )
-        most = min(cap, seq.config.max_new_tokens - len(seq.output_ids) - 1)
+        own = getattr(seq, "max_draft", None)  # the request's own cap (RequestSpec.max_draft), if it set one
+        cap = self.speculation.max_draft if own is None else min(own, self.speculation.max_draft)
+        most = min(cap, seq.config.max_new_tokens - len(seq.output_ids) - 1)  # the target adds one of its own
         draft = self.drafter.propose(seq.token_ids, most)[0] if most > 0 else []
         if not draft:
             return ()

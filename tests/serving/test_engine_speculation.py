@@ -259,6 +259,12 @@ def test_requests_that_may_not_draft_decode_as_without_speculation(tiny, tokeniz
     for sample, plain_sample in zip(engine.samples(group), plain.samples(plain_group)):
         assert engine.metrics(sample).draft_n == 0
         assert engine.requests[sample].output_ids == plain.requests[plain_sample].output_ids
+    capped = engine.add_request("a b c d a b c d", max_new_tokens=10)
+    engine.requests[capped].max_draft = 0  # a request's own cap on its drafts: none
+    engine.run_until_done()
+    assert engine.metrics(capped).draft_n == 0
+    expected = labkit.generate_ids(tiny, tokenizer, "a b c d a b c d", max_new_tokens=10)
+    assert engine.requests[capped].output_ids == expected
     seq = EngineRequest(0, [1, 2, 3], DecodingConfig(max_new_tokens=4), frozenset({EOS}), tokenizer, 0.0)
     assert may_draft(seq)
     for constrained in ({"thinking_budget": 8}, {"thinking_min": 2}, {"grammar": 'start: "yes" | "no"'}):
