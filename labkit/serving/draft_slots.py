@@ -27,7 +27,7 @@ class DraftSlots:
     block_size: int
 
     def draft_blocks(self, seq: EngineRequest, n: int) -> int:
-        """Fresh blocks the slots of n draft tokens after seq's next one need (speculation; a Llama's pool)."""
+        """Fresh blocks the slots of n draft tokens after seq's next one need (a Llama's pool only)."""
         if self.window is not None:
             raise ValueError("Draft slots are a Llama's: a sliding-window pool cannot drop rejected drafts.")
         return max(0, math.ceil((len(seq) + n) / self.block_size) - len(seq.block_table))

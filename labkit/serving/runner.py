@@ -138,9 +138,9 @@ def forward_packed(
     window_tables: list[list[int]] | None = None,
     n_logits: list[int] | None = None,
 ) -> torch.Tensor:
-    """The same rows end to end, [1, N] with N = the sum of their lengths, over a `PackedKV`: [B, V] float32 (CPU);
-    with n_logits, the logits at each row's last n_logits[b] tokens instead, [sum(n_logits), V] (a drafted
-    row's: its pending token's and each draft's).
+    """The same rows end to end, [1, N] with N = the sum of their lengths, over a `PackedKV`: [B, V]
+    float32 (CPU); with n_logits, the logits at each row's last n_logits[b] tokens instead,
+    [sum(n_logits), V] (a drafted row's: its pending token's and each draft's).
 
     >>> forward_packed(model, pool, [[5], [1, 2, 3]], tables=[[0], [1]], starts=[3, 0]).shape
     torch.Size([2, 49152])

@@ -234,7 +234,7 @@ class Speculator:
     ) -> list:
         """The tokens decoding seq keeps from its draft and its own next one, from the logits [1 + k, V] at
         its pending token and each draft token; each appended by choose(seq, logits [1, V], now, token_id),
-        the engine's, until one finishes the request. Its outputs, in order; rejected tokens' slots dropped."""
+        the engine's, until one finishes the request. Its outputs, in order; rejected drafts' slots dropped."""
         policy = SamplingPolicy(seq.transforms, seq.config.temperature, seq.generator)
         if policy.is_greedy:  # the argmax after seq's transforms, as choose_next takes it
             n, token = verify_greedy(policy.logits(logits, seq.token_ids, draft), draft)
