@@ -99,9 +99,8 @@ class Engine:
     n_window_blocks: a Gemma3's sliding-window layers' pool, taken one scheduled chunk at a time; by default
     `capacity.default_window_blocks`, max_num_seqs x (ceil((window - 1) / block_size) + 1) + what the step's
     token budget adds, at most n_blocks: never short of what the global pool admits (a Llama: leave None).
-    speculation: `Speculation(...)` drafts by prompt lookup for every request that may (labkit.serving.
-    speculation), verified in the same batched pass; a Llama's only (compiled decode steps stay compiled
-    when no row drafts); None: no drafts, today's steps unchanged.
+    speculation: `Speculation(...)`, prompt lookup drafts verified in the batched pass (labkit.serving.
+    speculation), a Llama's only (undrafted decode steps stay compiled); None: no drafts, steps unchanged.
     """
 
     def __init__(
@@ -237,6 +236,7 @@ class Engine:
             self.tokenizer,
             self.clock() if spec.arrival_s is None else spec.arrival_s,
             logprobs=spec.logprobs,
+            max_draft=spec.max_draft,
         )
         samples = [seq, *seq.add_samples([next(self.request_ids) for _ in range(spec.n - 1)])]
         if request.config.max_new_tokens == 0:  # nothing to generate: done on arrival, as in generate()

@@ -98,7 +98,8 @@ class EngineRequest:
     """A request: prompt ids, generated ids, its own options, generator, transforms and text stream.
 
     sample_index / group_id: sample i of the n that share one prompt (0 and its own id for a request
-    of one); logprobs: None, or how many alternatives each token's `TokenLogprob` lists (0 to 20).
+    of one); logprobs: None, or how many alternatives each token's `TokenLogprob` lists (0 to 20);
+    max_draft: its cap on speculation's draft tokens a step (None: the engine's `Speculation.max_draft`).
     """
 
     def __init__(
@@ -112,6 +113,7 @@ class EngineRequest:
         sample_index: int = 0,
         group_id: int | None = None,
         logprobs: int | None = None,
+        max_draft: int | None = None,
     ):
         self.request_id = request_id
         self.prompt_ids = list(prompt_ids)
@@ -144,6 +146,9 @@ class EngineRequest:
             logprobs  # None: no log-probabilities; k: each token's and the k most likely tokens'
         )
         self.logprobs: list[TokenLogprob] = []  # one per generated token when n_logprobs is not None
+        self.max_draft = (
+            max_draft  # its cap on draft tokens a step (RequestSpec.max_draft; None: the engine's)
+        )
         self.drafting = None  # its DraftState (labkit.serving.speculation) once the engine drafts for it
         self.draft_n = 0  # draft tokens it fed
         self.draft_n_accepted = 0  # ... and kept

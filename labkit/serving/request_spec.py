@@ -44,6 +44,8 @@ class RequestSpec:
     (None: DecodingConfig's defaults). n: samples of the prompt, prefilled once. logprobs: None (not
     recorded) or 0 to MAX_LOGPROBS alternatives per token. arrival_s: when the request arrived, on the
     engine's clock (None: when the engine takes it). fields: the engine's argument names -> the client's.
+    max_draft: the most draft tokens a step speculation may feed for this request, within the engine's
+    `Speculation.max_draft` (0: none; None: the engine's).
     """
 
     prompt: Prompt
@@ -52,6 +54,7 @@ class RequestSpec:
     logprobs: int | None = None
     arrival_s: float | None = None
     fields: Mapping[str, str] = field(default_factory=dict)
+    max_draft: int | None = None
 
     def __post_init__(self) -> None:
         check_int("n", self.n, minimum=1, note="samples of the prompt")
@@ -62,6 +65,10 @@ class RequestSpec:
                 minimum=0,
                 maximum=MAX_LOGPROBS,
                 note="alternatives per token, or None",
+            )
+        if self.max_draft is not None:
+            check_int(
+                "max_draft", self.max_draft, minimum=0, note="draft tokens a step, or None: the engine's"
             )
         if self.config is not None and not isinstance(self.config, DecodingConfig):
             raise InvalidArgument(

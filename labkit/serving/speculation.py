@@ -215,7 +215,7 @@ class Speculator:
         if state.guess is not None and len(seq) > state.guess[0]:  # last step's unfed guess: right?
             state.observe(seq.token_ids[state.guess[0]] == state.guess[1])
         state.guess = None
-        own = getattr(seq, "max_draft", None)  # the request's own cap (RequestSpec.max_draft), if it set one
+        own = seq.max_draft  # the request's own cap (RequestSpec.max_draft; None: none)
         cap = self.speculation.max_draft if own is None else min(own, self.speculation.max_draft)
         most = min(cap, seq.config.max_new_tokens - len(seq.output_ids) - 1)  # the target adds one of its own
         draft = self.drafter.propose(seq.token_ids, most)[0] if most > 0 else []

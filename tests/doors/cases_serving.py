@@ -40,6 +40,6 @@ CASES = [
 ]
 
 NO_ARGUMENT = {  # name -> why it has no bad-input case
-    "labkit.serving.http.server.ServerOptions": "checked by start_server's door, tests/core/test_arguments.py LAUNCHERS",
+    "labkit.serving.http.server_options.ServerOptions": "checked by start_server's door, tests/core/test_arguments.py LAUNCHERS",
     "labkit.serving.http.server.start_server": "every argument's bad values: tests/core/test_arguments.py LAUNCHERS",
 }

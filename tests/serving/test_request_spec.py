@@ -67,6 +67,7 @@ def test_each_output_carries_its_tokens_log_probability(tiny, tokenizer):
         ({"config": {"max_new_tokens": 3}}, "config", "config must be a DecodingConfig"),
         ({"arrival_s": "now"}, "arrival_s", "arrival_s must be a time in seconds"),
         ({"fields": {"n": 1}}, "fields", "fields must map the engine's argument names"),
+        ({"max_draft": -1}, "max_draft", "max_draft must be a whole number of 0 or more"),
     ],
 )
 def test_a_bad_spec_names_its_field(options, parameter, message):

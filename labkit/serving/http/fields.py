@@ -150,6 +150,12 @@ class PromptRequest(ModelRequest):
         return 1
 
     @property
+    def max_draft(self) -> int | None:
+        """The most draft tokens a step the client allows speculation (llama-server's speculative.n_max);
+        None: the server's setting."""
+        return None
+
+    @property
     def engine_logprobs(self) -> int | None:
         """Alternatives each token's log-probability lists (0: the chosen token's alone); None: not asked for."""
         raise NotImplementedError

@@ -132,6 +132,11 @@ class ModelService:
         """New tokens when the client sets no limit: up to the context, at most DEFAULT_TOKENS_PER_SEQ in all."""
         return max(1, min(self.context, DEFAULT_TOKENS_PER_SEQ) - len(prompt_ids))
 
+    @property
+    def speculates(self) -> bool:
+        """Whether the engine drafts (speculative decoding): its answers then carry llama-server's `timings`."""
+        return self.engine_thread.engine.speculator is not None
+
     def request_spec(self, body: PromptRequest, prompt_ids: list[int], arrival_s: float) -> RequestSpec:
         """The one object a route hands the engine: the body's options as a DecodingConfig (its own default
         limit, else `default_max_tokens`), its samples and log-probabilities, the arrival time and the
@@ -148,6 +153,7 @@ class ModelService:
             logprobs=body.engine_logprobs,
             arrival_s=arrival_s,
             fields=body.engine_fields,
+            max_draft=body.max_draft,
         )
 
     async def submit(self, spec: RequestSpec) -> AcceptedRequest:

@@ -44,7 +44,7 @@ from labkit.serving.http.model_service import (
     read_request,
     service_of,
 )
-from labkit.serving.http.openai_choices import ChoiceWriter, usage
+from labkit.serving.http.openai_choices import ChoiceWriter, timings, usage
 from labkit.serving.http.openai_protocol import ChatCompletionRequest, CompletionRequest, OpenAIRequest
 from labkit.serving.http.openapi import request_body
 
@@ -101,6 +101,7 @@ async def answer(request: Request, body: OpenAIRequest, prompt_ids: list[int], a
             {**base, "object": base["object"] + (".chunk" if chat else "")},
             writer,
             body.stream_options.include_usage,
+            service.speculates,
         )
         return StreamingResponse(
             frames, media_type="text/event-stream", headers={"cache-control": "no-cache"}
@@ -109,11 +110,13 @@ async def answer(request: Request, body: OpenAIRequest, prompt_ids: list[int], a
     if error := failure(samples):
         raise error
     completion_tokens = sum(sample.last.metrics.output_tokens for sample in samples)
+    extra = {"timings": timings([sample.last.metrics for sample in samples])} if service.speculates else {}
     return JSONResponse(
         {
             **base,
             "choices": [writer.choice(index, sample) for index, sample in enumerate(samples)],
             "usage": usage(submitted.prompt_tokens, completion_tokens),
+            **extra,
         }
     )
 
@@ -129,13 +132,15 @@ async def sse(
     base: dict,
     writer: ChoiceWriter,
     include_usage: bool,
+    with_timings: bool = False,
 ) -> AsyncIterator[bytes]:
-    """The SSE frames of a streamed answer (see the module doc): each chunk one choice of one sample."""
+    """The SSE frames of a streamed answer (see the module doc): each chunk one choice of one sample;
+    with_timings: the usage chunk carries llama-server's `timings` too (a speculating server)."""
     extra = {"usage": None} if include_usage else {}
     # each sample's tokens not sent yet (no text yet, or maybe calls)
     waiting = [[] for _ in range(submitted.n)]
     offsets = [0] * submitted.n  # characters of each sample's answer sent so far
-    completion_tokens = 0
+    completion_tokens, finished = 0, []
     for index in range(submitted.n if writer.chat else 0):
         yield frame({**base, "choices": [writer.role(index)], **extra})
     async for event in service.events(submitted, request):
@@ -150,6 +155,7 @@ async def sse(
             choices = [writer.delta(index, waiting[index], offsets[index])]
         else:
             completion_tokens += event.metrics.output_tokens
+            finished.append(event.metrics)
             choices = writer.last(index, waiting[index], offsets[index], event.finish_reason)
         for choice in choices:
             yield frame({**base, "choices": [choice], **extra})
@@ -157,5 +163,7 @@ async def sse(
         waiting[index] = []
     else:
         if include_usage:
-            yield frame({**base, "choices": [], "usage": usage(submitted.prompt_tokens, completion_tokens)})
+            counts = {"usage": usage(submitted.prompt_tokens, completion_tokens)}
+            counts.update({"timings": timings(finished)} if with_timings else {})
+            yield frame({**base, "choices": [], **counts})
     yield frame("[DONE]")

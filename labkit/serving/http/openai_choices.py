@@ -40,6 +40,7 @@ from labkit.serving.http.engine_thread import TokenEvent
 from labkit.serving.http.logprobs import TokenSpeller, chat_logprobs, completion_logprobs, text_offsets
 from labkit.serving.http.model_service import Sample, finish_reason
 from labkit.serving.http.tool_calls import may_be_calls, streamed_call
+from labkit.serving.request import EngineRequestMetrics
 
 
 def usage(prompt_tokens: int, completion_tokens: int) -> dict:
@@ -48,6 +49,21 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict:
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
+    }
+
+
+def timings(metrics: Sequence[EngineRequestMetrics]) -> dict:
+    """llama-server's `timings` object, with the counts labkit's engine keeps, summed over the choices:
+    tokens predicted, and the draft tokens speculation fed and kept (draft_n_accepted / draft_n is the
+    acceptance rate). A speculating server adds it to each answer, as llama-server does.
+
+        >>> timings([EngineRequestMetrics(..., output_tokens=20, draft_n=12, draft_n_accepted=9)])
+        {'predicted_n': 20, 'draft_n': 12, 'draft_n_accepted': 9}
+    """
+    return {
+        "predicted_n": sum(m.output_tokens for m in metrics),
+        "draft_n": sum(m.draft_n for m in metrics),
+        "draft_n_accepted": sum(m.draft_n_accepted for m in metrics),
     }
 
 

@@ -48,6 +48,7 @@ from labkit.serving.http.fields import (
 )
 from labkit.serving.http.json_schema import option_range, stated
 from labkit.serving.http.model_service import decoding_config
+from labkit.serving.http.server_options import MAX_DRAFT
 from labkit.serving.http.tool_calls import request_tools, tool_grammar
 from labkit.serving.request import MAX_LOGPROBS
 
@@ -148,6 +149,11 @@ class OpenAIRequest(PromptRequest):
     )
     response_format: ResponseFormat = Field(default_factory=ResponseFormat)
     thinking_token_budget: int | None = None  # vLLM: thinking tokens before "</think>" is forced (module doc)
+    # llama-server's per-request speculation: at most this many draft tokens a step (0: none), within the
+    # server's --speculative-tokens; absent: the server's
+    speculative_n_max: int_within(0, MAX_DRAFT, "draft tokens a step") | None = Field(
+        None, alias="speculative.n_max"
+    )
     suffix: NoSuffix = None
     echo: NoEcho = None
     use_beam_search: NoBeamSearch = None
@@ -156,6 +162,10 @@ class OpenAIRequest(PromptRequest):
     @property
     def samples(self) -> int:
         return self.n
+
+    @property
+    def max_draft(self) -> int | None:
+        return self.speculative_n_max
 
     @property
     def engine_fields(self) -> dict[str, str]:

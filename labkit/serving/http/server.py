@@ -129,6 +129,7 @@ def build_engine(options: ServerOptions):
             compile_decode=options.compile,
             n_blocks=options.n_blocks,
             n_window_blocks=options.n_window_blocks,
+            speculation=options.speculation(),
         )
     except (ValueError, TypeError) as error:  # the engine checks its options before it allocates its pools
         raise EngineRefused(str(error), refused_option_name(str(error))) from error
@@ -203,6 +204,12 @@ def argument_parser() -> argparse.ArgumentParser:
         help="compile the decode step for batch sizes up to --max-num-seqs at start-up (minutes "
         "on 2 cores the first time; cached on disk)",
     )
+    add_pool_arguments(parser)
+    return parser
+
+
+def add_pool_arguments(parser: argparse.ArgumentParser) -> None:
+    """The engine's KV pools and speculation, on `python -m labkit serve`'s parser."""
     parser.add_argument(
         "--n-blocks",
         type=int,
@@ -219,7 +226,15 @@ def argument_parser() -> argparse.ArgumentParser:
         help="blocks of a Gemma3's sliding-window layers' pool (default: what its sequences and tokens per "
         "step can hold at once, at most --n-blocks); only for a model with sliding-window layers",
     )
-    return parser
+    parser.add_argument(
+        "--speculative-tokens",
+        type=int,
+        default=None,
+        metavar="K",
+        help="speculative decoding by prompt lookup (n-gram, as vLLM's ngram and llama-server's "
+        "ngram-simple): at most K draft tokens a request a step, fewer where they do not pay "
+        "(default: off); a request may lower it with speculative.n_max",
+    )
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -242,6 +257,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.compile,
         args.n_blocks,
         args.n_window_blocks,
+        args.speculative_tokens,
     )
     try:
         args.options = options.check()
@@ -277,12 +293,14 @@ def start_server(
     compile: bool = False,
     n_blocks: int | None = None,
     n_window_blocks: int | None = None,
+    speculative_tokens: int | None = None,
 ) -> ServerHandle:
     """Start `python -m labkit serve` in the background (port 0: a free one) and wait until it answers.
     Every argument is checked first: a bad one raises an error naming it, and no process starts.
     env: variables set for the server process on top of this one's, e.g. {"OMP_WAIT_POLICY": "ACTIVE"}.
     chunked_prefill, max_num_batched_tokens: the engine's scheduling; compile: its decode step compiled;
-    n_blocks, n_window_blocks: its KV pools, None the engine's defaults (ServerOptions). timeout: seconds to
+    n_blocks, n_window_blocks: its KV pools, None the engine's defaults (ServerOptions). speculative_tokens:
+    prompt-lookup speculation, at most that many draft tokens a step (None: off). timeout: seconds to
     wait until it answers (None: START_TIMEOUT_S, plus COMPILE_TIMEOUT_S with compile).
 
         >>> with start_server(max_num_seqs=4, chunked_prefill=True) as server:
@@ -299,6 +317,7 @@ def start_server(
         compile,
         n_blocks,
         n_window_blocks,
+        speculative_tokens,
     ).check()
     check_address(host, port)
     if timeout is None:

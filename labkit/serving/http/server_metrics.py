@@ -76,9 +76,17 @@ class ServerMetrics:
         self.prefix_hits = Counter(
             "labkit_prefix_cache_hits", "Prompt tokens found in the prefix cache (whole blocks).", registry=r
         )
+        # speculative decoding, under vLLM's and llama-server's names (vllm:spec_decode_num_draft_tokens,
+        # llamacpp:spec_decode_num_accepted_tokens_total): accepted / drafted is the acceptance rate
+        self.draft_tokens = Counter(
+            "labkit_spec_decode_num_draft_tokens", "Draft tokens fed for verification.", registry=r
+        )
+        self.accepted_tokens = Counter(
+            "labkit_spec_decode_num_accepted_tokens", "Draft tokens the target model kept.", registry=r
+        )
 
     def observe_finished(self, request: EngineRequestMetrics) -> None:
-        """Record a finished or aborted request's TTFT, TPOT and reason."""
+        """Record a finished or aborted request's TTFT, TPOT, reason and draft tokens (fed, kept)."""
         if not math.isnan(request.ttft_s):
             self.ttft.observe(request.ttft_s)
         if not math.isnan(request.queue_s):
@@ -86,6 +94,8 @@ class ServerMetrics:
         if not math.isnan(request.tpot_s):
             self.tpot.observe(request.tpot_s)
         self.finished.labels(request.finish_reason or "unknown").inc()
+        self.draft_tokens.inc(request.draft_n)
+        self.accepted_tokens.inc(request.draft_n_accepted)
 
     def observe_prefix(self, prompt_tokens: int, cached_tokens: int | None) -> None:
         """Count a request's prompt in the prefix cache's queries and its cached tokens in its hits; a

@@ -13,6 +13,7 @@ from labkit.core.arguments import check_int
 
 DEFAULT_MAX_NUM_SEQS = 8
 DEFAULT_MAX_WAITING = 64
+MAX_DRAFT = 64  # the most draft tokens a step (labkit.serving.speculation.Speculation's bound)
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,8 @@ class ServerOptions:
     compile: bool = False  # decode steps compiled per batch size at start-up (labkit.serving.compiled_step)
     n_blocks: int | None = None  # KV blocks in the pool (a Gemma3's: its global layers'); None: the engine's
     n_window_blocks: int | None = None  # a Gemma3's sliding-window layers' pool; None: the engine's default
+    # speculative decoding by prompt lookup: at most this many draft tokens a request a step; None: off
+    speculative_tokens: int | None = None
 
     def check(self) -> ServerOptions:
         """These options with every field checked and the steps put in their canonical form."""
@@ -51,6 +54,8 @@ class ServerOptions:
         for name in ("n_blocks", "n_window_blocks"):
             if getattr(self, name) is not None:
                 check_int(name, getattr(self, name), minimum=1)
+        if self.speculative_tokens is not None:
+            check_int("speculative_tokens", self.speculative_tokens, minimum=1, maximum=MAX_DRAFT)
         try:
             return replace(self, optimize=check_steps(self.optimize))
         except ValueError as error:
@@ -73,9 +78,16 @@ class ServerOptions:
             ("--max-num-batched-tokens", self.max_num_batched_tokens),
             ("--n-blocks", self.n_blocks),
             ("--n-window-blocks", self.n_window_blocks),
+            ("--speculative-tokens", self.speculative_tokens),
         ):
             args += [flag, str(value)] if value is not None else []
         return args
+
+    def speculation(self):
+        """The engine's `Speculation` (labkit.serving.speculation), or None without speculative_tokens."""
+        from labkit.serving.speculation import Speculation  # here, not at the top: it loads torch
+
+        return None if self.speculative_tokens is None else Speculation(max_draft=self.speculative_tokens)
 
     def scheduling(self) -> str:
         """How the engine schedules prompts, as a settings table says it.
