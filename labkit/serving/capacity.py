@@ -22,8 +22,12 @@ The pool is the number that costs memory. For SmolLM2-135M in float32 a token's 
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from labkit.core.arguments import check_int
+
+if TYPE_CHECKING:
+    from labkit.serving.scheduler import SchedulerConfig
 
 DEFAULT_TOKENS_PER_SEQ = (
     1024  # the default pool holds this many tokens per sequence (or the context, if less)
@@ -103,3 +107,25 @@ def check_sizes(
     ):
         if value is not None:  # None: the default
             check_int(name, value, minimum=0 if name in ("step_history", "max_waiting") else 1)
+
+
+def window_pool_size(
+    model: object, n_window_blocks: object, config: SchedulerConfig, block_size: int, n_blocks: int
+) -> int | None:
+    """Blocks of a Gemma3's sliding-window layers' pool: as given, or `default_window_blocks` (never short of
+    what the global pool admits); None for a model without window layers, which must not be given one."""
+    from labkit.core.gemma3 import Gemma3  # here, not at the top: it loads torch
+
+    window = getattr(model.config, "sliding_window", None) if isinstance(model, Gemma3) else None
+    if window is None:
+        if n_window_blocks is not None:
+            raise ValueError(
+                f"n_window_blocks={n_window_blocks!r} sizes a Gemma3's sliding-window layers' pool; "
+                f"{type(model).__name__} has none. Leave it None."
+            )
+        return None
+    if n_window_blocks is not None:
+        check_int("n_window_blocks", n_window_blocks, minimum=1)
+        return n_window_blocks
+    budget, seats = config.max_num_batched_tokens, config.max_num_seqs
+    return default_window_blocks(seats, window, block_size, budget, n_blocks)

@@ -16,6 +16,8 @@ else EngineBusy); the seats, the KV pool and the tokens per step are sized by `l
 other samples fork from it, sharing its blocks (copy on write), and each chooses its first token from the
 same logits with its own generator (seed + i). `logprobs=k` records each token's log-probability under
 the model's raw distribution, with the k most likely alternatives (`EngineRequest` in request.py).
+`Engine(..., speculation=Speculation())` drafts by prompt lookup for every request that may, and verifies
+the drafts in the same pass (labkit.serving.speculation): greedy output stays `labkit.generate`'s.
 
     >>> engine = Engine(model, tokenizer, max_num_seqs=8)     # chunked_prefill=True: vLLM V1's scheduling
     >>> a = engine.add_request("The sea is", max_new_tokens=16)
@@ -36,9 +38,7 @@ from collections.abc import Callable
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from labkit.core.arguments import check_int
 from labkit.core.forward import context_length
-from labkit.core.gemma3 import Gemma3
 from labkit.decoding.config import DecodingConfig
 from labkit.decoding.request import Prompt, check_request, resolve_config
 from labkit.serving.admission import (
@@ -49,7 +49,7 @@ from labkit.serving.admission import (
     refuse_beams,
 )
 from labkit.serving.block_manager import BlockManager
-from labkit.serving.capacity import check_sizes, default_blocks, default_budget, default_window_blocks
+from labkit.serving.capacity import check_sizes, default_blocks, default_budget, window_pool_size
 from labkit.serving.compiled_step import CompiledDecode
 from labkit.serving.handoff import PrefillHandoff, add_prefilled, export_prefill
 from labkit.serving.layer_pools import LayerPools
@@ -59,26 +59,6 @@ from labkit.serving.runner import BatchRunner, require_llama, require_paged_mode
 from labkit.serving.scheduler import ScheduledBatch, Scheduler, SchedulerConfig
 from labkit.serving.speculation import Speculation, speculator_for
 from labkit.serving.step_output import Output, StepMetrics
-
-
-def window_pool_size(
-    model: torch.nn.Module, n_window_blocks: object, config: SchedulerConfig, block_size: int, n_blocks: int
-) -> int | None:
-    """Blocks of a Gemma3's sliding-window layers' pool: as given, or `default_window_blocks` (never short of
-    what the global pool admits); None for a model without window layers, which must not be given one."""
-    window = getattr(model.config, "sliding_window", None) if isinstance(model, Gemma3) else None
-    if window is None:
-        if n_window_blocks is not None:
-            raise ValueError(
-                f"n_window_blocks={n_window_blocks!r} sizes a Gemma3's sliding-window layers' pool; "
-                f"{type(model).__name__} has none. Leave it None."
-            )
-        return None
-    if n_window_blocks is not None:
-        check_int("n_window_blocks", n_window_blocks, minimum=1)
-        return n_window_blocks
-    budget, seats = config.max_num_batched_tokens, config.max_num_seqs
-    return default_window_blocks(seats, window, block_size, budget, n_blocks)
 
 
 def finish_on_arrival(seq: EngineRequest) -> None:

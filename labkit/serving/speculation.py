@@ -246,7 +246,7 @@ class Speculator:
         for i, chosen in enumerate((*draft[:n], token)):
             self.block_manager.advance(seq, 1)  # the token fed at this position is cached now
             outputs.append(choose(seq, logits[i : i + 1], now, chosen))
-            if outputs[-1][3] is not None:  # finished (its blocks freed): the rest is dropped
+            if outputs[-1].finish_reason is not None:  # finished (its blocks freed): the rest is dropped
                 break
         kept = min(n, len(outputs))
         seq.draft_n, seq.draft_n_accepted = seq.draft_n + len(draft), seq.draft_n_accepted + kept

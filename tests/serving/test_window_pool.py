@@ -11,8 +11,8 @@ import torch
 import labkit
 from labkit.core.gemma3 import Gemma3, Gemma3Config
 from labkit.core.llama import Llama, LlamaConfig
-from labkit.serving.capacity import default_window_blocks
-from labkit.serving.engine import Engine, window_pool_size
+from labkit.serving.capacity import default_window_blocks, window_pool_size
+from labkit.serving.engine import Engine
 from labkit.serving.layer_pools import LayerPools
 from labkit.serving.scheduler import SchedulerConfig
 
