@@ -8,10 +8,10 @@ import pytest
 from labkit.core.arguments import InvalidArgument
 from labkit.decoding.config import DecodingConfig
 from labkit.serving.engine import Engine
-from labkit.serving.step_output import Output
 from labkit.serving.http.engine_thread import EngineThread
 from labkit.serving.http.model_service import ModelService, refused_option
 from labkit.serving.request_spec import RequestSpec
+from labkit.serving.step_output import Output
 
 
 def parameters(function) -> list[str]:
