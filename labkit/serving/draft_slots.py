@@ -35,9 +35,10 @@ class DraftSlots:
     def reserve_drafts(self, seq: EngineRequest, n: int) -> None:
         """Fresh blocks for n draft tokens after seq's next one (its slot already there: append_slot);
         `release_past` gives back those past the tokens kept. Never named: a draft is not a prefix."""
-        if self.draft_blocks(seq, n) > self.full.allocator.n_free:
-            raise ValueError(f"{seq} needs {self.draft_blocks(seq, n)} blocks for {n} drafts; ask first.")
-        seq.block_table += [self.full.fresh() for _ in range(self.draft_blocks(seq, n))]
+        needed = self.draft_blocks(seq, n)
+        if needed > self.full.allocator.n_free:
+            raise ValueError(f"{seq} needs {needed} blocks for {n} drafts; ask first.")
+        seq.block_table += [self.full.fresh() for _ in range(needed)]
 
     def release_past(self, seq: EngineRequest) -> None:
         """Release seq's blocks past its tokens (a rejected draft's), last first: a rollback."""
