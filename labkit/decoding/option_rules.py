@@ -78,7 +78,9 @@ RULES: dict[str, Rule] = {
     "no_repeat_ngram_size": Rule(True, 0, INF, ">= 0 (0 turns it off)"),
     "min_new_tokens": Rule(True, 0, INF, ">= 0"),
     "num_beams": Rule(True, 1, INF, ">= 1 (1 means no beam search)"),
-    "length_penalty": Rule(False, -INF, INF, "(finite; > 0 favours longer beams, < 0 shorter ones)"),
+    # A finished beam scores log p / L ** length_penalty: beyond +-10 that power overflows a float for long
+    # beams, and every beam would score 0 or -inf.
+    "length_penalty": Rule(False, -10, 10, "in [-10, 10] (> 0 favours longer beams, < 0 shorter ones)"),
 }
 
 

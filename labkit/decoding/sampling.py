@@ -41,6 +41,21 @@ def sample(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
 
 # --- rescaling -----------------------------------------------------------------------------------
 
+# A positive scale (temperature, repetition penalty) is clamped into [SAFE_SCALE_LOW, SAFE_SCALE_HIGH] before
+# it meets float32 logits. Outside that range float32 turns it into 0 or inf, and a masked -inf logit divided
+# by inf (or a logit by 0) is NaN. Inside it, every logit stays finite, and the clamp changes no token's
+# probability: at 1e30 the distribution is already uniform in float32, at 1e-30 already one-hot.
+SAFE_SCALE_LOW, SAFE_SCALE_HIGH = 1e-30, 1e30
+
+
+def float32_safe(scale: float) -> float:
+    """A positive scale clamped into [1e-30, 1e30], where dividing float32 logits by it stays finite.
+
+    >>> float32_safe(8.6e193), float32_safe(0.7)
+    (1e+30, 0.7)
+    """
+    return min(max(scale, SAFE_SCALE_LOW), SAFE_SCALE_HIGH)
+
 
 def apply_temperature(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     """logits [B, V] / temperature. Below 1 sharpens the distribution, above 1 flattens it.
@@ -51,7 +66,7 @@ def apply_temperature(logits: torch.Tensor, temperature: float) -> torch.Tensor:
         raise TypeError(f"logits must be a tensor [B, V] of scores, got {type(logits).__name__}.")
     if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature > 0:
         raise ValueError(f"temperature must be > 0 to rescale logits (0 means greedy), got {temperature!r}.")
-    return logits / temperature
+    return logits / float32_safe(temperature)
 
 
 # --- truncation: keep the head of the distribution, cut the tail ---------------------------------
@@ -166,6 +181,7 @@ def repetition_penalty(logits: torch.Tensor, token_ids: torch.Tensor, penalty: f
     transformers passes the prompt and the generated tokens. Same as RepetitionPenaltyLogitsProcessor.
     """
     seen = torch.zeros_like(logits, dtype=torch.bool).scatter(-1, token_ids, True)
+    penalty = float32_safe(penalty)
     penalized = torch.where(logits < 0, logits * penalty, logits / penalty)
     return torch.where(seen, penalized, logits)
 

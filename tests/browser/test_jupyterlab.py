@@ -121,7 +121,24 @@ def open_from_path(page: Page, path: str, attempts: int = 3) -> None:
 def close_notebooks(page: Page) -> None:
     """Close every open notebook's tab without asking to save (the tests never save); their kernels run on
     until the test's end. Needs window.jupyterapp (the fixtures' JupyterLab runs with
-    expose_app_in_browser)."""
+    expose_app_in_browser).
+
+    First waits until no request to a notebook's kernel is in flight: JupyterLab's debugger asks a new kernel
+    for its state (a debug_request) after the kernel reads idle, and closing the tab before the reply cancels
+    it and logs "Could not restore the debugger state". The debugger's toolbar button is enabled once its
+    first request is answered; `_futures` is JupyterLab's map of a kernel connection's unanswered requests."""
+    expect(page.locator(".jp-NotebookPanel:visible .jp-DebuggerBugButton button")).to_be_enabled(
+        timeout=OPEN_TIMEOUT_MS
+    )
+    page.wait_for_function(
+        """() => Array.from(window.jupyterapp.shell.widgets("main"))
+            .filter(widget => widget.hasClass("jp-NotebookPanel"))
+            .every(panel => {
+                const kernel = panel.sessionContext.session?.kernel;
+                return kernel && kernel._futures && kernel._futures.size === 0;
+            })""",
+        timeout=OPEN_TIMEOUT_MS,
+    )
     page.evaluate("""() => {
         for (const widget of Array.from(window.jupyterapp.shell.widgets("main")))
             if (widget.hasClass("jp-NotebookPanel")) widget.dispose();

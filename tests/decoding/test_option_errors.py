@@ -19,6 +19,7 @@ from labkit.decoding.thinking import ThinkingFormat
         ({"temperature": "hot"}, "temperature"),
         ({"max_new_tokens": -1}, "max_new_tokens"),
         ({"repetition_penalty": math.nan}, "repetition_penalty"),
+        ({"num_beams": 2, "length_penalty": 1e300}, "length_penalty"),  # L ** 1e300 overflows a float
         ({"logit_bias": {5: 300}}, "logit_bias"),
         ({"stop": [""]}, "stop"),
         ({"stop": "."}, "stop"),

@@ -263,3 +263,19 @@ def test_truncation_never_changes_the_logits_it_keeps():
         out = transform(logits)
         kept = torch.isfinite(out)
         assert torch.equal(out[kept], logits[kept]) and math.isinf(float(out[~kept].max()))
+
+
+@pytest.mark.parametrize("scale", [8.65e193, 1e39, 1e-39, 5e-324, 1e-200])
+def test_an_extreme_temperature_or_penalty_leaves_a_distribution(scale):
+    """float32 would turn these scales into inf or 0, and a masked -inf logit into NaN: the sampler would
+    crash inside torch.multinomial. Clamped into [1e-30, 1e30], every row is still a distribution."""
+    logits = sampling.top_k_filter(tied_logits(), 3)  # -inf entries, as a truncation leaves them
+    seen = torch.tensor([[0, 3]] * len(logits))
+    for scaled in (
+        sampling.apply_temperature(logits, scale),
+        sampling.repetition_penalty(logits, seen, scale),
+    ):
+        probs = torch.softmax(scaled, dim=-1)
+        assert not probs.isnan().any(), f"scale {scale} left NaN probabilities"
+        assert torch.allclose(probs.sum(-1), torch.ones(len(probs)))
+        torch.multinomial(probs, 1)  # what a sampler does next: raises on NaN, inf or negative entries
