@@ -27,6 +27,7 @@ TOPICS = {
     "batching": "labkit.benchmarks.batching",
     "sampling": "labkit.benchmarks.sampling",
     "serve": "labkit.benchmarks.serve",
+    "spec": "labkit.benchmarks.spec_serve",
     "engines": "labkit.benchmarks.engines",
     "fast": "labkit.benchmarks.fast",
     "simd": "labkit.benchmarks.simd",

@@ -46,6 +46,7 @@ class LlamaServerSettings:
     n_ctx: int = DEFAULT_CONTEXT  # tokens per slot
     threads: int | None = None  # None: one per core
     wait_policy: str | None = None  # OMP_WAIT_POLICY of its OpenMP threads; None: OpenMP's default
+    speculative: tuple[str, ...] = ()  # its speculation flags: ("--spec-type", "ngram-simple", ...); (): none
 
     def __post_init__(self):
         check_text("model", self.model, example="'smollm2-135m'")
@@ -55,6 +56,7 @@ class LlamaServerSettings:
             check_int("threads", self.threads, minimum=1)
         if self.wait_policy is not None:
             check_policy(self.wait_policy)
+        check_speculative_flags(self.speculative)
 
     @property
     def thread_count(self) -> int:
@@ -64,7 +66,7 @@ class LlamaServerSettings:
         wait = "OpenMP default wait" if self.wait_policy is None else f"OMP_WAIT_POLICY={self.wait_policy}"
         return (
             f"{gguf_weights(self.model)} GGUF, {self.slots} slots x {self.n_ctx} tokens, continuous batching, "
-            f"{self.thread_count} threads, {wait}"
+            f"{self.thread_count} threads, {wait}" + (f", {' '.join(self.speculative)}" if self.speculative else "")
         )
 
     def environment(self) -> dict[str, str]:
@@ -95,7 +97,25 @@ class LlamaServerSettings:
             threads,
             "--no-webui",
             "--log-disable",
+            *self.speculative,
         ]
+
+
+def check_speculative_flags(flags: object) -> tuple[str, ...]:
+    """flags, if they are a tuple of llama-server's speculation flags and their values (the first a
+    `--spec-...` flag); else a ValueError saying so.
+
+        >>> check_speculative_flags(("--spec-type", "ngram-simple", "--spec-draft-n-max", "4"))
+        ('--spec-type', 'ngram-simple', '--spec-draft-n-max', '4')
+    """
+    if not isinstance(flags, tuple) or not all(isinstance(flag, str) for flag in flags):
+        raise ValueError(f"speculative must be a tuple of llama-server flags (strings), got {flags!r}.")
+    if flags and not flags[0].startswith("--spec-"):
+        raise ValueError(
+            f"speculative must start with one of llama-server's --spec-... flags, e.g. ('--spec-type', "
+            f"'ngram-simple'), got {flags!r}."
+        )
+    return flags
 
 
 def gguf_weights(model: str) -> str:
@@ -113,15 +133,17 @@ def start_llama_server(
     port: int = 0,
     timeout: float = READY_TIMEOUT_S,
     wait_policy: str | None = None,
+    speculative: tuple[str, ...] = (),
 ) -> ServerHandle:
     """Start `llama-server -np slots` on `model`'s GGUF file; return once /health answers 200. wait_policy:
-    "PASSIVE" or "ACTIVE" for its OpenMP threads (None: OpenMP's default). Every argument is checked first:
-    a bad one raises a ValueError naming it, and no process starts.
+    "PASSIVE" or "ACTIVE" for its OpenMP threads (None: OpenMP's default); speculative: its speculation
+    flags, for example ("--spec-type", "ngram-simple"). Every argument is checked first: a bad one raises a
+    ValueError naming it, and no process starts.
 
         >>> with start_llama_server(slots=4, n_threads=2, wait_policy="ACTIVE") as server:
         ...     openai.OpenAI(base_url=server.url + "/v1", api_key="none").models.list()
     """
-    settings = check_llama_server_options(model, slots, n_ctx, n_threads, wait_policy)
+    settings = check_llama_server_options(model, slots, n_ctx, n_threads, wait_policy, speculative)
     check_address(host, port)
     check_seconds("timeout", timeout)
     require_llama_server()
@@ -138,7 +160,12 @@ def start_llama_server(
 
 
 def check_llama_server_options(
-    model: object, slots: object, n_ctx: object, n_threads: object, wait_policy: object = None
+    model: object,
+    slots: object,
+    n_ctx: object,
+    n_threads: object,
+    wait_policy: object = None,
+    speculative: object = (),
 ) -> LlamaServerSettings:
     """The settings, or a clear error unless model is an embedded model with a GGUF file, slots at least 1,
     n_ctx at least 16 tokens, n_threads None (one per core) or at least 1 and wait_policy None or one of
@@ -150,4 +177,4 @@ def check_llama_server_options(
         check_int("n_threads", n_threads, minimum=1)
     if wait_policy is not None:
         check_policy(wait_policy)
-    return LlamaServerSettings(model, slots, n_ctx, n_threads, wait_policy)
+    return LlamaServerSettings(model, slots, n_ctx, n_threads, wait_policy, check_speculative_flags(speculative))

@@ -47,7 +47,7 @@ class StreamTiming:
     e2e_s: float  # -> last frame with text (nan if none)
     status: int = 200  # the HTTP status
     error: str | None = None  # the error the server sent, if any
-    engine: dict = field(default_factory=dict)  # Ollama's final chunk: the engine's own counts and durations
+    engine: dict = field(default_factory=dict)  # the engine's own counts: Ollama's final chunk, or `timings`
 
     @property
     def tpot_s(self) -> float:
@@ -153,16 +153,30 @@ def check_chat_request(
 
 
 def stream_openai(
-    http: httpx.AsyncClient, model: str, messages: Sequence[dict], max_tokens: int, temperature: float = 0.0
+    http: httpx.AsyncClient,
+    model: str,
+    messages: Sequence[dict],
+    max_tokens: int,
+    temperature: float = 0.0,
+    extra_body: dict | None = None,
 ) -> Coroutine[None, None, StreamTiming]:
     """POST /v1/chat/completions with stream=true and usage; time every SSE event (see the module doc).
-    The arguments are checked at the call; await what it returns."""
+    extra_body: fields added to the request, as the openai client's `extra_body` adds them (for example
+    {"speculative.n_max": 0}). A `timings` object in any event (llama-server's, and a speculating labkit
+    server's) is kept in the result's `engine`. The arguments are checked at the call; await what it returns."""
     check_chat_request(http, model, messages, max_tokens, temperature)
-    return openai_events(http, model, messages, max_tokens, temperature)
+    if extra_body is not None:
+        check_record("extra_body", extra_body, "a dict of request fields", of=dict)
+    return openai_events(http, model, messages, max_tokens, temperature, extra_body or {})
 
 
 async def openai_events(
-    http: httpx.AsyncClient, model: str, messages: Sequence[dict], max_tokens: int, temperature: float
+    http: httpx.AsyncClient,
+    model: str,
+    messages: Sequence[dict],
+    max_tokens: int,
+    temperature: float,
+    extra_body: dict,
 ) -> StreamTiming:
     """stream_openai's request, sent and timed (its arguments already checked)."""
     body = {
@@ -172,8 +186,9 @@ async def openai_events(
         "temperature": temperature,
         "stream": True,
         "stream_options": {"include_usage": True},
+        **extra_body,
     }
-    clock, tokens, error = FrameClock(), None, None
+    clock, tokens, error, timings = FrameClock(), None, None, {}
     async with http.stream("POST", "/v1/chat/completions", json=body) as response:
         if response.status_code != 200:
             return await refused(response, clock)
@@ -190,9 +205,11 @@ async def openai_events(
                 )
             if event.get("usage"):
                 tokens = event["usage"]["completion_tokens"]
+            if isinstance(event.get("timings"), dict):
+                timings = event["timings"]
             if event.get("choices"):
                 clock.frame("".join(c.get("delta", {}).get("content") or "" for c in event["choices"]))
-    return clock.timing(tokens, error=error)
+    return clock.timing(tokens, error=error, engine=timings)
 
 
 def stream_ollama(

@@ -23,7 +23,7 @@ import asyncio
 import math
 import random
 import time
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 
 import httpx
 
@@ -61,9 +61,11 @@ async def load_test(
     max_tokens: int = 16,
     protocol: str = "openai",
     tag: str = "",
+    chat: Callable[[int, str], list[dict]] = question,
+    extra_body: dict | None = None,
 ) -> LoadResult:
     """`concurrency` clients, each streaming `requests_per_client` chat requests back to back (request i
-    asks question(i, tag)).
+    sends chat(i, tag): by default question(i, tag)); extra_body: fields added to every OpenAI request.
 
         >>> async with httpx.AsyncClient(base_url=server.url, timeout=600) as http:
         ...     result = await load_test(http, "smollm2-135m", concurrency=8)
@@ -77,11 +79,18 @@ async def load_test(
         check_int(name, value, minimum=1)
     if protocol not in ("openai", "ollama"):
         raise ValueError(f"protocol must be 'openai' or 'ollama', got {protocol!r}.")
-    send = stream_openai if protocol == "openai" else stream_ollama
+    check_callable("chat", chat, "a function of (request index, tag) returning chat messages")
+    if extra_body and protocol != "openai":
+        raise ValueError(f"extra_body goes with the OpenAI protocol only, got protocol={protocol!r}.")
+
+    def send(messages: list[dict]) -> Coroutine[None, None, StreamTiming]:
+        if protocol == "ollama":
+            return stream_ollama(http, model, messages, max_tokens)
+        return stream_openai(http, model, messages, max_tokens, extra_body=extra_body)
 
     async def client(number: int) -> list[StreamTiming]:
         indices = range(number * requests_per_client, (number + 1) * requests_per_client)
-        return [await send(http, model, question(i, tag), max_tokens) for i in indices]
+        return [await send(chat(i, tag)) for i in indices]
 
     start = time.perf_counter()
     per_client = await asyncio.gather(*(client(n) for n in range(concurrency)))

@@ -6,8 +6,10 @@ import asyncio
 import json
 
 import httpx
+import pytest
 
 import labkit
+from labkit.loadtest.load import load_test
 from labkit.loadtest.metrics_page import metric_value
 from labkit.serving.http.app import build_app
 from labkit.serving.http.server import parse_args
@@ -81,3 +83,29 @@ def test_the_command_line_turns_speculation_on():
     assert options.speculation() == Speculation(max_draft=3)
     assert parse_args(options.argv()).options == options
     assert parse_args([]).options.speculation() is None
+
+
+def test_the_load_tester_sends_extra_fields_and_keeps_each_answers_timings(service, one_thread):
+    """labkit.loadtest's closed loop (`bench spec`'s) with a chat of its own and llama-server's per-request
+    field: drafts are counted in each streamed answer's `engine`, and none with n_max 0."""
+
+    def chat(index: int, tag: str) -> list[dict]:
+        return [{"role": "user", "content": f"{tag} {index}: {PROMPT}"}]
+
+    async def both():
+        transport = httpx.ASGITransport(app=build_app(service))
+        async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=60) as http:
+            drafted = await load_test(http, NAME, 2, 1, 16, tag="x", chat=chat)
+            plain = await load_test(
+                http, NAME, 2, 1, 16, tag="x", chat=chat, extra_body={"speculative.n_max": 0}
+            )
+            return drafted, plain
+
+    drafted, plain = asyncio.run(both())
+    assert [r.text for r in drafted.requests] == [r.text for r in plain.requests]
+    assert all(r.engine["predicted_n"] == r.output_tokens for r in drafted.ok + plain.ok)
+    assert sum(r.engine["draft_n"] for r in drafted.ok) > 0 == sum(r.engine["draft_n"] for r in plain.ok)
+    with pytest.raises(ValueError, match="extra_body goes with the OpenAI protocol only"):
+        asyncio.run(load_test(None, NAME, 1, protocol="ollama", extra_body={"speculative.n_max": 0}))
+    with pytest.raises(TypeError, match="chat must be a function of"):
+        asyncio.run(load_test(None, NAME, 1, chat="copy"))
