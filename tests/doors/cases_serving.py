@@ -13,6 +13,10 @@ CASES = [
     wrong("labkit.serving.agent.solve_with_tool", words=("engine",)),
     wrong("labkit.serving.agent.uses_previous_result", words=("run",)),
     wrong("labkit.serving.cow_exercise.BlockTables", words=("block_size",)),
+    wrong("labkit.serving.spec_load.load_speedups", words=("runs",)),
+    wrong("labkit.serving.spec_load.load_table", words=("runs",)),
+    wrong("labkit.serving.spec_load.predicted_load_speedup", words=("alpha",)),
+    wrong("labkit.serving.spec_load.speculation_under_load", words=("model",)),
     wrong("labkit.serving.cow_exercise.BlockTables.with_prompt", words=("name",)),
     wrong("labkit.serving.engine.Engine", words=("model",)),
     # an id add_request never returned (was: a bare KeyError of the id)
