@@ -2,8 +2,8 @@
 
 SmolLM2-135M-Instruct behind labkit's server (fused projections, Q4_1 weights, started with
 `--speculative-tokens 4`) and llama-server (the same weights' Q4_1 GGUF), one server at a time. Two
-workloads of greedy streamed chats, each request with a system line of its own, so no server finds a whole
-prompt cached:
+workloads of greedy streamed chats (labkit.serving.spec_load's, notebook 09's), each request with a system
+line of its own, so no server finds a whole prompt cached:
 
 - copy: repeat or lightly edit a given paragraph: the answer is in the prompt, so drafts looked up there
   are often right (editing and quoting, as a coding assistant does);
@@ -14,7 +14,12 @@ At 1, 2, 8 and 16 clients in a closed loop, labkit's server runs each level twic
 (`speculative.n_max: 0`, llama-server's per-request field); llama-server runs as two processes, without
 speculation and with its `ngram-simple` drafts at the better of two lookup settings. Each row is the median
 of `repeats` by tokens/s; the drafted and accepted counts are the servers' own (each answer's `timings`).
-Before timing, each labkit request is answered with and without drafts: greedy, the two must be equal.
+Before timing, each labkit request is answered with and without drafts: greedy, the two must be equal on
+an eager server (the quick run's). A compiled server's may differ by rounding: a step that verifies drafts
+runs packed and eager, and the compiled decode step rounds differently from the eager one. Measured on a
+2-core Intel Xeon (fuse+q4_1, 8 greedy 48-token chats): the eager engine's answers with drafts equal its
+answers without, 8 of 8, while the compiled engine's answers without drafts already differ from the eager
+engine's in 4 of 8.
 
 Records: at every workload and level, labkit with drafts against labkit without (the gain speculation
 brings, same process) and against llama-server with its drafts (like with like: both speculate, both read
@@ -39,57 +44,13 @@ from labkit.loadtest.load import load_test
 from labkit.loadtest.load_result import LoadResult
 from labkit.serving.http.server import start_server
 from labkit.serving.http.server_options import ServerOptions
+from labkit.serving.spec_load import WORKLOADS, story_chat
 from labkit.table import Column, format_row, format_table
 from labkit.this_machine import machine_name
 
 CLIENTS, N_REQUESTS, MAX_TOKENS, DRAFT = (1, 2, 8, 16), 16, 64, 4
 QUICK = {"clients": (1, 2), "n": 2, "max_tokens": 24}
 NO_DRAFTS = {"speculative.n_max": 0}
-PARAGRAPHS = (
-    "The printing press changed how ideas spread. Before it, books were copied by hand, slowly and with "
-    "errors. After it, the same text could reach thousands of readers in a few months, and scholars in "
-    "distant cities could argue about the very same words.",
-    "A lighthouse keeper climbed the stairs every evening to light the lamp. Ships far out at sea saw the "
-    "beam and knew where the rocks were. When the light was made automatic, the keeper stayed on, "
-    "painting the rail and writing down the weather.",
-    "Bread needs only flour, water, salt and yeast. The yeast eats the sugars in the flour and makes gas, "
-    "which fills the dough with small bubbles. Baking sets the bubbles in place, and the crust browns as "
-    "its sugars and proteins react in the heat.",
-    "Rivers carry sand and mud from the mountains to the sea. Where a river slows down, near its mouth, it "
-    "drops what it carries, and over centuries that mud builds new land. Many of the world's great cities "
-    "stand on such land.",
-)
-EDITS = ("Repeat this text exactly, word for word", "Copy this text, changing only its first word to 'Yes'")
-STORIES = (
-    "Write a short story about a robot who learns to paint.",
-    "Write a short story about a girl who finds a map in her grandmother's attic.",
-    "Write a short story about a cat who wants to become a sailor.",
-    "Write a short story about the last tree in a city.",
-)
-
-
-def copy_chat(index: int, tag: str) -> list[dict]:
-    """Request `index` of the copy workload: repeat (or edit one word of) one of four paragraphs.
-
-    >>> copy_chat(0, "a")[1]["content"][:40]
-    'Repeat this text exactly, word for word:'
-    """
-    paragraph, edit = PARAGRAPHS[index % len(PARAGRAPHS)], EDITS[index // len(PARAGRAPHS) % len(EDITS)]
-    return [
-        {"role": "system", "content": f"You are a careful assistant. Request {tag}-{index}."},
-        {"role": "user", "content": f"{edit}:\n\n{paragraph}"},
-    ]
-
-
-def free_chat(index: int, tag: str) -> list[dict]:
-    """Request `index` of the free-text workload: one of four short stories."""
-    return [
-        {"role": "system", "content": f"You are a creative writer. Request {tag}-{index}."},
-        {"role": "user", "content": STORIES[index % len(STORIES)]},
-    ]
-
-
-WORKLOADS: dict[str, Callable[[int, str], list[dict]]] = {"copy": copy_chat, "free": free_chat}
 
 
 @dataclass(frozen=True)
@@ -186,7 +147,7 @@ async def sweep(url: str, rows: dict[str, dict], clients, n: int, max_tokens: in
     names = list(rows)
     results: Runs = {name: {workload: [] for workload in WORKLOADS} for name in names}
     async with httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(600, connect=10), limits=limits) as http:
-        await load_test(http, MODEL, 2, 1, 4, chat=free_chat, tag=f"warm{repeat}")  # untimed
+        await load_test(http, MODEL, 2, 1, 4, chat=story_chat, tag=f"warm{repeat}")  # untimed
         for workload, chat in WORKLOADS.items():
             for level, c in enumerate(clients):
                 turn = (repeat + level) % len(names)
@@ -355,9 +316,15 @@ def run(repeats: int = 3, quick: bool = False) -> list[dict]:
         measured, differing = measure(server, clients, n, max_tokens, repeats)
         results.update(measured)
         if differing is not None:
+            compiled = "decode step compiled" in server.settings
             print(
                 f"{server.name}: answers with and without drafts equal: "
                 + ("yes" if differing == 0 else f"NO ({differing} differ)")
+                + (
+                    " (compiled: a step with drafts runs eager, which rounds differently)"
+                    if compiled and differing
+                    else ""
+                )
             )
     print("\n" + table(results, clients))
     errors = sum(

@@ -66,7 +66,8 @@ class LlamaServerSettings:
         wait = "OpenMP default wait" if self.wait_policy is None else f"OMP_WAIT_POLICY={self.wait_policy}"
         return (
             f"{gguf_weights(self.model)} GGUF, {self.slots} slots x {self.n_ctx} tokens, continuous batching, "
-            f"{self.thread_count} threads, {wait}" + (f", {' '.join(self.speculative)}" if self.speculative else "")
+            f"{self.thread_count} threads, {wait}"
+            + (f", {' '.join(self.speculative)}" if self.speculative else "")
         )
 
     def environment(self) -> dict[str, str]:
@@ -177,4 +178,6 @@ def check_llama_server_options(
         check_int("n_threads", n_threads, minimum=1)
     if wait_policy is not None:
         check_policy(wait_policy)
-    return LlamaServerSettings(model, slots, n_ctx, n_threads, wait_policy, check_speculative_flags(speculative))
+    return LlamaServerSettings(
+        model, slots, n_ctx, n_threads, wait_policy, check_speculative_flags(speculative)
+    )

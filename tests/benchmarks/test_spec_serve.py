@@ -10,6 +10,7 @@ from labkit.benchmarks import spec_serve as bench
 from labkit.engines.llama_server import LlamaServerSettings, check_speculative_flags
 from labkit.loadtest.client import StreamTiming
 from labkit.loadtest.load_result import LoadResult
+from labkit.serving.spec_load import PARAGRAPHS, copy_chat, story_chat
 
 
 def level(tokens_per_s: float, drafted: int = 0, kept: int = 0, clients: int = 1) -> LoadResult:
@@ -33,9 +34,9 @@ def test_each_workload_gives_every_request_a_prompt_of_its_own():
     for chat in bench.WORKLOADS.values():
         prompts = [str(chat(i, tag)) for tag in ("0c1", "0c2") for i in range(8)]
         assert len(set(prompts)) == len(prompts)
-    copy = bench.copy_chat(5, "t")[1]["content"]
-    assert bench.PARAGRAPHS[1] in copy  # the answer is in the prompt
-    assert not any(p[:30] in bench.free_chat(5, "t")[1]["content"] for p in bench.PARAGRAPHS)
+    copy = copy_chat(5, "t")[1]["content"]
+    assert PARAGRAPHS[1] in copy  # the answer is in the prompt
+    assert not any(p[:30] in story_chat(5, "t")[1]["content"] for p in PARAGRAPHS)
 
 
 def test_the_servers_state_their_settings_and_quick_keeps_one_ngram_setting():
