@@ -48,6 +48,20 @@ OPENAI_ERROR = {
 ANSWER = {"type": "object"}  # a JSON answer: its fields are the protocol's (see each route's module)
 
 
+# One server-sent event as a client parses it (OpenAPI 3.2 names this an event stream's item schema; a fuzzer
+# that reads the stream checks each event against it): its `data` (a JSON chunk, or [DONE]) and its fields.
+SSE_EVENT = {
+    "type": "object",
+    "properties": {
+        "data": {"type": "string"},
+        "event": {"type": "string"},
+        "id": {"type": "string"},
+        "retry": {"type": "integer"},
+    },
+    "required": ["data"],
+}
+
+
 def request_body(kind: type[BaseModel], streams: str | None = None) -> dict:
     """A route's `openapi_extra`: its body is a `kind` (JSON), and it answers in JSON or, when the body asks
     to stream, in the `streams` media type (Ollama's NDJSON, OpenAI's server-sent events).
@@ -57,7 +71,7 @@ def request_body(kind: type[BaseModel], streams: str | None = None) -> dict:
     """
     answers = {"application/json": {"schema": ANSWER}}
     if streams is not None:
-        answers[streams] = {"schema": {"type": "string"}}
+        answers[streams] = {"schema": SSE_EVENT if streams == "text/event-stream" else {"type": "string"}}
     return {
         "requestBody": {
             "required": True,
