@@ -37,8 +37,9 @@ TIMING_FACTOR = 3.0
 # a loop that reads its weights at 75 % of a plain read's speed or more is memory-bound
 MEMORY_BOUND_SHARE = 0.75
 # Shares of the read bandwidth where either answer stands: another program reading memory at the same time
-# slows the checker's read and the student's loop by different amounts (a CI run with two test workers saw
-# the loop's share cross 0.75 with its saved answer "other").
+# slows the checker's read and the student's loop by different amounts, so near 0.75 the verdict would
+# follow the machine's load, not the student's reasoning (a CI run with two test workers refused the saved
+# solution's "other"; its log did not say whether this verdict or the timing check refused it).
 NEAR_THRESHOLD = (0.5, 1.0)
 MATTERS_MORE = {"tokenizer": "the tokens the text costs each model", "context": "the context lengths"}
 LIMITED_BY = {

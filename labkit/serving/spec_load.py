@@ -7,9 +7,10 @@ instead of B, and yields E(alpha, k) tokens a request instead of 1, so the cost 
 
     speed-up ~ E(alpha, k) x v(B) / v(B (1 + k))
 
-where v(n) is the time of a pass over n tokens in units of a 1-token step (`verification_costs`). At one
-request v(5) is close to v(1) on a machine that reads its weights for every pass; at eight, the pass
-over 40 tokens does more arithmetic than the weights' reading hides, and the same drafts pay less.
+where v(n) is the time of a pass over n tokens in units of a 1-token step (`verification_costs`). Drafts
+pay while a wider pass costs little more than a narrow one, as when reading the weights sets a pass's time;
+where the pass over B (1 + k) tokens does more arithmetic than that reading hides, the same drafts pay less.
+Which holds at B = 8 depends on the machine and the weights' format: the notebook measures v and says.
 
 The workloads are chats about texts of their own: `copy_chat` asks to repeat (or edit one word of) a
 paragraph, so the answer is in the prompt; `story_chat` asks for a short story, so little of it is.
