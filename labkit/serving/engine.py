@@ -80,7 +80,8 @@ class Engine:
     `capacity.default_window_blocks`, max_num_seqs x (ceil((window - 1) / block_size) + 1) + what the step's
     token budget adds, at most n_blocks: never short of what the global pool admits (a Llama: leave None).
     speculation: `Speculation(...)`, prompt lookup drafts verified in the batched pass (labkit.serving.
-    speculation), a Llama's only (undrafted decode steps stay compiled); None: no drafts, steps unchanged.
+    speculation), a Llama's only (with compile_decode, the drafted decode steps are compiled too); None: no
+    drafts, steps unchanged.
     """
 
     def __init__(
@@ -120,7 +121,9 @@ class Engine:
         n_window_blocks = window_pool_size(model, n_window_blocks, self.config, block_size, n_blocks)
         self.pools = LayerPools.for_model(model, n_blocks, block_size, n_window_blocks)  # global, local
         self.pool = self.pools.full  # every layer of a Llama, the global layers of a Gemma3
-        compiled = CompiledDecode(model, self.pool, max_num_seqs) if compile_decode else None
+        # drafted steps compiled too (a speculation that is not a Speculation is refused below)
+        width = 1 + speculation.max_draft if isinstance(speculation, Speculation) else None
+        compiled = CompiledDecode(model, self.pool, max_num_seqs, width) if compile_decode else None
         self.compile_seconds = compiled.warm_up() if compiled else {}  # batch size -> seconds to compile
         self.runner = BatchRunner(model, self.pools, compiled)
         window = self.pools.window

@@ -6,7 +6,8 @@ decode steps) or `PackedKV` (rows end to end, for steps that feed prompts) gives
 positions, its blocks and its mask.
 
 A `CompiledDecode` (compiled_step.py), when given, runs the steps where every row feeds one token and
-the batch fits one of its sizes; every other step runs eagerly here (always, for a Gemma3).
+the batch fits one of its sizes, and, compiled with a verify width, the drafted steps where every row
+decodes (its pending token and its drafts); every other step runs eagerly here (always, for a Gemma3).
 
 **Gemma3's windows** (vLLM's hybrid KV cache manager). Its 15 local layers see the last 512 keys of each
 row through a second mask, `layout(T, window)`, and keep their keys in a pool of their own (`LayerPools`)
@@ -99,6 +100,9 @@ class BatchRunner:
         self.model.check_position(max(start + len(row) for start, row in zip(starts, rows)) - 1)
         if self.compiled is not None and max(map(len, rows)) == 1 and self.compiled.fits(len(rows)):
             return self.compiled.run(rows, tables, starts)
+        if any(drafts) and self.compiled is not None and self.compiled.verifies(rows):
+            if all(n - len(d) == 1 for n, d in zip(n_new, drafts)):  # every row decodes: no prompt chunk
+                return self.compiled.run_drafted(rows, tables, starts)
         if any(drafts):
             n_logits = [1 + len(d) for d in drafts]
             return forward_packed(self.model, self.pools, rows, tables, starts, windows, n_logits)

@@ -12,9 +12,9 @@ import torch
 
 import labkit
 from labkit.core.paged import BlockPool
-from labkit.serving.compiled_step import CompiledDecode, batch_sizes, padded_size
+from labkit.serving.compiled_step import CompiledDecode, batch_sizes, padded_size, worth_padding
 from labkit.serving.engine import Engine
-from labkit.serving.runner import forward_padded
+from labkit.serving.runner import forward_packed, forward_padded
 
 from .conftest import run_staggered
 
@@ -66,6 +66,35 @@ def test_one_step_equals_the_eager_step_and_writes_the_same_keys(tiny, one_threa
         written[1], pool.values, atol=1e-5
     )
     assert not torch.equal(written[0], before[0])  # the new keys were written, each in its row's slot
+
+
+@pytest.mark.slow  # compiles two graphs for 1, 2 and 4 rows
+def test_a_drafted_step_equals_the_eager_packed_step_and_writes_only_the_fed_tokens(tiny, one_thread):
+    pool = BlockPool.for_model(tiny, n_blocks=12, block_size=4)
+    pool.keys.normal_(), pool.values.normal_()
+    step = CompiledDecode(tiny, pool, max_batch=4, verify_width=4)
+    # 3 rows padded to 4, each to 4 tokens: a pending token with 2, 0 and 3 drafts
+    tables, starts, rows = [[0, 1, 2], [3, 4], [5, 6, 7]], [7, 5, 8], [[17, 3, 9], [4], [250, 1, 2, 3]]
+    assert step.verifies(rows) and not step.verifies([[1, 2, 3, 4, 5]])  # wider than verify_width
+    before = pool.keys.clone(), pool.values.clone()
+    compiled = step.run_drafted(rows, tables, starts)
+    written = pool.keys.clone(), pool.values.clone()
+    pool.keys.copy_(before[0]), pool.values.copy_(before[1])
+    eager = forward_packed(tiny, pool, rows, tables, starts, n_logits=[len(row) for row in rows])
+    assert compiled.shape == eager.shape == (8, tiny.config.vocab_size)
+    assert (compiled - eager).abs().max() < TINY_ATOL
+    # the same slots written with the same keys: a padding token's key is written nowhere
+    assert torch.allclose(written[0], pool.keys, atol=1e-5) and torch.allclose(
+        written[1], pool.values, atol=1e-5
+    )
+    assert step.verify_steps == 1
+    with pytest.raises(ValueError, match="1 to 4 tokens per row"):
+        step.run_drafted([[1, 2, 3, 4, 5]], [[0, 1]], [0])
+
+
+def test_a_drafted_step_runs_compiled_only_where_padding_costs_little():
+    assert worth_padding(5, 2) and worth_padding(40, 40)  # one row; 8 rows that all draft 4
+    assert not worth_padding(40, 12)  # 8 rows, one drafting: 28 padding tokens
 
 
 @pytest.mark.slow

@@ -306,7 +306,7 @@ def test_bad_speculation_is_refused(tiny, tokenizer, tiny_gemma3, gemma_tokenize
 
 @pytest.mark.slow  # compiles: about 10 s per batch size on 2 cores
 def test_a_compiled_engine_speculates_and_keeps_greedy_output(tiny, tokenizer, one_thread):
-    # steps where no row drafts run the compiled decode step; drafted steps run packed and eager
+    # steps where no row drafts run the compiled decode step; drafted steps the compiled drafted step
     engine = Engine(
         tiny, tokenizer, max_num_seqs=2, compile_decode=True, speculation=Speculation(adaptive=False)
     )
@@ -315,4 +315,5 @@ def test_a_compiled_engine_speculates_and_keeps_greedy_output(tiny, tokenizer, o
         assert engine.requests[request_id].output_ids == alone(tiny, tokenizer, prompt, options)[0]
     assert sum(engine.metrics(i).draft_n_accepted for i in ids) > 0
     assert any(s.kind == "decode" and not s.drafted for s in engine.step_metrics)  # a compiled step ran
+    assert engine.runner.compiled.verify_steps > 0  # and a compiled drafted one
     assert_all_free(engine)
