@@ -13,10 +13,10 @@ from collections.abc import Callable
 
 from labkit.checks.common import matching_hint, not_attempted, read_number, verdict
 from labkit.checks.work import choice_verdict, progressive, refuse_unmeasured, reset, run_own
-from labkit.decoding.accuracy import Accuracy
-from labkit.decoding.choose import self_consistency
-from labkit.decoding.verifiable import extract_answer, majority_answer
-from labkit.serving.cow_exercise import BlockTables, copy_on_write_append
+from labkit.compute.accuracy import Accuracy
+from labkit.compute.choose import self_consistency
+from labkit.compute.cow_exercise import BlockTables, copy_on_write_append
+from labkit.compute.verifiable import extract_answer, majority_answer
 
 __all__ = ["check_copy_on_write", "check_frontier_reading", "check_majority_vote"]
 
@@ -38,7 +38,7 @@ VOTE_CASES = [  # (texts, what each case tests)
 
 def check_majority_vote(fn: Callable | None) -> bool:
     """Exercise (14): fn(texts) -> the most common answer among the texts, each normalized as
-    labkit.decoding.verifiable.extract_answer reads it (the last number, no thousands commas, no trailing
+    labkit.compute.verifiable.extract_answer reads it (the last number, no thousands commas, no trailing
     decimal zeros), a tie to the answer seen first, None when no text holds a number. Calling labkit's own
     majority_answer, extract_answer or self_consistency does not count."""
     if fn is None:
@@ -130,7 +130,7 @@ def cow_hint(pool: BlockTables, expected: dict[str, list[int]]) -> str | None:
 
 def check_copy_on_write(fn: Callable | None) -> bool:
     """Exercise (14, find the bug): fn(pool, name, token) appends one token to a sequence of a BlockTables
-    pool (labkit.serving.cow_exercise), copying a shared last block before writing into it. Checked by
+    pool (labkit.compute.cow_exercise), copying a shared last block before writing into it. Checked by
     forking a prompt into two samples and appending in turns: every sequence must read its own tokens, the
     counts must match the tables, nothing may leak, and only what is written may be copied. Calling labkit's
     own copy_on_write_append does not count."""

@@ -52,6 +52,14 @@ class NamedBlocks:
             self.evictions += 1
         return block
 
+    def fresh_unnamed(self) -> int:
+        """The least recently freed block that names no prefix: a block taken without evicting any (a
+        speculative draft's slot, which must not cost the prefix cache a hit). A ValueError if none is free."""
+        block = next((b for b in self.allocator.free_blocks if b not in self.block_hash), None)
+        if block is None:
+            raise ValueError("Every free block names a prefix; count n_free - n_cached_free first.")
+        return self.allocator.reuse(block)
+
     def name(self, block: int, chain_hash: int, tokens: tuple[int, ...]) -> None:
         """Name block, unless the name is taken (the same prefix computed twice at once) or it has one."""
         if chain_hash not in self.hash_to_block and block not in self.block_hash:

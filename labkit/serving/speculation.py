@@ -192,7 +192,8 @@ class Speculator:
     ) -> tuple[tuple[int, ...], ...]:
         """The scheduler's hook: each decode's draft, its slots reserved, then () for each other row of the
         step's `rows`. Drafts are the first thing dropped: they get only what the token `budget` and the free
-        blocks have left once every row has its own (`tokens` fed without drafts), and never preempt.
+        blocks have left once every row has its own (`tokens` fed without drafts), never preempt, and
+        never evict a cached prefix.
 
             >>> speculator.drafts([seq], rows=1, tokens=1, budget=256)      # ((287, 287, 287, 287),)
         """
@@ -200,7 +201,8 @@ class Speculator:
         self.drafted = self.accepted = 0  # a new step
         for seq in decodes:
             draft = self.propose(seq, max(0, budget - tokens), rows, tokens)
-            while draft and manager.draft_blocks(seq, len(draft)) > manager.allocator.n_free:
+            room = manager.draft_room() if draft else 0  # free blocks that hold no prefix
+            while draft and manager.draft_blocks(seq, len(draft)) > room:
                 draft = draft[:-1]
             if draft:
                 manager.reserve_drafts(seq, len(draft))

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 
 import matplotlib.pyplot as plt
 
+from labkit.compute.method_run import FrontierPoint
 from labkit.core.doors import check_items
-from labkit.serving.method_run import FrontierPoint
 from labkit.viz.alt import with_alt_text
 from labkit.viz.axes import plain_log_ticks
 
@@ -86,11 +86,11 @@ def plot_frontier(points: Sequence[FrontierPoint], title: str = "", ax=None):
     check_items(
         "points",
         points,
-        "FrontierPoint (labkit.serving.method_run.frontier)",
+        "FrontierPoint (labkit.compute.method_run.frontier)",
         has=("method", "tokens_per_item", "accuracy"),
     )
     if not points:
-        raise ValueError("Give at least one FrontierPoint (labkit.serving.method_run.frontier).")
+        raise ValueError("Give at least one FrontierPoint (labkit.compute.method_run.frontier).")
     if ax is None:
         _, ax = plt.subplots(figsize=(9, 4.2), layout="constrained")
     written: set[tuple[float, str]] = set()

@@ -10,9 +10,9 @@ import pytest
 from labkit import checks
 from labkit.checks.compute import WHY, why_voting
 from labkit.checks.work import reset_all
-from labkit.decoding.choose import Sample, self_consistency
-from labkit.decoding.verifiable import extract_answer, majority_answer
-from labkit.serving.cow_exercise import copy_on_write_append
+from labkit.compute.choose import Sample, self_consistency
+from labkit.compute.cow_exercise import copy_on_write_append
+from labkit.compute.verifiable import extract_answer, majority_answer
 from tests.checks.test_no_giveaway import scored
 
 OWN = "calling labkit's version does not count"

@@ -32,9 +32,9 @@ from labkit.checks import foundation as foundation_checks
 from labkit.checks import generation as generation_checks
 from labkit.checks import kvcache as kvcache_checks
 from labkit.checks.decoding import sequence_ids
+from labkit.compute.accuracy import Accuracy, accuracy
 from labkit.core.forward import NoCache, decode_step, greedy_decode, prefill
 from labkit.core.kv_cache import KVCache
-from labkit.decoding.accuracy import Accuracy, accuracy
 from labkit.decoding.diversity import distinct_n
 from labkit.decoding.mbr import mbr_select
 from labkit.decoding.mirostat import MirostatRun, MirostatStep, mirostat_v2_filter

@@ -10,12 +10,12 @@ from labkit.decoding.sampling import apply_temperature, min_p_filter
 from labkit.decoding.search import beam_step
 
 CASES = [
-    wrong("labkit.decoding.calculator.calculator_answer", words=("text",)),
-    wrong("labkit.decoding.calculator.calculator_messages", words=("question",)),
-    wrong("labkit.decoding.calculator.calculator_prompt", words=("question",)),
-    wrong("labkit.decoding.calculator.evaluate", words=("expression",)),
-    wrong("labkit.decoding.calculator.run_call", words=("call",)),
-    wrong("labkit.decoding.calculator.two_step_messages", words=("question",)),
+    wrong("labkit.compute.calculator.calculator_answer", words=("text",)),
+    wrong("labkit.compute.calculator.calculator_messages", words=("question",)),
+    wrong("labkit.compute.calculator.calculator_prompt", words=("question",)),
+    wrong("labkit.compute.calculator.evaluate", words=("expression",)),
+    wrong("labkit.compute.calculator.run_call", words=("call",)),
+    wrong("labkit.compute.calculator.two_step_messages", words=("question",)),
     wrong("labkit.decoding.config.preset", words=("Unknown preset", "choose one of: chat")),
     wrong("labkit.decoding.diversity.distinct_n", words=("texts",)),
     wrong("labkit.decoding.diversity.greedy_repetition", words=("model",)),
@@ -74,19 +74,19 @@ CASES = [
     wrong("labkit.decoding.structured.grammar_vocabulary", words=("tokenizer",)),
     wrong("labkit.decoding.thinking.thinking_prompt", words=("tokenizer",)),
     wrong("labkit.decoding.transforms.apply_transforms", words=("logits",)),
-    wrong("labkit.decoding.verifiable.is_correct", words=("item",)),
-    wrong("labkit.decoding.verifiable.steps_prompt", words=("item",)),
-    wrong("labkit.decoding.verifiable.task_messages", words=("item",)),
-    wrong("labkit.decoding.verifiable.task_prompt", words=("item",)),
+    wrong("labkit.compute.verifiable.is_correct", words=("item",)),
+    wrong("labkit.compute.verifiable.steps_prompt", words=("item",)),
+    wrong("labkit.compute.verifiable.task_messages", words=("item",)),
+    wrong("labkit.compute.verifiable.task_prompt", words=("item",)),
 ]
 
 NO_ARGUMENT = {  # name -> why it has no bad-input case
-    "labkit.decoding.calculator.CALCULATOR": "a constant: data the notebooks read, not a call",
-    "labkit.decoding.calculator.CALCULATOR_AUTO": "a constant: data the notebooks read, not a call",
-    "labkit.decoding.choose.CHOOSERS": "a constant: data the notebooks read, not a call",
-    "labkit.decoding.verifiable.STOP": "a constant: the stop strings the notebooks pass, not a call",
+    "labkit.compute.calculator.CALCULATOR": "a constant: data the notebooks read, not a call",
+    "labkit.compute.calculator.CALCULATOR_AUTO": "a constant: data the notebooks read, not a call",
+    "labkit.compute.choose.CHOOSERS": "a constant: data the notebooks read, not a call",
+    "labkit.compute.verifiable.STOP": "a constant: the stop strings the notebooks pass, not a call",
     "labkit.decoding.config.DecodingConfig": "its options are checked by decoding/config.py, tested in tests/decoding/test_config.py",
     "labkit.decoding.config.presets": "takes no argument: returns every preset by name",
     "labkit.decoding.tools.ToolSpec.grammar": "a method of a tool's spec: the tool, built by labkit, is its only input",
-    "labkit.decoding.verifiable.load_task": "only optional: a task name read from labkit's own data folder",
+    "labkit.compute.verifiable.load_task": "only optional: a task name read from labkit's own data folder",
 }

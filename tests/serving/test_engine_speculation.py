@@ -117,7 +117,8 @@ def test_greedy_output_equals_generate_alone(tiny, tokenizer, one_thread, settin
     metrics = [engine.metrics(i) for i in ids]
     assert sum(m.draft_n_accepted for m in metrics) > 20  # speculation really ran ...
     assert sum(m.draft_n - m.draft_n_accepted for m in metrics) > 0  # ... and rolled rejected drafts back
-    assert metrics[6].draft_n_accepted >= 1 and metrics[6].finish_reason == "eos"  # EOS kept as a draft
+    if "small pool" not in setting:  # there, the free blocks mostly hold cached prefixes, which drafts leave
+        assert metrics[6].draft_n_accepted >= 1 and metrics[6].finish_reason == "eos"  # EOS kept as a draft
     assert sum(s.accepted for s in engine.step_metrics) == sum(m.draft_n_accepted for m in metrics)
     assert max(s.n_tokens for s in engine.step_metrics) <= engine.config.max_num_batched_tokens
     assert len(engine.step_metrics) < len(plain.step_metrics)  # fewer steps for the same tokens
@@ -226,6 +227,33 @@ def test_rejected_drafts_blocks_are_freed_at_every_step(tiny, tokenizer, one_thr
     engine.run_until_done()
     assert engine.requests[later].prefix_cached_tokens > 0
     assert engine.requests[later].output_ids == labkit.generate_ids(tiny, tokenizer, prompt, max_new_tokens=8)
+    assert_all_free(engine)
+
+
+def test_drafts_never_evict_a_cached_prefix(tiny, tokenizer, one_thread):
+    # 16 blocks of 2 tokens: the first request leaves 7 named blocks free; the second needs 13 of its own,
+    # which evict some of them (its tokens must go somewhere), while its drafts take only unnamed blocks
+    engine = Engine(tiny, tokenizer, block_size=2, n_blocks=16, speculation=Speculation(adaptive=False))
+    engine.add_request("a b c d a b c d a b", max_new_tokens=4)
+    engine.run_until_done()
+    manager, drafted = engine.block_manager, []
+    assert manager.full.n_cached_free == engine.pool.allocator.n_free - manager.draft_room() > 0
+    reserve = manager.reserve_drafts
+
+    def spy(seq, n):  # evictions while a draft takes its blocks
+        before = manager.full.evictions
+        reserve(seq, n)
+        drafted.append(manager.full.evictions - before)
+
+    manager.reserve_drafts = spy
+    second = engine.add_request("d c b a d c b a d c", max_new_tokens=16)
+    engine.run_until_done()
+    assert drafted and set(drafted) == {0}  # drafts ran, and none evicted a prefix
+    assert manager.full.evictions > 0  # the request's own tokens did
+    prompt = "d c b a d c b a d c"
+    assert engine.requests[second].output_ids == labkit.generate_ids(
+        tiny, tokenizer, prompt, max_new_tokens=16
+    )
     assert_all_free(engine)
 
 

@@ -7,8 +7,8 @@ matplotlib.use("Agg")
 
 import pytest  # noqa: E402
 
-from labkit.decoding.accuracy import Accuracy  # noqa: E402
-from labkit.serving.method_run import FrontierPoint  # noqa: E402
+from labkit.compute.accuracy import Accuracy  # noqa: E402
+from labkit.compute.method_run import FrontierPoint  # noqa: E402
 from labkit.viz.compute import OKABE_ITO, by_method, plot_frontier, point_label  # noqa: E402
 
 

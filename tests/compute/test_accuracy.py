@@ -3,7 +3,7 @@
 
 import pytest
 
-from labkit.decoding.accuracy import Accuracy, accuracy, wilson_interval
+from labkit.compute.accuracy import Accuracy, accuracy, wilson_interval
 
 
 # Newcombe (1998), "Two-sided confidence intervals for the single proportion", Table I, method 3 (Wilson score)

@@ -32,11 +32,11 @@ from fractions import Fraction
 
 from transformers import PreTrainedTokenizerBase
 
+from labkit.compute.verifiable import SHOTS
 from labkit.core.arguments import check_text
 from labkit.core.doors import check_record
 from labkit.decoding.tool_prompt import tool_chat_prompt
 from labkit.decoding.tools import ToolCall, ToolSpec
-from labkit.decoding.verifiable import SHOTS
 
 MAX_LENGTH = 64  # characters of an expression: bounds the work, and the tokens the model may spend on it
 DECIMALS = 6  # places a result that is not a whole number keeps (7 / 3 -> 2.333333)
@@ -59,7 +59,7 @@ CALCULATOR_TOOL = {
     },
 }
 CALCULATOR = ToolSpec.from_openai([CALCULATOR_TOOL], tool_choice="required", parallel_tool_calls=False)
-# The same tool, each turn free to call it or to answer (labkit.serving.agent.solve_with_tool)
+# The same tool, each turn free to call it or to answer (labkit.compute.agent.solve_with_tool)
 CALCULATOR_AUTO = ToolSpec.from_openai([CALCULATOR_TOOL], tool_choice="auto", parallel_tool_calls=False)
 # Worked two-step questions (none is in data/inference_compute/two_steps.jsonl): the second expression
 # starts with the first one's result, which the model only knows by reading the tool's reply.

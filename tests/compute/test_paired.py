@@ -6,8 +6,8 @@ import itertools
 
 import pytest
 
-from labkit.decoding.accuracy import Accuracy, accuracy
-from labkit.decoding.paired import PairedTest, mcnemar
+from labkit.compute.accuracy import Accuracy, accuracy
+from labkit.compute.paired import PairedTest, mcnemar
 
 
 def brute_force_p(only_first: int, only_second: int) -> float:

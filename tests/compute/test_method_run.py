@@ -6,12 +6,9 @@ import math
 
 import pytest
 
-from labkit.decoding.accuracy import Accuracy
-from labkit.decoding.choose import ORACLE, Sample
-from labkit.decoding.generate import generate
-from labkit.decoding.verifiable import Item, load_task
-from labkit.serving.engine import Engine
-from labkit.serving.method_run import (
+from labkit.compute.accuracy import Accuracy
+from labkit.compute.choose import ORACLE, Sample
+from labkit.compute.method_run import (
     ItemSamples,
     Method,
     MethodRun,
@@ -20,6 +17,9 @@ from labkit.serving.method_run import (
     frontier_table,
     run_method,
 )
+from labkit.compute.verifiable import Item, load_task
+from labkit.decoding.generate import generate
+from labkit.serving.engine import Engine
 
 OPTIONS = {"temperature": 1.0, "top_k": 20, "max_new_tokens": 5, "seed": 3}
 

@@ -4,7 +4,7 @@ what a wrong append breaks."""
 
 import pytest
 
-from labkit.serving.cow_exercise import BlockTables, copy_on_write_append
+from labkit.compute.cow_exercise import BlockTables, copy_on_write_append
 
 
 def forked() -> BlockTables:

@@ -6,16 +6,16 @@ answers; max_turns ends a run that never answers."""
 
 import pytest
 
-from labkit.decoding.calculator import (
+from labkit.compute.agent import agent_loop, cold_ttft, describe_turns, solve_with_tool, uses_previous_result
+from labkit.compute.calculator import (
     CALCULATOR,
     CALCULATOR_AUTO,
     calculator_messages,
     run_call,
     two_step_messages,
 )
+from labkit.compute.verifiable import is_correct, load_task
 from labkit.decoding.tools import ToolSpec
-from labkit.decoding.verifiable import is_correct, load_task
-from labkit.serving.agent import agent_loop, cold_ttft, describe_turns, solve_with_tool, uses_previous_result
 from labkit.serving.engine import Engine
 
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 import labkit
-from labkit.decoding.calculator import (
+from labkit.compute.calculator import (
     CALCULATOR,
     MAX_LENGTH,
     calculator_answer,
@@ -16,8 +16,8 @@ from labkit.decoding.calculator import (
     evaluate,
     run_call,
 )
+from labkit.compute.verifiable import SHOTS, load_task
 from labkit.decoding.tools import ToolCall
-from labkit.decoding.verifiable import SHOTS, load_task
 
 
 def call_text(expression: str) -> str:

@@ -11,7 +11,7 @@ score interval** (Wilson 1927; recommended by Brown, Cai & DasGupta 2001) invert
 
 It always lies inside [0, 1], and it is never empty: 0 of 20 still allows rates up to 16 %. Two methods
 whose intervals overlap widely have not been told apart by the run; two methods on the same items are
-told apart by a paired test instead (`paired_with`, labkit.decoding.paired), which an interval cannot be.
+told apart by a paired test instead (`paired_with`, labkit.compute.paired), which an interval cannot be.
 
     >>> accuracy([True, False, False, True, False])
     Accuracy(correct=2, total=5)
@@ -25,8 +25,8 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from labkit.compute.paired import PairedTest, mcnemar
 from labkit.core.arguments import check_int
-from labkit.decoding.paired import PairedTest, mcnemar
 
 Z95 = 1.959964  # the standard normal's 97.5th percentile: a two-sided 95 % interval
 

@@ -7,7 +7,7 @@ samples fork from the prompt's blocks, copy on write), and steps it until all ar
 its seats full as items finish (continuous batching, notebook 10). It records every sample's text,
 answer, tokens and mean log-probability, and the run's cost: generated tokens and wall seconds.
 
-The choices among samples (labkit.decoding.choose) are then scored on the first n samples of each item,
+The choices among samples (labkit.compute.choose) are then scored on the first n samples of each item,
 for n = 1, 4, 8, 16 from one run of 16: `frontier` gives accuracy (with its 95 % interval) against the
 generated tokens that many samples cost, one point per method and n.
 
@@ -24,14 +24,14 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from labkit.compute.accuracy import Accuracy, accuracy
+from labkit.compute.choose import CHOOSERS, ORACLE, Chooser, Sample, oracle
+from labkit.compute.verifiable import Item, check_item, extract_answer
 from labkit.core import doors
 from labkit.core.arguments import check_int, check_text
 from labkit.core.doors import check_callable, check_record, check_table
-from labkit.decoding.accuracy import Accuracy, accuracy
-from labkit.decoding.choose import CHOOSERS, ORACLE, Chooser, Sample, oracle
 from labkit.decoding.request import Prompt
 from labkit.decoding.thinking import ThinkingFormat, split_thinking
-from labkit.decoding.verifiable import Item, check_item, extract_answer
 from labkit.run_log import record, record_result
 from labkit.serving.engine import Engine
 
@@ -98,7 +98,7 @@ class MethodRun:
         return sum(sum(s.n_tokens for s in one.samples[:n]) for one in self.items) / len(self.items)
 
     def accuracy(self, choose: Chooser, n: int | None = None) -> Accuracy:
-        """How often `choose` (labkit.decoding.choose) picks the right answer from each item's first n samples."""
+        """How often `choose` (labkit.compute.choose) picks the right answer from each item's first n samples."""
         n = self.check_n(n)
         return record_result(accuracy(choose(one.samples[:n]) == one.item.answer for one in self.items))
 
@@ -260,7 +260,7 @@ def frontier(
 
 def first_answer(samples: Sequence[Sample]) -> str | None:
     """The first sample's answer: the choice of a method that draws one."""
-    doors.check_items("samples", samples, "Sample (labkit.decoding.choose)", has=("answer",))
+    doors.check_items("samples", samples, "Sample (labkit.compute.choose)", has=("answer",))
     return samples[0].answer
 
 

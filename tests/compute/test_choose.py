@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from labkit.decoding.choose import (
+from labkit.compute.choose import (
     CHOOSERS,
     Sample,
     best_of_n,

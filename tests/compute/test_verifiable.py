@@ -7,7 +7,7 @@ import json
 import pytest
 
 import labkit
-from labkit.decoding.verifiable import (
+from labkit.compute.verifiable import (
     SHOTS,
     STOP,
     Item,
