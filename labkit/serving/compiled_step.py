@@ -99,26 +99,9 @@ def decode_graph(
     keys: torch.Tensor,
     values: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The function compiled: ids [B, 1] at positions [B, 1], mask [B, 1, 1, S + 1] (additive), read_slots
-    [B, S] -> (logits [B, V] float32, new keys and values [L, B, H, 1, D])."""
-    cache = PoolReader(keys, values, read_slots)
-    last = torch.zeros(ids.shape[0], dtype=torch.long, device=ids.device)
-    logits = model(ids, cache, logits_at=last, positions=positions, mask=mask)
-    return logits, torch.stack(cache.new_keys), torch.stack(cache.new_values)
-
-
-def verify_graph(
-    model: Llama,
-    ids: torch.Tensor,
-    positions: torch.Tensor,
-    mask: torch.Tensor,
-    read_slots: torch.Tensor,
-    keys: torch.Tensor,
-    values: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The drafted step compiled: ids [B, W] (each row's pending token, its drafts, padding) at positions
-    [B, W], mask [B, 1, W, S + W] (additive), read_slots [B, S] -> (logits at every position [B, W, V]
-    float32, new keys and values [L, B, H, W, D])."""
+    """The function compiled: ids [B, W] at positions [B, W] (W = 1 for a plain decode step; a drafted one:
+    each row's pending token, its drafts, padding), mask [B, 1, W, S + W] (additive), read_slots [B, S] ->
+    (logits at every position [B, W, V] float32, new keys and values [L, B, H, W, D])."""
     cache = PoolReader(keys, values, read_slots)
     logits = model(ids, cache, positions=positions, mask=mask)
     return logits, torch.stack(cache.new_keys), torch.stack(cache.new_values)
@@ -190,7 +173,7 @@ class CompiledDecode:
         # a copy of each graph's code per engine: its graphs skip the guards on the model's modules, so
         # another engine's model must not find them (labkit.fast.static.compiled)
         self.graph = compiled_function(decode_graph)
-        self.verify_graph = compiled_function(verify_graph) if verify_width else None
+        self.verify_graph = compiled_function(decode_graph) if verify_width else None  # a copy per width
         load_kernel()  # the graph's attention asks for labkit's kernel: loading it (a file's stat) cannot be traced
         self.compile_seconds: dict[int, float] = {}  # batch size -> seconds of its first calls (both graphs)
         self.steps = 0  # decode steps run compiled
@@ -276,7 +259,7 @@ class CompiledDecode:
         if real:
             self.write(new_keys, new_values, tables, starts, [len(row) for row in rows])
         if width == 1 or not real:
-            return logits[:real].cpu()
+            return logits[:real, 0].cpu()
         return torch.cat([logits[b, : len(row)] for b, row in enumerate(rows)]).cpu()
 
     def write(
