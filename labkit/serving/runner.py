@@ -100,9 +100,9 @@ class BatchRunner:
         self.model.check_position(max(start + len(row) for start, row in zip(starts, rows)) - 1)
         if self.compiled is not None and max(map(len, rows)) == 1 and self.compiled.fits(len(rows)):
             return self.compiled.run(rows, tables, starts)
-        if any(drafts) and self.compiled is not None and self.compiled.verifies(rows):
-            if all(n - len(d) == 1 for n, d in zip(n_new, drafts)):  # every row decodes: no prompt chunk
-                return self.compiled.run_drafted(rows, tables, starts)
+        every_row_decodes = any(drafts) and all(n - len(d) == 1 for n, d in zip(n_new, drafts))  # no chunk
+        if every_row_decodes and self.compiled is not None and self.compiled.verifies(rows):
+            return self.compiled.run_drafted(rows, tables, starts)
         if any(drafts):
             n_logits = [1 + len(d) for d in drafts]
             return forward_packed(self.model, self.pools, rows, tables, starts, windows, n_logits)

@@ -199,12 +199,13 @@ class Speculator:
         """
         drafts, manager = [], self.block_manager
         self.drafted = self.accepted = 0  # a new step
+        room = manager.draft_room()  # free blocks that hold no prefix: counted once, less what drafts take
         for seq in decodes:
             draft = self.propose(seq, max(0, budget - tokens), rows, tokens)
-            room = manager.draft_room() if draft else 0  # free blocks that hold no prefix
             while draft and manager.draft_blocks(seq, len(draft)) > room:
                 draft = draft[:-1]
             if draft:
+                room -= manager.draft_blocks(seq, len(draft))
                 manager.reserve_drafts(seq, len(draft))
             drafts.append(draft)
             tokens, self.drafted = tokens + len(draft), self.drafted + len(draft)
