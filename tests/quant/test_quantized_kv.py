@@ -272,7 +272,11 @@ def test_smollm2_int8_kv_keeps_its_perplexity_and_int4_loses_more(smollm2_labkit
     (32.838); top-1 agreement with float32 98.4 % / 83.9 % / 87.5 % (98.2 % / 85.4 % / 89.2 %); KL
     0.0007 / 0.060 / 0.041 nats (0.0006 / 0.050 / 0.035). A 4-bit cache's KL moves with float rounding:
     reading the rotated rows another way, equal in exact arithmetic, gave int4-rot 0.035 (0.032), since a
-    rounding flips a few codes in later layers. Asserted: only what holds on any CPU, with wide margins."""
+    rounding flips a few codes in later layers. On a 2-core AMD EPYC with AVX-512 the same 256 tokens gave
+    float32 25.083, int8 25.074, int4 25.790, int4-rot 25.022 (KL 0.0007 / 0.068 / 0.036): over this short
+    text a cache's perplexity moves by about 1.5 % with the CPU's rounding, so int8's and int4-rot's may land
+    below float32's; KL, which compares the distributions position by position, keeps its order everywhere.
+    Asserted: only what holds on any CPU, with wide margins."""
     quality = kv_quality(smollm2_labkit, tokenizer, eval_text(), max_tokens=256)
     full, int8, int4, rot = (quality.row(kind) for kind in ("float32", "int8", "int4", "int4-rot"))
     assert abs(int8.perplexity / full.perplexity - 1) < 0.01  # measured 0.14 %
@@ -282,4 +286,4 @@ def test_smollm2_int8_kv_keeps_its_perplexity_and_int4_loses_more(smollm2_labkit
     assert (int8.bytes_per_token, int4.bytes_per_token, rot.bytes_per_token) == (11880, 7200, 7200)
     # rotated, the 4-bit cache moves the distribution less at the same bytes, still far more than int8
     assert rot.kl < 0.9 * int4.kl and rot.kl > 10 * int8.kl  # measured 0.68x int4's, 56x int8's
-    assert full.perplexity < rot.perplexity < int4.perplexity  # measured +1.5 % and +2.7 % over float32
+    assert abs(rot.perplexity / full.perplexity - 1) < 0.04  # measured +1.5 % (Intel) and -0.2 % (AMD)
