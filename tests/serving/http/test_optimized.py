@@ -68,9 +68,12 @@ def sure_answers(steps: tuple[str, ...]) -> list[tuple[str, int]]:
     ids=["int4", "q4_1", "q4_1-compiled"],
 )
 def test_an_optimized_server_answers_what_the_optimized_model_generates(steps, compile):
-    with start_server(MODEL, max_num_seqs=4, optimize=steps, compile=compile) as server:
+    # A compiled server compiles its step for every batch size up to its seats before it serves (about 40 s
+    # each on 2 cores with a cold inductor cache): two seats still batch the five concurrent questions.
+    seats = 2 if compile else 4
+    with start_server(MODEL, max_num_seqs=seats, optimize=steps, compile=compile) as server:
         step = httpx.get(server.url + "/health").json()["decode_step"]
-        assert step.startswith("compiled for batch sizes 1, 2, 4 (") if compile else step == "eager"
+        assert step.startswith("compiled for batch sizes 1, 2 (") if compile else step == "eager"
         client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
 
         def ask(question: str) -> str:
