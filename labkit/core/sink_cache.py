@@ -12,7 +12,9 @@ new tokens from `length`, which never passes sinks + window once a forward pass 
 the trained context however long the text. When a pass ends with more tokens than that, `advance` drops the
 oldest tokens after the sinks, moves the rest left, and rotates each moved key back by the shift (RoPE is a
 rotation: a key rotated to position p, then by -d, is the key at position p - d), as Hugging Face's
-SinkCache did.
+SinkCache did. Each layer rotates with its own RoPE base: Gemma-3's local layers use 10,000 and its global
+ones 1,000,000 (`rope_theta` per layer). In Gemma-3 the cache's positions also bound its local layers' window:
+a local layer sees the last `sliding_window` tokens *of the cache*, the sinks among them when they are near.
 
     >>> cache = SinkKVCache.for_model(model, sinks=4, window=252)
     >>> logits = model(ids[:, :256], cache)     # cache.length == 256
@@ -21,18 +23,22 @@ SinkCache did.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from labkit.core.arguments import check_int
 from labkit.core.attention import apply_rotary, rotary_cos_sin
+from labkit.core.gemma3 import Gemma3
 from labkit.core.kv_cache import FloatKV
-from labkit.core.llama import check_llama
+from labkit.core.llama import Llama, NotLabkitLlama
 
 
 class SinkKVCache(FloatKV):
     """Keys and values [n_layers, batch, n_kv_heads, sinks + window + chunk, head_dim], allocated once:
     the sinks, the window, and room for the `chunk` tokens one forward pass may add before `advance`
-    evicts down to sinks + window again. Works wherever a KVCache goes with labkit's Llama."""
+    evicts down to sinks + window again. Works wherever a KVCache goes with labkit's Llama and Gemma3.
+    rope_theta: the RoPE base of every layer, or one per layer (n_layers of them)."""
 
     def __init__(
         self,
@@ -42,7 +48,7 @@ class SinkKVCache(FloatKV):
         sinks: int,
         window: int,
         chunk: int = 256,
-        rope_theta: float = 10000.0,
+        rope_theta: float | Sequence[float] = 10000.0,
         batch_size: int = 1,
         dtype: torch.dtype = torch.float32,
         device: torch.device | str = "cpu",
@@ -56,14 +62,18 @@ class SinkKVCache(FloatKV):
         check_int("window", window, minimum=1, note="the most recent tokens kept")
         check_int("chunk", chunk, minimum=1, note="the most tokens one forward pass may add")
         check_int("batch_size", batch_size, minimum=1)
-        if isinstance(rope_theta, bool) or not isinstance(rope_theta, (int, float)) or not rope_theta > 0:
+        bases = rope_theta if isinstance(rope_theta, (list, tuple)) else [rope_theta] * n_layers
+        if len(bases) != n_layers or any(
+            isinstance(b, bool) or not isinstance(b, (int, float)) or not b > 0 for b in bases
+        ):
             raise ValueError(
-                f"rope_theta must be a positive number (the model's RoPE base), got {rope_theta!r}."
+                f"rope_theta must be a positive number (the model's RoPE base) or one for each of the "
+                f"{n_layers} layers, got {rope_theta!r}."
             )
         self.sinks = sinks  # first tokens kept forever (StreamingLLM's attention sinks)
         self.window = window  # most recent tokens kept after the sinks
         self.chunk = chunk  # most tokens one forward pass may add
-        self.rope_theta = float(rope_theta)  # RoPE base, to rotate moved keys back
+        self.rope_theta = tuple(float(b) for b in bases)  # each layer's RoPE base, to rotate moved keys back
         shape = (n_layers, batch_size, n_kv_heads, sinks + window + chunk, head_dim)
         self.keys = torch.zeros(shape, dtype=dtype, device=device)
         self.values = torch.zeros(shape, dtype=dtype, device=device)
@@ -74,15 +84,19 @@ class SinkKVCache(FloatKV):
     def for_model(
         cls, model: torch.nn.Module, sinks: int, window: int, chunk: int = 256, batch_size: int = 1
     ) -> SinkKVCache:
-        """An empty SinkKVCache for labkit's Llama: its layers, kv heads, head_dim and RoPE base, in its
-        dtype and on its device. sinks + window + chunk must fit the model's context (the furthest
+        """An empty SinkKVCache for labkit's Llama or Gemma3: its layers, kv heads, head_dim and each layer's
+        RoPE base, in its dtype and on its device. sinks + window + chunk must fit the model's context (the furthest
         position a pass reaches).
 
             >>> SinkKVCache.for_model(model, sinks=4, window=252, chunk=64)
             SinkKVCache(length=0/256 (4 sinks + 252 window), evicted=0, room for 64 a pass, layers=30, ...)
         """
-        llama = check_llama(model, "SinkKVCache.for_model")
-        c = llama.config
+        if not isinstance(model, (Llama, Gemma3)):
+            raise NotLabkitLlama(
+                f"SinkKVCache.for_model runs labkit's Llama or Gemma3 (the from-scratch models), got "
+                f"{type(model).__name__}. Load it with labkit.load_model(name, impl='labkit')."
+            )
+        c = model.config
         check_int("sinks", sinks, minimum=0, note="0 is a plain sliding window")
         check_int("window", window, minimum=1, note="the most recent tokens kept")
         check_int("chunk", chunk, minimum=1, note="the most tokens one forward pass may add")
@@ -91,9 +105,13 @@ class SinkKVCache(FloatKV):
                 f"sinks + window + chunk = {sinks + window + chunk} positions is beyond the model's context "
                 f"of {c.max_position_embeddings}; a pass numbers its tokens up to that. Make them smaller."
             )
-        weight = llama.embed_tokens.weight
+        weight = model.embed_tokens.weight
+        bases = [
+            c.rope_local_theta if isinstance(model, Gemma3) and c.is_sliding(i) else c.rope_theta
+            for i in range(c.n_layers)
+        ]
         return cls(
-            c.n_layers, c.n_kv_heads, c.head_dim, sinks, window, chunk, c.rope_theta, batch_size,
+            c.n_layers, c.n_kv_heads, c.head_dim, sinks, window, chunk, bases, batch_size,
             weight.dtype, weight.device,
         )  # fmt: skip
 
@@ -120,11 +138,14 @@ class SinkKVCache(FloatKV):
         if shift <= 0:
             return
         start = self.sinks + shift  # the first token that stays after the sinks
-        cos, sin = rotary_cos_sin(
-            torch.tensor([-shift], device=self.keys.device), self.keys.shape[-1], self.rope_theta
-        )  # [1, D]: rotating by -shift moves a key from position p to p - shift
-        moved = apply_rotary(self.keys[:, :, :, start : self.length].float(), cos, sin)  # a new tensor
-        self.keys[:, :, :, self.sinks : self.kept] = moved.to(self.keys.dtype)
+        for base in set(self.rope_theta):
+            layers = [i for i, b in enumerate(self.rope_theta) if b == base]
+            layers = slice(None) if len(layers) == len(self.rope_theta) else layers  # one base: no copy
+            cos, sin = rotary_cos_sin(
+                torch.tensor([-shift], device=self.keys.device), self.keys.shape[-1], base
+            )  # [1, D]: rotating by -shift moves a key from position p to p - shift
+            moved = apply_rotary(self.keys[layers, :, :, start : self.length].float(), cos, sin)
+            self.keys[layers, :, :, self.sinks : self.kept] = moved.to(self.keys.dtype)
         self.values[:, :, :, self.sinks : self.kept] = self.values[:, :, :, start : self.length].clone()
         self.evicted += shift
         self.length = self.kept

@@ -1,15 +1,20 @@
 """StreamingLLM's sink cache: a KVCache until it is full, then the sinks and the window, with moved keys
-equal to the keys of their new positions, and clear errors."""
+equal to the keys of their new positions (Llama, and Gemma3 with each kind of layer's RoPE base), and clear
+errors."""
+
+from dataclasses import replace
 
 import pytest
 import torch
 
 from labkit.core.forward import decode_step, prefill
+from labkit.core.gemma3 import Gemma3, Gemma3Config
+from labkit.core.gemma3_config import GLOBAL, LOCAL
 from labkit.core.kv_cache import Cache, KVCache
 from labkit.core.llama import NotLabkitLlama
 from labkit.core.sink_cache import SinkKVCache
 
-from .conftest import random_ids
+from .conftest import GEMMA3_VOCAB, random_ids
 
 # Kept keys vs the keys a fresh cache computes at their new positions, SmolLM2's layer 0, float32: the kept
 # ones were rotated back once per eviction (up to 5 times here). Measured: |k| up to 8.8, differences up
@@ -136,3 +141,38 @@ def test_bad_constructor_arguments_are_refused():
 def test_for_model_wants_labkits_llama():
     with pytest.raises(NotLabkitLlama, match="SinkKVCache.for_model runs labkit's Llama"):
         SinkKVCache.for_model(torch.nn.Linear(2, 2), sinks=4, window=8)
+
+
+def tiny_gemma3(layer_types: tuple[str, ...]) -> Gemma3:
+    """Gemma3Config.tiny() with these kinds of layer (window 4), random weights (seed 0)."""
+    torch.manual_seed(0)
+    return Gemma3(replace(Gemma3Config.tiny(), layer_types=layer_types)).eval()
+
+
+@pytest.mark.parametrize("first", [LOCAL, GLOBAL])
+def test_gemma3s_kept_keys_are_the_keys_of_their_new_positions_under_their_layers_base(first):
+    # Layer 0 is local (RoPE base 10,000) in one model and global (1,000,000) in the other: its moved keys
+    # match a fresh cache's only if each layer is rotated back with its own base.
+    model, sinks, window = tiny_gemma3((first, LOCAL, GLOBAL)), 4, 20
+    ids = random_ids(1, 61, vocab=GEMMA3_VOCAB)
+    cache = SinkKVCache.for_model(model, sinks=sinks, window=window, chunk=8)
+    assert cache.rope_theta == ((1e4 if first == LOCAL else 1e6), 1e4, 1e6)
+    with torch.no_grad():
+        feed(model, ids, cache, [8] * 7 + [5])
+    kept = torch.cat([ids[:, :sinks], ids[:, -window:]], dim=1)
+    fresh = model.new_cache(max_length=kept.shape[1])
+    with torch.no_grad():
+        model(kept, fresh)
+    assert cache.length == kept.shape[1] and cache.evicted == 61 - kept.shape[1]
+    torch.testing.assert_close(cache.keys[0, :, :, : cache.length], fresh.keys[0], atol=KEY_ATOL, rtol=0)
+
+
+def test_gemma3_reads_past_its_context_through_a_sink_cache():
+    model = tiny_gemma3((LOCAL, LOCAL, GLOBAL))  # a context of 512 positions
+    ids = random_ids(1, 48, vocab=GEMMA3_VOCAB)
+    full, sink = model.new_cache(max_length=48), SinkKVCache.for_model(model, sinks=4, window=60, chunk=16)
+    with torch.no_grad():  # a window longer than the text: the same logits as a KVCache
+        assert torch.allclose(feed(model, ids, sink, [16] * 3), feed(model, ids, full, [16] * 3), atol=1e-5)
+        cache = SinkKVCache.for_model(model, sinks=4, window=60, chunk=16)
+        logits = feed(model, random_ids(1, 640, vocab=GEMMA3_VOCAB), cache, [16] * 40)  # past 512
+    assert cache.length == 64 and cache.evicted == 576 and torch.isfinite(logits).all()
