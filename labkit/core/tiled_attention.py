@@ -18,12 +18,20 @@ and at the end out = acc / l, which is exactly softmax(q K^T * scale) V: every e
 been brought to the same final max. Causal and sliding-window masks are applied tile by tile (a masked score
 is -inf, so its P is 0); tiles that no query can see (older than every query's window) are skipped.
 
+FlashAttention also tiles the queries (its outer loop): with `query_tile`, each block of that many queries
+runs the loop above on its own, so the score tile is [query_tile, tile] whatever T is, and under a causal
+mask a block reads only the keys up to its last query: a whole prompt's prefill reads about half the
+(query block, key tile) pairs, the tiles above the diagonal never being touched.
+
     >>> q = torch.randn(1, 9, 100, 64)                  # [B, heads, T, D]: 100 new tokens
     >>> k = v = torch.randn(1, 3, 1000, 64)            # [B, kv_heads, S, D]: 1000 keys, the last 100 new
     >>> out = tiled_attention(q, k, v, tile=64)         # [1, 9, 100, 64], as labkit's `attention`
     >>> run = attend_in_tiles(q, k, v, tile=64)
     >>> run.score_bytes, run.full_score_bytes           # one tile's scores vs the [T, S] matrix, float32
     (230400, 3600000)
+    >>> prompt = attend_in_tiles(*(torch.randn(1, 9, 1024, 64) for _ in range(3)), tile=64, query_tile=64)
+    >>> prompt.tiles, prompt.skipped                    # 16 x 16 pairs: the diagonal and below are read
+    (136, 120)
 
 Queries sit at the END of the keys, as in a decode step with a cache: query i is at position S - T + i.
 """
@@ -49,10 +57,10 @@ class TiledAttention:
     """
 
     out: torch.Tensor  # [B, heads, T, D] softmax(q k^T * scale) v, in q's dtype
-    score_bytes: int  # the largest score tile the loop held, [B, heads, T, tile] float32, measured
+    score_bytes: int  # the largest score tile the loop held, [B, heads, query tile, tile] float32, measured
     full_score_bytes: int  # the plain computation's [B, heads, T, S] float32 score matrix
-    tiles: int  # tiles of keys read
-    skipped: int  # tiles left unread: no query could see any of their keys (a window)
+    tiles: int  # tiles of keys read (by every block of queries)
+    skipped: int  # tiles left unread: no query of the block could see any of their keys (a window, causality)
 
     @property
     def saved(self) -> float:
@@ -76,6 +84,7 @@ def tiled_attention(
     v: torch.Tensor,
     *,
     tile: int = 64,
+    query_tile: int | None = None,
     causal: bool = True,
     window: int | None = None,
     scale: float | None = None,
@@ -83,13 +92,16 @@ def tiled_attention(
     """softmax(q k^T * scale + mask) v computed one tile of keys at a time (the module's docstring).
 
     q [B, heads, T, D]; k, v [B, kv_heads, S, D] with heads a multiple of kv_heads (grouped-query
-    attention) and S >= T when causal; queries at the end of the keys. window: a query sees at most that
-    many most recent keys, itself included (needs causal). scale: 1 / sqrt(D) unless given. -> [B, heads, T, D]
+    attention) and S >= T when causal; queries at the end of the keys. query_tile: queries per block (None:
+    all T at once). window: a query sees at most that many most recent keys, itself included (needs
+    causal). scale: 1 / sqrt(D) unless given. -> [B, heads, T, D]
 
         >>> tiled_attention(q, k, v, tile=32, window=512).shape
         torch.Size([1, 9, 100, 64])
     """
-    return attend_in_tiles(q, k, v, tile=tile, causal=causal, window=window, scale=scale).out
+    return attend_in_tiles(
+        q, k, v, tile=tile, query_tile=query_tile, causal=causal, window=window, scale=scale
+    ).out
 
 
 def attend_in_tiles(
@@ -98,6 +110,7 @@ def attend_in_tiles(
     v: torch.Tensor,
     *,
     tile: int = 64,
+    query_tile: int | None = None,
     causal: bool = True,
     window: int | None = None,
     scale: float | None = None,
@@ -109,33 +122,57 @@ def attend_in_tiles(
         15.625
     """
     scale = check_tiled_inputs(q, k, v, tile, causal, window, scale)
+    if query_tile is not None:
+        check_int("query_tile", query_tile, minimum=1, note="queries per block, or None: all at once")
     batch, heads, new_tokens, head_dim = q.shape
     kv_heads, total = k.shape[1], k.shape[2]
-    group = heads // kv_heads
     # query head h reads key head h // group, as repeat_interleave does in labkit's attention
-    q32 = q.float().reshape(batch, kv_heads, group, new_tokens, head_dim)
+    q32 = q.float().reshape(batch, kv_heads, heads // kv_heads, new_tokens, head_dim)
     k32, v32 = k.float()[:, :, None], v.float()[:, :, None]  # [B, H_kv, 1, S, D]
-    query_pos = torch.arange(total - new_tokens, total, device=q.device)[:, None]  # [T, 1]
-    first = first_visible_key(total, new_tokens, window)
-    state = Running(
-        m=q32.new_full((batch, kv_heads, group, new_tokens, 1), float("-inf")),
-        l=q32.new_zeros((batch, kv_heads, group, new_tokens, 1)),
-        acc=torch.zeros_like(q32),
-    )
-    peak = 0
-    for start in range(first, total, tile):
-        stop = min(start + tile, total)
-        keep = visible(query_pos, torch.arange(start, stop, device=q.device)[None, :], causal, window)
-        peak = max(peak, add_tile(state, q32, k32[..., start:stop, :], v32[..., start:stop, :], keep, scale))
-    out = (state.acc / state.l).reshape(batch, heads, new_tokens, head_dim).to(q.dtype)
-    read = math.ceil((total - first) / tile)
+    rows = query_tile or new_tokens
+    blocks = [
+        attend_query_block(
+            q32[..., i : i + rows, :], k32, v32, total - new_tokens + i, tile, causal, window, scale
+        )
+        for i in range(0, new_tokens, rows)
+    ]
+    read = sum(block.tiles for block in blocks)
     return TiledAttention(
-        out=out,
-        score_bytes=peak,
+        out=torch.cat([b.out for b in blocks], dim=3).reshape(q.shape).to(q.dtype),
+        score_bytes=max(block.score_bytes for block in blocks),
         full_score_bytes=batch * heads * new_tokens * total * 4,
         tiles=read,
-        skipped=math.ceil(total / tile) - read,
+        skipped=len(blocks) * math.ceil(total / tile) - read,
     )
+
+
+def attend_query_block(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    first_query: int,
+    tile: int,
+    causal: bool,
+    window: int | None,
+    scale: float,
+) -> TiledAttention:
+    """One block of queries q [B, H_kv, G, n, D] at positions first_query.. against k, v [B, H_kv, 1, S, D],
+    tile by tile over the keys it can see -> its out [B, H_kv, G, n, D] (full_score_bytes and skipped 0)."""
+    n, total = q.shape[3], k.shape[3]
+    query_pos = torch.arange(first_query, first_query + n, device=q.device)[:, None]  # [n, 1]
+    first = 0 if window is None else max(0, first_query - window + 1)  # the first query's oldest key
+    end = min(total, first_query + n) if causal else total  # past the last query's newest key
+    state = Running(
+        m=q.new_full((*q.shape[:-1], 1), float("-inf")),
+        l=q.new_zeros((*q.shape[:-1], 1)),
+        acc=torch.zeros_like(q),
+    )
+    peak = 0
+    for start in range(first, end, tile):
+        stop = min(start + tile, end)
+        keep = visible(query_pos, torch.arange(start, stop, device=q.device)[None, :], causal, window)
+        peak = max(peak, add_tile(state, q, k[..., start:stop, :], v[..., start:stop, :], keep, scale))
+    return TiledAttention(state.acc / state.l, peak, 0, math.ceil((end - first) / tile), 0)
 
 
 def add_tile(
@@ -166,11 +203,6 @@ def visible(query_pos: torch.Tensor, key_pos: torch.Tensor, causal: bool, window
     if window is not None:
         keep &= key_pos > query_pos - window
     return keep
-
-
-def first_visible_key(total: int, new_tokens: int, window: int | None) -> int:
-    """The oldest key any query can see: 0, or with a window the first query's (at S - T) oldest."""
-    return 0 if window is None else max(0, total - new_tokens - window + 1)
 
 
 def check_tiled_inputs(

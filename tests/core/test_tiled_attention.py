@@ -227,3 +227,27 @@ def test_smollm2_layer_0_in_tiles_equals_the_model_s_attention(smollm2_labkit, t
         assert (merged - trace.attn_out[0]).abs().max() < ATOL, tile
     windowed = tiled_attention(q, k, v, tile=4, window=6)
     assert (windowed - attention(q, k, v, labkit_mask(tokens, tokens, window=6))).abs().max() < ATOL
+
+
+@pytest.mark.parametrize("query_tile", [1, 7, 16, 40, 100])  # 40 queries: blocks that divide them and not
+@pytest.mark.parametrize("causal, window", [(True, None), (False, None), (True, 9)])
+def test_blocks_of_queries_equal_plain_attention(query_tile, causal, window):
+    q, k, v = qkv(batch=2, tokens=40, keys=64)
+    got = tiled_attention(q, k, v, tile=8, query_tile=query_tile, causal=causal, window=window)
+    assert (got - torch_reference(q, k, v, causal, window)).abs().max() < ATOL
+
+
+def test_a_causal_prefill_in_blocks_reads_the_diagonal_and_below_and_holds_one_tile():
+    q, k, v = qkv(tokens=1024, keys=1024, head_dim=16)
+    run = attend_in_tiles(q, k, v, tile=64, query_tile=64)
+    assert (run.tiles, run.skipped) == (136, 120)  # 16 blocks x 16 tiles: 1 + 2 + ... + 16 read
+    assert run.score_bytes == 9 * 64 * 64 * 4  # [B, heads, query tile, tile], whatever T and S
+    assert (run.out - torch_reference(q, k, v)).abs().max() < ATOL
+    whole = attend_in_tiles(q, k, v, tile=64)  # one block of every query: each tile is read once
+    assert (whole.tiles, whole.skipped, whole.score_bytes) == (16, 0, 9 * 1024 * 64 * 4)
+    assert attend_in_tiles(q, k, v, tile=64, query_tile=64, causal=False).skipped == 0
+
+
+def test_a_bad_query_tile_is_refused_by_name():
+    with pytest.raises(ValueError, match="query_tile must be a whole number of 1 or more"):
+        tiled_attention(*qkv(), query_tile=0)
