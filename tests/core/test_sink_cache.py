@@ -34,6 +34,19 @@ def feed(model, ids, cache, sizes):
     return logits
 
 
+def evicted_and_fresh(model, ids, sinks: int, window: int):
+    """ids [1, N] fed through a SinkKVCache in passes of 8 (evicting as it goes), and a fresh cache of the
+    tokens it kept (its sinks and its window) fed at positions 0..n-1: (sink cache, fresh cache)."""
+    cache, n = SinkKVCache.for_model(model, sinks=sinks, window=window, chunk=8), ids.shape[1]
+    kept = torch.cat([ids[:, :sinks], ids[:, -window:]], dim=1)
+    fresh = model.new_cache(max_length=kept.shape[1])
+    with torch.no_grad():
+        feed(model, ids, cache, [8] * (n // 8) + [n % 8] * (n % 8 > 0))
+        model(kept, fresh)
+    assert cache.length == kept.shape[1] and cache.evicted == n - kept.shape[1]
+    return cache, fresh
+
+
 def test_a_sink_cache_is_a_cache(tiny):
     assert isinstance(SinkKVCache.for_model(tiny, sinks=4, window=8), Cache)
 
@@ -66,16 +79,7 @@ def test_length_never_passes_sinks_plus_window(tiny, sinks):
 def test_kept_keys_are_the_keys_of_their_new_positions(smollm2_labkit, sinks):
     # Layer 0's keys depend only on each token and its position, so after evictions the kept ones must be
     # what a fresh KVCache computes for the kept tokens at positions 0..n-1.
-    model, window = smollm2_labkit, 20
-    ids = random_ids(1, 61)
-    cache = SinkKVCache.for_model(model, sinks=sinks, window=window, chunk=8)
-    with torch.no_grad():
-        feed(model, ids, cache, [8] * 7 + [5])
-    kept = torch.cat([ids[:, :sinks], ids[:, -window:]], dim=1)
-    fresh = model.new_cache(max_length=kept.shape[1])
-    with torch.no_grad():
-        model(kept, fresh)
-    assert cache.length == kept.shape[1] and cache.evicted == 61 - kept.shape[1]
+    cache, fresh = evicted_and_fresh(smollm2_labkit, random_ids(1, 61), sinks, window=20)
     torch.testing.assert_close(cache.keys[0, :, :, : cache.length], fresh.keys[0], atol=KEY_ATOL, rtol=0)
     torch.testing.assert_close(
         cache.values[0, :, :, : cache.length], fresh.values[0], atol=VALUE_ATOL, rtol=0
@@ -153,17 +157,9 @@ def tiny_gemma3(layer_types: tuple[str, ...]) -> Gemma3:
 def test_gemma3s_kept_keys_are_the_keys_of_their_new_positions_under_their_layers_base(first):
     # Layer 0 is local (RoPE base 10,000) in one model and global (1,000,000) in the other: its moved keys
     # match a fresh cache's only if each layer is rotated back with its own base.
-    model, sinks, window = tiny_gemma3((first, LOCAL, GLOBAL)), 4, 20
-    ids = random_ids(1, 61, vocab=GEMMA3_VOCAB)
-    cache = SinkKVCache.for_model(model, sinks=sinks, window=window, chunk=8)
+    model = tiny_gemma3((first, LOCAL, GLOBAL))
+    cache, fresh = evicted_and_fresh(model, random_ids(1, 61, vocab=GEMMA3_VOCAB), sinks=4, window=20)
     assert cache.rope_theta == ((1e4 if first == LOCAL else 1e6), 1e4, 1e6)
-    with torch.no_grad():
-        feed(model, ids, cache, [8] * 7 + [5])
-    kept = torch.cat([ids[:, :sinks], ids[:, -window:]], dim=1)
-    fresh = model.new_cache(max_length=kept.shape[1])
-    with torch.no_grad():
-        model(kept, fresh)
-    assert cache.length == kept.shape[1] and cache.evicted == 61 - kept.shape[1]
     torch.testing.assert_close(cache.keys[0, :, :, : cache.length], fresh.keys[0], atol=KEY_ATOL, rtol=0)
 
 
