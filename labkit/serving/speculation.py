@@ -2,7 +2,8 @@
 
 `Engine(..., speculation=Speculation())` (engine-wide, like vLLM's `speculative_config`): at each step,
 every decoding request that may draft (one sample, no json_schema, grammar or thinking budget) looks up
-the last n-gram of its own prompt + output earlier in it (`PromptLookupDrafter` of notebook 09) and
+the last n-gram of its own prompt + output earlier in it (`PromptLookupDrafter` of notebook 09, kept as
+an index of the request's n-grams that grows with its tokens: labkit.speculative.ngram_index) and
 feeds its pending token and up to k of the tokens that followed there, in the SAME packed forward pass
 as every other row; the runner returns the logits at each fed position of a drafted row. Then, position
 by position with the request's own transforms and generator, notebook 09's rule decides
@@ -33,7 +34,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -41,7 +42,7 @@ from labkit.core.arguments import InvalidArgument, check_int
 from labkit.serving.block_manager import BlockManager
 from labkit.serving.request import EngineRequest
 from labkit.serving.step_output import StepMetrics
-from labkit.speculative.drafters import PromptLookupDrafter
+from labkit.speculative.ngram_index import NgramIndex
 from labkit.speculative.policy import SamplingPolicy
 from labkit.speculative.rule import expected_tokens_per_step, verify, verify_greedy
 
@@ -109,6 +110,7 @@ class DraftState:
     k: int  # draft tokens it fed (or would feed) in its latest step
     alpha: float = ALPHA_PRIOR  # moving average of its drafts' acceptance, per verified position
     guess: tuple[int, int] | None = None  # (index, token): a first draft token not fed, scored next step
+    lookup: NgramIndex = field(default_factory=NgramIndex)  # its n-grams, indexed as its tokens grow
 
     def observe(self, accepted: bool) -> None:
         self.alpha += ALPHA_WEIGHT * (float(accepted) - self.alpha)
@@ -177,14 +179,16 @@ class Speculator:
 
     def __init__(self, speculation: Speculation, block_manager: BlockManager):
         self.speculation, self.block_manager = speculation, block_manager
-        self.drafter = PromptLookupDrafter(speculation.max_ngram, speculation.min_ngram)
         self.cost = StepCost()
         self.drafted = self.accepted = 0  # draft tokens fed and kept in the latest step scheduled
 
     def state(self, seq: EngineRequest) -> DraftState | None:
         """seq's DraftState, made on first use; None for a request that does not draft."""
         if seq.drafting is None and may_draft(seq):
-            seq.drafting = DraftState(self.speculation.max_draft)
+            seq.drafting = DraftState(
+                self.speculation.max_draft,
+                lookup=NgramIndex(self.speculation.min_ngram, self.speculation.max_ngram),
+            )
         return seq.drafting
 
     def drafts(
@@ -225,7 +229,7 @@ class Speculator:
         own = seq.max_draft  # the request's own cap (RequestSpec.max_draft; None: none)
         cap = self.speculation.max_draft if own is None else min(own, self.speculation.max_draft)
         most = min(cap, seq.config.max_new_tokens - len(seq.output_ids) - 1)  # the target adds one of its own
-        draft = self.drafter.propose(seq.token_ids, most)[0] if most > 0 else []
+        draft = state.lookup.propose(seq.token_ids, most) if most > 0 else []
         if not draft:
             return ()
         most = min(len(draft), room)
