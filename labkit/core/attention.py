@@ -129,3 +129,20 @@ def sliding_window_mask(
     query_pos = torch.arange(total_tokens - new_tokens, total_tokens, device=device)[:, None]
     key_pos = torch.arange(total_tokens, device=device)[None, :]
     return mask.masked_fill(key_pos <= query_pos - window, float("-inf"))
+
+
+def window_columns(new_tokens: int, total_tokens: int, window: int) -> slice:
+    """The keys that T = new_tokens queries at positions S-T..S-1 of a local layer can see, S = total_tokens:
+    the last T + window - 1 (or all S, when fewer). Every other column of `sliding_window_mask` is -inf, so a
+    local layer reads only these keys (a decode step at 8,192 tokens, window 512: 512 keys, not 8,192).
+
+        >>> window_columns(1, 8192, 512)
+        slice(7680, None, None)
+    """
+    return slice(max(0, total_tokens - new_tokens - window + 1), None)
+
+
+def last_keys(rows, count: int):
+    """The last `count` rows of keys or values [B, H, S, D] -> [B, H, count, D] (a view): a tensor's, or
+    `rows.last(count)` for a cache's handle that is not a tensor (CodeReadingKVCache's CodeRows)."""
+    return rows[:, :, rows.shape[-2] - count :] if isinstance(rows, torch.Tensor) else rows.last(count)

@@ -8,8 +8,10 @@ The layers' modules are in `labkit.core.gemma3_layers`, the sizes in `labkit.cor
 names mirror transformers' `Gemma3ForCausalLM`, so its state dict loads as is.
 
 Shapes: input_ids [B, T] -> embeddings [B, T, hidden] -> logits [B, T, vocab] (float32). Each layer's keys
-and values [B, n_kv_heads, T, head_dim] go to labkit's KV cache as a Llama's do; a local layer's mask
-hides the cached keys beyond its window, so prefill then one token at a time gives the full forward's logits.
+and values [B, n_kv_heads, T, head_dim] go to labkit's KV cache as a Llama's do; a local layer reads only the
+cached keys its window can see (its mask covers just those columns, `window_columns`), so prefill then one
+token at a time gives the full forward's logits, and a decode step's local layers read 512 keys at any
+context.
 
     >>> hf_model, tokenizer = labkit.load_model("gemma3-270m")
     >>> model = Gemma3.from_hf(hf_model)           # shares the weight tensors, no copy
@@ -21,7 +23,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from labkit.core.attention import causal_mask, rotary_cos_sin, sliding_window_mask
+from labkit.core.attention import causal_mask, rotary_cos_sin, sliding_window_mask, window_columns
 from labkit.core.doors import check_record, check_tensor
 from labkit.core.gemma3_config import Gemma3Config
 from labkit.core.gemma3_layers import Block, RMSNorm
@@ -74,9 +76,9 @@ class Gemma3(nn.Module):
             self.check_position(past + new_tokens - 1)
             positions = torch.arange(past, past + new_tokens, device=input_ids.device)
             mask = causal_mask(new_tokens, past + new_tokens, input_ids.device)
-            window_mask = sliding_window_mask(
-                new_tokens, past + new_tokens, self.config.sliding_window, mask.device
-            )
+            window = self.config.sliding_window
+            seen = window_columns(new_tokens, past + new_tokens, window)  # all the local layers read
+            window_mask = sliding_window_mask(new_tokens, past + new_tokens, window, mask.device)[:, seen]
         elif mask is None or window_mask is None:
             raise ValueError(
                 "With positions, give both masks: mask (global layers) and window_mask (local ones)."
@@ -138,7 +140,7 @@ class Gemma3(nn.Module):
 
     def new_cache(self, batch_size: int = 1, max_length: int | None = None) -> KVCache:
         """An empty preallocated KV cache sized for this model (default: its whole context). Every layer
-        keeps every token: a local layer's mask hides the old ones (a windowed cache would drop them)."""
+        keeps every token: a local layer reads only its window's (a windowed cache would drop the rest)."""
         return cache_for(self.config, self.embed_tokens.weight, batch_size, max_length)
 
     @property

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from labkit.core.attention import apply_rotary, attention
+from labkit.core.attention import apply_rotary, attention, last_keys
 from labkit.core.gemma3_config import Gemma3Config
 from labkit.core.kv_cache import Cache
 
@@ -69,7 +69,8 @@ class Attention(nn.Module):
         layer: int,
     ) -> torch.Tensor:
         """x [B, T, hidden] -> [B, T, hidden]; cos, sin [T, D] (or [B, 1, T, D]) of this layer's RoPE base; mask
-        [T, S] (or [B, 1, T, S]) of this layer's kind, S = the cache's tokens + T. With a cache, k and v are
+        [T, S] (or [B, 1, T, S]) of this layer's kind, S = the cache's tokens + T, or only the last S of them
+        (a local layer given its window's columns reads only those keys). With a cache, k and v are
         appended to it first, and a cache that brings its own attention (`attend`: the serving engine's,
         batch-invariant) is read with it, at Gemma's scale query_pre_attn_scalar ** -0.5."""
         c = self.config
@@ -81,6 +82,8 @@ class Attention(nn.Module):
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         if cache is not None:
             k, v = cache.append(layer, k, v)  # [B, n_kv_heads, past + T, D]
+        if mask.shape[-1] < k.shape[-2]:  # a local layer's mask covers only the keys its window sees
+            k, v = last_keys(k, mask.shape[-1]), last_keys(v, mask.shape[-1])
         attend = getattr(cache, "attend", attention)
         out = attend(q, k, v, mask, c.query_pre_attn_scalar**-0.5)  # [B, n_heads, T, D]
         return self.o_proj(out.transpose(1, 2).reshape(batch, new_tokens, c.n_heads * c.head_dim))

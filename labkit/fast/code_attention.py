@@ -32,26 +32,34 @@ from labkit.quant.quantized_kv import QuantizedKVCache, QuantizedRows
 
 @dataclass(frozen=True)
 class CodeRows:
-    """Positions 0..end of one layer of a QuantizedRows, not dequantized: what CodeReadingKVCache.append returns.
-    `shape` is that of the float rows it stands for, [B, H_kv, end, D] (the causal mask reads shape[-2])."""
+    """Positions start..end of one layer of a QuantizedRows, not dequantized: what CodeReadingKVCache.append
+    returns (from 0), and `last(count)` narrows (a Gemma 3 local layer's window). `shape` is that of the float
+    rows it stands for, [B, H_kv, end - start, D] (the causal mask reads shape[-2])."""
 
     rows: QuantizedRows
     layer: int
     end: int
+    start: int = 0
 
     @property
     def shape(self) -> torch.Size:
         batch, heads = self.rows.codes.shape[1:3]
-        return torch.Size((batch, heads, self.end, self.rows.width))
+        return torch.Size((batch, heads, self.end - self.start, self.rows.width))
+
+    def last(self, count: int) -> CodeRows:
+        """The last `count` of these positions (labkit.core.attention.last_keys)."""
+        return CodeRows(self.rows, self.layer, self.end, max(self.start, self.end - count))
 
     @property
     def device(self) -> torch.device:
         return self.rows.codes.device
 
     def parts(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """The layer's codes, scales and minimums (None for int8), [B, H_kv, max_length, ...] views."""
-        minimums = None if self.rows.minimums is None else self.rows.minimums[self.layer]
-        return self.rows.codes[self.layer], self.rows.scales[self.layer], minimums
+        """The layer's codes, scales and minimums (None for int8) from position `start` on, [B, H_kv,
+        max_length - start, ...] views."""
+        tail = slice(self.start, None)
+        minimums = None if self.rows.minimums is None else self.rows.minimums[self.layer][:, :, tail]
+        return self.rows.codes[self.layer][:, :, tail], self.rows.scales[self.layer][:, :, tail], minimums
 
 
 def kernel_runs(q_or_k: torch.Tensor, tokens: int) -> bool:
@@ -71,7 +79,7 @@ def code_attention(
     rotate: bool = False,
 ) -> torch.Tensor:
     """softmax(q k^T * scale + mask) v over the codes of `keys` and `values`; q [B, H, 1, D] float32 with H a
-    multiple of H_kv, mask additive [1, S], [B, S] or [B, 1, 1, S] (S = keys.end) -> [B, H, 1, D] float32.
+    multiple of H_kv, mask additive [1, S], [B, S] or [B, 1, 1, S] (S = keys.shape[-2]) -> [B, H, 1, D] float32.
     scale: 1 / sqrt(D) when None. rotate: the codes are those of k H and v H (int4-rot), so the kernel
     attends with q H and returns its output times H ((q H)(k H)^T = q k^T, (p (V H)) H = p V).
 
@@ -83,7 +91,8 @@ def code_attention(
             f"code_attention attends one query token (a decode step), got q of shape {tuple(q.shape)}"
         )
     scale = head_dim**-0.5 if scale is None else float(scale)
-    mask = mask.to(torch.float32).reshape(-1, keys.end).expand(batch, keys.end)
+    keys_read = keys.end - keys.start
+    mask = mask.to(torch.float32).reshape(-1, keys_read).expand(batch, keys_read)
     k_codes, k_scales, k_minimums = keys.parts()
     v_codes, v_scales, v_minimums = values.parts()
     return torch.ops.labkit.kv_code_attention(

@@ -9,7 +9,7 @@ import torch
 from transformers import Gemma3ForCausalLM
 
 import labkit
-from labkit.core.attention import sliding_window_mask
+from labkit.core.attention import sliding_window_mask, window_columns
 from labkit.core.forward import decode_step, prefill
 from labkit.core.gemma3 import Gemma3, Gemma3Config
 from labkit.core.gemma3_config import check_supported
@@ -126,6 +126,39 @@ def test_a_prompt_after_a_cached_prefix_sees_the_same_window(tiny_gemma):
     with torch.no_grad():
         pieces = torch.cat([model(ids[:, :5], cache), model(ids[:, 5:], cache)], dim=1)
         assert max_difference(pieces, model(ids)) < TINY_ATOL
+
+
+def test_a_decode_steps_local_layers_read_only_the_keys_their_window_sees(tiny_gemma, monkeypatch):
+    """After 10 cached tokens, a step's local layers attend over the window's 4 keys, the global one over all
+    11; a prefill chunk of 3 after them over 3 + 4 - 1 = 6. The logits stay the full forward's."""
+    import labkit.core.gemma3_layers as layers
+
+    model, _ = tiny_gemma
+    ids = random_ids(1, 14, seed=6, vocab=GEMMA3_VOCAB)
+    read = []
+    attend = layers.attention
+    monkeypatch.setattr(
+        layers, "attention", lambda q, k, v, *rest: read.append(k.shape[-2]) or attend(q, k, v, *rest)
+    )
+    cache = model.new_cache(max_length=14)
+    kinds = [model.config.is_sliding(i) for i in range(model.config.n_layers)]
+    with torch.no_grad():
+        model(ids[:, :10], cache)
+        read.clear()
+        step = model(ids[:, 10:11], cache)
+        assert read == [4 if local else 11 for local in kinds]
+        read.clear()
+        chunk = model(ids[:, 11:], cache)
+        assert read == [6 if local else 14 for local in kinds]
+        full = model(ids)
+    assert max_difference(torch.cat([step, chunk], dim=1), full[:, 10:]) < TINY_ATOL
+
+
+def test_window_columns_are_the_last_keys_any_query_of_the_step_sees():
+    for new, total, window in [(1, 8192, 512), (3, 6, 2), (5, 5, 4), (1, 3, 512)]:
+        mask = sliding_window_mask(new, total, window, torch.device("cpu"))
+        seen = (mask == 0).any(dim=0).nonzero().flatten()
+        assert window_columns(new, total, window) == slice(seen.min().item(), None)
 
 
 def test_sliding_window_mask_keeps_the_last_window_keys():
