@@ -67,9 +67,12 @@ class ServerHandle:
     (`start_new_session=True`, as engines that spawn workers are) is stopped with its whole group.
     """
 
-    def __init__(self, process: subprocess.Popen, url: str, log: Path):
+    def __init__(
+        self, process: subprocess.Popen, url: str, log: Path, on_stop: Callable[[], None] | None = None
+    ):
         check_record("process", process, "a started process (subprocess.Popen)", has=("pid", "poll"))
         self.process, self.url, self.log = process, url, log
+        self.on_stop = on_stop  # run once, after every process has ended: what the server leaves behind
         self.group = process.pid if process_group(process.pid) == process.pid else None
         RUNNING_SERVERS.add(self)
 
@@ -89,6 +92,9 @@ class ServerHandle:
         if self.group is not None:
             kill_group(self.group, signal.SIGKILL)
             wait_until_group_ends(self.group, timeout)
+        if self.on_stop is not None:
+            self.on_stop, clean_up = None, self.on_stop
+            clean_up()
 
     def _signal(self, signum: int) -> None:
         if self.group is not None:
@@ -180,11 +186,13 @@ def launch(
     env: dict[str, str] | None = None,
     own_session: bool = False,
     explain: Callable[[str, Path], str] | None = None,
+    on_stop: Callable[[], None] | None = None,
 ) -> ServerHandle:
     """Run a server's `command` in the background, its output in a new log file, and return its handle once
     `url + health_path` answers 200. own_session: in a process group of its own, so that stop() also ends
     the workers it spawns. If it dies or times out first, it is stopped and a RuntimeError carries the log's
-    end (passed through explain(message, log) when given).
+    end (passed through explain(message, log) when given). on_stop: called once the server and its workers
+    have ended (by stop(), or a failed start), to remove what they leave behind.
 
         >>> launch([sys.executable, "-m", "labkit", "serve", "--port", "8001"], "labkit-", "http://127.0.0.1:8001", 60)
     """
@@ -198,7 +206,7 @@ def launch(
             start_new_session=own_session,
             preexec_fn=die_with_parent,
         )
-    handle = ServerHandle(process, url, log)
+    handle = ServerHandle(process, url, log, on_stop)
     try:
         wait_until_healthy(handle, timeout, path=health_path)
     except RuntimeError as error:

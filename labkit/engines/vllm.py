@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 from labkit.core.arguments import check_choice, check_int, check_seconds
@@ -151,7 +153,15 @@ def start_vllm_server(
         python, folder, model, host, port, max_model_len, dtype, tensor_parallel_size
     )
     cores = split or (all_cores_env() if all_cores else {})
-    env = {**os.environ, **engine_cache_env(), "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib), **policy, **cores}
+    temp = Path(tempfile.mkdtemp(prefix="vllm-temp-"))  # its ranks' rendezvous file, removed at stop
+    env = {
+        **os.environ,
+        **engine_cache_env(),
+        "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib),
+        **policy,
+        **cores,
+        "TMPDIR": str(temp),
+    }
     return launch(
         command,
         "vllm-server-",
@@ -161,7 +171,21 @@ def start_vllm_server(
         env=env,
         own_session=True,
         explain=explain_failure,
+        on_stop=lambda: remove_rendezvous(temp),
     )
+
+
+def remove_rendezvous(temp: Path, shared_memory: Path = Path("/dev/shm")) -> None:
+    """Remove what a stopped vLLM leaves behind: the file its ranks met through, vllm_dist_<id>, in its own
+    temporary folder `temp` (deleted too), and the shared-memory segments of its tensor-parallel all-reduce
+    named after that file (vllm_dist_<id>-tp:0-[0-1]-cpushm_<rank>, 4 MB each), which vLLM does not unlink.
+
+        >>> remove_rendezvous(Path("/tmp/vllm-temp-ab12"))
+    """
+    for rendezvous in temp.glob("vllm_dist_*"):
+        for segment in shared_memory.glob(rendezvous.name + "-*"):
+            segment.unlink(missing_ok=True)
+    shutil.rmtree(temp, ignore_errors=True)
 
 
 def explain_failure(message: str, log: Path) -> str:

@@ -8,6 +8,7 @@ from labkit.parallel.cluster import H100_SXM, LLAMA_3_70B, NVLINK_4, decode_step
 from labkit.parallel.disagg_run import compare_disaggregated
 from labkit.parallel.router import start_router
 from labkit.parallel.routing_run import chat_trace, compare_routing
+from labkit.parallel.vllm_split import compare_if_installed, compare_vllm_split
 
 CLUSTER = "labkit.parallel.cluster"
 
@@ -68,6 +69,19 @@ CASES = [
         ("n_conversations",),
     ),
     wrong("labkit.parallel.routing_run.routing_table", words=("results", "RoutingResult")),
+    wrong("labkit.parallel.vllm_split.vllm_split_table", words=("runs", "SplitRun")),
+    Door(
+        "labkit.parallel.vllm_split.compare_if_installed",
+        lambda kit: compare_if_installed(repeats=0),
+        ValueError,
+        ("repeats",),
+    ),
+    Door(
+        "labkit.parallel.vllm_split.compare_vllm_split",
+        lambda kit: compare_vllm_split(prompts=[]),
+        ValueError,
+        ("prompts",),
+    ),
     wrong("labkit.parallel.disaggregated.mixed_trace", words=("tokenizer",)),
     # no required argument: each bad one is refused before a worker starts
     Door(
