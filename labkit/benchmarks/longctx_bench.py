@@ -38,6 +38,13 @@ the Q4_1 matmuls 19 ms and the head 2.4 ms, the rest small operations that every
 variant of the kernel was tried and ran slower than its AVX2 path here (1.02 against 0.79 ms a layer on one
 thread), so the kernel has none.
 
+On a 2-core AMD EPYC with AVX-512 (idle), the three kinds interleaved in one process (3 rounds, each the median
+of 5 steps at 8,191 tokens, two runs the same hour): float32 44.7 / 52.0 ms, int8 codes read 18.9 / 23.4 (2.36x /
+2.22x), int4-rot codes read 20.2 / 21.1 (2.22x / 2.46x): both aims met there. A full `bench longctx` the same
+hour, its kinds one after another, measured every labkit step about twice as long (float32 at 512 tokens 21 ms
+against 11.7 ms in a rerun of that order minutes later; 1.59x and 1.16x at 8,191) while the box was shared:
+on that VM only interleaved timings compare kinds.
+
 The earlier saved run, on a 2-core AMD EPYC with AVX2 (idle), before the kernel split keys into chunks
 across threads and quantized a step's new row in C++: int8 codes 1.47x float32, int4-rot codes 1.22x.
 """

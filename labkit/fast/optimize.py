@@ -23,6 +23,7 @@ from functools import partial
 
 from torch import nn
 
+from labkit.core.gemma3 import Gemma3
 from labkit.core.llama import Llama, check_llama
 from labkit.fast.fuse import fuse_projections
 from labkit.fast.precision import quantize_weights, to_bfloat16
@@ -70,8 +71,9 @@ def check_steps(steps: Sequence[str]) -> tuple[str, ...]:
     return tuple(steps)
 
 
-def optimize(model: nn.Module, steps: Sequence[str] = ("fuse", "int8")) -> Llama:
-    """Apply `steps` (names in STEPS) to labkit's Llama, in order and in place; returns the model.
+def optimize(model: nn.Module, steps: Sequence[str] = ("fuse", "int8")) -> Llama | Gemma3:
+    """Apply `steps` (names in STEPS) to labkit's Llama, in order and in place; returns the model. labkit's
+    Gemma3 takes every step but "fuse" (its head, tied to the embedding, is quantized as its own copy).
 
     A transformers model is refused: load labkit's with load_model(..., impl="labkit") or
     labkit.Llama.from_hf(model) (the fused and quantized layers replace labkit's own modules). A second call
@@ -82,14 +84,30 @@ def optimize(model: nn.Module, steps: Sequence[str] = ("fuse", "int8")) -> Llama
         >>> optimize(model, ("int8",))
         ValueError: steps ('int8',) cannot follow the steps this model has had applied already ('fuse', ...
     """
-    check_llama(model, "labkit.fast.optimize")
-    steps = check_steps(steps)
+    steps = check_model_steps(model, check_steps(steps))
     applied = check_more_steps(getattr(model, APPLIED, ()), steps)
     for step in steps:
         model = STEPS[step][1](model)
         applied += (step,)
         setattr(model, APPLIED, applied)
     return model
+
+
+def check_model_steps(model: nn.Module, steps: tuple[str, ...]) -> tuple[str, ...]:
+    """steps, if `model` is labkit's Llama, or its Gemma3 without "fuse" (Gemma's attention normalises q and k
+    after their projections, and fuse_projections builds a Llama's); else an error saying what runs.
+
+        >>> check_model_steps(gemma3, ("fuse", "q4_1"))
+        ValueError: steps ('fuse', 'q4_1'): "fuse" runs on labkit's Llama only; a Gemma3 takes int8, int4, ...
+    """
+    if not isinstance(model, Gemma3):
+        check_llama(model, "labkit.fast.optimize")
+    elif "fuse" in steps:
+        others = ", ".join(step for step in STEPS if step != "fuse")
+        raise ValueError(
+            f'steps {steps}: "fuse" runs on labkit\'s Llama only; a Gemma3 takes {others} (e.g. ("q4_1",)).'
+        )
+    return steps
 
 
 def check_more_steps(applied: tuple[str, ...], steps: tuple[str, ...]) -> tuple[str, ...]:

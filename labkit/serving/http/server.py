@@ -109,14 +109,17 @@ def refused_option_name(message: str) -> str | None:
 
 
 def build_engine(options: ServerOptions):
-    """(model, tokenizer, engine) as `options` ask: labkit's Llama with its labkit.fast steps, and its Engine.
-    Options the engine refuses for this model raise EngineRefused (a ValueError naming the option)."""
+    """(model, tokenizer, engine) as `options` ask: labkit's Llama or Gemma3 with its labkit.fast steps, and its
+    Engine. Options the model or engine refuses raise EngineRefused (a ValueError naming the option)."""
     from labkit.fast.optimize import optimize
     from labkit.models.loading import load_model
     from labkit.serving.engine import Engine
 
     llama, tokenizer = load_model(options.model, impl="labkit")
-    llama = optimize(llama, options.optimize) if options.optimize else llama
+    try:
+        llama = optimize(llama, options.optimize) if options.optimize else llama
+    except ValueError as error:  # a step this model does not take (fuse on a Gemma3)
+        raise EngineRefused(str(error), "optimize") from error
     try:
         engine = Engine(
             llama,
