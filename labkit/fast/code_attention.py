@@ -91,7 +91,7 @@ def code_attention(
             f"code_attention attends one query token (a decode step), got q of shape {tuple(q.shape)}"
         )
     scale = head_dim**-0.5 if scale is None else float(scale)
-    keys_read = keys.end - keys.start
+    keys_read = keys.shape[-2]  # end - start
     mask = mask.to(torch.float32).reshape(-1, keys_read).expand(batch, keys_read)
     k_codes, k_scales, k_minimums = keys.parts()
     v_codes, v_scales, v_minimums = values.parts()
