@@ -33,6 +33,7 @@ by H, 179 ms more; it now rotates the query and the attention output instead ((q
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 
 import torch
 
@@ -93,20 +94,20 @@ def filled_cache(
     return cache
 
 
-def decode_step_seconds_at(
-    model: torch.nn.Module, kv_dtype: str | None, context: int, repeats: int = 5, read_codes: bool = False
-) -> float:
-    """The median seconds of one decode step (batch 1) of labkit's model with `context` tokens of real text
-    already in a cache of kind kv_dtype: None for the model's own dtype, or "int8", "int4", "int4-rot"
-    (`labkit.quant.quantized_kv`). One untimed warm-up step, then `repeats` timed ones (labkit.timing's
-    median_seconds, so the run log keeps them), each cropped off after it.
+def decode_step_at(
+    model: torch.nn.Module, kv_dtype: str | None, context: int, read_codes: bool = False
+) -> Callable[[], None]:
+    """One batch-1 decode step of labkit's model, ready to time: a function that feeds the text's next token
+    with `context` tokens of real text already in a cache of kind kv_dtype (None for the model's own dtype, or
+    "int8", "int4", "int4-rot": `labkit.quant.quantized_kv`), then crops the step off again, so every call
+    runs at the same context. Filling the cache happens here, not in the step.
 
     context: 1 up to the model's context minus one (the step's own token takes the last position).
     read_codes: a quantized cache's step attends over its codes instead of dequantizing them
     (`labkit.fast.code_attention.CodeReadingKVCache`; where labkit's kernel is unavailable it dequantizes).
 
-        >>> decode_step_seconds_at(model, "int4-rot", context=512, repeats=5)   # one torch thread
-        0.0923
+        >>> step = decode_step_at(model, "int8", context=2048, read_codes=True)
+        >>> step()   # one decode step at 2,048 tokens; the cache still holds 2,048 after it
     """
     check_model("model", model, "labkit's from-scratch Llama (load it with impl='labkit')")
     check_labkit_model(model)
@@ -116,17 +117,31 @@ def decode_step_seconds_at(
         )
     limit = model.config.max_position_embeddings - 1
     check_int("context", context, minimum=1, maximum=limit, note="the model's context minus the step's token")
-    check_int("repeats", repeats, minimum=1)
-    ids, _ = prefilled(model, context)
     if not isinstance(read_codes, bool):
         raise TypeError(
             f"read_codes must be True or False, got {read_codes!r} ({type(read_codes).__name__})."
         )
+    ids, _ = prefilled(model, context)
     cache = filled_cache(model, kv_dtype, context, read_codes)
     token = ids[:, context]  # [1]: the text's next token
 
     def step() -> None:
-        decode_step(model, token, cache)
+        with torch.no_grad():
+            decode_step(model, token, cache)
         cache.crop(context)
 
-    return median_seconds(step, repeats)
+    return step
+
+
+def decode_step_seconds_at(
+    model: torch.nn.Module, kv_dtype: str | None, context: int, repeats: int = 5, read_codes: bool = False
+) -> float:
+    """The median seconds of one decode step (batch 1) of labkit's model with `context` tokens of real text
+    already in a cache of kind kv_dtype (`decode_step_at`, whose arguments these are): one untimed warm-up
+    step, then `repeats` timed ones (labkit.timing's median_seconds, so the run log keeps them).
+
+        >>> decode_step_seconds_at(model, "int4-rot", context=512, repeats=5)   # one torch thread
+        0.0923
+    """
+    check_int("repeats", repeats, minimum=1)
+    return median_seconds(decode_step_at(model, kv_dtype, context, read_codes), repeats)

@@ -5,7 +5,7 @@ Both engines run SmolLM2-135M's Q4_1 weights (llama.cpp reads the GGUF; labkit q
 with its fastest path, `optimize(model, ("fuse", "q4_1"))`), batch 1, 2 threads each (llama.cpp's best
 count here, labkit.benchmarks.fast_best; torch's two threads for labkit), at each context of CONTEXTS:
 one decode step with that many tokens of data/eval's text already cached, median of `repeats` steps
-(`labkit.benchmarks.longctx.decode_step_seconds_at`, `labkit.engines.llama_kv.llama_decode_seconds_at`).
+(`labkit.benchmarks.longctx.decode_step_at`, `labkit.engines.llama_kv.llama_decode_step_at`).
 labkit's steps run eager: its compiled decoder (notebook 13's fastest path) keeps only a float cache.
 Memory is the cache's bytes at that context (scales counted). llama.cpp runs flash attention for every
 type but f32 (a quantized V cache needs it; f32 stays float32 only without it).
@@ -17,53 +17,57 @@ codes read" etc. run the same kinds with read_codes=True (`labkit.fast.code_atte
 a decode step's attention reads the codes instead of dequantizing every row), each also compared with
 labkit's float32.
 
-    python -m labkit.bench longctx            # 512, 2,048 and 8,191 tokens: 21 minutes on 2 cores, idle
-    python -m labkit.bench longctx --quick    # 128 and 256 tokens: checks the bench runs, not speed
+Every kind at a context is timed in turns: all caches filled first, then rounds in which each kind (labkit's
+and llama.cpp's) takes one step, so a change of the machine's load hits every kind alike.
 
-The saved run (2-core Intel Xeon with AVX-512, idle, 3 steps a median; tokens/s at 512 / 2,048 / 8,191 tokens
-cached):
+    python -m labkit.bench longctx --repeats 7  # 512, 2,048 and 8,191 tokens: 13 minutes on 2 cores, idle
+    python -m labkit.bench longctx --quick      # 128 and 256 tokens: checks the bench runs, not speed
 
-    labkit float32 KV          21.1 / 15.9 /  9.8     llama.cpp f32    21.3 / 18.1 / 12.0
-    labkit int8, dequantizing  13.1 / 10.9 /  6.1     llama.cpp q8_0   22.2 / 19.3 / 10.0
-    labkit int8, codes read    20.4 / 20.7 / 14.6     llama.cpp q4_1   22.8 / 15.6 /  8.0
-    labkit int4-rot, codes     20.0 / 18.1 / 14.4     llama.cpp q4_0   23.0 / 16.8 /  7.5
+The saved run (2-core AMD EPYC with AVX-512, idle by its load line, 7 steps a median taken in turns; tokens/s
+at 512 / 2,048 / 8,191 tokens cached):
 
-At 8,191 tokens int8 read as codes ran 1.48x labkit's float32 cache and 1.45x llama.cpp's q8_0; int4-rot read
-as codes 1.46x float32 and 1.92x llama.cpp's q4_0, while labkit's float32 cache ran 0.82x llama.cpp's f32.
-The aims of notebook 15's issue: int8 at least 1.3x float32 (met), rotated 4-bit 1.6x (not met in this run;
-three shorter idle runs of the same two kinds the same hour, 5 steps a median, gave int4-rot 1.57x, 1.65x and
-1.79x: on this machine a step at 8,191 tokens varies by 10 % or more from run to run). Where an int4-rot step
-at 8,191 tokens goes (torch.profiler, 3 steps, idle, just before the kernel's last change): the kernel 21 ms,
-the Q4_1 matmuls 19 ms and the head 2.4 ms, the rest small operations that every cache kind runs. An AVX-512
-variant of the kernel was tried and ran slower than its AVX2 path here (1.02 against 0.79 ms a layer on one
-thread), so the kernel has none.
+    labkit float32 KV          38.2 / 24.7 / 17.9     llama.cpp f32    36.8 / 27.2 / 22.3
+    labkit int8, dequantizing  22.9 / 15.5 /  8.8     llama.cpp q8_0   34.8 / 26.2 / 18.1
+    labkit int8, codes read    41.9 / 32.5 / 35.6     llama.cpp q4_1   34.9 / 22.8 / 12.0
+    labkit int4-rot, codes     37.7 / 32.2 / 32.1     llama.cpp q4_0   34.7 / 22.1 / 12.4
 
-On a 2-core AMD EPYC with AVX-512 (idle), the three kinds interleaved in one process (3 rounds, each the median
-of 5 steps at 8,191 tokens, two runs the same hour): float32 44.7 / 52.0 ms, int8 codes read 18.9 / 23.4 (2.36x /
-2.22x), int4-rot codes read 20.2 / 21.1 (2.22x / 2.46x): both aims met there. A full `bench longctx` the same
-hour, its kinds one after another, measured every labkit step about twice as long (float32 at 512 tokens 21 ms
-against 11.7 ms in a rerun of that order minutes later; 1.59x and 1.16x at 8,191) while the box was shared:
-on that VM only interleaved timings compare kinds.
+At 8,191 tokens int8 read as codes ran 1.99x labkit's float32 cache and 1.97x llama.cpp's q8_0; int4-rot read
+as codes 1.79x float32 and 2.59x llama.cpp's q4_0; labkit's float32 cache 0.80x llama.cpp's f32. The aims of
+notebook 15's issue (int8 at least 1.3x float32, rotated 4-bit 1.6x) are met. The run just before it, the same
+way, 13 minutes earlier, found every step of both engines about twice as long at 8,191 tokens (labkit float32
+109 ms against 56; llama.cpp q8_0 67 ms against 55) though its load line also said idle: int8 codes 2.74x
+float32, int4-rot codes 2.63x, and labkit float32 0.48x llama.cpp's f32. A probe of four kinds between the two
+runs (labkit float32 and int8 codes, llama.cpp f32 and q8_0, in turns) took 46, 20, 29 and 35 ms. So on this
+shared VM the ratios between kinds stay on the same side of the aims, but their size moves with the machine;
+likely (not measured) because a step that reads 377 MB of float32 keys and values suffers more when others
+share the memory bus than one that reads 97 MB of codes.
 
-The earlier saved run, on a 2-core AMD EPYC with AVX2 (idle), before the kernel split keys into chunks
-across threads and quantized a step's new row in C++: int8 codes 1.47x float32, int4-rot codes 1.22x.
+An earlier saved run, on a 2-core Intel Xeon with AVX-512 (idle, its kinds one after another, 3 steps a
+median): at 8,191 tokens int8 codes 1.48x labkit's float32 and 1.45x llama.cpp's q8_0, int4-rot codes 1.46x
+float32 (three shorter runs the same hour: 1.57x, 1.65x, 1.79x). Where an int4-rot step at 8,191 tokens went
+there (torch.profiler, 3 steps, idle): the kernel 21 ms, the Q4_1 matmuls 19 ms, the head 2.4 ms, the rest
+small operations that every cache kind runs. An AVX-512 variant of the kernel was tried and ran slower than
+its AVX2 path there (1.02 against 0.79 ms a layer on one thread), so the kernel has none.
 """
 
 from __future__ import annotations
 
+import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
 from labkit.benchmarks.comparison import comparison
-from labkit.benchmarks.longctx import decode_step_seconds_at
+from labkit.benchmarks.longctx import decode_step_at, prefilled
 from labkit.benchmarks.progress import progress
 from labkit.engines.install import MAKE_ENGINES, llamacpp_installed
-from labkit.engines.llama_kv import DECODE_THREADS, kv_type_bytes_per_token, llama_decode_seconds_at
+from labkit.engines.llama_kv import DECODE_THREADS, kv_type_bytes_per_token, llama_decode_step_at
 from labkit.fast.optimize import optimize
 from labkit.models.loading import load_model
 from labkit.quant.quantized_kv import kv_bytes_per_token
 from labkit.this_machine import run_line
+from labkit.timing import interleaved_seconds
 
 CONTEXTS, QUICK_CONTEXTS = (512, 2048, 8191), (128, 256)
 LABKIT_KINDS = ("float32", "int8", "int4", "int4-rot")
@@ -86,36 +90,59 @@ class Row:
         return 1.0 / self.seconds[context]
 
 
-def labkit_rows(contexts: tuple[int, ...], repeats: int) -> list[Row]:
-    """labkit's Q4_1 model with each of its KV cache kinds, at each context."""
-    model, _ = load_model("smollm2-135m", impl="labkit")
-    model = optimize(model, ("fuse", "q4_1"))
-    rows = []
+def labkit_steps(model: torch.nn.Module, context: int) -> dict[str, Callable[[], None]]:
+    """Each labkit KV kind's decode step at `context`, its cache filled (`decode_step_at`)."""
+    steps = {}
     for kind in (*LABKIT_KINDS, *CODES_KINDS):
-        progress("longctx", f"labkit, {kind} KV cache, contexts {contexts}")
         dtype = kind.removesuffix(CODES_READ)
         kv_dtype, read_codes = None if kind == "float32" else dtype, kind.endswith(CODES_READ)
-        with torch.no_grad():
-            seconds = {c: decode_step_seconds_at(model, kv_dtype, c, repeats, read_codes) for c in contexts}
-        rows.append(Row("labkit", kind, seconds, kv_bytes_per_token(dtype, *SMOLLM2_KV)))
-    return rows
+        steps[kind] = decode_step_at(model, kv_dtype, context, read_codes)
+    return steps
 
 
-def llamacpp_rows(contexts: tuple[int, ...], repeats: int) -> list[Row]:
-    """llama.cpp in this process (llama-cpp-python) with each KV type of SAME_BITS, at each context."""
-    rows = []
-    for kind in SAME_BITS.values():
-        progress("longctx", f"llama.cpp, {kind} KV cache, contexts {contexts}")
-        seconds = {c: llama_decode_seconds_at(kind, c, repeats, DECODE_THREADS) for c in contexts}
-        rows.append(Row("llama.cpp", kind, seconds, kv_type_bytes_per_token(kind)))
-    return rows
+def llamacpp_steps(context: int) -> dict[str, Callable[[], None]]:
+    """Each llama.cpp KV type of SAME_BITS's decode step at `context`, in this process (llama-cpp-python)."""
+    return {kind: llama_decode_step_at(kind, context, DECODE_THREADS) for kind in SAME_BITS.values()}
+
+
+def interleaved_rows(contexts: tuple[int, ...], repeats: int, with_llamacpp: bool) -> list[Row]:
+    """labkit's Q4_1 model with each of its KV cache kinds, and llama.cpp with each of its types when
+    with_llamacpp, at each context: every kind's cache filled first, then `repeats` rounds in which each kind
+    takes one timed step in turn (after one untimed round), so a change of the machine's load mid-way hits
+    every kind alike (`labkit.timing.interleaved_seconds`). A kind's seconds: the median of its steps."""
+    model, _ = load_model("smollm2-135m", impl="labkit")
+    model = optimize(model, ("fuse", "q4_1"))
+    prefilled(model, max(contexts))  # one float prefill, whose prefixes fill every shorter context
+    seconds: dict[tuple[str, str], dict[int, float]] = {}
+    for context in contexts:
+        engines = "labkit's 7 KV kinds" + (" and llama.cpp's 4" if with_llamacpp else "")
+        progress("longctx", f"{context:,} tokens: filling {engines}, then {repeats} rounds of one step each")
+        steps = {("labkit", kind): step for kind, step in labkit_steps(model, context).items()}
+        if with_llamacpp:
+            steps |= {("llama.cpp", kind): step for kind, step in llamacpp_steps(context).items()}
+        times = interleaved_seconds(list(steps.values()), repeats, warmup=True)
+        for key, kind_times in zip(steps, times):
+            seconds.setdefault(key, {})[context] = statistics.median(kind_times)
+        del steps  # frees this context's caches (llama.cpp's instances too) before the next is filled
+    return [
+        Row(engine, kind, by_context, bytes_per_token(engine, kind))
+        for (engine, kind), by_context in seconds.items()
+    ]
+
+
+def bytes_per_token(engine: str, kind: str) -> int:
+    """A kind's cache bytes per token: labkit's (scales counted) or llama.cpp's GGML type's."""
+    if engine == "llama.cpp":
+        return kv_type_bytes_per_token(kind)
+    return kv_bytes_per_token(kind.removesuffix(CODES_READ), *SMOLLM2_KV)
 
 
 def print_table(rows: list[Row], contexts: tuple[int, ...], repeats: int, load_line: str) -> None:
     """Tokens/s and cache MB per engine and kind, one column pair per context; load_line: `run_line()`
     taken before the timings (the machine, and whether other work shared it)."""
     print(
-        f"longctx: SmolLM2-135M Q4_1 weights, batch-1 decode with N tokens cached, median of {repeats} steps; "
+        f"longctx: SmolLM2-135M Q4_1 weights, batch-1 decode with N tokens cached, median of {repeats} steps "
+        "taken in turns (every kind one step a round); "
         f"labkit fuse+q4_1, torch {torch.get_num_threads()} threads; llama.cpp {DECODE_THREADS} threads, "
         "flash attention but for f32"
     )
@@ -172,10 +199,9 @@ def records(rows: list[Row], context: int) -> list[dict]:
 def run(repeats: int = 3, quick: bool = False) -> list[dict]:
     contexts = QUICK_CONTEXTS if quick else CONTEXTS
     load_line = run_line().removeprefix("this run: ")
-    rows = labkit_rows(contexts, repeats)
-    if llamacpp_installed():
-        rows += llamacpp_rows(contexts, repeats)
-    else:
+    with_llamacpp = llamacpp_installed()
+    if not with_llamacpp:
         progress("longctx", f"llama.cpp is not installed ({MAKE_ENGINES}): labkit's rows only")
+    rows = interleaved_rows(contexts, repeats, with_llamacpp)
     print_table(rows, contexts, repeats, load_line)
     return records(rows, contexts[-1])

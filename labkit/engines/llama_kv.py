@@ -74,9 +74,8 @@ best on this machine), median of 5, two sweeps (ms), nothing else running:
 from __future__ import annotations
 
 import os
-import statistics
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import contextmanager, redirect_stderr
 
 import numpy as np
@@ -89,7 +88,7 @@ from labkit.engines.llamacpp import gguf_path
 from labkit.models.eval_data import eval_ids_repeated
 from labkit.models.loading import load_tokenizer
 from labkit.quant.kv_quality import KVQuality, KVQualityRow, Totals
-from labkit.timing import clock, record
+from labkit.timing import median_seconds
 
 MODEL = "smollm2-135m"  # the GGUF read: SmolLM2-135M-Instruct Q4_1, SmolLM2's vocabulary
 KV_LAYOUT = (30, 3, 64)  # SmolLM2-135M's layers, KV heads, head size: what a token adds to K (and V)
@@ -212,41 +211,49 @@ def llama_kv_quality(
     return KVQuality(len(text_ids), tuple(rows[name] for name in names), read_by)
 
 
-def llama_decode_seconds_at(
-    kv_type: str, context: int, repeats: int = 5, threads: int = DECODE_THREADS
-) -> float:
-    """The median seconds of one llama.cpp decode step (batch 1) with `context` tokens of data/eval's text
-    already in a KV cache of kv_type (flash attention on, but for f32): the context is read once, in batches of 512,
-    then each timed step evaluates the text's next token and is removed from the cache again, so every
-    repeat runs at the same context. One untimed warm-up step first.
+def llama_decode_step_at(kv_type: str, context: int, threads: int = DECODE_THREADS) -> Callable[[], None]:
+    """One llama.cpp decode step (batch 1), ready to time: a function that evaluates the text's next token
+    with `context` tokens of data/eval's text already in a KV cache of kv_type (flash attention on, but for
+    f32), then removes it from the cache again, so every call runs at the same context. The context is read
+    here, once, in batches of 512.
 
     context: 1 up to 8,191 (SmolLM2's 8,192 positions minus the step's own token).
 
-        >>> llama_decode_seconds_at("q4_0", context=2048)
-        0.0123
+        >>> step = llama_decode_step_at("q8_0", context=2048)
+        >>> step()   # one decode step at 2,048 tokens
     """
     check_kv_type(kv_type)
     check_int("context", context, minimum=1, maximum=8191, note="SmolLM2's context minus the step's token")
-    check_int("repeats", repeats, minimum=1)
     check_int("threads", threads, minimum=1)
     ids = eval_ids_repeated(load_tokenizer(MODEL), context + 1)[0].tolist()  # the step's token last
     llm = load_with_kv(kv_type, context + 1, 512, threads, logits_all=False)
     llm.reset()
     llm.eval(ids[:context])
-    times = []
-    for _ in range(repeats + 1):
-        start = clock()
+
+    def step() -> None:
         llm.eval(ids[context:])
-        times.append(clock() - start)
         llm.n_tokens = context  # the next eval removes the step's token from the cache (kv_cache_seq_rm)
-    record(times[1:])
-    median = statistics.median(times[1:])
-    record([median])
-    return median
+
+    return step
+
+
+def llama_decode_seconds_at(
+    kv_type: str, context: int, repeats: int = 5, threads: int = DECODE_THREADS
+) -> float:
+    """The median seconds of one llama.cpp decode step (batch 1) with `context` tokens of data/eval's text
+    already in a KV cache of kv_type (`llama_decode_step_at`): one untimed warm-up step, then `repeats`
+    timed ones.
+
+        >>> llama_decode_seconds_at("q4_0", context=2048)
+        0.0123
+    """
+    check_int("repeats", repeats, minimum=1)
+    return median_seconds(llama_decode_step_at(kv_type, context, threads), repeats)
 
 
 __all__ = [
     "kv_type_bytes_per_token",
     "llama_decode_seconds_at",
+    "llama_decode_step_at",
     "llama_kv_quality",
 ]

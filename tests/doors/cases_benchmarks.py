@@ -5,7 +5,7 @@ door yet and says where the call crashes today."""
 from door import Door, wrong
 
 from labkit.benchmarks.fast_best import llama_cpp_best
-from labkit.benchmarks.longctx import decode_step_seconds_at
+from labkit.benchmarks.longctx import decode_step_at, decode_step_seconds_at
 
 CASES = [
     wrong("labkit.benchmarks.engines.decode_rate_in_child", words=("policy",)),
@@ -35,6 +35,13 @@ CASES = [
     wrong("labkit.benchmarks.kvcache.decode_step_seconds", words=("model",)),
     wrong("labkit.benchmarks.kvcache.filler_ids", words=("tokenizer",)),
     wrong("labkit.benchmarks.kvcache.fit_nonnegative", words=("columns",)),
+    wrong("labkit.benchmarks.longctx.decode_step_at", words=("model", "from-scratch")),
+    Door(
+        "labkit.benchmarks.longctx.decode_step_at",
+        lambda kit: decode_step_at(kit.tiny, "int8", 64, read_codes="yes"),
+        TypeError,
+        ("read_codes must be True or False", "got 'yes'"),
+    ),
     wrong("labkit.benchmarks.longctx.decode_step_seconds_at", words=("model", "from-scratch")),
     Door(
         "labkit.benchmarks.longctx.decode_step_seconds_at",

@@ -13,6 +13,7 @@ CASES = [
     wrong("labkit.engines.compare.side_by_side", words=("rows",)),
     wrong("labkit.engines.llama_kv.kv_type_bytes_per_token", words=("kv_type must be one of",)),
     wrong("labkit.engines.llama_kv.llama_decode_seconds_at", words=("kv_type must be one of",)),
+    wrong("labkit.engines.llama_kv.llama_decode_step_at", words=("kv_type must be one of",)),
     wrong("labkit.engines.llama_kv.llama_kv_quality", words=("text_ids must be a list",)),
     Door(
         "labkit.engines.llama_kv.llama_kv_quality",
