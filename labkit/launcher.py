@@ -68,11 +68,17 @@ class ServerHandle:
     """
 
     def __init__(
-        self, process: subprocess.Popen, url: str, log: Path, on_stop: Callable[[], None] | None = None
+        self,
+        process: subprocess.Popen,
+        url: str,
+        log: Path,
+        on_stop: Callable[[], None] | None = None,
+        sweep_shared_memory: bool = False,
     ):
         check_record("process", process, "a started process (subprocess.Popen)", has=("pid", "poll"))
         self.process, self.url, self.log = process, url, log
         self.on_stop = on_stop  # run once, after every process has ended: what the server leaves behind
+        self.sweep_shared_memory = sweep_shared_memory  # unlink the group's /dev/shm files it left behind
         self.group = process.pid if process_group(process.pid) == process.pid else None
         RUNNING_SERVERS.add(self)
 
@@ -81,7 +87,11 @@ class ServerHandle:
 
     def stop(self, timeout: float = 15.0) -> None:
         """Stop the process (gracefully, then by force) and wait for it; then end any worker left in its
-        group and wait until none is alive, so that a caller finds its memory and port free on return."""
+        group and wait until none is alive, so that a caller finds its memory and port free on return. With
+        sweep_shared_memory, the /dev/shm files its processes had mapped just before and that outlive them
+        are removed."""
+        sweep = self.sweep_shared_memory and self.group is not None
+        mapped = shared_memory_of(self.group) if sweep else set()
         if self.is_running():
             self._signal(signal.SIGTERM)
             try:
@@ -92,6 +102,8 @@ class ServerHandle:
         if self.group is not None:
             kill_group(self.group, signal.SIGKILL)
             wait_until_group_ends(self.group, timeout)
+        for segment in mapped:
+            segment.unlink(missing_ok=True)
         if self.on_stop is not None:
             self.on_stop, clean_up = None, self.on_stop
             clean_up()
@@ -136,6 +148,27 @@ def live_group_members(group: int) -> list[psutil.Process]:
         except (ProcessLookupError, psutil.NoSuchProcess):
             pass
     return members
+
+
+def shared_memory_of(group: int) -> set[Path]:
+    """The /dev/shm files (POSIX shared memory: Python's multiprocessing segments psm_<id>, an engine's
+    all-reduce buffers) that the live processes of process group `group` have mapped, read from their
+    /proc/<pid>/maps. A segment already unlinked (" (deleted)") is left out.
+
+        >>> shared_memory_of(server.group)
+        {PosixPath('/dev/shm/psm_1f2e3d4c')}
+    """
+    found = set()
+    for process in live_group_members(group):
+        try:
+            maps = Path(f"/proc/{process.pid}/maps").read_text()
+        except OSError:  # it ended meanwhile, or is not ours to read
+            continue
+        for line in maps.splitlines():
+            fields = line.split(maxsplit=5)
+            if len(fields) == 6 and fields[5].startswith("/dev/shm/") and not fields[5].endswith("(deleted)"):
+                found.add(Path(fields[5]))
+    return found
 
 
 def wait_until_group_ends(group: int, timeout: float) -> None:
@@ -187,12 +220,14 @@ def launch(
     own_session: bool = False,
     explain: Callable[[str, Path], str] | None = None,
     on_stop: Callable[[], None] | None = None,
+    sweep_shared_memory: bool = False,
 ) -> ServerHandle:
     """Run a server's `command` in the background, its output in a new log file, and return its handle once
     `url + health_path` answers 200. own_session: in a process group of its own, so that stop() also ends
     the workers it spawns. If it dies or times out first, it is stopped and a RuntimeError carries the log's
     end (passed through explain(message, log) when given). on_stop: called once the server and its workers
-    have ended (by stop(), or a failed start), to remove what they leave behind.
+    have ended (by stop(), or a failed start), to remove what they leave behind. sweep_shared_memory (with
+    own_session): at stop, the /dev/shm files the group's processes had mapped and left behind are removed.
 
         >>> launch([sys.executable, "-m", "labkit", "serve", "--port", "8001"], "labkit-", "http://127.0.0.1:8001", 60)
     """
@@ -206,7 +241,7 @@ def launch(
             start_new_session=own_session,
             preexec_fn=die_with_parent,
         )
-    handle = ServerHandle(process, url, log, on_stop)
+    handle = ServerHandle(process, url, log, on_stop, sweep_shared_memory)
     try:
         wait_until_healthy(handle, timeout, path=health_path)
     except RuntimeError as error:

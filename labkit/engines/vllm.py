@@ -172,6 +172,7 @@ def start_vllm_server(
         own_session=True,
         explain=explain_failure,
         on_stop=lambda: remove_rendezvous(temp),
+        sweep_shared_memory=True,  # its ranks' message queues (psm_<id>), left behind when a rank is killed
     )
 
 

@@ -3,7 +3,9 @@ transformers' greedy tokens, and a stopped split leaves no process, port, rendez
 
 vLLM's CPU all-reduce runs through shared-memory segments (/dev/shm/vllm_dist_<id>-tp:...-cpushm_<rank>,
 4 MB each) that vLLM does not unlink when it stops; labkit's start_vllm_server gives the server a temporary
-folder of its own and removes both once it has stopped. Skipped without vLLM (`make engines`); CI fails.
+folder of its own and removes both once it has stopped. Its ranks' message queues are Python shared memory
+(psm_<id>, 24-240 MB each), which a rank killed at stop can leave behind: the launcher removes every /dev/shm
+file the server's processes had mapped (sweep_shared_memory). Skipped without vLLM (`make engines`); CI fails.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import torch
 
 from labkit.engines import start_vllm_server
 from labkit.engines.vllm import remove_rendezvous
+from labkit.launcher import shared_memory_of
 
 from .test_real import assert_fully_stopped, margin, need_vllm, server_tree
 
@@ -45,6 +48,8 @@ def test_two_ranks_answer_as_transformers_and_leave_nothing_behind(gemma3):
     try:
         temp = Path(psutil.Process(server.process.pid).environ()["TMPDIR"])
         assert vllm_segments() - before, "two ranks all-reduce through shared memory"
+        mapped = shared_memory_of(server.group)
+        assert any(path.name.startswith("psm_") for path in mapped), "its message queues: Python segments"
         reply = openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0).completions.create(
             model="gemma3-270m", prompt=PROMPT, max_tokens=8, temperature=0
         )
@@ -53,6 +58,7 @@ def test_two_ranks_answer_as_transformers_and_leave_nothing_behind(gemma3):
     assert reply.choices[0].text == expected
     assert_fully_stopped(server, processes)
     assert vllm_segments() <= before and not temp.exists()
+    assert not [path for path in mapped if path.exists()]
 
 
 def test_removing_a_rendezvous_deletes_only_its_own_segments(tmp_path):
