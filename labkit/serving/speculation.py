@@ -17,7 +17,11 @@ Slots: the scheduler gives a draft its KV slots only from what is left of the st
 the free blocks once every other row has its own (drafts are the first thing dropped, never a reason to
 preempt). After verification the rejected tokens' slots are dropped: only the kept tokens are counted as
 cached, the blocks past the sequence's length go back (`BlockManager.release_past`), and a block is named
-for the prefix cache only up to the cached tokens, so no rejected key is ever shared.
+for the prefix cache only up to the cached tokens, so no rejected key is ever shared. A Gemma3's drafts take
+slots in its local layers' window pool too, and roll back there as well (labkit.serving.draft_slots):
+Gemma-3-270M asked to repeat a text kept 29 of its 29 drafts and took 11 steps for 40 tokens instead of 40,
+1.47 s with drafts against 3.09 s without, one request in the engine (median of 3 runs taken in turns, 2 torch
+threads, idle 2-core AMD EPYC).
 
 **Adaptive draft length** (`adaptive=True`): each request keeps alpha, an exponential moving average of
 its drafts' acceptance (a first draft token it did not feed still scores: was it the token chosen?). The
@@ -40,6 +44,7 @@ import torch
 
 from labkit.core.arguments import InvalidArgument, check_int
 from labkit.serving.block_manager import BlockManager
+from labkit.serving.draft_slots import fits
 from labkit.serving.request import EngineRequest
 from labkit.serving.step_output import StepMetrics
 from labkit.speculative.ngram_index import NgramIndex
@@ -206,10 +211,11 @@ class Speculator:
         room = manager.draft_room()  # free blocks that hold no prefix: counted once, less what drafts take
         for seq in decodes:
             draft = self.propose(seq, max(0, budget - tokens), rows, tokens)
-            while draft and manager.draft_blocks(seq, len(draft)) > room:
+            while draft and not fits(manager.draft_blocks(seq, len(draft)), room):
                 draft = draft[:-1]
             if draft:
-                room -= manager.draft_blocks(seq, len(draft))
+                needed = manager.draft_blocks(seq, len(draft))
+                room = (room[0] - needed[0], room[1] - needed[1])
                 manager.reserve_drafts(seq, len(draft))
             drafts.append(draft)
             tokens, self.drafted = tokens + len(draft), self.drafted + len(draft)
@@ -280,19 +286,13 @@ class Speculator:
 
 
 def speculator_for(speculation: Speculation | None, block_manager: BlockManager) -> Speculator | None:
-    """The engine's Speculator for `speculation`, None for None; refused for a Gemma3 (its block manager has
-    a sliding-window pool, whose blocks leave as the window moves: a rejected draft could not be rolled
-    back there), and for anything but a Speculation."""
+    """The engine's Speculator for `speculation`, None for None; refused for anything but a Speculation.
+    A Gemma3's drafts take slots in both of its pools and roll back in both (labkit.serving.draft_slots)."""
     if speculation is None:
         return None
     if not isinstance(speculation, Speculation):
         raise TypeError(
             f"speculation must be a Speculation (labkit.serving.speculation) or None, got "
             f"{type(speculation).__name__}: e.g. Speculation(max_draft=4)."
-        )
-    if block_manager.window is not None:
-        raise ValueError(
-            "speculation runs on labkit's Llama only: a Gemma3's sliding-window layers release blocks as "
-            "the window moves, and a rejected draft cannot be rolled back there yet. Leave speculation=None."
         )
     return Speculator(speculation, block_manager)
