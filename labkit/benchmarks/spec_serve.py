@@ -22,6 +22,15 @@ the eager ones. Measured on a 2-core Intel Xeon (fuse+q4_1, compiled, 16 copy an
 tokens): 0 of 32 differed once drafted steps ran compiled; when every drafted step ran eager, the
 compiled engine's plain answers already differed from the eager engine's in 4 of 8 48-token chats.
 
+A full run on a 2-core AMD EPYC with AVX-512 (idle, median of 3 by tokens/s; labkit with drafts against
+without, at 1 / 2 / 8 / 16 clients): copy 1.59x / 1.37x / 1.08x / 1.05x (88-91 % of drafts kept), free
+1.06x / 0.89x / 0.97x / 1.09x, where it drafted 33, 12, 1 and 2 tokens in all: at 2 clients 12 drafted tokens
+cannot cost 11 %, so that row is the noise between the two runs, not the drafts. At 1 client on copies
+labkit with drafts ran 158.7 tokens/s against llama-server's best speculation (ngram-simple n=3) 103.9, 1.53x,
+and labkit without drafts ran 1.07x / 1.40x / 1.33x / 1.51x llama-server without on copies, 1.03x / 1.49x /
+1.53x / 1.33x on free text (64-token answers, each request with a system line of its own; `bench serve`'s
+shorter answers behind a shared system prompt weigh TTFT more, and there labkit trailed at one client).
+
 Records: at every workload and level, labkit with drafts against labkit without (the gain speculation
 brings, same process) and against llama-server with its drafts (like with like: both speculate, both read
 Q4_1 weights).
