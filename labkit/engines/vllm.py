@@ -180,6 +180,8 @@ def remove_rendezvous(temp: Path, shared_memory: Path = Path("/dev/shm")) -> Non
     """Remove what a stopped vLLM leaves behind: the file its ranks met through, vllm_dist_<id>, in its own
     temporary folder `temp` (deleted too), and the shared-memory segments of its tensor-parallel all-reduce
     named after that file (vllm_dist_<id>-tp:0-[0-1]-cpushm_<rank>, 4 MB each), which vLLM does not unlink.
+    The launcher's sweep removes them too when a rank still maps them at stop; found by name here, they go
+    even when the server died before it was stopped.
 
         >>> remove_rendezvous(Path("/tmp/vllm-temp-ab12"))
     """

@@ -211,12 +211,13 @@ class Speculator:
         room = manager.draft_room()  # free blocks that hold no prefix: counted once, less what drafts take
         for seq in decodes:
             draft = self.propose(seq, max(0, budget - tokens), rows, tokens)
-            while draft and not fits(manager.draft_blocks(seq, len(draft)), room):
+            needed = manager.draft_blocks(seq, len(draft))  # (global, local) blocks
+            while draft and not fits(needed, room):
                 draft = draft[:-1]
-            if draft:
                 needed = manager.draft_blocks(seq, len(draft))
-                room = (room[0] - needed[0], room[1] - needed[1])
+            if draft:
                 manager.reserve_drafts(seq, len(draft))
+                room = (room[0] - needed[0], room[1] - needed[1])
             drafts.append(draft)
             tokens, self.drafted = tokens + len(draft), self.drafted + len(draft)
         return tuple(drafts) + ((),) * (rows - len(decodes))
