@@ -133,7 +133,8 @@ class Engine:
             None if window is None else window.allocator,
             None if window is None else model.config.sliding_window,
         )
-        self.speculator = speculator_for(speculation, self.block_manager)  # None without speculation
+        # None without speculation; an early-exit draft reads the model's first layers from the pool
+        self.speculator = speculator_for(speculation, self.block_manager, model, self.pool)
         self.scheduler = Scheduler(
             self.config, self.block_manager, self.speculator and self.speculator.drafts
         )

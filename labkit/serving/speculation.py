@@ -1,11 +1,13 @@
-"""Speculative decoding inside the serving engine: prompt lookup (n-gram) drafts, verified in the batch.
+"""Speculative decoding inside the serving engine: prompt lookup (n-gram) or early-exit drafts, verified in
+the batch.
 
 `Engine(..., speculation=Speculation())` (engine-wide, like vLLM's `speculative_config`): at each step,
 every decoding request that may draft (one sample, no json_schema, grammar or thinking budget) looks up
 the last n-gram of its own prompt + output earlier in it (`PromptLookupDrafter` of notebook 09, kept as
 an index of the request's n-grams that grows with its tokens: labkit.speculative.ngram_index) and
 feeds its pending token and up to k of the tokens that followed there, in the SAME packed forward pass
-as every other row; the runner returns the logits at each fed position of a drafted row. Then, position
+as every other row (or, with method "early_exit", up to k greedy tokens of the model's own first layers:
+labkit.serving.self_draft); the runner returns the logits at each fed position of a drafted row. Then, position
 by position with the request's own transforms and generator, notebook 09's rule decides
 (`labkit.speculative.rule`): greedy keeps drafts while each equals the argmax (`verify_greedy`: the
 output is `labkit.generate`'s exactly); sampling keeps draft x with probability p(x), else resamples
@@ -28,7 +30,9 @@ its drafts' acceptance (a first draft token it did not feed still scores: was it
 engine's decode step time is fitted as a + b x (tokens fed) over its recent ones (`StepCost`). A request's k
 is the one in 0..max_draft that maximises the step's tokens per second,
 (rows - 1 + E(alpha, k)) / (a + b (tokens + k)), E of Leviathan et al.'s eq. 1
-(`expected_tokens_per_step`): k = 0 when verifying costs more than it saves.
+(`expected_tokens_per_step`): k = 0 when verifying costs more than it saves. An early-exit draft also
+costs its own passes, d seconds a token (measured; the steps' fit leaves them out): the denominator gains
+d k, and a request at k = 0 drafts one token now and then (GUESS_EVERY) to keep scoring its acceptance.
 
     >>> engine = Engine(model, tokenizer, speculation=Speculation(max_draft=4))
     >>> engine.metrics(request_id).draft_n_accepted      # drafts kept (llama-server's timings name)
@@ -43,15 +47,23 @@ from dataclasses import dataclass, field
 import torch
 
 from labkit.core.arguments import InvalidArgument, check_int
+from labkit.core.llama import Llama
 from labkit.serving.block_manager import BlockManager
 from labkit.serving.draft_slots import fits
 from labkit.serving.request import EngineRequest
+from labkit.serving.self_draft import EarlyExitDraft
 from labkit.serving.step_output import StepMetrics
 from labkit.speculative.ngram_index import NgramIndex
 from labkit.speculative.policy import SamplingPolicy
 from labkit.speculative.rule import expected_tokens_per_step, verify, verify_greedy
+from labkit.timing import clock
 
-METHODS = ("ngram",)  # prompt lookup over the request's own tokens (vLLM's "ngram", its prompt_lookup_*)
+# "ngram": prompt lookup over the request's own tokens (vLLM's "ngram", its prompt_lookup_*); "early_exit":
+# the model's own first exit_layer layers and its head (LayerSkip's self-speculation, notebook 09)
+METHODS = ("ngram", "early_exit")
+# A request whose early-exit draft is off drafts one token, unfed, to score it: after GUESS_EVERY steps off,
+# then 2x, 4x ... as many (a guess costs a draft pass; every 8 steps, 4 % of SmolLM2's decode time)
+GUESS_EVERY = 8
 # A request's acceptance before it has drafted. Low, so that a request drafts once its lookup's guesses (scored
 # without feeding them) have come true: with 0.5 every request first drafted a few steps, and on free text at
 # 8 requests those failed drafts cost 0.92x against 1.01x with 0.2; copy chats kept 2.03x (float32 SmolLM2,
@@ -68,13 +80,15 @@ PRIOR_TOKEN_COST = 0.25
 class Speculation:
     """Engine-wide speculative decoding (`Engine(..., speculation=...)`).
 
-    method: "ngram", prompt lookup over the request's own prompt and output (no draft model).
+    method: "ngram", prompt lookup over the request's own prompt and output (no draft model); "early_exit",
+    greedy drafts of the model's first `exit_layer` layers and its head (a Llama's; labkit.serving.self_draft).
     max_draft: the most draft tokens a request feeds in one step. min_ngram / max_ngram: the n-gram sizes
     looked up, longest first (vLLM's prompt_lookup_min / prompt_lookup_max). adaptive: each request's draft
     length follows its acceptance and the engine's measured step cost (module doc); False: always
     max_draft (as many as the lookup gives).
 
         >>> Speculation(max_draft=4, min_ngram=1, max_ngram=3)
+        >>> Speculation("early_exit", max_draft=2, exit_layer=8)
     """
 
     method: str = "ngram"
@@ -82,18 +96,22 @@ class Speculation:
     min_ngram: int = 1
     max_ngram: int = 3
     adaptive: bool = True
+    exit_layer: int = 8
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
             raise InvalidArgument(
                 f"Speculation.method must be one of {', '.join(map(repr, METHODS))} (prompt lookup over the "
-                f"request's own tokens), got {self.method!r}.",
+                f"request's own tokens, or the model's first exit_layer layers), got {self.method!r}.",
                 "method",
                 self.method,
             )
         check_int("Speculation.max_draft", self.max_draft, minimum=1, maximum=64, note="tokens per step")
         check_int("Speculation.min_ngram", self.min_ngram, minimum=1, note="tokens looked up")
         check_int("Speculation.max_ngram", self.max_ngram, minimum=1, note="tokens looked up")
+        check_int(
+            "Speculation.exit_layer", self.exit_layer, minimum=1, note="layers an early-exit draft runs"
+        )
         if self.min_ngram > self.max_ngram:
             raise InvalidArgument(
                 f"Speculation.min_ngram ({self.min_ngram}) must be at most max_ngram ({self.max_ngram}).",
@@ -116,6 +134,7 @@ class DraftState:
     alpha: float = ALPHA_PRIOR  # moving average of its drafts' acceptance, per verified position
     guess: tuple[int, int] | None = None  # (index, token): a first draft token not fed, scored next step
     lookup: NgramIndex = field(default_factory=NgramIndex)  # its n-grams, indexed as its tokens grow
+    idle: int = 0  # steps its early-exit draft was off (k = 0) in a row
 
     def observe(self, accepted: bool) -> None:
         self.alpha += ALPHA_WEIGHT * (float(accepted) - self.alpha)
@@ -138,7 +157,8 @@ def may_draft(seq: EngineRequest) -> bool:
 
 class StepCost:
     """The engine's step time as a + b x (tokens fed), least squares over its last `window` steps; a
-    prior (1, PRIOR_TOKEN_COST), in units of a step, before MIN_FIT_STEPS steps of different sizes.
+    prior (1, PRIOR_TOKEN_COST) in units of a step before any step, then in units of the mean step's
+    seconds until MIN_FIT_STEPS steps of different sizes.
 
         >>> cost = StepCost(); [cost.add(n, 0.01 + 0.002 * n) for n in (1, 9, 1, 4, 30, 2, 2, 5)]
         >>> cost.fit()          # (0.01, 0.002)
@@ -151,30 +171,34 @@ class StepCost:
         self.points.append((n_tokens, seconds))
 
     def fit(self) -> tuple[float, float]:
-        """(a, b): seconds per step and per token fed (b >= 0, a > 0)."""
-        if len(self.points) < MIN_FIT_STEPS:
+        """(a, b): seconds per step and per token fed (b >= 0, a > 0); (1, PRIOR_TOKEN_COST) before any step."""
+        if not self.points:
             return 1.0, PRIOR_TOKEN_COST
         n = torch.tensor([p[0] for p in self.points], dtype=torch.float64)
         t = torch.tensor([p[1] for p in self.points], dtype=torch.float64)
-        spread = float(((n - n.mean()) ** 2).sum())
-        if spread < 1 or float(t.mean()) <= 0:
-            return 1.0, PRIOR_TOKEN_COST
+        spread, mean = float(((n - n.mean()) ** 2).sum()), max(float(t.mean()), 1e-9)
+        if len(self.points) < MIN_FIT_STEPS or spread < 1:
+            return mean, PRIOR_TOKEN_COST * mean
         b = max(0.0, float(((n - n.mean()) * (t - t.mean())).sum()) / spread)
         a = max(float(t.mean()) - b * float(n.mean()), 0.05 * float(t.mean()))  # a noisy fit stays positive
         return a, b
 
 
-def best_draft_length(alpha: float, most: int, rows: int, tokens: int, a: float, b: float) -> int:
-    """k in 0..most maximising the step's tokens per second (rows - 1 + E(alpha, k)) / (a + b (tokens + k)):
-    the other rows' tokens, one each, and this one's expected tokens, over the step's cost with k more
-    tokens fed (tokens: those the step feeds already). The smallest k on a tie.
+def best_draft_length(
+    alpha: float, most: int, rows: int, tokens: int, a: float, b: float, draft: float = 0.0
+) -> int:
+    """k in 0..most maximising the step's tokens per second
+    (rows - 1 + E(alpha, k)) / (a + b (tokens + k) + draft k): the other rows' tokens, one each, and this
+    one's expected tokens, over the step's cost with k more tokens fed (tokens: those the step feeds
+    already) and k draft passes of `draft` each (0 for prompt lookup). The smallest k on a tie.
 
         >>> best_draft_length(0.8, 4, rows=1, tokens=1, a=1.0, b=0.01)      # cheap tokens: 4
         >>> best_draft_length(0.8, 4, rows=8, tokens=8, a=0.01, b=1.0)      # compute-bound: 0
+        >>> best_draft_length(0.8, 4, rows=1, tokens=1, a=1.0, b=0.01, draft=1.0)   # a draft costs a step: 0
     """
     return max(
         range(most + 1),
-        key=lambda k: (rows - 1 + expected_tokens_per_step(alpha, k)) / (a + b * (tokens + k)),
+        key=lambda k: (rows - 1 + expected_tokens_per_step(alpha, k)) / (a + b * (tokens + k) + draft * k),
     )
 
 
@@ -182,10 +206,13 @@ class Speculator:
     """The engine's drafting and verification (module doc): `drafts` for the scheduler, `verify` for the
     engine's postprocess, `add_step` for the cost fit; `drafted` and `accepted` count the latest step's."""
 
-    def __init__(self, speculation: Speculation, block_manager: BlockManager):
-        self.speculation, self.block_manager = speculation, block_manager
+    def __init__(
+        self, speculation: Speculation, block_manager: BlockManager, self_draft: EarlyExitDraft | None = None
+    ):
+        self.speculation, self.block_manager, self.self_draft = speculation, block_manager, self_draft
         self.cost = StepCost()
         self.drafted = self.accepted = 0  # draft tokens fed and kept in the latest step scheduled
+        self.draft_seconds = 0.0  # spent drafting in the latest step scheduled (left out of its cost)
 
     def state(self, seq: EngineRequest) -> DraftState | None:
         """seq's DraftState, made on first use; None for a request that does not draft."""
@@ -208,6 +235,7 @@ class Speculator:
         """
         drafts, manager = [], self.block_manager
         self.drafted = self.accepted = 0  # a new step
+        start, self.draft_seconds = clock(), 0.0
         room = manager.draft_room()  # free blocks that hold no prefix: counted once, less what drafts take
         for seq in decodes:
             draft = self.propose(seq, max(0, budget - tokens), rows, tokens)
@@ -220,6 +248,7 @@ class Speculator:
                 room = (room[0] - needed[0], room[1] - needed[1])
             drafts.append(draft)
             tokens, self.drafted = tokens + len(draft), self.drafted + len(draft)
+        self.draft_seconds = clock() - start
         return tuple(drafts) + ((),) * (rows - len(decodes))
 
     def propose(self, seq: EngineRequest, room: int, rows: int, tokens: int) -> tuple[int, ...]:
@@ -236,6 +265,8 @@ class Speculator:
         own = seq.max_draft  # the request's own cap (RequestSpec.max_draft; None: none)
         cap = self.speculation.max_draft if own is None else min(own, self.speculation.max_draft)
         most = min(cap, seq.config.max_new_tokens - len(seq.output_ids) - 1)  # the target adds one of its own
+        if self.self_draft is not None:
+            return self.early_exit(seq, state, min(most, room), rows, tokens)
         draft = state.lookup.propose(seq.token_ids, most) if most > 0 else []
         if not draft:
             return ()
@@ -246,6 +277,29 @@ class Speculator:
         if most == 0:
             state.guess = (len(seq), draft[0])
         return tuple(draft[:most])
+
+    def early_exit(self, seq: EngineRequest, state: DraftState, most: int, rows: int, tokens: int) -> tuple:
+        """propose's early-exit draft: k chosen first (adaptive: from the fitted step cost and the draft's own
+        measured cost a token), then k greedy tokens of the first layers; at k = 0 one token, not fed but
+        scored next step, after GUESS_EVERY steps off, then 2x, 4x ... as many."""
+        if most <= 0:
+            return ()
+        k = most
+        if self.speculation.adaptive:
+            a, b = self.cost.fit()
+            k = best_draft_length(state.alpha, most, rows, tokens, a, b, self.draft_cost(a))
+        state.k, state.idle = k, 0 if k else state.idle + 1
+        if state.idle >= GUESS_EVERY and state.idle & (state.idle - 1) == 0:  # a power of two
+            state.guess = (len(seq), self.self_draft.propose(seq, 1)[0])
+        return self.self_draft.propose(seq, k)
+
+    def draft_cost(self, a: float) -> float:
+        """An early-exit draft token's cost in the units of the step fit's a (seconds once a step is
+        measured): measured once it has drafted, else the share of the model's layers it runs."""
+        share = self.self_draft.exit_layer / self.self_draft.n_layers
+        if not self.cost.points:
+            return share  # a is 1 step
+        return self.self_draft.seconds_per_token or share * a
 
     def verify(
         self, seq: EngineRequest, draft: tuple[int, ...], logits: torch.Tensor, choose: Callable, now: float
@@ -282,13 +336,16 @@ class Speculator:
         a prompt's tokens cost less each than a decode's (one wide matrix product, no per-row work), and
         would make drafts look cheap (SmolLM2-135M on 2 busy cores: 1.2 ms a token fitted over every step,
         6-13 ms over decode steps alone)."""
-        if metrics.kind == "decode":
-            self.cost.add(metrics.n_tokens, metrics.duration_s)
+        if metrics.kind == "decode":  # drafting's own time is costed apart (draft_cost)
+            self.cost.add(metrics.n_tokens, max(metrics.duration_s - self.draft_seconds, 1e-9))
 
 
-def speculator_for(speculation: Speculation | None, block_manager: BlockManager) -> Speculator | None:
+def speculator_for(
+    speculation: Speculation | None, block_manager: BlockManager, model=None, pool=None
+) -> Speculator | None:
     """The engine's Speculator for `speculation`, None for None; refused for anything but a Speculation.
-    A Gemma3's drafts take slots in both of its pools and roll back in both (labkit.serving.draft_slots)."""
+    A Gemma3's drafts take slots in both of its pools and roll back in both (labkit.serving.draft_slots).
+    model, pool: the engine's, for an early-exit draft (a Llama's only)."""
     if speculation is None:
         return None
     if not isinstance(speculation, Speculation):
@@ -296,4 +353,13 @@ def speculator_for(speculation: Speculation | None, block_manager: BlockManager)
             f"speculation must be a Speculation (labkit.serving.speculation) or None, got "
             f"{type(speculation).__name__}: e.g. Speculation(max_draft=4)."
         )
-    return Speculator(speculation, block_manager)
+    if speculation.method != "early_exit":
+        return Speculator(speculation, block_manager)
+    if not isinstance(model, Llama):
+        raise InvalidArgument(
+            f"Speculation method 'early_exit' drafts with a Llama's first layers; this engine runs "
+            f"{type(model).__name__}: use method 'ngram'.",
+            "method",
+            speculation.method,
+        )
+    return Speculator(speculation, block_manager, EarlyExitDraft(model, pool, speculation.exit_layer))

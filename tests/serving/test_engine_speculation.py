@@ -316,7 +316,7 @@ def test_draft_length_follows_acceptance_and_step_cost():
 
 def test_bad_speculation_is_refused(tiny, tokenizer):
     for bad, match in [
-        ({"method": "eagle"}, "method must be one of 'ngram'"),
+        ({"method": "eagle"}, "method must be one of 'ngram', 'early_exit'"),
         ({"max_draft": 0}, "max_draft must be"),
         ({"max_draft": 2.5}, "max_draft must be"),
         ({"max_draft": True}, "max_draft must be"),

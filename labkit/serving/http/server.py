@@ -238,6 +238,14 @@ def add_pool_arguments(parser: argparse.ArgumentParser) -> None:
         "ngram-simple): at most K draft tokens a request a step, fewer where they do not pay "
         "(default: off); a request may lower it with speculative.n_max",
     )
+    parser.add_argument(
+        "--draft-exit-layer",
+        type=int,
+        default=None,
+        metavar="L",
+        help="with --speculative-tokens: draft with the model's own first L layers and its head (early "
+        "exit) instead of prompt lookup; a Llama's only (SmolLM2)",
+    )
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -261,6 +269,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.n_blocks,
         args.n_window_blocks,
         args.speculative_tokens,
+        args.draft_exit_layer,
     )
     try:
         args.options = options.check()
@@ -297,13 +306,15 @@ def start_server(
     n_blocks: int | None = None,
     n_window_blocks: int | None = None,
     speculative_tokens: int | None = None,
+    draft_exit_layer: int | None = None,
 ) -> ServerHandle:
     """Start `python -m labkit serve` in the background (port 0: a free one) and wait until it answers.
     Every argument is checked first: a bad one raises an error naming it, and no process starts.
     env: variables set for the server process on top of this one's, e.g. {"OMP_WAIT_POLICY": "ACTIVE"}.
     chunked_prefill, max_num_batched_tokens: the engine's scheduling; compile: its decode step compiled;
     n_blocks, n_window_blocks: its KV pools, None the engine's defaults (ServerOptions). speculative_tokens:
-    prompt-lookup speculation, at most that many draft tokens a step (None: off). timeout: seconds to
+    prompt-lookup speculation, at most that many draft tokens a step (None: off); draft_exit_layer: draft
+    with the model's first that many layers instead. timeout: seconds to
     wait until it answers (None: START_TIMEOUT_S, plus COMPILE_TIMEOUT_S with compile).
 
         >>> with start_server(max_num_seqs=4, chunked_prefill=True) as server:
@@ -321,6 +332,7 @@ def start_server(
         n_blocks,
         n_window_blocks,
         speculative_tokens,
+        draft_exit_layer,
     ).check()
     check_address(host, port)
     if timeout is None:

@@ -36,6 +36,8 @@ class ServerOptions:
     n_window_blocks: int | None = None  # a Gemma3's sliding-window layers' pool; None: the engine's default
     # speculative decoding by prompt lookup: at most this many draft tokens a request a step; None: off
     speculative_tokens: int | None = None
+    # drafts by the model's own first layers instead (early exit, labkit.serving.self_draft); None: lookup
+    draft_exit_layer: int | None = None
 
     def check(self) -> ServerOptions:
         """These options with every field checked and the steps put in their canonical form."""
@@ -56,6 +58,14 @@ class ServerOptions:
                 check_int(name, getattr(self, name), minimum=1)
         if self.speculative_tokens is not None:
             check_int("speculative_tokens", self.speculative_tokens, minimum=1, maximum=MAX_DRAFT)
+        if self.draft_exit_layer is not None:
+            check_int(
+                "draft_exit_layer", self.draft_exit_layer, minimum=1, note="layers an early-exit draft runs"
+            )
+            if self.speculative_tokens is None:
+                raise ValueError(
+                    "draft_exit_layer drafts for speculative decoding: set speculative_tokens too."
+                )
         try:
             return replace(self, optimize=check_steps(self.optimize))
         except ValueError as error:
@@ -79,6 +89,7 @@ class ServerOptions:
             ("--n-blocks", self.n_blocks),
             ("--n-window-blocks", self.n_window_blocks),
             ("--speculative-tokens", self.speculative_tokens),
+            ("--draft-exit-layer", self.draft_exit_layer),
         ):
             args += [flag, str(value)] if value is not None else []
         return args
@@ -87,7 +98,11 @@ class ServerOptions:
         """The engine's `Speculation` (labkit.serving.speculation), or None without speculative_tokens."""
         from labkit.serving.speculation import Speculation  # here, not at the top: it loads torch
 
-        return None if self.speculative_tokens is None else Speculation(max_draft=self.speculative_tokens)
+        if self.speculative_tokens is None:
+            return None
+        if self.draft_exit_layer is None:
+            return Speculation(max_draft=self.speculative_tokens)
+        return Speculation("early_exit", max_draft=self.speculative_tokens, exit_layer=self.draft_exit_layer)
 
     def scheduling(self) -> str:
         """How the engine schedules prompts, as a settings table says it.

@@ -78,11 +78,21 @@ def test_a_bad_n_max_is_a_400_naming_it(service):
         assert answer.json()["error"]["param"] == "speculative.n_max"
 
 
-def test_the_command_line_turns_speculation_on():
+def test_the_command_line_turns_speculation_on(capsys):
     options = parse_args(["--speculative-tokens", "3"]).options
     assert options.speculation() == Speculation(max_draft=3)
     assert parse_args(options.argv()).options == options
     assert parse_args([]).options.speculation() is None
+    early = parse_args(["--speculative-tokens", "2", "--draft-exit-layer", "8"]).options
+    assert early.speculation() == Speculation("early_exit", max_draft=2, exit_layer=8)
+    assert parse_args(early.argv()).options == early
+    for argv, words in (
+        (["--draft-exit-layer", "8"], "set speculative_tokens too"),
+        (["--speculative-tokens", "2", "--draft-exit-layer", "0"], "draft_exit_layer must be"),
+    ):
+        with pytest.raises(SystemExit):
+            parse_args(argv)
+        assert words in capsys.readouterr().err
 
 
 def test_the_load_tester_sends_extra_fields_and_keeps_each_answers_timings(service, one_thread):
