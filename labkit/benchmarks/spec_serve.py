@@ -30,6 +30,14 @@ labkit with drafts ran 158.7 tokens/s against llama-server's best speculation (n
 and labkit without drafts ran 1.07x / 1.40x / 1.33x / 1.51x llama-server without on copies, 1.03x / 1.49x /
 1.53x / 1.33x on free text (64-token answers, each request with a system line of its own; `bench serve`'s
 shorter answers behind a shared system prompt weigh TTFT more, and there labkit trailed at one client).
+A second full run on the same machine, hours later (idle, median of 3): copy 1.76x / 1.37x /
+1.07x / 1.08x (86-92 % kept), free 0.77x / 0.92x / 0.99x / 1.07x, where it drafted 29, 18, 17 and 0 tokens.
+The 0.77x row ran slower all through, TTFT 63 against 52 ms and every token 8.8 against 7.0 ms, which 29
+drafted tokens cannot cost; the same 16 requests against one in-process server, drafts and none in turns,
+measured 1.03x and 0.89x with the same TTFT, and the three repeats of one row spread 13 % at 16 clients: on
+this VM a level's speed moves more than free-text drafts cost. labkit with drafts ran 1.34x llama-server's
+best speculation at 1 client on copies; without drafts, 1.03x / 1.51x / 1.56x / 1.49x llama-server without
+on copies and 1.04x / 1.53x / 1.57x / 1.45x on free text.
 
 Records: at every workload and level, labkit with drafts against labkit without (the gain speculation
 brings, same process) and against llama-server with its drafts (like with like: both speculate, both read

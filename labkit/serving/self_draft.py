@@ -32,6 +32,7 @@ import torch
 from labkit.core.arguments import check_int
 from labkit.core.kv_cache import KVCache
 from labkit.core.paged import BlockPool
+from labkit.serving.compiled_step import read_slots
 from labkit.serving.request import EngineRequest
 from labkit.speculative.drafters import early_exit_model
 from labkit.timing import clock
@@ -59,9 +60,7 @@ class EarlyExitDraft:
         keys, values = self.pool.keys, self.pool.values  # [L, H, N, B, D]
         _, heads, n_blocks, block_size, dim = keys.shape
         cached = seq.num_cached_tokens
-        positions = torch.arange(cached)
-        table = torch.tensor(seq.block_table, dtype=torch.long)
-        slots = table[positions // block_size] * block_size + positions % block_size  # [cached]
+        slots = read_slots([seq.block_table], torch.tensor([cached]), cached, block_size)[0]  # [cached]
         cache = KVCache(self.exit_layer, 1, heads, cached + room, dim, keys.dtype, keys.device)
         for pooled, dense in ((keys, cache.keys), (values, cache.values)):
             flat = pooled[: self.exit_layer].reshape(self.exit_layer, heads, n_blocks * block_size, dim)
