@@ -130,6 +130,7 @@ def build_engine(options: ServerOptions):
             max_num_batched_tokens=options.max_num_batched_tokens,
             step_history=STEP_HISTORY,
             compile_decode=options.compile,
+            **({} if options.block_size is None else {"block_size": options.block_size}),
             n_blocks=options.n_blocks,
             n_window_blocks=options.n_window_blocks,
             speculation=options.speculation(),
@@ -214,12 +215,20 @@ def argument_parser() -> argparse.ArgumentParser:
 def add_pool_arguments(parser: argparse.ArgumentParser) -> None:
     """The engine's KV pools and speculation, on `python -m labkit serve`'s parser."""
     parser.add_argument(
+        "--block-size",
+        type=int,
+        default=None,
+        metavar="B",
+        help="tokens per KV-cache block (default: 16); the prefix cache reuses whole blocks, so smaller "
+        "blocks find more of a shared prompt (vLLM's --block-size)",
+    )
+    parser.add_argument(
         "--n-blocks",
         type=int,
         default=None,
         metavar="N",
-        help="KV-cache blocks of 16 tokens in the pool, a Gemma3's global layers' (default: 1024 tokens "
-        "a sequence, or the context if shorter, times --max-num-seqs)",
+        help="KV-cache blocks of --block-size tokens in the pool, a Gemma3's global layers' (default: 1024 "
+        "tokens a sequence, or the context if shorter, times --max-num-seqs)",
     )
     parser.add_argument(
         "--n-window-blocks",
@@ -266,10 +275,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.chunked_prefill,
         args.max_num_batched_tokens,
         args.compile,
-        args.n_blocks,
-        args.n_window_blocks,
-        args.speculative_tokens,
-        args.draft_exit_layer,
+        block_size=args.block_size,
+        n_blocks=args.n_blocks,
+        n_window_blocks=args.n_window_blocks,
+        speculative_tokens=args.speculative_tokens,
+        draft_exit_layer=args.draft_exit_layer,
     )
     try:
         args.options = options.check()
@@ -303,6 +313,7 @@ def start_server(
     chunked_prefill: bool = False,
     max_num_batched_tokens: int | None = None,
     compile: bool = False,
+    block_size: int | None = None,
     n_blocks: int | None = None,
     n_window_blocks: int | None = None,
     speculative_tokens: int | None = None,
@@ -312,7 +323,7 @@ def start_server(
     Every argument is checked first: a bad one raises an error naming it, and no process starts.
     env: variables set for the server process on top of this one's, e.g. {"OMP_WAIT_POLICY": "ACTIVE"}.
     chunked_prefill, max_num_batched_tokens: the engine's scheduling; compile: its decode step compiled;
-    n_blocks, n_window_blocks: its KV pools, None the engine's defaults (ServerOptions). speculative_tokens:
+    block_size, n_blocks, n_window_blocks: its KV pools, None the engine's defaults (ServerOptions). speculative_tokens:
     prompt-lookup speculation, at most that many draft tokens a step (None: off); draft_exit_layer: draft
     with the model's first that many layers instead. timeout: seconds to
     wait until it answers (None: START_TIMEOUT_S, plus COMPILE_TIMEOUT_S with compile).
@@ -329,10 +340,11 @@ def start_server(
         chunked_prefill,
         max_num_batched_tokens,
         compile,
-        n_blocks,
-        n_window_blocks,
-        speculative_tokens,
-        draft_exit_layer,
+        block_size=block_size,
+        n_blocks=n_blocks,
+        n_window_blocks=n_window_blocks,
+        speculative_tokens=speculative_tokens,
+        draft_exit_layer=draft_exit_layer,
     ).check()
     check_address(host, port)
     if timeout is None:

@@ -32,6 +32,9 @@ class ServerOptions:
     chunked_prefill: bool = False  # vLLM V1's scheduling: prompts fed in chunks beside the running decodes
     max_num_batched_tokens: int | None = None  # tokens per step (None: the engine's default for the policy)
     compile: bool = False  # decode steps compiled per batch size at start-up (labkit.serving.compiled_step)
+    block_size: int | None = (
+        None  # tokens per KV block (the prefix cache reuses whole blocks); None: the engine's
+    )
     n_blocks: int | None = None  # KV blocks in the pool (a Gemma3's: its global layers'); None: the engine's
     n_window_blocks: int | None = None  # a Gemma3's sliding-window layers' pool; None: the engine's default
     # speculative decoding by prompt lookup: at most this many draft tokens a request a step; None: off
@@ -53,7 +56,7 @@ class ServerOptions:
         if self.max_num_batched_tokens is not None:
             check_int("max_num_batched_tokens", self.max_num_batched_tokens, minimum=self.max_num_seqs)
         # n_window_blocks for a model without sliding-window layers: the engine refuses it (EngineRefused)
-        for name in ("n_blocks", "n_window_blocks"):
+        for name in ("block_size", "n_blocks", "n_window_blocks"):
             if getattr(self, name) is not None:
                 check_int(name, getattr(self, name), minimum=1)
         if self.speculative_tokens is not None:
@@ -86,6 +89,7 @@ class ServerOptions:
         args += ["--compile"] if self.compile else []
         for flag, value in (
             ("--max-num-batched-tokens", self.max_num_batched_tokens),
+            ("--block-size", self.block_size),
             ("--n-blocks", self.n_blocks),
             ("--n-window-blocks", self.n_window_blocks),
             ("--speculative-tokens", self.speculative_tokens),

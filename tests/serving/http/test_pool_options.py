@@ -1,6 +1,6 @@
-"""`python -m labkit serve --n-blocks N --n-window-blocks N`: the command line sizes the engine's KV pools
-(Gemma-3-270M's global and sliding-window layers'), and a value the options or the engine refuse ends the
-command with an error naming the option, before it serves."""
+"""`python -m labkit serve --block-size B --n-blocks N --n-window-blocks N`: the command line sizes the
+engine's KV pools (Gemma-3-270M's global and sliding-window layers') and their blocks, and a value the options
+or the engine refuse ends the command with an error naming the option, before it serves."""
 
 import os
 import subprocess
@@ -31,8 +31,23 @@ def test_the_pool_options_reach_the_engine_the_server_builds():
 
 def test_no_pool_option_leaves_the_engine_its_defaults():
     options = parse_args([]).options
-    assert (options.n_blocks, options.n_window_blocks) == (None, None)
-    assert "--n-blocks" not in options.argv() and "--n-window-blocks" not in options.argv()
+    assert (options.block_size, options.n_blocks, options.n_window_blocks) == (None, None, None)
+    assert not {"--block-size", "--n-blocks", "--n-window-blocks"} & set(options.argv())
+
+
+@pytest.mark.slow  # loads SmolLM2
+def test_smaller_blocks_find_more_of_a_shared_prompt():
+    # two prompts that share their first 21 tokens: the prefix cache reuses whole blocks, 16 tokens with the
+    # engine's blocks of 16, 20 with blocks of 4
+    options = parse_args(["--block-size", "4", "--max-num-seqs", "2"]).options
+    assert options.block_size == 4 and parse_args(options.argv()).options == options
+    shared = list(range(1000, 1021))
+    for block_size, reused in ((None, 16), (4, 20)):
+        _, _, engine = build_engine(ServerOptions(max_num_seqs=2, block_size=block_size))
+        engine.generate_batch([shared + [7]], max_new_tokens=2)
+        second = engine.add_request(shared + [9], max_new_tokens=2)
+        engine.run_until_done()
+        assert engine.requests[second].prefix_cached_tokens == reused
 
 
 @pytest.mark.parametrize(
@@ -41,6 +56,7 @@ def test_no_pool_option_leaves_the_engine_its_defaults():
         (["--n-blocks", "0"], "n_blocks must be a whole number of 1 or more, got 0"),
         (["--n-window-blocks", "-3"], "n_window_blocks must be a whole number of 1 or more, got -3"),
         (["--n-blocks", "many"], "argument --n-blocks: invalid int value: 'many'"),
+        (["--block-size", "0"], "block_size must be a whole number of 1 or more, got 0"),
     ],
 )
 def test_a_bad_pool_size_is_refused_by_name(capsys, argv, message):
