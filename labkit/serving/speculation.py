@@ -180,7 +180,7 @@ class StepCost:
         if len(self.points) < MIN_FIT_STEPS or spread < 1:
             return mean, PRIOR_TOKEN_COST * mean
         b = max(0.0, float(((n - n.mean()) * (t - t.mean())).sum()) / spread)
-        a = max(float(t.mean()) - b * float(n.mean()), 0.05 * float(t.mean()))  # a noisy fit stays positive
+        a = max(mean - b * float(n.mean()), 0.05 * mean)  # a noisy fit stays positive
         return a, b
 
 
@@ -211,6 +211,7 @@ class Speculator:
     ):
         self.speculation, self.block_manager, self.self_draft = speculation, block_manager, self_draft
         self.cost = StepCost()
+        self.fitted = self.cost.fit()  # (a, b) of the step being scheduled: fitted once a step, not per row
         self.drafted = self.accepted = 0  # draft tokens fed and kept in the latest step scheduled
         self.draft_seconds = 0.0  # spent drafting in the latest step scheduled (left out of its cost)
 
@@ -236,6 +237,7 @@ class Speculator:
         drafts, manager = [], self.block_manager
         self.drafted = self.accepted = 0  # a new step
         start, self.draft_seconds = clock(), 0.0
+        self.fitted = self.cost.fit()
         room = manager.draft_room()  # free blocks that hold no prefix: counted once, less what drafts take
         for seq in decodes:
             draft = self.propose(seq, max(0, budget - tokens), rows, tokens)
@@ -272,7 +274,7 @@ class Speculator:
             return ()
         most = min(len(draft), room)
         if self.speculation.adaptive:
-            most = best_draft_length(state.alpha, most, rows, tokens, *self.cost.fit())
+            most = best_draft_length(state.alpha, most, rows, tokens, *self.fitted)
         state.k = most
         if most == 0:
             state.guess = (len(seq), draft[0])
@@ -286,7 +288,7 @@ class Speculator:
             return ()
         k = most
         if self.speculation.adaptive:
-            a, b = self.cost.fit()
+            a, b = self.fitted
             k = best_draft_length(state.alpha, most, rows, tokens, a, b, self.draft_cost(a))
         state.k, state.idle = k, 0 if k else state.idle + 1
         if state.idle >= GUESS_EVERY and state.idle & (state.idle - 1) == 0:  # a power of two
