@@ -1,7 +1,8 @@
 """The servers `python -m labkit.bench serve` compares, each with the settings it runs at its best.
 
-    labkit server, float32      labkit's Llama, float32 weights, its engine's continuous batching, its
-                                decode step compiled per batch size (eager with --quick: no compile)
+    labkit server, float32      labkit's Llama, float32 weights packed for oneDNN's matmul (as vLLM's CPU
+                                build runs its own), its engine's continuous batching, its decode step
+                                compiled per batch size (eager with --quick: no compile)
     labkit server, fuse+q4_1    the same with fused projections and Q4_1 weights on labkit's own kernel
                                 (labkit.fast.optimize: Q4_1 x Q8_1 for every row of a batch, head Q8_0),
                                 its decode step compiled per batch size (labkit.serving.compiled_step;
@@ -42,6 +43,11 @@ LABKIT_FLOAT32, FASTEST_LABKIT, LLAMA_SERVER = (
 VLLM, VLLM_ALL_CORES = "vLLM CPU", "vLLM CPU, all cores"
 VLLMS = (VLLM, VLLM_ALL_CORES)  # one peer at two thread settings: the aims take the better one
 FASTEST = ("fuse", "q4_1")
+# labkit float32 on oneDNN's matmul (labkit.fast.onednn_linear) rather than F.linear's MKL sgemm, which at a few
+# rows is slow on a weight far larger than the caches. The engine's compiled decode step, measured in one process
+# (idle 2-core AMD EPYC with AVX-512, medians of 30 steps), at 1 / 2 / 4 / 16 rows: F.linear 39-41 / 90-96 /
+# 93 / 107 ms, onednn 34-39 / 40-50 / 48-56 / 76-82 ms; a prefill of 530-540 tokens 945 against 460-557 ms.
+FLOAT32 = ("onednn",)
 # labkit's servers keep KV blocks of 4 tokens: the prefix cache reuses whole blocks, and bench serve's prompts
 # share a system prompt whose end falls inside a block. Measured in one process (fuse+q4_1, compiled, idle
 # 2-core AMD EPYC, medians of 30 prompts in turns): the first token of a prompt after that shared prefix took
@@ -146,8 +152,10 @@ def contenders(seats: int, quick: bool = False, vllm: bool | None = None) -> lis
     servers = [
         labkit_contender(
             LABKIT_FLOAT32,
-            ServerOptions(MODEL, max_num_seqs=seats, compile=not quick, block_size=BLOCK_SIZE),
-            "float32 weights",
+            ServerOptions(
+                MODEL, max_num_seqs=seats, optimize=FLOAT32, compile=not quick, block_size=BLOCK_SIZE
+            ),
+            "float32 weights packed for oneDNN's matmul",
         ),
         labkit_contender(
             FASTEST_LABKIT,

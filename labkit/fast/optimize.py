@@ -1,6 +1,7 @@
 """One entry point for labkit's fast batch-1 decode path: named steps applied to a model, in order.
 
     fuse   one matmul for q/k/v and one for gate/up per block (the same numbers, fewer calls)
+    onednn float32 weights packed once for oneDNN's matmul, as vLLM's CPU build runs them
     int8   weight-only int8 per output channel, every linear layer including the output head
     int4   weight-only int4, groups of 32 with a scale and a minimum (GGUF Q4_1's grid), head in int8
     q4_1   the same grid on labkit's own kernel: int8 activations, integer dot products (llama.cpp's way),
@@ -26,11 +27,13 @@ from torch import nn
 from labkit.core.gemma3 import Gemma3
 from labkit.core.llama import Llama, check_llama
 from labkit.fast.fuse import fuse_projections
+from labkit.fast.onednn_linear import pack_for_onednn
 from labkit.fast.precision import quantize_weights, to_bfloat16
 
 # name -> (what it does, the function applied to the model). The order here is the order allowed.
 STEPS: dict[str, tuple[str, Callable[[Llama], Llama]]] = {
     "fuse": ("fused QKV and gate/up projections", fuse_projections),
+    "onednn": ("float32 weights packed for oneDNN's matmul", pack_for_onednn),
     "int8": ("int8 weight-only, head included", partial(quantize_weights, scheme="int8")),
     "int4": ("int4 groups of 32 weight-only, head int8", partial(quantize_weights, scheme="int4")),
     "q4_1": (
@@ -39,15 +42,16 @@ STEPS: dict[str, tuple[str, Callable[[Llama], Llama]]] = {
     ),
     "bf16": ("bfloat16 for everything not quantized", to_bfloat16),
 }
-QUANTIZED = ("int8", "int4", "q4_1")  # at most one of these
+QUANTIZED = ("int8", "int4", "q4_1")
+WEIGHT_FORMATS = ("onednn", *QUANTIZED)  # at most one of these; onednn's float32 packing also excludes bf16
 APPLIED = "fast_steps"  # the model's attribute that records the steps optimize applied to it, in order
 
 
 def check_steps(steps: Sequence[str]) -> tuple[str, ...]:
     """Return steps as a tuple, or raise a ValueError that says what is allowed.
 
-    Steps must be known, each at most once, at most one of int8 / int4, in the order of STEPS
-    (fusing needs plain float layers, so it comes before quantizing).
+    Steps must be known, each at most once, at most one weight format (onednn, int8, int4, q4_1; onednn
+    not with bf16), in the order of STEPS (fusing needs plain float layers, so it comes before the rest).
 
         >>> check_steps(["fuse", "int4", "bf16"])
         ('fuse', 'int4', 'bf16')
@@ -63,8 +67,12 @@ def check_steps(steps: Sequence[str]) -> tuple[str, ...]:
         raise ValueError(f"Unknown steps {unknown}. Allowed, in this order: {allowed}.")
     if len(set(steps)) < len(steps):
         raise ValueError(f"Each step may appear once, got {tuple(steps)}.")
-    if sum(step in QUANTIZED for step in steps) > 1:
-        raise ValueError(f"Choose at most one of {', '.join(QUANTIZED)}.")
+    if sum(step in WEIGHT_FORMATS for step in steps) > 1:
+        raise ValueError(f"Choose at most one of {', '.join(WEIGHT_FORMATS)}.")
+    if "onednn" in steps and "bf16" in steps:
+        raise ValueError(
+            "onednn packs float32 weights and takes float32 activations: it cannot run with bf16."
+        )
     order = list(STEPS)
     if [order.index(step) for step in steps] != sorted(order.index(step) for step in steps):
         raise ValueError(f"Steps must come in this order: {allowed}; got {tuple(steps)}.")

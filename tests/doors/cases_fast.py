@@ -43,7 +43,7 @@ CASES = [
         "labkit.fast.optimize.optimize",
         lambda kit: optimize_twice(("int8",), ("int4",)),
         ValueError,
-        ("steps ('int4',)", "applied already ('int8',)", "at most one of int8, int4", "fresh model"),
+        ("steps ('int4',)", "applied already ('int8',)", "at most one of onednn, int8, int4", "fresh model"),
     ),
     Door(
         "labkit.fast.cost.kv_bytes_read",

@@ -20,7 +20,7 @@ def test_optimize_applies_the_steps_in_order_and_returns_the_model():
         optimize(labkit.tiny_model(impl="labkit"), ()).layers[0].self_attn.q_proj.weight.dtype
         == torch.float32
     )
-    assert list(STEPS) == ["fuse", "int8", "int4", "q4_1", "bf16"]
+    assert list(STEPS) == ["fuse", "onednn", "int8", "int4", "q4_1", "bf16"]
     q4 = optimize(labkit.tiny_model(impl="labkit"), ("fuse", "q4_1"))
     assert (
         type(q4.layers[0].mlp.down_proj).__name__ == "Q41Linear" and type(q4.lm_head).__name__ == "Q80Linear"
@@ -30,11 +30,14 @@ def test_optimize_applies_the_steps_in_order_and_returns_the_model():
 @pytest.mark.parametrize(
     "steps,message",
     [
-        (("fuse", "int3"), r"Unknown steps \[.int3.\]. Allowed, in this order: fuse, int8, int4, q4_1, bf16"),
+        (
+            ("fuse", "int3"),
+            r"Unknown steps \[.int3.\]. Allowed, in this order: fuse, onednn, int8, int4, q4_1, bf16",
+        ),
         ("fuse", "a tuple of step names"),
         (("fuse", "fuse"), "once"),
-        (("int8", "int4"), "at most one of int8, int4, q4_1"),
-        (("int8", "fuse"), "in this order: fuse, int8, int4, q4_1, bf16"),
+        (("int8", "int4"), "at most one of onednn, int8, int4, q4_1"),
+        (("int8", "fuse"), "in this order: fuse, onednn, int8, int4, q4_1, bf16"),
         (("bf16", "int4"), "in this order"),
     ],
 )
