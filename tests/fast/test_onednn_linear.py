@@ -86,3 +86,19 @@ def test_activations_of_another_dtype_or_width_are_refused_by_name():
         packed(torch.randn(2, 7))
     with pytest.raises(ValueError, match="2-D float32 weight"):
         OneDnnLinear(nn.Parameter(torch.zeros(4, 8, dtype=torch.float16)))
+
+
+@pytest.mark.slow  # compiles the decode step for batch sizes 1 and 2: about 20 s on 2 cores
+def test_the_engines_compiled_step_on_packed_weights_gives_each_prompt_what_it_gets_alone(
+    tokenizer, one_thread
+):
+    model = pack_for_onednn(labkit.tiny_model("labkit", seed=0))
+    prompts = ["Hi", "The sea is", "Once upon a time, in a land far away,"]
+    requests = [(prompt, {"max_new_tokens": n}) for prompt, n in zip(prompts, [6, 9, 4])]
+    engine = Engine(model, tokenizer, max_num_seqs=2, compile_decode=True)
+    ids = run_staggered(engine, requests, arrivals=[0, 1, 3])
+    assert engine.runner.compiled.steps > 0
+    for request_id, (prompt, options) in zip(ids, requests):
+        assert engine.requests[request_id].output_ids == labkit.generate_ids(
+            model, tokenizer, prompt, **options
+        )
