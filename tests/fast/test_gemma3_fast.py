@@ -43,7 +43,7 @@ def test_each_weight_step_runs_on_a_gemma3_and_keeps_its_logits_close(steps):
 def test_fuse_is_refused_for_a_gemma3_with_the_steps_it_takes():
     model = Gemma3(Gemma3Config.tiny())
     with pytest.raises(
-        ValueError, match=r'"fuse" runs on labkit\'s Llama only; a Gemma3 takes int8, int4, q4_1'
+        ValueError, match=r'"fuse" runs on labkit\'s Llama only; a Gemma3 takes onednn, int8, int4, q4_1'
     ):
         optimize(model, ("fuse", "q4_1"))
     assert not hasattr(model, "fast_steps") and isinstance(model.layers[0].mlp.up_proj, torch.nn.Linear)
