@@ -19,14 +19,14 @@ every closed-loop level and in goodput at every rate; labkit's fastest against v
 weights differ there: the record's peer name says float32). Aims: labkit's fastest at least 1.0x each peer
 at every level; labkit float32 at 16 clients at least 4x one at a time.
 
-The last full run (idle 2-core AMD EPYC with AVX-512, medians of 3, labkit's blocks of 4 tokens): labkit's
-fastest 0.95x llama-server at 1 client (91.8 against 97.1 tokens/s; TTFT p95 82 against 124 ms, a token
-9 against 8 ms at the median), 1.38x / 1.43x / 1.51x at 2 / 8 / 16 clients, goodput 1.00x / 1.00x / 1.06x
-at 1 / 2 / 4 requests a second, and 0.93x vLLM on all cores at 16 clients (200.1 against 215.0). labkit
-float32 on F.linear ran 0.73x / 0.45x / 0.61x / 0.62x vLLM float32's best at 1 / 2 / 8 / 16 clients. On
-weights packed for oneDNN (the float32 row since; its rows and vLLM's run again, same machine, idle) it ran
-1.06x / 1.03x / 0.94x / 0.89x (36.8 / 54.9 / 132.1 / 187.6 against 34.6 / 53.2 / 140.5 / 211.6 tokens/s),
-goodput 1.01x / 1.02x / 1.00x, TTFT p95 lower than vLLM's at every level.
+The last full run (idle 2-core AMD EPYC with AVX-512, a VM whose speed drifted during it, medians of 3;
+vLLM with tcmalloc and Intel OpenMP preloaded, as its docs ask; labkit's servers keeping freed memory):
+labkit's fastest 0.80x llama-server at 1 client (72.7 against 90.5 tokens/s), 1.07x / 1.45x / 1.51x at
+2 / 8 / 16 clients, goodput 1.00x / 1.01x / 1.08x at 1 / 2 / 4 requests a second; against vLLM's best
+1.99x / 1.74x / 1.36x / 0.94x. labkit float32 (oneDNN) ran 1.00x / 1.17x / 1.22x / 1.16x vLLM float32's
+best, goodput 1.00x / 1.03x / 1.03x, and beat labkit's fastest at 16 clients (211.7 against 171.7): one
+prefill of the 16 prompts (about 414 tokens) took 309-323 ms on oneDNN's float32 GEMM and 477-586 ms on
+the Q4_1 kernel (in process, same machine, same day), so the Q4_1 server's TTFT p50 was 988 ms there against 461.
 """
 
 from __future__ import annotations

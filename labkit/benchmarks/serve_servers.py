@@ -8,7 +8,8 @@
                                 its decode step compiled per batch size (labkit.serving.compiled_step;
                                 eager with --quick)
     llama-server                llama.cpp's own server on the shipped Q4_1 GGUF, one slot per seat
-    vLLM CPU                    vLLM 0.32's CPU build, float32, eager, 1 GiB of KV cache, its default threads
+    vLLM CPU                    vLLM 0.32's CPU build, float32, eager, 1 GiB of KV cache, its default threads,
+                                tcmalloc and Intel OpenMP preloaded as its CPU docs ask (labkit.engines.vllm)
     vLLM CPU, all cores         the same with an OpenMP thread on every core and none kept for its API server
 
 Only labkit's fastest row and llama-server both read 4-bit weights (both Q4_1 with 8-bit activations,
