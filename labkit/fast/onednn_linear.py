@@ -47,9 +47,8 @@ def onednn_linear(
     return torch.ops.mkldnn._linear_pointwise(x.contiguous(), packed, bias, "none", [], "")
 
 
-_LIBRARY.impl(
-    "onednn_linear", onednn_linear, "CompositeExplicitAutograd"
-)  # the packed weight is an MkldnnCPU tensor
+# CompositeExplicitAutograd, not CPU: the packed weight is an MkldnnCPU tensor, and dispatch follows it
+_LIBRARY.impl("onednn_linear", onednn_linear, "CompositeExplicitAutograd")
 
 
 @torch.library.register_fake("labkit::onednn_linear")
@@ -70,9 +69,8 @@ class OneDnnLinear(nn.Module):
         self.out_features, self.in_features = weight.shape
         self.weight = weight  # the layer's own parameter: a head tied to the embedding stays tied
         self.bias = bias
-        self.bias_data = (
-            None if bias is None else bias.detach()
-        )  # the op takes no tensor that asks for a gradient
+        # the op takes no tensor that asks for a gradient: the bias's data, detached once
+        self.bias_data = None if bias is None else bias.detach()
         with torch.no_grad():
             self.packed = torch.ops.mkldnn._reorder_linear_weight(
                 weight.detach(), None
