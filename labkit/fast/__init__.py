@@ -5,6 +5,7 @@ by `python -m labkit.bench fast` and checked by tests/fast/.
     precision.py  weight-only int8 / int4 with the output head too, bfloat16
     onednn_linear.py  float32 weights packed once for oneDNN's matmul (the step "onednn")
     threads.py    the torch thread count, measured (it is a setting of the process, not of the model)
+    repack.py     Q4_1 / Q8_0 weights repacked 16 rows at a time: the layout the q4_1 step's layers run on
     allocator.py  glibc's malloc keeps freed memory, so a serving step reuses its pages (a setting of the process)
     optimize.py   `optimize(model, steps)`: the one entry point, with its step names (STEPS)
     roofline.py   bytes read per token and the read bandwidth: how close a path runs to the memory limit

@@ -6,7 +6,9 @@ each SIMD path carries its own target attribute, so one build runs on AVX2-only 
 alike), into labkit's cache: `labkit.cache_dir() / "extensions"`, one folder per source and torch
 version. A later process finds the .so there and loads it in milliseconds. Loading registers the op
 `torch.ops.labkit.q4_1_linear(x, codes, scales, minimums, path="auto")` and its twin for Q8_0
-weights, `torch.ops.labkit.q8_0_linear(x, codes, scales, path="auto")`, and
+weights, `torch.ops.labkit.q8_0_linear(x, codes, scales, path="auto")`; the same products on weights
+repacked 16 rows at a time, `q4_1x16_linear` and `q8_0x16_linear` (labkit.fast.repack,
+q4_repack_kernel.cpp: what labkit's quantized layers run); and
 `torch.ops.labkit.row_attention(q, k, v, mask, scale, path="auto")` (labkit.fast.row_attention) and the
 decode attention over a quantized KV cache's codes, `torch.ops.labkit.kv_code_attention`
 (labkit.fast.code_attention, kv_code_attention.cpp) and its writer `torch.ops.labkit.kv_code_write`
@@ -40,8 +42,15 @@ from labkit.models.registry import cache_dir
 
 SOURCES = tuple(
     Path(__file__).with_name(name)
-    for name in ("q4_kernel.cpp", "attention_kernel.cpp", "kv_code_attention.cpp", "kv_code_write.cpp")
+    for name in (
+        "q4_kernel.cpp",
+        "q4_repack_kernel.cpp",
+        "attention_kernel.cpp",
+        "kv_code_attention.cpp",
+        "kv_code_write.cpp",
+    )
 )
+HEADERS = (Path(__file__).with_name("q8_activations.h"),)  # included by the sources: part of the build's key
 CFLAGS = ("-O3",)  # never -march=native: the cached build may move to another CPU
 OPENMP_FLAGS = ("-fopenmp",)  # at::parallel_for is a header template: without it, it runs on one thread
 PATHS = ("scalar", "avx2", "avx512")  # every SIMD path the kernel has, slowest first
@@ -70,7 +79,7 @@ def build_directory() -> Path:
     """Where the kernel for this source, these flags and this torch is built: one folder per version."""
     key = "|".join(
         [
-            *(source.read_text(encoding="utf-8") for source in SOURCES),
+            *(source.read_text(encoding="utf-8") for source in SOURCES + HEADERS),
             *CFLAGS,
             *openmp_flags(),
             torch.__version__,
@@ -87,7 +96,7 @@ def build_library() -> Path:
     Raises what torch's builder raises: RuntimeError for a compile error or no ninja, OSError for a
     missing source or compiler.
     """
-    for source in SOURCES:
+    for source in SOURCES + HEADERS:
         if not source.is_file():
             raise FileNotFoundError(f"the kernel's source {source} is missing from this installation")
     compiler = os.environ.get("CXX", "c++")
@@ -129,6 +138,14 @@ def register_fake() -> None:
     @torch.library.register_fake("labkit::q8_0_linear")
     def q8_0_linear_fake(x, codes, scales, path="auto"):
         return x.new_empty((x.shape[0], codes.shape[0]))
+
+    @torch.library.register_fake("labkit::q4_1x16_linear")
+    def q4_1x16_linear_fake(x, codes, scales, minimums, n, path="auto"):
+        return x.new_empty((x.shape[0], n))
+
+    @torch.library.register_fake("labkit::q8_0x16_linear")
+    def q8_0x16_linear_fake(x, codes, scales, n, path="auto"):
+        return x.new_empty((x.shape[0], n))
 
     @torch.library.register_fake("labkit::row_attention")
     def row_attention_fake(q, k, v, mask, scale, path="auto"):

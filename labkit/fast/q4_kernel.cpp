@@ -5,11 +5,15 @@
 // Weights W [N, K] in groups of 32 inputs: codes q in 0..15, a scale d and a minimum m per group,
 // W ~ d * q + m. Byte j (0..15) of a group holds input j in its low nibble and input j + 16 in its
 // high nibble (llama.cpp's order: one shift and one mask give 32 codes in input order).
-// Activations x [M, K] are quantized here, per row and group of 32, to int8 (Q8_1):
+// Activations x [M, K] are quantized per row and group of 32 to int8 (Q8_1, q8_activations.h):
 //     dx = absmax / 127,  qx = rint(x * 127 / absmax),  s = dx * sum(qx)
 // and   y[i, n] = sum_g  d[n,g] * dx[i,g] * sum_j q[n,j] * qx[i,j]  +  m[n,g] * s[i,g]
 // Q8_0 weights are int8 codes -127..127 with a scale per group and no minimum (the m * s term drops).
 // The integer sums are exact; the rest accumulates in float32.
+//
+// labkit's Q41Linear and Q80Linear layers run its twin on weights repacked 16 rows at a time
+// (q4_repack_kernel.cpp), which shares the float work of a group across 16 weight rows; this one stays
+// the kernel notebook 13 reads and its capstone races.
 //
 // Three paths, chosen at run time (so one build runs on every x86-64 CPU): AVX-512 VNNI
 // (vpdpbusd, two groups per instruction), AVX2 (vpmaddubsw + vpmaddwd, llama.cpp's), and scalar.
@@ -23,7 +27,6 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
-#include <c10/util/Half.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -32,6 +35,8 @@
 #include <string>
 #include <vector>
 
+#include "q8_activations.h"
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 #define LABKIT_X86 1
@@ -39,14 +44,13 @@
 
 namespace {
 
-constexpr int64_t kGroup = 32;              // inputs per group, as in GGUF's Q4_1 and Q8_1
-constexpr int64_t kTaskWeights = 1 << 17;   // weights per thread before a second one is worth waking
+using labkit_q8::ActRow;
+using labkit_q8::half_to_float;
+using labkit_q8::kGroup;
+using labkit_q8::Q8Rows;
+using labkit_q8::quantize_q8_1;
 
-struct Q8Rows {                // x quantized: per row i and group g
-  std::vector<int8_t> q;       // [M, K] codes
-  std::vector<float> d;        // [M, G] scale dx
-  std::vector<float> s;        // [M, G] dx * sum of the group's codes
-};
+constexpr int64_t kTaskWeights = 1 << 17;   // weights per thread before a second one is worth waking
 
 struct WeightRow {              // one weight row n
   const uint8_t* codes;        // [G * Format::kBytes]: the row's codes, group after group
@@ -55,39 +59,11 @@ struct WeightRow {              // one weight row n
   int64_t groups;              // G = K / 32
 };
 
-struct ActRow {                // one activation row i, quantized
-  const int8_t* qx;            // [K]
-  const float* dx;             // [G]
-  const float* sx;             // [G]
-};
-
 constexpr int kMostRows = 4;   // activation rows per tile, at most
 constexpr int64_t kBlockRows = 32;  // activation rows every weight row meets before the next block's (L1-sized)
 
 // out[r * stride] = weight row . activation row r, for the tile's R rows
 using TileDot = void (*)(const WeightRow&, const ActRow*, float* out, int64_t stride);
-
-Q8Rows quantize_q8_1(const float* x, int64_t rows, int64_t k) {
-  const int64_t groups = k / kGroup;
-  Q8Rows out{std::vector<int8_t>(rows * k), std::vector<float>(rows * groups), std::vector<float>(rows * groups)};
-  for (int64_t r = 0; r < rows * groups; ++r) {
-    const float* v = x + r * kGroup;
-    float amax = 0.f;
-    for (int64_t j = 0; j < kGroup; ++j) amax = std::fmax(amax, std::fabs(v[j]));
-    const float inverse = amax > 0.f ? 127.f / amax : 0.f;
-    int32_t sum = 0;
-    for (int64_t j = 0; j < kGroup; ++j) {
-      const int32_t code = static_cast<int32_t>(std::nearbyint(v[j] * inverse));  // half to even, like torch.round
-      out.q[r * kGroup + j] = static_cast<int8_t>(code);
-      sum += code;
-    }
-    out.d[r] = amax / 127.f;
-    out.s[r] = out.d[r] * static_cast<float>(sum);
-  }
-  return out;
-}
-
-float half_to_float(uint16_t bits) { return c10::detail::fp16_ieee_to_fp32_value(bits); }
 
 // The two weight formats. Each says how many bytes a group of 32 codes takes, whether it has a minimum
 // (the m * s term), and how its codes multiply 32 int8 activations: scalar, AVX2 (8 int32 partial sums of
@@ -307,19 +283,14 @@ struct Path {
   const char* name;
   Kernel q4_1;
   Kernel q8_0;
-  bool (*supported)();
 };
 
 const std::vector<Path>& all_paths() {  // slowest first
   static const std::vector<Path> paths = {
-      {"scalar", scalar_kernel<Q41>(), scalar_kernel<Q80>(), [] { return true; }},
+      {"scalar", scalar_kernel<Q41>(), scalar_kernel<Q80>()},
 #ifdef LABKIT_X86
-      {"avx2", avx2_kernel<Q41>(), avx2_kernel<Q80>(),
-       [] { return bool(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")); }},
-      {"avx512", avx512_kernel<Q41>(), avx512_kernel<Q80>(), [] {
-         return bool(__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                     __builtin_cpu_supports("avx512vnni"));
-       }},
+      {"avx2", avx2_kernel<Q41>(), avx2_kernel<Q80>()},
+      {"avx512", avx512_kernel<Q41>(), avx512_kernel<Q80>()},
 #endif
   };
   return paths;
@@ -328,27 +299,20 @@ const std::vector<Path>& all_paths() {  // slowest first
 std::string q4_1_paths() {  // the paths this CPU runs, comma-separated, slowest first
   std::string names;
   for (const Path& p : all_paths())
-    if (p.supported()) names += (names.empty() ? "" : ",") + std::string(p.name);
+    if (labkit_q8::cpu_runs(p.name)) names += (names.empty() ? "" : ",") + std::string(p.name);
   return names;
 }
 
 const Path& pick(const std::string& name) {
   const Path* best = nullptr;
   for (const Path& p : all_paths()) {
-    if (!p.supported()) continue;
+    if (!labkit_q8::cpu_runs(p.name)) continue;
     if (p.name == name) return p;
     best = &p;
   }
   TORCH_CHECK(name == "auto", "labkit: kernel path '", name, "' is not available on this CPU; choose one of: auto,",
               q4_1_paths());
   return *best;
-}
-
-void check_x(const at::Tensor& x, const char* op) {
-  TORCH_CHECK(x.dim() == 2 && x.device().is_cpu(), op, ": x must be a 2-d CPU tensor [M, K]");
-  TORCH_CHECK(x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kHalf,
-              op, ": x must be float32, bfloat16 or float16, got ", x.scalar_type());
-  TORCH_CHECK(x.size(1) % kGroup == 0, op, ": K = ", x.size(1), " must be a multiple of ", kGroup);
 }
 
 void check_group_table(const at::Tensor& t, int64_t n, int64_t k, const char* op) {
@@ -362,10 +326,10 @@ void check_group_table(const at::Tensor& t, int64_t n, int64_t k, const char* op
 // the activations in blocks of kBlockRows rows that each thread's weight rows all meet in turn, so a long
 // prefill's activations are read from L1, not once per weight row from L2. No sum changes order.
 at::Tensor linear(const at::Tensor& x, const uint8_t* codes, int64_t n, int64_t row_bytes, const at::Tensor& scales,
-                  const uint16_t* minimums, const Kernel& kernel) {
+                  const uint16_t* minimums, const Path& path, const Kernel& kernel) {
   const int64_t m = x.size(0), k = x.size(1), groups = k / kGroup;
   const at::Tensor x32 = x.to(at::kFloat).contiguous();
-  const Q8Rows act = quantize_q8_1(x32.data_ptr<float>(), m, k);
+  const Q8Rows act = quantize_q8_1(x32.data_ptr<float>(), m, k, path.name);
   at::Tensor y = at::empty({m, n}, x.options().dtype(at::kFloat));
   float* out = y.data_ptr<float>();
   const auto* d = reinterpret_cast<const uint16_t*>(scales.data_ptr<at::Half>());
@@ -392,25 +356,27 @@ at::Tensor linear(const at::Tensor& x, const uint8_t* codes, int64_t n, int64_t 
 at::Tensor q4_1_linear(const at::Tensor& x, const at::Tensor& codes, const at::Tensor& scales,
                        const at::Tensor& minimums, c10::string_view path) {
   const char* op = "labkit::q4_1_linear";
-  check_x(x, op);
+  labkit_q8::check_x(x, op);
   const int64_t k = x.size(1), n = codes.size(0);
   TORCH_CHECK(codes.scalar_type() == at::kByte && codes.dim() == 2 && codes.size(1) * 2 == k && codes.is_contiguous(),
               op, ": codes must be contiguous uint8 [N, K/2] with K = ", k);
   check_group_table(scales, n, k, op);
   check_group_table(minimums, n, k, op);
+  const Path& p = pick(std::string(path));
   return linear(x, codes.data_ptr<uint8_t>(), n, k / 2, scales,
-                reinterpret_cast<const uint16_t*>(minimums.data_ptr<at::Half>()), pick(std::string(path)).q4_1);
+                reinterpret_cast<const uint16_t*>(minimums.data_ptr<at::Half>()), p, p.q4_1);
 }
 
 at::Tensor q8_0_linear(const at::Tensor& x, const at::Tensor& codes, const at::Tensor& scales, c10::string_view path) {
   const char* op = "labkit::q8_0_linear";
-  check_x(x, op);
+  labkit_q8::check_x(x, op);
   const int64_t k = x.size(1), n = codes.size(0);
   TORCH_CHECK(codes.scalar_type() == at::kChar && codes.dim() == 2 && codes.size(1) == k && codes.is_contiguous(),
               op, ": codes must be contiguous int8 [N, K] with K = ", k);
   check_group_table(scales, n, k, op);
+  const Path& p = pick(std::string(path));
   return linear(x, reinterpret_cast<const uint8_t*>(codes.data_ptr<int8_t>()), n, k, scales, nullptr,
-                pick(std::string(path)).q8_0);
+                p, p.q8_0);
 }
 
 }  // namespace

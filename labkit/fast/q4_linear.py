@@ -8,7 +8,8 @@ int8 (Q8_1): dx = absmax / 127, qx = round(x / dx), s = dx * sum(qx). Then, as i
     y[i, n] = sum_g  d[n,g] * dx[i,g] * sum_j q[n,j] * qx[i,j]  +  m[n,g] * s[i,g]
 
 `q4_1_linear` runs it on the kernel (kernel.py), `q4_1_linear_reference` in plain torch with the
-same roundings, and `Q41Linear` is the layer, with a dequantize-then-matmul fallback.
+same roundings, and `Q41Linear` is the layer, with a dequantize-then-matmul fallback; the layer keeps
+its weight repacked 16 rows at a time, for the kernel's faster twin (labkit.fast.repack).
 
     >>> layer = Q41Linear.from_linear(model.layers[0].mlp.down_proj)
     >>> layer(x).shape, layer.uses_kernel
@@ -24,6 +25,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from labkit.fast.kernel import PATHS, load_kernel
+from labkit.fast.repack import (
+    deinterleave_codes,
+    deinterleave_table,
+    interleave_codes,
+    interleave_table,
+    repacked_linear,
+)
 from labkit.quant.schemes import check_float_tensor, quantize_groupwise
 
 GROUP = 32  # inputs per group, for weights (Q4_1) and activations (Q8_1)
@@ -224,7 +232,8 @@ class KernelLinear(nn.Module):
 
 
 class Q41Linear(KernelLinear):
-    """y = x @ W.T + b with W in Q4_1 (see KernelLinear for the kernel and its fallback).
+    """y = x @ W.T + b with W in Q4_1 (see KernelLinear for the kernel and its fallback), stored repacked
+    16 rows at a time for labkit's kernel (labkit.fast.repack); `q4_weight` gives it back in GGUF's layout.
 
     >>> layer = Q41Linear.from_linear(nn.Linear(64, 16))
     >>> layer(torch.randn(2, 64)).shape
@@ -237,16 +246,27 @@ class Q41Linear(KernelLinear):
     def __init__(self, weight: Q41Weight, bias: torch.Tensor | None = None):
         check_weight(weight)
         super().__init__(weight.shape, bias)
-        self.register_buffer("codes", weight.codes)  # uint8 [out, in/2]
-        self.register_buffer("scales", weight.scales)  # float16 [out, in/32]
-        self.register_buffer("minimums", weight.minimums)  # float16 [out, in/32]
+        self.register_buffer(
+            "codes", interleave_codes(weight.codes, GROUP // 2)
+        )  # uint8 [out/16, in/32, 256]
+        self.register_buffer("scales", interleave_table(weight.scales))  # float16 [out/16, in/32, 16]
+        self.register_buffer("minimums", interleave_table(weight.minimums))  # float16 [out/16, in/32, 16]
 
     @property
     def q4_weight(self) -> Q41Weight:
-        return Q41Weight(self.codes, self.scales, self.minimums, (self.out_features, self.in_features))
+        """The weight in GGUF's layout (codes [out, in/2], scales and minimums [out, in/32])."""
+        rows = self.out_features
+        return Q41Weight(
+            deinterleave_codes(self.codes, rows),
+            deinterleave_table(self.scales, rows),
+            deinterleave_table(self.minimums, rows),
+            (rows, self.in_features),
+        )
 
     def dequantized(self) -> torch.Tensor:
         return dequantize_q4_1(self.q4_weight)
 
     def on_kernel(self, x: torch.Tensor) -> torch.Tensor:
-        return q4_1_linear(x, self.q4_weight)
+        return repacked_linear(
+            x, self.codes, self.scales, self.minimums, self.out_features, kernel_path(None)
+        )

@@ -30,6 +30,13 @@ from labkit.fast.q4_linear import (
     kernel_path,
     quantize_q8_1,
 )
+from labkit.fast.repack import (
+    deinterleave_codes,
+    deinterleave_table,
+    interleave_codes,
+    interleave_table,
+    repacked_linear,
+)
 from labkit.quant.schemes import check_float_tensor
 
 LIMIT = 127  # codes lie in -127..127, so |w| and x * sign(w) fit the unsigned x signed multiply-add
@@ -106,7 +113,8 @@ def q8_0_linear(x: torch.Tensor, weight: Q80Weight, path: str | None = None) -> 
 
 
 class Q80Linear(KernelLinear):
-    """y = x @ W.T + b with W in Q8_0 (see q4_linear.KernelLinear for the kernel and its fallback).
+    """y = x @ W.T + b with W in Q8_0 (see q4_linear.KernelLinear for the kernel and its fallback), stored
+    repacked 16 rows at a time (labkit.fast.repack); `q8_weight` gives it back in GGUF's layout.
 
     >>> Q80Linear.from_linear(nn.Linear(64, 16))(torch.randn(2, 64)).shape
     torch.Size([2, 16])
@@ -118,15 +126,21 @@ class Q80Linear(KernelLinear):
     def __init__(self, weight: Q80Weight, bias: torch.Tensor | None = None):
         check_weight(weight, Q80Weight, "quantize_q8_0")
         super().__init__(weight.shape, bias)
-        self.register_buffer("codes", weight.codes)  # int8 [out, in]
-        self.register_buffer("scales", weight.scales)  # float16 [out, in/32]
+        self.register_buffer("codes", interleave_codes(weight.codes, GROUP))  # int8 [out/16, in/32, 512]
+        self.register_buffer("scales", interleave_table(weight.scales))  # float16 [out/16, in/32, 16]
 
     @property
     def q8_weight(self) -> Q80Weight:
-        return Q80Weight(self.codes, self.scales, (self.out_features, self.in_features))
+        """The weight in GGUF's layout (codes [out, in], scales [out, in/32])."""
+        rows = self.out_features
+        return Q80Weight(
+            deinterleave_codes(self.codes, rows),
+            deinterleave_table(self.scales, rows),
+            (rows, self.in_features),
+        )
 
     def dequantized(self) -> torch.Tensor:
         return dequantize_q8_0(self.q8_weight)
 
     def on_kernel(self, x: torch.Tensor) -> torch.Tensor:
-        return q8_0_linear(x, self.q8_weight)
+        return repacked_linear(x, self.codes, self.scales, None, self.out_features, kernel_path(None))
