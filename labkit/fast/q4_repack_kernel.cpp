@@ -77,6 +77,7 @@ inline int32_t load4(const int8_t* q) {  // 4 activation codes as one int32, to 
 struct Q41 {
   static constexpr int kChunks = 4;
   static constexpr bool kMinimum = true;
+  static constexpr int kHalvesPerPass = 1;  // AVX2: a half's unpacked codes fill 8 of the 16 registers
   static int32_t dot_scalar(const uint8_t* codes, int j, const int8_t* q) {
     int32_t dot = 0;
     for (int t = 0; t < 4; ++t)
@@ -135,6 +136,7 @@ struct Q41 {
 struct Q80 {
   static constexpr int kChunks = 8;
   static constexpr bool kMinimum = false;
+  static constexpr int kHalvesPerPass = 2;  // AVX2: codes read from L1, so both halves share a pass
   static int32_t dot_scalar(const uint8_t* codes, int j, const int8_t* q) {
     int32_t dot = 0;
     for (int t = 0; t < 8; ++t)
@@ -204,32 +206,39 @@ void tile_scalar(const Block& w, const ActRow* x, float* out, int64_t stride, in
 
 #ifdef LABKIT_X86
 
-// AVX2: the block as two halves of 8 rows, each a pass over the groups
+// AVX2: the block as two halves of 8 rows. Q4_1 unpacks a half's codes into registers (AVX2 has 16), so it
+// passes over the groups once per half; Q8_0 reads its codes from L1 and takes both halves in one pass.
 template <typename F, int R>
 __attribute__((target("avx2,fma,f16c"))) void tile_avx2(const Block& w, const ActRow* x, float* out, int64_t stride,
                                                          int width) {
-  for (int half = 0; half * 8 < width; ++half) {
-    __m256 acc[R];
-    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  constexpr int H = F::kHalvesPerPass;
+  for (int first = 0; first * 8 < width; first += H) {
+    __m256 acc[H][R];
+    for (int h = 0; h < H; ++h)
+      for (int r = 0; r < R; ++r) acc[h][r] = _mm256_setzero_ps();
     for (int64_t g = 0; g < w.groups; ++g) {
-      typename F::Avx2 codes;
-      F::prepare(w.codes + g * F::kChunks * kChunk, half, codes);
-      const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.scales + g * kRows + half * 8)));
-      for (int r = 0; r < R; ++r) {
-        const __m256 scale = _mm256_mul_ps(d, _mm256_set1_ps(x[r].dx[g]));
-        acc[r] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(F::dot(codes, x[r].qx + g * kGroup)), acc[r]);
-      }
-      if (F::kMinimum) {
-        const __m256 m =
-            _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.minimums + g * kRows + half * 8)));
-        for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(m, _mm256_set1_ps(x[r].sx[g]), acc[r]);
+      for (int h = 0; h < H; ++h) {
+        const int64_t lane0 = g * kRows + (first + h) * 8;  // the half's first row in the scale tables
+        typename F::Avx2 codes;
+        F::prepare(w.codes + g * F::kChunks * kChunk, first + h, codes);
+        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.scales + lane0)));
+        for (int r = 0; r < R; ++r) {
+          const __m256 scale = _mm256_mul_ps(d, _mm256_set1_ps(x[r].dx[g]));
+          acc[h][r] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(F::dot(codes, x[r].qx + g * kGroup)), acc[h][r]);
+        }
+        if (F::kMinimum) {
+          const __m256 m = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.minimums + lane0)));
+          for (int r = 0; r < R; ++r) acc[h][r] = _mm256_fmadd_ps(m, _mm256_set1_ps(x[r].sx[g]), acc[h][r]);
+        }
       }
     }
-    const int lanes = std::min(8, width - half * 8);
-    for (int r = 0; r < R; ++r) {
-      float lane[8];
-      _mm256_storeu_ps(lane, acc[r]);
-      std::copy(lane, lane + lanes, out + r * stride + half * 8);
+    for (int h = 0; h < H && (first + h) * 8 < width; ++h) {
+      const int lanes = std::min(8, width - (first + h) * 8);
+      for (int r = 0; r < R; ++r) {
+        float lane[8];
+        _mm256_storeu_ps(lane, acc[h][r]);
+        std::copy(lane, lane + lanes, out + r * stride + (first + h) * 8);
+      }
     }
   }
 }

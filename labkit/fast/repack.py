@@ -12,8 +12,7 @@ Measured (idle 2-core AMD EPYC with AVX-512, medians, the activations' rounding 
 one 3072 x 576 Q4_1 layer at 414 rows took 6.5 ms one row at a time and 1.4 ms repacked (AVX2 path:
 9.4 and 4.4 ms), at 16 rows 0.24 and 0.06 ms; in the serving engine (SmolLM2, fuse+q4_1, 16 chat
 requests) the 414-token prefill went from 535-750 to 173-229 ms and a 16-row decode step from
-43-56 to 27-36 ms, in turns. One exception: Q8_0 at one row on the AVX2 path, 0.6 against 0.8 ms
-for SmolLM2's head (AVX2 lacks vpdpbusd, and Q8_0's signed codes cost two more instructions a chunk).
+43-56 to 27-36 ms, in turns. SmolLM2's Q8_0 head at one row: 0.60 -> 0.42 ms (AVX2: 0.78 -> 0.47).
 
 The layout, for a weight with G = K / 32 groups a row and B bytes a group (16 for Q4_1, 32 for Q8_0):
     codes  [N, G * B]  ->  [ceil(N / 16), G, B / 4, 16, 4], flattened to [ceil(N / 16), G, 16 * B]:
