@@ -19,14 +19,17 @@ every closed-loop level and in goodput at every rate; labkit's fastest against v
 weights differ there: the record's peer name says float32). Aims: labkit's fastest at least 1.0x each peer
 at every level; labkit float32 at 16 clients at least 4x one at a time.
 
-The last full run (idle 2-core AMD EPYC with AVX-512, a VM whose speed drifted during it, medians of 3;
-vLLM with tcmalloc and Intel OpenMP preloaded, as its docs ask; labkit's servers keeping freed memory):
-labkit's fastest 0.80x llama-server at 1 client (72.7 against 90.5 tokens/s), 1.07x / 1.45x / 1.51x at
-2 / 8 / 16 clients, goodput 1.00x / 1.01x / 1.08x at 1 / 2 / 4 requests a second; against vLLM's best
-1.99x / 1.74x / 1.36x / 0.94x. labkit float32 (oneDNN) ran 1.00x / 1.17x / 1.22x / 1.16x vLLM float32's
-best, goodput 1.00x / 1.03x / 1.03x, and beat labkit's fastest at 16 clients (211.7 against 171.7): one
-prefill of the 16 prompts (about 414 tokens) took 309-323 ms on oneDNN's float32 GEMM and 477-586 ms on
-the Q4_1 kernel (in process, same machine, same day), so the Q4_1 server's TTFT p50 was 988 ms there against 461.
+The last full run (idle 2-core AMD EPYC with AVX-512, medians of 3; vLLM with tcmalloc and Intel OpenMP
+preloaded, as its docs ask), after labkit's quantized layers moved to weights repacked 16 rows at a time
+(labkit.fast.repack): labkit's fastest ran 94.9 / 143.9 / 331.7 / 353.3 tokens/s at 1 / 2 / 8 / 16
+clients, 1.09x / 1.64x / 2.92x / 2.92x llama-server and 2.15x / 2.05x / 1.90x / 1.42x vLLM's best, with
+the lowest TTFT p95 of all five servers at every level (48 / 76 / 155 / 373 ms against the lowest
+peer's 80 / 117 / 355 / 629); goodput 1.00x / 1.00x / 1.14x llama-server at 1 / 2 / 4 requests a second.
+labkit float32 (oneDNN, untouched by the repacking) ran 0.86x / 0.88x / 0.86x / 0.83x vLLM float32 on all
+cores, whose rows ran faster than in the run before (44.2 against 36.5 tokens/s at 1 client); goodput
+1.00x / 0.98x / 1.01x. The run before, with the row-at-a-time Q4_1 kernel: labkit's fastest 0.80x
+llama-server at 1 client and 0.94x vLLM's best at 16, where one 414-token prefill took 477-586 ms on it
+(173-229 ms repacked, in process).
 """
 
 from __future__ import annotations

@@ -11,7 +11,6 @@ import pytest
 import torch
 from torch import nn
 
-from labkit.fast.kernel import load_kernel
 from labkit.fast.q4_linear import GROUP, quantize_q8_1
 from labkit.fast.q8_linear import (
     Q80Linear,
@@ -24,14 +23,6 @@ from labkit.fast.q8_linear import (
 FLOAT32_SUMS = 1e-5  # relative to sum_g |term_g|: float32 sums over at most 48 groups
 # (M, N, K): 1, 3, 18, 48 groups
 SHAPES = [(1, 7, 32), (2, 13, 96), (3, 100, 576), (5, 37, 1536), (1, 1000, 576)]
-
-
-@pytest.fixture(scope="module")
-def status():
-    status = load_kernel()
-    if not status.available:
-        pytest.skip(f"labkit's kernel is unavailable here (test_kernel.py checks why): {status.reason}")
-    return status
 
 
 def random_case(m: int, n: int, k: int, seed: int = 0):

@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from labkit.fast.kernel import PATHS, load_kernel
+from labkit.fast.kernel import PATHS
 from labkit.fast.q4_linear import Q41Linear, q4_1_linear, q4_1_linear_reference, quantize_q4_1, quantize_q8_1
 from labkit.fast.q8_linear import Q80Linear, q8_0_linear_reference, quantize_q8_0
 from labkit.fast.repack import (
@@ -27,14 +27,6 @@ from .test_kernel import assert_same_arithmetic, random_case
 
 # (M, N, K): rows past every tile (1-4) and past a block of 32, N past a block of 16, K with odd group counts
 SHAPES = [(1, 7, 32), (3, 16, 64), (9, 37, 800), (6, 100, 576), (17, 64, 1536), (40, 33, 96)]
-
-
-@pytest.fixture(scope="module")
-def status():
-    status = load_kernel()
-    if not status.available:
-        pytest.skip(f"labkit's kernel is unavailable here (test_kernel.py checks why): {status.reason}")
-    return status
 
 
 def layers(n: int, k: int, seed: int) -> list[nn.Module]:
