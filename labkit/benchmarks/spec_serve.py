@@ -22,22 +22,17 @@ the eager ones. Measured on a 2-core Intel Xeon (fuse+q4_1, compiled, 16 copy an
 tokens): 0 of 32 differed once drafted steps ran compiled; when every drafted step ran eager, the
 compiled engine's plain answers already differed from the eager engine's in 4 of 8 48-token chats.
 
-A full run on a 2-core AMD EPYC with AVX-512 (idle, median of 3 by tokens/s; labkit with drafts against
-without, at 1 / 2 / 8 / 16 clients): copy 1.59x / 1.37x / 1.08x / 1.05x (88-91 % of drafts kept), free
-1.06x / 0.89x / 0.97x / 1.09x, where it drafted 33, 12, 1 and 2 tokens in all: at 2 clients 12 drafted tokens
-cannot cost 11 %, so that row is the noise between the two runs, not the drafts. At 1 client on copies
-labkit with drafts ran 158.7 tokens/s against llama-server's best speculation (ngram-simple n=3) 103.9, 1.53x,
-and labkit without drafts ran 1.07x / 1.40x / 1.33x / 1.51x llama-server without on copies, 1.03x / 1.49x /
-1.53x / 1.33x on free text (64-token answers, each request with a system line of its own; `bench serve`'s
-shorter answers behind a shared system prompt weigh TTFT more, and there labkit trailed at one client).
-A second full run on the same machine, hours later (idle, median of 3): copy 1.76x / 1.37x /
-1.07x / 1.08x (86-92 % kept), free 0.77x / 0.92x / 0.99x / 1.07x, where it drafted 29, 18, 17 and 0 tokens.
-The 0.77x row ran slower all through, TTFT 63 against 52 ms and every token 8.8 against 7.0 ms, which 29
-drafted tokens cannot cost; the same 16 requests against one in-process server, drafts and none in turns,
-measured 1.03x and 0.89x with the same TTFT, and the three repeats of one row spread 13 % at 16 clients: on
-this VM a level's speed moves more than free-text drafts cost. labkit with drafts ran 1.34x llama-server's
-best speculation at 1 client on copies; without drafts, 1.03x / 1.51x / 1.56x / 1.49x llama-server without
-on copies and 1.04x / 1.53x / 1.57x / 1.45x on free text.
+The last full run, on a 2-core AMD EPYC with AVX-512 (idle, median of 3 by tokens/s), after labkit's
+quantized layers moved to weights repacked 16 rows at a time (labkit.fast.repack), so a verifying step of
+several rows costs little more than a one-row step: labkit with drafts against without, at 1 / 2 / 8 / 16
+clients, copy 2.23x / 1.78x / 1.36x / 1.33x (88-91 % of drafts kept), free 0.97x / 0.97x / 1.04x / 1.04x,
+where it drafted 110, 22, 18 and 2 tokens in all (32-50 % kept); at 1 client on copies 191.8 tokens/s
+against llama-server's best speculation (ngram-simple n=3) 104.1, 1.84x. labkit without drafts ran 1.04x /
+1.85x / 2.31x / 2.60x llama-server without on copies, 0.94x / 1.53x / 1.92x / 2.18x on free text: at one
+client on free text llama-server's tokens came faster (TPOT p50 8.1 against 9.4 ms) and labkit's first
+token sooner (TTFT p50 37 against 79 ms). The two runs before the repacking (same machine): copy 1.59x-1.76x
+at 1 client and 1.05x-1.08x at 16; free 0.77x-1.06x at 1 client, where a level's speed moved between
+repeats by more than its few drafted tokens could cost.
 
 Records: at every workload and level, labkit with drafts against labkit without (the gain speculation
 brings, same process) and against llama-server with its drafts (like with like: both speculate, both read
