@@ -50,7 +50,7 @@ using labkit_q8::kGroup;
 using labkit_q8::Q8Rows;
 using labkit_q8::quantize_q8_1;
 
-constexpr int64_t kTaskWeights = 1 << 17;   // weights per thread before a second one is worth waking
+using labkit_q8::kTaskWeights;
 
 struct WeightRow {              // one weight row n
   const uint8_t* codes;        // [G * Format::kBytes]: the row's codes, group after group
@@ -285,35 +285,22 @@ struct Path {
   Kernel q8_0;
 };
 
-const std::vector<Path>& all_paths() {  // slowest first
-  static const std::vector<Path> paths = {
-      {"scalar", scalar_kernel<Q41>(), scalar_kernel<Q80>()},
+const Path kPaths[] = {  // slowest first
+    {"scalar", scalar_kernel<Q41>(), scalar_kernel<Q80>()},
 #ifdef LABKIT_X86
-      {"avx2", avx2_kernel<Q41>(), avx2_kernel<Q80>()},
-      {"avx512", avx512_kernel<Q41>(), avx512_kernel<Q80>()},
+    {"avx2", avx2_kernel<Q41>(), avx2_kernel<Q80>()},
+    {"avx512", avx512_kernel<Q41>(), avx512_kernel<Q80>()},
 #endif
-  };
-  return paths;
-}
+};
 
 std::string q4_1_paths() {  // the paths this CPU runs, comma-separated, slowest first
   std::string names;
-  for (const Path& p : all_paths())
+  for (const Path& p : kPaths)
     if (labkit_q8::cpu_runs(p.name)) names += (names.empty() ? "" : ",") + std::string(p.name);
   return names;
 }
 
-const Path& pick(const std::string& name) {
-  const Path* best = nullptr;
-  for (const Path& p : all_paths()) {
-    if (!labkit_q8::cpu_runs(p.name)) continue;
-    if (p.name == name) return p;
-    best = &p;
-  }
-  TORCH_CHECK(name == "auto", "labkit: kernel path '", name, "' is not available on this CPU; choose one of: auto,",
-              q4_1_paths());
-  return *best;
-}
+const Path& pick(const std::string& name) { return labkit_q8::pick_path(kPaths, name); }
 
 void check_group_table(const at::Tensor& t, int64_t n, int64_t k, const char* op) {
   TORCH_CHECK(t.scalar_type() == at::kHalf && t.dim() == 2 && t.size(0) == n && t.size(1) * kGroup == k &&

@@ -46,12 +46,12 @@ namespace {
 
 using labkit_q8::ActRow;
 using labkit_q8::kGroup;
+using labkit_q8::kTaskWeights;
 
 constexpr int64_t kRows = 16;        // weight rows per block
 constexpr int64_t kChunk = kRows * 4;  // bytes per chunk: 4 codes' bytes of each of the 16 rows
 constexpr int kMostRows = 4;         // activation rows per tile, at most
 constexpr int64_t kActBlock = 32;    // activation rows every block meets before the next block's (L1-sized)
-constexpr int64_t kTaskWeights = 1 << 17;  // weights per thread before a second one is worth waking
 
 struct Block {               // 16 interleaved weight rows
   const uint8_t* codes;      // [G, C, 16, 4]
@@ -296,23 +296,15 @@ Kernel avx512_kernel() {
 }
 #endif
 
-const Path& pick(const std::string& name) {
-  static const Path paths[] = {
-      {"scalar", scalar_kernel<Q41>(), scalar_kernel<Q80>()},
+const Path kPaths[] = {  // slowest first
+    {"scalar", scalar_kernel<Q41>(), scalar_kernel<Q80>()},
 #ifdef LABKIT_X86
-      {"avx2", avx2_kernel<Q41>(), avx2_kernel<Q80>()},
-      {"avx512", avx512_kernel<Q41>(), avx512_kernel<Q80>()},
+    {"avx2", avx2_kernel<Q41>(), avx2_kernel<Q80>()},
+    {"avx512", avx512_kernel<Q41>(), avx512_kernel<Q80>()},
 #endif
-  };
-  const Path* best = nullptr;
-  for (const Path& p : paths) {
-    if (!labkit_q8::cpu_runs(p.name)) continue;
-    if (p.name == name) return p;
-    best = &p;
-  }
-  TORCH_CHECK(name == "auto", "labkit: kernel path '", name, "' is not available on this CPU");
-  return *best;
-}
+};
+
+const Path& pick(const std::string& name) { return labkit_q8::pick_path(kPaths, name); }
 
 void check_table(const at::Tensor& t, int64_t blocks, int64_t groups, const char* op) {
   TORCH_CHECK(t.scalar_type() == at::kHalf && t.is_contiguous() && t.numel() == blocks * groups * kRows, op,
@@ -359,7 +351,8 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& codes, const at::Tensor
 at::Tensor q4_1x16_linear(const at::Tensor& x, const at::Tensor& codes, const at::Tensor& scales,
                           const at::Tensor& minimums, int64_t n, c10::string_view path) {
   const char* op = "labkit::q4_1x16_linear";
-  TORCH_CHECK(x.dim() == 2 && codes.scalar_type() == at::kByte, op, ": codes must be uint8");
+  labkit_q8::check_x(x, op);
+  TORCH_CHECK(codes.scalar_type() == at::kByte, op, ": codes must be uint8");
   check_table(minimums, (n + kRows - 1) / kRows, x.size(1) / kGroup, op);
   const Path& p = pick(std::string(path));
   return linear(x, codes, scales, reinterpret_cast<const uint16_t*>(minimums.data_ptr<at::Half>()), n, Q41::kChunks, p,

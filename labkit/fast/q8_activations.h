@@ -121,6 +121,24 @@ inline ActRow act_row(const Q8Rows& act, int64_t i, int64_t k) {
 
 inline float half_to_float(uint16_t bits) { return c10::detail::fp16_ieee_to_fp32_value(bits); }
 
+constexpr int64_t kTaskWeights = 1 << 17;  // weights per thread before a second one is worth waking
+
+// The path called `name` among `paths` (each with a `name`, slowest first), or the fastest this CPU runs
+// for "auto"; a path this CPU cannot run is refused with the ones it can.
+template <typename Path, size_t N>
+const Path& pick_path(const Path (&paths)[N], const std::string& name) {
+  const Path* best = nullptr;
+  std::string runs = "auto";
+  for (const Path& p : paths) {
+    if (!cpu_runs(p.name)) continue;
+    if (p.name == name) return p;
+    best = &p;
+    runs += std::string(",") + p.name;
+  }
+  TORCH_CHECK(name == "auto", "labkit: kernel path '", name, "' is not available on this CPU; choose one of: ", runs);
+  return *best;
+}
+
 inline void check_x(const at::Tensor& x, const char* op) {
   TORCH_CHECK(x.dim() == 2 && x.device().is_cpu(), op, ": x must be a 2-d CPU tensor [M, K]");
   TORCH_CHECK(x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kHalf,
