@@ -9,7 +9,8 @@ version. A later process finds the .so there and loads it in milliseconds. Loadi
 weights, `torch.ops.labkit.q8_0_linear(x, codes, scales, path="auto")`; the same products on weights
 repacked 16 rows at a time, `q4_1x16_linear` and `q8_0x16_linear` (labkit.fast.repack,
 q4_repack_kernel.cpp: what labkit's quantized layers run); and
-`torch.ops.labkit.row_attention(q, k, v, mask, scale, path="auto")` (labkit.fast.row_attention) and the
+`torch.ops.labkit.row_attention(q, k, v, mask, scale, path="auto")` (labkit.fast.row_attention), its
+twin reading the past keys in place from the serving engine's pool, `paged_row_attention`, and the
 decode attention over a quantized KV cache's codes, `torch.ops.labkit.kv_code_attention`
 (labkit.fast.code_attention, kv_code_attention.cpp) and its writer `torch.ops.labkit.kv_code_write`
 (kv_code_write.cpp: a step's new rows quantized into the cache in one call), each attention op with
@@ -149,6 +150,10 @@ def register_fake() -> None:
 
     @torch.library.register_fake("labkit::row_attention")
     def row_attention_fake(q, k, v, mask, scale, path="auto"):
+        return q.new_empty(q.shape)
+
+    @torch.library.register_fake("labkit::paged_row_attention")
+    def paged_row_attention_fake(q, k_pool, v_pool, read_slots, k_new, v_new, mask, scale, path="auto"):
         return q.new_empty(q.shape)
 
     @torch.library.register_fake("labkit::kv_code_attention")

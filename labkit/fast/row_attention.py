@@ -12,6 +12,11 @@ query over only the keys its mask leaves visible, one after another in a fixed o
     >>> torch.equal(row_attention(q[:1], k[:1, :, :5], v[:1, :, :5], mask[:1, ..., :5]), out[:1])
     True                                      # row 0 alone, its keys unpadded: the same bits
 
+`paged_row_attention` is the same attention for a compiled decode step (labkit.serving.compiled_step):
+each row's past keys and values are read in place from one layer of the engine's block pool, at the row's
+slots, and its new tokens' keys come after them. Its output is the same bits as `row_attention` on the
+gathered keys; it only skips the copy.
+
 Where the kernel cannot run (it failed to build, a GPU tensor, head_dim not a multiple of 16), it falls
 back to `attention`, which is correct but not batch-invariant.
 """
@@ -50,3 +55,43 @@ def row_attention(
         load_kernel().path,
     )
     return out.to(q.dtype)
+
+
+def paged_row_attention(
+    q: torch.Tensor,
+    pool_keys: torch.Tensor,
+    pool_values: torch.Tensor,
+    read_slots: torch.Tensor,
+    new_keys: torch.Tensor,
+    new_values: torch.Tensor,
+    mask: torch.Tensor,
+) -> torch.Tensor:
+    """row_attention(q, k, v, mask) where k = row b's past keys pool_keys[:, read_slots[b]] followed by its new
+    keys new_keys[b] (and v alike), without gathering the past (module doc).
+
+    q [B, H, W, D]; pool_keys, pool_values [H_kv, slots, D] (one layer of the pool, its blocks flattened);
+    read_slots [B, S] int64; new_keys, new_values [B, H_kv, W, D]; mask [B, 1, W, S + W] -> [B, H, W, D].
+
+        >>> out = paged_row_attention(q, pool_k, pool_v, torch.tensor([[4, 9]]), k, v, torch.zeros(1, 1, 1, 3))
+    """
+    floats = (q, pool_keys, pool_values, new_keys, new_values)
+    if runs_on_kernel(q) and all(t.dtype == torch.float32 for t in floats):
+        return torch.ops.labkit.paged_row_attention(
+            q,
+            pool_keys,
+            pool_values,
+            read_slots,
+            new_keys,
+            new_values,
+            mask,
+            q.shape[-1] ** -0.5,
+            load_kernel().path,
+        )
+    batch, length = read_slots.shape
+    heads, _, dim = pool_keys.shape
+
+    def past_then_new(pool: torch.Tensor, new: torch.Tensor) -> torch.Tensor:  # [B, H_kv, S + W, D]
+        past = pool.index_select(1, read_slots.reshape(-1)).view(heads, batch, length, dim).transpose(0, 1)
+        return torch.cat([past, new], dim=2)
+
+    return row_attention(q, past_then_new(pool_keys, new_keys), past_then_new(pool_values, new_values), mask)

@@ -10,8 +10,8 @@ for a fixed set of batch sizes (`cudagraph_capture_sizes`) and pads a batch up t
   padding rows read slot 0 under a mask and their keys are never written;
 - the context length S is a dynamic dimension (`torch._dynamo.mark_dynamic`): one graph serves every
   length, so a batch size compiles once, at start-up (`warm_up`, timed);
-- the graph only reads the pool. Each layer gathers its rows' past keys and values from their blocks
-  [B, H, S, D] and attends over them and the new token's own key, appended last; the new keys and values
+- the graph only reads the pool. Each layer's attention reads its rows' past keys and values in place, at
+  their slots (`paged_row_attention`), then the new token's own key; the new keys and values
   of every layer come out of the graph [L, B, H, 1, D] and are written into the pool by one indexed copy
   each, after it. (A write inside the graph into a slice of the pool's one tensor would become a copy of
   all of it: labkit.fast.static says why.)
@@ -34,7 +34,7 @@ from labkit.core.arguments import check_int
 from labkit.core.llama import Llama
 from labkit.core.paged import BlockPool
 from labkit.fast.kernel import load_kernel
-from labkit.fast.row_attention import row_attention
+from labkit.fast.row_attention import paged_row_attention
 from labkit.fast.static import compiled_function
 from labkit.serving.batch_cache import slot_index
 from labkit.timing import time_once
@@ -59,35 +59,37 @@ def padded_size(batch: int, sizes: tuple[int, ...]) -> int | None:
 
 
 class PoolReader:
-    """The cache a compiled decode step sees: each layer's past keys and values gathered from the pool, with
-    the new token's own appended last; the new ones are kept to be written after the graph.
+    """The cache a compiled decode step sees: each layer's new keys and values kept, to be written after the
+    graph; its attention reads the row's past keys in place from the pool, then the new ones
+    (`paged_row_attention`: no copy of the past per layer).
 
     read_slots [B, S]: row b's past tokens' flat pool slots (block * block_size + offset), padded with 0.
     """
-
-    attend = staticmethod(row_attention)  # batch-invariant, as the eager steps' caches
 
     def __init__(self, keys: torch.Tensor, values: torch.Tensor, read_slots: torch.Tensor):
         self.keys, self.values, self.read_slots = keys, values, read_slots
         self.new_keys: list[torch.Tensor] = []
         self.new_values: list[torch.Tensor] = []
-
-    def gather(self, pool: torch.Tensor, layer: int) -> torch.Tensor:
-        """Layer `layer` of pool [L, H, n_blocks, block_size, D] at read_slots: [B, H, S, D]."""
-        heads, n_blocks, block_size, dim = pool.shape[1:]
-        flat = pool[layer].reshape(heads, n_blocks * block_size, dim)
-        batch, length = self.read_slots.shape
-        picked = flat.index_select(1, self.read_slots.reshape(-1))  # [H, B * S, D]
-        return picked.view(heads, batch, length, dim).transpose(0, 1)
+        self.layer = 0  # the layer the last `append` came from: `attend` reads its past
 
     def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """k, v [B, H, 1, D] -> every key and value the new tokens see, [B, H, S + 1, D]."""
+        """k, v [B, H, W, D]: kept for the write after the graph, and returned for `attend`."""
         self.new_keys.append(k)
         self.new_values.append(v)
-        return (
-            torch.cat([self.gather(self.keys, layer), k], dim=2),
-            torch.cat([self.gather(self.values, layer), v], dim=2),
+        self.layer = layer
+        return k, v
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """q [B, H, W, D] over its row's past in the last appended layer, then k, v [B, H_kv, W, D]: mask
+        [B, 1, W, S + W] -> [B, H, W, D]."""
+        return paged_row_attention(
+            q, self.layer_of(self.keys), self.layer_of(self.values), self.read_slots, k, v, mask
         )
+
+    def layer_of(self, pool: torch.Tensor) -> torch.Tensor:
+        """The last appended layer of pool [L, H, n_blocks, block_size, D], its blocks flattened: [H, slots, D]."""
+        heads, n_blocks, block_size, dim = pool.shape[1:]
+        return pool[self.layer].reshape(heads, n_blocks * block_size, dim)
 
 
 def decode_graph(

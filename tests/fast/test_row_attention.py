@@ -1,13 +1,15 @@
 """labkit's batch-invariant attention (labkit.fast.row_attention): it computes attention (torch's fused
 kernel agrees to float32 rounding), and a row's output is the same bits alone, right-padded beside longer
-rows, packed end to end after another prompt, or fed in chunks, on every SIMD path, and the paths agree."""
+rows, packed end to end after another prompt, or fed in chunks, on every SIMD path, and the paths agree.
+Its paged twin, reading the past in place from a pool, gives the bits of the same keys copied out."""
 
 import pytest
 import torch
 
 from labkit.core.attention import attention, causal_mask
 from labkit.fast.kernel import load_kernel
-from labkit.fast.row_attention import row_attention, runs_on_kernel
+from labkit.fast.row_attention import paged_row_attention, row_attention, runs_on_kernel
+from labkit.serving.compiled_step import step_mask
 
 HEADS, KV_HEADS, HEAD_DIM = 9, 3, 64  # SmolLM2-135M's
 NEG = float("-inf")
@@ -95,3 +97,60 @@ def test_bad_input_gets_a_clear_error():
         torch.ops.labkit.row_attention(q, k[..., :32], v[..., :32], torch.zeros(1, 1, 2, 2), 0.125, "auto")
     with pytest.raises(RuntimeError, match="not available on this CPU|path 'sve'"):
         torch.ops.labkit.row_attention(q, k, v, torch.zeros(1, 1, 2, 2), 0.125, "sve")
+
+
+def paged_problem(batch: int, width: int, past: int, seed: int):
+    """One layer of a pool [H_kv, slots, D], each row's past at scattered slots (a padding row's at slot 0),
+    its new tokens' keys, and the decode step's mask: row b sees its first seen[b] past keys, then its new
+    tokens causally."""
+    generator = torch.Generator().manual_seed(seed)
+    slots = 96
+    q = torch.randn(batch, HEADS, width, HEAD_DIM, generator=generator)
+    pool_k, pool_v = (torch.randn(KV_HEADS, slots, HEAD_DIM, generator=generator) for _ in range(2))
+    new_k, new_v = (torch.randn(batch, KV_HEADS, width, HEAD_DIM, generator=generator) for _ in range(2))
+    read = torch.randperm(slots, generator=generator)[: batch * past].view(batch, past)
+    seen = torch.randint(1, past + 1, (batch,), generator=generator)
+    seen[-1] = 0  # a padding row: it sees only its new tokens
+    read = read.masked_fill(torch.arange(past)[None, :] >= seen[:, None], 0)
+    mask = step_mask(seen, past, width)
+    return q, pool_k, pool_v, read, new_k, new_v, mask
+
+
+def gathered(pool: torch.Tensor, read: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+    """Row b's past keys copied out of pool [H_kv, slots, D] at read[b], its new ones after: [B, H_kv, S + W, D]."""
+    return torch.cat([pool[:, read].transpose(0, 1), new], dim=2).contiguous()
+
+
+@pytest.mark.parametrize("width", [1, 5])
+def test_paged_attention_gives_the_gathered_keys_bits_on_every_path(kernel, width):
+    q, pool_k, pool_v, read, new_k, new_v, mask = paged_problem(batch=4, width=width, past=23, seed=width)
+    keys, values = gathered(pool_k, read, new_k), gathered(pool_v, read, new_v)
+    for path in kernel.paths:
+        paged = torch.ops.labkit.paged_row_attention(
+            q, pool_k, pool_v, read, new_k, new_v, mask, HEAD_DIM**-0.5, path
+        )
+        copied = torch.ops.labkit.row_attention(q, keys, values, mask, HEAD_DIM**-0.5, path)
+        assert torch.equal(paged, copied), path
+    assert torch.equal(paged_row_attention(q, pool_k, pool_v, read, new_k, new_v, mask), copied)
+    assert torch.allclose(copied, attention(q, keys, values, mask), atol=1e-5)  # and it is attention
+
+
+def test_paged_attention_without_the_kernel_gathers_and_falls_back():
+    q, pool_k, pool_v, read, new_k, new_v, mask = paged_problem(batch=3, width=2, past=9, seed=3)
+    q, pool_k, pool_v, new_k, new_v = (t[..., :24] for t in (q, pool_k, pool_v, new_k, new_v))  # D = 24
+    assert not runs_on_kernel(q)
+    expected = attention(q, gathered(pool_k, read, new_k), gathered(pool_v, read, new_v), mask)
+    assert torch.equal(paged_row_attention(q, pool_k, pool_v, read, new_k, new_v, mask), expected)
+
+
+def test_paged_attention_refuses_a_slot_outside_the_pool_and_wrong_shapes():
+    q, pool_k, pool_v, read, new_k, new_v, mask = paged_problem(batch=2, width=1, past=4, seed=4)
+    paged = torch.ops.labkit.paged_row_attention
+    with pytest.raises(RuntimeError, match=r"read slot \d+ is outside the pool.s 96"):
+        paged(q, pool_k, pool_v, read + 96 * (read > 0), new_k, new_v, mask, 0.125, "auto")
+    with pytest.raises(RuntimeError, match=r"k_pool, v_pool must be \[H_kv, slots, D\]"):
+        paged(q, pool_k, pool_v[:, :10], read, new_k, new_v, mask, 0.125, "auto")
+    with pytest.raises(RuntimeError, match=r"mask must be \[B, 1, T, S\] with S = 5"):
+        paged(q, pool_k, pool_v, read, new_k, new_v, mask[..., :4], 0.125, "auto")
+    with pytest.raises(RuntimeError, match="read_slots must be a contiguous int64"):
+        paged(q, pool_k, pool_v, read.int(), new_k, new_v, mask, 0.125, "auto")
