@@ -20,16 +20,16 @@ weights differ there: the record's peer name says float32). Aims: labkit's faste
 at every level; labkit float32 at 16 clients at least 4x one at a time.
 
 The last full run (idle 2-core AMD EPYC with AVX-512, medians of 3; vLLM with tcmalloc and Intel OpenMP
-preloaded, as its docs ask), after labkit's quantized layers moved to weights repacked 16 rows at a time
-(labkit.fast.repack): labkit's fastest ran 94.9 / 143.9 / 331.7 / 353.3 tokens/s at 1 / 2 / 8 / 16
-clients, 1.09x / 1.64x / 2.92x / 2.92x llama-server and 2.15x / 2.05x / 1.90x / 1.42x vLLM's best, with
-the lowest TTFT p95 of all five servers at every level (48 / 76 / 155 / 373 ms against the lowest
-peer's 80 / 117 / 355 / 629); goodput 1.00x / 1.00x / 1.14x llama-server at 1 / 2 / 4 requests a second.
-labkit float32 (oneDNN, untouched by the repacking) ran 0.86x / 0.88x / 0.86x / 0.83x vLLM float32 on all
-cores, whose rows ran faster than in the run before (44.2 against 36.5 tokens/s at 1 client); goodput
-1.00x / 0.98x / 1.01x. The run before, with the row-at-a-time Q4_1 kernel: labkit's fastest 0.80x
-llama-server at 1 client and 0.94x vLLM's best at 16, where one 414-token prefill took 477-586 ms on it
-(173-229 ms repacked, in process).
+preloaded, as its docs ask), after labkit's compiled decode step began to attend over the pool in place
+(labkit::paged_row_attention, no copy of every layer's past keys): labkit's fastest ran 117.2 / 139.6 /
+335.2 / 442.8 tokens/s at 1 / 2 / 8 / 16 clients, 1.19x / 1.36x / 2.53x / 3.36x llama-server and 2.88x /
+2.09x / 1.96x / 1.76x vLLM's best, with the lowest TTFT p95 of all five servers at every level (49 / 79 /
+150 / 246 ms against the lowest peer's 77 / 128 / 329 / 643); goodput 0.995x / 0.999x / 1.06x llama-server
+at 1 / 2 / 4 requests a second (every request of both met the target at 1 and 2). labkit float32 ran
+1.01x / 1.01x / 1.07x / 1.12x vLLM float32 on all cores (41.0 against 40.7 tokens/s at 1 client, 280.9
+against 251.3 at 16); goodput 0.995x / 0.99x / 0.98x. The run before, gathering the past keys into a copy
+each step, on a slower day of the same machine (llama-server 87.2 against 98.9 tokens/s at 1 client):
+labkit float32 0.83x-0.88x vLLM's best, labkit's fastest 353.3 tokens/s at 16 clients.
 """
 
 from __future__ import annotations
