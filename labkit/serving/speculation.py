@@ -174,13 +174,15 @@ class StepCost:
         """(a, b): seconds per step and per token fed (b >= 0, a > 0); (1, PRIOR_TOKEN_COST) before any step."""
         if not self.points:
             return 1.0, PRIOR_TOKEN_COST
-        n = torch.tensor([p[0] for p in self.points], dtype=torch.float64)
-        t = torch.tensor([p[1] for p in self.points], dtype=torch.float64)
-        spread, mean = float(((n - n.mean()) ** 2).sum()), max(float(t.mean()), 1e-9)
-        if len(self.points) < MIN_FIT_STEPS or spread < 1:
+        # plain floats: a fit runs every step, and a few dozen points cost torch more in its calls than in sums
+        count = len(self.points)
+        n_mean = sum(n for n, _ in self.points) / count
+        t_mean = sum(t for _, t in self.points) / count
+        spread, mean = sum((n - n_mean) ** 2 for n, _ in self.points), max(t_mean, 1e-9)
+        if count < MIN_FIT_STEPS or spread < 1:
             return mean, PRIOR_TOKEN_COST * mean
-        b = max(0.0, float(((n - n.mean()) * (t - t.mean())).sum()) / spread)
-        a = max(mean - b * float(n.mean()), 0.05 * mean)  # a noisy fit stays positive
+        b = max(0.0, sum((n - n_mean) * (t - t_mean) for n, t in self.points) / spread)
+        a = max(mean - b * n_mean, 0.05 * mean)  # a noisy fit stays positive
         return a, b
 
 
