@@ -22,17 +22,18 @@ the eager ones. Measured on a 2-core Intel Xeon (fuse+q4_1, compiled, 16 copy an
 tokens): 0 of 32 differed once drafted steps ran compiled; when every drafted step ran eager, the
 compiled engine's plain answers already differed from the eager engine's in 4 of 8 48-token chats.
 
-The last full run, on a 2-core AMD EPYC with AVX-512 (idle, median of 3 by tokens/s), after labkit's
-quantized layers moved to weights repacked 16 rows at a time (labkit.fast.repack), so a verifying step of
-several rows costs little more than a one-row step: labkit with drafts against without, at 1 / 2 / 8 / 16
-clients, copy 2.23x / 1.78x / 1.36x / 1.33x (88-91 % of drafts kept), free 0.97x / 0.97x / 1.04x / 1.04x,
-where it drafted 110, 22, 18 and 2 tokens in all (32-50 % kept); at 1 client on copies 191.8 tokens/s
-against llama-server's best speculation (ngram-simple n=3) 104.1, 1.84x. labkit without drafts ran 1.04x /
-1.85x / 2.31x / 2.60x llama-server without on copies, 0.94x / 1.53x / 1.92x / 2.18x on free text: at one
-client on free text llama-server's tokens came faster (TPOT p50 8.1 against 9.4 ms) and labkit's first
-token sooner (TTFT p50 37 against 79 ms). The two runs before the repacking (same machine): copy 1.59x-1.76x
-at 1 client and 1.05x-1.08x at 16; free 0.77x-1.06x at 1 client, where a level's speed moved between
-repeats by more than its few drafted tokens could cost.
+The last full run, on a 2-core AMD EPYC with AVX-512 (idle, median of 3 by tokens/s), after the compiled
+decode step began to attend over the pool in place (labkit::paged_row_attention) and the speculator's cost
+fit moved to plain floats: labkit with drafts against without, at 1 / 2 / 8 / 16 clients, copy 2.14x /
+1.87x / 1.20x / 1.05x (89-90 % of drafts kept), free 1.04x / 0.93x / 0.95x / 1.03x, where it drafted 118,
+28, 39 and 10 tokens in all (28-41 % kept); at 1 client on copies 280.4 tokens/s against llama-server's
+best speculation (ngram-simple n=3) 116.2, 2.41x. labkit without drafts ran 1.62x / 2.45x / 3.22x / 3.77x
+llama-server without on copies, 1.19x / 2.31x / 2.70x / 2.89x on free text. The run before it, with paged
+attention but the fit on torch tensors: copy 1.92x / 1.82x / 1.33x / 1.19x, free 1.04x / 0.92x / 0.92x /
+0.97x (39, 23, 9 and 2 tokens drafted). With the whole step faster (a 16-row step 14-16 ms against 35-40
+before paged attention), what drafting costs every step matters more, and copies gain less at 8-16
+clients, where a verifying step now costs more than its share. The run after the repacking, before paged
+attention: copy 2.23x / 1.78x / 1.36x / 1.33x, free 0.97x / 0.97x / 1.04x / 1.04x.
 
 Records: at every workload and level, labkit with drafts against labkit without (the gain speculation
 brings, same process) and against llama-server with its drafts (like with like: both speculate, both read
