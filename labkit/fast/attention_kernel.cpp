@@ -227,12 +227,21 @@ struct Query {                    // one (row, head, token)
 
 struct Scratch {  // one thread's buffers, reused from query to query
   std::vector<float> weight;
-  std::vector<const float*> keys, values;
+  std::vector<const float*> keys, values;  // the visible keys and values of one key/value head, in order
+
+  void point_at(const KeySource& k, const KeySource& v, const std::vector<int64_t>& visible) {
+    keys.resize(visible.size());
+    values.resize(visible.size());
+    for (size_t i = 0; i < visible.size(); ++i) {
+      keys[i] = k.at(visible[i]);
+      values[i] = v.at(visible[i]);
+    }
+  }
 };
 
-// One query's output [D] into out, in the fixed order of the file's comment.
-void attend_one(const Path& path, const Query& query, const KeySource& k, const KeySource& v, int64_t d, float scale,
-                float* out, Scratch& scratch) {
+// One query's output [D] into out, in the fixed order of the file's comment, over the keys and values
+// scratch points at (its key/value head's).
+void attend_one(const Path& path, const Query& query, int64_t d, float scale, float* out, Scratch& scratch) {
   const std::vector<int64_t>& visible = query.visible;
   const int64_t n = static_cast<int64_t>(visible.size());
   if (n == 0) {  // a query that sees no key (never in the engine's layouts): zeros, not NaN
@@ -240,12 +249,6 @@ void attend_one(const Path& path, const Query& query, const KeySource& k, const 
     return;
   }
   scratch.weight.resize(n);
-  scratch.keys.resize(n);
-  scratch.values.resize(n);
-  for (int64_t i = 0; i < n; ++i) {
-    scratch.keys[i] = k.at(visible[i]);
-    scratch.values[i] = v.at(visible[i]);
-  }
   float* weight = scratch.weight.data();
   path.dots(query.q, scratch.keys.data(), n, d, weight);
   float top = -std::numeric_limits<float>::infinity();
@@ -282,12 +285,14 @@ at::Tensor attend_all(const at::Tensor& q, const at::Tensor& mask, int64_t kv_he
       const int64_t b = task / tokens, t = task % tokens;
       const float* mask_row = mp + b * mask.stride(0) + t * mask.stride(2);
       visible_keys(mask_row, mask.stride(3), keys, visible);
-      for (int64_t h = 0; h < heads; ++h) {
-        const auto [key, value] = sources(b, h / group);
-        const Query query{qp + b * q.stride(0) + h * q.stride(1) + t * q.stride(2), mask_row, mask.stride(3),
-                          visible};
-        attend_one(path, query, key, value, d, static_cast<float>(scale), op + ((b * heads + h) * tokens + t) * d,
-                   scratch);
+      for (int64_t kv = 0; kv < kv_heads; ++kv) {  // its keys found once, for the query heads that share them
+        const auto [key, value] = sources(b, kv);
+        scratch.point_at(key, value, visible);
+        for (int64_t h = kv * group; h < (kv + 1) * group; ++h) {
+          const Query query{qp + b * q.stride(0) + h * q.stride(1) + t * q.stride(2), mask_row, mask.stride(3),
+                            visible};
+          attend_one(path, query, d, static_cast<float>(scale), op + ((b * heads + h) * tokens + t) * d, scratch);
+        }
       }
     }
   });
